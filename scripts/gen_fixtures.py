@@ -1,0 +1,1446 @@
+#!/usr/bin/env python3
+"""Generate the committed test fixtures under testdata/ (standard library only).
+
+Run:  python3 scripts/gen_fixtures.py          (rewrites testdata/ in place)
+
+Deterministic: no wall clock, every random choice comes from random.Random(seed);
+running it twice yields byte-identical files.  For every good fixture it also writes
+testdata/<file>.expected.json, computed by scripts/expected.py from the written file
+(independent stdlib unpickling), without the "path" field.
+
+All snapshots are produced by a tiny simulation of the CUDA caching allocator
+(block rounding to 512 bytes, 2 MiB small-pool segments, 20 MiB / exact large-pool
+segments, best-fit reuse, splitting, merging on free, empty_cache, OOM retry,
+expandable segments with map/unmap), so segments, blocks and traces are mutually
+consistent like real data.  Tracebacks are shared the way PyTorch shares them: one
+dict per distinct frame, one list per distinct traceback, the same list object put in
+every block / segment / trace entry that recorded it (pickle writes BINGET for the
+repeats); blocks without a context share one empty list.
+
+Which PyTorch release each good fixture imitates (layouts per
+shared/spec/snapshot-format.md sections 1-5):
+
+  sample.pickle            2.5  (protocol 4) README demo: one training step on device 0,
+                                 stacks="all" (C++ + Python frames), ProfilerStep#0
+                                 external_annotations, allocator_settings, 6 segments,
+                                 all three block states, ~300 trace entries, one OOM.
+  v1_13_list.pickle        1.13 (protocol 2) root is the bare segment list, blocks carry
+                                 legacy `history` (most recent first), some without.
+  v2_0_history.pickle      2.0  (protocol 4) segment requested_size, block history with
+                                 cpp_frames on one record, traces without time_us,
+                                 one trace entry with a cpp_frames string.
+  v2_1.pickle              2.1  (protocol 4) segment_pool_id / is_expandable / frames,
+                                 block address + frames, no time_us; one expandable
+                                 segment (segment_map / segment_unmap) next to normal
+                                 ones (segment_alloc / segment_free).
+  v2_2.pickle              2.2  (protocol 4) adds time_us; the first entry has time_us 0.
+  v2_3_settings.pickle     2.3  (protocol 4) allocator_settings with expandable
+                                 segments and max_split_size_mb:128.
+  v2_8_compile.pickle      2.8  (protocol 4) external_annotations + compile_context.
+  v2_10_meta.pickle        2.10 (protocol 4) + user_metadata.
+  v2_12_pool.pickle        2.12 (protocol 4) + forward_frames (2.11) + pool_id on trace
+                                 entries, a private pool (1, 0), an active_pending_free.
+  v2_14_host_p5.pickle     2.14 (PROTOCOL 5, Python 3.14 default) host_segments /
+                                 host_traces, an `annotate` action, a trace stream
+                                 18446720620317114368 (>= 2**63) and an orphan
+                                 free_completed with addr 2**64-1 (re-interpreted -1).
+  multi_device.pickle      2.6  (protocol 4) 3 device slots: devices 0 and 2 used,
+                                 device 1 empty.
+  unknown_keys.pickle      2.6  (protocol 4) unknown top-level / segment / block / trace
+                                 keys and the nightly-only `user_defined` action.
+  empty.pickle             2.3  (protocol 4) no segments, device_traces [[]].
+  snapshot_gz.bin          2.4  gzip of a protocol-4 snapshot (name without .gz);
+  snapshot_gz.pickle.gz         the same bytes.
+  v2_5.json                2.5  the same structure as JSON (pool ids as arrays).
+  cpp_pickler.pickle       2.6  written by our own imitation of PyTorch's C++
+                                 torch::jit::Pickler (_memory_snapshot_pickled):
+                                 PROTO 2, no FRAME, EMPTY_DICT MARK .. SETITEMS,
+                                 EMPTY_LIST MARK .. APPENDS, strings memoised by value
+                                 (BINUNICODE + BINPUT, BINGET later), shared containers
+                                 BINPUT/BINGET, BININT1/BININT2/BININT/LONG1(8 bytes).
+  protocol2.pickle         2.4  dumped with pickle protocol 2 (BINPUT, no FRAME).
+  big_ints.pickle          2.9  XPU-like (torch.xpu.memory._dump_snapshot): addresses
+                                 >= 2**63 (9-byte LONG1) and a segment stream >= 2**63.
+
+Bad fixtures (testdata/bad/, no expected files): see testdata/README.md.
+"""
+
+import gzip
+import io
+import json
+import os
+import pickle
+import pickletools
+import random
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(ROOT, "testdata")
+BAD = os.path.join(OUT, "bad")
+sys.path.insert(0, HERE)
+import expected  # noqa: E402  (scripts/expected.py)
+
+KiB = 1024
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+MIN_BLOCK = 512
+SMALL_SIZE = 1 * MiB          # kSmallSize: requests <= 1 MiB use the small pool
+SMALL_BUFFER = 2 * MiB        # kSmallBuffer: small-pool segment size
+LARGE_BUFFER = 20 * MiB       # kLargeBuffer: segment for 1 MiB < size < 10 MiB
+MIN_LARGE_ALLOC = 10 * MiB    # kMinLargeAlloc
+ROUND_LARGE = 2 * MiB         # kRoundLarge
+BASE_ADDR = 0x7F3A00000000
+T0 = 1750000000000000         # 2025-06-15 15:06:40 UTC in microseconds
+COPY_STREAM = 0x55D4C0A3E2D0       # an opaque cudaStream_t of a side (copy) stream
+XPU_STREAM = 18446720620317114368   # >= 2**63 (XPU queue pointer, PR #170645)
+U64_MAX = 2 ** 64 - 1
+
+
+def fresh(s):
+    """A new str object equal to s (PyTorch >= 2.1 creates one py::str per frame)."""
+    if len(s) <= 1:
+        return s
+    return "".join([s[:1], s[1:]])
+
+
+def new_tuple(t):
+    """A new tuple object (pool ids are fresh per dict; `tuple(t)` would return t itself)."""
+    return tuple(list(t))
+
+
+def align(n, a):
+    return (n + a - 1) // a * a
+
+
+# --------------------------------------------------------------------------------------
+# Frames and tracebacks
+# --------------------------------------------------------------------------------------
+
+SITE = "/opt/conda/lib/python3.11/site-packages/torch"
+TRAIN = "/home/alice/nanogpt/train.py"
+MODEL = "/home/alice/nanogpt/model.py"
+MODULE_PY = SITE + "/nn/modules/module.py"
+LINEAR_PY = SITE + "/nn/modules/linear.py"
+FUNCTIONAL_PY = SITE + "/nn/functional.py"
+ADAMW_PY = SITE + "/optim/adamw.py"
+OPTIMIZER_PY = SITE + "/optim/optimizer.py"
+
+OUTER = [("train", TRAIN, 187), ("main", TRAIN, 240), ("<module>", TRAIN, 251)]
+CALL = [("_call_impl", MODULE_PY, 1747), ("_wrapped_call_impl", MODULE_PY, 1736)]
+GPT_FWD = [("forward", MODEL, 186)] + CALL
+BLOCK_FWD = [("forward", MODEL, 104)] + CALL + GPT_FWD
+ATTN_FWD = [("forward", MODEL, 71)] + CALL + BLOCK_FWD
+MLP_FWD = [("forward", MODEL, 88)] + CALL + BLOCK_FWD
+
+PY_STACKS = {
+    "param_init": [("__init__", LINEAR_PY, 106), ("__init__", MODEL, 64),
+                   ("__init__", MODEL, 121), ("build_model", TRAIN, 98),
+                   ("main", TRAIN, 221), ("<module>", TRAIN, 251)],
+    "embed_init": [("__init__", SITE + "/nn/modules/sparse.py", 167),
+                   ("__init__", MODEL, 140), ("build_model", TRAIN, 98),
+                   ("main", TRAIN, 221), ("<module>", TRAIN, 251)],
+    "ln_init": [("__init__", SITE + "/nn/modules/normalization.py", 208),
+                ("__init__", MODEL, 99), ("__init__", MODEL, 121),
+                ("build_model", TRAIN, 98), ("main", TRAIN, 221), ("<module>", TRAIN, 251)],
+    "batch": [("get_batch", TRAIN, 61)] + OUTER,
+    "prefetch": [("prefetch", TRAIN, 75)] + OUTER,
+    "embed": [("embedding", FUNCTIONAL_PY, 2551),
+              ("forward", SITE + "/nn/modules/sparse.py", 190)] + CALL + GPT_FWD + OUTER,
+    "ln": [("layer_norm", FUNCTIONAL_PY, 2910),
+           ("forward", SITE + "/nn/modules/normalization.py", 217)] + CALL + BLOCK_FWD + OUTER,
+    "qkv": [("forward", LINEAR_PY, 125)] + CALL + ATTN_FWD + OUTER,
+    "sdpa": [("forward", MODEL, 78)] + CALL + BLOCK_FWD + OUTER,
+    "attn_proj": [("forward", LINEAR_PY, 125)] + CALL + [("forward", MODEL, 80)] + CALL
+                 + BLOCK_FWD + OUTER,
+    "residual": [("forward", MODEL, 105)] + CALL + GPT_FWD + OUTER,
+    "mlp_fc": [("forward", LINEAR_PY, 125)] + CALL + MLP_FWD + OUTER,
+    "gelu": [("gelu", FUNCTIONAL_PY, 1702), ("forward", MODEL, 89)] + CALL + BLOCK_FWD + OUTER,
+    "mlp_proj": [("forward", LINEAR_PY, 125)] + CALL + [("forward", MODEL, 90)] + CALL
+                + BLOCK_FWD + OUTER,
+    "lm_head": [("forward", LINEAR_PY, 125)] + CALL + [("forward", MODEL, 190)] + CALL + OUTER,
+    "loss": [("cross_entropy", FUNCTIONAL_PY, 3494), ("forward", MODEL, 192)] + CALL + OUTER,
+    "opt_state": [("_init_group", ADAMW_PY, 128), ("step", ADAMW_PY, 209),
+                  ("_use_grad", OPTIMIZER_PY, 79), ("wrapper", OPTIMIZER_PY, 487),
+                  ("train", TRAIN, 183), ("main", TRAIN, 240), ("<module>", TRAIN, 251)],
+    "opt_tmp": [("_multi_tensor_adamw", ADAMW_PY, 612), ("adamw", ADAMW_PY, 784),
+                ("step", ADAMW_PY, 220), ("_use_grad", OPTIMIZER_PY, 79),
+                ("wrapper", OPTIMIZER_PY, 487), ("train", TRAIN, 183),
+                ("main", TRAIN, 240), ("<module>", TRAIN, 251)],
+    "empty_cache": [("empty_cache", SITE + "/cuda/memory.py", 192),
+                    ("train", TRAIN, 189), ("main", TRAIN, 240), ("<module>", TRAIN, 251)],
+    "eval_logits": [("forward", LINEAR_PY, 125)] + CALL + [("forward", MODEL, 190)] + CALL
+                   + [("evaluate", TRAIN, 140), ("train", TRAIN, 195), ("main", TRAIN, 240),
+                      ("<module>", TRAIN, 251)],
+    "fx_graph": [("forward", "<eval_with_key>.3", 12), ("_call_impl", MODULE_PY, 1747),
+                 ("__call__", SITE + "/fx/graph_module.py", 784)] + GPT_FWD + OUTER,
+    "pinned": [("pin_memory", SITE + "/utils/data/_utils/pin_memory.py", 64),
+               ("get_batch", TRAIN, 58)] + OUTER,
+}
+
+CPP_MALLOC_PREFIX = [
+    ("torch::unwind::unwind()", "??", 0),
+    ("torch::CapturedTraceback::gather(bool, bool, bool)", "??", 0),
+    ("torch::cuda::(anonymous namespace)::gather_with_cpp()", "memory_snapshot.cpp", 0),
+    ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc("
+     "signed char, unsigned long, CUstream_st*)", "CUDACachingAllocator.cpp", 0),
+    ("c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc("
+     "void**, signed char, unsigned long, CUstream_st*)", "", 0),
+    ("at::detail::empty_cuda(c10::ArrayRef<long>, c10::ScalarType, "
+     "std::optional<c10::Device>, std::optional<c10::MemoryFormat>)", "??", 0),
+]
+CPP_PY_GLUE = [("_PyEval_EvalFrameDefault", "??", 0), ("_PyFunction_Vectorcall", "??", 0)]
+CPP_MAIN_SUFFIX = [("Py_RunMain", "??", 0), ("Py_BytesMain", "??", 0),
+                   ("__libc_start_main", "??", 0), ("_start", "??", 0)]
+CPP_AUTOGRAD_THREAD = [
+    ("at::native::zeros_like(at::Tensor const&, std::optional<c10::ScalarType>, "
+     "std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, "
+     "std::optional<c10::MemoryFormat>)", "??", 0),
+    ("torch::autograd::InputBuffer::add(unsigned long, at::Tensor, "
+     "std::optional<c10::Stream> const&, std::optional<c10::Stream> const&)",
+     "input_buffer.cpp", 0),
+    ("torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&, "
+     "torch::autograd::Node*, torch::autograd::InputBuffer&, "
+     "std::shared_ptr<torch::autograd::ReadyQueue> const&)", "engine.cpp", 0),
+    ("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)",
+     "engine.cpp", 0),
+    ("torch::autograd::python::PythonEngine::thread_init(int, "
+     "std::shared_ptr<torch::autograd::ReadyQueue> const&, bool)", "python_engine.cpp", 0),
+    ("start_thread", "??", 0),
+    ("__clone3", "??", 0),
+]
+
+FWD_TRACE = (
+    '  File "/home/alice/nanogpt/train.py", line 178, in train\n'
+    '    logits, loss = model(x, y)\n',
+    '  File "/home/alice/nanogpt/model.py", line 89, in forward\n'
+    '    x = F.gelu(self.c_fc(x))\n',
+)
+
+
+class Frames:
+    """One dict per distinct frame, one list per distinct traceback (shared objects)."""
+
+    def __init__(self, legacy=False, cpp=False):
+        self.legacy = legacy      # 1.13 / 2.0: filename,name,line order, shared strings
+        self.cpp = cpp            # stacks="all": interleave C++ frames
+        self._frames = {}
+        self._tbs = {}
+        self._strs = {}
+        self.empty = []           # the shared empty frames list
+
+    def _s(self, s):
+        if s not in self._strs:
+            self._strs[s] = fresh(s)
+        return self._strs[s]
+
+    def frame(self, name, filename, line):
+        key = (name, filename, line)
+        f = self._frames.get(key)
+        if f is None:
+            if self.legacy:
+                f = {"filename": self._s(filename), "name": self._s(name), "line": line}
+            else:
+                f = {"name": fresh(name), "filename": fresh(filename), "line": line}
+            self._frames[key] = f
+        return f
+
+    def tb(self, ctx):
+        """The shared traceback list for a named context."""
+        if ctx is None:
+            return None
+        t = self._tbs.get(ctx)
+        if t is not None:
+            return t
+        if ctx == "autograd_thread":
+            spec = list(CPP_MALLOC_PREFIX) + CPP_AUTOGRAD_THREAD if self.cpp else []
+        else:
+            py = PY_STACKS[ctx]
+            if self.cpp:
+                spec = list(CPP_MALLOC_PREFIX)
+                for fr in py:
+                    spec.append(fr)
+                    spec.extend(CPP_PY_GLUE)
+                spec.extend(CPP_MAIN_SUFFIX)
+            else:
+                spec = list(py)
+        t = [self.frame(*fr) for fr in spec]
+        self._tbs[ctx] = t
+        return t
+
+
+class Clock:
+    def __init__(self, rng, t0=T0):
+        self.rng = rng
+        self.t = t0
+
+    def tick(self, lo=2, hi=180):
+        self.t += self.rng.randint(lo, hi)
+        return self.t
+
+
+# --------------------------------------------------------------------------------------
+# Allocator simulation
+# --------------------------------------------------------------------------------------
+
+class Blk:
+    __slots__ = ("addr", "size", "state", "req", "tb", "hist", "fwd")
+
+    def __init__(self, addr, size):
+        self.addr = addr
+        self.size = size
+        self.state = "inactive"
+        self.req = 0
+        self.tb = None
+        self.hist = []      # legacy history records (addr, real_size, tb, cpp), newest first
+        self.fwd = None
+
+
+class Seg:
+    def __init__(self, device, addr, size, kind, stream, pool, expandable, tb):
+        self.device = device
+        self.addr = addr
+        self.kind = kind            # "large" | "small"
+        self.stream = stream
+        self.pool = pool
+        self.expandable = expandable
+        self.tb = tb
+        self.fwd = None
+        self.blocks = [Blk(addr, size)] if size else []
+
+    @property
+    def total(self):
+        return sum(b.size for b in self.blocks)
+
+
+class Sim:
+    def __init__(self, device, clock, frames, base=BASE_ADDR, rng=None):
+        self.device = device
+        self.clock = clock
+        self.frames = frames
+        self.va = base
+        self.rng = rng or random.Random(device)
+        self.segments = []
+        self.trace = []
+        self.live = {}          # addr -> Blk (active_allocated or active_pending_free)
+        self.ctx = {}           # extra per-entry fields (compile_context, user_metadata, ...)
+
+    # -- helpers ---------------------------------------------------------------------
+    def _new_va(self, size):
+        addr = self.va
+        self.va += align(size, ROUND_LARGE) + ROUND_LARGE * self.rng.randint(0, 3)
+        return addr
+
+    def record(self, action, addr, size, stream, tb, device_free=None, pool=(0, 0), **kw):
+        e = {"action": action, "size": size, "stream": stream, "time": self.clock.tick(),
+             "tb": tb, "pool": pool}
+        if action == "oom":
+            e["device_free"] = device_free
+        else:
+            e["addr"] = addr
+        e.update(self.ctx)
+        e.update(kw)
+        self.trace.append(e)
+        return e
+
+    def _find(self, addr):
+        for s in self.segments:
+            for i, b in enumerate(s.blocks):
+                if b.addr == addr:
+                    return s, i
+        raise KeyError(hex(addr))
+
+    # -- malloc ----------------------------------------------------------------------
+    def malloc(self, req, ctx, stream=0, pool=(0, 0), expandable=False, fwd=False, cpp=None):
+        tb = self.frames.tb(ctx)
+        rounded = max(MIN_BLOCK, align(req, MIN_BLOCK))
+        small = rounded <= SMALL_SIZE
+        kind = "small" if small else "large"
+        best = None
+        for s in self.segments:
+            if (s.kind, s.stream, s.pool, s.expandable) != (kind, stream, pool, expandable):
+                continue
+            for b in s.blocks:
+                if b.state == "inactive" and b.size >= rounded:
+                    if best is None or (b.size, b.addr) < (best[1].size, best[1].addr):
+                        best = (s, b)
+        if best is None:
+            if expandable:
+                best = self._grow_expandable(kind, rounded, stream, pool, tb)
+            else:
+                if small:
+                    seg_size = SMALL_BUFFER
+                elif rounded < MIN_LARGE_ALLOC:
+                    seg_size = LARGE_BUFFER
+                else:
+                    seg_size = align(rounded, ROUND_LARGE)
+                seg = Seg(self.device, self._new_va(seg_size), seg_size, kind, stream, pool,
+                          False, tb)
+                if fwd:
+                    seg.fwd = FWD_TRACE
+                self.segments.append(seg)
+                self.record("segment_alloc", seg.addr, seg_size, stream, tb, pool=pool)
+                best = (seg, seg.blocks[0])
+        seg, b = best
+        remaining = b.size - rounded
+        if (small and remaining >= MIN_BLOCK) or (not small and remaining > SMALL_SIZE):
+            rest = Blk(b.addr + rounded, remaining)
+            seg.blocks.insert(seg.blocks.index(b) + 1, rest)
+            b.size = rounded
+        b.state = "active_allocated"
+        b.req = req
+        b.tb = tb
+        b.fwd = FWD_TRACE if fwd else None
+        if tb is not None:
+            b.hist = [(b.addr, req, tb, cpp)] + b.hist[:2]
+        else:
+            b.hist = []     # keep "no history" unambiguous (real 1.13 would keep stale ones)
+        self.live[b.addr] = b
+        self.record("alloc", b.addr, req, stream, tb, pool=pool,
+                    **({"fwd": FWD_TRACE} if fwd else {}), **({"cpp": cpp} if cpp else {}))
+        return b.addr
+
+    def _grow_expandable(self, kind, rounded, stream, pool, tb):
+        page = SMALL_BUFFER if kind == "small" else LARGE_BUFFER
+        seg = None
+        for s in self.segments:
+            if (s.kind, s.stream, s.pool, s.expandable) == (kind, stream, pool, True):
+                seg = s
+        if seg is None:
+            seg = Seg(self.device, self._new_va(64 * GiB // 1024), 0, kind, stream, pool,
+                      True, tb)
+            self.va = seg.addr + 64 * GiB   # VA reservation of the expandable segment
+            self.segments.append(seg)
+        tail = seg.blocks[-1] if seg.blocks and seg.blocks[-1].state == "inactive" else None
+        have = tail.size if tail else 0
+        map_size = align(rounded - have, page)
+        start = seg.addr + seg.total
+        self.record("segment_map", start, map_size, stream, tb, pool=pool)
+        if tail:
+            tail.size += map_size
+        else:
+            tail = Blk(start, map_size)
+            seg.blocks.append(tail)
+        return seg, tail
+
+    # -- free ------------------------------------------------------------------------
+    def free(self, addr, pending=False):
+        b = self.live[addr]
+        seg, _ = self._find(addr)
+        self.record("free_requested", addr, b.req, seg.stream, b.tb, pool=seg.pool)
+        if pending:
+            b.state = "active_pending_free"
+        else:
+            self._free_block(seg, b, b.tb)
+
+    def complete(self, addr, ctx=None):
+        """Delayed free_completed (record_stream); ctx = the malloc that processed events."""
+        b = self.live[addr]
+        assert b.state == "active_pending_free"
+        seg, _ = self._find(addr)
+        self._free_block(seg, b, self.frames.tb(ctx) if ctx else b.tb)
+
+    def _free_block(self, seg, b, tb):
+        self.record("free_completed", b.addr, b.req, seg.stream, tb, pool=seg.pool)
+        del self.live[b.addr]
+        b.state = "inactive"
+        b.tb = None
+        b.fwd = None
+        i = seg.blocks.index(b)
+        if i + 1 < len(seg.blocks) and seg.blocks[i + 1].state == "inactive":
+            nxt = seg.blocks.pop(i + 1)
+            b.size += nxt.size
+            b.hist = b.hist + nxt.hist
+        if i > 0 and seg.blocks[i - 1].state == "inactive":
+            prv = seg.blocks.pop(i - 1)
+            b.addr = prv.addr
+            b.size += prv.size
+            b.hist = b.hist + prv.hist
+
+    # -- cache release / oom / snapshot ----------------------------------------------
+    def empty_cache(self, ctx=None):
+        tbc = self.frames.tb(ctx) if ctx else None
+        for seg in list(self.segments):
+            if seg.expandable:
+                page = SMALL_BUFFER if seg.kind == "small" else LARGE_BUFFER
+                tail = seg.blocks[-1] if seg.blocks else None
+                if tail is None or tail.state != "inactive":
+                    continue
+                start = align(tail.addr - seg.addr, page) + seg.addr
+                end = seg.addr + seg.total
+                if end - start <= 0:
+                    continue
+                self.record("segment_unmap", start, end - start, seg.stream,
+                            tbc if tbc is not None else seg.tb, pool=seg.pool)
+                tail.size -= end - start
+                if tail.size == 0:
+                    seg.blocks.pop()
+                if not seg.blocks:
+                    self.segments.remove(seg)
+                continue
+            if len(seg.blocks) == 1 and seg.blocks[0].state == "inactive":
+                self.record("segment_free", seg.addr, seg.total, seg.stream,
+                            tbc if tbc is not None else seg.tb, pool=seg.pool)
+                self.segments.remove(seg)
+
+    def oom(self, req, ctx, device_free, stream=0):
+        # malloc retry: release every fully free cached segment with the malloc's stack
+        self.empty_cache(ctx)
+        rounded = max(MIN_BLOCK, align(req, MIN_BLOCK))   # round_size(): params.size()
+        self.record("oom", None, rounded, stream, self.frames.tb(ctx), device_free=device_free)
+
+    def active_bytes(self):
+        return sum(b.size for s in self.segments for b in s.blocks
+                   if b.state.startswith("active_"))
+
+    def snapshot_marker(self):
+        self.record("snapshot", 0, self.active_bytes(), 0, None)
+
+    def sorted_segments(self):
+        return sorted(self.segments, key=lambda s: s.addr)
+
+
+# --------------------------------------------------------------------------------------
+# Serialisation per release
+# --------------------------------------------------------------------------------------
+
+def seg_dict(seg, V, frames):
+    blocks = [block_dict(b, V, frames) for b in seg.blocks]
+    alloc = sum(b.size for b in seg.blocks if b.state == "active_allocated")
+    active = sum(b.size for b in seg.blocks if b.state.startswith("active_"))
+    req = sum(b.req for b in seg.blocks if b.state.startswith("active_"))
+    d = {"device": seg.device, "address": seg.addr, "total_size": seg.total,
+         "allocated_size": alloc, "active_size": active}
+    if V >= (2, 0):
+        d["requested_size"] = req
+    d["stream"] = seg.stream
+    d["segment_type"] = seg.kind
+    if V >= (2, 1):
+        d["segment_pool_id"] = new_tuple(seg.pool)
+        d["is_expandable"] = seg.expandable
+    d["blocks"] = blocks
+    if V >= (2, 1):
+        d["frames"] = seg.tb if seg.tb is not None else frames.empty
+        if V >= (2, 11) and seg.fwd:
+            d["forward_frames"] = list(seg.fwd)
+    return d
+
+
+def block_dict(b, V, frames):
+    if V >= (2, 1):
+        d = {"address": b.addr, "size": b.size, "requested_size": b.req, "state": b.state,
+             "frames": b.tb if b.tb is not None else frames.empty}
+        if V >= (2, 11) and b.fwd:
+            d["forward_frames"] = list(b.fwd)
+        return d
+    d = {"size": b.size}
+    if V >= (2, 0):
+        d["requested_size"] = b.req
+    d["state"] = b.state
+    if b.hist:
+        hist = []
+        for (addr, real, tb, cpp) in b.hist:
+            h = {"addr": addr, "real_size": real}
+            if tb is not None:
+                h["frames"] = tb
+            if cpp and V >= (2, 0):
+                h["cpp_frames"] = cpp
+            hist.append(h)
+        d["history"] = hist
+    return d
+
+
+def entry_dict(e, V):
+    d = {"action": e["action"]}
+    if e["action"] == "oom":
+        d["device_free"] = e["device_free"]
+    else:
+        d["addr"] = e["addr"]
+    d["size"] = e["size"]
+    d["stream"] = e["stream"]
+    if V >= (2, 2):
+        d["time_us"] = e.get("time_override", e["time"])
+    if V >= (2, 8):
+        d["compile_context"] = fresh(e.get("compile_context", "N/A"))
+    if V >= (2, 10):
+        d["user_metadata"] = fresh(e.get("user_metadata", ""))
+    if V >= (2, 12):
+        d["pool_id"] = new_tuple(e["pool"])
+    if e["tb"] is not None and e["action"] != "snapshot":
+        d["frames"] = e["tb"]
+    if V >= (2, 11) and e.get("fwd"):
+        d["forward_frames"] = list(e["fwd"])
+    if V == (2, 0) and e.get("cpp"):
+        d["cpp_frames"] = e["cpp"]
+    for k, v in e.get("unknown", {}).items():
+        d[k] = v
+    return d
+
+
+def allocator_settings(V, conf="", max_split=-1, gc=0.0, expandable=False):
+    d = {"PYTORCH_CUDA_ALLOC_CONF": conf, "max_split_size": max_split,
+         "garbage_collection_threshold": gc, "expandable_segments": expandable,
+         "pinned_num_register_threads": 1, "release_lock_on_cudamalloc": False,
+         "pinned_use_cuda_host_register": False}
+    if V >= (2, 9):
+        d["graph_capture_record_stream_reuse"] = False
+    d["roundup_power2_divisions"] = {str(1 << i): 0 for i in range(16)}
+    if V >= (2, 13):
+        # pinned host allocator settings (values are plausible defaults, not verified)
+        d["max_round_threshold"] = 0
+        d["max_cached_size"] = -1
+    return d
+
+
+def annotation(clock, name, stage, device=0):
+    return {"stage": fresh(stage), "name": fresh(name), "device": device,
+            "time_us": clock.tick()}
+
+
+def build(V, sims, frames, device_count, annotations=None, settings=None):
+    """Top-level dict of release V from per-device sims (dict device -> Sim)."""
+    segments = []
+    for d in sorted(sims):
+        segments.extend(seg_dict(s, V, frames) for s in sims[d].sorted_segments())
+    if V < (2, 0):
+        return segments
+    traces = []
+    for d in range(device_count):
+        traces.append([entry_dict(e, V) for e in sims[d].trace] if d in sims else [])
+    snap = {"segments": segments, "device_traces": traces}
+    if V >= (2, 3):
+        snap["allocator_settings"] = settings if settings is not None else allocator_settings(V)
+    if V >= (2, 5):
+        snap["external_annotations"] = annotations if annotations is not None else []
+    if V >= (2, 14):
+        snap["host_segments"] = []
+        snap["host_traces"] = []
+    return snap
+
+
+# --------------------------------------------------------------------------------------
+# Scenarios
+# --------------------------------------------------------------------------------------
+
+N_EMBD = 768
+VOCAB = 50304
+B, T = 4, 256
+
+
+def model_init(sim, n_layer=2, ctx_extra=None):
+    """Parameters of a small GPT (fp16). Returns list of (addr, size)."""
+    params = []
+    params.append(sim.malloc(VOCAB * N_EMBD * 2, "embed_init"))     # wte, 73.7 MiB
+    params.append(sim.malloc(1024 * N_EMBD * 2, "embed_init"))      # wpe, 1.5 MiB
+    for _ in range(n_layer):
+        params.append(sim.malloc(N_EMBD * 2, "ln_init"))
+        params.append(sim.malloc(N_EMBD * 2, "ln_init"))
+        params.append(sim.malloc(3 * N_EMBD * N_EMBD * 2, "param_init"))   # c_attn
+        params.append(sim.malloc(3 * N_EMBD * 2, "param_init"))
+        params.append(sim.malloc(N_EMBD * N_EMBD * 2, "param_init"))       # c_proj
+        params.append(sim.malloc(N_EMBD * 2, "param_init"))
+        params.append(sim.malloc(4 * N_EMBD * N_EMBD * 2, "param_init"))   # c_fc
+        params.append(sim.malloc(4 * N_EMBD * 2, "param_init"))
+        params.append(sim.malloc(4 * N_EMBD * N_EMBD * 2, "param_init"))   # mlp c_proj
+        params.append(sim.malloc(N_EMBD * 2, "param_init"))
+    return params
+
+
+def forward(sim, n_layer=2, keep=True):
+    """Activations of one forward pass; returns addresses saved for backward."""
+    act = B * T * N_EMBD * 2
+    saved = []
+    saved.append(sim.malloc(act, "embed"))
+    for _ in range(n_layer):
+        ln1 = sim.malloc(act, "ln")
+        stats = sim.malloc(B * T * 4 * 2, "ln")                   # mean / rstd
+        qkv = sim.malloc(3 * act, "qkv")
+        att = sim.malloc(act, "sdpa")
+        lse = sim.malloc(B * 12 * T * 4, "sdpa")
+        proj = sim.malloc(act, "attn_proj")
+        res1 = sim.malloc(act, "residual")
+        ln2 = sim.malloc(act, "ln")
+        fc = sim.malloc(4 * act, "mlp_fc")
+        gelu = sim.malloc(4 * act, "gelu")
+        out = sim.malloc(act, "mlp_proj")
+        sim.free(proj)
+        res2 = sim.malloc(act, "residual")
+        sim.free(out)
+        saved += [ln1, stats, qkv, att, lse, res1, ln2, fc, gelu, res2]
+    return saved
+
+
+def backward(sim, saved, params, param_sizes):
+    grads = []
+    for addr, size in reversed(list(zip(params, param_sizes))):
+        tmp = sim.malloc(min(size, B * T * N_EMBD * 2) + 1000, "autograd_thread")
+        grads.append(sim.malloc(size, "autograd_thread"))
+        sim.free(tmp)
+        if saved:
+            sim.free(saved.pop())
+    while saved:
+        sim.free(saved.pop())
+    return grads
+
+
+def make_sample():
+    """PyTorch 2.5, device 0, one training step with stacks="all"."""
+    V = (2, 5)
+    rng = random.Random(20250615)
+    clock = Clock(rng)
+    frames = Frames(cpp=True)
+    sim = Sim(0, clock, frames, rng=rng)
+    ann = []
+    params = model_init(sim, n_layer=2)
+    sizes = [sim.live[a].req for a in params]
+    sim.snapshot_marker()
+    # ---- ProfilerStep#0: forward, loss, backward, SGD (foreach) step, zero_grad ----
+    ann.append(annotation(clock, "ProfilerStep#0", "START"))
+    x = sim.malloc(B * T * 8, "batch")
+    y = sim.malloc(B * T * 8, "batch")
+    nxt = sim.malloc(B * T * 8, "prefetch", stream=COPY_STREAM)
+    saved = forward(sim, n_layer=2)
+    logits = sim.malloc(B * T * VOCAB * 2, "lm_head")
+    loss_tmp = sim.malloc(B * T * VOCAB * 4, "loss")
+    loss = sim.malloc(4, "loss")
+    sim.free(loss_tmp)
+    sim.free(nxt, pending=True)          # used on the main stream too (record_stream)
+    grads = backward(sim, saved + [logits], params, sizes)
+    sim.complete(nxt, ctx="opt_tmp")     # events processed inside a later malloc
+    for _ in range(2):
+        tmps = [sim.malloc(s, "opt_tmp") for s in sizes[2:10]]
+        for t in tmps:
+            sim.free(t)
+    for g in grads:                      # optimizer.zero_grad(set_to_none=True)
+        sim.free(g)
+    sim.free(loss)
+    sim.free(x)
+    sim.free(y)
+    ann.append(annotation(clock, "ProfilerStep#0", "END"))
+    sim.empty_cache("empty_cache")       # segment_free of the fully free segments
+    # ---- evaluation: next batch prefetched, OOM on a huge logits tensor ----
+    x2 = sim.malloc(B * T * 8, "batch")
+    pend = sim.malloc(B * T * 8, "prefetch", stream=COPY_STREAM)
+    sim.free(pend, pending=True)          # still waiting for its event at dump time
+    EB = 4 * B                            # evaluation batch
+    h = [sim.malloc(EB * T * N_EMBD * 2, "embed")]
+    h.append(sim.malloc(3 * EB * T * N_EMBD * 2, "qkv"))
+    h.append(sim.malloc(EB * T * N_EMBD * 2, "sdpa"))
+    sim.free(h[1])                        # its 18 MiB segment is released by the OOM retry
+    h.append(sim.malloc(EB * T * 4 * 2, "ln"))
+    sim.oom(16 * EB * T * VOCAB * 2 + 100, "eval_logits", device_free=1288699904)
+    sim.free(h[3])                        # exception unwinding
+    sim.free(x2)
+    settings = allocator_settings(V)
+    return build(V, {0: sim}, frames, 1, annotations=ann, settings=settings)
+
+
+def small_scenario(sim, layers=1, with_oom=False, pool=(0, 0), prefix_snapshot=True):
+    """A compact training-ish sequence used by the per-release fixtures.
+
+    Sizes are jittered with the sim's seeded rng so every fixture has its own figures.
+    """
+    j = sim.rng.randint
+    params = []
+    params.append(sim.malloc(2 * MiB + 512 * j(1, 400) + j(0, 511), "embed_init", pool=pool))
+    params.append(sim.malloc(N_EMBD * 2, "ln_init", pool=pool))
+    for _ in range(layers):
+        params.append(sim.malloc(3 * N_EMBD * N_EMBD * 2 + 512 * j(0, 64), "param_init", pool=pool))
+        params.append(sim.malloc(3 * N_EMBD * 2 + j(0, 700), "param_init", pool=pool))
+    if prefix_snapshot:
+        sim.snapshot_marker()
+    acts = []
+    for i in range(layers * 3):
+        acts.append(sim.malloc(B * T * N_EMBD * 2 + j(0, 9000), "qkv", pool=pool))
+        acts.append(sim.malloc(B * T * 4 + j(0, 3000), "ln", pool=pool))
+    tmp = sim.malloc(11 * MiB + j(1, 3 * MiB), "lm_head", pool=pool)
+    sim.free(tmp)
+    for a in acts[::2]:
+        sim.free(a)
+    if with_oom:
+        sim.oom(30 * GiB + j(1, 10 ** 6), "eval_logits",
+                device_free=2 * GiB + 512 * j(0, 10 ** 6))
+    return params, acts
+
+
+def make_v1_13():
+    V = (1, 13)
+    rng = random.Random(113)
+    clock = Clock(rng)
+    frames = Frames(legacy=True)
+    sim = Sim(0, clock, frames, base=0x7F3A00000000, rng=rng)
+    small_scenario(sim, layers=2)
+    # allocations without a context -> blocks without history
+    a = sim.malloc(4096, None)
+    sim.malloc(3 * MiB, None)
+    sim.free(a)
+    return build(V, {0: sim}, frames, 1)
+
+
+def make_v2_0():
+    V = (2, 0)
+    rng = random.Random(200)
+    clock = Clock(rng)
+    frames = Frames(legacy=True)
+    sim = Sim(0, clock, frames, rng=rng)
+    small_scenario(sim, layers=1)
+    cpp = ("frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x6b "
+           "(0x7f3c1a2b3c4d in /opt/conda/lib/python3.10/site-packages/torch/lib/libc10.so)\n"
+           "frame #1: c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"
+           "(int, unsigned long, CUstream_st*) + 0x1f2 (0x7f3c1a2b4000 in "
+           "/opt/conda/lib/python3.10/site-packages/torch/lib/libc10_cuda.so)\n")
+    sim.malloc(5000, "opt_state", cpp=cpp)
+    sim.malloc(2048, None)
+    sim.snapshot_marker()
+    return build(V, {0: sim}, frames, 1)
+
+
+def make_v2_1():
+    V = (2, 1)
+    rng = random.Random(210)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, rng=rng)
+    small_scenario(sim, layers=1)
+    sim.empty_cache("empty_cache")
+    # expandable_segments toggled on at runtime: one expandable large segment
+    e1 = sim.malloc(30 * MiB + 1, "mlp_fc", expandable=True)
+    e2 = sim.malloc(12 * MiB, "gelu", expandable=True)
+    e3 = sim.malloc(25 * MiB, "mlp_proj", expandable=True)
+    sim.free(e3)
+    sim.free(e2)
+    sim.empty_cache("empty_cache")      # segment_unmap of the free tail
+    sim.malloc(3 * MiB, "residual", expandable=True)
+    sim.snapshot_marker()
+    del e1
+    return build(V, {0: sim}, frames, 1)
+
+
+def make_v2_2(clock_seed=220):
+    V = (2, 2)
+    rng = random.Random(clock_seed)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, rng=rng)
+    small_scenario(sim, layers=2)
+    sim.trace[0]["time_override"] = 0   # raw clock before the converter's calibration
+    return V, sim, frames
+
+
+def make_v2_3():
+    V = (2, 3)
+    rng = random.Random(230)
+    clock = Clock(rng)
+    frames = Frames(cpp=True)
+    sim = Sim(0, clock, frames, rng=rng)
+    a = sim.malloc(6 * MiB + 100, "qkv", expandable=True)
+    b = sim.malloc(200 * 1024, "ln", expandable=True)
+    c = sim.malloc(40 * MiB + 512, "mlp_fc", expandable=True)
+    d = sim.malloc(300 * 1024, "ln", expandable=True)
+    sim.free(b)
+    sim.free(c)
+    sim.empty_cache("empty_cache")
+    sim.malloc(9 * MiB, "gelu", expandable=True)
+    sim.snapshot_marker()
+    del a, d
+    settings = allocator_settings(V, conf="expandable_segments:True,max_split_size_mb:128",
+                                  max_split=134217728, gc=0.6, expandable=True)
+    return build(V, {0: sim}, frames, 1, settings=settings)
+
+
+def make_v2_8():
+    V = (2, 8)
+    rng = random.Random(280)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, rng=rng)
+    ann = [annotation(clock, "ProfilerStep#3", "START")]
+    small_scenario(sim, layers=1)
+    sim.ctx = {"compile_context": "Torch-Compiled Region: 0/0"}
+    t = [sim.malloc(B * T * N_EMBD * 2, "fx_graph") for _ in range(3)]
+    for a in t[:2]:
+        sim.free(a)
+    sim.ctx = {}
+    ann.append(annotation(clock, "ProfilerStep#3", "END"))
+    ann.append(annotation(clock, "Optimizer.zero_grad#AdamW.zero_grad", "START"))
+    ann.append(annotation(clock, "Optimizer.zero_grad#AdamW.zero_grad", "END"))
+    return build(V, {0: sim}, frames, 1, annotations=ann)
+
+
+def make_v2_10():
+    V = (2, 10)
+    rng = random.Random(2100)
+    clock = Clock(rng)
+    frames = Frames(cpp=True)
+    sim = Sim(0, clock, frames, rng=rng)
+    sim.ctx = {"user_metadata": "phase=init"}
+    small_scenario(sim, layers=1, with_oom=True)
+    sim.ctx = {"user_metadata": "phase=eval;step=7", "compile_context": "N/A"}
+    a = sim.malloc(B * T * N_EMBD * 2, "embed")
+    sim.ctx = {}
+    sim.free(a)
+    ann = [annotation(clock, "ProfilerStep#7", "START"), annotation(clock, "ProfilerStep#7", "END")]
+    return build(V, {0: sim}, frames, 2, annotations=ann)
+
+
+def make_v2_12():
+    V = (2, 12)
+    rng = random.Random(2120)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, rng=rng)
+    small_scenario(sim, layers=1)
+    # anomaly-mode backward: forward_frames on a few entries / blocks / one segment
+    g1 = sim.malloc(24 * MiB + 1, "autograd_thread", fwd=True)   # new segment
+    g2 = sim.malloc(1536, "autograd_thread", fwd=True)
+    sim.free(g2)
+    # CUDA-graph private pool (1, 0)
+    p1 = sim.malloc(B * T * N_EMBD * 2, "qkv", pool=(1, 0))
+    p2 = sim.malloc(B * T * N_EMBD * 2, "sdpa", pool=(1, 0))
+    sim.malloc(4096, "ln", pool=(1, 0))
+    sim.free(p1)
+    sim.free(p2, pending=True)
+    sim.snapshot_marker()
+    del g1
+    return build(V, {0: sim}, frames, 1)
+
+
+def host_segment(frames, clock):
+    """Pinned host memory (2.14+): one segment per host block, never split."""
+    tb = frames.tb("pinned")
+    addr = 0x7F3B5C000000
+    size = 2 * MiB
+    freed = addr + 3 * size
+    fsize = 1 * MiB
+    segs = [
+        {"device": -1, "address": addr, "total_size": size, "allocated_size": size,
+         "active_size": size, "requested_size": size, "stream": 0, "segment_type": "small",
+         "segment_pool_id": new_tuple((0, 0)), "is_expandable": False,
+         "blocks": [{"address": addr, "size": size, "requested_size": size,
+                     "state": "active_allocated", "frames": tb}],
+         "frames": tb},
+        {"device": -1, "address": freed, "total_size": fsize, "allocated_size": 0,
+         "active_size": 0, "requested_size": fsize, "stream": 0, "segment_type": "small",
+         "segment_pool_id": new_tuple((0, 0)), "is_expandable": False,
+         "blocks": [{"address": freed, "size": fsize, "requested_size": fsize,
+                     "state": "inactive", "frames": frames.empty}],
+         "frames": tb},
+    ]
+    traces = []
+    for action, a, s in (("alloc", addr, size), ("alloc", freed, fsize),
+                         ("free_requested", freed, fsize), ("free_completed", freed, fsize)):
+        traces.append({"action": action, "addr": a, "size": s, "stream": 0,
+                       "time_us": clock.tick(), "compile_context": fresh("N/A"),
+                       "user_metadata": "", "pool_id": new_tuple((0, 0)), "frames": tb})
+    return segs, traces
+
+
+def make_v2_14():
+    V = (2, 14)
+    rng = random.Random(2140)
+    clock = Clock(rng)
+    frames = Frames(cpp=True)
+    sim = Sim(0, clock, frames, rng=rng)
+    # ring buffer wrapped: orphan free of a "-1" address re-interpreted as UINT64_MAX
+    sim.record("free_completed", U64_MAX, 512, 0, frames.tb("opt_tmp"))
+    small_scenario(sim, layers=1)
+    a = sim.malloc(B * T * N_EMBD * 2, "mlp_fc", stream=XPU_STREAM)
+    sim.record("annotate", a, sim.live[a].req, XPU_STREAM, frames.tb("mlp_fc"),
+               user_metadata="activation:mlp.c_fc")
+    b = sim.malloc(3000, "ln", stream=XPU_STREAM)
+    sim.free(b)
+    sim.snapshot_marker()
+    ann = [annotation(clock, "ProfilerStep#0", "START"), annotation(clock, "ProfilerStep#0", "END")]
+    snap = build(V, {0: sim}, frames, 1, annotations=ann)
+    hs, ht = host_segment(frames, clock)
+    snap["host_segments"] = hs
+    snap["host_traces"] = ht
+    return snap
+
+
+def make_multi_device():
+    V = (2, 6)
+    rng = random.Random(26)
+    clock = Clock(rng)
+    frames = Frames()
+    s0 = Sim(0, clock, frames, base=0x7F3A00000000, rng=random.Random(260))
+    s2 = Sim(2, clock, frames, base=0x7F1C00000000, rng=random.Random(262))
+    small_scenario(s0, layers=2)
+    small_scenario(s2, layers=1, with_oom=True)
+    s2.malloc(512 * 1024, "batch")
+    ann = [annotation(clock, "ProfilerStep#0", "START", 0), annotation(clock, "ProfilerStep#0", "START", 2),
+           annotation(clock, "ProfilerStep#0", "END", 2), annotation(clock, "ProfilerStep#0", "END", 0)]
+    return build(V, {0: s0, 2: s2}, frames, 3, annotations=ann)
+
+
+def make_unknown_keys():
+    V = (2, 6)
+    rng = random.Random(2600)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, rng=rng)
+    ud_start = [{"filename": "ProfilerStep#1", "name": "START", "line": 0}]
+    ud_end = [{"filename": "ProfilerStep#1", "name": "END", "line": 0}]
+    sim.record("user_defined", 0, 0, 0, ud_start)
+    small_scenario(sim, layers=1)
+    sim.record("user_defined", 0, 0, 0, ud_end)
+    sim.trace[5]["unknown"] = {"future_trace_field": {"a": 1, "b": [1, 2]}}
+    snap = build(V, {0: sim}, frames, 1)
+    snap["vramlens_future_section"] = {"version": 3, "items": [1, 2, 3], "note": "ignore me"}
+    snap["segments"][0]["future_segment_field"] = "numa:0"
+    snap["segments"][0]["blocks"][0]["future_block_field"] = [1, (2, 3), None, 1.5]
+    return snap
+
+
+def make_empty():
+    V = (2, 3)
+    return {"segments": [], "device_traces": [[]], "allocator_settings": allocator_settings(V)}
+
+
+def make_v2_4(seed):
+    V = (2, 4)
+    rng = random.Random(seed)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, rng=rng)
+    small_scenario(sim, layers=1, with_oom=(seed % 2 == 1))
+    sim.snapshot_marker()
+    return build(V, {0: sim}, frames, 1)
+
+
+def make_v2_5_json():
+    V = (2, 5)
+    rng = random.Random(250)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, rng=rng)
+    ann = [annotation(clock, "ProfilerStep#0", "START")]
+    small_scenario(sim, layers=1, with_oom=True)
+    p = sim.malloc(8192, "qkv", pool=(0, 1))
+    sim.free(p, pending=True)
+    ann.append(annotation(clock, "ProfilerStep#0", "END"))
+    return build(V, {0: sim}, frames, 2, annotations=ann)
+
+
+def make_cpp_content():
+    V = (2, 6)
+    rng = random.Random(2601)
+    clock = Clock(rng)
+    frames = Frames(cpp=True)
+    sim = Sim(0, clock, frames, rng=rng)
+    ann = [annotation(clock, "ProfilerStep#0", "START")]
+    small_scenario(sim, layers=1, with_oom=True)
+    # many distinct contexts -> > 256 memo entries (LONG_BINPUT / LONG_BINGET)
+    live = []
+    for ctx in ("embed", "ln", "sdpa", "attn_proj", "residual", "mlp_fc", "gelu", "mlp_proj",
+                "loss", "opt_state", "opt_tmp", "fx_graph", "autograd_thread"):
+        live.append(sim.malloc(3000 + 512 * rng.randint(0, 40), ctx))
+    for a in live[::3]:
+        sim.free(a)
+    a = sim.malloc(700, "batch")
+    sim.free(a, pending=True)
+    for i in range(120):                 # record_function regions: distinct names
+        name = "## transformer.h.%d.%s ##" % (i // 4, ("attn", "mlp", "ln_1", "ln_2")[i % 4])
+        ann.append(annotation(clock, name, "START"))
+        ann.append(annotation(clock, name, "END"))
+    ann.append(annotation(clock, "ProfilerStep#0", "END"))
+    return build(V, {0: sim}, frames, 1, annotations=ann)
+
+
+def make_big_ints():
+    V = (2, 9)
+    rng = random.Random(290)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, base=0xFF00000000200000, rng=rng)
+    small_scenario(sim, layers=1)
+    a = sim.malloc(5 * MiB, "qkv", stream=XPU_STREAM)
+    sim.malloc(1000, "ln", stream=XPU_STREAM)
+    sim.free(a)
+    sim.snapshot_marker()
+    return build(V, {0: sim}, frames, 1)
+
+
+# --------------------------------------------------------------------------------------
+# Imitation of PyTorch's C++ pickler (torch::jit::Pickler, tag_aggregates=false)
+# --------------------------------------------------------------------------------------
+
+class CppPickler:
+    def __init__(self):
+        self.out = bytearray()
+        self.memo_id = 0
+        self.str_memo = {}
+        self.obj_memo = {}
+        self.shared = set()
+
+    def _count(self, root):
+        seen = {}
+        stack = [root]
+        while stack:
+            o = stack.pop()
+            if isinstance(o, (list, dict, tuple)):
+                n = seen.get(id(o), 0) + 1
+                seen[id(o)] = n
+                if n > 1:
+                    continue
+                if isinstance(o, dict):
+                    stack.extend(o.keys())
+                    stack.extend(o.values())
+                else:
+                    stack.extend(o)
+        self.shared = {i for i, n in seen.items() if n > 1}
+
+    def _binput(self):
+        i = self.memo_id
+        if i <= 255:
+            self.out += b"q" + bytes([i])
+        else:
+            self.out += b"r" + struct.pack("<I", i)
+        self.memo_id += 1
+        return i
+
+    def _binget(self, i):
+        if i <= 255:
+            self.out += b"h" + bytes([i])
+        else:
+            self.out += b"j" + struct.pack("<I", i)
+
+    def dumps(self, obj):
+        self._count(obj)
+        self._keep = obj
+        self.out += b"\x80\x02"
+        self._push(obj)
+        self.out += b"."
+        return bytes(self.out)
+
+    def _push(self, o):
+        shared = isinstance(o, (list, dict, tuple)) and id(o) in self.shared
+        if shared and id(o) in self.obj_memo:
+            self._binget(self.obj_memo[id(o)])
+            return
+        self._push_impl(o)
+        if shared:
+            self.obj_memo[id(o)] = self._binput()
+
+    def _push_impl(self, o):
+        out = self.out
+        if o is None:
+            out += b"N"
+        elif o is True:
+            out += b"\x88"
+        elif o is False:
+            out += b"\x89"
+        elif isinstance(o, int):
+            if 0 <= o <= 0xFF:
+                out += b"K" + bytes([o])
+            elif 0 <= o <= 0xFFFF:
+                out += b"M" + struct.pack("<H", o)
+            elif -2 ** 31 <= o < 2 ** 31:
+                out += b"J" + struct.pack("<i", o)
+            else:
+                assert -2 ** 63 <= o < 2 ** 63, "C++ IValue ints are int64"
+                out += b"\x8a\x08" + struct.pack("<q", o)
+        elif isinstance(o, float):
+            out += b"G" + struct.pack(">d", o)
+        elif isinstance(o, str):
+            i = self.str_memo.get(o)
+            if i is not None:
+                self._binget(i)
+            else:
+                data = o.encode("utf-8")
+                out += b"X" + struct.pack("<I", len(data)) + data
+                self.str_memo[o] = self._binput()
+        elif isinstance(o, list):
+            out += b"]("
+            for x in o:
+                self._push(x)
+            self.out += b"e"
+        elif isinstance(o, dict):
+            out += b"}("
+            for k, v in o.items():
+                self._push(k)
+                self._push(v)
+            self.out += b"u"
+        elif isinstance(o, tuple):
+            assert len(o) == 2
+            for x in o:
+                self._push(x)
+            self.out += b"\x86"
+        else:
+            raise TypeError(type(o))
+
+
+# --------------------------------------------------------------------------------------
+# Bad fixtures
+# --------------------------------------------------------------------------------------
+
+def os_system_bytes():
+    cmd = "touch /tmp/vramlens_pwned".encode("utf-8")
+    return (b"\x80\x02" + b"cos\nsystem\n" + b"X" + struct.pack("<I", len(cmd)) + cmd
+            + b"\x85" + b"R" + b".")
+
+
+def bad_memo_bytes():
+    body = (b"}" + b"\x94"                                        # EMPTY_DICT, MEMOIZE 0
+            + b"\x8c\x08segments" + b"\x94"                        # SHORT_BINUNICODE, MEMOIZE 1
+            + b"h\x07"                                             # BINGET 7 (never stored)
+            + b"s" + b".")                                          # SETITEM, STOP
+    return b"\x80\x04" + b"\x95" + struct.pack("<Q", len(body)) + body
+
+
+def deep_nesting_gz():
+    n = 1000000
+    raw = b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b"."
+    return gzip.compress(raw, compresslevel=9, mtime=0)
+
+
+def chrome_trace():
+    base = 1750000000000000
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 4242, "tid": 4242,
+         "ts": base + 10.125, "dur": 8.5, "args": {"External id": 1, "Record function id": 0}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 4242, "tid": 4242,
+         "ts": base + 30.5, "dur": 120.25, "args": {"External id": 2}},
+        {"ph": "X", "cat": "kernel", "name": "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_nn",
+         "pid": 0, "tid": 7, "ts": base + 60.0, "dur": 45.75,
+         "args": {"device": 0, "stream": 7, "correlation": 12}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 4242, "tid": 4242,
+         "ts": base + 200.0, "dur": 6.0, "args": {"External id": 3}},
+    ]
+    mem = [(base + 11.0, 0x7F3A00000000, 1572864, 1572864, 20971520),
+           (base + 31.0, 0x7F3A00180000, 4718592, 6291456, 20971520),
+           (base + 151.0, 0x7F3A00180000, -4718592, 1572864, 20971520)]
+    for ts, addr, nbytes, tot_a, tot_r in mem:
+        ev.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
+                   "pid": 4242, "tid": 4242, "ts": ts,
+                   "args": {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes,
+                            "Total Allocated": tot_a, "Total Reserved": tot_r}})
+    doc = {"schemaVersion": 1,
+           "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB",
+                                 "totalGlobalMem": 85031714816}],
+           "traceEvents": ev, "displayTimeUnit": "ms"}
+    return json.dumps(doc, indent=1).encode("utf-8") + b"\n"
+
+
+def wrong_type_snapshot():
+    V, sim, frames = make_v2_2(clock_seed=221)
+    snap = build(V, {0: sim}, frames, 1)
+    assert len(snap["device_traces"][0]) > 17
+    snap["device_traces"][0][17]["size"] = "4096"
+    return snap
+
+
+# --------------------------------------------------------------------------------------
+# Self checks (on the unpickled objects, like a reader would see them)
+# --------------------------------------------------------------------------------------
+
+def check_snapshot(name, root):
+    segs = root if isinstance(root, list) else root["segments"]
+    for s in segs:
+        addr = s["address"]
+        total = 0
+        for b in s["blocks"]:
+            assert b["size"] % 512 == 0, name
+            if "address" in b:
+                assert b["address"] == addr + total, (name, hex(b["address"]))
+            total += b["size"]
+        assert total == s["total_size"], name
+        alloc = sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
+        active = sum(b["size"] for b in s["blocks"] if b["state"].startswith("active_"))
+        assert s["allocated_size"] == alloc and s["active_size"] == active, name
+        if "requested_size" in s:
+            req = sum(b["requested_size"] for b in s["blocks"] if b["state"].startswith("active_"))
+            assert s["requested_size"] == req, name
+        assert s["allocated_size"] <= s["active_size"] <= s["total_size"], name
+    if isinstance(root, list):
+        return
+    for d, trace in enumerate(root["device_traces"]):
+        open_blocks = {}
+        seg_ranges = []
+        for i, e in enumerate(trace):
+            a = e["action"]
+            if a in ("segment_alloc", "segment_map"):
+                seg_ranges.append((e["addr"], e["addr"] + e["size"]))
+            elif a == "alloc":
+                assert e["addr"] not in open_blocks, (name, i)
+                assert any(lo <= e["addr"] < hi for lo, hi in seg_ranges), (name, i)
+                open_blocks[e["addr"]] = ["alloc", e["size"]]
+            elif a == "free_requested":
+                assert open_blocks[e["addr"]][0] == "alloc", (name, i)
+                assert open_blocks[e["addr"]][1] == e["size"], (name, i)
+                open_blocks[e["addr"]][0] = "free_requested"
+            elif a == "free_completed":
+                if e["addr"] not in open_blocks:
+                    assert i == 0, (name, i)       # only the deliberate orphan
+                    continue
+                assert open_blocks.pop(e["addr"])[0] == "free_requested", (name, i)
+            elif a == "snapshot":
+                assert e["addr"] == 0 and e["stream"] == 0, name
+            elif a == "oom":
+                assert "addr" not in e and "device_free" in e, name
+        live = {b_addr for b_addr, st in open_blocks.items()}
+        final = set()
+        for s in segs:
+            if s["device"] != d:
+                continue
+            off = s["address"]
+            for b in s["blocks"]:
+                if b["state"].startswith("active_"):
+                    final.add(off)
+                off += b["size"]
+        if trace:
+            assert live <= final, (name, d, sorted(live - final))
+
+
+# --------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def write_expected(path):
+    obj = expected.figures_for_path(path)
+    text = json.dumps(obj, sort_keys=True, indent=1) + "\n"
+    write(path + ".expected.json", text.encode("utf-8"))
+    return obj
+
+
+GOOD = []  # (file name, bytes) in write order
+
+
+def add(name, data, limit=100 * 1024):
+    assert len(data) < limit, (name, len(data))
+    GOOD.append((name, data))
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    os.makedirs(BAD, exist_ok=True)
+
+    sample = make_sample()
+    sample_bytes = pickle.dumps(sample, protocol=4)
+    add("sample.pickle", sample_bytes)
+    add("v1_13_list.pickle", pickle.dumps(make_v1_13(), protocol=2))
+    add("v2_0_history.pickle", pickle.dumps(make_v2_0(), protocol=4))
+    add("v2_1.pickle", pickle.dumps(make_v2_1(), protocol=4))
+    V, sim, frames = make_v2_2()
+    add("v2_2.pickle", pickle.dumps(build(V, {0: sim}, frames, 1), protocol=4))
+    add("v2_3_settings.pickle", pickle.dumps(make_v2_3(), protocol=4))
+    add("v2_8_compile.pickle", pickle.dumps(make_v2_8(), protocol=4))
+    add("v2_10_meta.pickle", pickle.dumps(make_v2_10(), protocol=4))
+    add("v2_12_pool.pickle", pickle.dumps(make_v2_12(), protocol=4))
+    add("v2_14_host_p5.pickle", pickle.dumps(make_v2_14(), protocol=5))
+    add("multi_device.pickle", pickle.dumps(make_multi_device(), protocol=4))
+    add("unknown_keys.pickle", pickle.dumps(make_unknown_keys(), protocol=4))
+    add("empty.pickle", pickle.dumps(make_empty(), protocol=4))
+    gz = gzip.compress(pickle.dumps(make_v2_4(240), protocol=4), compresslevel=9, mtime=0)
+    add("snapshot_gz.bin", gz)
+    add("snapshot_gz.pickle.gz", gz)
+    add("v2_5.json", (json.dumps(make_v2_5_json()) + "\n").encode("utf-8"))
+    add("cpp_pickler.pickle", CppPickler().dumps(make_cpp_content()))
+    add("protocol2.pickle", pickle.dumps(make_v2_4(241), protocol=2))
+    add("big_ints.pickle", pickle.dumps(make_big_ints(), protocol=4))
+
+    for name, data in GOOD:
+        path = os.path.join(OUT, name)
+        write(path, data)
+        raw = expected.read_bytes(path)
+        root, _ = expected.load(raw)
+        check_snapshot(name, root)
+        write_expected(path)
+
+    # ---- bad fixtures -------------------------------------------------------------
+    bad = {
+        "empty.pickle": b"",
+        "truncated.pickle": sample_bytes[: len(sample_bytes) // 2],
+        "random.bin": random.Random(7).randbytes(4096),
+        "list_of_ints.pickle": pickle.dumps(list(range(0, 5000, 7)), protocol=4),
+        "tensor_meta.pickle": pickle.dumps({
+            "layer.weight": {"shape": [4096, 4096], "dtype": "torch.float16", "device": "cuda:0"},
+            "layer.bias": {"shape": [4096], "dtype": "torch.float16", "device": "cuda:0"},
+            "embed.weight": {"shape": [50304, 4096], "dtype": "torch.bfloat16", "device": "cuda:0"},
+        }, protocol=4),
+        "os_system.pickle": os_system_bytes(),
+        "wrong_type.pickle": pickle.dumps(wrong_type_snapshot(), protocol=4),
+        "chrome_trace.json": chrome_trace(),
+        "deep_nesting.pickle.gz": deep_nesting_gz(),
+        "bad_memo.pickle": bad_memo_bytes(),
+        "segments_not_list.pickle": pickle.dumps(
+            {"segments": 42, "device_traces": [[]]}, protocol=4),
+    }
+    for name, data in bad.items():
+        assert len(data) < 100 * 1024, (name, len(data))
+        write(os.path.join(BAD, name), data)
+
+    # sanity on the bad ones (never executing anything)
+    ops = [op.name for op, _, _ in pickletools.genops(bad["os_system.pickle"])]
+    assert ops == ["PROTO", "GLOBAL", "BINUNICODE", "TUPLE1", "REDUCE", "STOP"], ops
+    for name in ("bad_memo.pickle", "os_system.pickle", "truncated.pickle"):
+        try:
+            expected.load(bad[name])
+        except Exception:
+            pass
+        else:
+            raise AssertionError(name + " unexpectedly loaded")
+
+    write(os.path.join(OUT, "README.md"), README.encode("utf-8"))
+    names = [n for n, _ in GOOD]
+    sys.stderr.write("wrote %d good fixtures (+ .expected.json), %d bad fixtures, README.md "
+                     "under %s\n" % (len(names), len(bad), OUT))
+
+
+README = """\
+# testdata/
+
+Generated by `python3 scripts/gen_fixtures.py` (deterministic, standard library only;
+re-run it instead of editing files by hand). Each good fixture `X` has `X.expected.json`,
+the figures `python3 scripts/expected.py X` computes with CPython's own `pickle`/`json`
+(without the `path` field). Real third-party snapshots are NOT copied here; their
+expected figures are in `tests/data/real_expected.json`
+(`python3 scripts/expected.py --real tests/data/real_expected.json`).
+
+## Good fixtures
+
+- `sample.pickle`: PyTorch 2.5 layout, protocol 4, the README demo: one nanoGPT training step on device 0 recorded with stacks="all" (C++ + Python frames), ProfilerStep#0 START/END external_annotations, allocator_settings, 6 segments (large + small), active_allocated / active_pending_free / inactive blocks, ~300 trace entries (alloc, free_requested, free_completed incl. one delayed record_stream completion, segment_alloc, segment_free, snapshot) and one `oom` near the end.
+- `v1_13_list.pickle`: PyTorch 1.13, protocol 2: root is a bare list of segment dicts; blocks {size, state, [history]} with most-recent-first history {addr, real_size, frames}; some blocks without history (requested = size).
+- `v2_0_history.pickle`: PyTorch 2.0, protocol 4: segment requested_size; blocks {size, requested_size, state, [history]} (one history record with a cpp_frames string); traces without time_us, one alloc entry with cpp_frames; frame keys in filename,name,line order with shared strings.
+- `v2_1.pickle`: PyTorch 2.1, protocol 4: segment_pool_id tuple, is_expandable, frames on segments and blocks, block address; traces without time_us; segment_alloc/segment_free on normal segments and one expandable segment with segment_map/segment_unmap.
+- `v2_2.pickle`: PyTorch 2.2, protocol 4: adds time_us (Unix epoch us, ~1.75e15); the first entry has time_us 0 (unknown time; first_time_us is the next one).
+- `v2_3_settings.pickle`: PyTorch 2.3, protocol 4: allocator_settings with PYTORCH_CUDA_ALLOC_CONF 'expandable_segments:True,max_split_size_mb:128', max_split_size 134217728, garbage_collection_threshold 0.6 (BINFLOAT), 16 roundup_power2_divisions keys; expandable segments only (segment_map/unmap), C++ frames.
+- `v2_8_compile.pickle`: PyTorch 2.8, protocol 4: external_annotations and compile_context ('N/A' or 'Torch-Compiled Region: 0/0'), FX `<eval_with_key>` frames.
+- `v2_10_meta.pickle`: PyTorch 2.10, protocol 4: user_metadata strings, graph_capture_record_stream_reuse setting, an OOM (with segment_free of cached segments before it), 2 device slots (device 1 empty).
+- `v2_12_pool.pickle`: PyTorch 2.12, protocol 4: forward_frames (list of str, 2.11+) on some trace entries and blocks, pool_id tuples on all trace entries, a private pool segment (segment_pool_id (1, 0)) with an active_pending_free block.
+- `v2_14_host_p5.pickle`: PyTorch 2.14, PROTOCOL 5 (Python 3.14 default): host_segments (device -1, one block) and host_traces (flat list, ignored for devices), an `annotate` action, trace/segment stream 18446720620317114368 (>= 2**63, 9-byte LONG1), and an orphan free_completed at index 0 with addr 2**64-1 (re-interpreted -1; ring buffer wrapped).
+- `multi_device.pickle`: PyTorch 2.6, protocol 4: 3 device_traces slots; devices 0 and 2 have segments and traces (device 2 has an OOM), device 1 is empty and must not be listed.
+- `unknown_keys.pickle`: PyTorch 2.6, protocol 4: unknown top-level key, unknown segment/block/trace keys (incl. a None, a float and a nested tuple), and the nightly-only `user_defined` action (addr 0, size 0, frames [{'filename': 'ProfilerStep#1', 'name': 'START'|'END', 'line': 0}]).
+- `empty.pickle`: PyTorch 2.3, protocol 4: segments [] and device_traces [[]] plus allocator_settings; no devices.
+- `snapshot_gz.bin`: gzip (mtime 0) of a PyTorch 2.4 protocol-4 snapshot; the name does not end in .gz, so readers must sniff the 1f 8b magic.
+- `snapshot_gz.pickle.gz`: the same bytes under a .gz name.
+- `v2_5.json`: a PyTorch 2.5 snapshot as JSON (pool ids as 2-element arrays, 0.0 float), 2 device slots, an OOM and an active_pending_free block in private pool (0, 1).
+- `cpp_pickler.pickle`: PyTorch 2.6 content with time_us written by our imitation of PyTorch's C++ pickler (`torch::cuda::_memory_snapshot_pickled`): PROTO 2, no FRAME; EMPTY_DICT MARK .. SETITEMS and EMPTY_LIST MARK .. APPENDS even when empty; every string BINUNICODE memoised by value (BINPUT/LONG_BINPUT then BINGET/LONG_BINGET); shared frames lists / frame dicts / empty list BINPUT then BINGET; BININT1 / BININT2 / BININT / LONG1 with 8-byte payload; TUPLE2 pool ids; BINFLOAT; NEWTRUE/NEWFALSE.
+- `protocol2.pickle`: a PyTorch 2.4 snapshot dumped with pickle protocol 2 (BINPUT/LONG_BINPUT memo, BINUNICODE strings, no FRAME).
+- `big_ints.pickle`: PyTorch 2.9 XPU-style snapshot: every address >= 2**63 (0xff000000_00200000 region, 9-byte LONG1) and a segment / trace stream 18446720620317114368.
+
+## Bad fixtures (`bad/`, must be rejected with a clean error, never a panic)
+
+- `bad/empty.pickle`: 0 bytes.
+- `bad/truncated.pickle`: the first half of sample.pickle (no STOP).
+- `bad/random.bin`: 4096 bytes from random.Random(7).randbytes.
+- `bad/list_of_ints.pickle`: a valid pickle whose root is a list of ints, not segments.
+- `bad/tensor_meta.pickle`: a valid pickle of a dict of tensor metadata ({'layer.weight': {'shape': [...], 'dtype': ..., 'device': 'cuda:0'}, ...}), not a snapshot.
+- `bad/os_system.pickle`: protocol 2 GLOBAL 'os system' + BINUNICODE 'touch /tmp/vramlens_pwned' + TUPLE1 + REDUCE + STOP. Must be refused without executing anything (check /tmp/vramlens_pwned does not appear).
+- `bad/wrong_type.pickle`: a valid PyTorch 2.2 snapshot where device_traces[0][17]['size'] is the str '4096'.
+- `bad/chrome_trace.json`: a small Kineto/Chrome trace (schemaVersion 1, 'X' events and 3 "[memory]" instant events with Device Type / Device Id / Addr / Bytes / Total Allocated / Total Reserved): a different format, not a snapshot.
+- `bad/deep_nesting.pickle.gz`: gzip of PROTO 2, 1,000,000 EMPTY_LIST, 999,999 APPEND, STOP (1,000,000-deep nested lists; decompresses to ~2 MB): tests recursion limits.
+- `bad/bad_memo.pickle`: protocol 4 with a BINGET 7 of a memo slot never stored.
+- `bad/segments_not_list.pickle`: root dict whose 'segments' is an int.
+"""
+
+
+if __name__ == "__main__":
+    main()

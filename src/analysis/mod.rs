@@ -1,0 +1,4 @@
+//! Analyses: each takes a [`crate::model::Snapshot`] and gives a plain report struct
+//! (serialisable, no formatting).
+
+pub mod summary;

@@ -1,0 +1,3 @@
+//! Glue for each subcommand: read inputs, run an analysis, render.
+
+pub mod summary;

@@ -1,0 +1,11 @@
+//! vramlens: reads PyTorch CUDA memory snapshots and explains them.
+//!
+//! Data flows one way: [`input`] (bytes, sniffed) → [`pickle`] (values) → [`model`]
+//! (a typed [`model::Snapshot`]) → [`analysis`] (report structs) → [`render`] (text, JSON).
+
+pub mod analysis;
+pub mod input;
+pub mod model;
+pub mod pickle;
+pub mod render;
+pub mod units;

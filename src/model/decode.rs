@@ -1,0 +1,789 @@
+//! Values to [`Snapshot`]: key by key, tolerant of version differences, strict on types.
+//!
+//! [`SnapshotBuilder`] plugs into the pickle reader so that trace entries are decoded into
+//! compact events while the file is read and never exist as a value tree.
+
+use super::frames::{FrameId, FxMap};
+use super::trace::NewEvent;
+use super::*;
+use crate::pickle::{self, ListId, Value};
+use std::rc::Rc;
+
+/// A field that does not hold what a snapshot needs there.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct DecodeError {
+    /// Key path such as `device_traces[0][17].size` (empty for the root).
+    pub path: String,
+    pub message: String,
+}
+
+impl DecodeError {
+    fn new(message: impl Into<String>) -> Self {
+        DecodeError {
+            path: String::new(),
+            message: message.into(),
+        }
+    }
+
+    /// Prefixes the path with the place of the enclosing value.
+    fn under(mut self, prefix: &str) -> Self {
+        self.path = format!("{prefix}{}", self.path);
+        self
+    }
+
+    fn root(self) -> Self {
+        if self.path.is_empty() {
+            DecodeError {
+                path: "(root)".into(),
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+}
+
+/// Short description of a value for "found ..." messages.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Str(s) => {
+            let shown: String = s.chars().take(40).collect();
+            format!("str {shown:?}")
+        }
+        Value::Int(i) => format!("int {i}"),
+        Value::BigInt(_) => match v.as_i128() {
+            Some(i) => format!("int {i}"),
+            None => "int (more than 128 bits)".into(),
+        },
+        Value::Float(f) => format!("float {f}"),
+        Value::Bool(b) => format!("bool {}", if *b { "True" } else { "False" }),
+        Value::None => "None".into(),
+        Value::List(l) => format!("list of {} items", l.len()),
+        Value::Absorbed { len, .. } => format!("list of {len} items"),
+        Value::Dict(d) => format!("dict of {} keys", d.len()),
+        other => other.type_name().into(),
+    }
+}
+
+fn expected(what: &str, v: &Value) -> DecodeError {
+    DecodeError::new(format!("expected {what}, found {}", describe(v)))
+}
+
+fn field(key: &str) -> String {
+    format!(".{key}")
+}
+
+fn as_u64(v: &Value) -> Result<u64, DecodeError> {
+    v.as_u64().ok_or_else(|| expected("a non-negative int", v))
+}
+
+/// Integers written through C++ `int64` may be negative reinterpretations of pointers.
+fn as_u64_wrapping(v: &Value) -> Result<u64, DecodeError> {
+    if let Some(u) = v.as_u64() {
+        return Ok(u);
+    }
+    v.as_i64()
+        .map(|i| i as u64)
+        .ok_or_else(|| expected("an int", v))
+}
+
+fn as_i64(v: &Value) -> Result<i64, DecodeError> {
+    v.as_i64().ok_or_else(|| expected("an int", v))
+}
+
+fn as_str(v: &Value) -> Result<&str, DecodeError> {
+    v.as_str().ok_or_else(|| expected("a str", v))
+}
+
+fn as_pool(v: &Value) -> Result<(i64, i64), DecodeError> {
+    match v.as_seq() {
+        Some([a, b]) => Ok((as_i64(a)?, as_i64(b)?)),
+        _ => Err(expected("a pair of ints", v)),
+    }
+}
+
+fn as_dict(v: &Value, what: &str) -> Result<Rc<Vec<(Value, Value)>>, DecodeError> {
+    match v {
+        Value::Dict(d) => Ok(d.clone()),
+        _ => Err(expected(what, v)),
+    }
+}
+
+/// Converts a value to JSON (for allocator settings and other free-form data).
+pub fn to_json(v: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        Value::None | Value::Absorbed { .. } => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Int(i) => J::from(*i),
+        Value::BigInt(_) => match (v.as_u64(), v.as_i128()) {
+            (Some(u), _) => J::from(u),
+            (None, Some(i)) => J::String(i.to_string()),
+            _ => J::String("(integer out of range)".into()),
+        },
+        Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+        Value::Str(s) => J::String(s.to_string()),
+        Value::Bytes(b) => J::String(b.iter().map(|x| format!("{x:02x}")).collect()),
+        Value::List(l) | Value::Tuple(l) | Value::Set(l) => {
+            J::Array(l.iter().map(to_json).collect())
+        }
+        Value::Dict(d) => J::Object(
+            d.iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Value::Str(s) => s.to_string(),
+                        other => to_json(other).to_string(),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Decoding state shared by all parts: interning tables, caches and warnings.
+struct Decoder {
+    frames: FrameTable,
+    /// Shared frames lists and frame dicts, by the address of their `Rc` allocation.
+    stack_cache: FxMap<usize, StackId>,
+    frame_cache: FxMap<usize, FrameId>,
+    /// Keeps cached `Rc`s alive so that their addresses are never reused.
+    pinned: Vec<Value>,
+    scratch: Vec<FrameId>,
+    warnings: Warnings,
+    features: Features,
+}
+
+impl Decoder {
+    fn new() -> Self {
+        Decoder {
+            frames: FrameTable::new(),
+            stack_cache: FxMap::default(),
+            frame_cache: FxMap::default(),
+            pinned: Vec::new(),
+            scratch: Vec::new(),
+            warnings: Warnings::default(),
+            features: Features::default(),
+        }
+    }
+
+    fn frame(&mut self, v: &Value) -> Result<FrameId, DecodeError> {
+        let Value::Dict(d) = v else {
+            return Err(expected("a frame dict", v));
+        };
+        let shared = Rc::strong_count(d) > 1;
+        let key = Rc::as_ptr(d) as usize;
+        if shared && let Some(&id) = self.frame_cache.get(&key) {
+            return Ok(id);
+        }
+        let (mut filename, mut name, mut line) = (None, None, None);
+        for (k, val) in d.iter() {
+            match k.as_str() {
+                Some("filename") => filename = Some(as_str(val).map_err(|e| e.under(".filename"))?),
+                Some("name") => name = Some(as_str(val).map_err(|e| e.under(".name"))?),
+                // -1 ("unknown") is sometimes written as 2^64 - 1: keep it as -1.
+                Some("line") => {
+                    line = Some(as_u64_wrapping(val).map_err(|e| e.under(".line"))? as i64)
+                }
+                _ => {} // FX keys (2.10+ augment_with_fx_traces) and others are not used.
+            }
+        }
+        if filename.is_none() || name.is_none() || line.is_none() {
+            self.warnings.add("frame without filename, name or line");
+        }
+        let filename = self.frames.intern_str(filename.unwrap_or(""));
+        let name = self.frames.intern_str(name.unwrap_or(""));
+        let id = self.frames.intern_frame(Frame {
+            filename,
+            name,
+            line: line.unwrap_or(0),
+        });
+        if shared {
+            self.frame_cache.insert(key, id);
+            self.pinned.push(v.clone());
+        }
+        Ok(id)
+    }
+
+    fn stack(&mut self, v: &Value) -> Result<StackId, DecodeError> {
+        let (Value::List(list) | Value::Tuple(list)) = v else {
+            return Err(expected("a list of frames", v));
+        };
+        let shared = Rc::strong_count(list) > 1;
+        let key = Rc::as_ptr(list) as usize;
+        if shared && let Some(&id) = self.stack_cache.get(&key) {
+            return Ok(id);
+        }
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        for (i, f) in list.iter().enumerate() {
+            match self.frame(f) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    self.scratch = ids;
+                    return Err(e.under(&format!("[{i}]")));
+                }
+            }
+        }
+        let id = self.frames.intern_stack(&ids);
+        self.scratch = ids;
+        if shared {
+            self.stack_cache.insert(key, id);
+            self.pinned.push(v.clone());
+        }
+        Ok(id)
+    }
+
+    fn str_list(&mut self, v: &Value) -> Result<Vec<StrId>, DecodeError> {
+        let items = v.as_seq().ok_or_else(|| expected("a list of str", v))?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                as_str(s)
+                    .map(|s| self.frames.intern_str(s))
+                    .map_err(|e| e.under(&format!("[{i}]")))
+            })
+            .collect()
+    }
+
+    /// Decodes one trace entry into `out`. Errors carry the path below the entry.
+    fn entry(&mut self, v: &Value, out: &mut DeviceTrace) -> Result<(), DecodeError> {
+        let Value::Dict(d) = v else {
+            return Err(expected("a trace entry dict", v));
+        };
+        let mut e = NewEvent::default();
+        let keys = &mut out.keys;
+        for (k, val) in d.iter() {
+            let Some(key) = k.as_str() else {
+                self.warnings.add("non-string key in a trace entry");
+                continue;
+            };
+            let r: Result<(), DecodeError> = (|| {
+                match key {
+                    "action" => {
+                        let name = as_str(val)?;
+                        let action = Action::from_name(name);
+                        if action == Action::Other {
+                            self.warnings.add(format!("unknown trace action '{name}'"));
+                            e.other_action = Some(self.frames.intern_str(name));
+                        }
+                        e.action = Some(action);
+                    }
+                    "addr" | "device_free" => e.addr = as_u64_wrapping(val)?,
+                    "size" => e.size = as_u64(val)?,
+                    "stream" => e.stream = as_u64_wrapping(val)?,
+                    "time_us" => {
+                        keys.time_us = true;
+                        e.time_us = Some(as_i64(val)?);
+                    }
+                    "frames" => {
+                        keys.frames = true;
+                        e.stack = Some(self.stack(val)?);
+                    }
+                    "compile_context" => {
+                        keys.compile_context = true;
+                        let s = as_str(val)?;
+                        if s != "N/A" {
+                            e.compile_context = Some(self.frames.intern_str(s));
+                        }
+                    }
+                    "user_metadata" => {
+                        keys.user_metadata = true;
+                        let s = as_str(val)?;
+                        if !s.is_empty() {
+                            e.user_metadata = Some(self.frames.intern_str(s));
+                        }
+                    }
+                    "internal_metadata" => {
+                        keys.internal_metadata = true;
+                        e.internal_metadata = Some(self.frames.intern_str(as_str(val)?));
+                    }
+                    "cpp_frames" => {
+                        keys.cpp_frames = true;
+                        e.cpp_frames = Some(self.frames.intern_str(as_str(val)?));
+                    }
+                    "pool_id" => {
+                        keys.pool_id = true;
+                        e.pool = Some(as_pool(val)?);
+                    }
+                    "forward_frames" => {
+                        keys.forward_frames = true;
+                        e.forward_frames = Some(self.str_list(val)?);
+                    }
+                    // Written only by the profiler-to-snapshot converter; not used.
+                    "category" => {}
+                    other => self
+                        .warnings
+                        .add(format!("unknown trace entry key '{other}'")),
+                }
+                Ok(())
+            })();
+            r.map_err(|err| err.under(&field(key)))?;
+        }
+        if e.action.is_none() {
+            return Err(DecodeError::new(
+                "expected a trace entry with an 'action' key",
+            ));
+        }
+        out.push(e);
+        Ok(())
+    }
+
+    fn trace_list(&mut self, v: &Value, pending: &mut Pending) -> Result<DeviceTrace, DecodeError> {
+        match v {
+            Value::Absorbed { list, .. } => match pending.remove(list) {
+                Some(p) => match p.error {
+                    Some((i, err)) => Err(err.under(&format!("[{i}]"))),
+                    None => Ok(p.trace),
+                },
+                None => Err(DecodeError::new(
+                    "trace list shared with another place in the file; expected one list per device",
+                )),
+            },
+            Value::List(items) => {
+                let mut trace = DeviceTrace::default();
+                for (i, item) in items.iter().enumerate() {
+                    self.entry(item, &mut trace)
+                        .map_err(|e| e.under(&format!("[{i}]")))?;
+                }
+                Ok(trace)
+            }
+            other => Err(expected("a list of trace entries", other)),
+        }
+    }
+
+    fn block(&mut self, v: &Value, address: u64) -> Result<Block, DecodeError> {
+        let d = as_dict(v, "a block dict")?;
+        let (mut size, mut state, mut requested, mut stored_address) = (None, None, None, None);
+        let (mut stack, mut has_frames, mut history_first) = (None, false, None);
+        for (k, val) in d.iter() {
+            let Some(key) = k.as_str() else { continue };
+            let r: Result<(), DecodeError> = (|| {
+                match key {
+                    "size" => size = Some(as_u64(val)?),
+                    "requested_size" => requested = Some(as_u64(val)?),
+                    "address" => stored_address = Some(as_u64_wrapping(val)?),
+                    "state" => {
+                        state = Some(match as_str(val)? {
+                            "active_allocated" => BlockState::ActiveAllocated,
+                            "active_pending_free" => BlockState::ActivePendingFree,
+                            "inactive" => BlockState::Inactive,
+                            other => {
+                                self.warnings.add(format!("unknown block state '{other}'"));
+                                BlockState::Other(self.frames.intern_str(other))
+                            }
+                        })
+                    }
+                    "frames" => {
+                        has_frames = true;
+                        stack = Some(self.stack(val)?);
+                    }
+                    "history" => {
+                        self.features.block_history = true;
+                        let items = val.as_seq().ok_or_else(|| expected("a list", val))?;
+                        if let Some(first) = items.first() {
+                            let real = first
+                                .get("real_size")
+                                .map(as_u64)
+                                .transpose()
+                                .map_err(|e| e.under("[0].real_size"))?;
+                            let frames = match first.get("frames") {
+                                Some(f) => Some(self.stack(f).map_err(|e| e.under("[0].frames"))?),
+                                None => None,
+                            };
+                            history_first = Some((real, frames));
+                        }
+                    }
+                    "forward_frames" => {
+                        self.features.forward_frames = true;
+                        self.str_list(val)?;
+                    }
+                    other => self.warnings.add(format!("unknown block key '{other}'")),
+                }
+                Ok(())
+            })();
+            r.map_err(|err| err.under(&field(key)))?;
+        }
+        let size = size.ok_or_else(|| DecodeError::new("expected a block with 'size'"))?;
+        let state = state.ok_or_else(|| DecodeError::new("expected a block with 'state'"))?;
+        if has_frames {
+            self.features.block_frames = true;
+        }
+        if let Some(a) = stored_address
+            && a != address
+        {
+            self.warnings
+                .add("block address differs from segment address plus preceding block sizes");
+        }
+        // 2.1+: requested_size; 1.13/2.0: the newest history record (spec 2.3, 6.1).
+        let requested_size = if has_frames {
+            requested.unwrap_or(size)
+        } else {
+            match history_first {
+                Some((Some(real), frames)) => {
+                    stack = stack.or(frames);
+                    real
+                }
+                _ => requested.unwrap_or(size),
+            }
+        };
+        Ok(Block {
+            address,
+            size,
+            requested_size,
+            state,
+            stack,
+        })
+    }
+
+    fn segment(&mut self, v: &Value) -> Result<Segment, DecodeError> {
+        let d = as_dict(v, "a segment dict")?;
+        let mut s = Segment {
+            device: 0,
+            address: 0,
+            total_size: 0,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: SegmentType::Other,
+            pool_id: None,
+            is_expandable: false,
+            stack: None,
+            blocks: Vec::new(),
+        };
+        let (mut has_address, mut has_total, mut has_device) = (false, false, false);
+        let mut blocks_value = None;
+        for (k, val) in d.iter() {
+            let Some(key) = k.as_str() else { continue };
+            let r: Result<(), DecodeError> = (|| {
+                match key {
+                    "device" => {
+                        has_device = true;
+                        s.device = as_i64(val)?
+                    }
+                    "address" => {
+                        has_address = true;
+                        s.address = as_u64_wrapping(val)?
+                    }
+                    "total_size" => {
+                        has_total = true;
+                        s.total_size = as_u64(val)?
+                    }
+                    "allocated_size" => s.allocated_size = as_u64(val)?,
+                    "active_size" => s.active_size = as_u64(val)?,
+                    "requested_size" => {
+                        self.features.segment_requested_size = true;
+                        s.requested_size = Some(as_u64(val)?)
+                    }
+                    "stream" => s.stream = as_u64_wrapping(val)?,
+                    "segment_type" => {
+                        s.segment_type = match as_str(val)? {
+                            "large" => SegmentType::Large,
+                            "small" => SegmentType::Small,
+                            other => {
+                                self.warnings.add(format!("unknown segment_type '{other}'"));
+                                SegmentType::Other
+                            }
+                        }
+                    }
+                    "segment_pool_id" => {
+                        self.features.segment_pool_id = true;
+                        s.pool_id = Some(as_pool(val)?)
+                    }
+                    "is_expandable" => {
+                        s.is_expandable = val.as_bool().ok_or_else(|| expected("a bool", val))?
+                    }
+                    "frames" => s.stack = Some(self.stack(val)?),
+                    "forward_frames" => {
+                        self.features.forward_frames = true;
+                        self.str_list(val)?;
+                    }
+                    "blocks" => blocks_value = Some(val.clone()),
+                    other => self.warnings.add(format!("unknown segment key '{other}'")),
+                }
+                Ok(())
+            })();
+            r.map_err(|err| err.under(&field(key)))?;
+        }
+        if !has_address || !has_total {
+            return Err(DecodeError::new(
+                "expected a segment dict with 'address' and 'total_size'",
+            ));
+        }
+        if !has_device {
+            self.warnings
+                .add("segment without 'device' (taken as device 0)");
+        }
+        if let Some(bv) = blocks_value {
+            let items = bv
+                .as_seq()
+                .ok_or_else(|| expected("a list of blocks", &bv).under(".blocks"))?;
+            let mut address = s.address;
+            for (i, b) in items.iter().enumerate() {
+                let block = self
+                    .block(b, address)
+                    .map_err(|e| e.under(&format!(".blocks[{i}]")))?;
+                address = address.wrapping_add(block.size);
+                s.blocks.push(block);
+            }
+        }
+        let sum: u64 = s.blocks.iter().map(|b| b.size).sum();
+        if sum != s.total_size {
+            self.warnings
+                .add("block sizes of a segment do not add up to its total_size");
+        }
+        Ok(s)
+    }
+
+    fn segments(&mut self, v: &Value, name: &str) -> Result<Vec<Segment>, DecodeError> {
+        let items = v
+            .as_seq()
+            .ok_or_else(|| expected("a list of segments", v).under(name))?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                self.segment(s)
+                    .map_err(|e| e.under(&format!("{name}[{i}]")))
+            })
+            .collect()
+    }
+
+    fn annotations(&mut self, v: &Value) -> Result<Vec<Annotation>, DecodeError> {
+        let items = v.as_seq().ok_or_else(|| expected("a list", v))?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, a) in items.iter().enumerate() {
+            let r: Result<Annotation, DecodeError> = (|| {
+                let d = as_dict(a, "an annotation dict")?;
+                let mut ann = Annotation {
+                    name: String::new(),
+                    stage: String::new(),
+                    device: 0,
+                    time_us: 0,
+                };
+                for (k, val) in d.iter() {
+                    match k.as_str() {
+                        Some("name") => {
+                            ann.name = as_str(val).map_err(|e| e.under(".name"))?.into()
+                        }
+                        Some("stage") => {
+                            ann.stage = as_str(val).map_err(|e| e.under(".stage"))?.into()
+                        }
+                        Some("device") => {
+                            ann.device = as_i64(val).map_err(|e| e.under(".device"))?
+                        }
+                        Some("time_us") => {
+                            ann.time_us = as_i64(val).map_err(|e| e.under(".time_us"))?
+                        }
+                        _ => self.warnings.add("unknown external_annotations key"),
+                    }
+                }
+                Ok(ann)
+            })();
+            out.push(r.map_err(|e| e.under(&format!("[{i}]")))?);
+        }
+        Ok(out)
+    }
+}
+
+/// A trace list taken over while reading, or the first error met in it.
+#[derive(Default)]
+struct PendingTrace {
+    trace: DeviceTrace,
+    error: Option<(u64, DecodeError)>,
+}
+
+type Pending = std::collections::BTreeMap<ListId, PendingTrace>;
+
+/// Plugs into [`pickle::parse_with`]: decodes trace entries as they are read, then
+/// [`SnapshotBuilder::finish`] decodes the rest of the tree.
+pub struct SnapshotBuilder {
+    dec: Decoder,
+    pending: Pending,
+}
+
+impl Default for SnapshotBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl pickle::Builder for SnapshotBuilder {
+    fn wants_list(&mut self, first: &Value) -> bool {
+        // Trace entries are dicts with a string 'action'; nothing else in a snapshot is.
+        matches!(first.get("action"), Some(Value::Str(_)))
+    }
+
+    fn absorb(&mut self, list: ListId, index: u64, item: Value) {
+        let p = self.pending.entry(list).or_default();
+        if p.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.dec.entry(&item, &mut p.trace) {
+            p.error = Some((index, e));
+        }
+    }
+}
+
+impl SnapshotBuilder {
+    pub fn new() -> Self {
+        SnapshotBuilder {
+            dec: Decoder::new(),
+            pending: Pending::new(),
+        }
+    }
+
+    /// Decodes the root value read by the pickle reader (or converted from JSON).
+    pub fn finish(mut self, root: &Value) -> Result<Snapshot, DecodeError> {
+        let dec = &mut self.dec;
+        let mut snap = Snapshot {
+            segments: Vec::new(),
+            device_traces: Vec::new(),
+            host_segments: Vec::new(),
+            host_trace: DeviceTrace::default(),
+            allocator_settings: None,
+            external_annotations: Vec::new(),
+            frames: FrameTable::new(),
+            features: Features::default(),
+            warnings: Warnings::default(),
+        };
+        match root {
+            Value::List(items) => {
+                if let Some(first) = items.first()
+                    && first.get("total_size").is_none()
+                {
+                    return Err(DecodeError::new(format!(
+                        "not a memory snapshot: expected a dict with 'segments' or a list of segment dicts, found a list whose first item is {}",
+                        describe(first)
+                    ))
+                    .root());
+                }
+                dec.features.root_is_list = true;
+                snap.segments = dec.segments(root, "")?;
+            }
+            Value::Dict(pairs) => {
+                if root.get("segments").is_none() {
+                    let mut keys: Vec<String> = pairs
+                        .iter()
+                        .take(8)
+                        .map(|(k, _)| match k {
+                            Value::Str(s) => format!("'{s}'"),
+                            other => describe(other),
+                        })
+                        .collect();
+                    if pairs.len() > 8 {
+                        keys.push("...".into());
+                    }
+                    return Err(DecodeError::new(format!(
+                        "not a memory snapshot: expected a dict with 'segments', found a dict with keys {}",
+                        keys.join(", ")
+                    ))
+                    .root());
+                }
+                for (k, v) in pairs.iter() {
+                    let Some(key) = k.as_str() else {
+                        dec.warnings.add("non-string top-level key");
+                        continue;
+                    };
+                    match key {
+                        "segments" => snap.segments = dec.segments(v, "segments")?,
+                        "device_traces" => {
+                            dec.features.device_traces = true;
+                            let lists = v.as_seq().ok_or_else(|| {
+                                expected("a list of lists", v).under("device_traces")
+                            })?;
+                            for (d, list) in lists.iter().enumerate() {
+                                let t = dec
+                                    .trace_list(list, &mut self.pending)
+                                    .map_err(|e| e.under(&format!("device_traces[{d}]")))?;
+                                snap.device_traces.push(t);
+                            }
+                        }
+                        "host_segments" => {
+                            dec.features.host_segments = true;
+                            snap.host_segments = dec.segments(v, "host_segments")?;
+                        }
+                        "host_traces" => {
+                            snap.host_trace = dec
+                                .trace_list(v, &mut self.pending)
+                                .map_err(|e| e.under("host_traces"))?;
+                        }
+                        "allocator_settings" => {
+                            dec.features.allocator_settings = true;
+                            let d =
+                                as_dict(v, "a dict").map_err(|e| e.under("allocator_settings"))?;
+                            let map: BTreeMap<String, serde_json::Value> = d
+                                .iter()
+                                .map(|(k, v)| (k.as_str().unwrap_or("").to_string(), to_json(v)))
+                                .collect();
+                            dec.features.graph_capture_record_stream_reuse =
+                                map.contains_key("graph_capture_record_stream_reuse");
+                            dec.features.max_cached_size = map.contains_key("max_cached_size");
+                            snap.allocator_settings = Some(map);
+                        }
+                        "external_annotations" => {
+                            dec.features.external_annotations = true;
+                            snap.external_annotations = dec
+                                .annotations(v)
+                                .map_err(|e| e.under("external_annotations"))?;
+                        }
+                        other => dec.warnings.add(format!("unknown top-level key '{other}'")),
+                    }
+                }
+            }
+            other => {
+                return Err(DecodeError::new(format!(
+                    "not a memory snapshot: expected a dict with 'segments' or a list of segments, found {}",
+                    describe(other)
+                ))
+                .root());
+            }
+        }
+        let mut entries = EntryKeys::default();
+        for t in snap.device_traces.iter().chain([&snap.host_trace]) {
+            entries.merge(t.keys);
+        }
+        dec.features.entries = entries;
+        snap.frames = std::mem::take(&mut dec.frames);
+        snap.features = std::mem::take(&mut dec.features);
+        snap.warnings = std::mem::take(&mut dec.warnings);
+        Ok(snap)
+    }
+}
+
+/// Decodes a value tree (from any source) into a snapshot.
+pub fn decode_value(root: &Value) -> Result<Snapshot, DecodeError> {
+    SnapshotBuilder::new().finish(root)
+}
+
+fn from_json(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::None,
+        J::Bool(b) => Value::Bool(*b),
+        J::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from_le_signed(&(u as i128).to_le_bytes())
+            } else {
+                Value::Float(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        J::String(s) => Value::Str(Rc::from(s.as_str())),
+        J::Array(a) => Value::List(Rc::new(a.iter().map(from_json).collect())),
+        J::Object(o) => Value::Dict(Rc::new(
+            o.iter()
+                .map(|(k, v)| (Value::Str(Rc::from(k.as_str())), from_json(v)))
+                .collect(),
+        )),
+    }
+}
+
+/// Decodes a snapshot written as JSON (the structure the web viewer also accepts).
+pub fn decode_json(json: &serde_json::Value) -> Result<Snapshot, DecodeError> {
+    decode_value(&from_json(json))
+}

@@ -1,0 +1,161 @@
+//! The typed snapshot: segments, blocks, per-device traces, settings and annotations.
+//!
+//! Takes pickle [`Value`](crate::pickle::Value)s (or JSON with the same structure) and
+//! gives a [`Snapshot`]. Decoding is tolerant where PyTorch versions differ (missing
+//! optional keys, unknown keys and actions become counted warnings) and strict where the
+//! data is wrong (a field of the wrong type is an error naming its key path, such as
+//! `device_traces[0][17].size`). It computes no statistics: that is `analysis`.
+
+mod decode;
+pub mod frames;
+pub mod trace;
+
+pub use decode::{DecodeError, SnapshotBuilder, decode_json, decode_value};
+pub use frames::{Frame, FrameId, FrameTable, StackId, StrId};
+pub use trace::{Action, DeviceTrace, EntryKeys, TraceEvent};
+
+use std::collections::BTreeMap;
+
+/// State of a block (spec section 2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockState {
+    ActiveAllocated,
+    ActivePendingFree,
+    Inactive,
+    /// A state this version does not know (its name is in the frame table's strings).
+    Other(StrId),
+}
+
+impl BlockState {
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            BlockState::ActiveAllocated | BlockState::ActivePendingFree
+        )
+    }
+}
+
+/// One block of a segment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    /// Segment address plus the sizes of the blocks before it.
+    pub address: u64,
+    pub size: u64,
+    /// Bytes requested by the allocation that holds (or last held) the block.
+    pub requested_size: u64,
+    pub state: BlockState,
+    pub stack: Option<StackId>,
+}
+
+/// Which pool a segment's blocks are allocated from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SegmentType {
+    Large,
+    Small,
+    Other,
+}
+
+/// One segment (a cudaMalloc, or a mapped range of an expandable segment).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    pub device: i64,
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub active_size: u64,
+    pub requested_size: Option<u64>,
+    /// Raw `cudaStream_t` value (0 = legacy default stream).
+    pub stream: u64,
+    pub segment_type: SegmentType,
+    /// `segment_pool_id` (2.1 and later); `(0, 0)` is the default pool.
+    pub pool_id: Option<(i64, i64)>,
+    pub is_expandable: bool,
+    pub stack: Option<StackId>,
+    pub blocks: Vec<Block>,
+}
+
+/// One `external_annotations` record (2.5 and later).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Annotation {
+    pub name: String,
+    pub stage: String,
+    pub device: i64,
+    pub time_us: i64,
+}
+
+/// Warnings met while decoding, each kind counted once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Warnings(pub BTreeMap<String, u64>);
+
+impl Warnings {
+    pub fn add(&mut self, message: impl Into<String>) {
+        *self.0.entry(message.into()).or_insert(0) += 1;
+    }
+}
+
+/// Top-level features present in the file, from which the PyTorch release is guessed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    /// The root was a bare list of segments.
+    pub root_is_list: bool,
+    pub device_traces: bool,
+    pub allocator_settings: bool,
+    pub external_annotations: bool,
+    pub host_segments: bool,
+    /// Blocks carry `history` (1.13, 2.0).
+    pub block_history: bool,
+    /// Blocks carry `frames` (2.1 and later).
+    pub block_frames: bool,
+    pub segment_requested_size: bool,
+    pub segment_pool_id: bool,
+    pub forward_frames: bool,
+    pub graph_capture_record_stream_reuse: bool,
+    pub max_cached_size: bool,
+    pub entries: EntryKeys,
+}
+
+/// A decoded snapshot.
+pub struct Snapshot {
+    pub segments: Vec<Segment>,
+    /// `device_traces[d]`, indexed by device ordinal.
+    pub device_traces: Vec<DeviceTrace>,
+    pub host_segments: Vec<Segment>,
+    pub host_trace: DeviceTrace,
+    /// `allocator_settings` as JSON values, keys sorted.
+    pub allocator_settings: Option<BTreeMap<String, serde_json::Value>>,
+    pub external_annotations: Vec<Annotation>,
+    pub frames: FrameTable,
+    pub features: Features,
+    pub warnings: Warnings,
+}
+
+impl Snapshot {
+    /// Devices that have a segment or a non-empty trace, ascending.
+    pub fn devices(&self) -> Vec<i64> {
+        let mut ds: Vec<i64> = self.segments.iter().map(|s| s.device).collect();
+        for (d, t) in self.device_traces.iter().enumerate() {
+            if !t.is_empty() {
+                ds.push(d as i64);
+            }
+        }
+        ds.sort_unstable();
+        ds.dedup();
+        ds
+    }
+
+    /// The trace of a device (empty when the file has none for it).
+    pub fn trace(&self, device: i64) -> Option<&DeviceTrace> {
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| self.device_traces.get(d))
+    }
+
+    pub fn segments_of(&self, device: i64) -> impl Iterator<Item = &Segment> {
+        self.segments.iter().filter(move |s| s.device == device)
+    }
+
+    /// An allocator setting, when the file has `allocator_settings` and the key.
+    pub fn setting(&self, key: &str) -> Option<&serde_json::Value> {
+        self.allocator_settings.as_ref()?.get(key)
+    }
+}

@@ -1,0 +1,396 @@
+//! Trace events of one device, stored compactly.
+//!
+//! A large snapshot holds tens of millions of trace entries of about 60 bytes each in the
+//! file. Each is kept in 28 bytes: address, size with action and stream packed beside it,
+//! time and stack id. Fields that are almost always at their default (pool ids, compile
+//! context, user metadata, forward frames) live in sparse side tables keyed by event index.
+
+use super::frames::{StackId, StrId};
+
+/// What a trace entry records (spec section 3.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Action {
+    Alloc = 0,
+    FreeRequested = 1,
+    FreeCompleted = 2,
+    SegmentAlloc = 3,
+    SegmentFree = 4,
+    SegmentMap = 5,
+    SegmentUnmap = 6,
+    Snapshot = 7,
+    Oom = 8,
+    Annotate = 9,
+    /// An action this version does not know; its name is kept beside the event.
+    Other = 15,
+}
+
+impl Action {
+    pub const KNOWN: [Action; 10] = [
+        Action::Alloc,
+        Action::FreeRequested,
+        Action::FreeCompleted,
+        Action::SegmentAlloc,
+        Action::SegmentFree,
+        Action::SegmentMap,
+        Action::SegmentUnmap,
+        Action::Snapshot,
+        Action::Oom,
+        Action::Annotate,
+    ];
+
+    pub fn from_name(name: &str) -> Action {
+        match name {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "snapshot" => Action::Snapshot,
+            "oom" => Action::Oom,
+            "annotate" => Action::Annotate,
+            _ => Action::Other,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+            Action::Annotate => "annotate",
+            Action::Other => "other",
+        }
+    }
+
+    fn from_bits(bits: u8) -> Action {
+        Action::KNOWN
+            .get(bits as usize)
+            .copied()
+            .unwrap_or(Action::Other)
+    }
+}
+
+const SIZE_BITS: u32 = 48;
+const SIZE_ESCAPE: u64 = (1 << SIZE_BITS) - 1;
+const ACTION_SHIFT: u32 = SIZE_BITS;
+const STREAM_SHIFT: u32 = SIZE_BITS + 4;
+const STREAM_ESCAPE: u64 = (1 << 12) - 1;
+const NO_STACK: u32 = u32::MAX;
+const NO_TIME: i64 = i64::MIN;
+
+/// One event as stored: 28 bytes, 4-byte aligned.
+#[derive(Clone, Copy)]
+#[repr(C, packed(4))]
+struct Packed {
+    /// `addr`, or `device_free` for an `oom` entry.
+    addr: u64,
+    /// size (48 bits) | action (4 bits) | stream index (12 bits).
+    size_action_stream: u64,
+    time_us: i64,
+    stack: u32,
+}
+
+/// One trace entry, unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceEvent {
+    pub action: Action,
+    /// `addr` of the entry; for `oom` entries this is `device_free` instead.
+    pub addr: u64,
+    pub size: u64,
+    /// The raw `stream` value (a `cudaStream_t` handle, 0 for the default stream).
+    pub stream: u64,
+    /// `time_us` when the entry has one (PyTorch 2.2 and later).
+    pub time_us: Option<i64>,
+    /// The entry's `frames`, when it has the key.
+    pub stack: Option<StackId>,
+}
+
+impl TraceEvent {
+    /// Free bytes the device reported, for `oom` entries.
+    pub fn device_free(&self) -> Option<u64> {
+        (self.action == Action::Oom).then_some(self.addr)
+    }
+}
+
+/// Optional keys of trace entries, remembered to tell which PyTorch layout wrote a file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntryKeys {
+    pub time_us: bool,
+    pub frames: bool,
+    pub compile_context: bool,
+    pub user_metadata: bool,
+    pub forward_frames: bool,
+    pub pool_id: bool,
+    pub internal_metadata: bool,
+    pub cpp_frames: bool,
+}
+
+impl EntryKeys {
+    pub fn merge(&mut self, o: EntryKeys) {
+        self.time_us |= o.time_us;
+        self.frames |= o.frames;
+        self.compile_context |= o.compile_context;
+        self.user_metadata |= o.user_metadata;
+        self.forward_frames |= o.forward_frames;
+        self.pool_id |= o.pool_id;
+        self.internal_metadata |= o.internal_metadata;
+        self.cpp_frames |= o.cpp_frames;
+    }
+}
+
+/// The trace of one device (or the host trace), in file order (oldest first).
+#[derive(Default)]
+pub struct DeviceTrace {
+    events: Vec<Packed>,
+    /// Distinct raw stream values; events store an index into this.
+    streams: Vec<u64>,
+    big_sizes: Vec<(u32, u64)>,
+    big_streams: Vec<(u32, u64)>,
+    other_actions: Vec<(u32, StrId)>,
+    /// Pool ids other than the default `(0, 0)`.
+    pools: Vec<(u32, (i64, i64))>,
+    /// compile_context values other than "N/A".
+    compile_context: Vec<(u32, StrId)>,
+    /// user_metadata values other than "".
+    user_metadata: Vec<(u32, StrId)>,
+    internal_metadata: Vec<(u32, StrId)>,
+    cpp_frames: Vec<(u32, StrId)>,
+    forward_frames: Vec<(u32, Vec<StrId>)>,
+    pub keys: EntryKeys,
+}
+
+fn sparse_get<T>(table: &[(u32, T)], index: u32) -> Option<&T> {
+    table
+        .binary_search_by_key(&index, |(i, _)| *i)
+        .ok()
+        .map(|p| &table[p].1)
+}
+
+/// The parts of one entry to append; see [`DeviceTrace::push`].
+#[derive(Debug, Default, Clone)]
+pub struct NewEvent {
+    pub action: Option<Action>,
+    pub other_action: Option<StrId>,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub time_us: Option<i64>,
+    pub stack: Option<StackId>,
+    pub pool: Option<(i64, i64)>,
+    pub compile_context: Option<StrId>,
+    pub user_metadata: Option<StrId>,
+    pub internal_metadata: Option<StrId>,
+    pub cpp_frames: Option<StrId>,
+    pub forward_frames: Option<Vec<StrId>>,
+}
+
+impl DeviceTrace {
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Bytes of memory held per event, for the benchmark notes.
+    pub const fn bytes_per_event() -> usize {
+        std::mem::size_of::<Packed>()
+    }
+
+    pub fn push(&mut self, e: NewEvent) {
+        let index = self.events.len() as u32;
+        let action = e.action.unwrap_or(Action::Other);
+        if let Some(name) = e.other_action {
+            self.other_actions.push((index, name));
+        }
+        let size_bits = if e.size >= SIZE_ESCAPE {
+            self.big_sizes.push((index, e.size));
+            SIZE_ESCAPE
+        } else {
+            e.size
+        };
+        let stream_index = match self.streams.iter().position(|&s| s == e.stream) {
+            Some(p) => p as u64,
+            None if (self.streams.len() as u64) < STREAM_ESCAPE => {
+                self.streams.push(e.stream);
+                (self.streams.len() - 1) as u64
+            }
+            None => {
+                self.big_streams.push((index, e.stream));
+                STREAM_ESCAPE
+            }
+        };
+        if let Some(p) = e.pool.filter(|&p| p != (0, 0)) {
+            self.pools.push((index, p));
+        }
+        if let Some(s) = e.compile_context {
+            self.compile_context.push((index, s));
+        }
+        if let Some(s) = e.user_metadata {
+            self.user_metadata.push((index, s));
+        }
+        if let Some(s) = e.internal_metadata {
+            self.internal_metadata.push((index, s));
+        }
+        if let Some(s) = e.cpp_frames {
+            self.cpp_frames.push((index, s));
+        }
+        if let Some(f) = e.forward_frames {
+            self.forward_frames.push((index, f));
+        }
+        self.events.push(Packed {
+            addr: e.addr,
+            size_action_stream: size_bits
+                | ((action as u64) << ACTION_SHIFT)
+                | (stream_index << STREAM_SHIFT),
+            time_us: e.time_us.unwrap_or(NO_TIME),
+            stack: e.stack.map_or(NO_STACK, |s| s.0),
+        });
+    }
+
+    #[inline]
+    pub fn action(&self, i: usize) -> Action {
+        let bits = self.events[i].size_action_stream;
+        Action::from_bits(((bits >> ACTION_SHIFT) & 0xf) as u8)
+    }
+
+    #[inline]
+    pub fn time_us(&self, i: usize) -> Option<i64> {
+        let t = self.events[i].time_us;
+        (t != NO_TIME).then_some(t)
+    }
+
+    pub fn get(&self, i: usize) -> TraceEvent {
+        let p = self.events[i];
+        let bits = p.size_action_stream;
+        let size = match bits & SIZE_ESCAPE {
+            SIZE_ESCAPE => *sparse_get(&self.big_sizes, i as u32).unwrap_or(&SIZE_ESCAPE),
+            s => s,
+        };
+        let stream = match bits >> STREAM_SHIFT {
+            STREAM_ESCAPE => *sparse_get(&self.big_streams, i as u32).unwrap_or(&0),
+            s => self.streams[s as usize],
+        };
+        let stack = p.stack;
+        let time_us = p.time_us;
+        TraceEvent {
+            action: self.action(i),
+            addr: p.addr,
+            size,
+            stream,
+            time_us: (time_us != NO_TIME).then_some(time_us),
+            stack: (stack != NO_STACK).then_some(StackId(stack)),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = TraceEvent> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// The action name as written in the file (unknown names included).
+    pub fn other_action(&self, i: usize) -> Option<StrId> {
+        sparse_get(&self.other_actions, i as u32).copied()
+    }
+
+    /// Pool id of an event, `(0, 0)` when the entry had the default pool or none.
+    pub fn pool_id(&self, i: usize) -> (i64, i64) {
+        sparse_get(&self.pools, i as u32).copied().unwrap_or((0, 0))
+    }
+
+    pub fn compile_context(&self, i: usize) -> Option<StrId> {
+        sparse_get(&self.compile_context, i as u32).copied()
+    }
+
+    pub fn user_metadata(&self, i: usize) -> Option<StrId> {
+        sparse_get(&self.user_metadata, i as u32).copied()
+    }
+
+    pub fn internal_metadata(&self, i: usize) -> Option<StrId> {
+        sparse_get(&self.internal_metadata, i as u32).copied()
+    }
+
+    pub fn forward_frames(&self, i: usize) -> Option<&[StrId]> {
+        sparse_get(&self.forward_frames, i as u32).map(|v| v.as_slice())
+    }
+
+    /// Distinct raw stream values, in order of first appearance.
+    pub fn streams(&self) -> &[u64] {
+        &self.streams
+    }
+
+    /// Names of unknown actions with their event indices.
+    pub fn other_actions(&self) -> &[(u32, StrId)] {
+        &self.other_actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_round_trips_every_field() {
+        assert_eq!(DeviceTrace::bytes_per_event(), 28);
+        let mut t = DeviceTrace::default();
+        let cases = [
+            (
+                Action::Alloc,
+                0x7f3a_0000_0000u64,
+                4096u64,
+                0u64,
+                Some(1_700_000_000_000_000i64),
+            ),
+            (Action::Oom, 123, (1 << 48) + 5, 1u64 << 63, None),
+            (Action::SegmentUnmap, u64::MAX, 0, 0x5555_0000_1234, Some(0)),
+        ];
+        for (i, &(action, addr, size, stream, time_us)) in cases.iter().enumerate() {
+            t.push(NewEvent {
+                action: Some(action),
+                addr,
+                size,
+                stream,
+                time_us,
+                stack: (i == 1).then_some(StackId(7)),
+                pool: Some(if i == 2 { (1, 2) } else { (0, 0) }),
+                ..Default::default()
+            });
+        }
+        for (i, &(action, addr, size, stream, time_us)) in cases.iter().enumerate() {
+            let e = t.get(i);
+            assert_eq!(
+                (e.action, e.addr, e.size, e.stream, e.time_us),
+                (action, addr, size, stream, time_us)
+            );
+        }
+        assert_eq!(t.get(1).stack, Some(StackId(7)));
+        assert_eq!(t.get(0).stack, None);
+        assert_eq!(t.get(1).device_free(), Some(123));
+        assert_eq!(t.pool_id(2), (1, 2));
+        assert_eq!(t.pool_id(0), (0, 0));
+    }
+
+    #[test]
+    fn many_streams_escape_to_side_table() {
+        let mut t = DeviceTrace::default();
+        for s in 0..5000u64 {
+            t.push(NewEvent {
+                action: Some(Action::Alloc),
+                stream: s * 16,
+                ..Default::default()
+            });
+        }
+        for s in 0..5000usize {
+            assert_eq!(t.get(s).stream, s as u64 * 16);
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Buffered byte input and opcode decoding, shared by the reference scan and the reader.
+//!
+//! The input is read through a window that only grows as real bytes arrive, so a length
+//! field in a hostile file can never make us allocate more than the file holds.
+
+use super::Error;
+use std::io::Read;
+
+const INITIAL_BUFFER: usize = 1 << 20;
+
+/// A forward-only byte source with arbitrary lookahead and absolute offsets.
+pub struct Input<R> {
+    inner: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// Absolute offset of `buf[0]`.
+    base: u64,
+    eof: bool,
+}
+
+impl<R: Read> Input<R> {
+    pub fn new(inner: R) -> Self {
+        Input {
+            inner,
+            buf: vec![0; INITIAL_BUFFER],
+            pos: 0,
+            end: 0,
+            base: 0,
+            eof: false,
+        }
+    }
+
+    /// Absolute offset of the next unread byte.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Makes at least `n` bytes available, growing the window only as data arrives.
+    /// Returns false at end of input.
+    fn fill(&mut self, n: usize) -> Result<bool, Error> {
+        while self.end - self.pos < n {
+            if self.eof {
+                return Ok(false);
+            }
+            if self.pos > 0 {
+                self.buf.copy_within(self.pos..self.end, 0);
+                self.base += self.pos as u64;
+                self.end -= self.pos;
+                self.pos = 0;
+            }
+            if self.end == self.buf.len() {
+                let grown = (self.buf.len() * 2).max(INITIAL_BUFFER);
+                self.buf.resize(grown, 0);
+            }
+            let read = loop {
+                match self.inner.read(&mut self.buf[self.end..]) {
+                    Ok(k) => break k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        return Err(Error::Io {
+                            offset: self.offset(),
+                            message: e.to_string(),
+                        });
+                    }
+                }
+            };
+            if read == 0 {
+                self.eof = true;
+            }
+            self.end += read;
+        }
+        Ok(true)
+    }
+
+    #[inline]
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&[u8], Error> {
+        if self.end - self.pos < n && !self.fill(n)? {
+            return Err(Error::Truncated {
+                offset: self.offset(),
+                needed: n as u64,
+                what,
+            });
+        }
+        let start = self.pos;
+        self.pos += n;
+        Ok(&self.buf[start..start + n])
+    }
+
+    #[inline]
+    pub fn byte(&mut self, what: &'static str) -> Result<u8, Error> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    /// A length-prefixed payload whose length came from the file: refuse lengths that
+    /// cannot be a size on this machine, then read (the window grows only as data arrives).
+    pub fn take_len(&mut self, len: u64, what: &'static str) -> Result<&[u8], Error> {
+        let n = usize::try_from(len).map_err(|_| Error::Truncated {
+            offset: self.offset(),
+            needed: len,
+            what,
+        })?;
+        self.take(n, what)
+    }
+
+    /// A newline-terminated line (protocol 0 text arguments), without the newline.
+    pub fn line(&mut self, what: &'static str) -> Result<&[u8], Error> {
+        let mut scanned = 0;
+        loop {
+            if let Some(i) = self.buf[self.pos + scanned..self.end]
+                .iter()
+                .position(|&b| b == b'\n')
+            {
+                let start = self.pos;
+                let stop = self.pos + scanned + i;
+                self.pos = stop + 1;
+                return Ok(&self.buf[start..stop]);
+            }
+            scanned = self.end - self.pos;
+            if !self.fill(scanned + 1)? {
+                return Err(Error::Truncated {
+                    offset: self.offset(),
+                    needed: 1,
+                    what,
+                });
+            }
+        }
+    }
+}
+
+/// One decoded opcode with its argument, borrowed from the input window.
+#[derive(Debug)]
+pub enum Op<'a> {
+    Mark,
+    Stop,
+    Pop,
+    PopMark,
+    Dup,
+    Proto(u8),
+    Frame,
+    None,
+    Bool(bool),
+    Int(i64),
+    /// Little-endian two's-complement bytes of LONG1/LONG4.
+    Long(&'a [u8]),
+    /// A decimal integer from protocol 0 text (INT or LONG).
+    TextInt(&'a [u8]),
+    Float(f64),
+    TextFloat(&'a [u8]),
+    Str(&'a [u8]),
+    /// A protocol 0 STRING argument, still quoted.
+    QuotedStr(&'a [u8]),
+    /// A protocol 0 UNICODE argument in raw-unicode-escape.
+    RawUnicode(&'a [u8]),
+    /// Python 2 `str` from BINSTRING / SHORT_BINSTRING (decoded as Latin-1).
+    Latin1(&'a [u8]),
+    Bytes(&'a [u8]),
+    EmptyList,
+    Append,
+    Appends,
+    List,
+    EmptyTuple,
+    Tuple,
+    Tuple1,
+    Tuple2,
+    Tuple3,
+    EmptyDict,
+    Dict,
+    SetItem,
+    SetItems,
+    EmptySet,
+    AddItems,
+    FrozenSet,
+    Get(u64),
+    TextGet(&'a [u8]),
+    Put(u64),
+    TextPut(&'a [u8]),
+    Memoize,
+}
+
+/// Name of an opcode that runs code or needs objects from outside the file.
+fn forbidden_name(code: u8) -> Option<&'static str> {
+    Some(match code {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => return None,
+    })
+}
+
+fn u32_le(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn u64_le(b: &[u8]) -> u64 {
+    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+}
+
+/// Decodes the next opcode. `start` receives the opcode's own offset for error messages.
+#[inline]
+pub fn next_op<'a, R: Read>(input: &'a mut Input<R>, start: &mut u64) -> Result<Op<'a>, Error> {
+    *start = input.offset();
+    let code = input.byte("an opcode")?;
+    Ok(match code {
+        b'(' => Op::Mark,
+        b'.' => Op::Stop,
+        b'0' => Op::Pop,
+        b'1' => Op::PopMark,
+        b'2' => Op::Dup,
+        0x80 => Op::Proto(input.byte("the PROTO version")?),
+        0x95 => {
+            input.take(8, "the FRAME length")?;
+            Op::Frame
+        }
+        b'N' => Op::None,
+        0x88 => Op::Bool(true),
+        0x89 => Op::Bool(false),
+        b'J' => Op::Int(i32::from_le_bytes(input.take(4, "a BININT")?.try_into().unwrap()) as i64),
+        b'K' => Op::Int(input.byte("a BININT1")? as i64),
+        b'M' => {
+            let b = input.take(2, "a BININT2")?;
+            Op::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+        }
+        0x8a => {
+            let n = input.byte("the LONG1 length")? as u64;
+            Op::Long(input.take_len(n, "LONG1 bytes")?)
+        }
+        0x8b => {
+            let n = i32::from_le_bytes(input.take(4, "the LONG4 length")?.try_into().unwrap());
+            if n < 0 {
+                return Err(Error::Invalid {
+                    offset: *start,
+                    message: format!("negative LONG4 length {n}"),
+                });
+            }
+            Op::Long(input.take_len(n as u64, "LONG4 bytes")?)
+        }
+        b'I' | b'L' => Op::TextInt(input.line("an INT/LONG text argument")?),
+        b'G' => Op::Float(f64::from_be_bytes(
+            input.take(8, "a BINFLOAT")?.try_into().unwrap(),
+        )),
+        b'F' => Op::TextFloat(input.line("a FLOAT text argument")?),
+        0x8c => {
+            let n = input.byte("the SHORT_BINUNICODE length")? as u64;
+            Op::Str(input.take_len(n, "SHORT_BINUNICODE bytes")?)
+        }
+        b'X' => {
+            let n = u32_le(input.take(4, "the BINUNICODE length")?) as u64;
+            Op::Str(input.take_len(n, "BINUNICODE bytes")?)
+        }
+        0x8d => {
+            let n = u64_le(input.take(8, "the BINUNICODE8 length")?);
+            Op::Str(input.take_len(n, "BINUNICODE8 bytes")?)
+        }
+        b'V' => Op::RawUnicode(input.line("a UNICODE text argument")?),
+        b'S' => Op::QuotedStr(input.line("a STRING text argument")?),
+        b'T' => {
+            let n = u32_le(input.take(4, "the BINSTRING length")?) as u64;
+            Op::Latin1(input.take_len(n, "BINSTRING bytes")?)
+        }
+        b'U' => {
+            let n = input.byte("the SHORT_BINSTRING length")? as u64;
+            Op::Latin1(input.take_len(n, "SHORT_BINSTRING bytes")?)
+        }
+        b'C' => {
+            let n = input.byte("the SHORT_BINBYTES length")? as u64;
+            Op::Bytes(input.take_len(n, "SHORT_BINBYTES bytes")?)
+        }
+        b'B' => {
+            let n = u32_le(input.take(4, "the BINBYTES length")?) as u64;
+            Op::Bytes(input.take_len(n, "BINBYTES bytes")?)
+        }
+        0x8e | 0x96 => {
+            let n = u64_le(input.take(8, "the BINBYTES8 length")?);
+            Op::Bytes(input.take_len(n, "BINBYTES8 bytes")?)
+        }
+        b']' => Op::EmptyList,
+        b'a' => Op::Append,
+        b'e' => Op::Appends,
+        b'l' => Op::List,
+        b')' => Op::EmptyTuple,
+        b't' => Op::Tuple,
+        0x85 => Op::Tuple1,
+        0x86 => Op::Tuple2,
+        0x87 => Op::Tuple3,
+        b'}' => Op::EmptyDict,
+        b'd' => Op::Dict,
+        b's' => Op::SetItem,
+        b'u' => Op::SetItems,
+        0x8f => Op::EmptySet,
+        0x90 => Op::AddItems,
+        0x91 => Op::FrozenSet,
+        b'h' => Op::Get(input.byte("a BINGET index")? as u64),
+        b'j' => Op::Get(u32_le(input.take(4, "a LONG_BINGET index")?) as u64),
+        b'g' => Op::TextGet(input.line("a GET index")?),
+        b'q' => Op::Put(input.byte("a BINPUT index")? as u64),
+        b'r' => Op::Put(u32_le(input.take(4, "a LONG_BINPUT index")?) as u64),
+        b'p' => Op::TextPut(input.line("a PUT index")?),
+        0x94 => Op::Memoize,
+        other => {
+            if let Some(name) = forbidden_name(other) {
+                return Err(Error::NotDataOnly {
+                    offset: *start,
+                    opcode: name,
+                });
+            }
+            return Err(Error::Invalid {
+                offset: *start,
+                message: format!("unknown opcode 0x{other:02x}; expected a pickle opcode"),
+            });
+        }
+    })
+}
+
+/// Parses a protocol 0 decimal memo index.
+pub fn text_index(arg: &[u8], offset: u64) -> Result<u64, Error> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .ok_or_else(|| Error::Invalid {
+            offset,
+            message: "expected a decimal memo index".into(),
+        })
+}

@@ -1,0 +1,585 @@
+//! The second pass: a stack machine over the data-only opcodes that builds [`Value`]s.
+//!
+//! Containers are mutable only while they are being built ("open"); once consumed by
+//! their parent, a tuple, POP or STOP, they are frozen behind an `Rc`. A [`Builder`] may
+//! take over the elements of a list as they are appended (a snapshot's trace entries), so
+//! those never exist as a value tree.
+
+use super::memo::{Memo, MemoReferences, Slot};
+use super::ops::{Input, Op, next_op, text_index};
+use super::value::ListId;
+use super::{Error, Value};
+use std::io::Read;
+use std::rc::Rc;
+
+/// Deepest nesting of containers accepted. Snapshots nest about 6 deep.
+pub const MAX_DEPTH: u32 = 1000;
+/// Most containers under construction at once (siblings in a batch count too).
+pub const MAX_OPEN: usize = 100_000;
+
+/// Lets the consumer of a pickle take over list elements as they are appended.
+pub trait Builder {
+    /// Called with the first element appended to a list; returning true makes every
+    /// element of that list go to [`Builder::absorb`] instead of into the list, which
+    /// then reads back as [`Value::Absorbed`].
+    fn wants_list(&mut self, first: &Value) -> bool;
+    /// Takes one element of a list that [`Builder::wants_list`] accepted.
+    fn absorb(&mut self, list: ListId, index: u64, item: Value);
+}
+
+/// A builder that takes nothing: plain values all the way down.
+pub struct PlainBuilder;
+
+impl Builder for PlainBuilder {
+    fn wants_list(&mut self, _first: &Value) -> bool {
+        false
+    }
+    fn absorb(&mut self, _list: ListId, _index: u64, _item: Value) {}
+}
+
+/// What a successful parse returns besides the root.
+#[derive(Debug, Clone, Default)]
+pub struct ParseInfo {
+    /// Version byte of the first PROTO opcode (absent in protocols 0 and 1).
+    pub protocol: Option<u8>,
+    /// Bytes read up to and including STOP.
+    pub bytes: u64,
+}
+
+enum Contents {
+    List(Vec<Value>),
+    Dict(Vec<(Value, Value)>),
+    Set(Vec<Value>),
+}
+
+struct Open {
+    contents: Contents,
+    /// 1 + deepest child so far.
+    depth: u32,
+    /// Memo slots to fill with the frozen value.
+    memo_slots: Vec<usize>,
+    id: ListId,
+    /// For lists: None until the first element, then whether the builder takes them.
+    absorbing: Option<bool>,
+    absorbed: u64,
+}
+
+enum Item {
+    Val(Value, u32),
+    Open(Box<Open>),
+}
+
+struct Machine<'b, B: Builder> {
+    stack: Vec<Item>,
+    marks: Vec<usize>,
+    open_count: usize,
+    memo: Memo,
+    builder: &'b mut B,
+    next_id: u64,
+    offset: u64,
+}
+
+impl<B: Builder> Machine<'_, B> {
+    fn err(&self, message: impl Into<String>) -> Error {
+        Error::Invalid {
+            offset: self.offset,
+            message: message.into(),
+        }
+    }
+
+    fn push_val(&mut self, v: Value) {
+        self.stack.push(Item::Val(v, 0));
+    }
+
+    fn open(&mut self, contents: Contents) -> Result<(), Error> {
+        if self.open_count >= MAX_OPEN {
+            return Err(Error::TooDeep {
+                offset: self.offset,
+                limit: MAX_OPEN as u64,
+                what: "containers under construction at once (nesting too deep)",
+            });
+        }
+        self.open_count += 1;
+        self.next_id += 1;
+        self.stack.push(Item::Open(Box::new(Open {
+            contents,
+            depth: 1,
+            memo_slots: Vec::new(),
+            id: ListId(self.next_id),
+            absorbing: None,
+            absorbed: 0,
+        })));
+        Ok(())
+    }
+
+    /// Freezes an item into a value, filling the memo slots that wait for it.
+    fn close(&mut self, item: Item) -> (Value, u32) {
+        match item {
+            Item::Val(v, d) => (v, d),
+            Item::Open(o) => {
+                self.open_count -= 1;
+                let o = *o;
+                let value = match o.contents {
+                    Contents::List(items) => {
+                        if o.absorbed > 0 {
+                            Value::Absorbed {
+                                list: o.id,
+                                len: o.absorbed,
+                            }
+                        } else {
+                            Value::List(Rc::new(items))
+                        }
+                    }
+                    Contents::Dict(pairs) => Value::Dict(Rc::new(pairs)),
+                    Contents::Set(items) => Value::Set(Rc::new(items)),
+                };
+                for slot in o.memo_slots {
+                    self.memo.set(slot, Slot::Full(value.clone(), o.depth));
+                }
+                (value, o.depth)
+            }
+        }
+    }
+
+    fn pop(&mut self, what: &str) -> Result<(Value, u32), Error> {
+        match self.stack.pop() {
+            Some(item) => {
+                if matches!(self.marks.last(), Some(&m) if m > self.stack.len()) {
+                    return Err(self.err(format!("{what} would pop a MARK")));
+                }
+                Ok(self.close(item))
+            }
+            None => Err(self.err(format!("{what} on an empty stack"))),
+        }
+    }
+
+    /// Pops everything above the last MARK, frozen.
+    fn pop_mark(&mut self, what: &str) -> Result<Vec<(Value, u32)>, Error> {
+        let m = self
+            .marks
+            .pop()
+            .ok_or_else(|| self.err(format!("{what} without a MARK")))?;
+        let items: Vec<Item> = self.stack.drain(m..).collect();
+        Ok(items.into_iter().map(|i| self.close(i)).collect())
+    }
+
+    fn check_depth(&self, depth: u32) -> Result<u32, Error> {
+        if depth > MAX_DEPTH {
+            Err(Error::TooDeep {
+                offset: self.offset,
+                limit: MAX_DEPTH as u64,
+                what: "levels of nesting",
+            })
+        } else {
+            Ok(depth)
+        }
+    }
+
+    /// The open container on top of the stack, which APPEND/SETITEM-style opcodes fill.
+    fn target(&mut self, what: &str) -> Result<&mut Open, Error> {
+        let offset = self.offset;
+        let below_mark = self.marks.last().is_some_and(|&m| m >= self.stack.len());
+        let message = match self.stack.last_mut() {
+            Some(Item::Open(o)) if !below_mark => return Ok(o),
+            Some(Item::Val(v, _)) if !below_mark => format!(
+                "{what} into a finished {}; only containers still being built can be filled",
+                v.type_name()
+            ),
+            _ => format!("{what} with no container to fill"),
+        };
+        Err(Error::Invalid { offset, message })
+    }
+
+    fn append_items(&mut self, items: Vec<(Value, u32)>, what: &str) -> Result<(), Error> {
+        let offset = self.offset;
+        let below_mark = self.marks.last().is_some_and(|&m| m >= self.stack.len());
+        if below_mark || !matches!(self.stack.last(), Some(Item::Open(_))) {
+            return self.target(what).map(|_| ());
+        }
+        let Machine { stack, builder, .. } = self;
+        let Some(Item::Open(o)) = stack.last_mut() else {
+            unreachable!("checked above");
+        };
+        let mut depth = o.depth;
+        match &mut o.contents {
+            Contents::List(list) => {
+                for (v, d) in items {
+                    depth = depth.max(d + 1);
+                    let absorbing = *o.absorbing.get_or_insert_with(|| builder.wants_list(&v));
+                    if absorbing {
+                        let index = o.absorbed;
+                        o.absorbed += 1;
+                        builder.absorb(o.id, index, v);
+                    } else {
+                        list.push(v);
+                    }
+                }
+            }
+            Contents::Set(set) => {
+                for (v, d) in items {
+                    depth = depth.max(d + 1);
+                    set.push(v);
+                }
+            }
+            Contents::Dict(_) => {
+                return Err(Error::Invalid {
+                    offset,
+                    message: format!("{what} into a dict; expected a list"),
+                });
+            }
+        }
+        o.depth = depth;
+        self.check_depth(depth)?;
+        Ok(())
+    }
+
+    fn set_items(&mut self, items: Vec<(Value, u32)>, what: &str) -> Result<(), Error> {
+        if items.len() % 2 != 0 {
+            return Err(self.err(format!("{what} with an odd number of items")));
+        }
+        let offset = self.offset;
+        let o = self.target(what)?;
+        let Contents::Dict(pairs) = &mut o.contents else {
+            return Err(Error::Invalid {
+                offset,
+                message: format!("{what} into a list; expected a dict"),
+            });
+        };
+        let mut depth = o.depth;
+        pairs.reserve(items.len() / 2);
+        let mut it = items.into_iter();
+        // Repeated keys are kept; lookups take the last one, as Python's dict would.
+        while let (Some((k, dk)), Some((v, dv))) = (it.next(), it.next()) {
+            depth = depth.max(dk + 1).max(dv + 1);
+            pairs.push((k, v));
+        }
+        o.depth = depth;
+        self.check_depth(depth)?;
+        Ok(())
+    }
+
+    fn tuple(&mut self, items: Vec<(Value, u32)>) -> Result<(), Error> {
+        let depth = self.check_depth(1 + items.iter().map(|(_, d)| *d).max().unwrap_or(0))?;
+        let values = items.into_iter().map(|(v, _)| v).collect();
+        self.stack
+            .push(Item::Val(Value::Tuple(Rc::new(values)), depth));
+        Ok(())
+    }
+
+    fn memo_put(&mut self, index: u64) -> Result<(), Error> {
+        let Some(slot) = self.memo.store_slot(index) else {
+            if self.stack.is_empty() {
+                return Err(self.err("memo store with an empty stack"));
+            }
+            return Ok(());
+        };
+        match self.stack.last_mut() {
+            Some(Item::Val(v, d)) => {
+                let full = Slot::Full(v.clone(), *d);
+                self.memo.set(slot, full);
+            }
+            Some(Item::Open(o)) => {
+                o.memo_slots.push(slot);
+                let pos = self.stack.len() - 1;
+                self.memo.set(slot, Slot::Pending(pos));
+            }
+            None => return Err(self.err("memo store with an empty stack")),
+        }
+        Ok(())
+    }
+
+    fn memo_get(&mut self, index: u64) -> Result<(), Error> {
+        match self.memo.get(index) {
+            Slot::Full(v, d) => {
+                let item = Item::Val(v.clone(), *d);
+                self.stack.push(item);
+                Ok(())
+            }
+            &Slot::Pending(pos) => {
+                // A container whose items are all written but that its parent has not
+                // consumed yet (a frames list read again further down the same dict).
+                // Reading it while it still receives a batch would be a cycle.
+                if self.marks.contains(&(pos + 1))
+                    || !matches!(self.stack.get(pos), Some(Item::Open(_)))
+                {
+                    return Err(self.err(format!(
+                        "memo reference {index} to a container that is still being filled; \
+                         recursive structures are not snapshot data"
+                    )));
+                }
+                let item = std::mem::replace(&mut self.stack[pos], Item::Val(Value::None, 0));
+                let (v, d) = self.close(item);
+                self.stack[pos] = Item::Val(v.clone(), d);
+                self.stack.push(Item::Val(v, d));
+                Ok(())
+            }
+            Slot::Empty => Err(self.err(format!(
+                "memo reference {index} to an index that was never stored"
+            ))),
+        }
+    }
+}
+
+fn utf8(bytes: &[u8]) -> Rc<str> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Rc::from(s),
+        // Python writes lone surrogates with 'surrogatepass'; keep what can be kept.
+        Err(_) => Rc::from(String::from_utf8_lossy(bytes).as_ref()),
+    }
+}
+
+fn text_int(arg: &[u8], offset: u64) -> Result<Value, Error> {
+    let s = std::str::from_utf8(arg).unwrap_or("").trim();
+    let s = s.strip_suffix('L').unwrap_or(s);
+    match s {
+        "00" => return Ok(Value::Bool(false)),
+        "01" => return Ok(Value::Bool(true)),
+        _ => {}
+    }
+    if let Ok(i) = s.parse::<i64>() {
+        return Ok(Value::Int(i));
+    }
+    if let Ok(i) = s.parse::<i128>() {
+        return Ok(Value::from_le_signed(&i.to_le_bytes()));
+    }
+    Err(Error::Invalid {
+        offset,
+        message: format!("expected a decimal integer, found {s:?}"),
+    })
+}
+
+/// Decodes a protocol 0 quoted STRING argument (Python 2 `str`, read as Latin-1).
+fn quoted(arg: &[u8], offset: u64) -> Result<Value, Error> {
+    let inner = match arg {
+        [q @ (b'\'' | b'"'), rest @ .., last] if last == q => rest,
+        _ => {
+            return Err(Error::Invalid {
+                offset,
+                message: "expected a quoted STRING argument".into(),
+            });
+        }
+    };
+    let mut out = String::new();
+    let mut i = 0;
+    while i < inner.len() {
+        let c = inner[i];
+        if c == b'\\' && i + 1 < inner.len() {
+            i += 1;
+            match inner[i] {
+                b'n' => out.push('\n'),
+                b't' => out.push('\t'),
+                b'r' => out.push('\r'),
+                b'\\' => out.push('\\'),
+                b'\'' => out.push('\''),
+                b'"' => out.push('"'),
+                b'x' if i + 2 < inner.len() => {
+                    let hex = std::str::from_utf8(&inner[i + 1..i + 3]).unwrap_or("");
+                    let b = u8::from_str_radix(hex, 16).map_err(|_| Error::Invalid {
+                        offset,
+                        message: "bad \\x escape in STRING".into(),
+                    })?;
+                    out.push(b as char);
+                    i += 2;
+                }
+                other => {
+                    out.push('\\');
+                    out.push(other as char);
+                }
+            }
+        } else {
+            out.push(c as char);
+        }
+        i += 1;
+    }
+    Ok(Value::Str(Rc::from(out.as_str())))
+}
+
+/// Decodes raw-unicode-escape (protocol 0 UNICODE): `\uXXXX` and `\UXXXXXXXX` escapes,
+/// other bytes Latin-1.
+fn raw_unicode(arg: &[u8]) -> Value {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < arg.len() {
+        let width = match (arg[i], arg.get(i + 1)) {
+            (b'\\', Some(b'u')) => 4,
+            (b'\\', Some(b'U')) => 8,
+            _ => 0,
+        };
+        if width > 0 && i + 2 + width <= arg.len() {
+            let hex = std::str::from_utf8(&arg[i + 2..i + 2 + width]).unwrap_or("");
+            if let Some(c) = u32::from_str_radix(hex, 16).ok().and_then(char::from_u32) {
+                out.push(c);
+                i += 2 + width;
+                continue;
+            }
+        }
+        out.push(arg[i] as char);
+        i += 1;
+    }
+    Value::Str(Rc::from(out.as_str()))
+}
+
+/// Second pass: builds the value tree, keeping memo values only for the indices in
+/// `refs`, and hands list elements to `builder` when it asks for them.
+pub fn parse_with<R: Read, B: Builder>(
+    reader: R,
+    refs: MemoReferences,
+    builder: &mut B,
+) -> Result<(Value, ParseInfo), Error> {
+    let mut input = Input::new(reader);
+    let mut m = Machine {
+        stack: Vec::new(),
+        marks: Vec::new(),
+        open_count: 0,
+        memo: Memo::new(refs),
+        builder,
+        next_id: 0,
+        offset: 0,
+    };
+    let mut info = ParseInfo::default();
+    loop {
+        let op = next_op(&mut input, &mut m.offset)?;
+        match op {
+            Op::Proto(p) => {
+                if p > 5 {
+                    return Err(m.err(format!("unsupported pickle protocol {p}; expected 0 to 5")));
+                }
+                info.protocol.get_or_insert(p);
+            }
+            Op::Frame => {}
+            Op::Stop => {
+                let (root, _) = m.pop("STOP")?;
+                info.bytes = input.offset();
+                return Ok((root, info));
+            }
+            Op::Mark => m.marks.push(m.stack.len()),
+            Op::Pop => {
+                m.pop("POP")?;
+            }
+            Op::PopMark => {
+                m.pop_mark("POP_MARK")?;
+            }
+            Op::Dup => match m.stack.last() {
+                Some(Item::Val(v, d)) => {
+                    let item = Item::Val(v.clone(), *d);
+                    m.stack.push(item);
+                }
+                Some(Item::Open(_)) => {
+                    return Err(m.err("DUP of a container still being built is not supported"));
+                }
+                None => return Err(m.err("DUP on an empty stack")),
+            },
+            Op::None => m.push_val(Value::None),
+            Op::Bool(b) => m.push_val(Value::Bool(b)),
+            Op::Int(i) => m.push_val(Value::Int(i)),
+            Op::Long(bytes) => {
+                let v = Value::from_le_signed(bytes);
+                m.push_val(v);
+            }
+            Op::TextInt(arg) => {
+                let v = text_int(arg, m.offset)?;
+                m.push_val(v);
+            }
+            Op::Float(f) => m.push_val(Value::Float(f)),
+            Op::TextFloat(arg) => {
+                let f = std::str::from_utf8(arg)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<f64>().ok())
+                    .ok_or_else(|| m.err("expected a decimal float"))?;
+                m.push_val(Value::Float(f));
+            }
+            Op::Str(bytes) => {
+                let s = utf8(bytes);
+                m.push_val(Value::Str(s));
+            }
+            Op::QuotedStr(arg) => {
+                let v = quoted(arg, m.offset)?;
+                m.push_val(v);
+            }
+            Op::RawUnicode(arg) => {
+                let v = raw_unicode(arg);
+                m.push_val(v);
+            }
+            Op::Latin1(bytes) => {
+                let s: String = bytes.iter().map(|&b| b as char).collect();
+                m.push_val(Value::Str(Rc::from(s.as_str())));
+            }
+            Op::Bytes(bytes) => {
+                let b: Rc<[u8]> = Rc::from(bytes);
+                m.push_val(Value::Bytes(b));
+            }
+            Op::EmptyList => m.open(Contents::List(Vec::new()))?,
+            Op::EmptyDict => m.open(Contents::Dict(Vec::new()))?,
+            Op::EmptySet => m.open(Contents::Set(Vec::new()))?,
+            Op::EmptyTuple => m.push_val(Value::Tuple(Rc::new(Vec::new()))),
+            Op::List => {
+                let items = m.pop_mark("LIST")?;
+                m.open(Contents::List(Vec::new()))?;
+                m.append_items(items, "LIST")?;
+            }
+            Op::Dict => {
+                let items = m.pop_mark("DICT")?;
+                m.open(Contents::Dict(Vec::new()))?;
+                m.set_items(items, "DICT")?;
+            }
+            Op::FrozenSet => {
+                let items = m.pop_mark("FROZENSET")?;
+                let depth = m.check_depth(1 + items.iter().map(|(_, d)| *d).max().unwrap_or(0))?;
+                let values = items.into_iter().map(|(v, _)| v).collect();
+                m.stack.push(Item::Val(Value::Set(Rc::new(values)), depth));
+            }
+            Op::Tuple => {
+                let items = m.pop_mark("TUPLE")?;
+                m.tuple(items)?;
+            }
+            Op::Tuple1 | Op::Tuple2 | Op::Tuple3 => {
+                let n = match op {
+                    Op::Tuple1 => 1,
+                    Op::Tuple2 => 2,
+                    _ => 3,
+                };
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(m.pop("TUPLE")?);
+                }
+                items.reverse();
+                m.tuple(items)?;
+            }
+            Op::Append => {
+                let item = m.pop("APPEND")?;
+                m.append_items(vec![item], "APPEND")?;
+            }
+            Op::Appends => {
+                let items = m.pop_mark("APPENDS")?;
+                m.append_items(items, "APPENDS")?;
+            }
+            Op::AddItems => {
+                let items = m.pop_mark("ADDITEMS")?;
+                m.append_items(items, "ADDITEMS")?;
+            }
+            Op::SetItem => {
+                let v = m.pop("SETITEM")?;
+                let k = m.pop("SETITEM")?;
+                m.set_items(vec![k, v], "SETITEM")?;
+            }
+            Op::SetItems => {
+                let items = m.pop_mark("SETITEMS")?;
+                m.set_items(items, "SETITEMS")?;
+            }
+            Op::Get(i) => m.memo_get(i)?,
+            Op::TextGet(arg) => {
+                let i = text_index(arg, m.offset)?;
+                m.memo_get(i)?;
+            }
+            Op::Put(i) => m.memo_put(i)?,
+            Op::TextPut(arg) => {
+                let i = text_index(arg, m.offset)?;
+                m.memo_put(i)?;
+            }
+            Op::Memoize => {
+                let i = m.memo.next_index();
+                m.memo_put(i)?;
+            }
+        }
+    }
+}

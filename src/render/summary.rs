@@ -1,0 +1,259 @@
+//! Text rendering of [`Summary`]: aligned label/value rows, binary units.
+
+use super::Style;
+use crate::analysis::summary::{DeviceSummary, Summary, TraceSummary};
+use crate::units::{bytes, duration_us, percent, utc_time};
+use std::io::{self, Write};
+
+fn row(out: &mut dyn Write, label: &str, value: impl AsRef<str>) -> io::Result<()> {
+    writeln!(out, "  {label:<20} {}", value.as_ref())
+}
+
+fn pool_name(p: Option<(i64, i64)>) -> String {
+    match p {
+        None => "unknown".into(),
+        Some((0, 0)) => "default".into(),
+        Some((a, b)) => format!("private ({a}, {b})"),
+    }
+}
+
+fn stream_name(s: u64) -> String {
+    if s == 0 {
+        "default".into()
+    } else {
+        format!("0x{s:x}")
+    }
+}
+
+fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Result<()> {
+    if t.events == 0 {
+        return row(out, "trace", "none recorded");
+    }
+    let span = match (t.first_time_us, t.last_time_us) {
+        (Some(a), Some(b)) => format!(", {} .. +{}", utc_time(a), duration_us(b - a)),
+        _ => ", no timestamps (PyTorch before 2.2)".into(),
+    };
+    row(out, "trace", format!("{} events{span}", t.events))?;
+    let actions: Vec<String> = t.actions.iter().map(|(a, n)| format!("{a} {n}")).collect();
+    for chunk in actions.chunks(4) {
+        row(out, "", chunk.join(", "))?;
+    }
+    if t.looks_truncated {
+        row(
+            out,
+            "history",
+            style.warn("incomplete: the trace does not start at the beginning"),
+        )?;
+        for e in &t.truncation_evidence {
+            row(out, "", format!("- {e}"))?;
+        }
+    } else {
+        row(
+            out,
+            "history",
+            "complete (every free pairs with an allocation in the trace)",
+        )?;
+    }
+    Ok(())
+}
+
+fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Result<()> {
+    writeln!(out, "{}", style.heading(&format!("device {}", d.device)))?;
+    row(
+        out,
+        "segments",
+        format!(
+            "{} ({} large, {} small, {} expandable)",
+            d.segments, d.segments_large, d.segments_small, d.segments_expandable
+        ),
+    )?;
+    if d.pools.len() > 1 || d.pools.iter().any(|p| p.pool_id != Some((0, 0))) {
+        let pools: Vec<String> = d
+            .pools
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}: {} ({})",
+                    pool_name(p.pool_id),
+                    p.segments,
+                    bytes(p.reserved_bytes)
+                )
+            })
+            .collect();
+        row(out, "pools", pools.join(", "))?;
+    }
+    if !d.streams.is_empty() {
+        let streams: Vec<String> = d
+            .streams
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}: {} ({})",
+                    stream_name(s.stream),
+                    s.segments,
+                    bytes(s.reserved_bytes)
+                )
+            })
+            .collect();
+        row(out, "streams", streams.join(", "))?;
+    }
+    let states: Vec<String> = d
+        .blocks_by_state
+        .iter()
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
+    row(
+        out,
+        "blocks",
+        if states.is_empty() {
+            "0".to_string()
+        } else {
+            format!("{} ({})", d.blocks, states.join(", "))
+        },
+    )?;
+    row(out, "reserved", bytes(d.reserved_bytes))?;
+    row(
+        out,
+        "allocated",
+        format!(
+            "{}  ({} of reserved)",
+            bytes(d.allocated_bytes),
+            percent(d.allocated_bytes, d.reserved_bytes)
+        ),
+    )?;
+    row(out, "requested", bytes(d.requested_bytes))?;
+    row(out, "active", bytes(d.active_bytes))?;
+    if d.pending_free_bytes > 0 {
+        row(
+            out,
+            "pending free",
+            format!(
+                "{} (freed, waiting on other streams)",
+                bytes(d.pending_free_bytes)
+            ),
+        )?;
+    }
+    row(
+        out,
+        "free in segments",
+        format!(
+            "{} = {} free blocks + {} rounding waste",
+            bytes(d.free_in_segments_bytes),
+            bytes(d.free_block_bytes),
+            bytes(d.rounding_waste_bytes)
+        ),
+    )?;
+    row(out, "largest free block", bytes(d.largest_free_block_bytes))?;
+    write_trace(out, &d.trace, style)?;
+    for o in &d.ooms {
+        let when = o
+            .time_us
+            .filter(|&t| t > 0)
+            .map(|t| format!(" at {}", utc_time(t)))
+            .unwrap_or_default();
+        row(
+            out,
+            "OOM",
+            style.warn(&format!(
+                "event {}: requested {}, device had {} free{when}",
+                o.index,
+                bytes(o.size),
+                bytes(o.device_free)
+            )),
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes the summary of one file for people.
+pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io::Result<()> {
+    let src = &s.source;
+    let format = match (src.format, src.pickle_protocol) {
+        ("pickle", Some(p)) => format!("pickle protocol {p}"),
+        (f, _) => f.to_string(),
+    };
+    let release = match s.layout.max_release {
+        Some(max) if max == s.layout.min_release => format!("PyTorch {max} layout"),
+        Some(max) => format!("PyTorch {}-{max} layout", s.layout.min_release),
+        None => format!("PyTorch {}+ layout", s.layout.min_release),
+    };
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!(
+            "{}  ({}, {}{}, {release})",
+            src.path,
+            bytes(src.size_bytes),
+            if src.gzip { "gzip, " } else { "" },
+            format
+        ))
+    )?;
+    if s.devices.is_empty() {
+        writeln!(out, "  no device has a segment or a trace entry")?;
+    }
+    for d in &s.devices {
+        write_device(out, d, style)?;
+    }
+    if let Some(h) = &s.host {
+        writeln!(out, "{}", style.heading("pinned host memory"))?;
+        row(out, "segments", h.segments.to_string())?;
+        row(out, "reserved", bytes(h.reserved_bytes))?;
+        row(out, "allocated", bytes(h.allocated_bytes))?;
+        write_trace(out, &h.trace, style)?;
+    }
+    writeln!(out, "{}", style.heading("allocator"))?;
+    if s.allocator_settings.is_none() {
+        row(out, "settings", "not recorded (PyTorch before 2.3)")?;
+    } else {
+        let st = &s.settings;
+        row(
+            out,
+            "expandable_segments",
+            st.expandable_segments
+                .map_or("?".into(), |b| if b { "True" } else { "False" }.to_string()),
+        )?;
+        row(
+            out,
+            "max_split_size",
+            st.max_split_size_bytes.map_or("unlimited".into(), bytes),
+        )?;
+        row(
+            out,
+            "gc threshold",
+            match st.garbage_collection_threshold {
+                Some(t) if t > 0.0 => format!("{t:.2}"),
+                _ => "off".into(),
+            },
+        )?;
+        if let Some(conf) = st.alloc_conf.as_deref().filter(|c| !c.is_empty()) {
+            row(out, "ALLOC_CONF", conf)?;
+        }
+    }
+    row(
+        out,
+        "stacks",
+        format!(
+            "{} distinct stacks of {} distinct frames",
+            s.distinct_stacks, s.distinct_frames
+        ),
+    )?;
+    if s.external_annotations > 0 {
+        row(
+            out,
+            "annotations",
+            format!("{} external annotations", s.external_annotations),
+        )?;
+    }
+    if !s.warnings.is_empty() {
+        writeln!(out, "{}", style.heading("warnings"))?;
+        for w in &s.warnings {
+            let times = if w.count > 1 {
+                format!(" ({} times)", w.count)
+            } else {
+                String::new()
+            };
+            writeln!(out, "  {}{times}", style.warn(&w.message))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! Bytes and times as text, at fixed precision (the only place human units are made).
+
+/// Binary units with one decimal: `512 B`, `1.5 KiB`, `23.0 GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    // Rounding may carry into the next unit (1023.96 KiB prints as 1024.0 KiB otherwise).
+    if format!("{value:.1}") == "1024.0" && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Signed byte difference, with an explicit sign.
+pub fn bytes_delta(n: i64) -> String {
+    if n < 0 {
+        format!("-{}", bytes(n.unsigned_abs()))
+    } else {
+        format!("+{}", bytes(n as u64))
+    }
+}
+
+/// A duration in microseconds: `850 us`, `12.3 ms`, `4.56 s`, `2 h 03 min`.
+pub fn duration_us(us: i64) -> String {
+    let a = us.unsigned_abs();
+    let sign = if us < 0 { "-" } else { "" };
+    if a < 1000 {
+        format!("{sign}{a} us")
+    } else if a < 1_000_000 {
+        format!("{sign}{:.1} ms", a as f64 / 1e3)
+    } else if a < 600_000_000 {
+        format!("{sign}{:.2} s", a as f64 / 1e6)
+    } else {
+        let minutes = a / 60_000_000;
+        format!("{sign}{} h {:02} min", minutes / 60, minutes % 60)
+    }
+}
+
+/// Unix-epoch microseconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
+pub fn utc_time(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let millis = us.rem_euclid(1_000_000) / 1000;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{millis:03} UTC",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Percent with one decimal, `-` when the whole is zero.
+pub fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1024), "1.0 KiB");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(2 * 1024 * 1024), "2.0 MiB");
+        assert_eq!(bytes(1024 * 1024 - 1), "1.0 MiB");
+        assert_eq!(bytes(40 * (1 << 30)), "40.0 GiB");
+        assert_eq!(bytes(u64::MAX), "16.0 EiB");
+        assert_eq!(bytes_delta(-2048), "-2.0 KiB");
+        assert_eq!(bytes_delta(5), "+5 B");
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(utc_time(0), "1970-01-01 00:00:00.000 UTC");
+        // 2025-05-31 22:05:25.406 UTC
+        assert_eq!(
+            utc_time(1_748_729_125_406_508),
+            "2025-05-31 22:05:25.406 UTC"
+        );
+        assert_eq!(utc_time(951_782_400_000_000), "2000-02-29 00:00:00.000 UTC");
+        assert_eq!(duration_us(999), "999 us");
+        assert_eq!(duration_us(12_345), "12.3 ms");
+        assert_eq!(duration_us(4_560_000), "4.56 s");
+        assert_eq!(duration_us(7_380_000_000), "2 h 03 min");
+        assert_eq!(percent(1, 3), "33.3%");
+        assert_eq!(percent(1, 0), "-");
+    }
+}
