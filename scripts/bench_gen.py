@@ -254,6 +254,7 @@ PROFILER_PY = SITE + '/torch/autograd/profiler.py'
 MODEL_PY = '/workspace/nanollm/nanollm/model.py'
 ROTARY_PY = '/workspace/nanollm/nanollm/rotary.py'
 TRAIN_PY = '/workspace/nanollm/train.py'
+CKPT_PY = SITE + '/torch/utils/checkpoint.py'
 
 
 class Catalog:
@@ -576,6 +577,12 @@ BACKWARD_NODES.update({
                   ['at::native::sum_out(at::Tensor const&, c10::OptionalArrayRef<long>, bool, std::optional<c10::ScalarType>, at::Tensor&)',
                    'at::_ops::sum_dim_IntList::call(at::Tensor const&, c10::OptionalArrayRef<long>, bool, std::optional<c10::ScalarType>)']),
 })
+UNPACK_HOOK = [
+    cpp('_PyObject_Call'),
+    cpp('torch::autograd::PySavedVariableHooks::call_unpack_hook()', 'python_saved_variable_hooks.cpp'),
+    cpp('torch::autograd::SavedVariable::unpack(std::shared_ptr<torch::autograd::Node>) const', 'saved_variable.cpp'),
+    cpp('torch::autograd::generated::MulBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)', 'Functions.cpp'),
+]
 RELEASE_FRAMES = {
     'saved': [cpp('torch::autograd::SavedVariable::reset_data()', 'saved_variable.cpp'),
               cpp('torch::autograd::Node::release_variables()', '')],
@@ -621,14 +628,22 @@ class TracebackBuilder:
         frames after the interpreter/libc tail the way torch's unwinder does."""
         cat = self.cat
         out = []
-        inner = pystack[:-3] if len(pystack) > 4 else pystack[:-1]
-        outer = pystack[len(inner):]
+        on_autograd_thread = pystack[-1][0] == '@autograd'
+        if on_autograd_thread:
+            # Python called back from the autograd engine (checkpoint unpack hook)
+            inner, outer = pystack[:-1], []
+        else:
+            inner = pystack[:-3] if len(pystack) > 4 else pystack[:-1]
+            outer = pystack[len(inner):]
         for (func, file, line, glue) in inner:
             out.append(cat.f(func, file, line))
             # one return address per call site -> a few distinct equal-looking dicts
             out.append(cat.f('_PyEval_EvalFrameDefault', '??', 0, variant=(line * 7 + len(func)) % 23))
             out.extend(cat.f(n, fn, 0) for (n, fn) in GLUE[glue])
-        out.extend(cat.f(n, fn, 0) for (n, fn) in PY_TAIL)
+        if on_autograd_thread:
+            out.extend(self._cpp_list(UNPACK_HOOK + AUTOGRAD_THREAD[2:]))
+        else:
+            out.extend(cat.f(n, fn, 0) for (n, fn) in PY_TAIL)
         out.extend(cat.f(func, file, line) for (func, file, line, _g) in outer)
         return out
 
@@ -836,18 +851,20 @@ class Step:
         act = N * D * bf16
         kv = N * (D // H) * KVH * bf16
         ffn = N * FFN * bf16
+        E, FE = 8, 1408                           # MoE experts, expert FFN width
 
         # Python stacks are lists of (func, file, line, glue), innermost first.
-        train_outer = [('train_step', TRAIN_PY, 118, 'func'), ('main', TRAIN_PY, 231, 'func'),
-                       ('<module>', TRAIN_PY, 262, 'none')]
-        module_call = [('_call_impl', MODULE_PY, 1784, 'method'),
-                       ('_wrapped_call_impl', MODULE_PY, 1773, 'prepend')]
-        # Transformer.forward is called from compute_loss() in train.py.
-        above_model = module_call + [('compute_loss', TRAIN_PY, 87, 'func')] + train_outer
+        step_py = lambda line: [('train_step', TRAIN_PY, line, 'func'), ('main', TRAIN_PY, 231, 'func'),
+                                ('<module>', TRAIN_PY, 262, 'none')]
+        module_call = [('_call_impl', MODULE_PY, 1784, 'vector'),
+                       ('_wrapped_call_impl', MODULE_PY, 1773, 'vector')]
+        above_model = module_call + step_py(118)
         # class layout in model.py: RMSNorm ~40-60, Attention 130-160, LocalAttention
-        # 170-200, MLP 215-230, Block 260-270, LocalBlock 280-290, Transformer 295-315
+        # 170-200, MLP 215-225, MoE 235-258, Block 260-270, LocalBlock 280-290,
+        # Transformer 295-315
         blk_lines = {'A': {'attn': 266, 'mlp': 267, 'norm1': 265, 'norm2': 267, 'res1': 266, 'res2': 267},
                      'B': {'attn': 286, 'mlp': 287, 'norm1': 285, 'norm2': 287, 'res1': 286, 'res2': 287}}
+        ctx = {'block_outer': None}              # what called Block.forward
 
         def in_model(line):
             """code running directly in Transformer.forward at `line`"""
@@ -855,7 +872,8 @@ class Step:
 
         def in_block(kind, line):
             """code running directly in Block.forward (layer kind A/B) at `line`"""
-            return [('forward', MODEL_PY, line, 'prepend')] + module_call + in_model(305)
+            outer = ctx['block_outer'] or in_model(305)
+            return [('forward', MODEL_PY, line, 'prepend')] + module_call + outer
 
         def in_sub(kind, sub, line):
             """code running in a submodule (attn/mlp/norm1/norm2) of a block at `line`"""
@@ -863,7 +881,7 @@ class Step:
                 in_block(kind, blk_lines[kind][sub])
 
         def in_norm(kind, which, line, func='_norm'):
-            inner = [(func, MODEL_PY, line, 'method')] if func != 'forward' else []
+            inner = [(func, MODEL_PY, line, 'func')] if func != 'forward' else []
             return inner + [('forward', MODEL_PY, 56 if func == 'forward' else 55, 'prepend')] + \
                 module_call + (in_block(kind, blk_lines[kind][which]) if kind else in_model(308))
 
@@ -875,7 +893,6 @@ class Step:
 
         # persistent state allocated before recording started: one flat buffer per layer
         # for weights (bf16), exp_avg and exp_avg_sq (fp32), like flat-param optimizers
-        E, FE = 8, 1408                           # MoE experts, expert FFN width
         def layer_params(i):
             n = D * D * 2 + 2 * D * D // H * KVH + 2 * D
             n += 3 * D * FFN if i % 2 == 0 else D * E + 3 * E * D * FE
@@ -885,21 +902,22 @@ class Step:
         for n in flat:
             for nbytes in (n * bf16, n * fp32, n * fp32):
                 pre.malloc(nbytes, None, lambda s: None)
-        for i in range(8):                        # a few small persistent buffers (rope cache, step counters)
+        for i in range(8):                        # small persistent buffers (rope cache, counters)
             pre.malloc(512 * (i + 1), None, lambda s: None)
         self.persistent = pre
 
         # --- the step ---
         self.alloc_model = Allocator(0)
-        saved = []        # (block, backward node, 'saved'|'buffer', weight-grad bytes or 0)
+        # entries: (block, backward node, 'saved'|'buffer', weight-grad bytes or 0)
+        #          or ('ckpt', layer) = recompute that layer here during backward
+        saved_stack = [[]]
+        keep = lambda *items: saved_stack[-1].extend(items)
 
-        step_py = lambda line: [('train_step', TRAIN_PY, line, 'func'), ('main', TRAIN_PY, 231, 'func'),
-                                ('<module>', TRAIN_PY, 262, 'none')]
         idx = self.alloc(N * 8, fsite('copy_h2d', step_py(109)))
         tgt = self.alloc(N * 8, fsite('copy_h2d', step_py(110)))
         x = self.alloc(act, fsite('embedding', [('forward', SITE + '/torch/nn/modules/sparse.py', 190, 'prepend')]
                                   + module_call + in_model(301)))
-        saved.append((x, 'embedding', 'buffer', 0))
+        keep((x, 'embedding', 'buffer', 0))
 
         def rmsnorm(kind, which):
             s = lambda ln: in_norm(kind, which, ln)
@@ -911,17 +929,18 @@ class Step:
             y = self.alloc(N * D * fp32, fsite('mul', s(50)))
             yb = self.alloc(act, fsite('to', s(51)))
             out = self.alloc(act, fsite('mul', in_norm(kind, which, 56, 'forward')))
-            saved.extend([(xf, 'to', 'saved', 0), (ms, 'mean', 'saved', 0), (rs, 'rsqrt', 'saved', 0),
-                          (y, 'to', 'saved', 0), (yb, 'mul', 'saved', 0), (out, 'mul', 'buffer', 0)])
-            return out
+            keep((xf, 'to', 'saved', 0), (ms, 'mean', 'saved', 0), (rs, 'rsqrt', 'saved', 0),
+                 (y, 'to', 'saved', 0), (yb, 'mul', 'saved', 0), (out, 'mul', 'buffer', 0))
 
-        def linear(stack, size, wbytes):
-            st = [('forward', SITE + '/torch/nn/modules/linear.py', 125, 'prepend')] + module_call + stack
-            b = self.alloc(size, fsite('mm', st))
-            saved.append((b, 'mm', 'saved', wbytes))
-            return b
+        def linear(stack, size, wbytes, functional=False):
+            if not functional:
+                stack = [('forward', SITE + '/torch/nn/modules/linear.py', 125, 'prepend')] + module_call + stack
+            b = self.alloc(size, fsite('mm', stack))
+            keep((b, 'mm', 'saved', wbytes))
 
-        for layer in range(L):
+        ntok_e = [int(N * 2 / E * (0.6 + 0.8 * rng.random())) // 8 * 8 + 8 for _e in range(E)]
+
+        def run_layer(layer):
             kind = 'A' if layer % 4 != 3 else 'B'     # every 4th layer: local attention w/ mask
             moe = layer % 2 == 1                      # every other layer: MoE MLP
             o = 0 if kind == 'A' else 40              # line offset of the LocalAttention class
@@ -935,14 +954,13 @@ class Step:
                 t2 = self.alloc(sz * 2, fsite('view_as_complex_mul', st(33)))
                 self.free(t1, free_site(st(34)))
                 t3 = self.alloc(sz, fsite('flatten', st(34)))
-                saved.extend([(t2, 'view_as_complex_mul', 'saved', 0), (t3, 'flatten', 'saved', 0)])
+                keep((t2, 'view_as_complex_mul', 'saved', 0), (t3, 'flatten', 'saved', 0))
             for (sz, ln) in ((kv, 145 + o), (kv, 146 + o)):
                 rk = self.alloc(sz * H // KVH, fsite('repeat_kv', [('repeat_kv', MODEL_PY, 122, 'func')] +
                                                      in_sub(kind, 'attn', ln)))
-                saved.append((rk, 'repeat_kv', 'saved', 0))
+                keep((rk, 'repeat_kv', 'saved', 0))
             for ln in (150 + o, 151 + o, 152 + o):       # q/k/v .transpose(1, 2).contiguous()
-                tc = self.alloc(act, fsite('contiguous', in_sub(kind, 'attn', ln)))
-                saved.append((tc, 'contiguous', 'saved', 0))
+                keep((self.alloc(act, fsite('contiguous', in_sub(kind, 'attn', ln))), 'contiguous', 'saved', 0))
             sdpa_py = [('scaled_dot_product_attention', FUNCTIONAL_PY, 5975, 'func')]
             if kind == 'B':
                 m1 = self.alloc(S * S, fsite('ones', in_sub(kind, 'attn', 186)))
@@ -950,87 +968,114 @@ class Step:
                 self.free(m1, free_site(in_sub(kind, 'attn', 186)))
                 ao = self.alloc(act, fsite('sdpa_mem', sdpa_py + in_sub(kind, 'attn', 194)))
                 lse = self.alloc(N * H * fp32 // 4, fsite('sdpa_mem', sdpa_py + in_sub(kind, 'attn', 194)))
-                saved.extend([(m2, 'sdpa_mem', 'saved', 0), (ao, 'sdpa_mem', 'saved', 0),
-                              (lse, 'sdpa_mem', 'saved', 0)])
+                keep((m2, 'sdpa_mem', 'saved', 0), (ao, 'sdpa_mem', 'saved', 0), (lse, 'sdpa_mem', 'saved', 0))
             else:
                 ao = self.alloc(act, fsite('sdpa', in_sub(kind, 'attn', 154)))
                 lse = self.alloc(N * H * fp32 // 4, fsite('sdpa', in_sub(kind, 'attn', 154)))
-                saved.extend([(ao, 'sdpa', 'saved', 0), (lse, 'sdpa', 'saved', 0)])
-            oc = self.alloc(act, fsite('contiguous', in_sub(kind, 'attn', 155 + o)))
-            saved.append((oc, 'contiguous', 'saved', 0))
+                keep((ao, 'sdpa', 'saved', 0), (lse, 'sdpa', 'saved', 0))
+            keep((self.alloc(act, fsite('contiguous', in_sub(kind, 'attn', 155 + o))), 'contiguous', 'saved', 0))
             linear(in_sub(kind, 'attn', 156 + o), act, D * D * bf16)
-            x2 = self.alloc(act, fsite('add', in_block(kind, blk_lines[kind]['res1'])))
-            saved.append((x2, 'add', 'buffer', 0))
+            keep((self.alloc(act, fsite('add', in_block(kind, blk_lines[kind]['res1']))), 'add', 'buffer', 0))
             rmsnorm(kind, 'norm2')
             if not moe:
                 linear(in_sub(kind, 'mlp', 221), ffn, D * FFN * bf16)
                 linear(in_sub(kind, 'mlp', 222), ffn, D * FFN * bf16)
                 sl = self.alloc(ffn, fsite('mul', [('silu', FUNCTIONAL_PY, 2379, 'func')] + in_sub(kind, 'mlp', 223)))
                 pr = self.alloc(ffn, fsite('mul', in_sub(kind, 'mlp', 223)))
-                saved.extend([(sl, 'mul', 'saved', 0), (pr, 'mul', 'saved', 0)])
+                keep((sl, 'mul', 'saved', 0), (pr, 'mul', 'saved', 0))
                 linear(in_sub(kind, 'mlp', 224), act, D * FFN * bf16)
             else:
-                # MoE MLP (class MoE at 235-258, Expert at 228-233), top-2 routing
-                moe_py = lambda ln: [('forward', MODEL_PY, ln, 'prepend')] + module_call + \
-                    in_block(kind, blk_lines[kind]['mlp'])
+                # MoE MLP (class MoE, top-2 routing); experts are plain functions (F.linear)
+                moe_py = lambda ln: in_sub(kind, 'mlp', ln)
                 linear(moe_py(241), N * E * bf16, D * E * bf16)
                 p_ = self.alloc(N * E * fp32, fsite('softmax', moe_py(242)))
                 tv = self.alloc(N * 2 * fp32, fsite('topk', moe_py(243)))
                 ti = self.alloc(N * 2 * 8, fsite('topk', moe_py(243)))
                 y = self.alloc(act, fsite('zeros', moe_py(244)))
-                saved.extend([(p_, 'softmax', 'saved', 0), (tv, 'topk', 'saved', 0), (ti, 'topk', 'saved', 0)])
+                keep((p_, 'softmax', 'saved', 0), (tv, 'topk', 'saved', 0), (ti, 'topk', 'saved', 0))
                 for e in range(E):
-                    ntok = int(N * 2 / E * (0.6 + 0.8 * rng.random())) // 8 * 8 + 8
+                    ntok = ntok_e[e]
                     nz = self.alloc(ntok * 8, fsite('nonzero', moe_py(247)))
                     xe = self.alloc(ntok * D * bf16, fsite('index', moe_py(248)))
-                    saved.extend([(nz, 'index', 'saved', 0), (xe, 'index', 'saved', 0)])
-                    ex = lambda ln: [('forward', MODEL_PY, ln, 'prepend')] + module_call + moe_py(249)
-                    linear(ex(230), ntok * FE * bf16, D * FE * bf16)
-                    linear(ex(231), ntok * FE * bf16, D * FE * bf16)
+                    keep((nz, 'index', 'saved', 0), (xe, 'index', 'saved', 0))
+                    ex = lambda ln: [('expert_forward', MODEL_PY, ln, 'func')] + moe_py(249)
+                    linear(ex(230), ntok * FE * bf16, D * FE * bf16, True)
+                    linear(ex(231), ntok * FE * bf16, D * FE * bf16, True)
                     sl = self.alloc(ntok * FE * bf16, fsite('mul', [('silu', FUNCTIONAL_PY, 2379, 'func')] + ex(232)))
                     pr = self.alloc(ntok * FE * bf16, fsite('mul', ex(232)))
-                    saved.extend([(sl, 'mul', 'saved', 0), (pr, 'mul', 'saved', 0)])
-                    linear(ex(233), ntok * D * bf16, D * FE * bf16)
-                    wv = self.alloc(ntok * D * bf16, fsite('mul', moe_py(250)))
-                    saved.append((wv, 'mul', 'saved', 0))
+                    keep((sl, 'mul', 'saved', 0), (pr, 'mul', 'saved', 0))
+                    linear(ex(233), ntok * D * bf16, D * FE * bf16, True)
+                    keep((self.alloc(ntok * D * bf16, fsite('mul', moe_py(250))), 'mul', 'saved', 0))
                     y2 = self.alloc(act, fsite('index_add', moe_py(251)))
                     self.free(y, free_site(moe_py(251)))
                     y = y2
-                saved.append((y, 'index_add', 'buffer', 0))
-            x3 = self.alloc(act, fsite('add', in_block(kind, blk_lines[kind]['res2'])))
-            saved.append((x3, 'add', 'buffer', 0))
+                keep((y, 'index_add', 'buffer', 0))
+            keep((self.alloc(act, fsite('add', in_block(kind, blk_lines[kind]['res2']))), 'add', 'buffer', 0))
+
+        ckpt_fwd_outer = [('forward', MODEL_PY, 56, 'prepend')] + module_call + \
+            [('checkpoint', CKPT_PY, 496, 'func'), ('_fn', SITE + '/torch/_compile.py', 53, 'func')] + in_model(304)
+        ckpt_re_outer = [('recompute_fn', CKPT_PY, 1127, 'func'), ('unpack_hook', CKPT_PY, 1175, 'func'),
+                         ('@autograd', None, None, None)]
+        for layer in range(L):
+            if layer % 6 == 5:
+                # activation checkpointing (non-reentrant): forward runs without saving,
+                # everything but the block output is freed when checkpoint() returns
+                ctx['block_outer'] = ckpt_fwd_outer
+                saved_stack.append([])
+                run_layer(layer)
+                tmp = saved_stack.pop()
+                ctx['block_outer'] = None
+                ftb = free_site(ckpt_fwd_outer[len(module_call) + 1:])
+                for item in tmp[:-1]:
+                    self.free(item[0], ftb)
+                keep(('ckpt', layer), tmp[-1])
+            else:
+                run_layer(layer)
 
         hf = self.alloc(act, fsite('mul', in_norm(None, None, 56, 'forward')))
-        saved.append((hf, 'mul', 'saved', 0))
+        keep((hf, 'mul', 'saved', 0))
         linear(in_model(309), N * V * bf16, D * V * bf16)
-        ce = [('cross_entropy', FUNCTIONAL_PY, 3494, 'func'), ('compute_loss', TRAIN_PY, 89, 'func')] + train_outer
-        lf = self.alloc(N * V * fp32, fsite('to', [('compute_loss', TRAIN_PY, 88, 'func')] + train_outer))
+        ce = [('cross_entropy', FUNCTIONAL_PY, 3494, 'func'), ('compute_loss', TRAIN_PY, 89, 'func')] + step_py(119)
+        lf = self.alloc(N * V * fp32, fsite('to', [('compute_loss', TRAIN_PY, 88, 'func')] + step_py(119)))
         ls = self.alloc(N * V * fp32, fsite('log_softmax', ce))
         loss = self.alloc(4, fsite('nll', ce))
-        saved.extend([(lf, 'to', 'saved', 0), (ls, 'log_softmax', 'saved', 0), (loss, 'nll', 'buffer', 0)])
+        keep((lf, 'to', 'saved', 0), (ls, 'log_softmax', 'saved', 0), (loss, 'nll', 'buffer', 0))
         self.free(idx, free_site(step_py(120)))
         self.t += 5000
 
-        # --- backward (autograd device thread: C++ frames only) ---
+        # --- backward (autograd device thread: C++ frames only, except recomputation) ---
         grads = []
         bw_python = [('_engine_run_backward', GRAPH_PY, 829, 'func'), ('backward', AUTOGRAD_PY, 354, 'func'),
                      ('backward', TENSOR_PY, 648, 'func')] + step_py(121)
-        gin = self.alloc(4, tbb.generic(ALLOC_PROLOGUE + EMPTY_CHAIN + [
+        gin = [self.alloc(4, tbb.generic(ALLOC_PROLOGUE + EMPTY_CHAIN + [
             ('at::native::ones_like(at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>)', ''),
             ('torch::autograd::python::PythonEngine::execute(std::vector<torch::autograd::Edge, std::allocator<torch::autograd::Edge> > const&, std::vector<at::Tensor, std::allocator<at::Tensor> > const&, bool, bool, std::vector<torch::autograd::Edge, std::allocator<torch::autograd::Edge> > const&)', 'python_engine.cpp'),
             ('THPEngine_run_backward(_object*, _object*, _object*)', 'python_engine.cpp'),
-            ('cfunction_call', '??')], bw_python))
-        for (blk, node, kind, wbytes) in reversed(saved):
-            g = self.alloc(max(blk.req, 4), tbb.bw_alloc(node, 1 if node == 'view_as_complex_mul' else 0))
-            if wbytes:
-                grads.append(self.alloc(wbytes, tbb.bw_alloc('mm_w')))   # kept as .grad
-            self.free(blk, tbb.bw_free(node, kind))
-            self.free(gin, tbb.bw_free(node, 'buffer'))
-            gin = g
-        self.free(gin, tbb.bw_free('embedding', 'buffer'))
+            ('cfunction_call', '??')], bw_python))]
+
+        def backward(items):
+            for item in reversed(items):
+                if item[0] == 'ckpt':
+                    ctx['block_outer'] = ckpt_re_outer
+                    saved_stack.append([])
+                    run_layer(item[1])
+                    tmp = saved_stack.pop()
+                    ctx['block_outer'] = None
+                    out = tmp.pop()
+                    self.free(out[0], tbb.bw_free('add', 'buffer'))
+                    backward(tmp)
+                    continue
+                blk, node, kind, wbytes = item
+                g = self.alloc(max(blk.req, 4), tbb.bw_alloc(node, 1 if node == 'view_as_complex_mul' else 0))
+                if wbytes:
+                    grads.append(self.alloc(wbytes, tbb.bw_alloc('mm_w')))   # kept as .grad
+                self.free(blk, tbb.bw_free(node, kind))
+                self.free(gin[0], tbb.bw_free(node, 'buffer'))
+                gin[0] = g
+        backward(saved_stack[0])
+        self.free(gin[0], tbb.bw_free('embedding', 'buffer'))
         grads.append(self.alloc(V * D * bf16, tbb.bw_alloc('embedding')))
-        # norm weight grads (small pool)
-        for i in range(2 * L + 1):
+        for i in range(2 * L + 1):                # norm weight grads (small pool)
             grads.append(self.alloc(D * bf16, tbb.bw_alloc('mul', 1)))
         self.free(tgt, free_site(step_py(122)))
         self.t += 3000

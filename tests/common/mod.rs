@@ -1,0 +1,98 @@
+//! Shared helpers for integration tests: comparing a summary with the figures that
+//! `scripts/expected.py` computed independently (stdlib pickle, no vramlens code).
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use vramlens::analysis::summary::{SummaryOptions, analyze_summary};
+use vramlens::input::{ReadOptions, read_snapshot};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `../shared/data` beside the project, when present.
+pub fn shared_data() -> Option<PathBuf> {
+    let p = root().join("../shared/data");
+    p.is_dir().then_some(p)
+}
+
+/// The summary of a file as JSON, as `vramlens summary --json` prints it.
+pub fn summary_json(path: &Path) -> Value {
+    let (snap, info) = read_snapshot(path, ReadOptions::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::to_value(analyze_summary(&snap, &info, SummaryOptions::default())).unwrap()
+}
+
+const DEVICE_FIELDS: [&str; 13] = [
+    "device",
+    "segments",
+    "segments_large",
+    "segments_small",
+    "segments_expandable",
+    "blocks",
+    "blocks_by_state",
+    "reserved_bytes",
+    "allocated_bytes",
+    "active_bytes",
+    "requested_bytes",
+    "free_block_bytes",
+    "rounding_waste_bytes",
+];
+
+/// Compares every figure of `expected` with `actual`; returns the differences.
+pub fn compare(name: &str, expected: &Value, actual: &Value) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let mut check = |what: String, e: &Value, a: &Value| {
+        if e != a {
+            diffs.push(format!("{name}: {what}: expected {e}, found {a}"));
+        }
+    };
+    check(
+        "pickle_protocol".into(),
+        &expected["pickle_protocol"],
+        &actual["source"]["pickle_protocol"],
+    );
+    check("root".into(), &expected["root"], &actual["layout"]["root"]);
+    let ed = expected["devices"].as_array().unwrap();
+    let ad = actual["devices"].as_array().unwrap();
+    let ids = |v: &Vec<Value>| v.iter().map(|d| d["device"].clone()).collect::<Vec<_>>();
+    check(
+        "devices".into(),
+        &Value::from(ids(ed)),
+        &Value::from(ids(ad)),
+    );
+    for (e, a) in ed.iter().zip(ad) {
+        let dev = &e["device"];
+        for f in DEVICE_FIELDS.iter().chain(&["largest_free_block_bytes"]) {
+            check(format!("device {dev} {f}"), &e[*f], &a[*f]);
+        }
+        for f in ["events", "actions", "first_time_us", "last_time_us"] {
+            check(
+                format!("device {dev} trace.{f}"),
+                &e["trace"][f],
+                &a["trace"][f],
+            );
+        }
+        let ooms = |v: &Value| {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|o| {
+                    (
+                        o["index"].clone(),
+                        o["size"].clone(),
+                        o["device_free"].clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        check(
+            format!("device {dev} ooms (index, size, device_free)"),
+            &Value::from(format!("{:?}", ooms(&e["ooms"]))),
+            &Value::from(format!("{:?}", ooms(&a["ooms"]))),
+        );
+    }
+    diffs
+}
