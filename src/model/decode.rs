@@ -145,8 +145,7 @@ pub fn to_json(v: &Value) -> serde_json::Value {
 /// Decoding state shared by all parts: interning tables, caches and warnings.
 struct Decoder {
     frames: FrameTable,
-    /// Shared frames lists and frame dicts, by the address of their `Rc` allocation.
-    stack_cache: FxMap<usize, StackId>,
+    /// Shared frame dicts, by the address of their `Rc` allocation.
     frame_cache: FxMap<usize, FrameId>,
     /// Keeps cached `Rc`s alive so that their addresses are never reused.
     pinned: Vec<Value>,
@@ -159,7 +158,6 @@ impl Decoder {
     fn new() -> Self {
         Decoder {
             frames: FrameTable::new(),
-            stack_cache: FxMap::default(),
             frame_cache: FxMap::default(),
             pinned: Vec::new(),
             scratch: Vec::new(),
@@ -210,11 +208,8 @@ impl Decoder {
         let (Value::List(list) | Value::Tuple(list)) = v else {
             return Err(expected("a list of frames", v));
         };
-        let shared = Rc::strong_count(list) > 1;
-        let key = Rc::as_ptr(list) as usize;
-        if shared && let Some(&id) = self.stack_cache.get(&key) {
-            return Ok(id);
-        }
+        // Lists are interned by content: a frames list is usually read back only by the
+        // frees of its allocation, so caching it by address would keep it alive for good.
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         for (i, f) in list.iter().enumerate() {
@@ -228,10 +223,6 @@ impl Decoder {
         }
         let id = self.frames.intern_stack(&ids);
         self.scratch = ids;
-        if shared {
-            self.stack_cache.insert(key, id);
-            self.pinned.push(v.clone());
-        }
         Ok(id)
     }
 

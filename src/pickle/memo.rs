@@ -41,10 +41,15 @@ impl IndexSet {
     }
 }
 
-/// The indices that GET opcodes read, with a slot number for each.
+/// Reads of one index, saturating: `MANY` means "never release".
+const MANY: u8 = u8::MAX;
+
+/// The indices that GET opcodes read, with a slot number and a read count for each.
 #[derive(Debug, Default)]
 pub struct MemoReferences {
     set: IndexSet,
+    /// How many times each slot is read (saturating at `MANY`).
+    reads: Vec<u8>,
     /// Number of set bits before each dense word.
     rank: Vec<u32>,
     dense_count: usize,
@@ -52,12 +57,19 @@ pub struct MemoReferences {
 }
 
 impl MemoReferences {
-    fn finish(set: IndexSet) -> Self {
+    fn finish(set: IndexSet, dense_reads: Vec<u8>, sparse_reads: HashMap<u64, u8>) -> Self {
         let mut rank = Vec::with_capacity(set.words.len());
+        let mut reads = Vec::new();
         let mut total = 0u32;
-        for w in &set.words {
+        for (w, &word) in set.words.iter().enumerate() {
             rank.push(total);
-            total += w.count_ones();
+            total += word.count_ones();
+            let mut bits = word;
+            while bits != 0 {
+                let index = w * 64 + bits.trailing_zeros() as usize;
+                reads.push(dense_reads[index]);
+                bits &= bits - 1;
+            }
         }
         let dense_count = total as usize;
         let sparse_slots = set
@@ -66,8 +78,10 @@ impl MemoReferences {
             .enumerate()
             .map(|(i, &idx)| (idx, dense_count + i))
             .collect();
+        reads.extend(set.sparse.iter().map(|idx| sparse_reads[idx]));
         MemoReferences {
             set,
+            reads,
             rank,
             dense_count,
             sparse_slots,
@@ -105,21 +119,29 @@ impl MemoReferences {
 pub fn scan_references<R: Read>(reader: R) -> Result<MemoReferences, Error> {
     let mut input = Input::new(reader);
     let mut set = IndexSet::default();
+    let mut dense_reads: Vec<u8> = Vec::new();
+    let mut sparse_reads: HashMap<u64, u8> = HashMap::new();
     let mut start = 0u64;
     loop {
-        match next_op(&mut input, &mut start)? {
+        let index = match next_op(&mut input, &mut start)? {
             Op::Stop => break,
-            Op::Get(i) => {
-                set.insert(i);
+            Op::Get(i) => i,
+            Op::TextGet(arg) => text_index(arg, start)?,
+            _ => continue,
+        };
+        set.insert(index);
+        let count = if index < DENSE_LIMIT {
+            let i = index as usize;
+            if i >= dense_reads.len() {
+                dense_reads.resize(i + 1, 0);
             }
-            Op::TextGet(arg) => {
-                let i = text_index(arg, start)?;
-                set.insert(i);
-            }
-            _ => {}
-        }
+            &mut dense_reads[i]
+        } else {
+            sparse_reads.entry(index).or_insert(0)
+        };
+        *count = count.saturating_add(1);
     }
-    Ok(MemoReferences::finish(set))
+    Ok(MemoReferences::finish(set, dense_reads, sparse_reads))
 }
 
 /// What a memo slot holds.
@@ -129,6 +151,16 @@ pub enum Slot {
     /// A container still on the stack was memoized; holds its stack position.
     Pending(usize),
     Full(Value, u32),
+    /// Every counted read has happened; the value was dropped.
+    Released,
+}
+
+/// Outcome of [`Memo::read`].
+pub enum MemoRead {
+    Value(Value, u32),
+    /// The index holds a container still on the stack, at this position.
+    Pending(usize),
+    Missing,
 }
 
 /// Values of referenced indices, plus the count of distinct indices ever stored (MEMOIZE
@@ -136,6 +168,8 @@ pub enum Slot {
 pub struct Memo {
     refs: MemoReferences,
     slots: Vec<Slot>,
+    /// Reads left per slot; a value is dropped after its last read.
+    remaining: Vec<u8>,
     stored: IndexSet,
     stored_count: u64,
 }
@@ -143,9 +177,11 @@ pub struct Memo {
 impl Memo {
     pub fn new(refs: MemoReferences) -> Self {
         let slots = vec![Slot::Empty; refs.len()];
+        let remaining = refs.reads.clone();
         Memo {
             refs,
             slots,
+            remaining,
             stored: IndexSet::default(),
             stored_count: 0,
         }
@@ -167,14 +203,33 @@ impl Memo {
 
     #[inline]
     pub fn set(&mut self, slot: usize, value: Slot) {
+        // An index stored again after its counted reads were used up: keep it for good.
+        if self.remaining[slot] == 0 {
+            self.remaining[slot] = MANY;
+        }
         self.slots[slot] = value;
     }
 
+    /// Reads an index: its value when full (counting the read, and releasing the slot
+    /// after the last read the scan counted), or what stands in the slot otherwise.
     #[inline]
-    pub fn get(&self, index: u64) -> &Slot {
-        match self.refs.slot(index) {
-            Some(s) => &self.slots[s],
-            None => &Slot::Empty,
+    pub fn read(&mut self, index: u64) -> MemoRead {
+        let Some(slot) = self.refs.slot(index) else {
+            return MemoRead::Missing;
+        };
+        let (value, depth) = match &self.slots[slot] {
+            Slot::Full(v, d) => (v.clone(), *d),
+            Slot::Pending(pos) => return MemoRead::Pending(*pos),
+            Slot::Empty | Slot::Released => return MemoRead::Missing,
+        };
+        match self.remaining[slot] {
+            MANY => {}
+            1 => {
+                self.remaining[slot] = 0;
+                self.slots[slot] = Slot::Released;
+            }
+            n => self.remaining[slot] = n - 1,
         }
+        MemoRead::Value(value, depth)
     }
 }

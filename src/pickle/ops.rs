@@ -88,6 +88,12 @@ impl<R: Read> Input<R> {
         Ok(&self.buf[start..start + n])
     }
 
+    /// The unread bytes already in the window (may be fewer than any opcode needs).
+    #[inline]
+    fn window(&self) -> &[u8] {
+        &self.buf[self.pos..self.end]
+    }
+
     #[inline]
     pub fn byte(&mut self, what: &'static str) -> Result<u8, Error> {
         Ok(self.take(1, what)?[0])
@@ -213,6 +219,31 @@ fn u64_le(b: &[u8]) -> u64 {
 #[inline]
 pub fn next_op<'a, R: Read>(input: &'a mut Input<R>, start: &mut u64) -> Result<Op<'a>, Error> {
     *start = input.offset();
+    // Fast path for the opcodes that make up nearly all of a snapshot, when the window
+    // already holds the opcode and its fixed-size argument.
+    let w = input.window();
+    if w.len() >= 9 {
+        let (op, used) = match w[0] {
+            b'j' => (Op::Get(u32_le(&w[1..5]) as u64), 5),
+            b'h' => (Op::Get(w[1] as u64), 2),
+            0x94 => (Op::Memoize, 1),
+            b'(' => (Op::Mark, 1),
+            b'K' => (Op::Int(w[1] as i64), 2),
+            b'J' => (Op::Int(i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64), 5),
+            b'}' => (Op::EmptyDict, 1),
+            b']' => (Op::EmptyList, 1),
+            b'u' => (Op::SetItems, 1),
+            b'e' => (Op::Appends, 1),
+            0x86 => (Op::Tuple2, 1),
+            0x88 => (Op::Bool(true), 1),
+            0x89 => (Op::Bool(false), 1),
+            _ => (Op::Stop, 0),
+        };
+        if used > 0 {
+            input.pos += used;
+            return Ok(op);
+        }
+    }
     let code = input.byte("an opcode")?;
     Ok(match code {
         b'(' => Op::Mark,

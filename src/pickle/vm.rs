@@ -5,7 +5,7 @@
 //! take over the elements of a list as they are appended (a snapshot's trace entries), so
 //! those never exist as a value tree.
 
-use super::memo::{Memo, MemoReferences, Slot};
+use super::memo::{Memo, MemoRead, MemoReferences, Slot};
 use super::ops::{Input, Op, next_op, text_index};
 use super::value::ListId;
 use super::{Error, Value};
@@ -64,6 +64,52 @@ struct Open {
     absorbed: u64,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    List,
+    Dict,
+    Set,
+}
+
+/// Freezes an item into a value, filling the memo slots that wait for it.
+fn close_item(
+    item: Item,
+    memo: &mut Memo,
+    open_count: &mut usize,
+    spare: &mut Vec<Box<Open>>,
+) -> (Value, u32) {
+    match item {
+        Item::Val(v, d) => (v, d),
+        Item::Open(mut o) => {
+            *open_count -= 1;
+            let contents = std::mem::replace(&mut o.contents, Contents::List(Vec::new()));
+            let value = match contents {
+                Contents::List(items) => {
+                    if o.absorbed > 0 {
+                        Value::Absorbed {
+                            list: o.id,
+                            len: o.absorbed,
+                        }
+                    } else {
+                        Value::List(Rc::new(items))
+                    }
+                }
+                Contents::Dict(pairs) => Value::Dict(Rc::new(pairs)),
+                Contents::Set(items) => Value::Set(Rc::new(items)),
+            };
+            for &slot in &o.memo_slots {
+                memo.set(slot, Slot::Full(value.clone(), o.depth));
+            }
+            let depth = o.depth;
+            o.memo_slots.clear();
+            if spare.len() < 4096 {
+                spare.push(o);
+            }
+            (value, depth)
+        }
+    }
+}
+
 enum Item {
     Val(Value, u32),
     Open(Box<Open>),
@@ -74,6 +120,7 @@ struct Machine<'b, B: Builder> {
     marks: Vec<usize>,
     open_count: usize,
     memo: Memo,
+    spare: Vec<Box<Open>>,
     builder: &'b mut B,
     next_id: u64,
     offset: u64,
@@ -101,66 +148,51 @@ impl<B: Builder> Machine<'_, B> {
         }
         self.open_count += 1;
         self.next_id += 1;
-        self.stack.push(Item::Open(Box::new(Open {
+        let fresh = Open {
             contents,
             depth: 1,
             memo_slots: Vec::new(),
             id: ListId(self.next_id),
             absorbing: None,
             absorbed: 0,
-        })));
+        };
+        // Reuse the boxes of finished containers: one allocation less per dict and list.
+        let boxed = match self.spare.pop() {
+            Some(mut b) => {
+                *b = fresh;
+                b
+            }
+            None => Box::new(fresh),
+        };
+        self.stack.push(Item::Open(boxed));
         Ok(())
     }
 
-    /// Freezes an item into a value, filling the memo slots that wait for it.
     fn close(&mut self, item: Item) -> (Value, u32) {
-        match item {
-            Item::Val(v, d) => (v, d),
-            Item::Open(o) => {
-                self.open_count -= 1;
-                let o = *o;
-                let value = match o.contents {
-                    Contents::List(items) => {
-                        if o.absorbed > 0 {
-                            Value::Absorbed {
-                                list: o.id,
-                                len: o.absorbed,
-                            }
-                        } else {
-                            Value::List(Rc::new(items))
-                        }
-                    }
-                    Contents::Dict(pairs) => Value::Dict(Rc::new(pairs)),
-                    Contents::Set(items) => Value::Set(Rc::new(items)),
-                };
-                for slot in o.memo_slots {
-                    self.memo.set(slot, Slot::Full(value.clone(), o.depth));
-                }
-                (value, o.depth)
-            }
-        }
+        close_item(item, &mut self.memo, &mut self.open_count, &mut self.spare)
     }
 
     fn pop(&mut self, what: &str) -> Result<(Value, u32), Error> {
+        if matches!(self.marks.last(), Some(&m) if m >= self.stack.len()) {
+            return Err(self.err(format!("{what} would pop a MARK")));
+        }
         match self.stack.pop() {
-            Some(item) => {
-                if matches!(self.marks.last(), Some(&m) if m > self.stack.len()) {
-                    return Err(self.err(format!("{what} would pop a MARK")));
-                }
-                Ok(self.close(item))
-            }
+            Some(item) => Ok(self.close(item)),
             None => Err(self.err(format!("{what} on an empty stack"))),
         }
     }
 
     /// Pops everything above the last MARK, frozen.
     fn pop_mark(&mut self, what: &str) -> Result<Vec<(Value, u32)>, Error> {
-        let m = self
-            .marks
-            .pop()
-            .ok_or_else(|| self.err(format!("{what} without a MARK")))?;
+        let m = self.take_mark(what)?;
         let items: Vec<Item> = self.stack.drain(m..).collect();
         Ok(items.into_iter().map(|i| self.close(i)).collect())
+    }
+
+    fn take_mark(&mut self, what: &str) -> Result<usize, Error> {
+        self.marks
+            .pop()
+            .ok_or_else(|| self.err(format!("{what} without a MARK")))
     }
 
     fn check_depth(&self, depth: u32) -> Result<u32, Error> {
@@ -175,85 +207,92 @@ impl<B: Builder> Machine<'_, B> {
         }
     }
 
-    /// The open container on top of the stack, which APPEND/SETITEM-style opcodes fill.
-    fn target(&mut self, what: &str) -> Result<&mut Open, Error> {
+    /// Moves the items at `stack[start..]` into the open container at `stack[start - 1]`
+    /// (APPEND(S), SETITEM(S), ADDITEMS), freezing each item on the way.
+    fn fill(&mut self, start: usize, kind: Kind, what: &str) -> Result<(), Error> {
         let offset = self.offset;
-        let below_mark = self.marks.last().is_some_and(|&m| m >= self.stack.len());
-        let message = match self.stack.last_mut() {
-            Some(Item::Open(o)) if !below_mark => return Ok(o),
-            Some(Item::Val(v, _)) if !below_mark => format!(
+        let fail = |message: String| Error::Invalid { offset, message };
+        let target_ok = match start.checked_sub(1).and_then(|i| self.stack.get(i)) {
+            Some(Item::Open(o)) => match (&o.contents, kind) {
+                (Contents::List(_), Kind::List)
+                | (Contents::Dict(_), Kind::Dict)
+                | (Contents::Set(_), Kind::Set) => Ok(()),
+                (Contents::Dict(_), _) => Err(format!("{what} into a dict")),
+                (Contents::List(_), _) => Err(format!("{what} into a list")),
+                (Contents::Set(_), _) => Err(format!("{what} into a set")),
+            },
+            Some(Item::Val(v, _)) => Err(format!(
                 "{what} into a finished {}; only containers still being built can be filled",
                 v.type_name()
-            ),
-            _ => format!("{what} with no container to fill"),
+            )),
+            None => Err(format!("{what} with no container to fill")),
         };
-        Err(Error::Invalid { offset, message })
-    }
-
-    fn append_items(&mut self, items: Vec<(Value, u32)>, what: &str) -> Result<(), Error> {
-        let offset = self.offset;
-        let below_mark = self.marks.last().is_some_and(|&m| m >= self.stack.len());
-        if below_mark || !matches!(self.stack.last(), Some(Item::Open(_))) {
-            return self.target(what).map(|_| ());
+        target_ok.map_err(fail)?;
+        if self.marks.last().is_some_and(|&m| m >= start) {
+            return Err(fail(format!("{what} across a MARK")));
         }
-        let Machine { stack, builder, .. } = self;
-        let Some(Item::Open(o)) = stack.last_mut() else {
-            unreachable!("checked above");
+        let count = self.stack.len() - start;
+        if kind == Kind::Dict && count % 2 != 0 {
+            return Err(fail(format!("{what} with an odd number of items")));
+        }
+        let Machine {
+            stack,
+            memo,
+            open_count,
+            spare,
+            builder,
+            ..
+        } = self;
+        let (below, above) = stack.split_at_mut(start);
+        let Some(Item::Open(o)) = below.last_mut() else {
+            unreachable!("target checked above");
         };
         let mut depth = o.depth;
+        let mut take = |slot: &mut Item| {
+            let (v, d) = match slot {
+                Item::Val(v, d) => (std::mem::replace(v, Value::None), *d),
+                Item::Open(_) => {
+                    let item = std::mem::replace(slot, Item::Val(Value::None, 0));
+                    close_item(item, memo, open_count, spare)
+                }
+            };
+            depth = depth.max(d + 1);
+            v
+        };
         match &mut o.contents {
             Contents::List(list) => {
-                for (v, d) in items {
-                    depth = depth.max(d + 1);
+                for slot in above.iter_mut() {
+                    let v = take(slot);
                     let absorbing = *o.absorbing.get_or_insert_with(|| builder.wants_list(&v));
                     if absorbing {
                         let index = o.absorbed;
                         o.absorbed += 1;
                         builder.absorb(o.id, index, v);
                     } else {
+                        list.reserve(count);
                         list.push(v);
                     }
                 }
             }
             Contents::Set(set) => {
-                for (v, d) in items {
-                    depth = depth.max(d + 1);
-                    set.push(v);
+                set.reserve(count);
+                for slot in above.iter_mut() {
+                    set.push(take(slot));
                 }
             }
-            Contents::Dict(_) => {
-                return Err(Error::Invalid {
-                    offset,
-                    message: format!("{what} into a dict; expected a list"),
-                });
+            Contents::Dict(pairs) => {
+                // Repeated keys are kept; lookups take the last one, as Python's dict would.
+                pairs.reserve(count / 2);
+                for pair in above.chunks_exact_mut(2) {
+                    let (k, v) = pair.split_at_mut(1);
+                    let key = take(&mut k[0]);
+                    let value = take(&mut v[0]);
+                    pairs.push((key, value));
+                }
             }
         }
         o.depth = depth;
-        self.check_depth(depth)?;
-        Ok(())
-    }
-
-    fn set_items(&mut self, items: Vec<(Value, u32)>, what: &str) -> Result<(), Error> {
-        if items.len() % 2 != 0 {
-            return Err(self.err(format!("{what} with an odd number of items")));
-        }
-        let offset = self.offset;
-        let o = self.target(what)?;
-        let Contents::Dict(pairs) = &mut o.contents else {
-            return Err(Error::Invalid {
-                offset,
-                message: format!("{what} into a list; expected a dict"),
-            });
-        };
-        let mut depth = o.depth;
-        pairs.reserve(items.len() / 2);
-        let mut it = items.into_iter();
-        // Repeated keys are kept; lookups take the last one, as Python's dict would.
-        while let (Some((k, dk)), Some((v, dv))) = (it.next(), it.next()) {
-            depth = depth.max(dk + 1).max(dv + 1);
-            pairs.push((k, v));
-        }
-        o.depth = depth;
+        stack.truncate(start);
         self.check_depth(depth)?;
         Ok(())
     }
@@ -289,13 +328,12 @@ impl<B: Builder> Machine<'_, B> {
     }
 
     fn memo_get(&mut self, index: u64) -> Result<(), Error> {
-        match self.memo.get(index) {
-            Slot::Full(v, d) => {
-                let item = Item::Val(v.clone(), *d);
-                self.stack.push(item);
+        match self.memo.read(index) {
+            MemoRead::Value(v, d) => {
+                self.stack.push(Item::Val(v, d));
                 Ok(())
             }
-            &Slot::Pending(pos) => {
+            MemoRead::Pending(pos) => {
                 // A container whose items are all written but that its parent has not
                 // consumed yet (a frames list read again further down the same dict).
                 // Reading it while it still receives a batch would be a cycle.
@@ -309,11 +347,10 @@ impl<B: Builder> Machine<'_, B> {
                 }
                 let item = std::mem::replace(&mut self.stack[pos], Item::Val(Value::None, 0));
                 let (v, d) = self.close(item);
-                self.stack[pos] = Item::Val(v.clone(), d);
-                self.stack.push(Item::Val(v, d));
-                Ok(())
+                self.stack[pos] = Item::Val(v, d);
+                self.memo_get(index)
             }
-            Slot::Empty => Err(self.err(format!(
+            MemoRead::Missing => Err(self.err(format!(
                 "memo reference {index} to an index that was never stored"
             ))),
         }
@@ -432,6 +469,7 @@ pub fn parse_with<R: Read, B: Builder>(
         marks: Vec::new(),
         open_count: 0,
         memo: Memo::new(refs),
+        spare: Vec::new(),
         builder,
         next_id: 0,
         offset: 0,
@@ -512,15 +550,17 @@ pub fn parse_with<R: Read, B: Builder>(
             Op::EmptyDict => m.open(Contents::Dict(Vec::new()))?,
             Op::EmptySet => m.open(Contents::Set(Vec::new()))?,
             Op::EmptyTuple => m.push_val(Value::Tuple(Rc::new(Vec::new()))),
-            Op::List => {
-                let items = m.pop_mark("LIST")?;
-                m.open(Contents::List(Vec::new()))?;
-                m.append_items(items, "LIST")?;
-            }
-            Op::Dict => {
-                let items = m.pop_mark("DICT")?;
-                m.open(Contents::Dict(Vec::new()))?;
-                m.set_items(items, "DICT")?;
+            Op::List | Op::Dict => {
+                // Build the container under its items, then fill it as APPENDS would.
+                let (what, kind, contents) = match op {
+                    Op::List => ("LIST", Kind::List, Contents::List(Vec::new())),
+                    _ => ("DICT", Kind::Dict, Contents::Dict(Vec::new())),
+                };
+                let mark = m.take_mark(what)?;
+                m.open(contents)?;
+                let made = m.stack.pop().expect("just pushed");
+                m.stack.insert(mark, made);
+                m.fill(mark + 1, kind, what)?;
             }
             Op::FrozenSet => {
                 let items = m.pop_mark("FROZENSET")?;
@@ -546,25 +586,21 @@ pub fn parse_with<R: Read, B: Builder>(
                 m.tuple(items)?;
             }
             Op::Append => {
-                let item = m.pop("APPEND")?;
-                m.append_items(vec![item], "APPEND")?;
-            }
-            Op::Appends => {
-                let items = m.pop_mark("APPENDS")?;
-                m.append_items(items, "APPENDS")?;
-            }
-            Op::AddItems => {
-                let items = m.pop_mark("ADDITEMS")?;
-                m.append_items(items, "ADDITEMS")?;
+                let start = m.stack.len().checked_sub(1).ok_or_else(|| m.err("APPEND on an empty stack"))?;
+                m.fill(start, Kind::List, "APPEND")?;
             }
             Op::SetItem => {
-                let v = m.pop("SETITEM")?;
-                let k = m.pop("SETITEM")?;
-                m.set_items(vec![k, v], "SETITEM")?;
+                let start = m.stack.len().checked_sub(2).ok_or_else(|| m.err("SETITEM needs a key and a value"))?;
+                m.fill(start, Kind::Dict, "SETITEM")?;
             }
-            Op::SetItems => {
-                let items = m.pop_mark("SETITEMS")?;
-                m.set_items(items, "SETITEMS")?;
+            Op::Appends | Op::SetItems | Op::AddItems => {
+                let (what, kind) = match op {
+                    Op::Appends => ("APPENDS", Kind::List),
+                    Op::SetItems => ("SETITEMS", Kind::Dict),
+                    _ => ("ADDITEMS", Kind::Set),
+                };
+                let mark = m.take_mark(what)?;
+                m.fill(mark, kind, what)?;
             }
             Op::Get(i) => m.memo_get(i)?,
             Op::TextGet(arg) => {
