@@ -20,9 +20,13 @@ What it models (PyTorch 2.10, `_record_memory_history(stacks="all")`, Python 3.8
   tile's segments, plus segments holding parameters and optimizer state that were
   allocated before recording started) is consistent with the trace: contiguous
   blocks, sums, states, block frames = the frames of the alloc that made them.
-* ~300 distinct tracebacks of 20-60 frames mixing Python frames and C++ frames
-  ('??' file names, line 0, `_PyEval_EvalFrameDefault` interleaving, autograd
-  device-thread stacks that have no Python frames at all).
+* 12-layer decoder (every 4th layer local attention with a mask, every other layer a
+  top-2 MoE MLP, layers 5 and 11 activation-checkpointed, i.e. recomputed during
+  backward from the autograd thread), grad-norm clipping, AdamW foreach step.
+  392 distinct tracebacks, 18-83 frames (median 57; 31 on average per trace entry,
+  since autograd-thread stacks are short), mixing Python frames and C++ frames
+  ('??'/'' file names, line 0, `_PyEval_EvalFrameDefault` interleaving, autograd
+  device-thread stacks with no Python frames at all).  428 distinct frame dicts.
 * Trace entry keys in 2.10 order: action, addr, size, stream, time_us,
   compile_context ('N/A'), user_metadata (''), frames.
 * Object sharing as PyTorch's dumper produces it: every dict-key string and action /
@@ -50,7 +54,11 @@ LONG_BINGET above).  Memory use stays small (only shared objects are memoised);
 `--verify` loads the result and checks `pickle.dumps(pickle.load(f), protocol=4)` is
 identical to the file (use it on small sizes: a 30 MB file needs ~1 GB of RAM).
 
-Stdlib only.  Roughly 15-25 s per 100 MB on one core (more with --gzip).
+Numbers (default model, capture sharing): 12408 trace entries per tile, ~176 bytes
+per trace entry (real 2.5-era stacks="all" file: 169), 397 final segments / 716
+blocks; --sharing traceback: ~80 bytes per entry.  The size lands within one tile
+(~2.2 MB) of --size-mb.  Speed: ~2.2 s per 100 MB, ~25 MB RSS, any size.
+Stdlib only.
 """
 
 import argparse
@@ -260,8 +268,7 @@ CKPT_PY = SITE + '/torch/utils/checkpoint.py'
 class Catalog:
     """Distinct frames (by identity key) and distinct tracebacks (tuples of frame ids)."""
 
-    def __init__(self, rng):
-        self.rng = rng
+    def __init__(self):
         self.frames = []          # fid -> (name, filename, line)
         self.frame_ids = {}       # (name, filename, line, variant) -> fid
         self.tbs = []             # tb id -> tuple of fids
@@ -278,6 +285,7 @@ class Catalog:
 
     def tb(self, fids):
         t = tuple(fids)
+        assert len(t) >= 2, 'frames lists are written with MARK ... APPENDS'
         i = self.tb_ids.get(t)
         if i is None:
             i = len(self.tbs)
@@ -448,11 +456,6 @@ OPS = {
                   'at::native::to(at::Tensor const&, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, bool, bool, std::optional<c10::MemoryFormat>)'],
                  'torch::autograd::THPVariable_to(_object*, _object*, _object*)'),
 }
-CPP_FILES = {
-    'RegisterCUDA.cpp': 0.3, 'VariableType_0.cpp': 0.08, 'VariableType_2.cpp': 0.08,
-    '': 0.2, '??': 0.34,
-}
-
 BACKWARD_NODES = {
     'mm': ('torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)',
            ['at::native::mm_out_cuda(at::Tensor const&, at::Tensor const&, at::Tensor&)',
@@ -804,7 +807,7 @@ class Allocator:
 class Step:
     def __init__(self, rng, layers):
         self.rng = rng
-        self.cat = Catalog(rng)
+        self.cat = Catalog()
         self.tb = TracebackBuilder(self.cat)
         self.layers = layers
         self.events = []          # (action, rel addr, size, rel time, tb, cap)
@@ -1274,11 +1277,6 @@ class Generator:
             if uses is not None:
                 self.live_left[capkey] = uses - 1
         return parts
-
-    def cap_key(self, tile, tb, cap):
-        if self.sharing == 'traceback':
-            return ('tb', tb)
-        return (tile, cap)
 
     # -- sections
     def write_segments(self, w):

@@ -114,7 +114,7 @@ fn as_dict(v: &Value, what: &str) -> Result<Rc<Vec<(Value, Value)>>, DecodeError
 pub fn to_json(v: &Value) -> serde_json::Value {
     use serde_json::Value as J;
     match v {
-        Value::None | Value::Absorbed { .. } => J::Null,
+        Value::None | Value::Absorbed { .. } | Value::Handle(_) => J::Null,
         Value::Bool(b) => J::Bool(*b),
         Value::Int(i) => J::from(*i),
         Value::BigInt(_) => match (v.as_u64(), v.as_i128()) {
@@ -145,10 +145,10 @@ pub fn to_json(v: &Value) -> serde_json::Value {
 /// Decoding state shared by all parts: interning tables, caches and warnings.
 struct Decoder {
     frames: FrameTable,
-    /// Shared frame dicts, by the address of their `Rc` allocation.
-    frame_cache: FxMap<usize, FrameId>,
-    /// Keeps cached `Rc`s alive so that their addresses are never reused.
-    pinned: Vec<Value>,
+    /// Frame dicts read back from the memo, by the stamp of their stored value.
+    frame_cache: FxMap<u64, FrameId>,
+    /// Frames lists that failed to decode while being read, with the error.
+    frame_errors: FxMap<ListId, DecodeError>,
     scratch: Vec<FrameId>,
     warnings: Warnings,
     features: Features,
@@ -159,7 +159,7 @@ impl Decoder {
         Decoder {
             frames: FrameTable::new(),
             frame_cache: FxMap::default(),
-            pinned: Vec::new(),
+            frame_errors: FxMap::default(),
             scratch: Vec::new(),
             warnings: Warnings::default(),
             features: Features::default(),
@@ -170,15 +170,12 @@ impl Decoder {
         let Value::Dict(d) = v else {
             return Err(expected("a frame dict", v));
         };
-        let shared = Rc::strong_count(d) > 1;
-        let key = Rc::as_ptr(d) as usize;
-        if shared && let Some(&id) = self.frame_cache.get(&key) {
-            return Ok(id);
-        }
         let (mut filename, mut name, mut line) = (None, None, None);
         for (k, val) in d.iter() {
             match k.as_str() {
-                Some("filename") => filename = Some(as_str(val).map_err(|e| e.under(".filename"))?),
+                Some("filename") => {
+                    filename = Some(as_str(val).map_err(|e| e.under(".filename"))?)
+                }
                 Some("name") => name = Some(as_str(val).map_err(|e| e.under(".name"))?),
                 // -1 ("unknown") is sometimes written as 2^64 - 1: keep it as -1.
                 Some("line") => {
@@ -192,24 +189,37 @@ impl Decoder {
         }
         let filename = self.frames.intern_str(filename.unwrap_or(""));
         let name = self.frames.intern_str(name.unwrap_or(""));
-        let id = self.frames.intern_frame(Frame {
+        Ok(self.frames.intern_frame(Frame {
             filename,
             name,
             line: line.unwrap_or(0),
-        });
-        if shared {
-            self.frame_cache.insert(key, id);
-            self.pinned.push(v.clone());
+        }))
+    }
+
+    /// A frame dict read back from the memo: decoded once per stored value.
+    fn shared_frame(&mut self, stamp: u64, v: &Value) -> Result<FrameId, DecodeError> {
+        if let Some(&id) = self.frame_cache.get(&stamp) {
+            return Ok(id);
         }
+        let id = self.frame(v)?;
+        self.frame_cache.insert(stamp, id);
         Ok(id)
     }
 
     fn stack(&mut self, v: &Value) -> Result<StackId, DecodeError> {
-        let (Value::List(list) | Value::Tuple(list)) = v else {
-            return Err(expected("a list of frames", v));
+        let list = match v {
+            // A frames list the builder took over while reading.
+            Value::Handle(id) => return Ok(StackId(*id as u32)),
+            Value::Absorbed { list, .. } => {
+                return Err(self
+                    .frame_errors
+                    .get(list)
+                    .cloned()
+                    .unwrap_or_else(|| expected("a list of frames", v)));
+            }
+            Value::List(list) | Value::Tuple(list) => list,
+            _ => return Err(expected("a list of frames", v)),
         };
-        // Lists are interned by content: a frames list is usually read back only by the
-        // frees of its allocation, so caching it by address would keep it alive for good.
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         for (i, f) in list.iter().enumerate() {
@@ -589,11 +599,13 @@ struct PendingTrace {
 
 type Pending = std::collections::BTreeMap<ListId, PendingTrace>;
 
-/// Plugs into [`pickle::parse_with`]: decodes trace entries as they are read, then
-/// [`SnapshotBuilder::finish`] decodes the rest of the tree.
+/// Plugs into [`pickle::parse_with`]: decodes trace entries and frames lists as they are
+/// read, then [`SnapshotBuilder::finish`] decodes the rest of the tree.
 pub struct SnapshotBuilder {
     dec: Decoder,
     pending: Pending,
+    /// Frames lists being read: their frames so far, or the first error.
+    frames_lists: FxMap<ListId, Result<Vec<FrameId>, DecodeError>>,
 }
 
 impl Default for SnapshotBuilder {
@@ -602,19 +614,65 @@ impl Default for SnapshotBuilder {
     }
 }
 
+fn is_frame_dict(v: &Value) -> bool {
+    v.get("line").is_some() && (v.get("filename").is_some() || v.get("name").is_some())
+}
+
 impl pickle::Builder for SnapshotBuilder {
-    fn wants_list(&mut self, first: &Value) -> bool {
-        // Trace entries are dicts with a string 'action'; nothing else in a snapshot is.
-        matches!(first.get("action"), Some(Value::Str(_)))
+    fn wants_list(&mut self, list: ListId, first: &Value) -> bool {
+        // Trace entries are dicts with a string 'action'; frames are dicts with 'line' and
+        // 'filename'/'name'. Nothing else in a snapshot looks like either.
+        if matches!(first.get("action"), Some(Value::Str(_))) {
+            self.pending.insert(list, PendingTrace::default());
+            true
+        } else if is_frame_dict(first) {
+            self.frames_lists.insert(list, Ok(Vec::new()));
+            true
+        } else {
+            false
+        }
     }
 
     fn absorb(&mut self, list: ListId, index: u64, item: Value) {
-        let p = self.pending.entry(list).or_default();
+        self.absorb_shared(list, index, 0, &item);
+    }
+
+    fn absorb_shared(&mut self, list: ListId, index: u64, stamp: u64, item: &Value) {
+        if let Some(Ok(frames)) = self.frames_lists.get_mut(&list) {
+            // stamp 0: a value read once, not from the memo.
+            let id = if stamp == 0 {
+                self.dec.frame(item)
+            } else {
+                self.dec.shared_frame(stamp, item)
+            };
+            match id {
+                Ok(id) => frames.push(id),
+                Err(e) => {
+                    self.frames_lists
+                        .insert(list, Err(e.under(&format!("[{index}]"))));
+                }
+            }
+            return;
+        }
+        let Some(p) = self.pending.get_mut(&list) else {
+            return;
+        };
         if p.error.is_some() {
             return;
         }
-        if let Err(e) = self.dec.entry(&item, &mut p.trace) {
+        if let Err(e) = self.dec.entry(item, &mut p.trace) {
             p.error = Some((index, e));
+        }
+    }
+
+    fn close_list(&mut self, list: ListId, len: u64) -> Value {
+        match self.frames_lists.remove(&list) {
+            Some(Ok(frames)) => Value::Handle(self.dec.frames.intern_stack(&frames).0 as u64),
+            Some(Err(e)) => {
+                self.dec.frame_errors.insert(list, e);
+                Value::Absorbed { list, len }
+            }
+            None => Value::Absorbed { list, len },
         }
     }
 }
@@ -624,6 +682,7 @@ impl SnapshotBuilder {
         SnapshotBuilder {
             dec: Decoder::new(),
             pending: Pending::new(),
+            frames_lists: FxMap::default(),
         }
     }
 

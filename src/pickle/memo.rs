@@ -150,14 +150,16 @@ pub enum Slot {
     Empty,
     /// A container still on the stack was memoized; holds its stack position.
     Pending(usize),
-    Full(Value, u32),
+    /// A value, its nesting depth, and a stamp unique to this store.
+    Full(Value, u32, u64),
     /// Every counted read has happened; the value was dropped.
     Released,
 }
 
-/// Outcome of [`Memo::read`].
+/// Outcome of [`Memo::lookup`].
 pub enum MemoRead {
-    Value(Value, u32),
+    /// The slot holds a value.
+    Full(u32),
     /// The index holds a container still on the stack, at this position.
     Pending(usize),
     Missing,
@@ -165,6 +167,10 @@ pub enum MemoRead {
 
 /// Values of referenced indices, plus the count of distinct indices ever stored (MEMOIZE
 /// stores at that count, as Python's `len(memo)`).
+///
+/// A GET does not copy the value: the stack holds a reference to the slot until the
+/// value is consumed ([`Memo::consume`] or [`Memo::consumed`]), and only then is the read
+/// counted, so a slot is never released while a reference to it waits on the stack.
 pub struct Memo {
     refs: MemoReferences,
     slots: Vec<Slot>,
@@ -172,6 +178,7 @@ pub struct Memo {
     remaining: Vec<u8>,
     stored: IndexSet,
     stored_count: u64,
+    stamps: u64,
 }
 
 impl Memo {
@@ -184,6 +191,7 @@ impl Memo {
             remaining,
             stored: IndexSet::default(),
             stored_count: 0,
+            stamps: 0,
         }
     }
 
@@ -201,35 +209,66 @@ impl Memo {
         self.refs.slot(index)
     }
 
+    /// Whether a slot holds a value (which references on the stack may point to).
+    pub fn is_full(&self, slot: usize) -> bool {
+        matches!(self.slots[slot], Slot::Full(..))
+    }
+
+    pub fn set_pending(&mut self, slot: usize, pos: usize) {
+        self.slots[slot] = Slot::Pending(pos);
+    }
+
     #[inline]
-    pub fn set(&mut self, slot: usize, value: Slot) {
+    pub fn set(&mut self, slot: usize, value: Value, depth: u32) {
         // An index stored again after its counted reads were used up: keep it for good.
         if self.remaining[slot] == 0 {
             self.remaining[slot] = MANY;
         }
-        self.slots[slot] = value;
+        self.stamps += 1;
+        self.slots[slot] = Slot::Full(value, depth, self.stamps);
     }
 
-    /// Reads an index: its value when full (counting the read, and releasing the slot
-    /// after the last read the scan counted), or what stands in the slot otherwise.
     #[inline]
-    pub fn read(&mut self, index: u64) -> MemoRead {
+    pub fn lookup(&self, index: u64) -> MemoRead {
         let Some(slot) = self.refs.slot(index) else {
             return MemoRead::Missing;
         };
-        let (value, depth) = match &self.slots[slot] {
-            Slot::Full(v, d) => (v.clone(), *d),
-            Slot::Pending(pos) => return MemoRead::Pending(*pos),
-            Slot::Empty | Slot::Released => return MemoRead::Missing,
-        };
+        match &self.slots[slot] {
+            Slot::Full(..) => MemoRead::Full(slot as u32),
+            Slot::Pending(pos) => MemoRead::Pending(*pos),
+            Slot::Empty | Slot::Released => MemoRead::Missing,
+        }
+    }
+
+    /// The value of a full slot with its depth and stamp.
+    #[inline]
+    pub fn peek(&self, slot: u32) -> (&Value, u32, u64) {
+        match &self.slots[slot as usize] {
+            Slot::Full(v, d, stamp) => (v, *d, *stamp),
+            _ => unreachable!("references on the stack point to full slots"),
+        }
+    }
+
+    /// Counts one read of a slot, releasing its value after the last counted read.
+    #[inline]
+    pub fn consumed(&mut self, slot: u32) {
+        let slot = slot as usize;
         match self.remaining[slot] {
             MANY => {}
             1 => {
                 self.remaining[slot] = 0;
                 self.slots[slot] = Slot::Released;
             }
-            n => self.remaining[slot] = n - 1,
+            n => self.remaining[slot] = n.saturating_sub(1),
         }
-        MemoRead::Value(value, depth)
+    }
+
+    /// A copy of the value (sharing its containers), counting the read.
+    #[inline]
+    pub fn consume(&mut self, slot: u32) -> (Value, u32) {
+        let (v, d, _) = self.peek(slot);
+        let out = (v.clone(), d);
+        self.consumed(slot);
+        out
     }
 }

@@ -28,6 +28,8 @@ pub enum Value {
         list: ListId,
         len: u64,
     },
+    /// An opaque value a [`crate::pickle::Builder`] put in place of a list it took over.
+    Handle(u64),
 }
 
 impl Value {
@@ -40,7 +42,7 @@ impl Value {
             Value::Float(_) => "float",
             Value::Str(_) => "str",
             Value::Bytes(_) => "bytes",
-            Value::List(_) | Value::Absorbed { .. } => "list",
+            Value::List(_) | Value::Absorbed { .. } | Value::Handle(_) => "list",
             Value::Tuple(_) => "tuple",
             Value::Dict(_) => "dict",
             Value::Set(_) => "set",

@@ -1,11 +1,12 @@
 //! The second pass: a stack machine over the data-only opcodes that builds [`Value`]s.
 //!
 //! Containers are mutable only while they are being built ("open"); once consumed by
-//! their parent, a tuple, POP or STOP, they are frozen behind an `Rc`. A [`Builder`] may
-//! take over the elements of a list as they are appended (a snapshot's trace entries), so
-//! those never exist as a value tree.
+//! their parent, a tuple, POP or STOP, they are frozen behind an `Rc`. A GET pushes a
+//! reference to the memo slot, not a copy; most references are consumed by a
+//! [`Builder`] that takes over the elements of a list as they are appended (a snapshot's
+//! trace entries and frames lists), so those never exist as a value tree.
 
-use super::memo::{Memo, MemoRead, MemoReferences, Slot};
+use super::memo::{Memo, MemoRead, MemoReferences};
 use super::ops::{Input, Op, next_op, text_index};
 use super::value::ListId;
 use super::{Error, Value};
@@ -20,18 +21,29 @@ pub const MAX_OPEN: usize = 100_000;
 /// Lets the consumer of a pickle take over list elements as they are appended.
 pub trait Builder {
     /// Called with the first element appended to a list; returning true makes every
-    /// element of that list go to [`Builder::absorb`] instead of into the list, which
-    /// then reads back as [`Value::Absorbed`].
-    fn wants_list(&mut self, first: &Value) -> bool;
+    /// element of that list go to [`Builder::absorb`] / [`Builder::absorb_shared`]
+    /// instead of into the list, and the list is replaced by what
+    /// [`Builder::close_list`] returns.
+    fn wants_list(&mut self, list: ListId, first: &Value) -> bool;
     /// Takes one element of a list that [`Builder::wants_list`] accepted.
     fn absorb(&mut self, list: ListId, index: u64, item: Value);
+    /// Takes one element that is a memo value read back (shared with other places).
+    /// `stamp` identifies that stored value uniquely, so it can serve as a cache key.
+    fn absorb_shared(&mut self, list: ListId, index: u64, stamp: u64, item: &Value) {
+        let _ = stamp;
+        self.absorb(list, index, item.clone());
+    }
+    /// The value that stands for a taken-over list once it is complete.
+    fn close_list(&mut self, list: ListId, len: u64) -> Value {
+        Value::Absorbed { list, len }
+    }
 }
 
 /// A builder that takes nothing: plain values all the way down.
 pub struct PlainBuilder;
 
 impl Builder for PlainBuilder {
-    fn wants_list(&mut self, _first: &Value) -> bool {
+    fn wants_list(&mut self, _list: ListId, _first: &Value) -> bool {
         false
     }
     fn absorb(&mut self, _list: ListId, _index: u64, _item: Value) {}
@@ -72,24 +84,23 @@ enum Kind {
 }
 
 /// Freezes an item into a value, filling the memo slots that wait for it.
-fn close_item(
+fn close_item<B: Builder>(
     item: Item,
     memo: &mut Memo,
     open_count: &mut usize,
     spare: &mut Vec<Box<Open>>,
+    builder: &mut B,
 ) -> (Value, u32) {
     match item {
         Item::Val(v, d) => (v, d),
+        Item::Ref(slot) => memo.consume(slot),
         Item::Open(mut o) => {
             *open_count -= 1;
             let contents = std::mem::replace(&mut o.contents, Contents::List(Vec::new()));
             let value = match contents {
                 Contents::List(items) => {
-                    if o.absorbed > 0 {
-                        Value::Absorbed {
-                            list: o.id,
-                            len: o.absorbed,
-                        }
+                    if o.absorbing == Some(true) {
+                        builder.close_list(o.id, o.absorbed)
                     } else {
                         Value::List(Rc::new(items))
                     }
@@ -98,7 +109,7 @@ fn close_item(
                 Contents::Set(items) => Value::Set(Rc::new(items)),
             };
             for &slot in &o.memo_slots {
-                memo.set(slot, Slot::Full(value.clone(), o.depth));
+                memo.set(slot, value.clone(), o.depth);
             }
             let depth = o.depth;
             o.memo_slots.clear();
@@ -111,7 +122,10 @@ fn close_item(
 }
 
 enum Item {
+    /// A value with its nesting depth.
     Val(Value, u32),
+    /// A memo value read back, not yet consumed (a slot index).
+    Ref(u32),
     Open(Box<Open>),
 }
 
@@ -169,7 +183,21 @@ impl<B: Builder> Machine<'_, B> {
     }
 
     fn close(&mut self, item: Item) -> (Value, u32) {
-        close_item(item, &mut self.memo, &mut self.open_count, &mut self.spare)
+        close_item(
+            item,
+            &mut self.memo,
+            &mut self.open_count,
+            &mut self.spare,
+            self.builder,
+        )
+    }
+
+    /// Turns a reference on top of the stack into a value (before DUP or a memo store).
+    fn materialize_top(&mut self) {
+        if let Some(Item::Ref(slot)) = self.stack.last() {
+            let (v, d) = self.memo.consume(*slot);
+            *self.stack.last_mut().expect("checked") = Item::Val(v, d);
+        }
     }
 
     fn pop(&mut self, what: &str) -> Result<(Value, u32), Error> {
@@ -225,6 +253,10 @@ impl<B: Builder> Machine<'_, B> {
                 "{what} into a finished {}; only containers still being built can be filled",
                 v.type_name()
             )),
+            Some(Item::Ref(slot)) => Err(format!(
+                "{what} into a finished {} read from the memo; only containers still being built can be filled",
+                self.memo.peek(*slot).0.type_name()
+            )),
             None => Err(format!("{what} with no container to fill")),
         };
         target_ok.map_err(fail)?;
@@ -248,36 +280,62 @@ impl<B: Builder> Machine<'_, B> {
             unreachable!("target checked above");
         };
         let mut depth = o.depth;
-        let mut take = |slot: &mut Item| {
-            let (v, d) = match slot {
-                Item::Val(v, d) => (std::mem::replace(v, Value::None), *d),
-                Item::Open(_) => {
-                    let item = std::mem::replace(slot, Item::Val(Value::None, 0));
-                    close_item(item, memo, open_count, spare)
-                }
-            };
-            depth = depth.max(d + 1);
-            v
+        let mut take = |slot: &mut Item, memo: &mut Memo, builder: &mut B| match slot {
+            Item::Val(v, d) => (std::mem::replace(v, Value::None), *d),
+            Item::Ref(s) => memo.consume(*s),
+            Item::Open(_) => {
+                let item = std::mem::replace(slot, Item::Val(Value::None, 0));
+                close_item(item, memo, open_count, spare, builder)
+            }
         };
         match &mut o.contents {
             Contents::List(list) => {
                 for slot in above.iter_mut() {
-                    let v = take(slot);
-                    let absorbing = *o.absorbing.get_or_insert_with(|| builder.wants_list(&v));
-                    if absorbing {
-                        let index = o.absorbed;
-                        o.absorbed += 1;
-                        builder.absorb(o.id, index, v);
-                    } else {
+                    if let Item::Open(_) = slot {
+                        let (v, d) = take(slot, memo, builder);
+                        *slot = Item::Val(v, d);
+                    }
+                    let absorbing = match o.absorbing {
+                        Some(a) => a,
+                        None => {
+                            let a = match slot {
+                                Item::Val(v, _) => builder.wants_list(o.id, v),
+                                Item::Ref(s) => builder.wants_list(o.id, memo.peek(*s).0),
+                                Item::Open(_) => false,
+                            };
+                            o.absorbing = Some(a);
+                            a
+                        }
+                    };
+                    if !absorbing {
                         list.reserve(count);
+                        let (v, d) = take(slot, memo, builder);
+                        depth = depth.max(d + 1);
                         list.push(v);
+                        continue;
+                    }
+                    let index = o.absorbed;
+                    o.absorbed += 1;
+                    if let Item::Ref(s) = slot {
+                        // Shared values go to the builder by reference: no copy at all.
+                        let (v, d, stamp) = memo.peek(*s);
+                        depth = depth.max(d + 1);
+                        builder.absorb_shared(o.id, index, stamp, v);
+                        memo.consumed(*s);
+                        *slot = Item::Val(Value::None, 0);
+                    } else {
+                        let (v, d) = take(slot, memo, builder);
+                        depth = depth.max(d + 1);
+                        builder.absorb(o.id, index, v);
                     }
                 }
             }
             Contents::Set(set) => {
                 set.reserve(count);
                 for slot in above.iter_mut() {
-                    set.push(take(slot));
+                    let (v, d) = take(slot, memo, builder);
+                    depth = depth.max(d + 1);
+                    set.push(v);
                 }
             }
             Contents::Dict(pairs) => {
@@ -285,8 +343,9 @@ impl<B: Builder> Machine<'_, B> {
                 pairs.reserve(count / 2);
                 for pair in above.chunks_exact_mut(2) {
                     let (k, v) = pair.split_at_mut(1);
-                    let key = take(&mut k[0]);
-                    let value = take(&mut v[0]);
+                    let (key, dk) = take(&mut k[0], memo, builder);
+                    let (value, dv) = take(&mut v[0], memo, builder);
+                    depth = depth.max(dk + 1).max(dv + 1);
                     pairs.push((key, value));
                 }
             }
@@ -306,31 +365,44 @@ impl<B: Builder> Machine<'_, B> {
     }
 
     fn memo_put(&mut self, index: u64) -> Result<(), Error> {
+        if self.stack.is_empty() {
+            return Err(self.err("memo store with an empty stack"));
+        }
         let Some(slot) = self.memo.store_slot(index) else {
-            if self.stack.is_empty() {
-                return Err(self.err("memo store with an empty stack"));
-            }
             return Ok(());
         };
-        match self.stack.last_mut() {
-            Some(Item::Val(v, d)) => {
-                let full = Slot::Full(v.clone(), *d);
-                self.memo.set(slot, full);
+        // Overwriting a value that references on the stack still point to (legal, never
+        // written by real picklers): give those references their values first.
+        if self.memo.is_full(slot) {
+            for i in 0..self.stack.len() {
+                if let Item::Ref(r) = self.stack[i]
+                    && r as usize == slot
+                {
+                    let (v, d) = self.memo.consume(r);
+                    self.stack[i] = Item::Val(v, d);
+                }
             }
-            Some(Item::Open(o)) => {
+        }
+        self.materialize_top();
+        let pos = self.stack.len() - 1;
+        match &mut self.stack[pos] {
+            Item::Val(v, d) => {
+                let (v, d) = (v.clone(), *d);
+                self.memo.set(slot, v, d);
+            }
+            Item::Open(o) => {
                 o.memo_slots.push(slot);
-                let pos = self.stack.len() - 1;
-                self.memo.set(slot, Slot::Pending(pos));
+                self.memo.set_pending(slot, pos);
             }
-            None => return Err(self.err("memo store with an empty stack")),
+            Item::Ref(_) => unreachable!("materialized above"),
         }
         Ok(())
     }
 
     fn memo_get(&mut self, index: u64) -> Result<(), Error> {
-        match self.memo.read(index) {
-            MemoRead::Value(v, d) => {
-                self.stack.push(Item::Val(v, d));
+        match self.memo.lookup(index) {
+            MemoRead::Full(slot) => {
+                self.stack.push(Item::Ref(slot));
                 Ok(())
             }
             MemoRead::Pending(pos) => {
@@ -497,7 +569,10 @@ pub fn parse_with<R: Read, B: Builder>(
             Op::PopMark => {
                 m.pop_mark("POP_MARK")?;
             }
-            Op::Dup => match m.stack.last() {
+            Op::Dup => match {
+                m.materialize_top();
+                m.stack.last()
+            } {
                 Some(Item::Val(v, d)) => {
                     let item = Item::Val(v.clone(), *d);
                     m.stack.push(item);
@@ -505,6 +580,7 @@ pub fn parse_with<R: Read, B: Builder>(
                 Some(Item::Open(_)) => {
                     return Err(m.err("DUP of a container still being built is not supported"));
                 }
+                Some(Item::Ref(_)) => unreachable!("materialized above"),
                 None => return Err(m.err("DUP on an empty stack")),
             },
             Op::None => m.push_val(Value::None),
