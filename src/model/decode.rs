@@ -6,7 +6,7 @@
 use super::frames::{FrameId, FxMap};
 use super::trace::NewEvent;
 use super::*;
-use crate::pickle::{self, ListId, Value};
+use crate::pickle::{self, ListId, SharedKey, Value};
 use std::rc::Rc;
 
 /// A field that does not hold what a snapshot needs there.
@@ -145,8 +145,8 @@ pub fn to_json(v: &Value) -> serde_json::Value {
 /// Decoding state shared by all parts: interning tables, caches and warnings.
 struct Decoder {
     frames: FrameTable,
-    /// Frame dicts read back from the memo, by the stamp of their stored value.
-    frame_cache: FxMap<u64, FrameId>,
+    /// Frame dicts read back from the memo: (stamp, frame) by memo slot.
+    frame_cache: Vec<(u64, FrameId)>,
     /// Frames lists that failed to decode while being read, with the error.
     frame_errors: FxMap<ListId, DecodeError>,
     scratch: Vec<FrameId>,
@@ -158,7 +158,7 @@ impl Decoder {
     fn new() -> Self {
         Decoder {
             frames: FrameTable::new(),
-            frame_cache: FxMap::default(),
+            frame_cache: Vec::new(),
             frame_errors: FxMap::default(),
             scratch: Vec::new(),
             warnings: Warnings::default(),
@@ -197,12 +197,18 @@ impl Decoder {
     }
 
     /// A frame dict read back from the memo: decoded once per stored value.
-    fn shared_frame(&mut self, stamp: u64, v: &Value) -> Result<FrameId, DecodeError> {
-        if let Some(&id) = self.frame_cache.get(&stamp) {
+    fn shared_frame(&mut self, key: SharedKey, v: &Value) -> Result<FrameId, DecodeError> {
+        let slot = key.slot as usize;
+        if let Some(&(stamp, id)) = self.frame_cache.get(slot)
+            && stamp == key.stamp
+        {
             return Ok(id);
         }
         let id = self.frame(v)?;
-        self.frame_cache.insert(stamp, id);
+        if slot >= self.frame_cache.len() {
+            self.frame_cache.resize(slot + 1, (0, FrameId(0)));
+        }
+        self.frame_cache[slot] = (key.stamp, id);
         Ok(id)
     }
 
@@ -597,7 +603,35 @@ struct PendingTrace {
     error: Option<(u64, DecodeError)>,
 }
 
-type Pending = std::collections::BTreeMap<ListId, PendingTrace>;
+/// Lists being taken over, newest last (lookups almost always hit the last one).
+struct Lists<T>(Vec<(ListId, T)>);
+
+impl<T> Default for Lists<T> {
+    fn default() -> Self {
+        Lists(Vec::new())
+    }
+}
+
+impl<T> Lists<T> {
+    #[inline]
+    fn get_mut(&mut self, list: &ListId) -> Option<&mut T> {
+        self.0.iter_mut().rev().find(|(id, _)| id == list).map(|(_, t)| t)
+    }
+
+    fn insert(&mut self, list: ListId, value: T) {
+        match self.get_mut(&list) {
+            Some(t) => *t = value,
+            None => self.0.push((list, value)),
+        }
+    }
+
+    fn remove(&mut self, list: &ListId) -> Option<T> {
+        let pos = self.0.iter().rposition(|(id, _)| id == list)?;
+        Some(self.0.remove(pos).1)
+    }
+}
+
+type Pending = Lists<PendingTrace>;
 
 /// Plugs into [`pickle::parse_with`]: decodes trace entries and frames lists as they are
 /// read, then [`SnapshotBuilder::finish`] decodes the rest of the tree.
@@ -605,7 +639,7 @@ pub struct SnapshotBuilder {
     dec: Decoder,
     pending: Pending,
     /// Frames lists being read: their frames so far, or the first error.
-    frames_lists: FxMap<ListId, Result<Vec<FrameId>, DecodeError>>,
+    frames_lists: Lists<Result<Vec<FrameId>, DecodeError>>,
 }
 
 impl Default for SnapshotBuilder {
@@ -634,16 +668,32 @@ impl pickle::Builder for SnapshotBuilder {
     }
 
     fn absorb(&mut self, list: ListId, index: u64, item: Value) {
-        self.absorb_shared(list, index, 0, &item);
+        self.take(list, index, None, &item);
     }
 
-    fn absorb_shared(&mut self, list: ListId, index: u64, stamp: u64, item: &Value) {
+    fn absorb_shared(&mut self, list: ListId, index: u64, key: SharedKey, item: &Value) {
+        self.take(list, index, Some(key), item);
+    }
+
+    fn close_list(&mut self, list: ListId, len: u64) -> Value {
+        match self.frames_lists.remove(&list) {
+            Some(Ok(frames)) => Value::Handle(self.dec.frames.intern_stack(&frames).0 as u64),
+            Some(Err(e)) => {
+                self.dec.frame_errors.insert(list, e);
+                Value::Absorbed { list, len }
+            }
+            None => Value::Absorbed { list, len },
+        }
+    }
+}
+
+impl SnapshotBuilder {
+    /// One element of a list taken over: a frame of a frames list or a trace entry.
+    fn take(&mut self, list: ListId, index: u64, key: Option<SharedKey>, item: &Value) {
         if let Some(Ok(frames)) = self.frames_lists.get_mut(&list) {
-            // stamp 0: a value read once, not from the memo.
-            let id = if stamp == 0 {
-                self.dec.frame(item)
-            } else {
-                self.dec.shared_frame(stamp, item)
+            let id = match key {
+                Some(key) => self.dec.shared_frame(key, item),
+                None => self.dec.frame(item),
             };
             match id {
                 Ok(id) => frames.push(id),
@@ -665,24 +715,14 @@ impl pickle::Builder for SnapshotBuilder {
         }
     }
 
-    fn close_list(&mut self, list: ListId, len: u64) -> Value {
-        match self.frames_lists.remove(&list) {
-            Some(Ok(frames)) => Value::Handle(self.dec.frames.intern_stack(&frames).0 as u64),
-            Some(Err(e)) => {
-                self.dec.frame_errors.insert(list, e);
-                Value::Absorbed { list, len }
-            }
-            None => Value::Absorbed { list, len },
-        }
-    }
 }
 
 impl SnapshotBuilder {
     pub fn new() -> Self {
         SnapshotBuilder {
             dec: Decoder::new(),
-            pending: Pending::new(),
-            frames_lists: FxMap::default(),
+            pending: Pending::default(),
+            frames_lists: Lists::default(),
         }
     }
 

@@ -28,15 +28,23 @@ pub trait Builder {
     /// Takes one element of a list that [`Builder::wants_list`] accepted.
     fn absorb(&mut self, list: ListId, index: u64, item: Value);
     /// Takes one element that is a memo value read back (shared with other places).
-    /// `stamp` identifies that stored value uniquely, so it can serve as a cache key.
-    fn absorb_shared(&mut self, list: ListId, index: u64, stamp: u64, item: &Value) {
-        let _ = stamp;
+    /// `key` identifies that stored value, so it can serve as a cache key.
+    fn absorb_shared(&mut self, list: ListId, index: u64, key: SharedKey, item: &Value) {
+        let _ = key;
         self.absorb(list, index, item.clone());
     }
     /// The value that stands for a taken-over list once it is complete.
     fn close_list(&mut self, list: ListId, len: u64) -> Value {
         Value::Absorbed { list, len }
     }
+}
+
+/// Identifies one stored memo value: `slot` is small and dense (usable as an index),
+/// `stamp` is unique to the store (a slot may be stored again with another value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedKey {
+    pub slot: u32,
+    pub stamp: u64,
 }
 
 /// A builder that takes nothing: plain values all the way down.
@@ -320,7 +328,8 @@ impl<B: Builder> Machine<'_, B> {
                         // Shared values go to the builder by reference: no copy at all.
                         let (v, d, stamp) = memo.peek(*s);
                         depth = depth.max(d + 1);
-                        builder.absorb_shared(o.id, index, stamp, v);
+                        let key = SharedKey { slot: *s, stamp };
+                        builder.absorb_shared(o.id, index, key, v);
                         memo.consumed(*s);
                         *slot = Item::Val(Value::None, 0);
                     } else {
