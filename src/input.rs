@@ -114,9 +114,11 @@ struct Opened {
 
 impl Opened {
     /// A fresh stream over the (decompressed) content; each pass opens its own.
-    fn stream(&self, label: &str) -> Result<Box<dyn Read>, InputError> {
+    /// `label` names the pass in the progress line; None reads without one.
+    fn stream(&self, label: Option<&str>) -> Result<Box<dyn Read>, InputError> {
         let file = File::open(&self.path).map_err(io_error)?;
-        let progress = (self.progress && self.size > PROGRESS_THRESHOLD).then(|| Progress {
+        let show = self.progress && self.size > PROGRESS_THRESHOLD;
+        let progress = label.filter(|_| show).map(|label| Progress {
             label: format!("{label} {}", self.path.display()),
             total: self.size,
             shown_percent: u64::MAX,
@@ -228,7 +230,7 @@ fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo
     };
     let mut head = Vec::with_capacity(4096);
     opened
-        .stream("sniffing")?
+        .stream(None)?
         .take(4096)
         .read_to_end(&mut head)
         .map_err(|e| InputError::Io(format!("cannot decompress: {e}")))?;
@@ -248,7 +250,7 @@ fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo
         Kind::Json => {
             info.format = "json";
             let json: serde_json::Value = serde_json::from_reader(io::BufReader::new(
-                opened.stream("reading")?,
+                opened.stream(Some("reading"))?,
             ))
             .map_err(|e| {
                 InputError::WrongKind(format!(
@@ -261,10 +263,10 @@ fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo
             decode_json(&json)?
         }
         Kind::Pickle => {
-            let refs = pickle::scan_references(opened.stream("scanning")?)?;
+            let refs = pickle::scan_references(opened.stream(Some("scanning"))?)?;
             let mut builder = SnapshotBuilder::new();
             let (root, parse_info) =
-                pickle::parse_with(opened.stream("reading")?, refs, &mut builder)?;
+                pickle::parse_with(opened.stream(Some("reading"))?, refs, &mut builder)?;
             info.pickle_protocol = parse_info.protocol;
             let snapshot = builder.finish(&root)?;
             drop(root);

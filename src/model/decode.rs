@@ -173,9 +173,7 @@ impl Decoder {
         let (mut filename, mut name, mut line) = (None, None, None);
         for (k, val) in d.iter() {
             match k.as_str() {
-                Some("filename") => {
-                    filename = Some(as_str(val).map_err(|e| e.under(".filename"))?)
-                }
+                Some("filename") => filename = Some(as_str(val).map_err(|e| e.under(".filename"))?),
                 Some("name") => name = Some(as_str(val).map_err(|e| e.under(".name"))?),
                 // -1 ("unknown") is sometimes written as 2^64 - 1: keep it as -1.
                 Some("line") => {
@@ -615,7 +613,11 @@ impl<T> Default for Lists<T> {
 impl<T> Lists<T> {
     #[inline]
     fn get_mut(&mut self, list: &ListId) -> Option<&mut T> {
-        self.0.iter_mut().rev().find(|(id, _)| id == list).map(|(_, t)| t)
+        self.0
+            .iter_mut()
+            .rev()
+            .find(|(id, _)| id == list)
+            .map(|(_, t)| t)
     }
 
     fn insert(&mut self, list: ListId, value: T) {
@@ -714,7 +716,6 @@ impl SnapshotBuilder {
             p.error = Some((index, e));
         }
     }
-
 }
 
 impl SnapshotBuilder {

@@ -16,7 +16,7 @@ mod vm;
 
 pub use memo::{MemoReferences, scan_references};
 pub use value::{ListId, Value};
-pub use vm::{Builder, SharedKey, MAX_DEPTH, MAX_OPEN, ParseInfo, PlainBuilder, parse_with};
+pub use vm::{Builder, MAX_DEPTH, MAX_OPEN, ParseInfo, PlainBuilder, SharedKey, parse_with};
 
 /// Why a pickle could not be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

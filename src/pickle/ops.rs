@@ -229,7 +229,10 @@ pub fn next_op<'a, R: Read>(input: &'a mut Input<R>, start: &mut u64) -> Result<
             0x94 => (Op::Memoize, 1),
             b'(' => (Op::Mark, 1),
             b'K' => (Op::Int(w[1] as i64), 2),
-            b'J' => (Op::Int(i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64), 5),
+            b'J' => (
+                Op::Int(i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64),
+                5,
+            ),
             b'}' => (Op::EmptyDict, 1),
             b']' => (Op::EmptyList, 1),
             b'u' => (Op::SetItems, 1),

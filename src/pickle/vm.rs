@@ -671,11 +671,19 @@ pub fn parse_with<R: Read, B: Builder>(
                 m.tuple(items)?;
             }
             Op::Append => {
-                let start = m.stack.len().checked_sub(1).ok_or_else(|| m.err("APPEND on an empty stack"))?;
+                let start = m
+                    .stack
+                    .len()
+                    .checked_sub(1)
+                    .ok_or_else(|| m.err("APPEND on an empty stack"))?;
                 m.fill(start, Kind::List, "APPEND")?;
             }
             Op::SetItem => {
-                let start = m.stack.len().checked_sub(2).ok_or_else(|| m.err("SETITEM needs a key and a value"))?;
+                let start = m
+                    .stack
+                    .len()
+                    .checked_sub(2)
+                    .ok_or_else(|| m.err("SETITEM needs a key and a value"))?;
                 m.fill(start, Kind::Dict, "SETITEM")?;
             }
             Op::Appends | Op::SetItems | Op::AddItems => {

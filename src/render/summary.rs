@@ -229,6 +229,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
             row(out, "ALLOC_CONF", conf)?;
         }
     }
+    writeln!(out, "{}", style.heading("recording"))?;
     row(
         out,
         "stacks",
@@ -237,12 +238,13 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
             s.distinct_stacks, s.distinct_frames
         ),
     )?;
-    if s.external_annotations > 0 {
-        row(
-            out,
-            "annotations",
-            format!("{} external annotations", s.external_annotations),
-        )?;
+    row(
+        out,
+        "annotations",
+        format!("{} external annotations", s.external_annotations),
+    )?;
+    if !s.layout.evidence.is_empty() {
+        row(out, "layout evidence", s.layout.evidence.join(", "))?;
     }
     if !s.warnings.is_empty() {
         writeln!(out, "{}", style.heading("warnings"))?;
