@@ -92,6 +92,8 @@ enum Kind {
 }
 
 /// Freezes an item into a value, filling the memo slots that wait for it.
+// The boxes themselves are what is reused (stack items hold `Box<Open>`).
+#[allow(clippy::vec_box)]
 fn close_item<B: Builder>(
     item: Item,
     memo: &mut Memo,
@@ -142,6 +144,8 @@ struct Machine<'b, B: Builder> {
     marks: Vec<usize>,
     open_count: usize,
     memo: Memo,
+    /// Boxes of finished containers, reused for new ones (stack items hold `Box<Open>`).
+    #[allow(clippy::vec_box)]
     spare: Vec<Box<Open>>,
     builder: &'b mut B,
     next_id: u64,
@@ -578,20 +582,20 @@ pub fn parse_with<R: Read, B: Builder>(
             Op::PopMark => {
                 m.pop_mark("POP_MARK")?;
             }
-            Op::Dup => match {
+            Op::Dup => {
                 m.materialize_top();
-                m.stack.last()
-            } {
-                Some(Item::Val(v, d)) => {
-                    let item = Item::Val(v.clone(), *d);
-                    m.stack.push(item);
+                match m.stack.last() {
+                    Some(Item::Val(v, d)) => {
+                        let item = Item::Val(v.clone(), *d);
+                        m.stack.push(item);
+                    }
+                    Some(Item::Open(_)) => {
+                        return Err(m.err("DUP of a container still being built is not supported"));
+                    }
+                    Some(Item::Ref(_)) => unreachable!("materialized above"),
+                    None => return Err(m.err("DUP on an empty stack")),
                 }
-                Some(Item::Open(_)) => {
-                    return Err(m.err("DUP of a container still being built is not supported"));
-                }
-                Some(Item::Ref(_)) => unreachable!("materialized above"),
-                None => return Err(m.err("DUP on an empty stack")),
-            },
+            }
             Op::None => m.push_val(Value::None),
             Op::Bool(b) => m.push_val(Value::Bool(b)),
             Op::Int(i) => m.push_val(Value::Int(i)),
