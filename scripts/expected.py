@@ -27,6 +27,12 @@ Rules (per device d), see also tests/ and testdata/README.md:
   * trace: events = len(device_traces[d]); actions = count per action; first/last
     time_us = time_us of the first/last entry with time_us > 0 (null if none);
     ooms = entries with action 'oom' (index in device_traces[d], size, device_free).
+  * peak_allocated_bytes / peak_allocated_index: the highest point of the official
+    viewer's Active Memory Timeline (spec section 6.2, default options) and the index
+    in the original device_traces[d] of the entry after which it is first reached
+    (null when the peak is the state before any event); see `_peak_figures`.
+  * peak_reserved_bytes: the highest reserved total, replaying segment events
+    backwards from the final reserved bytes and then forwards; see `_peak_figures`.
 A list root is the list of segments (no traces).  Input may be gzip-compressed
 (sniffed by magic bytes, whatever the name) and may be JSON instead of pickle.
 """
@@ -90,6 +96,133 @@ def _requested(block):
     return block["size"]
 
 
+def _viewer_requested(block):
+    """Requested size the viewer gives a surviving block (spec section 6.1).
+
+    `annotate_snapshot`: a block with a `frames` key (>= 2.1) keeps its
+    `requested_size`; a legacy block (1.13 / 2.0, no `frames`) takes
+    `history[0]['real_size']` when it has a non-empty history, else its `size`.
+    """
+    if "frames" in block:
+        return block["requested_size"]
+    history = block.get("history")
+    if history:
+        return history[0]["real_size"]
+    return block["size"]
+
+
+def _merge_frees(trace):
+    """Spec section 6.1, "Free merging": the normalised trace of one device.
+
+    Returns a list of (original index, action, entry).  A `free_completed` whose
+    immediately preceding *kept* entry is a `free_requested` with the same `addr` is
+    dropped and that entry becomes a `free` (it keeps the free_requested's index).
+    Non-adjacent pairs stay separate.  Versions (also section 6.1) only label
+    lifetimes and do not change any size, so they are not computed here.
+    """
+    kept = []
+    for i, e in enumerate(trace):
+        action = e["action"]
+        if action == "free_completed" and kept:
+            _, prev_action, prev = kept[-1]
+            if prev_action == "free_requested" and prev.get("addr") == e.get("addr"):
+                kept[-1] = (kept[-1][0], "free", prev)
+                continue
+        kept.append((i, action, e))
+    return kept
+
+
+def _peak_figures(segs, trace):
+    """peak_allocated_bytes, peak_allocated_index, peak_reserved_bytes of one device.
+
+    `segs`: the segments of the device; `trace`: its original device_traces[d] list
+    (empty for a list root or a device without traces).
+
+    Allocated: the Active Memory Timeline of the viewer, `process_alloc_data(snapshot,
+    device, plot_segments=false)` (spec section 6.2) on the trace normalised by
+    `annotate_snapshot` (section 6.1).  Its `max_at_time` is the stacked total
+    including the "summarized" band (phase 3 only decides what is drawn
+    individually), i.e. simply the running total of phase 4.
+    """
+    # Phase 1 (section 6.2): pair events over the merged trace.  An element is
+    # [size, original index]; `actions` lists element ids in order, the first
+    # occurrence of an id is its alloc and the second its free.
+    elements = []
+    actions = []
+    initially_allocated = []
+    open_allocs = {}  # addr -> element id of an alloc not yet freed
+    for index, action, e in _merge_frees(trace):
+        if action == "alloc":
+            # An alloc at an address that is already open replaces the open entry;
+            # the old element is never freed (it stays on the stack to the end).
+            elements.append((e["size"], index))
+            open_allocs[e["addr"]] = len(elements) - 1
+            actions.append(len(elements) - 1)
+        elif action in ("free", "free_completed"):
+            addr = e["addr"]
+            if addr in open_allocs:
+                actions.append(open_allocs.pop(addr))
+            else:
+                # Orphan free (alloc outside the window, section 3.6): an element of
+                # the free's size, alive from the start and freed here.
+                elements.append((e["size"], index))
+                initially_allocated.append(len(elements) - 1)
+                actions.append(len(elements) - 1)
+        # free_requested (unmerged), segment_*, snapshot, oom, annotate and any
+        # unknown action do not change the allocated total.
+
+    # Phase 2 (section 6.2): every active_allocated block whose address is not open
+    # at the end is alive for the whole timeline.  Block addresses are recomputed as
+    # segment address + sizes of the preceding blocks (section 6.1), ignoring any
+    # stored `address`.
+    survivors_total = 0
+    for s in segs:
+        addr = s["address"]
+        for b in s.get("blocks", []):
+            if b["state"] == "active_allocated" and addr not in open_allocs:
+                survivors_total += _viewer_requested(b)
+            addr += b["size"]
+    # (The viewer moves one survivor into `actions` when there are no actions at all,
+    # to draw a flat plot; that changes neither the peak nor its index: the peak is
+    # then the starting total, reported with index None.)
+
+    # Phase 4 (section 6.2): the stack starts with every initially allocated element
+    # (orphan frees and survivors); each action pushes an element at its first
+    # occurrence and pops it at the second.
+    total = survivors_total + sum(elements[k][0] for k in initially_allocated)
+    peak, peak_index = total, None
+    on_stack = set(initially_allocated)
+    for k in actions:
+        size, index = elements[k]
+        if k in on_stack:
+            on_stack.discard(k)
+            total -= size
+        else:
+            on_stack.add(k)
+            total += size
+        if total > peak:
+            peak, peak_index = total, index
+
+    # Reserved (same start-from-the-end rule as the viewer's private-pool envelopes,
+    # section 6.3, applied to the whole device): start = final reserved minus the net
+    # segment events of the trace, then replay forwards.
+    delta = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+    reserved = sum(s["total_size"] for s in segs)
+    for e in trace:
+        reserved -= delta.get(e["action"], 0) * e["size"]
+    peak_reserved = reserved
+    for e in trace:
+        reserved += delta.get(e["action"], 0) * e["size"]
+        if reserved > peak_reserved:
+            peak_reserved = reserved
+
+    return {
+        "peak_allocated_bytes": peak,
+        "peak_allocated_index": peak_index,
+        "peak_reserved_bytes": peak_reserved,
+    }
+
+
 def _device_figures(device, segments, trace):
     segs = [s for s in segments if s.get("device") == device]
     states = {}
@@ -135,7 +268,7 @@ def _device_figures(device, segments, trace):
             last_t = t
         if a == "oom":
             ooms.append({"index": i, "size": e["size"], "device_free": e["device_free"]})
-    return {
+    out = {
         "device": device,
         "segments": len(segs),
         "segments_large": large,
@@ -158,6 +291,8 @@ def _device_figures(device, segments, trace):
         },
         "ooms": ooms,
     }
+    out.update(_peak_figures(segs, trace))
+    return out
 
 
 def figures(root, protocol):

@@ -8,4 +8,5 @@ pub mod input;
 pub mod model;
 pub mod pickle;
 pub mod render;
+pub mod timeline;
 pub mod units;

@@ -2,3 +2,6 @@
 //! (serialisable, no formatting).
 
 pub mod summary;
+pub mod frames;
+pub mod live;
+pub mod timeline_view;

@@ -98,6 +98,14 @@ pub struct DeviceSummary {
     /// Free memory inside segments: free blocks plus rounding waste.
     pub free_in_segments_bytes: u64,
     pub largest_free_block_bytes: u64,
+    /// Maximum of the official viewer's Active Memory Timeline (spec 6.2).
+    pub peak_allocated_bytes: u64,
+    /// Trace index after which that peak is first reached (null: before the first event).
+    pub peak_allocated_event: Option<u32>,
+    pub peak_allocated_time_us: Option<i64>,
+    /// Maximum reserved bytes over the trace, replayed from the final segments.
+    pub peak_reserved_bytes: u64,
+    pub peak_reserved_event: Option<u32>,
     pub trace: TraceSummary,
     pub ooms: Vec<OomEvent>,
 }
@@ -419,6 +427,12 @@ fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
             reserved_bytes,
         })
         .collect();
+    let peaks = crate::timeline::peaks(snap, device);
+    d.peak_allocated_bytes = peaks.allocated.bytes;
+    d.peak_allocated_event = peaks.allocated.event.map(|e| e.0);
+    d.peak_allocated_time_us = peaks.allocated.time_us;
+    d.peak_reserved_bytes = peaks.reserved.bytes;
+    d.peak_reserved_event = peaks.reserved.event.map(|e| e.0);
     if let Some(trace) = snap.trace(device) {
         d.trace = summarize_trace(trace, |i| {
             trace

@@ -144,6 +144,25 @@ fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Res
         ),
     )?;
     row(out, "largest free block", bytes(d.largest_free_block_bytes))?;
+    let at = |event: Option<u32>, time: Option<i64>| match (event, time) {
+        (None, _) => " (before the first event)".to_string(),
+        (Some(e), Some(t)) if t > 0 => format!(" at event {e}, {}", utc_time(t)),
+        (Some(e), _) => format!(" at event {e}"),
+    };
+    row(
+        out,
+        "peak allocated",
+        format!(
+            "{}{}",
+            bytes(d.peak_allocated_bytes),
+            at(d.peak_allocated_event, d.peak_allocated_time_us)
+        ),
+    )?;
+    row(
+        out,
+        "peak reserved",
+        format!("{}{}", bytes(d.peak_reserved_bytes), at(d.peak_reserved_event, None)),
+    )?;
     write_trace(out, &d.trace, style)?;
     for o in &d.ooms {
         let when = o

@@ -1,0 +1,60 @@
+//! Stack frames for display: noise filtered as the official viewer filters it (spec 6.9).
+
+use crate::model::{FrameTable, StackId};
+
+/// Frames whose function name contains one of these are allocator or interpreter plumbing.
+const NOISE_NAMES: [&str; 8] = [
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "gather_with_cpp",
+    "_start",
+    "__libc_start_main",
+    "PyEval_",
+    "PyObject_",
+    "PyFunction_",
+];
+
+/// Frames whose file name contains one of these are dispatcher or interpreter plumbing.
+const NOISE_FILES: [&str; 10] = [
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
+];
+
+/// `filename:line:name` of the frames of a stack that are not noise, innermost first,
+/// at most `limit` of them.
+pub fn display_frames(frames: &FrameTable, stack: Option<StackId>, limit: usize) -> Vec<String> {
+    let Some(stack) = stack else {
+        return Vec::new();
+    };
+    frames
+        .stack(stack)
+        .iter()
+        .map(|&id| frames.frame(id))
+        .filter(|f| {
+            let name = frames.str(f.name);
+            let file = frames.str(f.filename);
+            !NOISE_NAMES.iter().any(|n| name.contains(n)) && !NOISE_FILES.iter().any(|n| file.contains(n))
+        })
+        .take(limit)
+        .map(|f| format!("{}:{}:{}", frames.str(f.filename), f.line, frames.str(f.name)))
+        .collect()
+}
+
+/// The first Python-looking frame (a `.py` file) of a stack, else the first displayed
+/// frame: the most telling single line for a legend.
+pub fn headline_frame(frames: &FrameTable, stack: Option<StackId>) -> Option<String> {
+    let shown = display_frames(frames, stack, usize::MAX);
+    shown
+        .iter()
+        .find(|f| f.contains(".py:"))
+        .or(shown.first())
+        .cloned()
+}

@@ -1,0 +1,410 @@
+//! Replay of one device's trace into lifetimes and memory series.
+//!
+//! Takes a [`Snapshot`] and a device, gives a [`DeviceTimeline`]: every allocation
+//! lifetime (paired alloc / free_completed, versioned by address like the official
+//! viewer), memory that existed before the trace (orphan frees and surviving blocks, spec
+//! sections 3.6 and 6.2), the allocated series exactly as the viewer's Active Memory
+//! Timeline counts it (requested bytes, held until `free_completed`), and the reserved
+//! series rebuilt from the final segments and the segment events (spec 6.3). Devices are
+//! independent, so callers build them in parallel. Nothing here draws or formats.
+
+use crate::model::frames::FxMap;
+use crate::model::{Action, BlockState, Snapshot, StackId};
+
+/// Index of an event in a device's trace (as in the file, before any merging).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct EventIdx(pub u32);
+
+/// Where a lifetime comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Its `alloc` is in the trace.
+    Traced,
+    /// Freed in the trace, allocated before it (recording started late or the ring
+    /// buffer dropped the allocation).
+    BeforeTrace,
+    /// Alive in the final snapshot with no `alloc` in the trace (a "ghost" block).
+    Survivor,
+}
+
+/// One allocation from allocation to completed free.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Lifetime {
+    pub addr: u64,
+    /// Requested bytes (what the viewer stacks).
+    pub size: u64,
+    /// Per-address version, as the viewer labels blocks: `b'<hex addr>_<version>`.
+    pub version: u32,
+    pub origin: Origin,
+    /// The `alloc` event; None when it happened before the trace.
+    pub alloc: Option<EventIdx>,
+    /// The `free_requested` event, when traced.
+    pub free_requested: Option<EventIdx>,
+    /// The `free_completed` event; None when still alive at the end.
+    pub free_completed: Option<EventIdx>,
+    pub stream: u64,
+    pub pool_id: Option<(i64, i64)>,
+    #[serde(skip)]
+    pub stack: Option<StackId>,
+}
+
+impl Lifetime {
+    /// The viewer's label, e.g. `b'7f3a00000000_2`.
+    pub fn label(&self) -> String {
+        format!("b'{:x}_{}", self.addr, self.version)
+    }
+
+    /// Alive just after event `i` (events before the trace count as alive at the start).
+    pub fn alive_after(&self, i: usize) -> bool {
+        self.alloc.is_none_or(|a| a.0 as usize <= i)
+            && self.free_completed.is_none_or(|f| (f.0 as usize) > i)
+    }
+}
+
+/// A maximum and where it is first reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Peak {
+    pub bytes: u64,
+    /// The event after which the peak is first reached; None: before the first event.
+    pub event: Option<EventIdx>,
+    pub time_us: Option<i64>,
+}
+
+/// The replayed trace of one device.
+#[derive(Debug, Clone)]
+pub struct DeviceTimeline {
+    pub device: i64,
+    pub lifetimes: Vec<Lifetime>,
+    /// Allocated bytes (viewer semantics) before the first event.
+    pub initial_allocated: u64,
+    /// Allocated bytes just after each event.
+    pub allocated: Vec<u64>,
+    /// Reserved bytes before the first event (final reserved minus the traced segment
+    /// events; negative values mean the segment events do not add up).
+    pub initial_reserved: i64,
+    /// Reserved bytes just after each event.
+    pub reserved: Vec<i64>,
+    pub time_us: Vec<Option<i64>>,
+    pub peak_allocated: Peak,
+    pub peak_reserved: Peak,
+}
+
+/// Just the peaks, from one pass that stores nothing per event (for `summary`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Peaks {
+    pub allocated: Peak,
+    pub reserved: Peak,
+}
+
+/// Final active_allocated blocks of a device: (address, requested size, stream, pool, stack).
+fn survivors(snap: &Snapshot, device: i64) -> Vec<(u64, u64, u64, Option<(i64, i64)>, Option<StackId>)> {
+    let mut out = Vec::new();
+    for s in snap.segments_of(device) {
+        for b in &s.blocks {
+            if b.state == BlockState::ActiveAllocated {
+                out.push((b.address, b.requested_size, s.stream, s.pool_id, b.stack));
+            }
+        }
+    }
+    out
+}
+
+fn final_reserved(snap: &Snapshot, device: i64) -> i64 {
+    snap.segments_of(device).map(|s| s.total_size as i64).sum()
+}
+
+/// Segment events move reserved memory (spec 3.2): +size on alloc/map, −size on free/unmap.
+fn reserved_delta(action: Action, size: u64) -> i64 {
+    match action {
+        Action::SegmentAlloc | Action::SegmentMap => size as i64,
+        Action::SegmentFree | Action::SegmentUnmap => -(size as i64),
+        _ => 0,
+    }
+}
+
+/// One pass of the viewer's pairing (spec 6.2 phase 1): calls `on_step(i, delta)` for every
+/// event that changes the allocated total, and returns the open allocations at the end
+/// (address → alloc event) with the sum of orphan frees.
+fn pair<F: FnMut(usize, i64)>(
+    trace: &crate::model::DeviceTrace,
+    mut on_step: F,
+) -> (FxMap<u64, usize>, u64) {
+    // address -> index of the open element's alloc event
+    let mut open: FxMap<u64, usize> = FxMap::default();
+    let mut orphan_bytes = 0u64;
+    for i in 0..trace.len() {
+        match trace.action(i) {
+            Action::Alloc => {
+                let e = trace.get(i);
+                open.insert(e.addr, i);
+                on_step(i, e.size as i64);
+            }
+            Action::FreeCompleted => {
+                let e = trace.get(i);
+                match open.remove(&e.addr) {
+                    Some(alloc) => {
+                        let size = trace.get(alloc).size;
+                        on_step(i, -(size as i64));
+                    }
+                    None => {
+                        orphan_bytes += e.size;
+                        on_step(i, -(e.size as i64));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (open, orphan_bytes)
+}
+
+/// Peaks of allocated (the viewer's Active Memory Timeline maximum) and reserved memory.
+pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
+    let empty = crate::model::DeviceTrace::default();
+    let trace = snap.trace(device).unwrap_or(&empty);
+    // Allocated: a running total relative to the start; the start (orphans + survivors)
+    // is only known at the end of the pass.
+    let (mut rel, mut max_rel, mut max_at) = (0i64, 0i64, None);
+    let (open, orphan_bytes) = pair(trace, |i, delta| {
+        rel += delta;
+        if rel > max_rel {
+            max_rel = rel;
+            max_at = Some(i);
+        }
+    });
+    let survivors: u64 = survivors(snap, device)
+        .iter()
+        .filter(|(addr, ..)| !open.contains_key(addr))
+        .map(|(_, size, ..)| *size)
+        .sum();
+    let initial = (orphan_bytes + survivors) as i64;
+    let allocated = Peak {
+        bytes: (initial + max_rel).max(0) as u64,
+        event: max_at.map(|i| EventIdx(i as u32)),
+        time_us: max_at.and_then(|i| trace.time_us(i)),
+    };
+    // Reserved: final minus the net of the traced segment events, then forward.
+    let net: i64 = (0..trace.len())
+        .map(|i| reserved_delta(trace.action(i), trace.get(i).size))
+        .sum();
+    let start = final_reserved(snap, device) - net;
+    let (mut cur, mut max, mut at) = (start, start, None);
+    for i in 0..trace.len() {
+        let d = reserved_delta(trace.action(i), trace.get(i).size);
+        if d != 0 {
+            cur += d;
+            if cur > max {
+                max = cur;
+                at = Some(i);
+            }
+        }
+    }
+    Peaks {
+        allocated,
+        reserved: Peak {
+            bytes: max.max(0) as u64,
+            event: at.map(|i| EventIdx(i as u32)),
+            time_us: at.and_then(|i| trace.time_us(i)),
+        },
+    }
+}
+
+/// Replays one device fully: lifetimes and per-event series.
+pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
+    let empty = crate::model::DeviceTrace::default();
+    let trace = snap.trace(device).unwrap_or(&empty);
+    let n = trace.len();
+    // Pool of an address from the final segments (used when entries carry no pool_id).
+    let mut segs: Vec<(u64, u64, Option<(i64, i64)>)> = snap
+        .segments_of(device)
+        .map(|s| (s.address, s.total_size, s.pool_id))
+        .collect();
+    segs.sort_unstable();
+    let pool_of = |addr: u64| -> Option<(i64, i64)> {
+        let i = segs.partition_point(|s| s.0 <= addr);
+        let (start, size, pool) = *segs.get(i.checked_sub(1)?)?;
+        (addr < start.saturating_add(size)).then_some(pool).flatten()
+    };
+    let has_pool_ids = trace.keys.pool_id;
+
+    let mut lifetimes: Vec<Lifetime> = Vec::new();
+    let mut versions: FxMap<u64, u32> = FxMap::default();
+    // address -> index into lifetimes of the open allocation
+    let mut open: FxMap<u64, usize> = FxMap::default();
+    // address -> lifetime waiting for free_completed after free_requested
+    let mut requested: FxMap<u64, usize> = FxMap::default();
+    let mut allocated = Vec::with_capacity(n);
+    let mut rel = 0i64;
+    let mut orphans = 0u64;
+    for i in 0..n {
+        let action = trace.action(i);
+        match action {
+            Action::Alloc => {
+                let e = trace.get(i);
+                let version = *versions.get(&e.addr).unwrap_or(&0);
+                lifetimes.push(Lifetime {
+                    addr: e.addr,
+                    size: e.size,
+                    version,
+                    origin: Origin::Traced,
+                    alloc: Some(EventIdx(i as u32)),
+                    free_requested: None,
+                    free_completed: None,
+                    stream: e.stream,
+                    pool_id: if has_pool_ids { Some(trace.pool_id(i)) } else { pool_of(e.addr) },
+                    stack: e.stack,
+                });
+                open.insert(e.addr, lifetimes.len() - 1);
+                rel += e.size as i64;
+            }
+            Action::FreeRequested => {
+                let e = trace.get(i);
+                if let Some(&l) = open.get(&e.addr) {
+                    lifetimes[l].free_requested = Some(EventIdx(i as u32));
+                    requested.insert(e.addr, l);
+                }
+            }
+            Action::FreeCompleted => {
+                let e = trace.get(i);
+                let version = versions.entry(e.addr).or_insert(0);
+                match open.remove(&e.addr) {
+                    Some(l) => {
+                        lifetimes[l].free_completed = Some(EventIdx(i as u32));
+                        rel -= lifetimes[l].size as i64;
+                    }
+                    None => {
+                        orphans += e.size;
+                        rel -= e.size as i64;
+                        lifetimes.push(Lifetime {
+                            addr: e.addr,
+                            size: e.size,
+                            version: *version,
+                            origin: Origin::BeforeTrace,
+                            alloc: None,
+                            free_requested: None,
+                            free_completed: Some(EventIdx(i as u32)),
+                            stream: e.stream,
+                            pool_id: if has_pool_ids { Some(trace.pool_id(i)) } else { pool_of(e.addr) },
+                            stack: e.stack,
+                        });
+                    }
+                }
+                requested.remove(&e.addr);
+                *version += 1;
+            }
+            _ => {}
+        }
+        allocated.push(rel);
+    }
+    let mut survivor_bytes = 0u64;
+    for (addr, size, stream, pool, stack) in survivors(snap, device) {
+        if open.contains_key(&addr) {
+            continue;
+        }
+        survivor_bytes += size;
+        lifetimes.push(Lifetime {
+            addr,
+            size,
+            version: *versions.get(&addr).unwrap_or(&0),
+            origin: Origin::Survivor,
+            alloc: None,
+            free_requested: None,
+            free_completed: None,
+            stream,
+            pool_id: pool,
+            stack,
+        });
+    }
+    let initial = (orphans + survivor_bytes) as i64;
+    let allocated: Vec<u64> = allocated.iter().map(|r| (initial + r).max(0) as u64).collect();
+
+    let net: i64 = (0..n).map(|i| reserved_delta(trace.action(i), trace.get(i).size)).sum();
+    let initial_reserved = final_reserved(snap, device) - net;
+    let mut cur = initial_reserved;
+    let reserved: Vec<i64> = (0..n)
+        .map(|i| {
+            cur += reserved_delta(trace.action(i), trace.get(i).size);
+            cur
+        })
+        .collect();
+    let time_us: Vec<Option<i64>> = (0..n).map(|i| trace.time_us(i)).collect();
+    let peak_of = |start: i64, values: &[i64]| {
+        let (mut max, mut at) = (start, None);
+        for (i, &v) in values.iter().enumerate() {
+            if v > max {
+                max = v;
+                at = Some(i);
+            }
+        }
+        Peak {
+            bytes: max.max(0) as u64,
+            event: at.map(|i| EventIdx(i as u32)),
+            time_us: at.and_then(|i| time_us[i]),
+        }
+    };
+    let allocated_i64: Vec<i64> = allocated.iter().map(|&a| a as i64).collect();
+    DeviceTimeline {
+        device,
+        peak_allocated: peak_of(initial, &allocated_i64),
+        peak_reserved: peak_of(initial_reserved, &reserved),
+        lifetimes,
+        initial_allocated: initial as u64,
+        allocated,
+        initial_reserved,
+        reserved,
+        time_us,
+    }
+}
+
+impl DeviceTimeline {
+    /// Lifetimes alive just after event `i` (or before the first event when None),
+    /// largest first, ties by address then version.
+    pub fn live_at(&self, at: Option<usize>) -> Vec<&Lifetime> {
+        let mut live: Vec<&Lifetime> = self
+            .lifetimes
+            .iter()
+            .filter(|l| match at {
+                Some(i) => l.alive_after(i),
+                None => l.alloc.is_none(),
+            })
+            .collect();
+        live.sort_by(|a, b| {
+            b.size
+                .cmp(&a.size)
+                .then(a.addr.cmp(&b.addr))
+                .then(a.version.cmp(&b.version))
+        });
+        live
+    }
+
+    /// Allocated bytes just after event `i` (None: before the first event).
+    pub fn allocated_at(&self, at: Option<usize>) -> u64 {
+        match at {
+            Some(i) => self.allocated[i],
+            None => self.initial_allocated,
+        }
+    }
+
+    /// Reserved bytes just after event `i` (None: before the first event).
+    pub fn reserved_at(&self, at: Option<usize>) -> i64 {
+        match at {
+            Some(i) => self.reserved[i],
+            None => self.initial_reserved,
+        }
+    }
+
+    /// The last event at or before `time_us` (None when every event is later or the trace
+    /// has no times).
+    pub fn event_at_time(&self, time_us: i64) -> Option<usize> {
+        let mut best = None;
+        for (i, t) in self.time_us.iter().enumerate() {
+            match t {
+                Some(t) if *t > 0 && *t <= time_us => best = Some(i),
+                Some(t) if *t > time_us => break,
+                _ => {}
+            }
+        }
+        best
+    }
+}
