@@ -23,6 +23,9 @@ pub enum Command {
     /// Per-device totals: segments, blocks, reserved/allocated/active bytes, free memory,
     /// trace coverage, OOM events, allocator settings and warnings.
     Summary(SummaryArgs),
+    /// Replay the trace of one device: draw the memory timeline as SVG (-o), list what
+    /// was live at a moment (--at), or print the peaks.
+    Timeline(TimelineArgs),
 }
 
 #[derive(Args, Debug)]
@@ -34,6 +37,49 @@ pub struct SummaryArgs {
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// One JSON object per file, one per line (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum XArg {
+    /// Event index, as the official viewer.
+    Events,
+    /// time_us (PyTorch 2.2 and later), from the first event.
+    Time,
+}
+
+#[derive(Args, Debug)]
+pub struct TimelineArgs {
+    /// Snapshot file.
+    #[arg(value_name = "SNAPSHOT")]
+    pub file: PathBuf,
+    /// Write the chart to this SVG file.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Device (default: the one with the longest trace, as the official viewer).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    /// What the x axis counts.
+    #[arg(long, value_enum, default_value = "events")]
+    pub x: XArg,
+    /// Allocations drawn individually; the rest are merged into one band.
+    #[arg(long, default_value_t = 40, value_name = "N")]
+    pub top: usize,
+    /// Part of the x axis to draw: event indices for --x events, milliseconds since the
+    /// first event for --x time, e.g. 1000..5000.
+    #[arg(long, value_name = "A..B")]
+    pub window: Option<String>,
+    /// List what was live: peak, oom, event:N or time:T (Unix microseconds).
+    #[arg(long, value_name = "MOMENT")]
+    pub at: Option<String>,
+    /// Frames shown per allocation with --at.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub frames: usize,
+    /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,
 }

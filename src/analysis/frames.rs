@@ -41,20 +41,40 @@ pub fn display_frames(frames: &FrameTable, stack: Option<StackId>, limit: usize)
         .filter(|f| {
             let name = frames.str(f.name);
             let file = frames.str(f.filename);
-            !NOISE_NAMES.iter().any(|n| name.contains(n)) && !NOISE_FILES.iter().any(|n| file.contains(n))
+            !NOISE_NAMES.iter().any(|n| name.contains(n))
+                && !NOISE_FILES.iter().any(|n| file.contains(n))
         })
         .take(limit)
-        .map(|f| format!("{}:{}:{}", frames.str(f.filename), f.line, frames.str(f.name)))
+        .map(|f| {
+            format!(
+                "{}:{}:{}",
+                frames.str(f.filename),
+                f.line,
+                frames.str(f.name)
+            )
+        })
         .collect()
 }
 
 /// The first Python-looking frame (a `.py` file) of a stack, else the first displayed
 /// frame: the most telling single line for a legend.
 pub fn headline_frame(frames: &FrameTable, stack: Option<StackId>) -> Option<String> {
+    user_frames(frames, stack, 1).into_iter().next()
+}
+
+/// Frames for a short listing: the Python frames (where users recognise their code),
+/// innermost first; all displayed frames when the stack has no Python frame.
+pub fn user_frames(frames: &FrameTable, stack: Option<StackId>, limit: usize) -> Vec<String> {
     let shown = display_frames(frames, stack, usize::MAX);
-    shown
+    let python: Vec<String> = shown
         .iter()
-        .find(|f| f.contains(".py:"))
-        .or(shown.first())
+        .filter(|f| f.contains(".py:") || f.starts_with('<'))
+        .take(limit)
         .cloned()
+        .collect();
+    if python.is_empty() {
+        shown.into_iter().take(limit).collect()
+    } else {
+        python
+    }
 }

@@ -1,6 +1,6 @@
 //! The live set: what was allocated at one moment of a device's timeline.
 
-use super::frames::display_frames;
+use super::frames::user_frames;
 use crate::model::{Action, Snapshot};
 use crate::timeline::{DeviceTimeline, Origin};
 use serde::Serialize;
@@ -21,7 +21,8 @@ pub enum Moment {
 impl std::str::FromStr for Moment {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("expected peak, oom, event:N or time:T (Unix microseconds), found {s:?}");
+        let bad =
+            || format!("expected peak, oom, event:N or time:T (Unix microseconds), found {s:?}");
         match s {
             "peak" => Ok(Moment::Peak),
             "oom" => Ok(Moment::Oom),
@@ -68,12 +69,18 @@ pub struct LiveSet {
 }
 
 /// Resolves a moment to an event index (None: before the first event).
-pub fn resolve(snap: &Snapshot, tl: &DeviceTimeline, moment: Moment) -> Result<Option<usize>, String> {
+pub fn resolve(
+    snap: &Snapshot,
+    tl: &DeviceTimeline,
+    moment: Moment,
+) -> Result<Option<usize>, String> {
     let n = tl.allocated.len();
     match moment {
         Moment::Peak => Ok(tl.peak_allocated.event.map(|e| e.0 as usize)),
         Moment::Oom => {
-            let trace = snap.trace(tl.device).ok_or("this device has no trace, so no oom event")?;
+            let trace = snap
+                .trace(tl.device)
+                .ok_or("this device has no trace, so no oom event")?;
             (0..trace.len())
                 .find(|&i| trace.action(i) == Action::Oom)
                 .map(Some)
@@ -114,7 +121,7 @@ pub fn live_set(
             alloc_time_us: l.alloc.and_then(|e| tl.time_us[e.0 as usize]),
             stream: l.stream,
             pool_id: l.pool_id,
-            frames: display_frames(&snap.frames, l.stack, frames),
+            frames: user_frames(&snap.frames, l.stack, frames),
         })
         .collect::<Vec<_>>();
     LiveSet {

@@ -1,7 +1,8 @@
 //! Analyses: each takes a [`crate::model::Snapshot`] and gives a plain report struct
 //! (serialisable, no formatting).
 
-pub mod summary;
 pub mod frames;
 pub mod live;
+pub mod summary;
+pub mod timeline_report;
 pub mod timeline_view;

@@ -4,7 +4,7 @@
 //! everything else merged into one band, the reserved line, OOM and snapshot markers and
 //! external annotations. Coordinates are left to the renderer.
 
-use super::frames::{display_frames, headline_frame};
+use super::frames::{headline_frame, user_frames};
 use crate::model::{Action, Snapshot, StackId};
 use crate::timeline::{DeviceTimeline, Lifetime, Origin};
 use serde::Serialize;
@@ -121,7 +121,10 @@ fn position(tl: &DeviceTimeline, x: XAxis, origin: i64, i: Option<usize>) -> f64
             let t = match i {
                 None => origin,
                 // Events without a time keep the time of the event before them.
-                Some(i) => (0..=i).rev().find_map(|j| tl.time_us[j].filter(|&t| t > 0)).unwrap_or(origin),
+                Some(i) => (0..=i)
+                    .rev()
+                    .find_map(|j| tl.time_us[j].filter(|&t| t > 0))
+                    .unwrap_or(origin),
             };
             (t - origin) as f64
         }
@@ -133,7 +136,11 @@ fn stack_order(l: &Lifetime) -> (i64, u64, u32) {
 }
 
 /// Builds the chart content for one device.
-pub fn build_view(snap: &Snapshot, tl: &DeviceTimeline, options: ViewOptions) -> Result<TimelineView, String> {
+pub fn build_view(
+    snap: &Snapshot,
+    tl: &DeviceTimeline,
+    options: ViewOptions,
+) -> Result<TimelineView, String> {
     let n = tl.allocated.len();
     let origin = tl.time_us.iter().flatten().copied().find(|&t| t > 0);
     if options.x == XAxis::Time && origin.is_none() {
@@ -142,7 +149,10 @@ pub fn build_view(snap: &Snapshot, tl: &DeviceTimeline, options: ViewOptions) ->
     let origin_us = origin.unwrap_or(0);
     // States: None (initial) then each event.
     let states: Vec<Option<usize>> = std::iter::once(None).chain((0..n).map(Some)).collect();
-    let pos: Vec<f64> = states.iter().map(|&s| position(tl, options.x, origin_us, s)).collect();
+    let pos: Vec<f64> = states
+        .iter()
+        .map(|&s| position(tl, options.x, origin_us, s))
+        .collect();
     let (full_min, full_max) = (pos[0], *pos.last().unwrap_or(&0.0));
     let (x_min, x_max) = match options.window {
         Some((a, b)) => (a.max(full_min), b.min(full_max.max(a))),
@@ -166,7 +176,9 @@ pub fn build_view(snap: &Snapshot, tl: &DeviceTimeline, options: ViewOptions) ->
         if p > x_max {
             break;
         }
-        let b = (((p - x_min) / span) * nb as f64).floor().min(nb as f64 - 1.0) as usize;
+        let b = (((p - x_min) / span) * nb as f64)
+            .floor()
+            .min(nb as f64 - 1.0) as usize;
         let alloc = tl.allocated_at(states[k]);
         if rep[b].is_none_or(|r| tl.allocated_at(states[r]) < alloc) {
             rep[b] = Some(k);
@@ -192,7 +204,11 @@ pub fn build_view(snap: &Snapshot, tl: &DeviceTimeline, options: ViewOptions) ->
         .filter(|l| shown.iter().any(|&k| alive(l, states[k])))
         .collect();
     let total_candidates = candidates.len();
-    candidates.sort_by(|a, b| b.size.cmp(&a.size).then(stack_order(a).cmp(&stack_order(b))));
+    candidates.sort_by(|a, b| {
+        b.size
+            .cmp(&a.size)
+            .then(stack_order(a).cmp(&stack_order(b)))
+    });
     candidates.truncate(options.top);
     candidates.sort_by_key(|l| stack_order(l));
     let mut bands: Vec<Band> = candidates
@@ -207,7 +223,7 @@ pub fn build_view(snap: &Snapshot, tl: &DeviceTimeline, options: ViewOptions) ->
             free_time_us: l.free_completed.and_then(|e| tl.time_us[e.0 as usize]),
             stream: l.stream,
             pool_id: l.pool_id,
-            frames: display_frames(&snap.frames, l.stack, 6),
+            frames: user_frames(&snap.frames, l.stack, 6),
             headline: headline_frame(&snap.frames, l.stack),
             runs: Vec::new(),
         })
@@ -250,7 +266,8 @@ pub fn build_view(snap: &Snapshot, tl: &DeviceTimeline, options: ViewOptions) ->
         .max()
         .unwrap_or(0);
     let markers = markers(snap, tl, options.x, origin_us, x_min, x_max);
-    let (annotations, annotations_dropped) = annotations(snap, tl, options.x, origin_us, x_min, x_max);
+    let (annotations, annotations_dropped) =
+        annotations(snap, tl, options.x, origin_us, x_min, x_max);
     Ok(TimelineView {
         x_axis: options.x,
         x_min,
@@ -273,7 +290,14 @@ fn alive(l: &Lifetime, state: Option<usize>) -> bool {
     }
 }
 
-fn markers(snap: &Snapshot, tl: &DeviceTimeline, x: XAxis, origin: i64, x_min: f64, x_max: f64) -> Vec<Marker> {
+fn markers(
+    snap: &Snapshot,
+    tl: &DeviceTimeline,
+    x: XAxis,
+    origin: i64,
+    x_min: f64,
+    x_max: f64,
+) -> Vec<Marker> {
     let Some(trace) = snap.trace(tl.device) else {
         return Vec::new();
     };
@@ -358,7 +382,11 @@ fn annotations(
     // Keep the widest spans when there are too many to read.
     let dropped = spans.len().saturating_sub(MAX_ANNOTATIONS);
     if dropped > 0 {
-        spans.sort_by(|a, b| (b.x1 - b.x0).total_cmp(&(a.x1 - a.x0)).then(a.x0.total_cmp(&b.x0)));
+        spans.sort_by(|a, b| {
+            (b.x1 - b.x0)
+                .total_cmp(&(a.x1 - a.x0))
+                .then(a.x0.total_cmp(&b.x0))
+        });
         spans.truncate(MAX_ANNOTATIONS);
     }
     spans.sort_by(|a, b| a.x0.total_cmp(&b.x0).then(a.name.cmp(&b.name)));

@@ -1,3 +1,4 @@
 //! Glue for each subcommand: read inputs, run an analysis, render.
 
 pub mod summary;
+pub mod timeline;

@@ -1,7 +1,11 @@
 //! Renderers: report structs to text for people or JSON for scripts, written to any
 //! `io::Write`. No analysis happens here.
 
+pub mod live;
 pub mod summary;
+pub mod svg;
+pub mod timeline_svg;
+pub mod timeline_text;
 
 use std::io::{self, Write};
 

@@ -161,7 +161,11 @@ fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Res
     row(
         out,
         "peak reserved",
-        format!("{}{}", bytes(d.peak_reserved_bytes), at(d.peak_reserved_event, None)),
+        format!(
+            "{}{}",
+            bytes(d.peak_reserved_bytes),
+            at(d.peak_reserved_event, None)
+        ),
     )?;
     write_trace(out, &d.trace, style)?;
     for o in &d.ooms {

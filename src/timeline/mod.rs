@@ -97,13 +97,29 @@ pub struct Peaks {
     pub reserved: Peak,
 }
 
-/// Final active_allocated blocks of a device: (address, requested size, stream, pool, stack).
-fn survivors(snap: &Snapshot, device: i64) -> Vec<(u64, u64, u64, Option<(i64, i64)>, Option<StackId>)> {
+type PoolId = Option<(i64, i64)>;
+
+/// A final `active_allocated` block of a device.
+struct Survivor {
+    addr: u64,
+    requested: u64,
+    stream: u64,
+    pool: PoolId,
+    stack: Option<StackId>,
+}
+
+fn survivors(snap: &Snapshot, device: i64) -> Vec<Survivor> {
     let mut out = Vec::new();
     for s in snap.segments_of(device) {
         for b in &s.blocks {
             if b.state == BlockState::ActiveAllocated {
-                out.push((b.address, b.requested_size, s.stream, s.pool_id, b.stack));
+                out.push(Survivor {
+                    addr: b.address,
+                    requested: b.requested_size,
+                    stream: s.stream,
+                    pool: s.pool_id,
+                    stack: b.stack,
+                });
             }
         }
     }
@@ -175,8 +191,8 @@ pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
     });
     let survivors: u64 = survivors(snap, device)
         .iter()
-        .filter(|(addr, ..)| !open.contains_key(addr))
-        .map(|(_, size, ..)| *size)
+        .filter(|s| !open.contains_key(&s.addr))
+        .map(|s| s.requested)
         .sum();
     let initial = (orphan_bytes + survivors) as i64;
     let allocated = Peak {
@@ -216,7 +232,7 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
     let trace = snap.trace(device).unwrap_or(&empty);
     let n = trace.len();
     // Pool of an address from the final segments (used when entries carry no pool_id).
-    let mut segs: Vec<(u64, u64, Option<(i64, i64)>)> = snap
+    let mut segs: Vec<(u64, u64, PoolId)> = snap
         .segments_of(device)
         .map(|s| (s.address, s.total_size, s.pool_id))
         .collect();
@@ -224,7 +240,9 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
     let pool_of = |addr: u64| -> Option<(i64, i64)> {
         let i = segs.partition_point(|s| s.0 <= addr);
         let (start, size, pool) = *segs.get(i.checked_sub(1)?)?;
-        (addr < start.saturating_add(size)).then_some(pool).flatten()
+        (addr < start.saturating_add(size))
+            .then_some(pool)
+            .flatten()
     };
     let has_pool_ids = trace.keys.pool_id;
 
@@ -252,7 +270,11 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
                     free_requested: None,
                     free_completed: None,
                     stream: e.stream,
-                    pool_id: if has_pool_ids { Some(trace.pool_id(i)) } else { pool_of(e.addr) },
+                    pool_id: if has_pool_ids {
+                        Some(trace.pool_id(i))
+                    } else {
+                        pool_of(e.addr)
+                    },
                     stack: e.stack,
                 });
                 open.insert(e.addr, lifetimes.len() - 1);
@@ -285,7 +307,11 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
                             free_requested: None,
                             free_completed: Some(EventIdx(i as u32)),
                             stream: e.stream,
-                            pool_id: if has_pool_ids { Some(trace.pool_id(i)) } else { pool_of(e.addr) },
+                            pool_id: if has_pool_ids {
+                                Some(trace.pool_id(i))
+                            } else {
+                                pool_of(e.addr)
+                            },
                             stack: e.stack,
                         });
                     }
@@ -298,28 +324,33 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
         allocated.push(rel);
     }
     let mut survivor_bytes = 0u64;
-    for (addr, size, stream, pool, stack) in survivors(snap, device) {
-        if open.contains_key(&addr) {
+    for s in survivors(snap, device) {
+        if open.contains_key(&s.addr) {
             continue;
         }
-        survivor_bytes += size;
+        survivor_bytes += s.requested;
         lifetimes.push(Lifetime {
-            addr,
-            size,
-            version: *versions.get(&addr).unwrap_or(&0),
+            addr: s.addr,
+            size: s.requested,
+            version: *versions.get(&s.addr).unwrap_or(&0),
             origin: Origin::Survivor,
             alloc: None,
             free_requested: None,
             free_completed: None,
-            stream,
-            pool_id: pool,
-            stack,
+            stream: s.stream,
+            pool_id: s.pool,
+            stack: s.stack,
         });
     }
     let initial = (orphans + survivor_bytes) as i64;
-    let allocated: Vec<u64> = allocated.iter().map(|r| (initial + r).max(0) as u64).collect();
+    let allocated: Vec<u64> = allocated
+        .iter()
+        .map(|r| (initial + r).max(0) as u64)
+        .collect();
 
-    let net: i64 = (0..n).map(|i| reserved_delta(trace.action(i), trace.get(i).size)).sum();
+    let net: i64 = (0..n)
+        .map(|i| reserved_delta(trace.action(i), trace.get(i).size))
+        .sum();
     let initial_reserved = final_reserved(snap, device) - net;
     let mut cur = initial_reserved;
     let reserved: Vec<i64> = (0..n)

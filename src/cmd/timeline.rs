@@ -1,0 +1,157 @@
+//! `vramlens timeline`: replay one device, then draw it, list a live set, or print peaks.
+
+use crate::cli::{TimelineArgs, XArg};
+use anyhow::{Context, Result, anyhow, bail};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use vramlens::analysis::live::{Moment, live_set, resolve};
+use vramlens::analysis::timeline_view::{ViewOptions, XAxis, build_view};
+use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::model::Snapshot;
+use vramlens::render::live::write_live_text;
+use vramlens::render::timeline_svg::{ChartTitle, write_timeline_svg};
+use vramlens::render::{Style, write_json};
+use vramlens::timeline;
+
+/// The viewer's default device: the longest trace, else the first device with segments.
+fn default_device(snap: &Snapshot) -> Option<i64> {
+    let longest = snap
+        .device_traces
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.is_empty())
+        .max_by_key(|(d, t)| (t.len(), std::cmp::Reverse(*d)))
+        .map(|(d, _)| d as i64);
+    longest.or_else(|| snap.devices().first().copied())
+}
+
+fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| anyhow!("--window {s:?}: expected A..B"))?;
+    let parse = |v: &str| -> Result<f64> {
+        v.trim()
+            .parse::<f64>()
+            .map_err(|_| anyhow!("--window {s:?}: expected numbers, found {v:?}"))
+    };
+    let scale = if x == XAxis::Time { 1e3 } else { 1.0 };
+    let (a, b) = (parse(a)? * scale, parse(b)? * scale);
+    if b <= a {
+        bail!("--window {s:?}: the end must be after the start");
+    }
+    Ok((a, b))
+}
+
+/// Writes `path` through a temporary file beside it, so a failure leaves nothing behind.
+fn write_new_file(
+    path: &Path,
+    force: bool,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    if path.exists() && !force {
+        bail!(
+            "{}: already exists; use --force to overwrite it",
+            path.display()
+        );
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("{}: not a file name", path.display()))?;
+    let tmp = dir.join(format!(".{}.vramlens-tmp", name.to_string_lossy()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        write(&mut f)?;
+        f.flush()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
+    Ok(())
+}
+
+pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
+    let x = match args.x {
+        XArg::Events => XAxis::Events,
+        XArg::Time => XAxis::Time,
+    };
+    let window = args
+        .window
+        .as_deref()
+        .map(|w| parse_window(w, x))
+        .transpose()?;
+    let moment: Option<Moment> = args
+        .at
+        .as_deref()
+        .map(|s| s.parse().map_err(|e: String| anyhow!("--at: {e}")))
+        .transpose()?;
+    if let Some(o) = &args.output
+        && o.exists()
+        && !args.force
+    {
+        bail!(
+            "{}: already exists; use --force to overwrite it",
+            o.display()
+        );
+    }
+    let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
+    let path = info.path.as_str();
+    let device = match args.device {
+        Some(d) => {
+            if !snap.devices().contains(&d) {
+                bail!(
+                    "{path}: device {d} has no segment and no trace entry; devices: {:?}",
+                    snap.devices()
+                );
+            }
+            d
+        }
+        None => default_device(&snap)
+            .ok_or_else(|| anyhow!("{path}: no device has a segment or a trace entry"))?,
+    };
+    let tl = timeline::build(&snap, device);
+    let style = Style::detect(std::io::stdout().is_terminal());
+    if let Some(o) = &args.output {
+        let top = args.top.min(500);
+        let options = ViewOptions {
+            x,
+            top,
+            // Fewer columns when many bands are drawn keeps the file small.
+            buckets: (60_000 / top.max(1)).clamp(200, 1000),
+            window,
+        };
+        let view = build_view(&snap, &tl, options).map_err(|e| anyhow!("{path}: {e}"))?;
+        let title = ChartTitle {
+            path,
+            device,
+            events: tl.allocated.len(),
+            peak_allocated: tl.peak_allocated.bytes,
+            peak_event: tl.peak_allocated.event.map(|e| e.0),
+            peak_reserved: tl.peak_reserved.bytes,
+        };
+        write_new_file(o, args.force, |w| write_timeline_svg(w, &view, &title))?;
+    }
+    if let Some(m) = moment {
+        let at = resolve(&snap, &tl, m).map_err(|e| anyhow!("{path}: {e}"))?;
+        let live = live_set(&snap, path, &tl, at, args.frames);
+        if args.json {
+            write_json(out, &live)?;
+        } else {
+            write_live_text(out, &live, style)?;
+        }
+    } else if args.output.is_none() || args.json {
+        let report = vramlens::analysis::timeline_report::report(path, &tl);
+        if args.json {
+            write_json(out, &report)?;
+        } else {
+            vramlens::render::timeline_text::write_timeline_text(out, &report, style)?;
+        }
+    }
+    Ok(())
+}

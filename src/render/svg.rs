@@ -1,0 +1,183 @@
+//! A small streaming SVG writer: elements go straight to the output, coordinates at fixed
+//! precision, all text escaped. Tooltips are `<title>` children, which every browser
+//! shows without JavaScript.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+/// Escapes text for XML content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 forbids.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A coordinate with one decimal (deterministic, compact).
+pub fn num(v: f64) -> String {
+    let v = if v.is_finite() { v } else { 0.0 };
+    let s = format!("{v:.1}");
+    match s.strip_suffix(".0") {
+        Some(int) if int != "-0" => int.to_string(),
+        Some(_) => "0".to_string(),
+        None => s,
+    }
+}
+
+/// Points as `x,y x,y ...`.
+pub fn points(pts: &[(f64, f64)]) -> String {
+    let mut s = String::with_capacity(pts.len() * 12);
+    for (i, (x, y)) in pts.iter().enumerate() {
+        if i > 0 {
+            s.push(' ');
+        }
+        let _ = write!(s, "{},{}", num(*x), num(*y));
+    }
+    s
+}
+
+/// Stable colour of a name: FNV-1a hash to a hue, fixed saturation and lightness.
+pub fn color(name: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!(
+        "hsl({},{}%,{}%)",
+        h % 360,
+        55 + (h >> 9) % 20,
+        50 + (h >> 17) % 15
+    )
+}
+
+pub struct Svg<'a> {
+    pub out: &'a mut dyn Write,
+}
+
+impl Svg<'_> {
+    pub fn begin(&mut self, width: f64, height: f64, title: &str) -> io::Result<()> {
+        writeln!(
+            self.out,
+            r##"<?xml version="1.0" encoding="UTF-8"?>
+<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">
+<title>{t}</title>
+<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>"##,
+            w = num(width),
+            h = num(height),
+            t = escape(title)
+        )
+    }
+
+    pub fn end(&mut self) -> io::Result<()> {
+        writeln!(self.out, "</svg>")
+    }
+
+    pub fn text(
+        &mut self,
+        x: f64,
+        y: f64,
+        anchor: &str,
+        attrs: &str,
+        text: &str,
+    ) -> io::Result<()> {
+        writeln!(
+            self.out,
+            r#"<text x="{}" y="{}" text-anchor="{anchor}"{attrs}>{}</text>"#,
+            num(x),
+            num(y),
+            escape(text)
+        )
+    }
+
+    pub fn line(&mut self, x1: f64, y1: f64, x2: f64, y2: f64, attrs: &str) -> io::Result<()> {
+        writeln!(
+            self.out,
+            r#"<line x1="{}" y1="{}" x2="{}" y2="{}"{attrs}/>"#,
+            num(x1),
+            num(y1),
+            num(x2),
+            num(y2)
+        )
+    }
+
+    pub fn rect(
+        &mut self,
+        x: f64,
+        y: f64,
+        w: f64,
+        h: f64,
+        attrs: &str,
+        title: Option<&str>,
+    ) -> io::Result<()> {
+        write!(
+            self.out,
+            r#"<rect x="{}" y="{}" width="{}" height="{}"{attrs}"#,
+            num(x),
+            num(y),
+            num(w.max(0.0)),
+            num(h.max(0.0))
+        )?;
+        self.close("rect", title)
+    }
+
+    pub fn polygon(
+        &mut self,
+        pts: &[(f64, f64)],
+        attrs: &str,
+        title: Option<&str>,
+    ) -> io::Result<()> {
+        write!(self.out, r#"<polygon points="{}"{attrs}"#, points(pts))?;
+        self.close("polygon", title)
+    }
+
+    pub fn polyline(
+        &mut self,
+        pts: &[(f64, f64)],
+        attrs: &str,
+        title: Option<&str>,
+    ) -> io::Result<()> {
+        write!(
+            self.out,
+            r#"<polyline points="{}" fill="none"{attrs}"#,
+            points(pts)
+        )?;
+        self.close("polyline", title)
+    }
+
+    /// Ends an element opened with `<tag ...`: with a tooltip child, or self-closed.
+    fn close(&mut self, tag: &str, title: Option<&str>) -> io::Result<()> {
+        match title {
+            Some(t) => writeln!(self.out, "><title>{}</title></{tag}>", escape(t)),
+            None => writeln!(self.out, "/>"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_and_numbers() {
+        assert_eq!(escape("a<b & \"c\"'"), "a&lt;b &amp; &quot;c&quot;&apos;");
+        assert_eq!(escape("x\u{1}y"), "x?y");
+        assert_eq!(num(1.0), "1");
+        assert_eq!(num(1.25), "1.2");
+        assert_eq!(num(-0.01), "0");
+        assert_eq!(num(f64::NAN), "0");
+        assert_eq!(points(&[(0.0, 1.5), (2.0, 3.0)]), "0,1.5 2,3");
+        assert_eq!(color("train.py:10:forward"), color("train.py:10:forward"));
+        assert_ne!(color("a"), color("b"));
+    }
+}

@@ -1,0 +1,408 @@
+//! The timeline chart as SVG: stacked bands for the largest allocations over a merged band
+//! for the rest, the reserved line, OOM and snapshot markers, annotation spans, axes in
+//! binary units, a legend and a title. Every band has a tooltip and its exact size in
+//! `data-bytes`.
+
+use super::svg::{Svg, color, escape, num};
+use crate::analysis::timeline_view::{Band, TimelineView, XAxis, color_key};
+use crate::units::{bytes, duration_us, utc_time};
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+const WIDTH: f64 = 1280.0;
+const HEIGHT: f64 = 640.0;
+const LEFT: f64 = 80.0;
+const RIGHT: f64 = 330.0;
+const TOP: f64 = 78.0;
+const BOTTOM: f64 = 56.0;
+
+/// What the title says.
+pub struct ChartTitle<'a> {
+    pub path: &'a str,
+    pub device: i64,
+    pub events: usize,
+    pub peak_allocated: u64,
+    pub peak_event: Option<u32>,
+    pub peak_reserved: u64,
+}
+
+struct Frame {
+    x_min: f64,
+    x_span: f64,
+    y_max: f64,
+}
+
+impl Frame {
+    fn px(&self, x: f64) -> f64 {
+        LEFT + (x - self.x_min) / self.x_span * (WIDTH - LEFT - RIGHT)
+    }
+    fn py(&self, b: f64) -> f64 {
+        let h = HEIGHT - TOP - BOTTOM;
+        TOP + h - (b / self.y_max).clamp(0.0, 1.0) * h
+    }
+}
+
+/// A step line through (x0, x1, y) segments, merging equal levels.
+fn steps(segments: impl Iterator<Item = (f64, f64, f64)>) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = Vec::new();
+    let mut level: Option<f64> = None;
+    let mut end = 0.0;
+    for (x0, x1, y) in segments {
+        if level != Some(y) {
+            if level.is_some() {
+                pts.push((x0, level.unwrap_or(y)));
+            }
+            pts.push((x0, y));
+            level = Some(y);
+        }
+        end = x1;
+    }
+    if let Some(y) = level {
+        pts.push((end, y));
+    }
+    pts
+}
+
+/// Power-of-two tick step for about `ticks` ticks up to `max` bytes.
+fn byte_step(max: f64, ticks: f64) -> f64 {
+    let raw = (max / ticks).max(1.0);
+    2f64.powi(raw.log2().ceil() as i32)
+}
+
+/// 1, 2 or 5 times a power of ten.
+fn decimal_step(span: f64, ticks: f64) -> f64 {
+    let raw = (span / ticks).max(1e-9);
+    let p = 10f64.powi(raw.log10().floor() as i32);
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * p)
+}
+
+fn band_title(b: &Band, view: &TimelineView) -> String {
+    let time = |t: Option<i64>| {
+        t.filter(|&t| t > 0)
+            .map(|t| format!(", {}", utc_time(t)))
+            .unwrap_or_default()
+    };
+    let mut s = format!(
+        "{}  {} ({} bytes requested)\n",
+        b.label,
+        bytes(b.size_bytes),
+        b.size_bytes
+    );
+    match b.alloc_event {
+        Some(e) => s.push_str(&format!(
+            "allocated at event {e}{}\n",
+            time(b.alloc_time_us)
+        )),
+        None => s.push_str("allocated before the trace began\n"),
+    }
+    match (b.free_event, b.alloc_time_us, b.free_time_us) {
+        (Some(e), Some(a), Some(f)) if a > 0 && f > 0 => s.push_str(&format!(
+            "freed at event {e}, lived {}\n",
+            duration_us(f - a)
+        )),
+        (Some(e), _, _) => s.push_str(&format!("freed at event {e}\n")),
+        (None, _, _) => s.push_str("still allocated at the end of the trace\n"),
+    }
+    s.push_str(&format!(
+        "stream {}",
+        if b.stream == 0 {
+            "default".into()
+        } else {
+            format!("0x{:x}", b.stream)
+        }
+    ));
+    if let Some((a, p)) = b.pool_id.filter(|p| *p != (0, 0)) {
+        s.push_str(&format!(", private pool ({a}, {p})"));
+    }
+    s.push('\n');
+    if b.frames.is_empty() {
+        s.push_str("(no stack recorded)");
+    }
+    for f in &b.frames {
+        s.push_str(f);
+        s.push('\n');
+    }
+    let _ = view;
+    s.trim_end().to_string()
+}
+
+/// Writes the chart. Output depends only on the view and title.
+pub fn write_timeline_svg(
+    out: &mut dyn Write,
+    view: &TimelineView,
+    title: &ChartTitle,
+) -> io::Result<()> {
+    let y_max = (view.max_bytes as f64 * 1.08).max(1.0);
+    let f = Frame {
+        x_min: view.x_min,
+        x_span: (view.x_max - view.x_min).max(1.0),
+        y_max,
+    };
+    let mut svg = Svg { out };
+    let heading = format!("{}: device {}", title.path, title.device);
+    svg.begin(WIDTH, HEIGHT, &format!("vramlens timeline of {heading}"))?;
+    svg.text(
+        LEFT,
+        22.0,
+        "start",
+        r#" font-size="16" font-weight="bold""#,
+        &heading,
+    )?;
+    let peak_at = match title.peak_event {
+        Some(e) => format!(" at event {e}"),
+        None => " before the first event".into(),
+    };
+    svg.text(
+        LEFT,
+        40.0,
+        "start",
+        "",
+        &format!(
+            "peak allocated {}{peak_at}; peak reserved {}; {} events",
+            bytes(title.peak_allocated),
+            bytes(title.peak_reserved),
+            title.events
+        ),
+    )?;
+    let plot_bottom = HEIGHT - BOTTOM;
+    let plot_right = WIDTH - RIGHT;
+    // Annotation spans in a strip above the plot.
+    for (i, a) in view.annotations.iter().enumerate() {
+        let (x0, x1) = (f.px(a.x0), f.px(a.x1));
+        let fill = if i % 2 == 0 { "#dfe7f2" } else { "#c9d6ea" };
+        svg.rect(
+            x0,
+            50.0,
+            (x1 - x0).max(1.0),
+            20.0,
+            &format!(r#" fill="{fill}""#),
+            Some(&a.name),
+        )?;
+        if x1 - x0 > 7.0 * a.name.len() as f64 {
+            svg.text(
+                (x0 + x1) / 2.0,
+                64.0,
+                "middle",
+                r#" font-size="10""#,
+                &a.name,
+            )?;
+        }
+    }
+    // Grid and y axis.
+    let step = byte_step(y_max, 6.0);
+    let mut v = 0.0;
+    while v <= y_max {
+        let y = f.py(v);
+        svg.line(LEFT, y, plot_right, y, r##" stroke="#e4e4e4""##)?;
+        svg.text(LEFT - 6.0, y + 4.0, "end", "", &bytes(v as u64))?;
+        v += step;
+    }
+    // x axis.
+    let (unit, scale, label) = match view.x_axis {
+        XAxis::Events => ("", 1.0, "event".to_string()),
+        XAxis::Time if f.x_span < 2e6 => (" ms", 1e3, "time since the first event (ms)".into()),
+        XAxis::Time => (" s", 1e6, "time since the first event (s)".into()),
+    };
+    let xs = decimal_step(f.x_span / scale, 8.0) * scale;
+    let mut x = (view.x_min / xs).ceil() * xs;
+    while x <= view.x_max + 1e-9 {
+        let px = f.px(x);
+        svg.line(
+            px,
+            plot_bottom,
+            px,
+            plot_bottom + 5.0,
+            r##" stroke="#333""##,
+        )?;
+        let text = format!("{}{unit}", num(x / scale));
+        svg.text(px, plot_bottom + 18.0, "middle", "", &text)?;
+        x += xs;
+    }
+    svg.text(
+        (LEFT + plot_right) / 2.0,
+        HEIGHT - 14.0,
+        "middle",
+        "",
+        &label,
+    )?;
+    // Everything not drawn individually, as one band.
+    let rest_top = steps(
+        view.buckets
+            .iter()
+            .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.rest_bytes as f64))),
+    );
+    if !rest_top.is_empty() {
+        let mut pts = rest_top.clone();
+        pts.push((pts.last().map_or(LEFT, |p| p.0), plot_bottom));
+        pts.push((pts[0].0, plot_bottom));
+        let max_rest = view.buckets.iter().map(|b| b.rest_bytes).max().unwrap_or(0);
+        svg.polygon(
+            &pts,
+            &format!(
+                r##" fill="#c8c8c8" stroke="#9a9a9a" stroke-width="0.5" data-bytes="{max_rest}""##
+            ),
+            Some(&format!(
+                "{} other allocations, merged (at most {} at once)",
+                view.rest_count,
+                bytes(max_rest)
+            )),
+        )?;
+    }
+    // The largest allocations, stacked in allocation order.
+    for band in &view.bands {
+        let fill = color(color_key(band));
+        let tip = band_title(band, view);
+        for (start, bottoms) in &band.runs {
+            let segs: Vec<(f64, f64, u64)> = bottoms
+                .iter()
+                .enumerate()
+                .map(|(j, &bottom)| {
+                    let b = &view.buckets[start + j];
+                    (f.px(b.x0), f.px(b.x1), bottom)
+                })
+                .collect();
+            let top = steps(
+                segs.iter()
+                    .map(|&(a, b, y)| (a, b, f.py((y + band.size_bytes) as f64))),
+            );
+            let mut bottom = steps(segs.iter().map(|&(a, b, y)| (a, b, f.py(y as f64))));
+            bottom.reverse();
+            let mut pts = top;
+            pts.extend(bottom);
+            svg.polygon(
+                &pts,
+                &format!(
+                    r##" fill="{fill}" stroke="#ffffff" stroke-width="0.4" data-bytes="{}" data-label="{}""##,
+                    band.size_bytes,
+                    escape(&band.label)
+                ),
+                Some(&tip),
+            )?;
+        }
+    }
+    // Reserved memory.
+    let reserved = steps(
+        view.buckets
+            .iter()
+            .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.reserved_bytes.max(0) as f64))),
+    );
+    svg.polyline(
+        &reserved,
+        r##" stroke="#1f3b73" stroke-width="1.6""##,
+        Some("reserved: bytes in segments"),
+    )?;
+    // Markers.
+    for m in &view.markers {
+        let px = f.px(m.x);
+        let style = if m.kind == "oom" {
+            r##" stroke="#d62728" stroke-width="1.5""##
+        } else {
+            r##" stroke="#777777" stroke-dasharray="4 3""##
+        };
+        writeln!(svg.out, "<g>")?;
+        svg.line(px, TOP, px, plot_bottom, style)?;
+        svg.rect(
+            px - 3.0,
+            TOP,
+            6.0,
+            plot_bottom - TOP,
+            r#" fill="transparent""#,
+            Some(&m.text),
+        )?;
+        if m.kind == "oom" {
+            svg.text(
+                px + 3.0,
+                TOP + 12.0,
+                "start",
+                r##" fill="#d62728" font-weight="bold""##,
+                "OOM",
+            )?;
+        }
+        writeln!(svg.out, "</g>")?;
+    }
+    // Frame of the plot area.
+    svg.line(
+        LEFT,
+        plot_bottom,
+        plot_right,
+        plot_bottom,
+        r##" stroke="#333""##,
+    )?;
+    svg.line(LEFT, TOP, LEFT, plot_bottom, r##" stroke="#333""##)?;
+    // Legend: reserved, the rest band, then bands grouped by their headline frame.
+    let lx = plot_right + 16.0;
+    let mut ly = TOP + 4.0;
+    svg.line(
+        lx,
+        ly,
+        lx + 18.0,
+        ly,
+        r##" stroke="#1f3b73" stroke-width="1.6""##,
+    )?;
+    svg.text(lx + 24.0, ly + 4.0, "start", "", "reserved")?;
+    ly += 18.0;
+    svg.rect(lx, ly - 6.0, 18.0, 10.0, r##" fill="#c8c8c8""##, None)?;
+    svg.text(
+        lx + 24.0,
+        ly + 4.0,
+        "start",
+        "",
+        &format!("{} other allocations", view.rest_count),
+    )?;
+    ly += 18.0;
+    let mut groups: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    for b in &view.bands {
+        let g = groups.entry(color_key(b)).or_insert((0, 0));
+        g.0 = g.0.max(b.size_bytes);
+        g.1 += 1;
+    }
+    let mut groups: Vec<(&str, (u64, usize))> = groups.into_iter().collect();
+    groups.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+    let shown = groups.len().min(22);
+    for (key, (largest, count)) in groups.iter().take(shown) {
+        svg.rect(
+            lx,
+            ly - 6.0,
+            18.0,
+            10.0,
+            &format!(r#" fill="{}""#, color(key)),
+            Some(key),
+        )?;
+        let short = key.rsplit('/').next().unwrap_or(key);
+        let short: String = short.chars().take(30).collect();
+        svg.text(
+            lx + 24.0,
+            ly + 4.0,
+            "start",
+            r#" font-size="11""#,
+            &format!("{short} ({count}, up to {})", bytes(*largest)),
+        )?;
+        ly += 16.0;
+    }
+    if groups.len() > shown {
+        svg.text(
+            lx,
+            ly + 4.0,
+            "start",
+            r#" font-size="11""#,
+            &format!("... {} more call sites", groups.len() - shown),
+        )?;
+    }
+    if view.annotations_dropped > 0 {
+        svg.text(
+            lx,
+            HEIGHT - 14.0,
+            "start",
+            r#" font-size="10""#,
+            &format!(
+                "{} short annotation spans not drawn",
+                view.annotations_dropped
+            ),
+        )?;
+    }
+    svg.end()
+}

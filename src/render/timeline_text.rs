@@ -1,0 +1,60 @@
+//! Text rendering of a [`TimelineReport`].
+
+use super::Style;
+use crate::analysis::timeline_report::TimelineReport;
+use crate::timeline::Peak;
+use crate::units::{bytes, utc_time};
+use std::io::{self, Write};
+
+fn peak(p: &Peak) -> String {
+    let at = match (p.event, p.time_us.filter(|&t| t > 0)) {
+        (None, _) => "before the first event".to_string(),
+        (Some(e), Some(t)) => format!("at event {} ({})", e.0, utc_time(t)),
+        (Some(e), None) => format!("at event {}", e.0),
+    };
+    format!("{} {at}", bytes(p.bytes))
+}
+
+pub fn write_timeline_text(
+    out: &mut dyn Write,
+    r: &TimelineReport,
+    style: Style,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!("{}: device {}", r.path, r.device))
+    )?;
+    let rows = [
+        ("events", r.events.to_string()),
+        (
+            "allocations",
+            format!(
+                "{} traced, {} allocated before the trace, {} alive from before to the end",
+                r.traced_allocations, r.allocated_before_trace, r.survivors
+            ),
+        ),
+        (
+            "allocated",
+            format!(
+                "{} at the start, {} at the end",
+                bytes(r.initial_allocated_bytes),
+                bytes(r.final_allocated_bytes)
+            ),
+        ),
+        (
+            "reserved",
+            format!(
+                "{} at the start, {} at the end",
+                bytes(r.initial_reserved_bytes.max(0) as u64),
+                bytes(r.final_reserved_bytes.max(0) as u64)
+            ),
+        ),
+        ("peak allocated", peak(&r.peak_allocated)),
+        ("peak reserved", peak(&r.peak_reserved)),
+    ];
+    for (label, value) in rows {
+        writeln!(out, "  {label:<16} {value}")?;
+    }
+    Ok(())
+}
