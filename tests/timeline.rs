@@ -1,0 +1,560 @@
+//! Replay: property tests on generated event scripts, and the `timeline` command.
+
+mod common;
+
+use assert_cmd::Command;
+use common::{root, shared_data};
+use proptest::prelude::*;
+use vramlens::analysis::timeline_view::{ViewOptions, XAxis, build_view};
+use vramlens::model::trace::NewEvent;
+use vramlens::model::{
+    Action, Block, BlockState, DeviceTrace, Features, FrameTable, Segment, SegmentType, Snapshot,
+    Warnings,
+};
+use vramlens::timeline::{self, Origin};
+
+const BASE: u64 = 0x7f00_0000_0000;
+const SLOT: u64 = 1 << 20;
+const SLOTS: u64 = 8;
+
+/// One step of a generated script.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Allocate `size` bytes in the first free slot at or after `slot`.
+    Alloc { slot: u64, size: u64 },
+    /// Free the live allocation at or after `slot`; completed now or later.
+    Free { slot: u64, delayed: bool },
+    /// Complete a delayed free.
+    Complete { slot: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..SLOTS, 1..SLOT).prop_map(|(slot, size)| Op::Alloc { slot, size }),
+        2 => (0..SLOTS, any::<bool>()).prop_map(|(slot, delayed)| Op::Free { slot, delayed }),
+        1 => (0..SLOTS).prop_map(|slot| Op::Complete { slot }),
+    ]
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum SlotState {
+    Free,
+    Live(u64),
+    Pending(u64),
+}
+
+/// A valid trace (one segment allocated first, so the history is complete), the final
+/// blocks it must end in, and the allocated total after each event computed directly.
+struct Script {
+    events: Vec<(Action, u64, u64)>,
+    slots: Vec<SlotState>,
+    /// Σ requested bytes held (live or pending) after each event.
+    held_after: Vec<u64>,
+}
+
+fn run_script(ops: &[Op], complete_all: bool) -> Script {
+    let mut slots = vec![SlotState::Free; SLOTS as usize];
+    let mut events = vec![(Action::SegmentAlloc, BASE, SLOT * SLOTS)];
+    let mut held_after = vec![0u64];
+    let held = |slots: &[SlotState]| {
+        slots
+            .iter()
+            .map(|s| match s {
+                SlotState::Live(n) | SlotState::Pending(n) => *n,
+                SlotState::Free => 0,
+            })
+            .sum::<u64>()
+    };
+    let find = |slots: &[SlotState], start: u64, want: &dyn Fn(SlotState) -> bool| {
+        (0..SLOTS)
+            .map(|k| (start + k) % SLOTS)
+            .find(|&s| want(slots[s as usize]))
+    };
+    let mut push = |events: &mut Vec<(Action, u64, u64)>, slots: &[SlotState], e| {
+        events.push(e);
+        held_after.push(held(slots));
+    };
+    for op in ops {
+        match *op {
+            Op::Alloc { slot, size } => {
+                if let Some(s) = find(&slots, slot, &|st| st == SlotState::Free) {
+                    slots[s as usize] = SlotState::Live(size);
+                    push(&mut events, &slots, (Action::Alloc, BASE + s * SLOT, size));
+                }
+            }
+            Op::Free { slot, delayed } => {
+                if let Some(s) = find(&slots, slot, &|st| matches!(st, SlotState::Live(_))) {
+                    let SlotState::Live(size) = slots[s as usize] else {
+                        unreachable!()
+                    };
+                    slots[s as usize] = SlotState::Pending(size);
+                    push(
+                        &mut events,
+                        &slots,
+                        (Action::FreeRequested, BASE + s * SLOT, size),
+                    );
+                    if !delayed {
+                        slots[s as usize] = SlotState::Free;
+                        push(
+                            &mut events,
+                            &slots,
+                            (Action::FreeCompleted, BASE + s * SLOT, size),
+                        );
+                    }
+                }
+            }
+            Op::Complete { slot } => {
+                if let Some(s) = find(&slots, slot, &|st| matches!(st, SlotState::Pending(_))) {
+                    let SlotState::Pending(size) = slots[s as usize] else {
+                        unreachable!()
+                    };
+                    slots[s as usize] = SlotState::Free;
+                    push(
+                        &mut events,
+                        &slots,
+                        (Action::FreeCompleted, BASE + s * SLOT, size),
+                    );
+                }
+            }
+        }
+    }
+    if complete_all {
+        for s in 0..SLOTS {
+            if let SlotState::Pending(size) = slots[s as usize] {
+                slots[s as usize] = SlotState::Free;
+                push(
+                    &mut events,
+                    &slots,
+                    (Action::FreeCompleted, BASE + s * SLOT, size),
+                );
+            }
+        }
+    }
+    Script {
+        events,
+        slots,
+        held_after,
+    }
+}
+
+fn snapshot(events: &[(Action, u64, u64)], slots: &[SlotState]) -> Snapshot {
+    let mut trace = DeviceTrace::default();
+    for (i, &(action, addr, size)) in events.iter().enumerate() {
+        trace.push(NewEvent {
+            action: Some(action),
+            addr,
+            size,
+            time_us: Some(1_700_000_000_000_000 + 10 * i as i64),
+            ..Default::default()
+        });
+    }
+    let blocks: Vec<Block> = slots
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let (state, requested) = match *s {
+                SlotState::Free => (BlockState::Inactive, 0),
+                SlotState::Live(n) => (BlockState::ActiveAllocated, n),
+                SlotState::Pending(n) => (BlockState::ActivePendingFree, n),
+            };
+            Block {
+                address: BASE + k as u64 * SLOT,
+                size: SLOT,
+                requested_size: requested,
+                state,
+                stack: None,
+            }
+        })
+        .collect();
+    Snapshot {
+        segments: vec![Segment {
+            device: 0,
+            address: BASE,
+            total_size: SLOT * SLOTS,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            pool_id: Some((0, 0)),
+            is_expandable: false,
+            stack: None,
+            blocks,
+        }],
+        device_traces: vec![trace],
+        host_segments: Vec::new(),
+        host_trace: DeviceTrace::default(),
+        allocator_settings: None,
+        external_annotations: Vec::new(),
+        frames: FrameTable::new(),
+        features: Features::default(),
+        warnings: Warnings::default(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn replay_of_a_complete_trace(ops in prop::collection::vec(op(), 0..120)) {
+        let script = run_script(&ops, false);
+        let snap = snapshot(&script.events, &script.slots);
+        let tl = timeline::build(&snap, 0);
+        // Bytes are conserved: after each event, allocated = what the script holds.
+        prop_assert_eq!(tl.initial_allocated, 0);
+        prop_assert_eq!(&tl.allocated, &script.held_after);
+        // The peak is the true maximum, first reached where reported.
+        let max = script.held_after.iter().copied().max().unwrap_or(0);
+        prop_assert_eq!(tl.peak_allocated.bytes, max);
+        if let Some(e) = tl.peak_allocated.event {
+            prop_assert_eq!(script.held_after[e.0 as usize], max);
+            prop_assert!(script.held_after[..e.0 as usize].iter().all(|&v| v < max));
+        }
+        // The streaming pass used by summary agrees.
+        let peaks = timeline::peaks(&snap, 0);
+        prop_assert_eq!(peaks.allocated, tl.peak_allocated);
+        prop_assert_eq!(peaks.reserved, tl.peak_reserved);
+        // Allocated never exceeds reserved with a complete history.
+        prop_assert_eq!(tl.initial_reserved, 0);
+        for (a, r) in tl.allocated.iter().zip(&tl.reserved) {
+            prop_assert!(*a as i64 <= *r);
+        }
+        // Every free pairs with its own allocation, in order, versioned per address.
+        for l in &tl.lifetimes {
+            prop_assert_eq!(l.origin, Origin::Traced);
+            let a = l.alloc.unwrap().0 as usize;
+            prop_assert_eq!(script.events[a], (Action::Alloc, l.addr, l.size));
+            if let Some(f) = l.free_completed {
+                let f = f.0 as usize;
+                prop_assert!(f > a);
+                prop_assert_eq!(script.events[f], (Action::FreeCompleted, l.addr, l.size));
+                let r = l.free_requested.unwrap().0 as usize;
+                prop_assert!(a < r && r < f);
+            }
+        }
+        // The replay ends in exactly the final blocks (live and pending ones).
+        let last = script.events.len() - 1;
+        let mut live: Vec<(u64, u64)> = tl.live_at(Some(last)).iter().map(|l| (l.addr, l.size)).collect();
+        live.sort();
+        let mut blocks: Vec<(u64, u64)> = snap.segments[0]
+            .blocks
+            .iter()
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(|b| (b.address, b.requested_size))
+            .collect();
+        blocks.sort();
+        prop_assert_eq!(live, blocks);
+        // Downsampling keeps the peak, whatever the number of buckets.
+        for buckets in [1, 3, 7, 50] {
+            let view = build_view(&snap, &tl, ViewOptions { x: XAxis::Events, top: 3, buckets, window: None }).unwrap();
+            prop_assert_eq!(view.buckets.iter().map(|b| b.allocated_bytes).max().unwrap(), max);
+        }
+    }
+
+    #[test]
+    fn replay_of_a_truncated_trace_rebuilds_earlier_memory(
+        ops in prop::collection::vec(op(), 1..120),
+        cut in 0usize..200,
+    ) {
+        // Frees all complete, so every allocation alive at the end is a plain survivor.
+        let script = run_script(&ops, true);
+        let full = timeline::build(&snapshot(&script.events, &script.slots), 0);
+        let cut = cut.min(script.events.len() - 1);
+        let truncated = snapshot(&script.events[cut..], &script.slots);
+        let tl = timeline::build(&truncated, 0);
+        // Orphan frees and survivors restore what existed before the window.
+        prop_assert_eq!(tl.initial_allocated, if cut == 0 { 0 } else { full.allocated[cut - 1] });
+        prop_assert_eq!(&tl.allocated[..], &full.allocated[cut..]);
+        prop_assert_eq!(tl.initial_reserved, if cut == 0 { 0 } else { full.reserved[cut - 1] });
+    }
+}
+
+fn vramlens() -> Command {
+    let mut c = Command::cargo_bin("vramlens").unwrap();
+    c.current_dir(root());
+    c
+}
+
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[test]
+fn timeline_svg_of_the_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.svg");
+    vramlens()
+        .args(["timeline", "testdata/sample.pickle", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.starts_with("<?xml"));
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert_eq!(count(&svg, "<svg "), 1);
+    // Title with the peak (figures from the independent computation in expected.json).
+    assert!(
+        svg.contains("peak allocated 446.6 MiB at event 71"),
+        "title"
+    );
+    // The largest allocation is a band with its exact size and a tooltip.
+    assert!(
+        svg.contains(r#"data-bytes="206045184""#),
+        "largest allocation band"
+    );
+    assert!(svg.contains("cross_entropy"));
+    assert!(svg.contains("OOM at event 325"));
+    assert!(svg.contains("ProfilerStep#0"));
+    // Every opened tooltip is closed, and the level of detail holds.
+    assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));
+    let shapes = count(&svg, "<polygon")
+        + count(&svg, "<rect")
+        + count(&svg, "<line")
+        + count(&svg, "<polyline");
+    assert!(shapes < 20_000, "{shapes} shapes");
+    assert!(svg.len() < 2 << 20);
+}
+
+#[test]
+fn timeline_refuses_to_overwrite_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.svg");
+    std::fs::write(&out, "keep me").unwrap();
+    let o = vramlens()
+        .args(["timeline", "testdata/sample.pickle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(
+        err.contains("already exists; use --force to overwrite it"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep me");
+    vramlens()
+        .args(["timeline", "testdata/sample.pickle", "--force", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    assert!(std::fs::read_to_string(&out).unwrap().starts_with("<?xml"));
+}
+
+#[test]
+fn a_failed_timeline_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.svg");
+    vramlens()
+        .args(["timeline", "testdata/v2_1.pickle", "--x", "time", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "no time_us (PyTorch before 2.2); use --x events",
+        ));
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn live_set_at_the_peak_adds_up() {
+    let out = vramlens()
+        .args([
+            "timeline",
+            "testdata/sample.pickle",
+            "--at",
+            "peak",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("testdata/sample.pickle.expected.json")).unwrap(),
+    )
+    .unwrap();
+    let peak = &expected["devices"][0]["peak_allocated_bytes"];
+    assert_eq!(&v["allocated_bytes"], peak);
+    assert_eq!(v["event"], expected["devices"][0]["peak_allocated_index"]);
+    let sum: u64 = v["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["size_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(serde_json::Value::from(sum), *peak);
+    // Largest first.
+    let sizes: Vec<u64> = v["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["size_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(sizes.windows(2).all(|w| w[0] >= w[1]));
+}
+
+#[test]
+fn live_set_at_the_oom() {
+    let out = vramlens()
+        .args(["timeline", "testdata/sample.pickle", "--at", "oom"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("testdata/sample.pickle: device 0, after event 325"),
+        "{text}"
+    );
+    vramlens()
+        .args(["timeline", "testdata/v2_2.pickle", "--at", "oom"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("has no oom event"));
+    vramlens()
+        .args(["timeline", "testdata/sample.pickle", "--at", "sometime"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "expected peak, oom, event:N or time:T",
+        ));
+}
+
+#[test]
+fn time_axis_and_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.svg");
+    vramlens()
+        .args([
+            "timeline",
+            "testdata/sample.pickle",
+            "--x",
+            "time",
+            "--window",
+            "5..20",
+            "--top",
+            "5",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.contains("time since the first event (ms)"));
+}
+
+/// Every real snapshot with a trace draws within the level-of-detail limits.
+#[test]
+fn real_snapshots_draw_within_limits() {
+    let Some(data) = shared_data() else {
+        eprintln!("SKIPPED: ../shared/data not found; real-snapshot charts were not drawn");
+        return;
+    };
+    let mut files: Vec<_> = walk(&data);
+    files.sort();
+    let mut drawn = 0;
+    for f in files {
+        let (snap, info) = vramlens::input::read_snapshot(&f, Default::default()).unwrap();
+        for device in snap.devices() {
+            let tl = timeline::build(&snap, device);
+            let view = build_view(&snap, &tl, ViewOptions::default()).unwrap();
+            let max = view
+                .buckets
+                .iter()
+                .map(|b| b.allocated_bytes)
+                .max()
+                .unwrap_or(0);
+            assert_eq!(
+                max, tl.peak_allocated.bytes,
+                "{} device {device}: the peak survives downsampling",
+                info.path
+            );
+            let mut svg = Vec::new();
+            let title = vramlens::render::timeline_svg::ChartTitle {
+                path: &info.path,
+                device,
+                events: tl.allocated.len(),
+                peak_allocated: tl.peak_allocated.bytes,
+                peak_event: None,
+                peak_reserved: tl.peak_reserved.bytes,
+            };
+            vramlens::render::timeline_svg::write_timeline_svg(&mut svg, &view, &title).unwrap();
+            let svg = String::from_utf8(svg).unwrap();
+            assert!(svg.len() < 2 << 20, "{}: {} bytes", info.path, svg.len());
+            assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));
+            drawn += 1;
+        }
+    }
+    eprintln!("drew {drawn} device timelines from real snapshots");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.extension().is_some_and(|x| x == "pickle" || x == "pkl") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The sample chart renders in headless Chromium: a non-blank picture of the right size.
+#[test]
+fn sample_chart_renders_in_chromium() {
+    let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        eprintln!("SKIPPED: chromium not installed; the SVG was not rendered");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("t.svg");
+    let png = dir.path().join("t.png");
+    vramlens()
+        .args(["timeline", "testdata/sample.pickle", "-o"])
+        .arg(&svg)
+        .assert()
+        .success();
+    let status = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,640",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", svg.display()))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let decoder = png::Decoder::new(std::fs::File::open(&png).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1280, 640));
+    let channels = info.color_type.samples();
+    let pixels = &buf[..info.buffer_size()];
+    let colored = pixels
+        .chunks(channels)
+        .filter(|p| {
+            let (r, g, b) = (p[0] as i32, p[1] as i32, p[2] as i32);
+            (r - g).abs() > 40 || (g - b).abs() > 40 || (r - b).abs() > 40
+        })
+        .count();
+    // Bands cover a good part of the plot: far from a blank or error page.
+    assert!(colored > 20_000, "only {colored} coloured pixels");
+}
