@@ -207,8 +207,8 @@ proptest! {
         let max = script.held_after.iter().copied().max().unwrap_or(0);
         prop_assert_eq!(tl.peak_allocated.bytes, max);
         if let Some(e) = tl.peak_allocated.event {
-            prop_assert_eq!(script.held_after[e.0 as usize], max);
-            prop_assert!(script.held_after[..e.0 as usize].iter().all(|&v| v < max));
+            prop_assert_eq!(script.held_after[e.index()], max);
+            prop_assert!(script.held_after[..e.index()].iter().all(|&v| v < max));
         }
         // The streaming pass used by summary agrees.
         let peaks = timeline::peaks(&snap, 0);
@@ -216,19 +216,19 @@ proptest! {
         prop_assert_eq!(peaks.reserved, tl.peak_reserved);
         // Allocated never exceeds reserved with a complete history.
         prop_assert_eq!(tl.initial_reserved, 0);
-        for (a, r) in tl.allocated.iter().zip(&tl.reserved) {
-            prop_assert!(*a as i64 <= *r);
+        for (i, a) in tl.allocated.iter().enumerate() {
+            prop_assert!(*a as i64 <= tl.reserved_at(Some(i)));
         }
         // Every free pairs with its own allocation, in order, versioned per address.
         for l in &tl.lifetimes {
             prop_assert_eq!(l.origin, Origin::Traced);
-            let a = l.alloc.unwrap().0 as usize;
+            let a = l.alloc.unwrap().index();
             prop_assert_eq!(script.events[a], (Action::Alloc, l.addr, l.size));
             if let Some(f) = l.free_completed {
-                let f = f.0 as usize;
+                let f = f.index();
                 prop_assert!(f > a);
                 prop_assert_eq!(script.events[f], (Action::FreeCompleted, l.addr, l.size));
-                let r = l.free_requested.unwrap().0 as usize;
+                let r = l.free_requested.unwrap().index();
                 prop_assert!(a < r && r < f);
             }
         }
@@ -258,14 +258,18 @@ proptest! {
     ) {
         // Frees all complete, so every allocation alive at the end is a plain survivor.
         let script = run_script(&ops, true);
-        let full = timeline::build(&snapshot(&script.events, &script.slots), 0);
+        let full_snap = snapshot(&script.events, &script.slots);
+        let full = timeline::build(&full_snap, 0);
         let cut = cut.min(script.events.len() - 1);
         let truncated = snapshot(&script.events[cut..], &script.slots);
         let tl = timeline::build(&truncated, 0);
         // Orphan frees and survivors restore what existed before the window.
         prop_assert_eq!(tl.initial_allocated, if cut == 0 { 0 } else { full.allocated[cut - 1] });
         prop_assert_eq!(&tl.allocated[..], &full.allocated[cut..]);
-        prop_assert_eq!(tl.initial_reserved, if cut == 0 { 0 } else { full.reserved[cut - 1] });
+        prop_assert_eq!(tl.initial_reserved, full.reserved_at(cut.checked_sub(1)));
+        for i in 0..tl.allocated.len() {
+            prop_assert_eq!(tl.reserved_at(Some(i)), full.reserved_at(Some(cut + i)));
+        }
     }
 }
 

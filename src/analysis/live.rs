@@ -76,7 +76,7 @@ pub fn resolve(
 ) -> Result<Option<usize>, String> {
     let n = tl.allocated.len();
     match moment {
-        Moment::Peak => Ok(tl.peak_allocated.event.map(|e| e.0 as usize)),
+        Moment::Peak => Ok(tl.peak_allocated.event.map(|e| e.index())),
         Moment::Oom => {
             let trace = snap
                 .trace(tl.device)
@@ -92,7 +92,7 @@ pub fn resolve(
             tl.device
         )),
         Moment::Time(t) => {
-            if tl.time_us.iter().all(|t| t.is_none()) {
+            if !tl.has_times() {
                 return Err("this trace has no time_us (PyTorch before 2.2); use event:N".into());
             }
             Ok(tl.event_at_time(t))
@@ -116,11 +116,11 @@ pub fn live_set(
             addr: l.addr,
             size_bytes: l.size,
             origin: l.origin,
-            alloc_event: l.alloc.map(|e| e.0),
-            free_completed_event: l.free_completed.map(|e| e.0),
-            alloc_time_us: l.alloc.and_then(|e| tl.time_us[e.0 as usize]),
+            alloc_event: l.alloc.map(|e| e.index() as u32),
+            free_completed_event: l.free_completed.map(|e| e.index() as u32),
+            alloc_time_us: l.alloc.and_then(|e| tl.time_us(e.index())),
             stream: l.stream,
-            pool_id: l.pool_id,
+            pool_id: tl.pool_id(l),
             frames: user_frames(&snap.frames, l.stack, frames),
         })
         .collect::<Vec<_>>();
@@ -129,7 +129,7 @@ pub fn live_set(
         path: path.to_string(),
         device: tl.device,
         event: at.map(|i| i as u32),
-        time_us: at.and_then(|i| tl.time_us[i]),
+        time_us: at.and_then(|i| tl.time_us(i)),
         allocated_bytes: tl.allocated_at(at),
         reserved_bytes: tl.reserved_at(at),
         count: allocations.len(),

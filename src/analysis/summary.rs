@@ -429,10 +429,10 @@ fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
         .collect();
     let peaks = crate::timeline::peaks(snap, device);
     d.peak_allocated_bytes = peaks.allocated.bytes;
-    d.peak_allocated_event = peaks.allocated.event.map(|e| e.0);
+    d.peak_allocated_event = peaks.allocated.event.map(|e| e.index() as u32);
     d.peak_allocated_time_us = peaks.allocated.time_us;
     d.peak_reserved_bytes = peaks.reserved.bytes;
-    d.peak_reserved_event = peaks.reserved.event.map(|e| e.0);
+    d.peak_reserved_event = peaks.reserved.event.map(|e| e.index() as u32);
     if let Some(trace) = snap.trace(device) {
         d.trace = summarize_trace(trace, |i| {
             trace

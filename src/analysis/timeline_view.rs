@@ -123,7 +123,7 @@ fn position(tl: &DeviceTimeline, x: XAxis, origin: i64, i: Option<usize>) -> f64
                 // Events without a time keep the time of the event before them.
                 Some(i) => (0..=i)
                     .rev()
-                    .find_map(|j| tl.time_us[j].filter(|&t| t > 0))
+                    .find_map(|j| tl.time_us(j).filter(|&t| t > 0))
                     .unwrap_or(origin),
             };
             (t - origin) as f64
@@ -132,7 +132,7 @@ fn position(tl: &DeviceTimeline, x: XAxis, origin: i64, i: Option<usize>) -> f64
 }
 
 fn stack_order(l: &Lifetime) -> (i64, u64, u32) {
-    (l.alloc.map_or(-1, |e| e.0 as i64), l.addr, l.version)
+    (l.alloc.map_or(-1, |e| e.index() as i64), l.addr, l.version)
 }
 
 /// Builds the chart content for one device.
@@ -142,7 +142,7 @@ pub fn build_view(
     options: ViewOptions,
 ) -> Result<TimelineView, String> {
     let n = tl.allocated.len();
-    let origin = tl.time_us.iter().flatten().copied().find(|&t| t > 0);
+    let origin = (0..n).find_map(|i| tl.time_us(i).filter(|&t| t > 0));
     if options.x == XAxis::Time && origin.is_none() {
         return Err("this trace has no time_us (PyTorch before 2.2); use --x events".into());
     }
@@ -198,10 +198,17 @@ pub fn build_view(
     }
     // The largest lifetimes that are alive somewhere in the window.
     let shown: Vec<usize> = rep.iter().map(|r| r.unwrap_or(0)).collect();
+    // Shown states are in x order, so "alive in some shown state" is one binary search
+    // over the state range the lifetime covers (state k = after event k - 1).
     let mut candidates: Vec<&Lifetime> = tl
         .lifetimes
         .iter()
-        .filter(|l| shown.iter().any(|&k| alive(l, states[k])))
+        .filter(|l| {
+            let start = l.alloc.map_or(0, |a| a.index() + 1);
+            let end = l.free_completed.map_or(usize::MAX, |f| f.index() + 1);
+            let first = shown.partition_point(|&k| k < start);
+            shown.get(first).is_some_and(|&k| k < end)
+        })
         .collect();
     let total_candidates = candidates.len();
     candidates.sort_by(|a, b| {
@@ -217,12 +224,12 @@ pub fn build_view(
             label: l.label(),
             size_bytes: l.size,
             origin: l.origin,
-            alloc_event: l.alloc.map(|e| e.0),
-            free_event: l.free_completed.map(|e| e.0),
-            alloc_time_us: l.alloc.and_then(|e| tl.time_us[e.0 as usize]),
-            free_time_us: l.free_completed.and_then(|e| tl.time_us[e.0 as usize]),
+            alloc_event: l.alloc.map(|e| e.index() as u32),
+            free_event: l.free_completed.map(|e| e.index() as u32),
+            alloc_time_us: l.alloc.and_then(|e| tl.time_us(e.index())),
+            free_time_us: l.free_completed.and_then(|e| tl.time_us(e.index())),
             stream: l.stream,
-            pool_id: l.pool_id,
+            pool_id: tl.pool_id(l),
             frames: user_frames(&snap.frames, l.stack, 6),
             headline: headline_frame(&snap.frames, l.stack),
             runs: Vec::new(),
@@ -341,14 +348,35 @@ fn annotations(
     x_min: f64,
     x_max: f64,
 ) -> (Vec<AnnotationSpan>, usize) {
+    // Event position of each annotation time, in one sweep over the events (times are
+    // non-decreasing per device; events without a time are skipped).
+    let mut times: Vec<i64> = snap
+        .external_annotations
+        .iter()
+        .filter(|a| a.device == tl.device)
+        .map(|a| a.time_us)
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let mut event_pos: Vec<f64> = Vec::with_capacity(times.len());
+    let mut last: Option<usize> = None;
+    let mut i = 0;
+    for &t in &times {
+        while i < tl.allocated.len() {
+            match tl.time_us(i) {
+                Some(e) if e > 0 && e > t => break,
+                Some(e) if e > 0 => last = Some(i),
+                _ => {}
+            }
+            i += 1;
+        }
+        event_pos.push(last.map_or(0.0, |i| (i + 1) as f64));
+    }
+    let has_times = tl.has_times();
     let to_x = |t: i64| match x {
         XAxis::Time => Some((t - origin) as f64),
-        XAxis::Events => {
-            if tl.time_us.iter().all(|t| t.is_none()) {
-                return None;
-            }
-            Some(tl.event_at_time(t).map_or(0.0, |i| (i + 1) as f64))
-        }
+        XAxis::Events if has_times => times.binary_search(&t).ok().map(|k| event_pos[k]),
+        XAxis::Events => None,
     };
     let mut open: Vec<(&str, i64)> = Vec::new();
     let mut spans = Vec::new();

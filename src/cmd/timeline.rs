@@ -132,7 +132,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             device,
             events: tl.allocated.len(),
             peak_allocated: tl.peak_allocated.bytes,
-            peak_event: tl.peak_allocated.event.map(|e| e.0),
+            peak_event: tl.peak_allocated.event.map(|e| e.index() as u32),
             peak_reserved: tl.peak_reserved.bytes,
         };
         write_new_file(o, args.force, |w| write_timeline_svg(w, &view, &title))?;

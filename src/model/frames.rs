@@ -37,7 +37,9 @@ impl Hasher for FxHasher {
     }
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply leaves the entropy of aligned keys (addresses are multiples of 512)
+        // in the high bits; bring it down to the bits hash tables index with.
+        self.0.rotate_left(26)
     }
 }
 

@@ -88,7 +88,7 @@ const NO_STACK: u32 = u32::MAX;
 const NO_TIME: i64 = i64::MIN;
 
 /// One event as stored: 28 bytes, 4-byte aligned.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 #[repr(C, packed(4))]
 struct Packed {
     /// `addr`, or `device_free` for an `oom` entry.
@@ -148,7 +148,7 @@ impl EntryKeys {
 }
 
 /// The trace of one device (or the host trace), in file order (oldest first).
-#[derive(Default)]
+#[derive(Default, Debug)]
 pub struct DeviceTrace {
     events: Vec<Packed>,
     /// Distinct raw stream values; events store an index into this.

@@ -9,8 +9,8 @@ use std::io::{self, Write};
 fn peak(p: &Peak) -> String {
     let at = match (p.event, p.time_us.filter(|&t| t > 0)) {
         (None, _) => "before the first event".to_string(),
-        (Some(e), Some(t)) => format!("at event {} ({})", e.0, utc_time(t)),
-        (Some(e), None) => format!("at event {}", e.0),
+        (Some(e), Some(t)) => format!("at event {} ({})", e.index(), utc_time(t)),
+        (Some(e), None) => format!("at event {}", e.index()),
     };
     format!("{} {at}", bytes(p.bytes))
 }

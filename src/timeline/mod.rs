@@ -9,11 +9,33 @@
 //! independent, so callers build them in parallel. Nothing here draws or formats.
 
 use crate::model::frames::FxMap;
-use crate::model::{Action, BlockState, Snapshot, StackId};
+use crate::model::{Action, BlockState, DeviceTrace, Snapshot, StackId};
+use std::num::NonZeroU32;
+use std::sync::LazyLock;
 
-/// Index of an event in a device's trace (as in the file, before any merging).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-pub struct EventIdx(pub u32);
+/// The trace of a device that has none.
+static NO_TRACE: LazyLock<DeviceTrace> = LazyLock::new(DeviceTrace::default);
+
+/// Index of an event in a device's trace (as in the file, before any merging). Stored
+/// as index + 1 so that `Option<EventIdx>` takes 4 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventIdx(NonZeroU32);
+
+impl EventIdx {
+    pub fn new(index: usize) -> EventIdx {
+        EventIdx(NonZeroU32::new(index as u32 + 1).expect("fewer than 2^32 - 1 events"))
+    }
+
+    pub fn index(self) -> usize {
+        self.0.get() as usize - 1
+    }
+}
+
+impl serde::Serialize for EventIdx {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.index() as u64)
+    }
+}
 
 /// Where a lifetime comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -44,7 +66,9 @@ pub struct Lifetime {
     /// The `free_completed` event; None when still alive at the end.
     pub free_completed: Option<EventIdx>,
     pub stream: u64,
-    pub pool_id: Option<(i64, i64)>,
+    /// Index into [`DeviceTimeline::pools`].
+    #[serde(skip)]
+    pub pool: u16,
     #[serde(skip)]
     pub stack: Option<StackId>,
 }
@@ -57,8 +81,7 @@ impl Lifetime {
 
     /// Alive just after event `i` (events before the trace count as alive at the start).
     pub fn alive_after(&self, i: usize) -> bool {
-        self.alloc.is_none_or(|a| a.0 as usize <= i)
-            && self.free_completed.is_none_or(|f| (f.0 as usize) > i)
+        self.alloc.is_none_or(|a| a.index() <= i) && self.free_completed.is_none_or(|f| f.index() > i)
     }
 }
 
@@ -73,9 +96,13 @@ pub struct Peak {
 
 /// The replayed trace of one device.
 #[derive(Debug, Clone)]
-pub struct DeviceTimeline {
+pub struct DeviceTimeline<'a> {
     pub device: i64,
+    pub trace: &'a DeviceTrace,
     pub lifetimes: Vec<Lifetime>,
+    /// Distinct pool ids of the lifetimes (None: unknown, before 2.1 or outside every
+    /// final segment).
+    pub pools: Vec<Option<(i64, i64)>>,
     /// Allocated bytes (viewer semantics) before the first event.
     pub initial_allocated: u64,
     /// Allocated bytes just after each event.
@@ -83,9 +110,8 @@ pub struct DeviceTimeline {
     /// Reserved bytes before the first event (final reserved minus the traced segment
     /// events; negative values mean the segment events do not add up).
     pub initial_reserved: i64,
-    /// Reserved bytes just after each event.
-    pub reserved: Vec<i64>,
-    pub time_us: Vec<Option<i64>>,
+    /// (event, reserved bytes just after it) at each segment event.
+    pub reserved_changes: Vec<(u32, i64)>,
     pub peak_allocated: Peak,
     pub peak_reserved: Peak,
 }
@@ -177,8 +203,7 @@ fn pair<F: FnMut(usize, i64)>(
 
 /// Peaks of allocated (the viewer's Active Memory Timeline maximum) and reserved memory.
 pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
-    let empty = crate::model::DeviceTrace::default();
-    let trace = snap.trace(device).unwrap_or(&empty);
+    let trace = snap.trace(device).unwrap_or(&NO_TRACE);
     // Allocated: a running total relative to the start; the start (orphans + survivors)
     // is only known at the end of the pass.
     let (mut rel, mut max_rel, mut max_at) = (0i64, 0i64, None);
@@ -197,7 +222,7 @@ pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
     let initial = (orphan_bytes + survivors) as i64;
     let allocated = Peak {
         bytes: (initial + max_rel).max(0) as u64,
-        event: max_at.map(|i| EventIdx(i as u32)),
+        event: max_at.map(|i| EventIdx::new(i)),
         time_us: max_at.and_then(|i| trace.time_us(i)),
     };
     // Reserved: final minus the net of the traced segment events, then forward.
@@ -220,16 +245,15 @@ pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
         allocated,
         reserved: Peak {
             bytes: max.max(0) as u64,
-            event: at.map(|i| EventIdx(i as u32)),
+            event: at.map(|i| EventIdx::new(i)),
             time_us: at.and_then(|i| trace.time_us(i)),
         },
     }
 }
 
 /// Replays one device fully: lifetimes and per-event series.
-pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
-    let empty = crate::model::DeviceTrace::default();
-    let trace = snap.trace(device).unwrap_or(&empty);
+pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
+    let trace = snap.trace(device).unwrap_or(&NO_TRACE);
     let n = trace.len();
     // Pool of an address from the final segments (used when entries carry no pool_id).
     let mut segs: Vec<(u64, u64, PoolId)> = snap
@@ -245,6 +269,18 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
             .flatten()
     };
     let has_pool_ids = trace.keys.pool_id;
+    let mut pools: Vec<Option<(i64, i64)>> = Vec::new();
+    let mut pool_index = |p: Option<(i64, i64)>| -> u16 {
+        match pools.iter().position(|&q| q == p) {
+            Some(i) => i as u16,
+            None if pools.len() < u16::MAX as usize => {
+                pools.push(p);
+                (pools.len() - 1) as u16
+            }
+            // More distinct pools than fit: the last index stands for "unknown".
+            None => u16::MAX,
+        }
+    };
 
     let mut lifetimes: Vec<Lifetime> = Vec::new();
     let mut versions: FxMap<u64, u32> = FxMap::default();
@@ -266,15 +302,15 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
                     size: e.size,
                     version,
                     origin: Origin::Traced,
-                    alloc: Some(EventIdx(i as u32)),
+                    alloc: Some(EventIdx::new(i)),
                     free_requested: None,
                     free_completed: None,
                     stream: e.stream,
-                    pool_id: if has_pool_ids {
+                    pool: pool_index(if has_pool_ids {
                         Some(trace.pool_id(i))
                     } else {
                         pool_of(e.addr)
-                    },
+                    }),
                     stack: e.stack,
                 });
                 open.insert(e.addr, lifetimes.len() - 1);
@@ -283,7 +319,7 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
             Action::FreeRequested => {
                 let e = trace.get(i);
                 if let Some(&l) = open.get(&e.addr) {
-                    lifetimes[l].free_requested = Some(EventIdx(i as u32));
+                    lifetimes[l].free_requested = Some(EventIdx::new(i));
                     requested.insert(e.addr, l);
                 }
             }
@@ -292,7 +328,7 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
                 let version = versions.entry(e.addr).or_insert(0);
                 match open.remove(&e.addr) {
                     Some(l) => {
-                        lifetimes[l].free_completed = Some(EventIdx(i as u32));
+                        lifetimes[l].free_completed = Some(EventIdx::new(i));
                         rel -= lifetimes[l].size as i64;
                     }
                     None => {
@@ -305,13 +341,13 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
                             origin: Origin::BeforeTrace,
                             alloc: None,
                             free_requested: None,
-                            free_completed: Some(EventIdx(i as u32)),
+                            free_completed: Some(EventIdx::new(i)),
                             stream: e.stream,
-                            pool_id: if has_pool_ids {
-                                Some(trace.pool_id(i))
-                            } else {
-                                pool_of(e.addr)
-                            },
+                            pool: pool_index(if has_pool_ids {
+                        Some(trace.pool_id(i))
+                    } else {
+                        pool_of(e.addr)
+                    }),
                             stack: e.stack,
                         });
                     }
@@ -338,7 +374,7 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
             free_requested: None,
             free_completed: None,
             stream: s.stream,
-            pool_id: s.pool,
+            pool: pool_index(s.pool),
             stack: s.stack,
         });
     }
@@ -353,42 +389,59 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline {
         .sum();
     let initial_reserved = final_reserved(snap, device) - net;
     let mut cur = initial_reserved;
-    let reserved: Vec<i64> = (0..n)
-        .map(|i| {
-            cur += reserved_delta(trace.action(i), trace.get(i).size);
-            cur
-        })
-        .collect();
-    let time_us: Vec<Option<i64>> = (0..n).map(|i| trace.time_us(i)).collect();
-    let peak_of = |start: i64, values: &[i64]| {
-        let (mut max, mut at) = (start, None);
-        for (i, &v) in values.iter().enumerate() {
-            if v > max {
-                max = v;
-                at = Some(i);
+    let mut reserved_changes = Vec::new();
+    let mut peak_reserved = (initial_reserved, None);
+    for i in 0..n {
+        let d = reserved_delta(trace.action(i), trace.get(i).size);
+        if d != 0 {
+            cur += d;
+            reserved_changes.push((i as u32, cur));
+            if cur > peak_reserved.0 {
+                peak_reserved = (cur, Some(i));
             }
         }
-        Peak {
-            bytes: max.max(0) as u64,
-            event: at.map(|i| EventIdx(i as u32)),
-            time_us: at.and_then(|i| time_us[i]),
+    }
+    let mut peak_allocated = (initial, None);
+    for (i, &a) in allocated.iter().enumerate() {
+        if a as i64 > peak_allocated.0 {
+            peak_allocated = (a as i64, Some(i));
         }
+    }
+    let peak = |(bytes, at): (i64, Option<usize>)| Peak {
+        bytes: bytes.max(0) as u64,
+        event: at.map(EventIdx::new),
+        time_us: at.and_then(|i| trace.time_us(i)),
     };
-    let allocated_i64: Vec<i64> = allocated.iter().map(|&a| a as i64).collect();
     DeviceTimeline {
         device,
-        peak_allocated: peak_of(initial, &allocated_i64),
-        peak_reserved: peak_of(initial_reserved, &reserved),
+        trace,
+        peak_allocated: peak(peak_allocated),
+        peak_reserved: peak(peak_reserved),
         lifetimes,
+        pools,
         initial_allocated: initial as u64,
         allocated,
         initial_reserved,
-        reserved,
-        time_us,
+        reserved_changes,
     }
 }
 
-impl DeviceTimeline {
+impl DeviceTimeline<'_> {
+    /// `time_us` of event `i`, when the trace has one.
+    pub fn time_us(&self, i: usize) -> Option<i64> {
+        self.trace.time_us(i)
+    }
+
+    /// Whether events carry times (PyTorch 2.2 and later).
+    pub fn has_times(&self) -> bool {
+        self.trace.keys.time_us
+    }
+
+    /// Pool id of a lifetime.
+    pub fn pool_id(&self, l: &Lifetime) -> Option<(i64, i64)> {
+        self.pools.get(l.pool as usize).copied().flatten()
+    }
+
     /// Lifetimes alive just after event `i` (or before the first event when None),
     /// largest first, ties by address then version.
     pub fn live_at(&self, at: Option<usize>) -> Vec<&Lifetime> {
@@ -419,9 +472,15 @@ impl DeviceTimeline {
 
     /// Reserved bytes just after event `i` (None: before the first event).
     pub fn reserved_at(&self, at: Option<usize>) -> i64 {
-        match at {
-            Some(i) => self.reserved[i],
-            None => self.initial_reserved,
+        let Some(i) = at else {
+            return self.initial_reserved;
+        };
+        match self
+            .reserved_changes
+            .partition_point(|(e, _)| (*e as usize) <= i)
+        {
+            0 => self.initial_reserved,
+            k => self.reserved_changes[k - 1].1,
         }
     }
 
@@ -429,10 +488,10 @@ impl DeviceTimeline {
     /// has no times).
     pub fn event_at_time(&self, time_us: i64) -> Option<usize> {
         let mut best = None;
-        for (i, t) in self.time_us.iter().enumerate() {
-            match t {
-                Some(t) if *t > 0 && *t <= time_us => best = Some(i),
-                Some(t) if *t > time_us => break,
+        for i in 0..self.allocated.len() {
+            match self.time_us(i) {
+                Some(t) if t > 0 && t <= time_us => best = Some(i),
+                Some(t) if t > time_us => break,
                 _ => {}
             }
         }
