@@ -158,8 +158,10 @@ pub enum Slot {
 
 /// Outcome of [`Memo::lookup`].
 pub enum MemoRead {
-    /// The slot holds a value.
+    /// The slot holds a value; the read is counted and a reference is outstanding.
     Full(u32),
+    /// More reads than the first pass counted (the input changed between passes).
+    Exhausted,
     /// The index holds a container still on the stack, at this position.
     Pending(usize),
     Missing,
@@ -174,8 +176,11 @@ pub enum MemoRead {
 pub struct Memo {
     refs: MemoReferences,
     slots: Vec<Slot>,
-    /// Reads left per slot; a value is dropped after its last read.
+    /// Reads left per slot, counted at GET; `MANY` never runs out.
     remaining: Vec<u8>,
+    /// References pushed by GET and not yet consumed, per slot. A value is dropped when
+    /// no read is left and no reference is outstanding.
+    outstanding: Vec<u32>,
     stored: IndexSet,
     stored_count: u64,
     stamps: u64,
@@ -185,10 +190,12 @@ impl Memo {
     pub fn new(refs: MemoReferences) -> Self {
         let slots = vec![Slot::Empty; refs.len()];
         let remaining = refs.reads.clone();
+        let outstanding = vec![0; refs.len()];
         Memo {
             refs,
             slots,
             remaining,
+            outstanding,
             stored: IndexSet::default(),
             stored_count: 0,
             stamps: 0,
@@ -214,27 +221,40 @@ impl Memo {
         matches!(self.slots[slot], Slot::Full(..))
     }
 
+    /// Stack position of the open container a slot waits for, if any.
+    pub fn pending_position(&self, slot: usize) -> Option<usize> {
+        match self.slots[slot] {
+            Slot::Pending(pos) => Some(pos),
+            _ => None,
+        }
+    }
+
     pub fn set_pending(&mut self, slot: usize, pos: usize) {
         self.slots[slot] = Slot::Pending(pos);
     }
 
     #[inline]
     pub fn set(&mut self, slot: usize, value: Value, depth: u32) {
-        // An index stored again after its counted reads were used up: keep it for good.
-        if self.remaining[slot] == 0 {
-            self.remaining[slot] = MANY;
-        }
         self.stamps += 1;
         self.slots[slot] = Slot::Full(value, depth, self.stamps);
     }
 
+    /// A GET: counts the read and, for a value, records an outstanding reference.
     #[inline]
-    pub fn lookup(&self, index: u64) -> MemoRead {
+    pub fn lookup(&mut self, index: u64) -> MemoRead {
         let Some(slot) = self.refs.slot(index) else {
             return MemoRead::Missing;
         };
         match &self.slots[slot] {
-            Slot::Full(..) => MemoRead::Full(slot as u32),
+            Slot::Full(..) => {
+                match self.remaining[slot] {
+                    MANY => {}
+                    0 => return MemoRead::Exhausted,
+                    n => self.remaining[slot] = n - 1,
+                }
+                self.outstanding[slot] += 1;
+                MemoRead::Full(slot as u32)
+            }
             Slot::Pending(pos) => MemoRead::Pending(*pos),
             Slot::Empty | Slot::Released => MemoRead::Missing,
         }
@@ -249,17 +269,13 @@ impl Memo {
         }
     }
 
-    /// Counts one read of a slot, releasing its value after the last counted read.
+    /// Ends one outstanding reference, releasing the value after the last one.
     #[inline]
     pub fn consumed(&mut self, slot: u32) {
         let slot = slot as usize;
-        match self.remaining[slot] {
-            MANY => {}
-            1 => {
-                self.remaining[slot] = 0;
-                self.slots[slot] = Slot::Released;
-            }
-            n => self.remaining[slot] = n.saturating_sub(1),
+        self.outstanding[slot] -= 1;
+        if self.outstanding[slot] == 0 && self.remaining[slot] == 0 {
+            self.slots[slot] = Slot::Released;
         }
     }
 

@@ -384,8 +384,15 @@ impl<B: Builder> Machine<'_, B> {
         let Some(slot) = self.memo.store_slot(index) else {
             return Ok(());
         };
-        // Overwriting a value that references on the stack still point to (legal, never
-        // written by real picklers): give those references their values first.
+        // Overwriting an index an open container would fill when it closes: it no longer
+        // owns the index (legal, never written by real picklers).
+        if let Some(pos) = self.memo.pending_position(slot)
+            && let Some(Item::Open(o)) = self.stack.get_mut(pos)
+        {
+            o.memo_slots.retain(|&s| s != slot);
+        }
+        // Overwriting a value that references on the stack still point to: give those
+        // references their values first.
         if self.memo.is_full(slot) {
             for i in 0..self.stack.len() {
                 if let Item::Ref(r) = self.stack[i]
@@ -418,13 +425,16 @@ impl<B: Builder> Machine<'_, B> {
                 self.stack.push(Item::Ref(slot));
                 Ok(())
             }
+            MemoRead::Exhausted => Err(self.err(format!(
+                "memo index {index} is read more often than the first pass counted; \
+                 did the file change while it was being read?"
+            ))),
             MemoRead::Pending(pos) => {
                 // A container whose items are all written but that its parent has not
                 // consumed yet (a frames list read again further down the same dict).
                 // Reading it while it still receives a batch would be a cycle.
-                if self.marks.contains(&(pos + 1))
-                    || !matches!(self.stack.get(pos), Some(Item::Open(_)))
-                {
+                // A real cycle fails later, when the frozen container is filled again.
+                if !matches!(self.stack.get(pos), Some(Item::Open(_))) {
                     return Err(self.err(format!(
                         "memo reference {index} to a container that is still being filled; \
                          recursive structures are not snapshot data"
@@ -464,10 +474,46 @@ fn text_int(arg: &[u8], offset: u64) -> Result<Value, Error> {
     if let Ok(i) = s.parse::<i128>() {
         return Ok(Value::from_le_signed(&i.to_le_bytes()));
     }
-    Err(Error::Invalid {
+    decimal_to_le(s).ok_or_else(|| Error::Invalid {
         offset,
         message: format!("expected a decimal integer, found {s:?}"),
     })
+}
+
+/// A decimal integer of any size as an integer value (two's complement, little-endian).
+fn decimal_to_le(s: &str) -> Option<Value> {
+    let (negative, digits) = match s.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Magnitude in base 2^32, least significant limb first.
+    let mut limbs: Vec<u32> = vec![0];
+    for d in digits.bytes() {
+        let mut carry = (d - b'0') as u64;
+        for limb in limbs.iter_mut() {
+            let v = *limb as u64 * 10 + carry;
+            *limb = v as u32;
+            carry = v >> 32;
+        }
+        if carry > 0 {
+            limbs.push(carry as u32);
+        }
+    }
+    let mut bytes: Vec<u8> = limbs.iter().flat_map(|l| l.to_le_bytes()).collect();
+    bytes.push(0); // room for the sign bit
+    if negative {
+        // Two's complement: invert and add one.
+        let mut carry = 1u16;
+        for b in bytes.iter_mut() {
+            let v = (!*b) as u16 + carry;
+            *b = v as u8;
+            carry = v >> 8;
+        }
+    }
+    Some(Value::from_le_signed(&bytes))
 }
 
 /// Decodes a protocol 0 quoted STRING argument (Python 2 `str`, read as Latin-1).

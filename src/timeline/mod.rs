@@ -81,7 +81,8 @@ impl Lifetime {
 
     /// Alive just after event `i` (events before the trace count as alive at the start).
     pub fn alive_after(&self, i: usize) -> bool {
-        self.alloc.is_none_or(|a| a.index() <= i) && self.free_completed.is_none_or(|f| f.index() > i)
+        self.alloc.is_none_or(|a| a.index() <= i)
+            && self.free_completed.is_none_or(|f| f.index() > i)
     }
 }
 
@@ -222,7 +223,7 @@ pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
     let initial = (orphan_bytes + survivors) as i64;
     let allocated = Peak {
         bytes: (initial + max_rel).max(0) as u64,
-        event: max_at.map(|i| EventIdx::new(i)),
+        event: max_at.map(EventIdx::new),
         time_us: max_at.and_then(|i| trace.time_us(i)),
     };
     // Reserved: final minus the net of the traced segment events, then forward.
@@ -245,7 +246,7 @@ pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
         allocated,
         reserved: Peak {
             bytes: max.max(0) as u64,
-            event: at.map(|i| EventIdx::new(i)),
+            event: at.map(EventIdx::new),
             time_us: at.and_then(|i| trace.time_us(i)),
         },
     }
@@ -344,10 +345,10 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
                             free_completed: Some(EventIdx::new(i)),
                             stream: e.stream,
                             pool: pool_index(if has_pool_ids {
-                        Some(trace.pool_id(i))
-                    } else {
-                        pool_of(e.addr)
-                    }),
+                                Some(trace.pool_id(i))
+                            } else {
+                                pool_of(e.addr)
+                            }),
                             stack: e.stack,
                         });
                     }
