@@ -119,9 +119,9 @@ pub fn live_set(
             alloc_event: l.alloc.map(|e| e.index() as u32),
             free_completed_event: l.free_completed.map(|e| e.index() as u32),
             alloc_time_us: l.alloc.and_then(|e| tl.time_us(e.index())),
-            stream: l.stream,
+            stream: tl.stream(l),
             pool_id: tl.pool_id(l),
-            frames: user_frames(&snap.frames, l.stack, frames),
+            frames: user_frames(&snap.frames, l.stack(), frames),
         })
         .collect::<Vec<_>>();
     LiveSet {

@@ -228,10 +228,10 @@ pub fn build_view(
             free_event: l.free_completed.map(|e| e.index() as u32),
             alloc_time_us: l.alloc.and_then(|e| tl.time_us(e.index())),
             free_time_us: l.free_completed.and_then(|e| tl.time_us(e.index())),
-            stream: l.stream,
+            stream: tl.stream(l),
             pool_id: tl.pool_id(l),
-            frames: user_frames(&snap.frames, l.stack, 6),
-            headline: headline_frame(&snap.frames, l.stack),
+            frames: user_frames(&snap.frames, l.stack(), 6),
+            headline: headline_frame(&snap.frames, l.stack()),
             runs: Vec::new(),
         })
         .collect();

@@ -65,15 +65,23 @@ pub struct Lifetime {
     pub free_requested: Option<EventIdx>,
     /// The `free_completed` event; None when still alive at the end.
     pub free_completed: Option<EventIdx>,
-    pub stream: u64,
+    /// Index into [`DeviceTimeline::streams`].
+    #[serde(skip)]
+    pub stream: u16,
     /// Index into [`DeviceTimeline::pools`].
     #[serde(skip)]
     pub pool: u16,
+    /// Stack id, `u32::MAX` for none (see [`Lifetime::stack`]).
     #[serde(skip)]
-    pub stack: Option<StackId>,
+    stack: u32,
 }
 
 impl Lifetime {
+    /// The stack recorded with the allocation (or with its free, for orphan frees).
+    pub fn stack(&self) -> Option<StackId> {
+        (self.stack != u32::MAX).then_some(StackId(self.stack))
+    }
+
     /// The viewer's label, e.g. `b'7f3a00000000_2`.
     pub fn label(&self) -> String {
         format!("b'{:x}_{}", self.addr, self.version)
@@ -101,6 +109,8 @@ pub struct DeviceTimeline<'a> {
     pub device: i64,
     pub trace: &'a DeviceTrace,
     pub lifetimes: Vec<Lifetime>,
+    /// Distinct streams of the lifetimes.
+    pub streams: Vec<u64>,
     /// Distinct pool ids of the lifetimes (None: unknown, before 2.1 or outside every
     /// final segment).
     pub pools: Vec<Option<(i64, i64)>>,
@@ -270,6 +280,17 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
             .flatten()
     };
     let has_pool_ids = trace.keys.pool_id;
+    let mut streams: Vec<u64> = Vec::new();
+    let mut stream_index = |st: u64| -> u16 {
+        match streams.iter().position(|&q| q == st) {
+            Some(i) => i as u16,
+            None if streams.len() < u16::MAX as usize => {
+                streams.push(st);
+                (streams.len() - 1) as u16
+            }
+            None => u16::MAX,
+        }
+    };
     let mut pools: Vec<Option<(i64, i64)>> = Vec::new();
     let mut pool_index = |p: Option<(i64, i64)>| -> u16 {
         match pools.iter().position(|&q| q == p) {
@@ -306,13 +327,13 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
                     alloc: Some(EventIdx::new(i)),
                     free_requested: None,
                     free_completed: None,
-                    stream: e.stream,
+                    stream: stream_index(e.stream),
                     pool: pool_index(if has_pool_ids {
                         Some(trace.pool_id(i))
                     } else {
                         pool_of(e.addr)
                     }),
-                    stack: e.stack,
+                    stack: e.stack.map_or(u32::MAX, |s| s.0),
                 });
                 open.insert(e.addr, lifetimes.len() - 1);
                 rel += e.size as i64;
@@ -343,13 +364,13 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
                             alloc: None,
                             free_requested: None,
                             free_completed: Some(EventIdx::new(i)),
-                            stream: e.stream,
+                            stream: stream_index(e.stream),
                             pool: pool_index(if has_pool_ids {
                                 Some(trace.pool_id(i))
                             } else {
                                 pool_of(e.addr)
                             }),
-                            stack: e.stack,
+                            stack: e.stack.map_or(u32::MAX, |s| s.0),
                         });
                     }
                 }
@@ -374,9 +395,9 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
             alloc: None,
             free_requested: None,
             free_completed: None,
-            stream: s.stream,
+            stream: stream_index(s.stream),
             pool: pool_index(s.pool),
-            stack: s.stack,
+            stack: s.stack.map_or(u32::MAX, |s| s.0),
         });
     }
     let initial = (orphans + survivor_bytes) as i64;
@@ -419,6 +440,7 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
         peak_allocated: peak(peak_allocated),
         peak_reserved: peak(peak_reserved),
         lifetimes,
+        streams,
         pools,
         initial_allocated: initial as u64,
         allocated,
@@ -436,6 +458,11 @@ impl DeviceTimeline<'_> {
     /// Whether events carry times (PyTorch 2.2 and later).
     pub fn has_times(&self) -> bool {
         self.trace.keys.time_us
+    }
+
+    /// Raw stream of a lifetime (0 when more streams than fit the table).
+    pub fn stream(&self, l: &Lifetime) -> u64 {
+        self.streams.get(l.stream as usize).copied().unwrap_or(0)
     }
 
     /// Pool id of a lifetime.

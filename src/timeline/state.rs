@@ -1,0 +1,204 @@
+//! The allocator's segments and blocks at any moment, rebuilt backwards from the final
+//! state by undoing trace events (the official viewer's Allocator State History, spec
+//! section 6.5). Blocks rebuilt from trace entries have their requested size (the
+//! rounding is not recorded); blocks still alive at the end keep their real size.
+
+use crate::model::{Action, BlockState, Snapshot, StackId};
+
+/// A block that is allocated or waiting for its free to complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateBlock {
+    pub addr: u64,
+    pub size: u64,
+    pub requested: u64,
+    /// Freed by the user, waiting for other streams (free_requested without free_completed).
+    pub pending_free: bool,
+    pub stack: Option<StackId>,
+}
+
+/// A segment at that moment, with its blocks in address order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateSegment {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub pool_id: Option<(i64, i64)>,
+    pub expandable: bool,
+    pub blocks: Vec<StateBlock>,
+}
+
+impl StateSegment {
+    /// Free ranges inside the segment (address, size), in address order.
+    pub fn holes(&self) -> Vec<(u64, u64)> {
+        let mut holes = Vec::new();
+        let mut at = self.addr;
+        for b in &self.blocks {
+            if b.addr > at {
+                holes.push((at, b.addr - at));
+            }
+            at = at.max(b.addr.saturating_add(b.size));
+        }
+        let end = self.addr.saturating_add(self.size);
+        if end > at {
+            holes.push((at, end - at));
+        }
+        holes
+    }
+}
+
+/// Segments of a device just after event `at` (None: before the first event), sorted by
+/// pool, stream and address.
+pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<StateSegment> {
+    let mut segments: Vec<StateSegment> = snap
+        .segments_of(device)
+        .map(|s| StateSegment {
+            addr: s.address,
+            size: s.total_size,
+            stream: s.stream,
+            pool_id: s.pool_id,
+            expandable: s.is_expandable,
+            blocks: Vec::new(),
+        })
+        .collect();
+    // Live blocks by address; placed into segments at the end.
+    let mut blocks: std::collections::BTreeMap<u64, StateBlock> = snap
+        .segments_of(device)
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| matches!(b.state, BlockState::ActiveAllocated | BlockState::ActivePendingFree))
+        .map(|b| {
+            (
+                b.address,
+                StateBlock {
+                    addr: b.address,
+                    size: b.size,
+                    requested: b.requested_size,
+                    pending_free: b.state == BlockState::ActivePendingFree,
+                    stack: b.stack,
+                },
+            )
+        })
+        .collect();
+    if let Some(trace) = snap.trace(device) {
+        let first_kept = at.map_or(0, |i| i + 1);
+        for i in (first_kept..trace.len()).rev() {
+            let e = trace.get(i);
+            match e.action {
+                // Before its free completed, the block was waiting (or, when its
+                // free_requested is undone next, plainly allocated).
+                Action::FreeCompleted => {
+                    blocks.insert(
+                        e.addr,
+                        StateBlock {
+                            addr: e.addr,
+                            size: e.size,
+                            requested: e.size,
+                            pending_free: true,
+                            stack: e.stack,
+                        },
+                    );
+                }
+                Action::FreeRequested => {
+                    if let Some(b) = blocks.get_mut(&e.addr) {
+                        b.pending_free = false;
+                    }
+                }
+                Action::Alloc => {
+                    blocks.remove(&e.addr);
+                }
+                Action::SegmentFree => segments.push(StateSegment {
+                    addr: e.addr,
+                    size: e.size,
+                    stream: e.stream,
+                    pool_id: None,
+                    expandable: false,
+                    blocks: Vec::new(),
+                }),
+                Action::SegmentAlloc => {
+                    if let Some(p) = segments.iter().position(|s| s.addr == e.addr) {
+                        segments.remove(p);
+                    }
+                }
+                Action::SegmentUnmap => unmap_undo(&mut segments, e.addr, e.size, e.stream),
+                Action::SegmentMap => map_undo(&mut segments, e.addr, e.size),
+                _ => {}
+            }
+        }
+    }
+    segments.sort_by_key(|s| s.addr);
+    // Pools of segments that came back from the trace: the final segment's pool at the
+    // same address, if any.
+    for s in segments.iter_mut().filter(|s| s.pool_id.is_none()) {
+        s.pool_id = snap
+            .segments_of(device)
+            .find(|f| f.address <= s.addr && s.addr < f.address + f.total_size)
+            .and_then(|f| f.pool_id);
+    }
+    for b in blocks.into_values() {
+        let i = segments.partition_point(|s| s.addr <= b.addr);
+        if let Some(s) = i.checked_sub(1).map(|i| &mut segments[i])
+            && b.addr < s.addr.saturating_add(s.size)
+        {
+            s.blocks.push(b);
+        }
+    }
+    segments.sort_by(|a, b| {
+        (a.pool_id, a.stream, a.addr).cmp(&(b.pool_id, b.stream, b.addr))
+    });
+    segments
+}
+
+/// Undoing an unmap maps the range again, joined to address-adjacent segments of the
+/// same stream (expandable segments grow and shrink in place).
+fn unmap_undo(segments: &mut Vec<StateSegment>, addr: u64, size: u64, stream: u64) {
+    let end = addr.saturating_add(size);
+    let mut start = addr;
+    let mut stop = end;
+    let mut pool = None;
+    segments.retain(|s| {
+        let s_end = s.addr.saturating_add(s.size);
+        if s.stream == stream && (s_end == addr || s.addr == end) {
+            start = start.min(s.addr);
+            stop = stop.max(s_end);
+            pool = pool.or(s.pool_id);
+            false
+        } else {
+            true
+        }
+    });
+    segments.push(StateSegment {
+        addr: start,
+        size: stop - start,
+        stream,
+        pool_id: pool,
+        expandable: true,
+        blocks: Vec::new(),
+    });
+}
+
+/// Undoing a map cuts the range out of the segment that holds it.
+fn map_undo(segments: &mut Vec<StateSegment>, addr: u64, size: u64) {
+    let end = addr.saturating_add(size);
+    let Some(p) = segments
+        .iter()
+        .position(|s| s.addr <= addr && end <= s.addr.saturating_add(s.size))
+    else {
+        return;
+    };
+    let s = segments.remove(p);
+    let s_end = s.addr + s.size;
+    if s.addr < addr {
+        segments.push(StateSegment {
+            size: addr - s.addr,
+            blocks: Vec::new(),
+            ..s.clone()
+        });
+    }
+    if end < s_end {
+        segments.push(StateSegment {
+            addr: end,
+            size: s_end - end,
+            blocks: Vec::new(),
+            ..s
+        });
+    }
+}
