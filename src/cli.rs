@@ -26,6 +26,8 @@ pub enum Command {
     /// Replay the trace of one device: draw the memory timeline as SVG (-o), list what
     /// was live at a moment (--at), or print the peaks.
     Timeline(TimelineArgs),
+    /// The allocator's segments and blocks at a moment: an SVG (-o), a table, or JSON.
+    Segments(SegmentsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -79,6 +81,28 @@ pub struct TimelineArgs {
     /// Frames shown per allocation with --at.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub frames: usize,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SegmentsArgs {
+    /// Snapshot file.
+    #[arg(value_name = "SNAPSHOT")]
+    pub file: PathBuf,
+    /// Write the picture to this SVG file.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Device (default: the one with the longest trace).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    /// The moment: end (default), peak, oom, event:N or time:T (Unix microseconds).
+    #[arg(long, value_name = "MOMENT")]
+    pub at: Option<String>,
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

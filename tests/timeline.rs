@@ -11,6 +11,7 @@ use vramlens::model::{
     Action, Block, BlockState, DeviceTrace, Features, FrameTable, Segment, SegmentType, Snapshot,
     Warnings,
 };
+use vramlens::timeline::state::allocator_state;
 use vramlens::timeline::{self, Origin};
 
 const BASE: u64 = 0x7f00_0000_0000;
@@ -249,6 +250,34 @@ proptest! {
             let view = build_view(&snap, &tl, ViewOptions { x: XAxis::Events, top: 3, buckets, window: None }).unwrap();
             prop_assert_eq!(view.buckets.iter().map(|b| b.allocated_bytes).max().unwrap(), max);
         }
+    }
+
+    #[test]
+    fn allocator_state_rebuilt_backwards_matches_the_forward_replay(
+        ops in prop::collection::vec(op(), 0..80),
+        at in 0usize..200,
+    ) {
+        let script = run_script(&ops, false);
+        let snap = snapshot(&script.events, &script.slots);
+        let tl = timeline::build(&snap, 0);
+        let at = at.min(script.events.len() - 1);
+        let state = allocator_state(&snap, 0, Some(at));
+        // One segment, allocated by event 0.
+        prop_assert_eq!(state.len(), 1);
+        prop_assert_eq!((state[0].addr, state[0].size), (BASE, SLOT * SLOTS));
+        let mut blocks: Vec<(u64, u64)> = state[0].blocks.iter().map(|b| (b.addr, b.requested)).collect();
+        blocks.sort();
+        let mut live: Vec<(u64, u64)> = tl.live_at(Some(at)).iter().map(|l| (l.addr, l.size)).collect();
+        live.sort();
+        prop_assert_eq!(blocks, live);
+        // Pending exactly between free_requested and free_completed.
+        for b in &state[0].blocks {
+            let l = tl.live_at(Some(at)).into_iter().find(|l| l.addr == b.addr).unwrap();
+            let requested = l.free_requested.is_some_and(|r| r.index() <= at);
+            prop_assert_eq!(b.pending_free, requested);
+        }
+        // Before the first event there was nothing.
+        prop_assert!(allocator_state(&snap, 0, None).is_empty());
     }
 
     #[test]
@@ -561,4 +590,110 @@ fn sample_chart_renders_in_chromium() {
         .count();
     // Bands cover a good part of the plot: far from a blank or error page.
     assert!(colored > 20_000, "only {colored} coloured pixels");
+}
+
+#[test]
+fn segments_at_the_end_are_the_final_segments() {
+    let out = vramlens()
+        .args(["segments", "testdata/sample.pickle", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (snap, _) =
+        vramlens::input::read_snapshot(&root().join("testdata/sample.pickle"), Default::default())
+            .unwrap();
+    let mut got: Vec<(u64, u64, usize)> = v["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["addr"].as_u64().unwrap(),
+                s["size_bytes"].as_u64().unwrap(),
+                s["blocks"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    got.sort();
+    let mut want: Vec<(u64, u64, usize)> = snap
+        .segments
+        .iter()
+        .map(|s| {
+            (
+                s.address,
+                s.total_size,
+                s.blocks
+                    .iter()
+                    .filter(|b| b.state != BlockState::Inactive)
+                    .count(),
+            )
+        })
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn segments_at_the_peak_add_up_to_reserved() {
+    let seg = vramlens()
+        .args([
+            "segments",
+            "testdata/sample.pickle",
+            "--at",
+            "peak",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let live = vramlens()
+        .args([
+            "timeline",
+            "testdata/sample.pickle",
+            "--at",
+            "peak",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let seg: serde_json::Value = serde_json::from_slice(&seg.stdout).unwrap();
+    let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
+    assert_eq!(seg["event"], live["event"]);
+    let reserved: u64 = seg["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["size_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(serde_json::Value::from(reserved), live["reserved_bytes"]);
+    let requested: u64 = seg["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["blocks"].as_array().unwrap().iter())
+        .map(|b| b["requested_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(serde_json::Value::from(requested), live["allocated_bytes"]);
+}
+
+#[test]
+fn segments_svg_of_the_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.svg");
+    vramlens()
+        .args(["segments", "testdata/sample.pickle", "--at", "peak", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.contains("allocator state after event 71"));
+    assert!(svg.contains("reserved 476.0 MiB"));
+    assert!(svg.contains(r#"data-bytes="206045184""#) || svg.contains("196.5 MiB requested"));
+    assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));
+    vramlens()
+        .args(["segments", "testdata/sample.pickle", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("already exists"));
 }

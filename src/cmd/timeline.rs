@@ -1,29 +1,16 @@
 //! `vramlens timeline`: replay one device, then draw it, list a live set, or print peaks.
 
+use super::{default_device, write_new_file};
 use crate::cli::{TimelineArgs, XArg};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
-use std::path::Path;
 use vramlens::analysis::live::{Moment, live_set, resolve};
 use vramlens::analysis::timeline_view::{ViewOptions, XAxis, build_view};
 use vramlens::input::{ReadOptions, read_snapshot};
-use vramlens::model::Snapshot;
 use vramlens::render::live::write_live_text;
 use vramlens::render::timeline_svg::{ChartTitle, write_timeline_svg};
 use vramlens::render::{Style, write_json};
 use vramlens::timeline;
-
-/// The viewer's default device: the longest trace, else the first device with segments.
-fn default_device(snap: &Snapshot) -> Option<i64> {
-    let longest = snap
-        .device_traces
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !t.is_empty())
-        .max_by_key(|(d, t)| (t.len(), std::cmp::Reverse(*d)))
-        .map(|(d, _)| d as i64);
-    longest.or_else(|| snap.devices().first().copied())
-}
 
 fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
     let (a, b) = s
@@ -40,40 +27,6 @@ fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
         bail!("--window {s:?}: the end must be after the start");
     }
     Ok((a, b))
-}
-
-/// Writes `path` through a temporary file beside it, so a failure leaves nothing behind.
-fn write_new_file(
-    path: &Path,
-    force: bool,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<()> {
-    if path.exists() && !force {
-        bail!(
-            "{}: already exists; use --force to overwrite it",
-            path.display()
-        );
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| anyhow!("{}: not a file name", path.display()))?;
-    let tmp = dir.join(format!(".{}.vramlens-tmp", name.to_string_lossy()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-        write(&mut f)?;
-        f.flush()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
-    Ok(())
 }
 
 pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {

@@ -8,6 +8,8 @@
 //! series rebuilt from the final segments and the segment events (spec 6.3). Devices are
 //! independent, so callers build them in parallel. Nothing here draws or formats.
 
+pub mod state;
+
 use crate::model::frames::FxMap;
 use crate::model::{Action, BlockState, DeviceTrace, Snapshot, StackId};
 use std::num::NonZeroU32;

@@ -64,7 +64,12 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
     let mut blocks: std::collections::BTreeMap<u64, StateBlock> = snap
         .segments_of(device)
         .flat_map(|s| s.blocks.iter())
-        .filter(|b| matches!(b.state, BlockState::ActiveAllocated | BlockState::ActivePendingFree))
+        .filter(|b| {
+            matches!(
+                b.state,
+                BlockState::ActiveAllocated | BlockState::ActivePendingFree
+            )
+        })
         .map(|b| {
             (
                 b.address,
@@ -141,9 +146,7 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
             s.blocks.push(b);
         }
     }
-    segments.sort_by(|a, b| {
-        (a.pool_id, a.stream, a.addr).cmp(&(b.pool_id, b.stream, b.addr))
-    });
+    segments.sort_by(|a, b| (a.pool_id, a.stream, a.addr).cmp(&(b.pool_id, b.stream, b.addr)));
     segments
 }
 

@@ -1,0 +1,154 @@
+//! `vramlens segments`: the allocator's segments and blocks at one moment.
+
+use super::{default_device, write_new_file};
+use crate::cli::SegmentsArgs;
+use anyhow::{Result, anyhow, bail};
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+use vramlens::analysis::live::{Moment, resolve};
+use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::render::segments_svg::{SegmentsTitle, write_segments_svg};
+use vramlens::render::{Style, write_json};
+use vramlens::timeline::{self, state::allocator_state};
+use vramlens::units::bytes;
+
+#[derive(Serialize)]
+struct BlockJson {
+    addr: u64,
+    size_bytes: u64,
+    requested_bytes: u64,
+    pending_free: bool,
+}
+
+#[derive(Serialize)]
+struct SegmentJson {
+    addr: u64,
+    size_bytes: u64,
+    stream: u64,
+    pool_id: Option<(i64, i64)>,
+    expandable: bool,
+    blocks: Vec<BlockJson>,
+    /// Free ranges: [address, size].
+    holes: Vec<(u64, u64)>,
+}
+
+#[derive(Serialize)]
+struct StateJson {
+    schema_version: u32,
+    path: String,
+    device: i64,
+    /// The state just after this event; null: before the first event.
+    event: Option<u32>,
+    segments: Vec<SegmentJson>,
+}
+
+pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
+    if let Some(o) = &args.output
+        && o.exists()
+        && !args.force
+    {
+        bail!(
+            "{}: already exists; use --force to overwrite it",
+            o.display()
+        );
+    }
+    let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
+    let path = info.path.as_str();
+    let device = match args.device {
+        Some(d) if snap.devices().contains(&d) => d,
+        Some(d) => bail!(
+            "{path}: device {d} has no segment and no trace entry; devices: {:?}",
+            snap.devices()
+        ),
+        None => default_device(&snap)
+            .ok_or_else(|| anyhow!("{path}: no device has a segment or a trace entry"))?,
+    };
+    let tl = timeline::build(&snap, device);
+    let n = tl.allocated.len();
+    let at = match args.at.as_deref() {
+        None | Some("end") => n.checked_sub(1),
+        Some(s) => {
+            let m: Moment = s.parse().map_err(|e: String| anyhow!("--at: {e}"))?;
+            resolve(&snap, &tl, m).map_err(|e| anyhow!("{path}: {e}"))?
+        }
+    };
+    let state = allocator_state(&snap, device, at);
+    let moment = match at {
+        None => "before the first event".to_string(),
+        Some(i) if i + 1 == n => format!("at the end (after event {i})"),
+        Some(i) => format!("after event {i}"),
+    };
+    if let Some(o) = &args.output {
+        let title = SegmentsTitle {
+            path,
+            device,
+            moment: moment.clone(),
+        };
+        write_new_file(o, args.force, |w| {
+            write_segments_svg(w, &state, &snap.frames, &title)
+        })?;
+    }
+    if args.json {
+        let report = StateJson {
+            schema_version: 1,
+            path: path.to_string(),
+            device,
+            event: at.map(|i| i as u32),
+            segments: state
+                .iter()
+                .map(|s| SegmentJson {
+                    addr: s.addr,
+                    size_bytes: s.size,
+                    stream: s.stream,
+                    pool_id: s.pool_id,
+                    expandable: s.expandable,
+                    blocks: s
+                        .blocks
+                        .iter()
+                        .map(|b| BlockJson {
+                            addr: b.addr,
+                            size_bytes: b.size,
+                            requested_bytes: b.requested,
+                            pending_free: b.pending_free,
+                        })
+                        .collect(),
+                    holes: s.holes(),
+                })
+                .collect(),
+        };
+        write_json(out, &report)?;
+    } else if args.output.is_none() {
+        let style = Style::detect(std::io::stdout().is_terminal());
+        writeln!(
+            out,
+            "{}",
+            style.heading(&format!("{path}: device {device}, {moment}"))
+        )?;
+        for s in &state {
+            let used: u64 = s.blocks.iter().map(|b| b.size).sum();
+            let holes = s.holes();
+            let largest = holes.iter().map(|h| h.1).max().unwrap_or(0);
+            writeln!(
+                out,
+                "  s'{:x}  {:>10}  {} blocks, {} used, {} free in {} holes (largest {}), stream {}{}",
+                s.addr,
+                bytes(s.size),
+                s.blocks.len(),
+                bytes(used),
+                bytes(s.size.saturating_sub(used)),
+                holes.len(),
+                bytes(largest),
+                if s.stream == 0 {
+                    "default".to_string()
+                } else {
+                    format!("0x{:x}", s.stream)
+                },
+                match s.pool_id {
+                    Some(p) if p != (0, 0) => format!(", pool ({}, {})", p.0, p.1),
+                    _ => String::new(),
+                }
+            )?;
+        }
+    }
+    Ok(())
+}
