@@ -146,7 +146,7 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
             s.blocks.push(b);
         }
     }
-    segments.sort_by(|a, b| (a.pool_id, a.stream, a.addr).cmp(&(b.pool_id, b.stream, b.addr)));
+    segments.sort_by_key(|s| (s.pool_id, s.stream, s.addr));
     segments
 }
 
