@@ -138,6 +138,23 @@ fn run_script(ops: &[Op], complete_all: bool) -> Script {
     }
 }
 
+/// Σ 512-rounded sizes of the allocations held after event `i`, from the script alone.
+fn script_held_blocks(script: &Script, i: usize) -> u64 {
+    let mut held: std::collections::BTreeMap<u64, u64> = Default::default();
+    for &(action, addr, size) in &script.events[..=i] {
+        match action {
+            Action::Alloc => {
+                held.insert(addr, size);
+            }
+            Action::FreeCompleted => {
+                held.remove(&addr);
+            }
+            _ => {}
+        }
+    }
+    held.values().map(|s| s.div_ceil(512).max(1) * 512).sum()
+}
+
 fn snapshot(events: &[(Action, u64, u64)], slots: &[SlotState]) -> Snapshot {
     let mut trace = DeviceTrace::default();
     for (i, &(action, addr, size)) in events.iter().enumerate() {
@@ -245,6 +262,14 @@ proptest! {
             .collect();
         blocks.sort();
         prop_assert_eq!(live, blocks);
+        // Active bytes: every held allocation rounded up to whole 512-byte units.
+        let states: Vec<Option<usize>> = (0..script.events.len()).map(Some).collect();
+        let active = timeline::active_at(&tl, &states);
+        for (i, a) in active.iter().enumerate() {
+            let want: u64 = script_held_blocks(&script, i);
+            prop_assert_eq!(*a, want);
+            prop_assert!(*a >= tl.allocated[i]);
+        }
         // Downsampling keeps the peak, whatever the number of buckets.
         for buckets in [1, 3, 7, 50] {
             let view = build_view(&snap, &tl, ViewOptions { x: XAxis::Events, top: 3, buckets, window: None }).unwrap();

@@ -53,6 +53,11 @@ pub struct Bucket {
     pub allocated_bytes: u64,
     /// Highest reserved bytes within the bucket.
     pub reserved_bytes: i64,
+    /// Active bytes at the shown state: allocations in block bytes (rounded to 512),
+    /// pending frees included.
+    pub active_bytes: u64,
+    /// Free memory cached inside segments at the shown state: reserved minus active.
+    pub cached_free_bytes: u64,
     /// Allocated bytes not in a band.
     pub rest_bytes: u64,
 }
@@ -235,6 +240,8 @@ pub fn build_view(
             runs: Vec::new(),
         })
         .collect();
+    let rep_states: Vec<Option<usize>> = shown.iter().map(|&k| states[k]).collect();
+    let active = crate::timeline::active_at(tl, &rep_states);
     let mut buckets = Vec::with_capacity(nb);
     for b in 0..nb {
         let k = shown[b];
@@ -264,6 +271,8 @@ pub fn build_view(
             event: state.map(|i| i as u32),
             allocated_bytes: allocated,
             reserved_bytes: res[b].unwrap_or(0),
+            active_bytes: active[b],
+            cached_free_bytes: (tl.reserved_at(state) - active[b] as i64).max(0) as u64,
             rest_bytes: rest,
         });
     }

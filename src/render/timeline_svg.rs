@@ -284,6 +284,26 @@ pub fn write_timeline_svg(
             )?;
         }
     }
+    // Active memory in block bytes; the gap up to reserved is cached free memory.
+    let active = steps(
+        view.buckets
+            .iter()
+            .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.active_bytes as f64))),
+    );
+    let max_cached = view
+        .buckets
+        .iter()
+        .map(|b| b.cached_free_bytes)
+        .max()
+        .unwrap_or(0);
+    svg.polyline(
+        &active,
+        r##" stroke="#555555" stroke-width="1" stroke-dasharray="3 2""##,
+        Some(&format!(
+            "active: allocations in block bytes, pending frees included; the gap up to reserved is free memory cached in segments (up to {})",
+            bytes(max_cached)
+        )),
+    )?;
     // Reserved memory.
     let reserved = steps(
         view.buckets
@@ -314,10 +334,16 @@ pub fn write_timeline_svg(
             Some(&m.text),
         )?;
         if m.kind == "oom" {
+            // Keep the label inside the plot near its right edge.
+            let (x, anchor) = if px > plot_right - 40.0 {
+                (px - 3.0, "end")
+            } else {
+                (px + 3.0, "start")
+            };
             svg.text(
-                px + 3.0,
+                x,
                 TOP + 12.0,
-                "start",
+                anchor,
                 r##" fill="#d62728" font-weight="bold""##,
                 "OOM",
             )?;
@@ -344,6 +370,15 @@ pub fn write_timeline_svg(
         r##" stroke="#1f3b73" stroke-width="1.6""##,
     )?;
     svg.text(lx + 24.0, ly + 4.0, "start", "", "reserved")?;
+    ly += 18.0;
+    svg.line(
+        lx,
+        ly,
+        lx + 18.0,
+        ly,
+        r##" stroke="#555555" stroke-width="1" stroke-dasharray="3 2""##,
+    )?;
+    svg.text(lx + 24.0, ly + 4.0, "start", "", "active (block bytes)")?;
     ly += 18.0;
     svg.rect(lx, ly - 6.0, 18.0, 10.0, r##" fill="#c8c8c8""##, None)?;
     svg.text(

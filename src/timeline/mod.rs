@@ -264,6 +264,55 @@ pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
     }
 }
 
+/// Bytes the caching allocator hands out for a request: at least 512, in multiples of
+/// 512 (CUDACachingAllocator `round_size`; `roundup_power2_divisions` is not modelled).
+pub fn block_bytes(requested: u64) -> u64 {
+    requested.max(1).div_ceil(512) * 512
+}
+
+/// Active bytes (allocations in block bytes, pending frees included, as in the viewer's
+/// count) at the given states (None: before the first event; others ascending), by one
+/// forward pass that keeps nothing per event.
+pub fn active_at(tl: &DeviceTimeline, states: &[Option<usize>]) -> Vec<u64> {
+    let trace = tl.trace;
+    let mut active: i64 = tl
+        .lifetimes
+        .iter()
+        .filter(|l| l.alloc.is_none())
+        .map(|l| block_bytes(l.size) as i64)
+        .sum();
+    let mut open: FxMap<u64, u64> = FxMap::default();
+    let mut out = Vec::with_capacity(states.len());
+    let mut next = 0;
+    while next < states.len() && states[next].is_none() {
+        out.push(active.max(0) as u64);
+        next += 1;
+    }
+    for i in 0..trace.len() {
+        if next >= states.len() {
+            break;
+        }
+        match trace.action(i) {
+            Action::Alloc => {
+                let e = trace.get(i);
+                let b = block_bytes(e.size);
+                open.insert(e.addr, b);
+                active += b as i64;
+            }
+            Action::FreeCompleted => {
+                let e = trace.get(i);
+                active -= open.remove(&e.addr).unwrap_or_else(|| block_bytes(e.size)) as i64;
+            }
+            _ => {}
+        }
+        while next < states.len() && states[next] == Some(i) {
+            out.push(active.max(0) as u64);
+            next += 1;
+        }
+    }
+    out
+}
+
 /// Replays one device fully: lifetimes and per-event series.
 pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
     let trace = snap.trace(device).unwrap_or(&NO_TRACE);
