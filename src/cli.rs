@@ -28,6 +28,9 @@ pub enum Command {
     Timeline(TimelineArgs),
     /// The allocator's segments and blocks at a moment: an SVG (-o), a table, or JSON.
     Segments(SegmentsArgs),
+    /// OOM post-mortem: the request, what the device and allocator had, what was live,
+    /// and verdicts (capacity, fragmentation, memory outside PyTorch, ...) with knobs.
+    Oom(OomArgs),
 }
 
 #[derive(Args, Debug)]
@@ -103,6 +106,25 @@ pub struct SegmentsArgs {
     /// The moment: end (default), peak, oom, event:N or time:T (Unix microseconds).
     #[arg(long, value_name = "MOMENT")]
     pub at: Option<String>,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct OomArgs {
+    /// Snapshot dumped at or after the OOM.
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: Option<PathBuf>,
+    /// A log with "CUDA out of memory" messages (both forms PyTorch has printed).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Memory of the device, e.g. 40GiB (else taken from the OOM message when given).
+    #[arg(long, value_name = "SIZE")]
+    pub device_total: Option<String>,
+    /// Only this device.
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

@@ -6,6 +6,7 @@
 pub mod analysis;
 pub mod input;
 pub mod model;
+pub mod oom_log;
 pub mod pickle;
 pub mod render;
 pub mod timeline;

@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         cli::Command::Summary(args) => cmd::summary::run(args, &mut out),
         cli::Command::Timeline(args) => cmd::timeline::run(args, &mut out),
         cli::Command::Segments(args) => cmd::segments::run(args, &mut out),
+        cli::Command::Oom(args) => cmd::oom::run(args, &mut out),
     }
     .and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {

@@ -1,5 +1,6 @@
 //! Glue for each subcommand: read inputs, run an analysis, render.
 
+pub mod oom;
 pub mod segments;
 pub mod summary;
 pub mod timeline;

@@ -2,6 +2,7 @@
 //! `io::Write`. No analysis happens here.
 
 pub mod live;
+pub mod oom;
 pub mod segments_svg;
 pub mod summary;
 pub mod svg;

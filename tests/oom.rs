@@ -1,0 +1,262 @@
+//! `vramlens oom`: verdicts and figures on real OOM snapshots, fixtures and logs.
+
+mod common;
+
+use assert_cmd::Command;
+use common::{root, shared_data};
+use std::collections::HashMap;
+use vramlens::model::{Action, BlockState};
+
+fn vramlens() -> Command {
+    let mut c = Command::cargo_bin("vramlens").unwrap();
+    c.current_dir(root());
+    c
+}
+
+fn oom_json(args: &[&str]) -> serde_json::Value {
+    let out = vramlens()
+        .arg("oom")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn kinds(a: &serde_json::Value) -> Vec<String> {
+    a["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Figures at the first `oom` entry of a device, computed directly from the trace entries
+/// and final blocks (not through vramlens' timeline): (index, request, device free,
+/// reserved, allocated requested bytes as the official viewer counts them).
+fn hand_figures(path: &std::path::Path, device: i64) -> (usize, u64, u64, u64, u64) {
+    let (snap, _) = vramlens::input::read_snapshot(path, Default::default()).unwrap();
+    let trace = snap.trace(device).unwrap();
+    let events: Vec<_> = trace.iter().collect();
+    let oom = events.iter().position(|e| e.action == Action::Oom).unwrap();
+    // Reserved: final segments minus the segment events after the OOM.
+    let mut reserved: i64 = snap.segments_of(device).map(|s| s.total_size as i64).sum();
+    for e in &events[oom + 1..] {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => reserved -= e.size as i64,
+            Action::SegmentFree | Action::SegmentUnmap => reserved += e.size as i64,
+            _ => {}
+        }
+    }
+    // Allocated: pair allocs with free_completed; what was freed without its alloc in
+    // the trace, and final blocks never allocated in it, existed from the start.
+    let mut open: HashMap<u64, u64> = HashMap::new();
+    let mut total: i64 = 0;
+    let mut at_oom = 0;
+    for (i, e) in events.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                open.insert(e.addr, e.size);
+                total += e.size as i64;
+            }
+            Action::FreeCompleted => {
+                total -= open.remove(&e.addr).unwrap_or(e.size) as i64;
+            }
+            _ => {}
+        }
+        if i == oom {
+            at_oom = total;
+        }
+    }
+    let orphans: i64 = {
+        let mut open: HashMap<u64, ()> = HashMap::new();
+        let mut sum = 0;
+        for e in &events {
+            match e.action {
+                Action::Alloc => {
+                    open.insert(e.addr, ());
+                }
+                Action::FreeCompleted if open.remove(&e.addr).is_none() => sum += e.size as i64,
+                _ => {}
+            }
+        }
+        sum
+    };
+    let survivors: i64 = snap
+        .segments_of(device)
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state == BlockState::ActiveAllocated && !open.contains_key(&b.address))
+        .map(|b| b.requested_size as i64)
+        .sum();
+    let e = &events[oom];
+    (
+        oom,
+        e.size,
+        e.addr,
+        reserved as u64,
+        (at_oom + orphans + survivors) as u64,
+    )
+}
+
+#[test]
+fn torchtitan_fsdp_ranks_run_out_of_capacity_with_fragmentation() {
+    let Some(data) = shared_data() else {
+        eprintln!("SKIPPED: ../shared/data not found; real OOM snapshots were not analysed");
+        return;
+    };
+    for (rank, device) in [("rank0", 0), ("rank1", 1)] {
+        let path = data.join(format!(
+            "ccl-bench-torchtitan-fsdp-oom/{rank}_memory_snapshot.pickle"
+        ));
+        let v = oom_json(&[path.to_str().unwrap(), "--device-total", "39.39GiB"]);
+        let a = &v["analyses"].as_array().unwrap()[..];
+        assert_eq!(a.len(), 1, "{rank}: one oom event");
+        let a = &a[0];
+        let (index, request, free, reserved, allocated) = hand_figures(&path, device);
+        assert_eq!(a["device"], device);
+        assert_eq!(a["event"], index as u64);
+        assert_eq!(a["requested_bytes"], request);
+        assert_eq!(a["device_free_bytes"], free);
+        assert_eq!(a["reserved_bytes"], reserved);
+        assert_eq!(a["allocated_bytes"], allocated);
+        // Live memory fills most of what the A100 could give; the free memory inside
+        // segments plus the device's would have covered the request, had it been one hole.
+        assert_eq!(
+            kinds(a),
+            ["capacity", "fragmentation", "outside_allocator"],
+            "{rank}"
+        );
+        let holes = a["largest_hole_bytes"].as_u64().unwrap();
+        assert!(holes < request);
+        assert!(a["cached_free_bytes"].as_u64().unwrap() + free >= request);
+        // 39.39 GiB total − free − reserved
+        let total = (39.39f64 * (1u64 << 30) as f64).round() as u64;
+        assert_eq!(a["outside_allocator_bytes"], total - free - reserved);
+        // The knobs include expandable segments, which were off.
+        let text = a["verdicts"].to_string();
+        assert!(text.contains("expandable_segments:True"));
+    }
+}
+
+#[test]
+fn expandable_segments_oom_is_capacity_and_suggests_nothing_already_on() {
+    let Some(data) = shared_data() else {
+        eprintln!("SKIPPED: ../shared/data not found; real OOM snapshots were not analysed");
+        return;
+    };
+    let path = data.join("code-location-expandable-oom/memory_snapshot.pickle");
+    let v = oom_json(&[path.to_str().unwrap()]);
+    let a = &v["analyses"].as_array().unwrap();
+    assert_eq!(a.len(), 1);
+    let a = &a[0];
+    let (index, request, free, reserved, allocated) = hand_figures(&path, 1);
+    assert_eq!(
+        (a["device"].as_i64(), a["event"].as_u64()),
+        (Some(1), Some(index as u64))
+    );
+    assert_eq!(a["requested_bytes"], request);
+    assert_eq!(a["device_free_bytes"], free);
+    assert_eq!(a["reserved_bytes"], reserved);
+    assert_eq!(a["allocated_bytes"], allocated);
+    assert_eq!(kinds(a), ["capacity"]);
+    assert!(
+        a["verdicts"][0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("exceed what the device could give PyTorch")
+    );
+    assert!(
+        !a["verdicts"]
+            .to_string()
+            .contains("expandable_segments:True"),
+        "already on"
+    );
+}
+
+#[test]
+fn snapshot_without_an_oom_event_is_analysed_from_its_final_state() {
+    let Some(data) = shared_data() else {
+        eprintln!("SKIPPED: ../shared/data not found; real OOM snapshots were not analysed");
+        return;
+    };
+    let path = data.join("flexgen-pt20/oom_snapshot.pickle");
+    let v = oom_json(&[path.to_str().unwrap()]);
+    assert!(v["notes"][0].as_str().unwrap().contains("no oom event"));
+    let a = &v["analyses"][0];
+    assert_eq!(a["source"], "final_state");
+    assert_eq!(a["requested_bytes"], serde_json::Value::Null);
+    assert_eq!(kinds(a), ["capacity"]);
+}
+
+#[test]
+fn sample_oom_is_capacity() {
+    let v = oom_json(&["testdata/sample.pickle"]);
+    let a = &v["analyses"][0];
+    let (index, request, free, reserved, allocated) =
+        hand_figures(&root().join("testdata/sample.pickle"), 0);
+    assert_eq!(a["event"], index as u64);
+    assert_eq!(a["requested_bytes"], request);
+    assert_eq!(a["device_free_bytes"], free);
+    assert_eq!(a["reserved_bytes"], reserved);
+    assert_eq!(a["allocated_bytes"], allocated);
+    assert_eq!(kinds(a), ["capacity"]);
+    // The request's stack is reported with its Python frames.
+    assert!(a["frames"].to_string().contains(".py:"));
+}
+
+#[test]
+fn both_forms_of_the_oom_message_are_read_from_a_log() {
+    let v = oom_json(&["--log", "testdata/logs/train_oom.log"]);
+    let m = v["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 2);
+    assert_eq!(m[0]["line"], 6);
+    assert_eq!(m[0]["form"], "new");
+    assert_eq!(m[0]["requested_bytes"], 2u64 << 30);
+    assert_eq!(m[1]["form"], "old");
+    assert_eq!(m[1]["gpu"], 1);
+    assert_eq!(m[1]["requested_bytes"], 512u64 << 20);
+    let text = vramlens()
+        .args(["oom", "--log", "testdata/logs/train_oom.log"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    // New form: 6.94 GiB reserved but unallocated + 1.06 GiB free cover 2 GiB.
+    assert!(
+        text.contains("verdict: fragmentation: 6.9 GiB reserved but unallocated"),
+        "{text}"
+    );
+    // Old form: 14.90 of 15.10 + 0.29 GiB allocated.
+    assert!(
+        text.contains("verdict: capacity: PyTorch had 14.9 GiB allocated"),
+        "{text}"
+    );
+}
+
+#[test]
+fn oom_input_errors() {
+    vramlens()
+        .args(["oom"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("give a SNAPSHOT, a --log FILE"));
+    vramlens()
+        .args(["oom", "testdata/sample.pickle", "--device-total", "lots"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "--device-total \"lots\": expected a size",
+        ));
+    vramlens()
+        .args(["oom", "--log", "README.md"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "no CUDA out-of-memory message found",
+        ));
+}
