@@ -12,8 +12,10 @@
 //! - [`OomForm::Old`] (1.0 to 2.0): `CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0;
 //!   15.78 GiB total capacity; 14.56 GiB already allocated; 3.44 MiB free; 14.75 GiB
 //!   reserved in total by PyTorch)`, optionally followed by the `max_split_size_mb` hint.
-//!   Releases 1.0 to 1.3 ended in `X cached)` instead of `X reserved in total by PyTorch)`;
-//!   the `free` or the `allowed` (memory fraction) item may be missing or present.
+//!   Early 1.x releases (to about 1.4) ended in `X cached)` instead, where "cached" meant
+//!   reserved minus allocated (the allocator's own comment: "memory held by the allocator
+//!   but not used by the program"); the `free` or `allowed` (memory fraction) item may be
+//!   missing or present.
 //! - [`OomForm::New`] (2.1 and later): `CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0
 //!   has a total capacity of 79.15 GiB of which 3.44 MiB is free. Process 12345 has 79.14 GiB
 //!   memory in use. Including non-PyTorch memory, this process has 79.14 GiB memory in use.
@@ -82,13 +84,13 @@ pub struct OomMessage {
     /// Old form: "already allocated"; new form: "allocated by PyTorch" (which includes
     /// [`private_pools_bytes`](Self::private_pools_bytes) when that is present).
     pub allocated_by_pytorch_bytes: Option<u64>,
-    /// Old form: "reserved in total by PyTorch", or for the 1.0 to 1.3 `X cached` wording
+    /// Old form: "reserved in total by PyTorch", or for the early 1.x `X cached` wording
     /// allocated + cached (that "cached" was reserved minus allocated, see
     /// [`reserved_unallocated_bytes`](Self::reserved_unallocated_bytes)); new form: allocated +
     /// reserved-but-unallocated, which is what the allocator had reserved.
     pub reserved_by_pytorch_bytes: Option<u64>,
-    /// New form: "reserved by PyTorch but unallocated". Old form: the `X cached` value of
-    /// 1.0 to 1.3 (memory held by the allocator but not used), or else reserved minus
+    /// New form: "reserved by PyTorch but unallocated". Old form: the early 1.x `X cached`
+    /// value (memory held by the allocator but not used), or else reserved minus
     /// allocated, derived from the two printed values (0 when rounding makes it negative).
     pub reserved_unallocated_bytes: Option<u64>,
     /// New form only: `with X allocated in private pools (e.g., CUDA Graphs)`, a part of
@@ -147,7 +149,7 @@ pub fn parse_oom_messages(log: &str) -> Vec<OomMessage> {
                 found.push(message);
                 (line, col) = (end_line, end_col);
             }
-            None => col = marker.start + marker.backend.len(),
+            None => col = marker.end,
         }
     }
     found
@@ -166,7 +168,10 @@ const OLD_ITEMS: usize = 16;
 /// Where a `<BACKEND> out of memory` marker starts in a line.
 #[derive(Debug, Clone, Copy)]
 struct Marker {
+    /// Byte offset of the backend word.
     start: usize,
+    /// Byte offset just after "out of memory".
+    end: usize,
     backend: &'static str,
 }
 
@@ -189,6 +194,7 @@ fn find_marker(line: &str, from: usize) -> Option<Marker> {
                 if boundary {
                     return Some(Marker {
                         start: before.len(),
+                        end: tail + TAIL.len(),
                         backend,
                     });
                 }
@@ -765,9 +771,9 @@ fn unit_multiplier(unit: &str) -> Option<u128> {
 
 /// `int.frac × multiplier` rounded half up to a whole byte, in integers (no float error).
 fn exact_bytes(int: &str, frac: &str, multiplier: u128) -> Option<u64> {
-    // 24 fractional digits resolve 1e-24 of a unit, far below a byte for every unit here,
-    // and keep frac × multiplier inside u128.
-    let frac = clip(frac, 24);
+    // Digits past the 19th are ignored: 1e-19 of the largest unit (EiB) is 0.12 byte, and
+    // 10^19 × 2^60 stays inside u128 (10^24 would not).
+    let frac = clip(frac, 19);
     let mut whole: u128 = 0;
     for digit in int.bytes() {
         whole = whole
@@ -899,11 +905,20 @@ mod tests {
         assert_eq!(parse_size("0.5 bytes"), Some(1));
         assert_eq!(parse_size("0.49 bytes"), Some(0));
         assert_eq!(parse_size("16 EiB"), None);
-        assert_eq!(parse_size("15.99 EiB"), Some(18_435_591_016_761_544_376));
+        // 15.99 * 2^60 = 18435214858663483146.24
+        assert_eq!(parse_size("15.99 EiB"), Some(18_435_214_858_663_483_146));
         assert_eq!(
             parse_size("99999999999999999999999999999999999999999 B"),
             None
         );
+        // Long fractions in the largest unit do not overflow. 15.(19 nines) EiB is
+        // 2^64 − 0.115 bytes, which rounds to 2^64: one past u64::MAX.
+        let nines = format!("15.{} EiB", "9".repeat(60));
+        assert_eq!(parse_size(&nines), None);
+        let long = format!("1.5{}1 KiB", "0".repeat(60));
+        assert_eq!(parse_size(&long), Some(1536));
+        // Only 19 decimals count: 4e-19 EiB = 0.46 byte → 0.
+        assert_eq!(parse_size("0.00000000000000000049 EiB"), Some(0));
     }
 
     #[test]
