@@ -260,3 +260,75 @@ fn oom_input_errors() {
             "no CUDA out-of-memory message found",
         ));
 }
+
+/// Our own recordings on an H200 with PyTorch 2.11 (scripts/gpu_capture_check.py): an
+/// evaluation loop that keeps its autograd graphs alive until the device is full.
+#[test]
+fn leak_until_the_device_is_full_is_capacity() {
+    for job in ["oom", "oom_exp"] {
+        let snap = format!("testdata/gpu/{job}/oom_snapshot.pickle");
+        let log = format!("testdata/gpu/{job}/oom.log");
+        let v = oom_json(&[&snap, "--log", &log]);
+        let a = &v["analyses"].as_array().unwrap();
+        assert_eq!(a.len(), 1, "{job}");
+        let a = &a[0];
+        let (index, request, free, reserved, allocated) = hand_figures(&root().join(&snap), 0);
+        assert_eq!(a["event"], index as u64);
+        assert_eq!(a["requested_bytes"], request);
+        assert_eq!(request, 128 << 20);
+        assert_eq!(a["device_free_bytes"], free);
+        assert_eq!(a["reserved_bytes"], reserved);
+        assert_eq!(a["allocated_bytes"], allocated);
+        let k = kinds(a);
+        assert_eq!(k[0], "capacity", "{job}: {k:?}");
+        // The device total comes from the message: 139.80 GiB.
+        assert_eq!(
+            a["device_total_bytes"],
+            (139.80f64 * (1u64 << 30) as f64).round() as u64
+        );
+        // The leak is named by its call site, the user's line in leaky_eval.
+        assert!(
+            a["top_stacks"][0]["frame"]
+                .as_str()
+                .unwrap()
+                .contains("leaky_eval"),
+            "{job}"
+        );
+        if job == "oom_exp" {
+            assert!(
+                !a["verdicts"]
+                    .to_string()
+                    .contains("expandable_segments:True"),
+                "already on"
+            );
+        }
+        // The message of PyTorch 2.11 agrees with the snapshot on the device's free memory
+        // (printed with two decimals).
+        let m = &v["messages"][0];
+        let printed = m["free_bytes"].as_u64().unwrap() as f64;
+        assert!(
+            (printed - free as f64).abs() < 0.01 * (1u64 << 20) as f64,
+            "{job}"
+        );
+    }
+}
+
+#[test]
+fn a_per_process_cap_is_named_with_its_limit() {
+    let v = oom_json(&[
+        "testdata/gpu/oom_cap/oom_snapshot.pickle",
+        "--log",
+        "testdata/gpu/oom_cap/oom.log",
+    ]);
+    let a = &v["analyses"][0];
+    // set_per_process_memory_fraction(0.05) of 139.80 GiB: "6.99 GiB allowed".
+    assert_eq!(
+        a["allowed_bytes"],
+        (6.99f64 * (1u64 << 30) as f64).round() as u64
+    );
+    assert_eq!(kinds(a), ["capacity", "memory_fraction_cap"]);
+    assert!(a["device_free_bytes"].as_u64().unwrap() > 100 << 30);
+    // Without the log the cap is unknown, but the refusal with free memory still shows.
+    let v = oom_json(&["testdata/gpu/oom_cap/oom_snapshot.pickle"]);
+    assert_eq!(kinds(&v["analyses"][0]), ["memory_fraction_cap"]);
+}

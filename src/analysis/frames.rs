@@ -56,10 +56,18 @@ pub fn display_frames(frames: &FrameTable, stack: Option<StackId>, limit: usize)
         .collect()
 }
 
-/// The first Python-looking frame (a `.py` file) of a stack, else the first displayed
-/// frame: the most telling single line for a legend.
+/// The most telling single frame of a stack, for legends and grouping: the innermost
+/// Python frame outside the torch package, else the innermost Python frame, else the
+/// first displayed frame.
 pub fn headline_frame(frames: &FrameTable, stack: Option<StackId>) -> Option<String> {
-    user_frames(frames, stack, 1).into_iter().next()
+    let python = user_frames(frames, stack, usize::MAX);
+    // The innermost frame outside PyTorch's own package is where the user's (or a model
+    // library's) code asked for the memory; torch/nn/... frames say less.
+    python
+        .iter()
+        .find(|f| !f.contains("/torch/"))
+        .or(python.first())
+        .cloned()
 }
 
 /// Frames for a short listing: the Python frames (where users recognise their code),

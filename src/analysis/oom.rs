@@ -79,6 +79,8 @@ pub struct OomAnalysis {
     pub device_free_bytes: Option<u64>,
     pub device_total_bytes: Option<u64>,
     pub device_total_source: Option<String>,
+    /// A per-process limit from the OOM message ("X allowed"), when it names one.
+    pub allowed_bytes: Option<u64>,
     pub reserved_bytes: u64,
     /// Requested bytes of live allocations (the official viewer's count).
     pub allocated_bytes: u64,
@@ -158,6 +160,7 @@ fn analyze_at(
     stack: Option<crate::model::StackId>,
     device_free: Option<u64>,
     total: Option<(u64, String)>,
+    allowed: Option<u64>,
 ) -> OomAnalysis {
     let state = allocator_state(snap, tl.device, at);
     let reserved: u64 = state.iter().map(|s| s.size).sum();
@@ -233,6 +236,7 @@ fn analyze_at(
         device_free_bytes: device_free,
         device_total_bytes: total_bytes,
         device_total_source: total_source,
+        allowed_bytes: allowed,
         reserved_bytes: reserved,
         allocated_bytes: allocated,
         active_bytes: active,
@@ -259,8 +263,12 @@ fn verdicts(a: &OomAnalysis, s: &Settings) -> Vec<Verdict> {
     } else {
         " (the device's free memory is unknown: give --log with the OOM message)".to_string()
     };
-    // What PyTorch could have used: everything it reserved plus what the device had free.
-    let available = a.reserved_bytes + free;
+    // What PyTorch could have used: everything it reserved plus what the device had free,
+    // or less under a per-process limit.
+    let available = match a.allowed_bytes {
+        Some(cap) => (a.reserved_bytes + free).min(cap.max(a.reserved_bytes)),
+        None => a.reserved_bytes + free,
+    };
     let live = a.reserved_bytes.saturating_sub(a.cached_free_bytes);
     let need = live + request;
     let near_full = live as f64 >= NEAR_FULL * available as f64;
@@ -294,11 +302,14 @@ fn verdicts(a: &OomAnalysis, s: &Settings) -> Vec<Verdict> {
             },
             evidence: vec![
                 format!(
-                    "reserved {} = live {} + cached free {}; the device had {} free",
+                    "reserved {} = live {} + cached free {}; the device had {} free{}",
                     bytes(a.reserved_bytes),
                     bytes(live),
                     bytes(a.cached_free_bytes),
-                    bytes(free)
+                    bytes(free),
+                    a.allowed_bytes
+                        .map(|c| format!("; the process may use {}", bytes(c)))
+                        .unwrap_or_default()
                 ),
                 match a.requested_bytes {
                     Some(r) => format!("requested {}", bytes(r)),
@@ -429,11 +440,19 @@ fn verdicts(a: &OomAnalysis, s: &Settings) -> Vec<Verdict> {
     {
         out.push(Verdict {
             kind: VerdictKind::MemoryFractionCap,
-            summary: format!(
-                "the device reported {} free, enough for the request ({}): a per-process cap refused it",
-                bytes(free),
-                bytes(request)
-            ),
+            summary: match a.allowed_bytes {
+                Some(cap) => format!(
+                    "a per-process cap of {} refused the request ({}) although the device had {} free",
+                    bytes(cap),
+                    bytes(request),
+                    bytes(free)
+                ),
+                None => format!(
+                    "the device reported {} free, enough for the request ({}): a per-process cap refused it",
+                    bytes(free),
+                    bytes(request)
+                ),
+            },
             evidence: vec!["cudaMalloc is only refused with free memory when a limit applies".into()],
             knobs: vec![
                 "check torch.cuda.set_per_process_memory_fraction and PYTORCH_CUDA_ALLOC_CONF limits".into(),
@@ -441,6 +460,14 @@ fn verdicts(a: &OomAnalysis, s: &Settings) -> Vec<Verdict> {
         });
     }
     out
+}
+
+/// The log message about a GPU: the first naming it, else the first one.
+fn message_for(messages: &[OomMessage], device: i64) -> Option<&OomMessage> {
+    messages
+        .iter()
+        .find(|m| m.gpu == Some(device))
+        .or(messages.first())
 }
 
 /// The device total for a device: the option, else the first log message about that GPU.
@@ -500,6 +527,7 @@ pub fn analyze_oom(
                 e.stack,
                 Some(e.addr),
                 device_total(options, &messages, d),
+                message_for(&messages, d).and_then(|m| m.allowed_bytes),
             ));
         }
     }
@@ -536,6 +564,7 @@ pub fn analyze_oom(
                 None,
                 message.and_then(|m| m.free_bytes),
                 device_total(options, &messages, d),
+                message.and_then(|m| m.allowed_bytes),
             ));
         }
     }
