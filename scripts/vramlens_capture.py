@@ -203,7 +203,7 @@ def next_commands(out_dir, files):
         cmds.append(f"vramlens oom --log {log}")
     if final in files:
         cmds.append(f"vramlens summary {final}")
-        cmds.append(f"vramlens timeline {final} -o {os.path.join(out_dir, 'timeline.svg')}")
+        cmds.append(f"vramlens timeline {final} -o {os.path.join(out_dir, 'timeline.svg')} --force")
     return cmds
 
 
@@ -224,10 +224,13 @@ def capture(out_dir, max_entries=100_000, stacks="python", interval_ms=100,
         torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=stacks,
                                                  max_entries=max_entries)
         oom_path = os.path.join(out_dir, "oom_snapshot.pickle")
+        dumped = []
 
         def on_oom(device, alloc, device_alloc, device_free):
-            if not os.path.exists(oom_path):
+            # The first OOM of this run (a file left by an earlier run is replaced).
+            if not dumped:
                 dump_snapshot(torch, oom_path)
+                dumped.append(oom_path)
                 written.append(oom_path)
 
         torch._C._cuda_attach_out_of_memory_observer(on_oom)
@@ -240,7 +243,7 @@ def capture(out_dir, max_entries=100_000, stacks="python", interval_ms=100,
     except BaseException as e:
         if "out of memory" in str(e):
             log = os.path.join(out_dir, "oom.log")
-            with open(log, "a") as f:
+            with open(log, "w") as f:
                 f.write("".join(traceback.format_exception(type(e), e, e.__traceback__)))
             written.append(log)
         raise
@@ -249,8 +252,13 @@ def capture(out_dir, max_entries=100_000, stacks="python", interval_ms=100,
             sampler.stop()
             written.append(sampler.path)
         if cuda:
-            written.append(dump_snapshot(torch, os.path.join(out_dir, "snapshot.pickle")))
-            torch.cuda.memory._record_memory_history(enabled=None)
+            # A failure here must neither leave recording on nor hide the job's own error.
+            try:
+                written.append(dump_snapshot(torch, os.path.join(out_dir, "snapshot.pickle")))
+            except Exception as err:
+                print(f"vramlens: could not write the final snapshot: {err}", file=stream)
+            finally:
+                torch.cuda.memory._record_memory_history(enabled=None)
         if print_commands:
             print("vramlens: wrote " + ", ".join(sorted(set(written))), file=stream)
             for c in next_commands(out_dir, set(written)):
@@ -267,13 +275,22 @@ def main(argv=None):
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     a = p.parse_args(argv)
-    sys.argv = [a.script] + [x for x in a.args if x != "--"]
+    args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    sys.argv = [a.script] + args
+    # As `python3 script.py` does: the script's folder comes first on the import path.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     code = 0
     try:
         with capture(a.out, a.max_entries, a.stacks, a.interval_ms):
             runpy.run_path(a.script, run_name="__main__")
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
     except BaseException:
         traceback.print_exc()
         code = 1
