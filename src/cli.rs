@@ -31,6 +31,9 @@ pub enum Command {
     /// OOM post-mortem: the request, what the device and allocator had, what was live,
     /// and verdicts (capacity, fragmentation, memory outside PyTorch, ...) with knobs.
     Oom(OomArgs),
+    /// PyTorch's reserved and allocated memory against device readings (nvidia-smi CSV or
+    /// NVML samples): the gap split into memory outside the allocator and other processes.
+    Reconcile(ReconcileArgs),
 }
 
 #[derive(Args, Debug)]
@@ -122,6 +125,34 @@ pub struct OomArgs {
     /// Memory of the device, e.g. 40GiB (else taken from the OOM message when given).
     #[arg(long, value_name = "SIZE")]
     pub device_total: Option<String>,
+    /// Only this device.
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReconcileArgs {
+    /// Snapshot file (PyTorch 2.2 or later: its events carry times).
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: PathBuf,
+    /// Device readings: nvidia-smi CSV (--query-gpu and/or --query-compute-apps) or NVML
+    /// JSON lines from scripts/vramlens_capture.py. Repeat for several files.
+    #[arg(long, value_name = "FILE", required = true)]
+    pub nvml: Vec<PathBuf>,
+    /// A profiler (Kineto/Chrome) trace with [memory] events.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Minutes to add to nvidia-smi's local timestamps to get UTC (e.g. -420 for UTC-7).
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "MINUTES",
+        allow_hyphen_values = true
+    )]
+    pub utc_offset: i32,
     /// Only this device.
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,

@@ -4,6 +4,7 @@
 //! (a typed [`model::Snapshot`]) → [`analysis`] (report structs) → [`render`] (text, JSON).
 
 pub mod analysis;
+pub mod devlog;
 pub mod input;
 pub mod model;
 pub mod oom_log;

@@ -4,6 +4,7 @@
 pub mod frames;
 pub mod live;
 pub mod oom;
+pub mod reconcile;
 pub mod summary;
 pub mod timeline_report;
 pub mod timeline_view;

@@ -1,6 +1,7 @@
 //! Glue for each subcommand: read inputs, run an analysis, render.
 
 pub mod oom;
+pub mod reconcile;
 pub mod segments;
 pub mod summary;
 pub mod timeline;
