@@ -87,6 +87,17 @@ pub struct TimelineArgs {
     /// Frames shown per allocation with --at.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub frames: usize,
+    /// Device readings to draw beside PyTorch's lines (nvidia-smi CSV or NVML JSON lines).
+    #[arg(long, value_name = "FILE")]
+    pub nvml: Vec<PathBuf>,
+    /// Minutes to add to nvidia-smi's local timestamps to get UTC.
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "MINUTES",
+        allow_hyphen_values = true
+    )]
+    pub utc_offset: i32,
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

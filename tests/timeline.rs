@@ -722,3 +722,27 @@ fn segments_svg_of_the_sample() {
         .code(2)
         .stderr(predicates::str::contains("already exists"));
 }
+
+#[test]
+fn device_readings_are_drawn_beside_pytorch_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.svg");
+    vramlens()
+        .args([
+            "timeline",
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--x",
+            "time",
+            "--nvml",
+            "testdata/gpu/oom/nvml.jsonl",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.contains("device used (nvidia-smi / NVML), up to"));
+    assert!(svg.contains("this process outside the caching allocator"));
+    assert!(svg.contains("other processes and driver"));
+    assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));
+}

@@ -58,7 +58,11 @@ pub struct Ledger {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct OverTime {
     pub time_us: i64,
+    /// The event the allocator numbers are taken after (None: before the first).
+    pub event: Option<u32>,
     pub device_used_bytes: u64,
+    /// This process's use, when per-process rows exist.
+    pub process_used_bytes: Option<u64>,
     pub reserved_bytes: i64,
     pub allocated_bytes: u64,
 }
@@ -202,6 +206,50 @@ fn ledger(
     })
 }
 
+/// Each device reading of the timeline's GPU inside the trace's time span, against the
+/// allocator state at that time.
+pub fn over_time(tl: &DeviceTimeline, log: &DeviceLog, samples: &[&GpuSample]) -> Vec<OverTime> {
+    let n = tl.allocated.len();
+    let first = (0..n).find_map(|i| tl.time_us(i).filter(|&t| t > 0));
+    let last = (0..n).rev().find_map(|i| tl.time_us(i).filter(|&t| t > 0));
+    let mut out = Vec::new();
+    let (Some(first), Some(last)) = (first, last) else {
+        return out;
+    };
+    let mut i = 0usize;
+    let mut at: Option<usize> = None;
+    for s in samples
+        .iter()
+        .filter(|s| s.time_us >= first && s.time_us <= last)
+    {
+        while i < n {
+            match tl.time_us(i) {
+                Some(t) if t > s.time_us => break,
+                _ => at = Some(i),
+            }
+            i += 1;
+        }
+        if let Some(used) = s.used_bytes {
+            let reserved = tl.reserved_at(at);
+            out.push(OverTime {
+                time_us: s.time_us,
+                event: at.map(|i| i as u32),
+                device_used_bytes: used,
+                process_used_bytes: our_process(&log.processes, s, reserved.max(0) as u64)
+                    .map(|p| p.1),
+                reserved_bytes: reserved,
+                allocated_bytes: tl.allocated_at(at),
+            });
+        }
+    }
+    out
+}
+
+/// The device log's readings of one GPU, in time order.
+pub fn gpu_samples(log: &DeviceLog, gpu: i64) -> Vec<&GpuSample> {
+    samples_of(log, gpu)
+}
+
 /// Reconciles every device of the snapshot (or one) with the device log.
 pub fn analyze_reconcile(
     snap: &Snapshot,
@@ -253,35 +301,7 @@ pub fn analyze_reconcile(
                 MAX_SKEW_US / 1_000_000
             ));
         }
-        // Over time: each device reading inside the trace's span, against the allocator
-        // state at that time.
-        let first = (0..n).find_map(|i| tl.time_us(i).filter(|&t| t > 0));
-        let last = (0..n).rev().find_map(|i| tl.time_us(i).filter(|&t| t > 0));
-        let mut over_time = Vec::new();
-        if let (Some(first), Some(last)) = (first, last) {
-            let mut i = 0usize;
-            let mut at: Option<usize> = None;
-            for s in samples
-                .iter()
-                .filter(|s| s.time_us >= first && s.time_us <= last)
-            {
-                while i < n {
-                    match tl.time_us(i) {
-                        Some(t) if t > s.time_us => break,
-                        _ => at = Some(i),
-                    }
-                    i += 1;
-                }
-                if let Some(used) = s.used_bytes {
-                    over_time.push(OverTime {
-                        time_us: s.time_us,
-                        device_used_bytes: used,
-                        reserved_bytes: tl.reserved_at(at),
-                        allocated_bytes: tl.allocated_at(at),
-                    });
-                }
-            }
-        }
+        let over_time = over_time(&tl, log, &samples);
         let gaps: Vec<i64> = over_time
             .iter()
             .map(|o| o.device_used_bytes as i64 - o.reserved_bytes)

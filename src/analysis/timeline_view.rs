@@ -98,6 +98,17 @@ pub struct AnnotationSpan {
     pub x1: f64,
 }
 
+/// A device reading placed on the x axis.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DevicePoint {
+    pub x: f64,
+    pub used_bytes: u64,
+    /// This process's use minus PyTorch's reserved memory.
+    pub outside_allocator_bytes: Option<i64>,
+    /// Device use minus this process's use (other processes, driver).
+    pub other_bytes: Option<i64>,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TimelineView {
     pub x_axis: XAxis,
@@ -113,6 +124,9 @@ pub struct TimelineView {
     pub annotations: Vec<AnnotationSpan>,
     /// Annotation spans left out to keep the chart readable.
     pub annotations_dropped: usize,
+    /// Device readings (nvidia-smi or NVML), when given; at most one per bucket, the
+    /// highest use of each kept.
+    pub device: Vec<DevicePoint>,
     pub max_bytes: u64,
 }
 
@@ -295,8 +309,47 @@ pub fn build_view(
         markers,
         annotations,
         annotations_dropped,
+        device: Vec::new(),
         max_bytes,
     })
+}
+
+/// Places device readings on the view's x axis (keeping the highest reading of each
+/// bucket) and widens the y range to hold them.
+pub fn add_device_readings(view: &mut TimelineView, rows: &[crate::analysis::reconcile::OverTime]) {
+    let origin = view.time_origin_us.unwrap_or(0);
+    let span = (view.x_max - view.x_min).max(1.0);
+    let nb = view.buckets.len().max(1);
+    let mut best: Vec<Option<DevicePoint>> = vec![None; nb];
+    for r in rows {
+        let x = match view.x_axis {
+            XAxis::Events => r.event.map_or(0.0, |e| e as f64 + 1.0),
+            XAxis::Time => (r.time_us - origin) as f64,
+        };
+        if x < view.x_min || x > view.x_max {
+            continue;
+        }
+        let b = (((x - view.x_min) / span) * nb as f64)
+            .floor()
+            .min(nb as f64 - 1.0) as usize;
+        let point = DevicePoint {
+            x,
+            used_bytes: r.device_used_bytes,
+            outside_allocator_bytes: r.process_used_bytes.map(|p| p as i64 - r.reserved_bytes),
+            other_bytes: r
+                .process_used_bytes
+                .map(|p| r.device_used_bytes as i64 - p as i64),
+        };
+        if best[b]
+            .as_ref()
+            .is_none_or(|p| p.used_bytes < point.used_bytes)
+        {
+            best[b] = Some(point);
+        }
+    }
+    view.device = best.into_iter().flatten().collect();
+    let top = view.device.iter().map(|p| p.used_bytes).max().unwrap_or(0);
+    view.max_bytes = view.max_bytes.max(top);
 }
 
 fn alive(l: &Lifetime, state: Option<usize>) -> bool {
@@ -430,9 +483,9 @@ fn annotations(
     (spans, dropped)
 }
 
-/// Stable colour key of a band: its headline frame, else its label.
+/// Stable colour key of a band: its headline frame (bands without a stack share one).
 pub fn color_key(band: &Band) -> &str {
-    band.headline.as_deref().unwrap_or(&band.label)
+    band.headline.as_deref().unwrap_or("(no stack recorded)")
 }
 
 /// Unused stacks are fine; kept for callers that colour by stack id.

@@ -79,7 +79,25 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             buckets: (60_000 / top.max(1)).clamp(200, 1000),
             window,
         };
-        let view = build_view(&snap, &tl, options).map_err(|e| anyhow!("{path}: {e}"))?;
+        let mut view = build_view(&snap, &tl, options).map_err(|e| anyhow!("{path}: {e}"))?;
+        if !args.nvml.is_empty() {
+            let clock = vramlens::devlog::ClockOptions {
+                utc_offset_minutes: args.utc_offset,
+            };
+            let mut logs = Vec::new();
+            for f in &args.nvml {
+                let text =
+                    std::fs::read(f).map_err(|e| anyhow!("cannot read {}: {e}", f.display()))?;
+                logs.push(
+                    vramlens::devlog::read_device_log(&String::from_utf8_lossy(&text), clock)
+                        .map_err(|e| anyhow!("failed to read device log {}: {e}", f.display()))?,
+                );
+            }
+            let log = vramlens::devlog::merge(logs);
+            let samples = vramlens::analysis::reconcile::gpu_samples(&log, device);
+            let rows = vramlens::analysis::reconcile::over_time(&tl, &log, &samples);
+            vramlens::analysis::timeline_view::add_device_readings(&mut view, &rows);
+        }
         let title = ChartTitle {
             path,
             device,

@@ -315,6 +315,41 @@ pub fn write_timeline_svg(
         r##" stroke="#1f3b73" stroke-width="1.6""##,
         Some("reserved: bytes in segments"),
     )?;
+    // Device readings, when given: device used, memory outside the allocator, others.
+    if !view.device.is_empty() {
+        let pts = |f2: &dyn Fn(&crate::analysis::timeline_view::DevicePoint) -> Option<i64>| -> Vec<(f64, f64)> {
+            view.device
+                .iter()
+                .filter_map(|p| f2(p).map(|v| (f.px(p.x), f.py(v.max(0) as f64))))
+                .collect()
+        };
+        let used = pts(&|p| Some(p.used_bytes as i64));
+        let max_used = view.device.iter().map(|p| p.used_bytes).max().unwrap_or(0);
+        svg.polyline(
+            &used,
+            r##" stroke="#111111" stroke-width="1.4""##,
+            Some(&format!(
+                "device used (nvidia-smi / NVML), up to {}",
+                bytes(max_used)
+            )),
+        )?;
+        let outside = pts(&|p| p.outside_allocator_bytes);
+        if !outside.is_empty() {
+            svg.polyline(
+                &outside,
+                r##" stroke="#e07000" stroke-width="1.2" stroke-dasharray="5 2""##,
+                Some("this process outside the caching allocator (process used − reserved)"),
+            )?;
+        }
+        let other = pts(&|p| p.other_bytes);
+        if !other.is_empty() {
+            svg.polyline(
+                &other,
+                r##" stroke="#7a3fb0" stroke-width="1.2" stroke-dasharray="1 2""##,
+                Some("other processes and driver (device used − this process)"),
+            )?;
+        }
+    }
     // Markers.
     for m in &view.markers {
         let px = f.px(m.x);
@@ -380,6 +415,24 @@ pub fn write_timeline_svg(
     )?;
     svg.text(lx + 24.0, ly + 4.0, "start", "", "active (block bytes)")?;
     ly += 18.0;
+    if !view.device.is_empty() {
+        let entries = [
+            (r##" stroke="#111111" stroke-width="1.4""##, "device used"),
+            (
+                r##" stroke="#e07000" stroke-width="1.2" stroke-dasharray="5 2""##,
+                "outside the allocator",
+            ),
+            (
+                r##" stroke="#7a3fb0" stroke-width="1.2" stroke-dasharray="1 2""##,
+                "other processes, driver",
+            ),
+        ];
+        for (style, label) in entries {
+            svg.line(lx, ly, lx + 18.0, ly, style)?;
+            svg.text(lx + 24.0, ly + 4.0, "start", "", label)?;
+            ly += 18.0;
+        }
+    }
     svg.rect(lx, ly - 6.0, 18.0, 10.0, r##" fill="#c8c8c8""##, None)?;
     svg.text(
         lx + 24.0,
