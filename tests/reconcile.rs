@@ -142,3 +142,22 @@ fn bad_device_logs_are_named() {
         .code(2)
         .stderr(predicates::str::contains("--nvml"));
 }
+
+#[test]
+fn the_split_comes_with_a_range_that_holds_it() {
+    let v = reconcile(&["testdata/gpu/oom/nvml.jsonl"]);
+    for l in v["devices"][0]["ledgers"].as_array().unwrap() {
+        let point = l["outside_allocator_bytes"].as_i64().unwrap();
+        let (lo, hi) = (
+            l["outside_allocator_range_bytes"][0].as_i64().unwrap(),
+            l["outside_allocator_range_bytes"][1].as_i64().unwrap(),
+        );
+        assert!(lo <= point && point <= hi, "{lo} <= {point} <= {hi}");
+        let point = l["other_processes_bytes"].as_i64().unwrap();
+        let (lo, hi) = (
+            l["other_processes_range_bytes"][0].as_i64().unwrap(),
+            l["other_processes_range_bytes"][1].as_i64().unwrap(),
+        );
+        assert!(lo <= point && point <= hi);
+    }
+}

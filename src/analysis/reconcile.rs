@@ -53,6 +53,11 @@ pub struct Ledger {
     /// device used − process used: other processes, and memory the driver reserves
     /// (NVML's "used" counts it on recent drivers; nvidia-smi's does not).
     pub other_processes_bytes: Option<i64>,
+    /// Confidence ranges of the two parts: lowest and highest among the readings within
+    /// 0.5 s of the moment whose process rows were taken at the same instant (NVML
+    /// samples); readings lag the allocator, and nvidia-smi rounds to MiB.
+    pub outside_allocator_range_bytes: Option<(i64, i64)>,
+    pub other_processes_range_bytes: Option<(i64, i64)>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -110,6 +115,7 @@ fn our_process(
     processes: &[ProcessSample],
     sample: &GpuSample,
     reserved: u64,
+    max_skew_us: i64,
 ) -> Option<(u64, u64)> {
     let t = sample.time_us;
     let same_gpu = |p: &&ProcessSample| match (&p.gpu_uuid, &sample.uuid, p.gpu) {
@@ -119,7 +125,7 @@ fn our_process(
     };
     let near: Vec<&ProcessSample> = processes
         .iter()
-        .filter(|p| (p.time_us - t).abs() <= MAX_SKEW_US)
+        .filter(|p| (p.time_us - t).abs() <= max_skew_us)
         .filter(same_gpu)
         .collect();
     // Rows of the sampling instant closest to t.
@@ -184,7 +190,29 @@ fn ledger(
         )
     });
     let used = sample.and_then(|s| s.used_bytes);
-    let process = sample.and_then(|s| our_process(&log.processes, s, reserved));
+    let process = sample.and_then(|s| our_process(&log.processes, s, reserved, MAX_SKEW_US));
+    // The split at each reading near the moment, against the allocator at that reading.
+    let mut outside_all = Vec::new();
+    let mut other_all = Vec::new();
+    for s in samples
+        .iter()
+        .filter(|s| (s.time_us - time_us).abs() <= RANGE_US)
+    {
+        let at = tl.event_at_time(s.time_us);
+        let r = tl.reserved_at(at).max(0) as u64;
+        // Only process rows of the same instant: rows of another sampling instant would
+        // mix two moments of a changing device.
+        if let (Some(u), Some((_, p))) = (s.used_bytes, our_process(&log.processes, s, r, 0)) {
+            outside_all.push(p as i64 - r as i64);
+            other_all.push(u as i64 - p as i64);
+        }
+    }
+    // The point estimate itself belongs to its range.
+    if let (Some(u), Some((_, p))) = (used, process) {
+        outside_all.push(p as i64 - reserved as i64);
+        other_all.push(u as i64 - p as i64);
+    }
+    let span = |v: &[i64]| Some((*v.iter().min()?, *v.iter().max()?));
     Some(Ledger {
         moment,
         event: Some(at as u32),
@@ -203,6 +231,8 @@ fn ledger(
             (Some(u), Some((_, p))) => Some(u as i64 - p as i64),
             _ => None,
         },
+        outside_allocator_range_bytes: span(&outside_all),
+        other_processes_range_bytes: span(&other_all),
     })
 }
 
@@ -235,8 +265,13 @@ pub fn over_time(tl: &DeviceTimeline, log: &DeviceLog, samples: &[&GpuSample]) -
                 time_us: s.time_us,
                 event: at.map(|i| i as u32),
                 device_used_bytes: used,
-                process_used_bytes: our_process(&log.processes, s, reserved.max(0) as u64)
-                    .map(|p| p.1),
+                process_used_bytes: our_process(
+                    &log.processes,
+                    s,
+                    reserved.max(0) as u64,
+                    MAX_SKEW_US,
+                )
+                .map(|p| p.1),
                 reserved_bytes: reserved,
                 allocated_bytes: tl.allocated_at(at),
             });

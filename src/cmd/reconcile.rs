@@ -82,9 +82,29 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
             if let Some((lo, hi)) = l.device_used_range_bytes {
                 writeln!(
                     out,
-                    "        device used between {} and {} around it",
+                    "        within 0.5 s: device used {} to {}",
                     bytes(lo),
                     bytes(hi)
+                )?;
+            }
+            let signed = |v: i64| {
+                if v < 0 {
+                    format!("-{}", bytes(v.unsigned_abs()))
+                } else {
+                    bytes(v as u64)
+                }
+            };
+            if let (Some((a, b)), Some((c, d))) = (
+                l.outside_allocator_range_bytes,
+                l.other_processes_range_bytes,
+            ) {
+                writeln!(
+                    out,
+                    "        within 0.5 s: outside the allocator {} to {}, other processes and driver {} to {}",
+                    signed(a),
+                    signed(b),
+                    signed(c),
+                    signed(d)
                 )?;
             }
         }
