@@ -56,3 +56,49 @@ fn write_new_file(
     }
     Ok(())
 }
+
+/// The device a command looks at: the one asked for (which must have a segment or a
+/// trace entry), else the viewer's default.
+fn resolve_device(snap: &Snapshot, path: &str, asked: Option<i64>) -> Result<i64> {
+    match asked {
+        Some(d) if snap.devices().contains(&d) => Ok(d),
+        Some(d) => bail!(
+            "{path}: device {d} has no segment and no trace entry; devices: {:?}",
+            snap.devices()
+        ),
+        None => default_device(snap)
+            .ok_or_else(|| anyhow!("{path}: no device has a segment or a trace entry")),
+    }
+}
+
+/// Refuses to go on when the output file exists and --force was not given.
+fn check_output(output: Option<&Path>, force: bool) -> Result<()> {
+    if let Some(o) = output
+        && o.exists()
+        && !force
+    {
+        bail!(
+            "{}: already exists; use --force to overwrite it",
+            o.display()
+        );
+    }
+    Ok(())
+}
+
+/// Reads and merges device logs (nvidia-smi CSV or NVML JSON lines).
+fn read_device_logs(
+    paths: &[std::path::PathBuf],
+    utc_offset_minutes: i32,
+) -> Result<vramlens::devlog::DeviceLog> {
+    let clock = vramlens::devlog::ClockOptions { utc_offset_minutes };
+    let mut logs = Vec::new();
+    for path in paths {
+        let text =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        logs.push(
+            vramlens::devlog::read_device_log(&String::from_utf8_lossy(&text), clock)
+                .with_context(|| format!("failed to read device log {}", path.display()))?,
+        );
+    }
+    Ok(vramlens::devlog::merge(logs))
+}

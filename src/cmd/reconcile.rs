@@ -4,24 +4,13 @@ use crate::cli::ReconcileArgs;
 use anyhow::{Context, Result};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::reconcile::{analyze_reconcile, describe};
-use vramlens::devlog::{ClockOptions, merge, read_device_log, read_kineto};
+use vramlens::devlog::read_kineto;
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::render::{Style, write_json};
 use vramlens::units::{bytes, utc_time};
 
 pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
-    let clock = ClockOptions {
-        utc_offset_minutes: args.utc_offset,
-    };
-    let mut logs = Vec::new();
-    for path in &args.nvml {
-        let text =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let log = read_device_log(&String::from_utf8_lossy(&text), clock)
-            .with_context(|| format!("failed to read device log {}", path.display()))?;
-        logs.push(log);
-    }
-    let log = merge(logs);
+    let log = super::read_device_logs(&args.nvml, args.utc_offset)?;
     let (snap, info) = read_snapshot(&args.snapshot, ReadOptions { progress: true })?;
     let report = analyze_reconcile(&snap, &info.path, &log, args.device);
     let kineto = match &args.trace {

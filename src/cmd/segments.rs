@@ -1,8 +1,8 @@
 //! `vramlens segments`: the allocator's segments and blocks at one moment.
 
-use super::{default_device, write_new_file};
+use super::{check_output, resolve_device, write_new_file};
 use crate::cli::SegmentsArgs;
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::live::{Moment, resolve};
@@ -43,26 +43,10 @@ struct StateJson {
 }
 
 pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
-    if let Some(o) = &args.output
-        && o.exists()
-        && !args.force
-    {
-        bail!(
-            "{}: already exists; use --force to overwrite it",
-            o.display()
-        );
-    }
+    check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
     let path = info.path.as_str();
-    let device = match args.device {
-        Some(d) if snap.devices().contains(&d) => d,
-        Some(d) => bail!(
-            "{path}: device {d} has no segment and no trace entry; devices: {:?}",
-            snap.devices()
-        ),
-        None => default_device(&snap)
-            .ok_or_else(|| anyhow!("{path}: no device has a segment or a trace entry"))?,
-    };
+    let device = resolve_device(&snap, path, args.device)?;
     let tl = timeline::build(&snap, device);
     let n = tl.allocated.len();
     let at = match args.at.as_deref() {

@@ -1,6 +1,6 @@
 //! `vramlens timeline`: replay one device, then draw it, list a live set, or print peaks.
 
-use super::{default_device, write_new_file};
+use super::{check_output, read_device_logs, resolve_device, write_new_file};
 use crate::cli::{TimelineArgs, XArg};
 use anyhow::{Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
@@ -44,30 +44,10 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         .as_deref()
         .map(|s| s.parse().map_err(|e: String| anyhow!("--at: {e}")))
         .transpose()?;
-    if let Some(o) = &args.output
-        && o.exists()
-        && !args.force
-    {
-        bail!(
-            "{}: already exists; use --force to overwrite it",
-            o.display()
-        );
-    }
+    check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
     let path = info.path.as_str();
-    let device = match args.device {
-        Some(d) => {
-            if !snap.devices().contains(&d) {
-                bail!(
-                    "{path}: device {d} has no segment and no trace entry; devices: {:?}",
-                    snap.devices()
-                );
-            }
-            d
-        }
-        None => default_device(&snap)
-            .ok_or_else(|| anyhow!("{path}: no device has a segment or a trace entry"))?,
-    };
+    let device = resolve_device(&snap, path, args.device)?;
     let tl = timeline::build(&snap, device);
     let style = Style::detect(std::io::stdout().is_terminal());
     if let Some(o) = &args.output {
@@ -81,19 +61,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         };
         let mut view = build_view(&snap, &tl, options).map_err(|e| anyhow!("{path}: {e}"))?;
         if !args.nvml.is_empty() {
-            let clock = vramlens::devlog::ClockOptions {
-                utc_offset_minutes: args.utc_offset,
-            };
-            let mut logs = Vec::new();
-            for f in &args.nvml {
-                let text =
-                    std::fs::read(f).map_err(|e| anyhow!("cannot read {}: {e}", f.display()))?;
-                logs.push(
-                    vramlens::devlog::read_device_log(&String::from_utf8_lossy(&text), clock)
-                        .map_err(|e| anyhow!("failed to read device log {}: {e}", f.display()))?,
-                );
-            }
-            let log = vramlens::devlog::merge(logs);
+            let log = read_device_logs(&args.nvml, args.utc_offset)?;
             let samples = vramlens::analysis::reconcile::gpu_samples(&log, device);
             let rows = vramlens::analysis::reconcile::over_time(&tl, &log, &samples);
             vramlens::analysis::timeline_view::add_device_readings(&mut view, &rows);

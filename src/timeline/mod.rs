@@ -313,6 +313,19 @@ pub fn active_at(tl: &DeviceTimeline, states: &[Option<usize>]) -> Vec<u64> {
     out
 }
 
+/// Index of `value` in a small table of distinct values, added when new. Past 65535
+/// distinct values the last index, which no value holds, stands for "unknown".
+fn small_index<T: PartialEq + Copy>(table: &mut Vec<T>, value: T) -> u16 {
+    match table.iter().position(|&q| q == value) {
+        Some(i) => i as u16,
+        None if table.len() < u16::MAX as usize => {
+            table.push(value);
+            (table.len() - 1) as u16
+        }
+        None => u16::MAX,
+    }
+}
+
 /// Replays one device fully: lifetimes and per-event series.
 pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
     let trace = snap.trace(device).unwrap_or(&NO_TRACE);
@@ -332,28 +345,9 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
     };
     let has_pool_ids = trace.keys.pool_id;
     let mut streams: Vec<u64> = Vec::new();
-    let mut stream_index = |st: u64| -> u16 {
-        match streams.iter().position(|&q| q == st) {
-            Some(i) => i as u16,
-            None if streams.len() < u16::MAX as usize => {
-                streams.push(st);
-                (streams.len() - 1) as u16
-            }
-            None => u16::MAX,
-        }
-    };
+    let mut stream_index = |st: u64| small_index(&mut streams, st);
     let mut pools: Vec<Option<(i64, i64)>> = Vec::new();
-    let mut pool_index = |p: Option<(i64, i64)>| -> u16 {
-        match pools.iter().position(|&q| q == p) {
-            Some(i) => i as u16,
-            None if pools.len() < u16::MAX as usize => {
-                pools.push(p);
-                (pools.len() - 1) as u16
-            }
-            // More distinct pools than fit: the last index stands for "unknown".
-            None => u16::MAX,
-        }
-    };
+    let mut pool_index = |p: Option<(i64, i64)>| small_index(&mut pools, p);
 
     let mut lifetimes: Vec<Lifetime> = Vec::new();
     let mut versions: FxMap<u64, u32> = FxMap::default();
