@@ -65,6 +65,7 @@ shared/spec/snapshot-format.md sections 1-5):
 Bad fixtures (testdata/bad/, no expected files): see testdata/README.md.
 """
 
+import base64
 import gzip
 import io
 import json
@@ -1354,6 +1355,12 @@ def main():
         check_snapshot(name, root)
         write_expected(path)
 
+    # The HTML page torch.cuda._memory_viz trace_plot writes: the pickle, padded with 1 to
+    # 3 NUL bytes to a multiple of 3, base64 in a JSON list assigned to local_files.
+    padded = sample_bytes + b"\0" * (3 - len(sample_bytes) % 3)
+    files = json.dumps([{"name": "snapshot.pickle", "base64": base64.b64encode(padded).decode()}])
+    write(os.path.join(OUT, "sample_viz.html"), (VIZ_HTML.replace("$SNAPSHOT", files)).encode())
+
     # ---- bad fixtures -------------------------------------------------------------
     bad = {
         "empty.pickle": b"",
@@ -1394,6 +1401,20 @@ def main():
                      "under %s\n" % (len(names), len(bad), OUT))
 
 
+VIZ_HTML = """<!DOCTYPE html>
+<html>
+<head>
+</head>
+<body>
+<script type="module">
+import {add_local_files} from "https://example.invalid/MemoryViz.js"
+const local_files = $SNAPSHOT
+add_local_files(local_files, 'Active Memory Timeline')
+</script>
+</body>
+"""
+
+
 README = """\
 # testdata/
 
@@ -1426,6 +1447,8 @@ expected figures are in `tests/data/real_expected.json`
 - `protocol2.pickle`: a PyTorch 2.4 snapshot dumped with pickle protocol 2 (BINPUT/LONG_BINPUT memo, BINUNICODE strings, no FRAME).
 - `big_ints.pickle`: PyTorch 2.9 XPU-style snapshot: every address >= 2**63 (0xff000000_00200000 region, 9-byte LONG1) and a segment / trace stream 18446720620317114368.
 
+- `sample_viz.html`: the HTML page `torch.cuda._memory_viz trace_plot` writes, holding `sample.pickle` (padded with NUL bytes to a multiple of 3, base64 in `local_files`); no `.expected.json`: its figures are those of `sample.pickle`.
+
 ## Bad fixtures (`bad/`, must be rejected with a clean error, never a panic)
 
 - `bad/empty.pickle`: 0 bytes.
@@ -1439,6 +1462,24 @@ expected figures are in `tests/data/real_expected.json`
 - `bad/deep_nesting.pickle.gz`: gzip of PROTO 2, 1,000,000 EMPTY_LIST, 999,999 APPEND, STOP (1,000,000-deep nested lists; decompresses to ~2 MB): tests recursion limits.
 - `bad/bad_memo.pickle`: protocol 4 with a BINGET 7 of a memo slot never stored.
 - `bad/segments_not_list.pickle`: root dict whose 'segments' is an int.
+
+## gpu/: our own recordings on a GPU
+
+Made by `scripts/gpu_capture_check.py` on one NVIDIA H200 (139.80 GiB, driver 580.159.04)
+with PyTorch 2.11.0+cu130, Python 3.12, through `scripts/vramlens_capture.py`
+(`versions.json` has the details). Each job ran in a fresh process:
+
+- `ok/`: a 4-layer MLP (width 4096, bf16) trained 5 steps; `snapshot.pickle`, `nvml.jsonl`.
+- `oom/`: the same, then an evaluation loop that keeps its autograd graphs alive until the
+  device is full; `oom_snapshot.pickle` (dumped by the OOM observer), `snapshot.pickle`
+  (after the exception), `oom.log` (the PyTorch 2.11 OOM message), `nvml.jsonl`.
+- `oom_exp/`: the same leak with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
+- `oom_cap/`: the same leak under `torch.cuda.set_per_process_memory_fraction(0.05)`.
+- `nvsmi_gpu.csv`, `nvsmi_apps.csv`: `nvidia-smi --query-gpu=timestamp,index,uuid,memory.used,memory.total`
+  and `--query-compute-apps=timestamp,gpu_uuid,pid,used_memory` (`--format=csv -lms 200`)
+  over all four jobs.
+
+`*.expected.json` beside each snapshot: `scripts/expected.py` (independent figures).
 """
 
 

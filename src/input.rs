@@ -42,7 +42,7 @@ pub struct SourceInfo {
     /// The path as given.
     pub path: String,
     pub size_bytes: u64,
-    /// "pickle" or "json".
+    /// "pickle", "json" or "html" (a `_memory_viz` page with the snapshot inside).
     pub format: &'static str,
     pub gzip: bool,
     pub pickle_protocol: Option<u8>,
@@ -59,6 +59,8 @@ pub struct ReadOptions {
 enum Kind {
     Pickle,
     Json,
+    /// A page written by `torch.cuda._memory_viz trace_plot/segment_plot`.
+    Html,
 }
 
 /// Counts bytes read from the file (compressed bytes for gzip) for the progress line.
@@ -153,9 +155,7 @@ fn sniff(head: &[u8]) -> Result<Kind, InputError> {
         ));
     }
     if trimmed.starts_with("<!DOCTYPE") || trimmed.starts_with("<html") {
-        return Err(InputError::WrongKind(
-            "this is an HTML page, not a memory snapshot; expected a PyTorch memory snapshot pickle".into(),
-        ));
+        return Ok(Kind::Html);
     }
     match head.first() {
         // PROTO (protocols 2-5) or the opcodes a protocol 0/1 pickle can start with.
@@ -191,6 +191,30 @@ fn classify_json(v: &serde_json::Value) -> Result<(), InputError> {
         ));
     }
     Ok(())
+}
+
+/// The snapshot pickle embedded in a `_memory_viz` HTML page: the first `"base64"`
+/// string of `local_files` (the pickle padded with NUL bytes, which the reader ignores
+/// after STOP).
+fn embedded_pickle(html: &[u8]) -> Result<Vec<u8>, InputError> {
+    use base64::Engine;
+    let text = String::from_utf8_lossy(html);
+    let not_found = || {
+        InputError::WrongKind(
+            "this is an HTML page without an embedded snapshot; expected a PyTorch memory snapshot, or a page written by torch.cuda._memory_viz trace_plot/segment_plot".into(),
+        )
+    };
+    let start = text.find("local_files").ok_or_else(not_found)?;
+    let key = text[start..].find("\"base64\"").ok_or_else(not_found)? + start;
+    let open = text[key + 8..].find('"').ok_or_else(not_found)? + key + 9;
+    let close = text[open..].find('"').ok_or_else(not_found)? + open;
+    base64::engine::general_purpose::STANDARD
+        .decode(text[open..close].trim())
+        .map_err(|e| {
+            InputError::WrongKind(format!(
+                "the snapshot embedded in this HTML page is not valid base64: {e}"
+            ))
+        })
 }
 
 /// Reads and decodes one snapshot file.
@@ -261,6 +285,20 @@ fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo
             })?;
             classify_json(&json)?;
             decode_json(&json)?
+        }
+        Kind::Html => {
+            info.format = "html";
+            let mut html = Vec::new();
+            opened
+                .stream(None)?
+                .read_to_end(&mut html)
+                .map_err(|e| InputError::Io(e.to_string()))?;
+            let bytes = embedded_pickle(&html)?;
+            let refs = pickle::scan_references(bytes.as_slice())?;
+            let mut builder = SnapshotBuilder::new();
+            let (root, parse_info) = pickle::parse_with(bytes.as_slice(), refs, &mut builder)?;
+            info.pickle_protocol = parse_info.protocol;
+            builder.finish(&root)?
         }
         Kind::Pickle => {
             let refs = pickle::scan_references(opened.stream(Some("scanning"))?)?;

@@ -284,3 +284,28 @@ fn usage_errors_exit_2() {
         .stderr(predicate::str::contains("SNAPSHOT"));
     vramlens().args(["nonsense"]).assert().code(2);
 }
+
+#[test]
+fn a_memory_viz_page_is_read_like_the_snapshot_inside() {
+    let json = |file: &str| -> serde_json::Value {
+        let out = vramlens()
+            .args(["summary", "--json", file])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let page = json("testdata/sample_viz.html");
+    let pickle = json("testdata/sample.pickle");
+    assert_eq!(page["source"]["format"], "html");
+    assert_eq!(page["source"]["pickle_protocol"], 4);
+    assert_eq!(page["devices"], pickle["devices"]);
+    let dir = tempfile::tempdir().unwrap();
+    let bare = dir.path().join("page.html");
+    std::fs::write(&bare, "<!DOCTYPE html>\n<html><body>hello</body></html>\n").unwrap();
+    let out = vramlens().arg("summary").arg(&bare).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("an HTML page without an embedded snapshot")
+    );
+}

@@ -158,12 +158,12 @@ fn is_round_capacity(n: usize) -> bool {
     }
     let power_of_ten = {
         let mut x = n;
-        while x % 10 == 0 {
+        while x.is_multiple_of(10) {
             x /= 10;
         }
         x == 1
     };
-    power_of_ten || n.is_power_of_two() || n % 100_000 == 0
+    power_of_ten || n.is_power_of_two() || n.is_multiple_of(100_000)
 }
 
 /// Counts actions, times, and frees whose allocation the trace does not contain.

@@ -193,6 +193,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
     let src = &s.source;
     let format = match (src.format, src.pickle_protocol) {
         ("pickle", Some(p)) => format!("pickle protocol {p}"),
+        ("html", Some(p)) => format!("memory_viz HTML page, pickle protocol {p}"),
         (f, _) => f.to_string(),
     };
     let release = match s.layout.max_release {
