@@ -225,10 +225,10 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
     // uuid -> index; the first sample (in sorted order) naming a uuid decides.
     let mut index_of: BTreeMap<&str, i64> = BTreeMap::new();
     for s in &gpus {
-        if let Some(uuid) = &s.uuid {
-            if s.gpu >= 0 {
-                index_of.entry(uuid.as_str()).or_insert(s.gpu);
-            }
+        if let Some(uuid) = &s.uuid
+            && s.gpu >= 0
+        {
+            index_of.entry(uuid.as_str()).or_insert(s.gpu);
         }
     }
     for p in &mut processes {

@@ -845,11 +845,11 @@ fn strip_one_prefix(text: &str) -> &str {
             return text;
         }
         Some(b'(') => {
-            if let Some(close) = clip(text, 96).find(')') {
-                if text[..close].contains("pid=") {
-                    let after = &text[close + 1..];
-                    return after.strip_prefix(':').unwrap_or(after);
-                }
+            if let Some(close) = clip(text, 96).find(')')
+                && text[..close].contains("pid=")
+            {
+                let after = &text[close + 1..];
+                return after.strip_prefix(':').unwrap_or(after);
             }
             return text;
         }
@@ -862,20 +862,18 @@ fn strip_one_prefix(text: &str) -> &str {
         && matches!(bytes[0], b'I' | b'W' | b'E' | b'F')
         && bytes[1..5].iter().all(u8::is_ascii_digit)
         && bytes.get(5) == Some(&b' ')
+        && let Some(close) = clip(text, 160).find("] ")
     {
-        if let Some(close) = clip(text, 160).find("] ") {
-            return &text[close + 1..];
-        }
+        return &text[close + 1..];
     }
     for level in LEVELS {
-        if let Some(after) = text.strip_prefix(level) {
-            if after
+        if let Some(after) = text.strip_prefix(level)
+            && after
                 .chars()
                 .next()
                 .is_none_or(|c| !c.is_alphanumeric() && c != '_')
-            {
-                return after.strip_prefix(':').unwrap_or(after);
-            }
+        {
+            return after.strip_prefix(':').unwrap_or(after);
         }
     }
     // A timestamp token: starts with a digit, holds only date/time characters and has a

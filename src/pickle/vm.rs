@@ -276,7 +276,7 @@ impl<B: Builder> Machine<'_, B> {
             return Err(fail(format!("{what} across a MARK")));
         }
         let count = self.stack.len() - start;
-        if kind == Kind::Dict && count % 2 != 0 {
+        if kind == Kind::Dict && !count.is_multiple_of(2) {
             return Err(fail(format!("{what} with an odd number of items")));
         }
         let Machine {
