@@ -309,3 +309,28 @@ fn a_memory_viz_page_is_read_like_the_snapshot_inside() {
         String::from_utf8_lossy(&out.stderr).contains("an HTML page without an embedded snapshot")
     );
 }
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let bin = assert_cmd::cargo::cargo_bin("vramlens");
+    let files = "testdata/sample.pickle ".repeat(40);
+    let out = std::process::Command::new("bash")
+        .current_dir(root())
+        .arg("-c")
+        .arg(format!(
+            "set -o pipefail; {} summary {files} | head -c 10 > /dev/null",
+            bin.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
