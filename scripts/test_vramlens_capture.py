@@ -257,7 +257,9 @@ class CaptureTest(TempDirCase):
             f"  next: vramlens oom {oom} --log {log_p}",
             f"  next: vramlens timeline {oom} --at oom",
             f"  next: vramlens summary {final}",
-            f"  next: vramlens timeline {final} -o {self.path('timeline.svg')} --force",
+            f"  next: vramlens timeline {final} -o {self.path('timeline.svg')} --force"
+            f" --nvml {self.path('nvml.jsonl')}",
+            f"  next: vramlens reconcile {oom} --nvml {self.path('nvml.jsonl')}",
         ])
 
     def test_normal_block_writes_snapshot_and_no_oom_files(self):
@@ -366,6 +368,11 @@ class NextCommandsTest(unittest.TestCase):
         self.assertEqual(vc.next_commands(d, {final}), [
             f"vramlens summary {final}",
             f"vramlens timeline {final} -o {j(d, 'timeline.svg')} --force"])
+        nvml = j(d, "nvml.jsonl")
+        self.assertEqual(vc.next_commands(d, {final, nvml}), [
+            f"vramlens summary {final}",
+            f"vramlens timeline {final} -o {j(d, 'timeline.svg')} --force --nvml {nvml}",
+            f"vramlens reconcile {final} --nvml {nvml}"])
 
 
 # ------------------------------------------------------------------------------- Sampler

@@ -201,9 +201,14 @@ def next_commands(out_dir, files):
         cmds.append(f"vramlens timeline {oom} --at oom")
     elif log in files:
         cmds.append(f"vramlens oom --log {log}")
+    nvml = os.path.join(out_dir, "nvml.jsonl")
     if final in files:
         cmds.append(f"vramlens summary {final}")
-        cmds.append(f"vramlens timeline {final} -o {os.path.join(out_dir, 'timeline.svg')} --force")
+        svg = os.path.join(out_dir, "timeline.svg")
+        with_nvml = f" --nvml {nvml}" if nvml in files else ""
+        cmds.append(f"vramlens timeline {final} -o {svg} --force{with_nvml}")
+    if nvml in files and (oom in files or final in files):
+        cmds.append(f"vramlens reconcile {oom if oom in files else final} --nvml {nvml}")
     return cmds
 
 
