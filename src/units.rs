@@ -20,12 +20,12 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-/// Signed byte difference, with an explicit sign.
-pub fn bytes_delta(n: i64) -> String {
+/// Signed bytes: a minus sign for negative values, none otherwise.
+pub fn bytes_signed(n: i64) -> String {
     if n < 0 {
         format!("-{}", bytes(n.unsigned_abs()))
     } else {
-        format!("+{}", bytes(n as u64))
+        bytes(n as u64)
     }
 }
 
@@ -97,8 +97,8 @@ mod tests {
         assert_eq!(bytes(1024 * 1024 - 1), "1.0 MiB");
         assert_eq!(bytes(40 * (1 << 30)), "40.0 GiB");
         assert_eq!(bytes(u64::MAX), "16.0 EiB");
-        assert_eq!(bytes_delta(-2048), "-2.0 KiB");
-        assert_eq!(bytes_delta(5), "+5 B");
+        assert_eq!(bytes_signed(-2048), "-2.0 KiB");
+        assert_eq!(bytes_signed(5), "5 B");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use crate::devlog::{DeviceLog, GpuSample, ProcessSample};
 use crate::model::{Action, Snapshot};
 use crate::timeline::{self, DeviceTimeline};
-use crate::units::bytes;
+use crate::units::{bytes, bytes_signed};
 use serde::Serialize;
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -362,11 +362,7 @@ pub fn analyze_reconcile(
 /// One line per ledger, for people.
 pub fn describe(l: &Ledger) -> String {
     let opt = |v: Option<u64>| v.map_or("?".to_string(), bytes);
-    let signed = |v: Option<i64>| match v {
-        Some(v) if v < 0 => format!("-{}", bytes(v.unsigned_abs())),
-        Some(v) => bytes(v as u64),
-        None => "?".into(),
-    };
+    let signed = |v: Option<i64>| v.map_or("?".into(), bytes_signed);
     format!(
         "device used {} of {} | PyTorch reserved {} (allocated {}) | outside the allocator {} | other processes and driver {}",
         opt(l.device_used_bytes),

@@ -5,7 +5,7 @@
 //! external annotations. Coordinates are left to the renderer.
 
 use super::frames::{headline_frame, user_frames};
-use crate::model::{Action, Snapshot, StackId};
+use crate::model::{Action, Snapshot};
 use crate::timeline::{DeviceTimeline, Lifetime, Origin};
 use serde::Serialize;
 
@@ -486,9 +486,4 @@ fn annotations(
 /// Stable colour key of a band: its headline frame (bands without a stack share one).
 pub fn color_key(band: &Band) -> &str {
     band.headline.as_deref().unwrap_or("(no stack recorded)")
-}
-
-/// Unused stacks are fine; kept for callers that colour by stack id.
-pub fn stack_key(stack: Option<StackId>) -> u32 {
-    stack.map_or(u32::MAX, |s| s.0)
 }

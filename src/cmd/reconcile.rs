@@ -7,7 +7,7 @@ use vramlens::analysis::reconcile::{analyze_reconcile, describe};
 use vramlens::devlog::read_kineto;
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::render::{Style, write_json};
-use vramlens::units::{bytes, utc_time};
+use vramlens::units::{bytes, bytes_signed, utc_time};
 
 pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
     let log = super::read_device_logs(&args.nvml, args.utc_offset)?;
@@ -76,13 +76,6 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
                     bytes(hi)
                 )?;
             }
-            let signed = |v: i64| {
-                if v < 0 {
-                    format!("-{}", bytes(v.unsigned_abs()))
-                } else {
-                    bytes(v as u64)
-                }
-            };
             if let (Some((a, b)), Some((c, d))) = (
                 l.outside_allocator_range_bytes,
                 l.other_processes_range_bytes,
@@ -90,27 +83,20 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
                 writeln!(
                     out,
                     "        within 0.5 s: outside the allocator {} to {}, other processes and driver {} to {}",
-                    signed(a),
-                    signed(b),
-                    signed(c),
-                    signed(d)
+                    bytes_signed(a),
+                    bytes_signed(b),
+                    bytes_signed(c),
+                    bytes_signed(d)
                 )?;
             }
         }
         if let (Some(lo), Some(hi)) = (d.gap_min_bytes, d.gap_max_bytes) {
-            let s = |v: i64| {
-                if v < 0 {
-                    format!("-{}", bytes(v.unsigned_abs()))
-                } else {
-                    bytes(v as u64)
-                }
-            };
             writeln!(
                 out,
                 "  over {} readings, device used − PyTorch reserved ranged from {} to {}",
                 d.over_time.len(),
-                s(lo),
-                s(hi)
+                bytes_signed(lo),
+                bytes_signed(hi)
             )?;
         }
         writeln!(
