@@ -45,15 +45,7 @@ fn hand_figures(path: &std::path::Path, device: i64) -> (usize, u64, u64, u64, u
     let trace = snap.trace(device).unwrap();
     let events: Vec<_> = trace.iter().collect();
     let oom = events.iter().position(|e| e.action == Action::Oom).unwrap();
-    // Reserved: final segments minus the segment events after the OOM.
-    let mut reserved: i64 = snap.segments_of(device).map(|s| s.total_size as i64).sum();
-    for e in &events[oom + 1..] {
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => reserved -= e.size as i64,
-            Action::SegmentFree | Action::SegmentUnmap => reserved += e.size as i64,
-            _ => {}
-        }
-    }
+    let reserved = common::reserved_after(&snap, device, oom);
     // Allocated: pair allocs with free_completed; what was freed without its alloc in
     // the trace, and final blocks never allocated in it, existed from the start.
     let mut open: HashMap<u64, u64> = HashMap::new();
@@ -99,7 +91,7 @@ fn hand_figures(path: &std::path::Path, device: i64) -> (usize, u64, u64, u64, u
         oom,
         e.size,
         e.addr,
-        reserved as u64,
+        reserved,
         (at_oom + orphans + survivors) as u64,
     )
 }

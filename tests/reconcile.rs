@@ -32,6 +32,17 @@ fn reconcile(nvml: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The ledger of the first device at its OOM.
+fn oom_ledger(v: &serde_json::Value) -> serde_json::Value {
+    v["devices"][0]["ledgers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["moment"] == "oom")
+        .unwrap()
+        .clone()
+}
+
 /// Time of the OOM event and the reserved bytes then (final segments minus the segment
 /// events after it), from the snapshot's raw entries.
 fn oom_moment() -> (i64, u64) {
@@ -43,15 +54,10 @@ fn oom_moment() -> (i64, u64) {
     let trace = snap.trace(0).unwrap();
     let events: Vec<_> = trace.iter().collect();
     let i = events.iter().position(|e| e.action == Action::Oom).unwrap();
-    let mut reserved: i64 = snap.segments_of(0).map(|s| s.total_size as i64).sum();
-    for e in &events[i + 1..] {
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => reserved -= e.size as i64,
-            Action::SegmentFree | Action::SegmentUnmap => reserved += e.size as i64,
-            _ => {}
-        }
-    }
-    (events[i].time_us.unwrap(), reserved as u64)
+    (
+        events[i].time_us.unwrap(),
+        common::reserved_after(&snap, 0, i),
+    )
 }
 
 #[test]
@@ -72,13 +78,7 @@ fn ledger_at_the_oom_against_nvml_samples() {
         .unwrap();
     let used = nearest["used_bytes"].as_u64().unwrap();
     let process = nearest["processes"][0]["used_bytes"].as_u64().unwrap();
-    let l = v["devices"][0]["ledgers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["moment"] == "oom")
-        .unwrap()
-        .clone();
+    let l = oom_ledger(&v);
     assert_eq!(l["time_us"], t);
     assert_eq!(l["reserved_bytes"], reserved);
     assert_eq!(l["device_used_bytes"], used);
@@ -99,13 +99,7 @@ fn nvidia_smi_gpu_and_apps_logs_give_the_same_split() {
     let v = reconcile(&["testdata/gpu/nvsmi_gpu.csv", "testdata/gpu/nvsmi_apps.csv"]);
     assert_eq!(v["device_log_source"], "nvidia-smi");
     let (_, reserved) = oom_moment();
-    let l = v["devices"][0]["ledgers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["moment"] == "oom")
-        .unwrap()
-        .clone();
+    let l = oom_ledger(&v);
     assert_eq!(l["reserved_bytes"], reserved);
     assert_eq!(l["device_total_bytes"], 143771u64 << 20);
     // nvidia-smi reports MiB: the process's use is a whole number of MiB.
@@ -116,7 +110,7 @@ fn nvidia_smi_gpu_and_apps_logs_give_the_same_split() {
     // rounding and the time between readings.
     let nvml = reconcile(&["testdata/gpu/oom/nvml.jsonl"]);
     let a = l["outside_allocator_bytes"].as_i64().unwrap();
-    let b = nvml["devices"][0]["ledgers"][1]["outside_allocator_bytes"]
+    let b = oom_ledger(&nvml)["outside_allocator_bytes"]
         .as_i64()
         .unwrap();
     assert!((a - b).abs() <= 64 << 20, "{a} vs {b}");

@@ -105,3 +105,18 @@ pub fn compare(name: &str, expected: &Value, actual: &Value) -> Vec<String> {
     }
     diffs
 }
+
+/// Reserved bytes of a device just after event `index`, computed by hand from the raw
+/// trace entries: the final segments minus the segment events after it.
+pub fn reserved_after(snap: &vramlens::model::Snapshot, device: i64, index: usize) -> u64 {
+    use vramlens::model::Action;
+    let mut reserved: i64 = snap.segments_of(device).map(|s| s.total_size as i64).sum();
+    for e in snap.trace(device).unwrap().iter().skip(index + 1) {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => reserved -= e.size as i64,
+            Action::SegmentFree | Action::SegmentUnmap => reserved += e.size as i64,
+            _ => {}
+        }
+    }
+    reserved as u64
+}
