@@ -27,12 +27,16 @@ Rules (per device d), see also tests/ and testdata/README.md:
   * trace: events = len(device_traces[d]); actions = count per action; first/last
     time_us = time_us of the first/last entry with time_us > 0 (null if none);
     ooms = entries with action 'oom' (index in device_traces[d], size, device_free).
-  * peak_allocated_bytes / peak_allocated_index: the highest point of the official
+  * peak_requested_bytes / peak_requested_index: the highest point of the official
     viewer's Active Memory Timeline (spec section 6.2, default options) and the index
     in the original device_traces[d] of the entry after which it is first reached
     (null when the peak is the state before any event); see `_peak_figures`.
+  * peak_allocated_bytes / peak_allocated_index: the same timeline counted in block
+    bytes (each size rounded up to a multiple of 512, at least 512).
   * peak_reserved_bytes: the highest reserved total, replaying segment events
     backwards from the final reserved bytes and then forwards; see `_peak_figures`.
+  Every peak is null when the device has no trace entries (only the final state is
+  known).
 A list root is the list of segments (no traces).  Input may be gzip-compressed
 (sniffed by magic bytes, whatever the name) and may be JSON instead of pickle.
 """
@@ -132,8 +136,34 @@ def _merge_frees(trace):
     return kept
 
 
+def _block(size):
+    """Block bytes of a request: rounded up to a multiple of 512, at least 512."""
+    return max(1, size + 511) // 512 * 512 if size > 0 else 512
+
+
 def _peak_figures(segs, trace):
-    """peak_allocated_bytes, peak_allocated_index, peak_reserved_bytes of one device.
+    """Peaks of one device: requested and allocated (block bytes) and reserved."""
+    if not trace:
+        return {
+            "peak_requested_bytes": None,
+            "peak_requested_index": None,
+            "peak_allocated_bytes": None,
+            "peak_allocated_index": None,
+            "peak_reserved_bytes": None,
+        }
+    requested, requested_index, reserved = _timeline_peak(segs, trace, lambda n: n)
+    allocated, allocated_index, _ = _timeline_peak(segs, trace, _block)
+    return {
+        "peak_requested_bytes": requested,
+        "peak_requested_index": requested_index,
+        "peak_allocated_bytes": allocated,
+        "peak_allocated_index": allocated_index,
+        "peak_reserved_bytes": reserved,
+    }
+
+
+def _timeline_peak(segs, trace, size_of):
+    """(peak, index, peak_reserved) of one device, sizes counted by `size_of`.
 
     `segs`: the segments of the device; `trace`: its original device_traces[d] list
     (empty for a list root or a device without traces).
@@ -155,7 +185,7 @@ def _peak_figures(segs, trace):
         if action == "alloc":
             # An alloc at an address that is already open replaces the open entry;
             # the old element is never freed (it stays on the stack to the end).
-            elements.append((e["size"], index))
+            elements.append((size_of(e["size"]), index))
             open_allocs[e["addr"]] = len(elements) - 1
             actions.append(len(elements) - 1)
         elif action in ("free", "free_completed"):
@@ -165,7 +195,7 @@ def _peak_figures(segs, trace):
             else:
                 # Orphan free (alloc outside the window, section 3.6): an element of
                 # the free's size, alive from the start and freed here.
-                elements.append((e["size"], index))
+                elements.append((size_of(e["size"]), index))
                 initially_allocated.append(len(elements) - 1)
                 actions.append(len(elements) - 1)
         # free_requested (unmerged), segment_*, snapshot, oom, annotate and any
@@ -180,7 +210,7 @@ def _peak_figures(segs, trace):
         addr = s["address"]
         for b in s.get("blocks", []):
             if b["state"] == "active_allocated" and addr not in open_allocs:
-                survivors_total += _viewer_requested(b)
+                survivors_total += size_of(_viewer_requested(b))
             addr += b["size"]
     # (The viewer moves one survivor into `actions` when there are no actions at all,
     # to draw a flat plot; that changes neither the peak nor its index: the peak is
@@ -216,11 +246,7 @@ def _peak_figures(segs, trace):
         if reserved > peak_reserved:
             peak_reserved = reserved
 
-    return {
-        "peak_allocated_bytes": peak,
-        "peak_allocated_index": peak_index,
-        "peak_reserved_bytes": peak_reserved,
-    }
+    return peak, peak_index, peak_reserved
 
 
 def _device_figures(device, segments, trace):

@@ -42,7 +42,7 @@ fn json_has_the_documented_fields() {
     let text = String::from_utf8(out).unwrap();
     assert_eq!(text.lines().count(), 1);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["source"]["path"], "testdata/sample.pickle");
     assert_eq!(v["source"]["pickle_protocol"], 4);
     assert_eq!(

@@ -210,6 +210,11 @@ fn snapshot(events: &[(Action, u64, u64)], slots: &[SlotState]) -> Snapshot {
     }
 }
 
+/// Requested bytes after each event.
+fn requested_series(tl: &timeline::DeviceTimeline) -> Vec<u64> {
+    (0..tl.events()).map(|i| tl.requested_at(Some(i))).collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -219,23 +224,24 @@ proptest! {
         let snap = snapshot(&script.events, &script.slots);
         let tl = timeline::build(&snap, 0);
         // Bytes are conserved: after each event, allocated = what the script holds.
-        prop_assert_eq!(tl.initial_allocated, 0);
-        prop_assert_eq!(&tl.allocated, &script.held_after);
+        prop_assert_eq!(tl.start.requested, 0);
+        prop_assert_eq!(&requested_series(&tl), &script.held_after);
         // The peak is the true maximum, first reached where reported.
         let max = script.held_after.iter().copied().max().unwrap_or(0);
-        prop_assert_eq!(tl.peak_allocated.bytes, max);
-        if let Some(e) = tl.peak_allocated.event {
+        prop_assert_eq!(tl.peak_requested.bytes, max);
+        if let Some(e) = tl.peak_requested.event {
             prop_assert_eq!(script.held_after[e.index()], max);
             prop_assert!(script.held_after[..e.index()].iter().all(|&v| v < max));
         }
         // The streaming pass used by summary agrees.
         let peaks = timeline::peaks(&snap, 0);
+        prop_assert_eq!(peaks.requested, tl.peak_requested);
         prop_assert_eq!(peaks.allocated, tl.peak_allocated);
         prop_assert_eq!(peaks.reserved, tl.peak_reserved);
-        // Allocated never exceeds reserved with a complete history.
-        prop_assert_eq!(tl.initial_reserved, 0);
-        for (i, a) in tl.allocated.iter().enumerate() {
-            prop_assert!(*a as i64 <= tl.reserved_at(Some(i)));
+        // Requested never exceeds reserved with a complete history.
+        prop_assert_eq!(tl.start.reserved, 0);
+        for i in 0..tl.events() {
+            prop_assert!(tl.requested_at(Some(i)) as i64 <= tl.reserved_at(Some(i)));
         }
         // Every free pairs with its own allocation, in order, versioned per address.
         for l in &tl.lifetimes {
@@ -264,11 +270,18 @@ proptest! {
         prop_assert_eq!(live, blocks);
         // Active bytes: every held allocation rounded up to whole 512-byte units.
         let states: Vec<Option<usize>> = (0..script.events.len()).map(Some).collect();
-        let active = timeline::active_at(&tl, &states);
+        let active = timeline::allocated_at(&tl, &snap, &states);
         for (i, a) in active.iter().enumerate() {
             let want: u64 = script_held_blocks(&script, i);
             prop_assert_eq!(*a, want);
-            prop_assert!(*a >= tl.allocated[i]);
+            prop_assert!(*a >= tl.requested_at(Some(i)));
+        }
+        // The allocated (block bytes) peak is the maximum of those, first reached there.
+        let block_max = active.iter().copied().max().unwrap_or(0);
+        prop_assert_eq!(tl.peak_allocated.bytes, block_max);
+        if let Some(e) = tl.peak_allocated.event {
+            prop_assert_eq!(active[e.index()], block_max);
+            prop_assert!(active[..e.index()].iter().all(|&v| v < block_max));
         }
         // Downsampling keeps the peak, whatever the number of buckets.
         for buckets in [1, 3, 7, 50] {
@@ -318,10 +331,10 @@ proptest! {
         let truncated = snapshot(&script.events[cut..], &script.slots);
         let tl = timeline::build(&truncated, 0);
         // Orphan frees and survivors restore what existed before the window.
-        prop_assert_eq!(tl.initial_allocated, if cut == 0 { 0 } else { full.allocated[cut - 1] });
-        prop_assert_eq!(&tl.allocated[..], &full.allocated[cut..]);
-        prop_assert_eq!(tl.initial_reserved, full.reserved_at(cut.checked_sub(1)));
-        for i in 0..tl.allocated.len() {
+        prop_assert_eq!(tl.start.requested, full.requested_at(cut.checked_sub(1)));
+        prop_assert_eq!(&requested_series(&tl)[..], &requested_series(&full)[cut..]);
+        prop_assert_eq!(tl.start.reserved, full.reserved_at(cut.checked_sub(1)));
+        for i in 0..tl.events() {
             prop_assert_eq!(tl.reserved_at(Some(i)), full.reserved_at(Some(cut + i)));
         }
     }
@@ -352,7 +365,7 @@ fn timeline_svg_of_the_sample() {
     assert_eq!(count(&svg, "<svg "), 1);
     // Title with the peak (figures from the independent computation in expected.json).
     assert!(
-        svg.contains("peak allocated 446.6 MiB at event 71"),
+        svg.contains("peak requested 446.6 MiB at event 71"),
         "title"
     );
     // The largest allocation is a band with its exact size and a tooltip.
@@ -432,9 +445,9 @@ fn live_set_at_the_peak_adds_up() {
         &std::fs::read_to_string(root().join("testdata/sample.pickle.expected.json")).unwrap(),
     )
     .unwrap();
-    let peak = &expected["devices"][0]["peak_allocated_bytes"];
+    let peak = &expected["devices"][0]["peak_requested_bytes"];
     assert_eq!(&v["allocated_bytes"], peak);
-    assert_eq!(v["event"], expected["devices"][0]["peak_allocated_index"]);
+    assert_eq!(v["event"], expected["devices"][0]["peak_requested_index"]);
     let sum: u64 = v["allocations"]
         .as_array()
         .unwrap()
@@ -523,7 +536,7 @@ fn real_snapshots_draw_within_limits() {
                 .max()
                 .unwrap_or(0);
             assert_eq!(
-                max, tl.peak_allocated.bytes,
+                max, tl.peak_requested.bytes,
                 "{} device {device}: the peak survives downsampling",
                 info.path
             );
@@ -531,8 +544,8 @@ fn real_snapshots_draw_within_limits() {
             let title = vramlens::render::timeline_svg::ChartTitle {
                 path: &info.path,
                 device,
-                events: tl.allocated.len(),
-                peak_allocated: tl.peak_allocated.bytes,
+                events: tl.events(),
+                peak_requested: tl.peak_requested.bytes,
                 peak_event: None,
                 peak_reserved: tl.peak_reserved.bytes,
             };

@@ -74,9 +74,9 @@ pub fn resolve(
     tl: &DeviceTimeline,
     moment: Moment,
 ) -> Result<Option<usize>, String> {
-    let n = tl.allocated.len();
+    let n = tl.events();
     match moment {
-        Moment::Peak => Ok(tl.peak_allocated.event.map(|e| e.index())),
+        Moment::Peak => Ok(tl.peak_requested.event.map(|e| e.index())),
         Moment::Oom => {
             let trace = snap
                 .trace(tl.device)
@@ -130,7 +130,7 @@ pub fn live_set(
         device: tl.device,
         event: at.map(|i| i as u32),
         time_us: at.and_then(|i| tl.time_us(i)),
-        allocated_bytes: tl.allocated_at(at),
+        allocated_bytes: tl.requested_at(at),
         reserved_bytes: tl.reserved_at(at),
         count: allocations.len(),
         allocations,

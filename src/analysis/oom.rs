@@ -171,7 +171,7 @@ fn analyze_at(
         .filter(|b| b.pending_free)
         .map(|b| b.size)
         .sum();
-    let allocated = tl.allocated_at(at);
+    let allocated = tl.requested_at(at);
     let active = block_bytes;
     let mut pools: BTreeMap<(Option<(i64, i64)>, u64), PoolFree> = BTreeMap::new();
     let (mut largest, mut largest_same) = (0u64, 0u64);
@@ -544,7 +544,7 @@ pub fn analyze_oom(
                 .find(|m| m.gpu == Some(d))
                 .or(messages.first());
             let tl = timeline::build(snap, d);
-            let last = tl.allocated.len().checked_sub(1);
+            let last = tl.last_event();
             notes.push(format!(
                 "no oom event in the trace of device {d}: analysed from the final state{}",
                 if message.is_some() {

@@ -176,7 +176,7 @@ fn ledger(
 ) -> Option<Ledger> {
     let time_us = tl.time_us(at).filter(|&t| t > 0)?;
     let reserved = tl.reserved_at(Some(at)).max(0) as u64;
-    let allocated = tl.allocated_at(Some(at));
+    let allocated = tl.requested_at(Some(at));
     let sample = nearest(samples, time_us);
     let window: Vec<u64> = samples
         .iter()
@@ -239,7 +239,7 @@ fn ledger(
 /// Each device reading of the timeline's GPU inside the trace's time span, against the
 /// allocator state at that time.
 pub fn over_time(tl: &DeviceTimeline, log: &DeviceLog, samples: &[&GpuSample]) -> Vec<OverTime> {
-    let n = tl.allocated.len();
+    let n = tl.events();
     let first = (0..n).find_map(|i| tl.time_us(i).filter(|&t| t > 0));
     let last = (0..n).rev().find_map(|i| tl.time_us(i).filter(|&t| t > 0));
     let mut out = Vec::new();
@@ -273,7 +273,7 @@ pub fn over_time(tl: &DeviceTimeline, log: &DeviceLog, samples: &[&GpuSample]) -
                 )
                 .map(|p| p.1),
                 reserved_bytes: reserved,
-                allocated_bytes: tl.allocated_at(at),
+                allocated_bytes: tl.requested_at(at),
             });
         }
     }
@@ -310,9 +310,9 @@ pub fn analyze_reconcile(
                     .into(),
             );
         }
-        let n = tl.allocated.len();
+        let n = tl.events();
         let mut moments: Vec<(&'static str, usize)> = Vec::new();
-        if let Some(e) = tl.peak_allocated.event {
+        if let Some(e) = tl.peak_requested.event {
             moments.push(("peak", e.index()));
         }
         for i in 0..n {

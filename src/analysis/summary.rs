@@ -4,11 +4,13 @@
 use crate::input::SourceInfo;
 use crate::model::frames::FxMap;
 use crate::model::{Action, BlockState, DeviceTrace, SegmentType, Snapshot};
+use crate::timeline::replay::{Aggregator, DeviceReplay, Peaks, Running};
+use crate::timeline::{Lifetime, Origin};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Summary {
@@ -98,14 +100,21 @@ pub struct DeviceSummary {
     /// Free memory inside segments: free blocks plus rounding waste.
     pub free_in_segments_bytes: u64,
     pub largest_free_block_bytes: u64,
-    /// Maximum of the official viewer's Active Memory Timeline (spec 6.2).
-    pub peak_allocated_bytes: u64,
+    /// Maximum of requested bytes over the trace: the official viewer's Active Memory
+    /// Timeline (spec 6.2). Null, as every peak, when the file has no trace.
+    pub peak_requested_bytes: Option<u64>,
     /// Trace index after which that peak is first reached (null: before the first event).
+    pub peak_requested_event: Option<u32>,
+    pub peak_requested_time_us: Option<i64>,
+    /// Maximum of allocated block bytes (requests rounded up to 512 bytes, held until
+    /// the free completes): what `torch.cuda.max_memory_allocated()` reports.
+    pub peak_allocated_bytes: Option<u64>,
     pub peak_allocated_event: Option<u32>,
     pub peak_allocated_time_us: Option<i64>,
     /// Maximum reserved bytes over the trace, replayed from the final segments.
-    pub peak_reserved_bytes: u64,
+    pub peak_reserved_bytes: Option<u64>,
     pub peak_reserved_event: Option<u32>,
+    pub peak_reserved_time_us: Option<i64>,
     pub trace: TraceSummary,
     pub ooms: Vec<OomEvent>,
 }
@@ -122,7 +131,7 @@ pub struct TraceSummary {
     pub orphan_segment_frees: u64,
     /// True when the trace cannot hold the whole history of the allocations it frees.
     pub looks_truncated: bool,
-    pub truncation_evidence: Vec<String>,
+    pub truncation_evidence: Vec<TruncationEvidence>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -166,90 +175,128 @@ fn is_round_capacity(n: usize) -> bool {
     power_of_ten || n.is_power_of_two() || n.is_multiple_of(100_000)
 }
 
-/// Counts actions, times, and frees whose allocation the trace does not contain.
-pub fn summarize_trace(
-    trace: &DeviceTrace,
-    names: impl Fn(usize) -> Option<String>,
-) -> TraceSummary {
-    let mut counts = [0u64; 16];
-    let mut other: BTreeMap<String, u64> = BTreeMap::new();
-    let mut first_time_us = None;
-    let mut last_time_us = None;
-    // Block lifetimes by address: Some(false) = allocated, Some(true) = free requested.
-    let mut live: FxMap<u64, bool> = FxMap::default();
-    let mut segments: FxMap<u64, ()> = FxMap::default();
-    let (mut orphan_frees, mut orphan_segment_frees) = (0u64, 0u64);
-    for i in 0..trace.len() {
-        let action = trace.action(i);
-        counts[action as usize] += 1;
-        if action == Action::Other
-            && let Some(name) = names(i)
-        {
-            *other.entry(name).or_insert(0) += 1;
+/// Counts actions, times, OOM events, and frees whose allocation the trace does not
+/// contain, from the replay.
+struct TraceStats<'a> {
+    trace: &'a DeviceTrace,
+    counts: [u64; 16],
+    other_events: Vec<usize>,
+    first_time_us: Option<i64>,
+    last_time_us: Option<i64>,
+    orphan_frees: u64,
+    /// addresses of segments allocated in the trace
+    segments: FxMap<u64, ()>,
+    orphan_segment_frees: u64,
+    ooms: Vec<usize>,
+}
+
+impl Aggregator for TraceStats<'_> {
+    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        if l.origin == Origin::BeforeTrace {
+            self.orphan_frees += 1;
         }
-        if let Some(t) = trace.time_us(i).filter(|&t| t > 0) {
-            first_time_us.get_or_insert(t);
-            last_time_us = Some(t);
-        }
+    }
+    fn segment(&mut self, i: usize, action: Action, _delta: i64, _run: &Running) {
         match action {
-            Action::Alloc => {
-                live.insert(trace.get(i).addr, false);
-            }
-            Action::FreeRequested => {
-                let addr = trace.get(i).addr;
-                if live.insert(addr, true).is_none() {
-                    orphan_frees += 1;
-                }
-            }
-            // A completion pairs with its request, or (if the request was dropped) its
-            // allocation; with neither in the trace, the allocation predates it.
-            Action::FreeCompleted if live.remove(&trace.get(i).addr).is_none() => {
-                orphan_frees += 1;
-            }
             Action::SegmentAlloc => {
-                segments.insert(trace.get(i).addr, ());
+                self.segments.insert(self.trace.get(i).addr, ());
             }
-            Action::SegmentFree if segments.remove(&trace.get(i).addr).is_none() => {
-                orphan_segment_frees += 1;
+            Action::SegmentFree if self.segments.remove(&self.trace.get(i).addr).is_none() => {
+                self.orphan_segment_frees += 1;
             }
             _ => {}
         }
     }
-    let mut actions: BTreeMap<String, u64> = Action::KNOWN
-        .iter()
-        .filter(|a| counts[**a as usize] > 0)
-        .map(|a| (a.name().to_string(), counts[*a as usize]))
-        .collect();
-    for (name, n) in other {
-        *actions.entry(name).or_insert(0) += n;
+    fn event(&mut self, i: usize, action: Action, _run: &Running) {
+        self.counts[action as usize] += 1;
+        if let Some(t) = self.trace.time_us(i).filter(|&t| t > 0) {
+            self.first_time_us.get_or_insert(t);
+            self.last_time_us = Some(t);
+        }
+        match action {
+            Action::Other => self.other_events.push(i),
+            Action::Oom => self.ooms.push(i),
+            _ => {}
+        }
     }
-    let mut evidence = Vec::new();
-    if orphan_frees > 0 {
-        evidence.push(format!(
-            "{orphan_frees} free(s) of allocations not in the trace (allocated before recording started, or dropped from the ring buffer)"
-        ));
+}
+
+impl<'a> TraceStats<'a> {
+    fn new(trace: &'a DeviceTrace) -> Self {
+        TraceStats {
+            trace,
+            counts: [0; 16],
+            other_events: Vec::new(),
+            first_time_us: None,
+            last_time_us: None,
+            orphan_frees: 0,
+            segments: FxMap::default(),
+            orphan_segment_frees: 0,
+            ooms: Vec::new(),
+        }
     }
-    if orphan_segment_frees > 0 {
-        evidence.push(format!(
-            "{orphan_segment_frees} segment_free(s) of segments not in the trace"
-        ));
+
+    fn summary(&self, trace: &DeviceTrace, snap: &Snapshot) -> TraceSummary {
+        let mut actions: BTreeMap<String, u64> = Action::KNOWN
+            .iter()
+            .filter(|a| self.counts[**a as usize] > 0)
+            .map(|a| (a.name().to_string(), self.counts[*a as usize]))
+            .collect();
+        for &i in &self.other_events {
+            let name = trace
+                .other_action(i)
+                .map_or("other", |s| snap.frames.str(s))
+                .to_string();
+            *actions.entry(name).or_insert(0) += 1;
+        }
+        let mut evidence = Vec::new();
+        if self.orphan_frees > 0 {
+            evidence.push(TruncationEvidence::OrphanFrees(self.orphan_frees));
+        }
+        if self.orphan_segment_frees > 0 {
+            evidence.push(TruncationEvidence::OrphanSegmentFrees(
+                self.orphan_segment_frees,
+            ));
+        }
+        if is_round_capacity(trace.len()) {
+            evidence.push(TruncationEvidence::RoundLength(trace.len()));
+        }
+        TraceSummary {
+            events: trace.len(),
+            actions,
+            first_time_us: self.first_time_us,
+            last_time_us: self.last_time_us,
+            orphan_frees: self.orphan_frees,
+            orphan_segment_frees: self.orphan_segment_frees,
+            looks_truncated: !evidence.is_empty(),
+            truncation_evidence: evidence,
+        }
     }
-    if is_round_capacity(trace.len()) {
-        evidence.push(format!(
-            "the trace holds exactly {} entries, a typical max_entries: the ring buffer is probably full",
-            trace.len()
-        ));
-    }
-    TraceSummary {
-        events: trace.len(),
-        actions,
-        first_time_us,
-        last_time_us,
-        orphan_frees,
-        orphan_segment_frees,
-        looks_truncated: !evidence.is_empty(),
-        truncation_evidence: evidence,
-    }
+}
+
+/// Why a trace looks truncated.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "count")]
+pub enum TruncationEvidence {
+    /// Frees of allocations not in the trace (allocated before recording started, or
+    /// dropped from the ring buffer).
+    OrphanFrees(u64),
+    /// segment_free entries of segments not in the trace.
+    OrphanSegmentFrees(u64),
+    /// The trace holds exactly this many entries, a typical `max_entries`.
+    RoundLength(usize),
+}
+
+/// Replays one trace for its counts, peaks and OOM events.
+fn replay_trace(snap: &Snapshot, r: &DeviceReplay) -> (TraceSummary, Peaks, Vec<usize>) {
+    let mut stats = TraceStats::new(r.trace);
+    let mut peaks = Peaks::default();
+    r.run((&mut stats, &mut peaks));
+    (
+        stats.summary(r.trace, snap),
+        peaks.with_times(r.trace),
+        stats.ooms,
+    )
 }
 
 fn release_key(release: &str) -> (u32, u32) {
@@ -427,31 +474,42 @@ fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
             reserved_bytes,
         })
         .collect();
-    let peaks = crate::timeline::peaks(snap, device);
-    d.peak_allocated_bytes = peaks.allocated.bytes;
-    d.peak_allocated_event = peaks.allocated.event.map(|e| e.index() as u32);
-    d.peak_allocated_time_us = peaks.allocated.time_us;
-    d.peak_reserved_bytes = peaks.reserved.bytes;
-    d.peak_reserved_event = peaks.reserved.event.map(|e| e.index() as u32);
-    if let Some(trace) = snap.trace(device) {
-        d.trace = summarize_trace(trace, |i| {
-            trace
-                .other_action(i)
-                .map(|s| snap.frames.str(s).to_string())
-        });
-        for i in 0..trace.len() {
-            if trace.action(i) == Action::Oom {
-                let e = trace.get(i);
-                d.ooms.push(OomEvent {
-                    index: i,
-                    size: e.size,
-                    device_free: e.addr,
-                    stream: e.stream,
-                    time_us: e.time_us,
-                });
-            }
-        }
+    let r = DeviceReplay::new(snap, device);
+    let (trace, peaks, ooms) = replay_trace(snap, &r);
+    if !r.is_empty() {
+        let set = |p: &crate::timeline::Peak| {
+            (Some(p.bytes), p.event.map(|e| e.index() as u32), p.time_us)
+        };
+        (
+            d.peak_requested_bytes,
+            d.peak_requested_event,
+            d.peak_requested_time_us,
+        ) = set(&peaks.requested);
+        (
+            d.peak_allocated_bytes,
+            d.peak_allocated_event,
+            d.peak_allocated_time_us,
+        ) = set(&peaks.allocated);
+        (
+            d.peak_reserved_bytes,
+            d.peak_reserved_event,
+            d.peak_reserved_time_us,
+        ) = set(&peaks.reserved);
     }
+    d.trace = trace;
+    d.ooms = ooms
+        .into_iter()
+        .map(|i| {
+            let e = r.trace.get(i);
+            OomEvent {
+                index: i,
+                size: e.size,
+                device_free: e.addr,
+                stream: e.stream,
+                time_us: e.time_us,
+            }
+        })
+        .collect();
     d
 }
 
@@ -482,11 +540,7 @@ pub fn analyze_summary(snap: &Snapshot, source: &SourceInfo, options: SummaryOpt
             segments: snap.host_segments.len(),
             reserved_bytes,
             allocated_bytes,
-            trace: summarize_trace(&snap.host_trace, |i| {
-                snap.host_trace
-                    .other_action(i)
-                    .map(|s| snap.frames.str(s).to_string())
-            }),
+            trace: replay_trace(snap, &DeviceReplay::host(snap)).0,
         }
     });
     Summary {

@@ -15,29 +15,34 @@ pub struct TimelineReport {
     pub allocated_before_trace: usize,
     /// Alive at the end with no alloc in the trace.
     pub survivors: usize,
-    pub initial_allocated_bytes: u64,
-    pub final_allocated_bytes: u64,
+    /// Requested bytes before the first and after the last event.
+    pub initial_requested_bytes: u64,
+    pub final_requested_bytes: u64,
     pub initial_reserved_bytes: i64,
     pub final_reserved_bytes: i64,
+    /// The official viewer's timeline maximum (requested bytes).
+    pub peak_requested: Peak,
+    /// The maximum in allocated block bytes.
     pub peak_allocated: Peak,
     pub peak_reserved: Peak,
 }
 
 pub fn report(path: &str, tl: &DeviceTimeline) -> TimelineReport {
     let count = |o: Origin| tl.lifetimes.iter().filter(|l| l.origin == o).count();
-    let last = tl.allocated.len().checked_sub(1);
+    let last = tl.last_event();
     TimelineReport {
-        schema_version: 1,
+        schema_version: 2,
         path: path.to_string(),
         device: tl.device,
-        events: tl.allocated.len(),
+        events: tl.events(),
         traced_allocations: count(Origin::Traced),
         allocated_before_trace: count(Origin::BeforeTrace),
         survivors: count(Origin::Survivor),
-        initial_allocated_bytes: tl.initial_allocated,
-        final_allocated_bytes: tl.allocated_at(last),
-        initial_reserved_bytes: tl.initial_reserved,
+        initial_requested_bytes: tl.start.requested,
+        final_requested_bytes: tl.requested_at(last),
+        initial_reserved_bytes: tl.start.reserved,
         final_reserved_bytes: tl.reserved_at(last),
+        peak_requested: tl.peak_requested,
         peak_allocated: tl.peak_allocated,
         peak_reserved: tl.peak_reserved,
     }

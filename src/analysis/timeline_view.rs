@@ -160,7 +160,7 @@ pub fn build_view(
     tl: &DeviceTimeline,
     options: ViewOptions,
 ) -> Result<TimelineView, String> {
-    let n = tl.allocated.len();
+    let n = tl.events();
     let origin = (0..n).find_map(|i| tl.time_us(i).filter(|&t| t > 0));
     if options.x == XAxis::Time && origin.is_none() {
         return Err("this trace has no time_us (PyTorch before 2.2); use --x events".into());
@@ -198,8 +198,8 @@ pub fn build_view(
         let b = (((p - x_min) / span) * nb as f64)
             .floor()
             .min(nb as f64 - 1.0) as usize;
-        let alloc = tl.allocated_at(states[k]);
-        if rep[b].is_none_or(|r| tl.allocated_at(states[r]) < alloc) {
+        let alloc = tl.requested_at(states[k]);
+        if rep[b].is_none_or(|r| tl.requested_at(states[r]) < alloc) {
             rep[b] = Some(k);
         }
         let r = tl.reserved_at(states[k]);
@@ -255,12 +255,12 @@ pub fn build_view(
         })
         .collect();
     let rep_states: Vec<Option<usize>> = shown.iter().map(|&k| states[k]).collect();
-    let active = crate::timeline::active_at(tl, &rep_states);
+    let active = crate::timeline::allocated_at(tl, snap, &rep_states);
     let mut buckets = Vec::with_capacity(nb);
     for b in 0..nb {
         let k = shown[b];
         let state = states[k];
-        let allocated = tl.allocated_at(state);
+        let allocated = tl.requested_at(state);
         let mut stacked = 0u64;
         let mut bottoms: Vec<Option<u64>> = vec![None; bands.len()];
         for (j, l) in candidates.iter().enumerate() {
@@ -424,7 +424,7 @@ fn annotations(
     let mut last: Option<usize> = None;
     let mut i = 0;
     for &t in &times {
-        while i < tl.allocated.len() {
+        while i < tl.events() {
             match tl.time_us(i) {
                 Some(e) if e > 0 && e > t => break,
                 Some(e) if e > 0 => last = Some(i),

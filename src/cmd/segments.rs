@@ -48,7 +48,7 @@ pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
     let path = info.path.as_str();
     let device = resolve_device(&snap, path, args.device)?;
     let tl = timeline::build(&snap, device);
-    let n = tl.allocated.len();
+    let n = tl.events();
     let at = match args.at.as_deref() {
         None | Some("end") => n.checked_sub(1),
         Some(s) => {

@@ -69,9 +69,9 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         let title = ChartTitle {
             path,
             device,
-            events: tl.allocated.len(),
-            peak_allocated: tl.peak_allocated.bytes,
-            peak_event: tl.peak_allocated.event.map(|e| e.index() as u32),
+            events: tl.events(),
+            peak_requested: tl.peak_requested.bytes,
+            peak_event: tl.peak_requested.event.map(|e| e.index() as u32),
             peak_reserved: tl.peak_reserved.bytes,
         };
         write_new_file(o, args.force, |w| write_timeline_svg(w, &view, &title))?;

@@ -1,7 +1,7 @@
 //! Text rendering of [`Summary`]: aligned label/value rows, binary units.
 
 use super::Style;
-use crate::analysis::summary::{DeviceSummary, Summary, TraceSummary};
+use crate::analysis::summary::{DeviceSummary, Summary, TraceSummary, TruncationEvidence};
 use crate::units::{bytes, duration_us, percent, utc_time};
 use std::io::{self, Write};
 
@@ -25,9 +25,31 @@ fn stream_name(s: u64) -> String {
     }
 }
 
+fn truncation_text(e: &TruncationEvidence) -> String {
+    match e {
+        TruncationEvidence::OrphanFrees(n) => format!(
+            "{n} free(s) of allocations not in the trace (allocated before recording started, or dropped from the ring buffer)"
+        ),
+        TruncationEvidence::OrphanSegmentFrees(n) => {
+            format!("{n} segment_free(s) of segments not in the trace")
+        }
+        TruncationEvidence::RoundLength(n) => format!(
+            "the trace holds exactly {n} entries, a typical max_entries: the ring buffer is probably full"
+        ),
+    }
+}
+
+/// How to record a trace, for files that have none.
+pub const HOW_TO_RECORD: &str = "record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the work, then torch.cuda.memory._dump_snapshot(path)";
+
 fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Result<()> {
     if t.events == 0 {
-        return row(out, "trace", "none recorded");
+        row(
+            out,
+            "trace",
+            "none recorded: only the final state is known (no timeline, no peaks)",
+        )?;
+        return row(out, "", HOW_TO_RECORD);
     }
     let span = match (t.first_time_us, t.last_time_us) {
         (Some(a), Some(b)) => format!(", {} .. +{}", utc_time(a), duration_us(b - a)),
@@ -45,7 +67,7 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
             style.warn("incomplete: the trace does not start at the beginning"),
         )?;
         for e in &t.truncation_evidence {
-            row(out, "", format!("- {e}"))?;
+            row(out, "", format!("- {}", truncation_text(e)))?;
         }
     } else {
         row(
@@ -116,12 +138,19 @@ fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Res
         out,
         "allocated",
         format!(
-            "{}  ({} of reserved)",
+            "{}  ({} of reserved; block bytes, as torch.cuda.memory_allocated())",
             bytes(d.allocated_bytes),
             percent(d.allocated_bytes, d.reserved_bytes)
         ),
     )?;
-    row(out, "requested", bytes(d.requested_bytes))?;
+    row(
+        out,
+        "requested",
+        format!(
+            "{}  (what the tensors asked for, before rounding)",
+            bytes(d.requested_bytes)
+        ),
+    )?;
     row(out, "active", bytes(d.active_bytes))?;
     if d.pending_free_bytes > 0 {
         row(
@@ -149,24 +178,39 @@ fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Res
         (Some(e), Some(t)) if t > 0 => format!(" at event {e}, {}", utc_time(t)),
         (Some(e), _) => format!(" at event {e}"),
     };
-    row(
-        out,
-        "peak allocated",
-        format!(
-            "{}{}",
-            bytes(d.peak_allocated_bytes),
-            at(d.peak_allocated_event, d.peak_allocated_time_us)
-        ),
-    )?;
-    row(
-        out,
-        "peak reserved",
-        format!(
-            "{}{}",
-            bytes(d.peak_reserved_bytes),
-            at(d.peak_reserved_event, None)
-        ),
-    )?;
+    if let Some(b) = d.peak_requested_bytes {
+        row(
+            out,
+            "peak requested",
+            format!(
+                "{}{}  (the official viewer's timeline maximum)",
+                bytes(b),
+                at(d.peak_requested_event, d.peak_requested_time_us)
+            ),
+        )?;
+    }
+    if let Some(b) = d.peak_allocated_bytes {
+        row(
+            out,
+            "peak allocated",
+            format!(
+                "{}{}  (block bytes)",
+                bytes(b),
+                at(d.peak_allocated_event, d.peak_allocated_time_us)
+            ),
+        )?;
+    }
+    if let Some(b) = d.peak_reserved_bytes {
+        row(
+            out,
+            "peak reserved",
+            format!(
+                "{}{}",
+                bytes(b),
+                at(d.peak_reserved_event, d.peak_reserved_time_us)
+            ),
+        )?;
+    }
     write_trace(out, &d.trace, style)?;
     for o in &d.ooms {
         let when = o

@@ -21,7 +21,7 @@ pub struct ChartTitle<'a> {
     pub path: &'a str,
     pub device: i64,
     pub events: usize,
-    pub peak_allocated: u64,
+    pub peak_requested: u64,
     pub peak_event: Option<u32>,
     pub peak_reserved: u64,
 }
@@ -162,8 +162,8 @@ pub fn write_timeline_svg(
         "start",
         "",
         &format!(
-            "peak allocated {}{peak_at}; peak reserved {}; {} events",
-            bytes(title.peak_allocated),
+            "peak requested {}{peak_at}; peak reserved {}; {} events",
+            bytes(title.peak_requested),
             bytes(title.peak_reserved),
             title.events
         ),

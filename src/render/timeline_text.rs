@@ -35,11 +35,11 @@ pub fn write_timeline_text(
             ),
         ),
         (
-            "allocated",
+            "requested",
             format!(
                 "{} at the start, {} at the end",
-                bytes(r.initial_allocated_bytes),
-                bytes(r.final_allocated_bytes)
+                bytes(r.initial_requested_bytes),
+                bytes(r.final_requested_bytes)
             ),
         ),
         (
@@ -50,6 +50,7 @@ pub fn write_timeline_text(
                 bytes(r.final_reserved_bytes.max(0) as u64)
             ),
         ),
+        ("peak requested", peak(&r.peak_requested)),
         ("peak allocated", peak(&r.peak_allocated)),
         ("peak reserved", peak(&r.peak_reserved)),
     ];

@@ -8,15 +8,11 @@
 //! series rebuilt from the final segments and the segment events (spec 6.3). Devices are
 //! independent, so callers build them in parallel. Nothing here draws or formats.
 
+pub mod replay;
 pub mod state;
 
-use crate::model::frames::FxMap;
-use crate::model::{Action, BlockState, DeviceTrace, Snapshot, StackId};
+use crate::model::{DeviceTrace, Snapshot, StackId};
 use std::num::NonZeroU32;
-use std::sync::LazyLock;
-
-/// The trace of a device that has none.
-static NO_TRACE: LazyLock<DeviceTrace> = LazyLock::new(DeviceTrace::default);
 
 /// Index of an event in a device's trace (as in the file, before any merging). Stored
 /// as index + 1 so that `Option<EventIdx>` takes 4 bytes.
@@ -53,7 +49,7 @@ pub enum Origin {
 }
 
 /// One allocation from allocation to completed free.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Lifetime {
     pub addr: u64,
     /// Requested bytes (what the viewer stacks).
@@ -96,16 +92,10 @@ impl Lifetime {
     }
 }
 
-/// A maximum and where it is first reached.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Peak {
-    pub bytes: u64,
-    /// The event after which the peak is first reached; None: before the first event.
-    pub event: Option<EventIdx>,
-    pub time_us: Option<i64>,
-}
+pub use replay::{DeviceReplay, Peak, Start, block_bytes};
 
-/// The replayed trace of one device.
+/// The replayed trace of one device, with every lifetime and the per-event series
+/// materialised (commands that need less run [`DeviceReplay`] with fewer aggregators).
 #[derive(Debug, Clone)]
 pub struct DeviceTimeline<'a> {
     pub device: i64,
@@ -116,382 +106,63 @@ pub struct DeviceTimeline<'a> {
     /// Distinct pool ids of the lifetimes (None: unknown, before 2.1 or outside every
     /// final segment).
     pub pools: Vec<Option<(i64, i64)>>,
-    /// Allocated bytes (viewer semantics) before the first event.
-    pub initial_allocated: u64,
-    /// Allocated bytes just after each event.
-    pub allocated: Vec<u64>,
-    /// Reserved bytes before the first event (final reserved minus the traced segment
-    /// events; negative values mean the segment events do not add up).
-    pub initial_reserved: i64,
-    /// (event, reserved bytes just after it) at each segment event.
-    pub reserved_changes: Vec<(u32, i64)>,
+    /// What existed before the first event.
+    pub start: Start,
+    /// Requested bytes just after each event, relative to the start.
+    requested: Vec<i64>,
+    /// (event, reserved bytes just after it, relative to the start) at each segment event.
+    reserved_changes: Vec<(u32, i64)>,
+    /// Maximum of requested bytes (the official viewer's Active Memory Timeline).
+    pub peak_requested: Peak,
+    /// Maximum of allocated block bytes (what `torch.cuda.max_memory_allocated()` counts).
     pub peak_allocated: Peak,
     pub peak_reserved: Peak,
+    /// Running maximum of event times, built on first use (times can go backwards).
+    time_index: std::sync::OnceLock<Vec<i64>>,
 }
 
 /// Just the peaks, from one pass that stores nothing per event (for `summary`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Peaks {
-    pub allocated: Peak,
-    pub reserved: Peak,
-}
-
-type PoolId = Option<(i64, i64)>;
-
-/// A final `active_allocated` block of a device.
-struct Survivor {
-    addr: u64,
-    requested: u64,
-    stream: u64,
-    pool: PoolId,
-    stack: Option<StackId>,
-}
-
-fn survivors(snap: &Snapshot, device: i64) -> Vec<Survivor> {
-    let mut out = Vec::new();
-    for s in snap.segments_of(device) {
-        for b in &s.blocks {
-            if b.state == BlockState::ActiveAllocated {
-                out.push(Survivor {
-                    addr: b.address,
-                    requested: b.requested_size,
-                    stream: s.stream,
-                    pool: s.pool_id,
-                    stack: b.stack,
-                });
-            }
-        }
-    }
-    out
-}
-
-fn final_reserved(snap: &Snapshot, device: i64) -> i64 {
-    snap.segments_of(device).map(|s| s.total_size as i64).sum()
-}
-
-/// Segment events move reserved memory (spec 3.2): +size on alloc/map, −size on free/unmap.
-fn reserved_delta(action: Action, size: u64) -> i64 {
-    match action {
-        Action::SegmentAlloc | Action::SegmentMap => size as i64,
-        Action::SegmentFree | Action::SegmentUnmap => -(size as i64),
-        _ => 0,
-    }
-}
-
-/// One pass of the viewer's pairing (spec 6.2 phase 1): calls `on_step(i, delta)` for every
-/// event that changes the allocated total, and returns the open allocations at the end
-/// (address → alloc event) with the sum of orphan frees.
-fn pair<F: FnMut(usize, i64)>(
-    trace: &crate::model::DeviceTrace,
-    mut on_step: F,
-) -> (FxMap<u64, usize>, u64) {
-    // address -> index of the open element's alloc event
-    let mut open: FxMap<u64, usize> = FxMap::default();
-    let mut orphan_bytes = 0u64;
-    for i in 0..trace.len() {
-        match trace.action(i) {
-            Action::Alloc => {
-                let e = trace.get(i);
-                open.insert(e.addr, i);
-                on_step(i, e.size as i64);
-            }
-            Action::FreeCompleted => {
-                let e = trace.get(i);
-                match open.remove(&e.addr) {
-                    Some(alloc) => {
-                        let size = trace.get(alloc).size;
-                        on_step(i, -(size as i64));
-                    }
-                    None => {
-                        orphan_bytes += e.size;
-                        on_step(i, -(e.size as i64));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    (open, orphan_bytes)
-}
-
-/// Peaks of allocated (the viewer's Active Memory Timeline maximum) and reserved memory.
-pub fn peaks(snap: &Snapshot, device: i64) -> Peaks {
-    let trace = snap.trace(device).unwrap_or(&NO_TRACE);
-    // Allocated: a running total relative to the start; the start (orphans + survivors)
-    // is only known at the end of the pass.
-    let (mut rel, mut max_rel, mut max_at) = (0i64, 0i64, None);
-    let (open, orphan_bytes) = pair(trace, |i, delta| {
-        rel += delta;
-        if rel > max_rel {
-            max_rel = rel;
-            max_at = Some(i);
-        }
-    });
-    let survivors: u64 = survivors(snap, device)
-        .iter()
-        .filter(|s| !open.contains_key(&s.addr))
-        .map(|s| s.requested)
-        .sum();
-    let initial = (orphan_bytes + survivors) as i64;
-    let allocated = Peak {
-        bytes: (initial + max_rel).max(0) as u64,
-        event: max_at.map(EventIdx::new),
-        time_us: max_at.and_then(|i| trace.time_us(i)),
-    };
-    // Reserved: final minus the net of the traced segment events, then forward.
-    let net: i64 = (0..trace.len())
-        .map(|i| reserved_delta(trace.action(i), trace.get(i).size))
-        .sum();
-    let start = final_reserved(snap, device) - net;
-    let (mut cur, mut max, mut at) = (start, start, None);
-    for i in 0..trace.len() {
-        let d = reserved_delta(trace.action(i), trace.get(i).size);
-        if d != 0 {
-            cur += d;
-            if cur > max {
-                max = cur;
-                at = Some(i);
-            }
-        }
-    }
-    Peaks {
-        allocated,
-        reserved: Peak {
-            bytes: max.max(0) as u64,
-            event: at.map(EventIdx::new),
-            time_us: at.and_then(|i| trace.time_us(i)),
-        },
-    }
-}
-
-/// Bytes the caching allocator hands out for a request: at least 512, in multiples of
-/// 512 (CUDACachingAllocator `round_size`; `roundup_power2_divisions` is not modelled).
-pub fn block_bytes(requested: u64) -> u64 {
-    requested.max(1).div_ceil(512) * 512
-}
-
-/// Active bytes (allocations in block bytes, pending frees included, as in the viewer's
-/// count) at the given states (None: before the first event; others ascending), by one
-/// forward pass that keeps nothing per event.
-pub fn active_at(tl: &DeviceTimeline, states: &[Option<usize>]) -> Vec<u64> {
-    let trace = tl.trace;
-    let mut active: i64 = tl
-        .lifetimes
-        .iter()
-        .filter(|l| l.alloc.is_none())
-        .map(|l| block_bytes(l.size) as i64)
-        .sum();
-    let mut open: FxMap<u64, u64> = FxMap::default();
-    let mut out = Vec::with_capacity(states.len());
-    let mut next = 0;
-    while next < states.len() && states[next].is_none() {
-        out.push(active.max(0) as u64);
-        next += 1;
-    }
-    for i in 0..trace.len() {
-        if next >= states.len() {
-            break;
-        }
-        match trace.action(i) {
-            Action::Alloc => {
-                let e = trace.get(i);
-                let b = block_bytes(e.size);
-                open.insert(e.addr, b);
-                active += b as i64;
-            }
-            Action::FreeCompleted => {
-                let e = trace.get(i);
-                active -= open.remove(&e.addr).unwrap_or_else(|| block_bytes(e.size)) as i64;
-            }
-            _ => {}
-        }
-        while next < states.len() && states[next] == Some(i) {
-            out.push(active.max(0) as u64);
-            next += 1;
-        }
-    }
-    out
-}
-
-/// Index of `value` in a small table of distinct values, added when new. Past 65535
-/// distinct values the last index, which no value holds, stands for "unknown".
-fn small_index<T: PartialEq + Copy>(table: &mut Vec<T>, value: T) -> u16 {
-    match table.iter().position(|&q| q == value) {
-        Some(i) => i as u16,
-        None if table.len() < u16::MAX as usize => {
-            table.push(value);
-            (table.len() - 1) as u16
-        }
-        None => u16::MAX,
-    }
+pub fn peaks(snap: &Snapshot, device: i64) -> replay::Peaks {
+    let r = DeviceReplay::new(snap, device);
+    let mut p = replay::Peaks::default();
+    r.run(&mut p);
+    p.with_times(r.trace)
 }
 
 /// Replays one device fully: lifetimes and per-event series.
 pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
-    let trace = snap.trace(device).unwrap_or(&NO_TRACE);
-    let n = trace.len();
-    // Pool of an address from the final segments (used when entries carry no pool_id).
-    let mut segs: Vec<(u64, u64, PoolId)> = snap
-        .segments_of(device)
-        .map(|s| (s.address, s.total_size, s.pool_id))
-        .collect();
-    segs.sort_unstable();
-    let pool_of = |addr: u64| -> Option<(i64, i64)> {
-        let i = segs.partition_point(|s| s.0 <= addr);
-        let (start, size, pool) = *segs.get(i.checked_sub(1)?)?;
-        (addr < start.saturating_add(size))
-            .then_some(pool)
-            .flatten()
+    let r = DeviceReplay::new(snap, device);
+    let mut lifetimes = replay::Lifetimes::default();
+    let mut series = replay::RequestedSeries {
+        relative: Vec::with_capacity(r.len()),
     };
-    let has_pool_ids = trace.keys.pool_id;
-    let mut streams: Vec<u64> = Vec::new();
-    let mut stream_index = |st: u64| small_index(&mut streams, st);
-    let mut pools: Vec<Option<(i64, i64)>> = Vec::new();
-    let mut pool_index = |p: Option<(i64, i64)>| small_index(&mut pools, p);
-
-    let mut lifetimes: Vec<Lifetime> = Vec::new();
-    let mut versions: FxMap<u64, u32> = FxMap::default();
-    // address -> index into lifetimes of the open allocation
-    let mut open: FxMap<u64, usize> = FxMap::default();
-    // address -> lifetime waiting for free_completed after free_requested
-    let mut requested: FxMap<u64, usize> = FxMap::default();
-    let mut allocated = Vec::with_capacity(n);
-    let mut rel = 0i64;
-    let mut orphans = 0u64;
-    for i in 0..n {
-        let action = trace.action(i);
-        match action {
-            Action::Alloc => {
-                let e = trace.get(i);
-                let version = *versions.get(&e.addr).unwrap_or(&0);
-                lifetimes.push(Lifetime {
-                    addr: e.addr,
-                    size: e.size,
-                    version,
-                    origin: Origin::Traced,
-                    alloc: Some(EventIdx::new(i)),
-                    free_requested: None,
-                    free_completed: None,
-                    stream: stream_index(e.stream),
-                    pool: pool_index(if has_pool_ids {
-                        Some(trace.pool_id(i))
-                    } else {
-                        pool_of(e.addr)
-                    }),
-                    stack: e.stack.map_or(u32::MAX, |s| s.0),
-                });
-                open.insert(e.addr, lifetimes.len() - 1);
-                rel += e.size as i64;
-            }
-            Action::FreeRequested => {
-                let e = trace.get(i);
-                if let Some(&l) = open.get(&e.addr) {
-                    lifetimes[l].free_requested = Some(EventIdx::new(i));
-                    requested.insert(e.addr, l);
-                }
-            }
-            Action::FreeCompleted => {
-                let e = trace.get(i);
-                let version = versions.entry(e.addr).or_insert(0);
-                match open.remove(&e.addr) {
-                    Some(l) => {
-                        lifetimes[l].free_completed = Some(EventIdx::new(i));
-                        rel -= lifetimes[l].size as i64;
-                    }
-                    None => {
-                        orphans += e.size;
-                        rel -= e.size as i64;
-                        lifetimes.push(Lifetime {
-                            addr: e.addr,
-                            size: e.size,
-                            version: *version,
-                            origin: Origin::BeforeTrace,
-                            alloc: None,
-                            free_requested: None,
-                            free_completed: Some(EventIdx::new(i)),
-                            stream: stream_index(e.stream),
-                            pool: pool_index(if has_pool_ids {
-                                Some(trace.pool_id(i))
-                            } else {
-                                pool_of(e.addr)
-                            }),
-                            stack: e.stack.map_or(u32::MAX, |s| s.0),
-                        });
-                    }
-                }
-                requested.remove(&e.addr);
-                *version += 1;
-            }
-            _ => {}
-        }
-        allocated.push(rel);
-    }
-    let mut survivor_bytes = 0u64;
-    for s in survivors(snap, device) {
-        if open.contains_key(&s.addr) {
-            continue;
-        }
-        survivor_bytes += s.requested;
-        lifetimes.push(Lifetime {
-            addr: s.addr,
-            size: s.requested,
-            version: *versions.get(&s.addr).unwrap_or(&0),
-            origin: Origin::Survivor,
-            alloc: None,
-            free_requested: None,
-            free_completed: None,
-            stream: stream_index(s.stream),
-            pool: pool_index(s.pool),
-            stack: s.stack.map_or(u32::MAX, |s| s.0),
-        });
-    }
-    let initial = (orphans + survivor_bytes) as i64;
-    let allocated: Vec<u64> = allocated
-        .iter()
-        .map(|r| (initial + r).max(0) as u64)
-        .collect();
-
-    let net: i64 = (0..n)
-        .map(|i| reserved_delta(trace.action(i), trace.get(i).size))
-        .sum();
-    let initial_reserved = final_reserved(snap, device) - net;
-    let mut cur = initial_reserved;
-    let mut reserved_changes = Vec::new();
-    let mut peak_reserved = (initial_reserved, None);
-    for i in 0..n {
-        let d = reserved_delta(trace.action(i), trace.get(i).size);
-        if d != 0 {
-            cur += d;
-            reserved_changes.push((i as u32, cur));
-            if cur > peak_reserved.0 {
-                peak_reserved = (cur, Some(i));
-            }
-        }
-    }
-    let mut peak_allocated = (initial, None);
-    for (i, &a) in allocated.iter().enumerate() {
-        if a as i64 > peak_allocated.0 {
-            peak_allocated = (a as i64, Some(i));
-        }
-    }
-    let peak = |(bytes, at): (i64, Option<usize>)| Peak {
-        bytes: bytes.max(0) as u64,
-        event: at.map(EventIdx::new),
-        time_us: at.and_then(|i| trace.time_us(i)),
-    };
+    let mut reserved = replay::ReservedChanges::default();
+    let mut peaks = replay::Peaks::default();
+    let start = r.run((&mut lifetimes, &mut series, &mut reserved, &mut peaks));
+    let peaks = peaks.with_times(r.trace);
     DeviceTimeline {
         device,
-        trace,
-        peak_allocated: peak(peak_allocated),
-        peak_reserved: peak(peak_reserved),
-        lifetimes,
-        streams,
-        pools,
-        initial_allocated: initial as u64,
-        allocated,
-        initial_reserved,
-        reserved_changes,
+        trace: r.trace,
+        lifetimes: lifetimes.all,
+        streams: lifetimes.streams,
+        pools: lifetimes.pools,
+        start,
+        requested: series.relative,
+        reserved_changes: reserved.changes,
+        peak_requested: peaks.requested,
+        peak_allocated: peaks.allocated,
+        peak_reserved: peaks.reserved,
+        time_index: Default::default(),
     }
+}
+
+/// Allocated block bytes at the given states (None: before the first event; others
+/// ascending), by one replay pass that keeps nothing per event.
+pub fn allocated_at(tl: &DeviceTimeline, snap: &Snapshot, states: &[Option<usize>]) -> Vec<u64> {
+    let r = DeviceReplay::new(snap, tl.device);
+    let mut at = replay::TotalsAt::new(states.to_vec());
+    let start = r.run(&mut at);
+    at.values.iter().map(|v| start.allocated_after(v)).collect()
 }
 
 impl DeviceTimeline<'_> {
@@ -535,39 +206,56 @@ impl DeviceTimeline<'_> {
         live
     }
 
-    /// Allocated bytes just after event `i` (None: before the first event).
-    pub fn allocated_at(&self, at: Option<usize>) -> u64 {
-        match at {
-            Some(i) => self.allocated[i],
-            None => self.initial_allocated,
-        }
+    /// Events in the trace.
+    pub fn events(&self) -> usize {
+        self.requested.len()
+    }
+
+    /// The last event, None for an empty trace.
+    pub fn last_event(&self) -> Option<usize> {
+        self.requested.len().checked_sub(1)
+    }
+
+    /// Requested bytes just after event `i` (None: before the first event): the
+    /// official viewer's count.
+    pub fn requested_at(&self, at: Option<usize>) -> u64 {
+        let rel = at.map_or(0, |i| self.requested[i]);
+        (self.start.requested as i64 + rel).max(0) as u64
     }
 
     /// Reserved bytes just after event `i` (None: before the first event).
     pub fn reserved_at(&self, at: Option<usize>) -> i64 {
         let Some(i) = at else {
-            return self.initial_reserved;
+            return self.start.reserved;
         };
-        match self
+        let rel = match self
             .reserved_changes
             .partition_point(|(e, _)| (*e as usize) <= i)
         {
-            0 => self.initial_reserved,
+            0 => 0,
             k => self.reserved_changes[k - 1].1,
-        }
+        };
+        self.start.reserved + rel
     }
 
-    /// The last event at or before `time_us` (None when every event is later or the trace
-    /// has no times).
+    /// The last event at or before `time_us`, scanning as time runs: the events before
+    /// the first one stamped later than `time_us` (None when that is the first event,
+    /// or the trace has no times). Events without a time are skipped.
     pub fn event_at_time(&self, time_us: i64) -> Option<usize> {
-        let mut best = None;
-        for i in 0..self.allocated.len() {
-            match self.time_us(i) {
-                Some(t) if t > 0 && t <= time_us => best = Some(i),
-                Some(t) if t > time_us => break,
-                _ => {}
-            }
-        }
-        best
+        let index = self.time_index.get_or_init(|| {
+            let mut max = i64::MIN;
+            (0..self.events())
+                .map(|i| {
+                    if let Some(t) = self.time_us(i).filter(|&t| t > 0) {
+                        max = max.max(t);
+                    }
+                    max
+                })
+                .collect()
+        });
+        let first_later = index.partition_point(|&m| m <= time_us);
+        (0..first_later)
+            .rev()
+            .find(|&i| self.time_us(i).is_some_and(|t| t > 0))
     }
 }

@@ -67,16 +67,19 @@ pub fn compare(name: &str, expected: &Value, actual: &Value) -> Vec<String> {
         let dev = &e["device"];
         for f in DEVICE_FIELDS.iter().chain(&[
             "largest_free_block_bytes",
+            "peak_requested_bytes",
             "peak_allocated_bytes",
             "peak_reserved_bytes",
         ]) {
             check(format!("device {dev} {f}"), &e[*f], &a[*f]);
         }
-        check(
-            format!("device {dev} peak_allocated_event"),
-            &e["peak_allocated_index"],
-            &a["peak_allocated_event"],
-        );
+        for peak in ["peak_requested", "peak_allocated"] {
+            check(
+                format!("device {dev} {peak}_event"),
+                &e[format!("{peak}_index")],
+                &a[format!("{peak}_event")],
+            );
+        }
         for f in ["events", "actions", "first_time_us", "last_time_us"] {
             check(
                 format!("device {dev} trace.{f}"),

@@ -1,0 +1,623 @@
+//! The replay engine: the one forward pass over a device's trace that every analysis
+//! asks.
+//!
+//! It pairs events by address in order as the official viewer does (spec 3.5, 6.2):
+//! an `alloc` opens an allocation, its `free_completed` closes it (a lone `free_requested`
+//! only marks it), a `free_completed` with no open allocation is memory allocated before
+//! the trace, and blocks alive in the final segments with no open allocation at the end
+//! are "survivors" from before the trace. Segment events move reserved memory (spec 6.3).
+//!
+//! Aggregators ([`Aggregator`]) are fed each step with the running totals; they keep
+//! only what they need (a peak, a series, a live set, groups), so a command that needs
+//! only peaks stores nothing per event. Totals are relative to the state before the first
+//! event, because what existed then is only known at the end of the pass (orphan frees
+//! and survivors); [`Start`] gives it in [`Aggregator::finish`], and a second pass can be
+//! given it up front.
+
+use super::{EventIdx, Lifetime, Origin};
+use crate::model::frames::FxMap;
+use crate::model::{Action, BlockState, DeviceTrace, Segment, Snapshot};
+use std::sync::LazyLock;
+
+/// The trace of a device that has none.
+static NO_TRACE: LazyLock<DeviceTrace> = LazyLock::new(DeviceTrace::default);
+
+/// A pool id as segments and trace entries carry it (None: unknown).
+pub type PoolId = Option<(i64, i64)>;
+
+/// Bytes the caching allocator hands out for a request: at least 512, in multiples of
+/// 512 (CUDACachingAllocator `round_size`; `roundup_power2_divisions` and unsplit
+/// remainders are not modelled, so this is a lower bound of the real block).
+pub fn block_bytes(requested: u64) -> u64 {
+    requested.max(1).div_ceil(512) * 512
+}
+
+/// Running totals just after an event, relative to the state before the first event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Running {
+    /// Requested bytes of live allocations (the official viewer's count).
+    pub requested: i64,
+    /// Block bytes of live allocations, frees waiting on other streams included
+    /// (what `torch.cuda.memory_allocated()` counts).
+    pub allocated: i64,
+    /// Bytes of the device's segments.
+    pub reserved: i64,
+}
+
+/// What existed before the first event, known at the end of a pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Start {
+    pub requested: u64,
+    pub allocated: u64,
+    pub reserved: i64,
+}
+
+impl Start {
+    /// Absolute totals of a running state.
+    pub fn requested_after(&self, r: &Running) -> u64 {
+        (self.requested as i64 + r.requested).max(0) as u64
+    }
+    pub fn allocated_after(&self, r: &Running) -> u64 {
+        (self.allocated as i64 + r.allocated).max(0) as u64
+    }
+    pub fn reserved_after(&self, r: &Running) -> i64 {
+        self.reserved + r.reserved
+    }
+}
+
+/// The end of a pass.
+pub struct End<'p> {
+    pub start: Start,
+    /// Totals after the last event (relative).
+    pub last: Running,
+    /// Allocations alive at the end whose `alloc` is in the trace, by alloc event.
+    pub open: &'p [Lifetime],
+    /// Allocations from before the trace still alive at the end.
+    pub survivors: &'p [Lifetime],
+    pub streams: &'p [u64],
+    pub pools: &'p [PoolId],
+}
+
+/// Something that learns from the replay. Every method has an empty default.
+pub trait Aggregator {
+    /// An allocation opened at event `i`.
+    fn alloc(&mut self, _i: usize, _l: &Lifetime, _run: &Running) {}
+    /// The user freed an open allocation; its memory counts until `free_completed`.
+    fn free_requested(&mut self, _i: usize, _l: &Lifetime, _run: &Running) {}
+    /// An allocation's memory went back to the allocator. `l.origin` is
+    /// [`Origin::BeforeTrace`] when its `alloc` is not in the trace.
+    fn free_completed(&mut self, _i: usize, _l: &Lifetime, _run: &Running) {}
+    /// A segment event changed reserved memory by `delta` bytes.
+    fn segment(&mut self, _i: usize, _action: Action, _delta: i64, _run: &Running) {}
+    /// Every event, after the calls above.
+    fn event(&mut self, _i: usize, _action: Action, _run: &Running) {}
+    /// The pass is over.
+    fn finish(&mut self, _end: &End) {}
+}
+
+impl Aggregator for () {}
+
+macro_rules! tuple_aggregator {
+    ($($name:ident $idx:tt),+) => {
+        impl<$($name: Aggregator),+> Aggregator for ($($name,)+) {
+            fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
+                $(self.$idx.alloc(i, l, run);)+
+            }
+            fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
+                $(self.$idx.free_requested(i, l, run);)+
+            }
+            fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
+                $(self.$idx.free_completed(i, l, run);)+
+            }
+            fn segment(&mut self, i: usize, action: Action, delta: i64, run: &Running) {
+                $(self.$idx.segment(i, action, delta, run);)+
+            }
+            fn event(&mut self, i: usize, action: Action, run: &Running) {
+                $(self.$idx.event(i, action, run);)+
+            }
+            fn finish(&mut self, end: &End) {
+                $(self.$idx.finish(end);)+
+            }
+        }
+    };
+}
+
+tuple_aggregator!(A 0);
+tuple_aggregator!(A 0, B 1);
+tuple_aggregator!(A 0, B 1, C 2);
+tuple_aggregator!(A 0, B 1, C 2, D 3);
+tuple_aggregator!(A 0, B 1, C 2, D 3, E 4);
+
+impl<A: Aggregator + ?Sized> Aggregator for &mut A {
+    fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (**self).alloc(i, l, run)
+    }
+    fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (**self).free_requested(i, l, run)
+    }
+    fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (**self).free_completed(i, l, run)
+    }
+    fn segment(&mut self, i: usize, action: Action, delta: i64, run: &Running) {
+        (**self).segment(i, action, delta, run)
+    }
+    fn event(&mut self, i: usize, action: Action, run: &Running) {
+        (**self).event(i, action, run)
+    }
+    fn finish(&mut self, end: &End) {
+        (**self).finish(end)
+    }
+}
+
+/// Index of `value` in a small table of distinct values, added when new. Past 65535
+/// distinct values the last index, which no value holds, stands for "unknown".
+fn small_index<T>(table: &mut Vec<T>, index: &mut FxMap<T, u16>, value: T) -> u16
+where
+    T: std::hash::Hash + Eq + Copy,
+{
+    if let Some(&i) = index.get(&value) {
+        return i;
+    }
+    if table.len() >= u16::MAX as usize {
+        return u16::MAX;
+    }
+    table.push(value);
+    let i = (table.len() - 1) as u16;
+    index.insert(value, i);
+    i
+}
+
+/// One device of a snapshot, ready to be replayed any number of times.
+pub struct DeviceReplay<'a> {
+    pub snap: &'a Snapshot,
+    pub device: i64,
+    pub trace: &'a DeviceTrace,
+    /// The final segments of the device.
+    final_segments: Vec<&'a Segment>,
+    /// Final segments (start, size, pool), by address: the pool of an allocation whose
+    /// entry carries none.
+    segments: Vec<(u64, u64, PoolId)>,
+}
+
+impl<'a> DeviceReplay<'a> {
+    pub fn new(snap: &'a Snapshot, device: i64) -> Self {
+        let trace = snap.trace(device).unwrap_or(&NO_TRACE);
+        Self::with(snap, device, trace, snap.segments_of(device).collect())
+    }
+
+    /// Pinned host memory (PyTorch 2.14+): `host_segments` and `host_traces`.
+    pub fn host(snap: &'a Snapshot) -> Self {
+        Self::with(
+            snap,
+            -1,
+            &snap.host_trace,
+            snap.host_segments.iter().collect(),
+        )
+    }
+
+    fn with(
+        snap: &'a Snapshot,
+        device: i64,
+        trace: &'a DeviceTrace,
+        final_segments: Vec<&'a Segment>,
+    ) -> Self {
+        let mut segments: Vec<(u64, u64, PoolId)> = final_segments
+            .iter()
+            .map(|s| (s.address, s.total_size, s.pool_id))
+            .collect();
+        segments.sort_unstable();
+        DeviceReplay {
+            snap,
+            device,
+            trace,
+            final_segments,
+            segments,
+        }
+    }
+
+    /// Events in the trace.
+    pub fn len(&self) -> usize {
+        self.trace.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.trace.is_empty()
+    }
+
+    fn pool_of(&self, addr: u64) -> PoolId {
+        let i = self.segments.partition_point(|s| s.0 <= addr);
+        let (start, size, pool) = *self.segments.get(i.checked_sub(1)?)?;
+        (addr < start.saturating_add(size))
+            .then_some(pool)
+            .flatten()
+    }
+
+    /// Reserved bytes at the end: the final segments.
+    pub fn final_reserved(&self) -> i64 {
+        self.segments.iter().map(|s| s.1 as i64).sum()
+    }
+
+    /// Replays every event into `agg`.
+    pub fn run<A: Aggregator>(&self, mut agg: A) -> Start {
+        let trace = self.trace;
+        let has_pool_ids = trace.keys.pool_id;
+        let mut streams: Vec<u64> = Vec::new();
+        let mut stream_ix: FxMap<u64, u16> = FxMap::default();
+        let mut pools: Vec<PoolId> = Vec::new();
+        let mut pool_ix: FxMap<PoolId, u16> = FxMap::default();
+        let mut versions: FxMap<u64, u32> = FxMap::default();
+        // address -> the open allocation
+        let mut open: FxMap<u64, Lifetime> = FxMap::default();
+        // allocations whose address was allocated again before any free: the viewer
+        // keeps them alive to the end
+        let mut never_freed: Vec<Lifetime> = Vec::new();
+        let mut run = Running::default();
+        let mut orphans = Start::default();
+        for i in 0..trace.len() {
+            let action = trace.action(i);
+            match action {
+                Action::Alloc => {
+                    let e = trace.get(i);
+                    let pool = if has_pool_ids {
+                        Some(trace.pool_id(i))
+                    } else {
+                        self.pool_of(e.addr)
+                    };
+                    let l = Lifetime {
+                        addr: e.addr,
+                        size: e.size,
+                        version: versions.get(&e.addr).copied().unwrap_or(0),
+                        origin: Origin::Traced,
+                        alloc: Some(EventIdx::new(i)),
+                        free_requested: None,
+                        free_completed: None,
+                        stream: small_index(&mut streams, &mut stream_ix, e.stream),
+                        pool: small_index(&mut pools, &mut pool_ix, pool),
+                        stack: e.stack.map_or(u32::MAX, |s| s.0),
+                    };
+                    run.requested += e.size as i64;
+                    run.allocated += block_bytes(e.size) as i64;
+                    agg.alloc(i, &l, &run);
+                    if let Some(old) = open.insert(e.addr, l) {
+                        never_freed.push(old);
+                    }
+                }
+                Action::FreeRequested => {
+                    let addr = trace.get(i).addr;
+                    if let Some(l) = open.get_mut(&addr) {
+                        l.free_requested = Some(EventIdx::new(i));
+                        agg.free_requested(i, l, &run);
+                    }
+                }
+                Action::FreeCompleted => {
+                    let e = trace.get(i);
+                    let version = versions.entry(e.addr).or_insert(0);
+                    let l = match open.remove(&e.addr) {
+                        Some(mut l) => {
+                            l.free_completed = Some(EventIdx::new(i));
+                            l
+                        }
+                        None => {
+                            let pool = if has_pool_ids {
+                                Some(trace.pool_id(i))
+                            } else {
+                                self.pool_of(e.addr)
+                            };
+                            orphans.requested += e.size;
+                            orphans.allocated += block_bytes(e.size);
+                            Lifetime {
+                                addr: e.addr,
+                                size: e.size,
+                                version: *version,
+                                origin: Origin::BeforeTrace,
+                                alloc: None,
+                                free_requested: None,
+                                free_completed: Some(EventIdx::new(i)),
+                                stream: small_index(&mut streams, &mut stream_ix, e.stream),
+                                pool: small_index(&mut pools, &mut pool_ix, pool),
+                                // The stack of the free: the viewer shows it as "alloc
+                                // not recorded, stack trace for free".
+                                stack: e.stack.map_or(u32::MAX, |s| s.0),
+                            }
+                        }
+                    };
+                    *version += 1;
+                    run.requested -= l.size as i64;
+                    run.allocated -= block_bytes(l.size) as i64;
+                    agg.free_completed(i, &l, &run);
+                }
+                Action::SegmentAlloc
+                | Action::SegmentMap
+                | Action::SegmentFree
+                | Action::SegmentUnmap => {
+                    let size = trace.get(i).size as i64;
+                    let delta = match action {
+                        Action::SegmentAlloc | Action::SegmentMap => size,
+                        _ => -size,
+                    };
+                    run.reserved += delta;
+                    agg.segment(i, action, delta, &run);
+                }
+                _ => {}
+            }
+            agg.event(i, action, &run);
+        }
+        // Survivors: final active_allocated blocks with no open allocation (spec 6.2
+        // phase 2).
+        let mut survivors = Vec::new();
+        for s in &self.final_segments {
+            for b in &s.blocks {
+                if b.state != BlockState::ActiveAllocated || open.contains_key(&b.address) {
+                    continue;
+                }
+                survivors.push(Lifetime {
+                    addr: b.address,
+                    size: b.requested_size,
+                    version: versions.get(&b.address).copied().unwrap_or(0),
+                    origin: Origin::Survivor,
+                    alloc: None,
+                    free_requested: None,
+                    free_completed: None,
+                    stream: small_index(&mut streams, &mut stream_ix, s.stream),
+                    pool: small_index(&mut pools, &mut pool_ix, s.pool_id),
+                    stack: b.stack.map_or(u32::MAX, |s| s.0),
+                });
+            }
+        }
+        let mut open: Vec<Lifetime> = open.into_values().chain(never_freed).collect();
+        open.sort_unstable_by_key(|l| l.alloc);
+        let survivor_requested: u64 = survivors.iter().map(|l| l.size).sum();
+        let survivor_allocated: u64 = survivors.iter().map(|l| block_bytes(l.size)).sum();
+        let start = Start {
+            requested: orphans.requested + survivor_requested,
+            allocated: orphans.allocated + survivor_allocated,
+            reserved: self.final_reserved() - run.reserved,
+        };
+        agg.finish(&End {
+            start,
+            last: run,
+            open: &open,
+            survivors: &survivors,
+            streams: &streams,
+            pools: &pools,
+        });
+        start
+    }
+}
+
+/// A maximum over the replay and where it is first reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Peak {
+    pub bytes: u64,
+    /// The event after which the peak is first reached; None: before the first event.
+    pub event: Option<EventIdx>,
+    pub time_us: Option<i64>,
+}
+
+/// The peaks of requested, allocated and reserved memory.
+#[derive(Debug, Default)]
+pub struct Peaks {
+    max: Running,
+    at: [Option<usize>; 3],
+    pub requested: Peak,
+    pub allocated: Peak,
+    pub reserved: Peak,
+}
+
+impl Aggregator for Peaks {
+    fn event(&mut self, i: usize, _action: Action, run: &Running) {
+        if run.requested > self.max.requested {
+            self.max.requested = run.requested;
+            self.at[0] = Some(i);
+        }
+        if run.allocated > self.max.allocated {
+            self.max.allocated = run.allocated;
+            self.at[1] = Some(i);
+        }
+        if run.reserved > self.max.reserved {
+            self.max.reserved = run.reserved;
+            self.at[2] = Some(i);
+        }
+    }
+
+    fn finish(&mut self, end: &End) {
+        let peak = |bytes: i64, at: Option<usize>| Peak {
+            bytes: bytes.max(0) as u64,
+            event: at.map(EventIdx::new),
+            time_us: None,
+        };
+        self.requested = peak(end.start.requested as i64 + self.max.requested, self.at[0]);
+        self.allocated = peak(end.start.allocated as i64 + self.max.allocated, self.at[1]);
+        self.reserved = peak(end.start.reserved + self.max.reserved, self.at[2]);
+    }
+}
+
+impl Peaks {
+    /// Fills in the times of the peaks' events.
+    pub fn with_times(mut self, trace: &DeviceTrace) -> Self {
+        for p in [&mut self.requested, &mut self.allocated, &mut self.reserved] {
+            p.time_us = p.event.and_then(|e| trace.time_us(e.index()));
+        }
+        self
+    }
+}
+
+/// Every lifetime of the replay, in the order the viewer lists elements: traced and
+/// orphan-freed allocations by event, then survivors.
+#[derive(Debug, Default)]
+pub struct Lifetimes {
+    /// index into `all` of the lifetime opened at each alloc event, while open
+    open_at: FxMap<u32, usize>,
+    pub all: Vec<Lifetime>,
+    pub streams: Vec<u64>,
+    pub pools: Vec<PoolId>,
+}
+
+impl Aggregator for Lifetimes {
+    fn alloc(&mut self, i: usize, l: &Lifetime, _run: &Running) {
+        self.open_at.insert(i as u32, self.all.len());
+        self.all.push(*l);
+    }
+    fn free_requested(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        if let Some(&k) = l.alloc.and_then(|a| self.open_at.get(&(a.index() as u32))) {
+            self.all[k].free_requested = l.free_requested;
+        }
+    }
+    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        match l
+            .alloc
+            .and_then(|a| self.open_at.remove(&(a.index() as u32)))
+        {
+            Some(k) => self.all[k] = *l,
+            None => self.all.push(*l),
+        }
+    }
+    fn finish(&mut self, end: &End) {
+        self.all.extend_from_slice(end.survivors);
+        self.streams = end.streams.to_vec();
+        self.pools = end.pools.to_vec();
+        self.open_at = FxMap::default();
+    }
+}
+
+/// Requested bytes just after each event (relative), for the materialised series.
+#[derive(Debug, Default)]
+pub struct RequestedSeries {
+    pub relative: Vec<i64>,
+}
+
+impl Aggregator for RequestedSeries {
+    fn event(&mut self, _i: usize, _action: Action, run: &Running) {
+        self.relative.push(run.requested);
+    }
+}
+
+/// Reserved bytes after each segment event (relative).
+#[derive(Debug, Default)]
+pub struct ReservedChanges {
+    pub changes: Vec<(u32, i64)>,
+}
+
+impl Aggregator for ReservedChanges {
+    fn segment(&mut self, i: usize, _action: Action, _delta: i64, run: &Running) {
+        self.changes.push((i as u32, run.reserved));
+    }
+}
+
+/// Totals at chosen states (None: before the first event; the rest ascending), as
+/// relative values; add [`Start`] for absolute ones.
+#[derive(Debug)]
+pub struct TotalsAt {
+    states: Vec<Option<usize>>,
+    next: usize,
+    pub values: Vec<Running>,
+}
+
+impl TotalsAt {
+    pub fn new(states: Vec<Option<usize>>) -> Self {
+        let mut t = TotalsAt {
+            values: Vec::with_capacity(states.len()),
+            states,
+            next: 0,
+        };
+        while t.next < t.states.len() && t.states[t.next].is_none() {
+            t.values.push(Running::default());
+            t.next += 1;
+        }
+        t
+    }
+}
+
+impl Aggregator for TotalsAt {
+    fn event(&mut self, i: usize, _action: Action, run: &Running) {
+        while self.next < self.states.len() && self.states[self.next] == Some(i) {
+            self.values.push(*run);
+            self.next += 1;
+        }
+    }
+}
+
+/// The allocations alive just after each of a few chosen events (None: before the
+/// first), each list in allocation order: traced ones by alloc event, then those from
+/// before the trace by free event, then survivors.
+#[derive(Debug)]
+pub struct LiveAt {
+    /// Moments, ascending (None first).
+    moments: Vec<Option<usize>>,
+    next: usize,
+    /// alloc event -> lifetime of open traced allocations
+    open: std::collections::BTreeMap<u32, Lifetime>,
+    pub sets: Vec<Vec<Lifetime>>,
+    pub streams: Vec<u64>,
+    pub pools: Vec<PoolId>,
+}
+
+impl LiveAt {
+    /// `moments` in any order; [`LiveAt::set`] finds each one's set.
+    pub fn new(moments: &[Option<usize>]) -> Self {
+        let mut m = moments.to_vec();
+        m.sort_unstable();
+        m.dedup();
+        let sets = vec![Vec::new(); m.len()];
+        let mut l = LiveAt {
+            moments: m,
+            next: 0,
+            open: Default::default(),
+            sets,
+            streams: Vec::new(),
+            pools: Vec::new(),
+        };
+        // Before the first event no traced allocation is open yet.
+        while l.next < l.moments.len() && l.moments[l.next].is_none() {
+            l.next += 1;
+        }
+        l
+    }
+
+    /// The set at a moment given to [`LiveAt::new`].
+    pub fn set(&self, at: Option<usize>) -> &[Lifetime] {
+        match self.moments.binary_search(&at) {
+            Ok(k) => &self.sets[k],
+            Err(_) => &[],
+        }
+    }
+}
+
+impl Aggregator for LiveAt {
+    fn alloc(&mut self, i: usize, l: &Lifetime, _run: &Running) {
+        self.open.insert(i as u32, *l);
+    }
+    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        match l.alloc {
+            Some(a) => {
+                self.open.remove(&(a.index() as u32));
+            }
+            None => {
+                // From before the trace: alive at every moment before its free.
+                let f = l.free_completed.map_or(0, |f| f.index());
+                for (k, m) in self.moments.iter().enumerate() {
+                    if m.is_none_or(|m| m < f) {
+                        self.sets[k].push(*l);
+                    }
+                }
+            }
+        }
+    }
+    fn event(&mut self, i: usize, _action: Action, _run: &Running) {
+        while self.next < self.moments.len() && self.moments[self.next] == Some(i) {
+            // Traced allocations go first (in alloc order), before-trace ones follow.
+            let mut set: Vec<Lifetime> = self.open.values().copied().collect();
+            set.append(&mut self.sets[self.next]);
+            self.sets[self.next] = set;
+            self.next += 1;
+        }
+    }
+    fn finish(&mut self, end: &End) {
+        for set in &mut self.sets {
+            set.extend_from_slice(end.survivors);
+        }
+        self.streams = end.streams.to_vec();
+        self.pools = end.pools.to_vec();
+        self.open = Default::default();
+    }
+}
