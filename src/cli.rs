@@ -34,6 +34,50 @@ pub enum Command {
     /// PyTorch's reserved and allocated memory against device readings (nvidia-smi CSV or
     /// NVML samples): the gap split into memory outside the allocator and other processes.
     Reconcile(ReconcileArgs),
+    /// What was live at a moment (default: the peak), grouped by call site, category,
+    /// stack or file: who held the memory.
+    Top(TopArgs),
+}
+
+/// How allocations are attributed to call sites and categories.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AttributionArgs {
+    /// Frames matching this pattern (regex over `filename:line:name`) are never skipped
+    /// when looking for the call site, e.g. 'torch/nn/modules/'.
+    #[arg(long, value_name = "REGEX")]
+    pub keep: Option<String>,
+    /// Frames matching this pattern are skipped when looking for the call site, as
+    /// torch's own frames are, e.g. 'transformers/'.
+    #[arg(long, value_name = "REGEX")]
+    pub skip: Option<String>,
+    /// Category rules tried before the built-in ones: one `category = regex` per line.
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Snapshot file.
+    #[arg(value_name = "SNAPSHOT")]
+    pub file: PathBuf,
+    /// The moment: peak (default), oom, end, event:N, or time:T (a UTC date-time as
+    /// printed, +1.5s after the first event, or Unix microseconds).
+    #[arg(long, default_value = "peak", value_name = "MOMENT")]
+    pub at: String,
+    /// Grouping: callsite (the innermost frame of your code), category, stack or file.
+    #[arg(long, default_value = "callsite", value_name = "KEY")]
+    pub by: String,
+    /// Groups listed; the rest are merged into one line.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub limit: usize,
+    /// Device (default: the one with the OOM for --at oom, else the most active).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

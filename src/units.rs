@@ -83,6 +83,74 @@ pub fn percent(part: u64, whole: u64) -> String {
     }
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (inverse of `civil_from_days`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// A UTC date-time as vramlens prints it (`2025-06-15 15:06:40.006 UTC`) or in ISO form
+/// (`2025-06-15T15:06:40.006Z`), to Unix microseconds. Seconds and fractions optional.
+pub fn parse_utc_time(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let s = s
+        .strip_suffix(" UTC")
+        .or_else(|| s.strip_suffix('Z'))
+        .unwrap_or(s);
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.split('-');
+    let y: i64 = d.next()?.parse().ok()?;
+    let m: u32 = d.next()?.parse().ok()?;
+    let day: u32 = d.next()?.parse().ok()?;
+    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let mut t = time.split(':');
+    let h: i64 = t.next()?.parse().ok()?;
+    let min: i64 = t.next()?.parse().ok()?;
+    let sec = t.next().unwrap_or("0");
+    if t.next().is_some() || h > 23 || min > 59 {
+        return None;
+    }
+    let (whole, frac) = sec.split_once('.').unwrap_or((sec, ""));
+    let whole: i64 = whole.parse().ok()?;
+    if whole > 60 || frac.len() > 6 || !frac.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let micros: i64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<6}").parse().ok()?
+    };
+    let days = days_from_civil(y, m, day);
+    Some(((days * 86_400 + h * 3600 + min * 60 + whole) * 1_000_000) + micros)
+}
+
+/// A duration such as `1.5s`, `300ms`, `12us`, `2min` or `1h`, to microseconds.
+pub fn parse_duration_us(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let scale = match unit.trim() {
+        "us" | "µs" => 1.0,
+        "ms" => 1e3,
+        "s" | "" => 1e6,
+        "min" | "m" => 60e6,
+        "h" => 3600e6,
+        _ => return None,
+    };
+    let us = value * scale;
+    (us.is_finite() && us < 1e18).then_some(us.round() as i64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +184,33 @@ mod tests {
         assert_eq!(duration_us(7_380_000_000), "2 h 03 min");
         assert_eq!(percent(1, 3), "33.3%");
         assert_eq!(percent(1, 0), "-");
+    }
+
+    #[test]
+    fn parsed_times_round_trip() {
+        for us in [
+            0,
+            1_748_729_125_406_000,
+            951_782_400_000_000,
+            1_750_000_000_123_000,
+        ] {
+            assert_eq!(parse_utc_time(&utc_time(us)), Some(us));
+        }
+        assert_eq!(
+            parse_utc_time("2025-05-31T22:05:25.406508Z"),
+            Some(1_748_729_125_406_508)
+        );
+        assert_eq!(
+            parse_utc_time("2025-05-31 22:05"),
+            Some(1_748_729_100_000_000)
+        );
+        assert_eq!(parse_utc_time("2025-13-01 00:00"), None);
+        assert_eq!(parse_utc_time("yesterday"), None);
+        assert_eq!(parse_duration_us("1.5s"), Some(1_500_000));
+        assert_eq!(parse_duration_us("300ms"), Some(300_000));
+        assert_eq!(parse_duration_us("12us"), Some(12));
+        assert_eq!(parse_duration_us("2min"), Some(120_000_000));
+        assert_eq!(parse_duration_us("NaNs"), None);
+        assert_eq!(parse_duration_us("5 parsecs"), None);
     }
 }

@@ -1,10 +1,14 @@
 //! Analyses: each takes a [`crate::model::Snapshot`] and gives a plain report struct
 //! (serialisable, no formatting).
 
+pub mod attribution;
+pub mod device;
 pub mod frames;
 pub mod live;
+pub mod moment;
 pub mod oom;
 pub mod reconcile;
 pub mod summary;
 pub mod timeline_report;
 pub mod timeline_view;
+pub mod top;

@@ -5,6 +5,7 @@ pub mod reconcile;
 pub mod segments;
 pub mod summary;
 pub mod timeline;
+pub mod top;
 
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write;
@@ -101,4 +102,29 @@ fn read_device_logs(
         );
     }
     Ok(vramlens::devlog::merge(logs))
+}
+
+/// Attribution options from the command line (patterns compiled, rules file read).
+fn attribution_options(
+    a: &crate::cli::AttributionArgs,
+) -> Result<vramlens::analysis::attribution::AttributionOptions> {
+    let pattern = |flag: &str, p: &Option<String>| -> Result<Option<regex::Regex>> {
+        p.as_deref()
+            .map(|p| regex::Regex::new(p).map_err(|e| anyhow!("--{flag} {p:?}: {e}")))
+            .transpose()
+    };
+    let rules = match &a.rules {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read rules file {}", path.display()))?;
+            vramlens::analysis::attribution::parse_rules(&text)
+                .map_err(|e| anyhow!("{}: {e}", path.display()))?
+        }
+        None => Vec::new(),
+    };
+    Ok(vramlens::analysis::attribution::AttributionOptions {
+        keep: pattern("keep", &a.keep)?,
+        skip: pattern("skip", &a.skip)?,
+        rules,
+    })
 }

@@ -2,12 +2,14 @@
 //! `io::Write`. No analysis happens here.
 
 pub mod live;
+pub mod names;
 pub mod oom;
 pub mod segments_svg;
 pub mod summary;
 pub mod svg;
 pub mod timeline_svg;
 pub mod timeline_text;
+pub mod top;
 
 use std::io::{self, Write};
 

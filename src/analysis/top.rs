@@ -1,0 +1,242 @@
+//! What was live at one moment, grouped by call site, category, stack or file: the
+//! answer to "what was using memory at the peak, and which line put it there".
+
+use super::attribution::{Attributor, GroupBy, GroupKey};
+use super::frames::user_frames;
+use super::moment::ResolvedMoment;
+use crate::timeline::Lifetime;
+use crate::timeline::replay::{DeviceReplay, LiveAt, PoolId, TotalsAt, block_bytes};
+use serde::Serialize;
+use std::collections::HashMap;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The allocations alive at one state, with the totals there.
+pub struct LiveState {
+    pub at: Option<usize>,
+    /// In allocation order: traced ones by alloc event, then those from before the
+    /// trace by free event, then survivors.
+    pub lifetimes: Vec<Lifetime>,
+    pub streams: Vec<u64>,
+    pub pools: Vec<PoolId>,
+    pub requested_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: i64,
+}
+
+impl LiveState {
+    pub fn stream(&self, l: &Lifetime) -> u64 {
+        self.streams.get(l.stream as usize).copied().unwrap_or(0)
+    }
+    pub fn pool_id(&self, l: &Lifetime) -> PoolId {
+        self.pools.get(l.pool as usize).copied().flatten()
+    }
+}
+
+/// Replays a device once to collect what was alive just after event `at`.
+pub fn live_state(r: &DeviceReplay, at: Option<usize>) -> LiveState {
+    let mut live = LiveAt::new(&[at]);
+    let mut totals = TotalsAt::new(vec![at]);
+    let start = r.run((&mut live, &mut totals));
+    let run = totals.values.first().copied().unwrap_or_default();
+    LiveState {
+        at,
+        lifetimes: live.set(at).to_vec(),
+        streams: live.streams,
+        pools: live.pools,
+        requested_bytes: start.requested_after(&run),
+        allocated_bytes: start.allocated_after(&run),
+        reserved_bytes: start.reserved_after(&run),
+    }
+}
+
+/// One group of live allocations.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Group {
+    /// Stable name: `filename:line:name` for a frame, a category name, a file path, or a
+    /// parenthesised token for allocations without a frame.
+    pub name: String,
+    /// "frame", "cpp", "before_recording", "no_stack", "category", "stack", "file" or
+    /// "rest" (the groups past the limit, merged).
+    pub kind: &'static str,
+    /// Requested bytes.
+    pub bytes: u64,
+    /// Block bytes (requests rounded up to 512 bytes).
+    pub allocated_bytes: u64,
+    pub count: usize,
+    /// bytes / the moment's total, rounded to 4 decimals.
+    pub share: f64,
+    /// Earliest and latest allocation among the group's live allocations (null for
+    /// allocations from before the trace).
+    pub first_alloc_event: Option<u32>,
+    pub last_alloc_event: Option<u32>,
+    pub first_alloc_time_us: Option<i64>,
+    pub last_alloc_time_us: Option<i64>,
+    /// The largest single allocation.
+    pub largest_bytes: u64,
+    pub largest_label: String,
+    /// Category of the largest allocation (grouping by category: the group itself).
+    pub category: String,
+    /// Python frames of the largest allocation's stack, innermost first.
+    pub frames: Vec<String>,
+}
+
+/// `top`'s answer for one device.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TopReport {
+    pub schema_version: u32,
+    pub path: String,
+    pub device: i64,
+    /// Every device of the file.
+    pub devices: Vec<i64>,
+    pub moment: ResolvedMoment,
+    pub by: GroupBy,
+    /// Requested bytes alive: the groups' bytes sum to this exactly.
+    pub total_bytes: u64,
+    /// Block bytes alive.
+    pub allocated_bytes: u64,
+    pub reserved_bytes: i64,
+    pub count: usize,
+    /// Largest first; past the limit the rest are merged into one group of kind "rest".
+    pub groups: Vec<Group>,
+}
+
+/// Groups the live allocations; the whole list, largest first, ties by name.
+pub fn group_live(attr: &Attributor, live: &LiveState, by: GroupBy) -> Vec<Group> {
+    let mut index: HashMap<GroupKey, usize> = HashMap::new();
+    let mut acc: Vec<(GroupKey, Vec<&Lifetime>)> = Vec::new();
+    for l in &live.lifetimes {
+        let key = attr.key(l, by);
+        let i = *index.entry(key).or_insert_with(|| {
+            acc.push((key, Vec::new()));
+            acc.len() - 1
+        });
+        acc[i].1.push(l);
+    }
+    let total = live.requested_bytes.max(1);
+    let mut groups: Vec<Group> = acc
+        .into_iter()
+        .map(|(key, members)| {
+            let bytes: u64 = members.iter().map(|l| l.size).sum();
+            let largest = members
+                .iter()
+                .max_by(|a, b| {
+                    a.size
+                        .cmp(&b.size)
+                        .then(b.alloc.cmp(&a.alloc))
+                        .then(b.addr.cmp(&a.addr))
+                })
+                .copied()
+                .expect("a group has a member");
+            let allocs: Vec<u32> = members
+                .iter()
+                .filter_map(|l| l.alloc.map(|e| e.index() as u32))
+                .collect();
+            let first = allocs.iter().min().copied();
+            let last = allocs.iter().max().copied();
+            Group {
+                name: attr.name(&key),
+                kind: Attributor::kind(&key),
+                bytes,
+                allocated_bytes: members.iter().map(|l| block_bytes(l.size)).sum(),
+                count: members.len(),
+                share: share(bytes, total),
+                first_alloc_event: first,
+                last_alloc_event: last,
+                first_alloc_time_us: None,
+                last_alloc_time_us: None,
+                largest_bytes: largest.size,
+                largest_label: largest.label(),
+                category: attr.categories[attr.category(largest) as usize].clone(),
+                frames: user_frames(attr.frames(), Attributor::allocation_stack(largest), 8),
+            }
+        })
+        .collect();
+    groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+    groups
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    (part as f64 / whole.max(1) as f64 * 10_000.0).round() / 10_000.0
+}
+
+/// Keeps the `limit` largest groups and merges the rest into one, so the list still
+/// sums to the total.
+pub fn limit_groups(mut groups: Vec<Group>, limit: usize, total: u64) -> Vec<Group> {
+    if groups.len() <= limit {
+        return groups;
+    }
+    let rest: Vec<Group> = groups.split_off(limit);
+    let bytes: u64 = rest.iter().map(|g| g.bytes).sum();
+    let largest = rest.iter().max_by_key(|g| g.largest_bytes).cloned();
+    groups.push(Group {
+        name: format!("({} more groups)", rest.len()),
+        kind: "rest",
+        bytes,
+        allocated_bytes: rest.iter().map(|g| g.allocated_bytes).sum(),
+        count: rest.iter().map(|g| g.count).sum(),
+        share: share(bytes, total),
+        first_alloc_event: rest.iter().filter_map(|g| g.first_alloc_event).min(),
+        last_alloc_event: rest.iter().filter_map(|g| g.last_alloc_event).max(),
+        first_alloc_time_us: None,
+        last_alloc_time_us: None,
+        largest_bytes: largest.as_ref().map_or(0, |g| g.largest_bytes),
+        largest_label: largest.map(|g| g.largest_label).unwrap_or_default(),
+        category: String::new(),
+        frames: Vec::new(),
+    });
+    groups
+}
+
+/// Fills in the times of the groups' first and last allocation events.
+pub fn add_times(groups: &mut [Group], trace: &crate::model::DeviceTrace) {
+    let time = |e: Option<u32>| e.and_then(|e| trace.time_us(e as usize)).filter(|&t| t > 0);
+    for g in groups {
+        g.first_alloc_time_us = time(g.first_alloc_event);
+        g.last_alloc_time_us = time(g.last_alloc_event);
+    }
+}
+
+/// The event of the requested-bytes peak (None: the start), from one replay pass.
+pub fn peak_event(r: &DeviceReplay) -> Option<usize> {
+    let mut peaks = crate::timeline::replay::Peaks::default();
+    r.run(&mut peaks);
+    peaks.requested.event.map(|e| e.index())
+}
+
+/// `top` for one device of a snapshot.
+pub fn analyze_top(
+    snap: &crate::model::Snapshot,
+    path: &str,
+    choice: &super::device::DeviceChoice,
+    moment: super::moment::Moment,
+    by: GroupBy,
+    limit: usize,
+    attr: &Attributor,
+) -> Result<TopReport, super::moment::MomentError> {
+    let r = DeviceReplay::new(snap, choice.device);
+    let resolved = super::moment::resolve(&r, moment, || peak_event(&r))?;
+    let live = live_state(&r, resolved.event.map(|e| e as usize));
+    let mut groups = limit_groups(
+        group_live(attr, &live, by),
+        limit.max(1),
+        live.requested_bytes,
+    );
+    add_times(&mut groups, r.trace);
+    let mut devices = choice.others.clone();
+    devices.push(choice.device);
+    devices.sort_unstable();
+    Ok(TopReport {
+        schema_version: SCHEMA_VERSION,
+        path: path.to_string(),
+        device: choice.device,
+        devices,
+        moment: resolved,
+        by,
+        total_bytes: live.requested_bytes,
+        allocated_bytes: live.allocated_bytes,
+        reserved_bytes: live.reserved_bytes,
+        count: live.lifetimes.len(),
+        groups,
+    })
+}

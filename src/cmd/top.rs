@@ -1,0 +1,33 @@
+//! `vramlens top`: what was live at a moment, grouped.
+
+use super::attribution_options;
+use crate::cli::TopArgs;
+use anyhow::{Result, anyhow};
+use std::io::{IsTerminal, Write};
+use vramlens::analysis::attribution::{Attributor, GroupBy};
+use vramlens::analysis::device::choose_device;
+use vramlens::analysis::moment::Moment;
+use vramlens::analysis::top::analyze_top;
+use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::render::top::write_top_text;
+use vramlens::render::{Style, write_json};
+
+pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
+    let by: GroupBy = args.by.parse().map_err(|e| anyhow!("--by: {e}"))?;
+    let moment: Moment = args.at.parse().map_err(|e| anyhow!("--at: {e}"))?;
+    let options = attribution_options(&args.attribution)?;
+    let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
+    let path = info.path.as_str();
+    let choice = choose_device(&snap, args.device, moment == Moment::Oom)
+        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let attr = Attributor::new(&snap.frames, &options);
+    let report = analyze_top(&snap, path, &choice, moment, by, args.limit, &attr)
+        .map_err(|e| anyhow!("{path}: {e}"))?;
+    if args.json {
+        write_json(out, &report)?;
+    } else {
+        let style = Style::detect(std::io::stdout().is_terminal());
+        write_top_text(out, &report, &choice, style)?;
+    }
+    Ok(())
+}

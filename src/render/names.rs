@@ -1,0 +1,133 @@
+//! Names shared by the text renderers: frames shortened for reading, devices, moments,
+//! groups.
+
+use crate::analysis::device::{DeviceChoice, DeviceReason};
+use crate::analysis::moment::ResolvedMoment;
+use crate::units::utc_time;
+
+/// A path shortened to the part a reader needs: from the package root inside
+/// site-packages, from `torch/`, else the last two components.
+pub fn short_path(path: &str) -> String {
+    let p = path.replace('\\', "/");
+    for marker in ["site-packages/", "dist-packages/"] {
+        if let Some(i) = p.rfind(marker) {
+            return p[i + marker.len()..].to_string();
+        }
+    }
+    if let Some(i) = p.rfind("/torch/") {
+        return p[i + 1..].to_string();
+    }
+    let parts: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
+    if parts.len() <= 2 {
+        return p;
+    }
+    parts[parts.len() - 2..].join("/")
+}
+
+/// `filename:line:name` as `short/path.py:42 in name`; other names unchanged.
+pub fn short_frame(frame: &str) -> String {
+    let mut parts = frame.rsplitn(3, ':');
+    let (Some(name), Some(line), Some(file)) = (parts.next(), parts.next(), parts.next()) else {
+        return frame.to_string();
+    };
+    if line.parse::<i64>().is_err() || file.is_empty() {
+        return frame.to_string();
+    }
+    format!("{}:{line} in {name}", short_path(file))
+}
+
+/// A group name for people: frames shortened, tokens explained briefly.
+pub fn group_display(name: &str, kind: &str) -> String {
+    match kind {
+        "frame" => short_frame(name),
+        "file" => short_path(name),
+        "stack" => match name.rsplit_once(" (stack ") {
+            Some((frame, id)) => format!("{} (stack {id}", short_frame(frame)),
+            None => name.to_string(),
+        },
+        "before_recording" => "allocated before recording began (stack unknown)".into(),
+        "no_stack" => "no stack recorded".into(),
+        _ => name.to_string(),
+    }
+}
+
+/// "device 1 (the device with the OOM; the file also has devices 0 and 2: --device N)".
+pub fn device_line(choice: &DeviceChoice) -> String {
+    let why = match choice.reason {
+        DeviceReason::Asked | DeviceReason::Only => None,
+        DeviceReason::Oom => Some("the device with the OOM"),
+        DeviceReason::MostActivity => Some("the most active device"),
+    };
+    let others = match choice.others.len() {
+        0 => None,
+        _ => Some(format!(
+            "the file also has {} {}: choose with --device N",
+            if choice.others.len() == 1 {
+                "device"
+            } else {
+                "devices"
+            },
+            choice
+                .others
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    };
+    let notes: Vec<String> = why.map(str::to_string).into_iter().chain(others).collect();
+    if notes.is_empty() {
+        format!("device {}", choice.device)
+    } else {
+        format!("device {} ({})", choice.device, notes.join("; "))
+    }
+}
+
+/// "at the peak (after event 71, 2025-06-15 15:06:40.006 UTC)".
+pub fn moment_text(m: &ResolvedMoment) -> String {
+    let what = match m.kind {
+        "peak" => "at the peak",
+        "oom" => "at the OOM",
+        "end" => "at the end",
+        _ => "at",
+    };
+    let when = match (m.event, m.time_us) {
+        (None, _) => "before the first event".to_string(),
+        (Some(e), Some(t)) => format!("after event {e}, {}", utc_time(t)),
+        (Some(e), None) => format!("after event {e}"),
+    };
+    if what == "at" {
+        when
+    } else {
+        format!("{what} ({when})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_shorten_to_what_a_reader_needs() {
+        assert_eq!(
+            short_path(
+                "/home/a/.venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py"
+            ),
+            "transformers/models/llama/modeling_llama.py"
+        );
+        assert_eq!(
+            short_path("/opt/conda/lib/python3.10/torch/nn/modules/linear.py"),
+            "torch/nn/modules/linear.py"
+        );
+        assert_eq!(
+            short_path("/home/a/proj/nanogpt/model.py"),
+            "nanogpt/model.py"
+        );
+        assert_eq!(short_path("train.py"), "train.py");
+        assert_eq!(
+            short_frame("/home/a/proj/nanogpt/model.py:42:forward"),
+            "nanogpt/model.py:42 in forward"
+        );
+        assert_eq!(short_frame("(before recording)"), "(before recording)");
+    }
+}

@@ -1,0 +1,84 @@
+//! Text rendering of a [`TopReport`].
+
+use super::Style;
+use super::names::{device_line, group_display, moment_text};
+use crate::analysis::device::DeviceChoice;
+use crate::analysis::top::TopReport;
+use crate::units::bytes;
+use std::io::{self, Write};
+
+fn by_name(report: &TopReport) -> &'static str {
+    match report.by {
+        crate::analysis::attribution::GroupBy::Callsite => "call site",
+        crate::analysis::attribution::GroupBy::Category => "category",
+        crate::analysis::attribution::GroupBy::Stack => "stack",
+        crate::analysis::attribution::GroupBy::File => "file",
+    }
+}
+
+pub fn write_top_text(
+    out: &mut dyn Write,
+    r: &TopReport,
+    choice: &DeviceChoice,
+    style: Style,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!(
+            "{}: {}, {}",
+            r.path,
+            device_line(choice),
+            moment_text(&r.moment)
+        ))
+    )?;
+    writeln!(
+        out,
+        "  {} requested by {} live allocations ({} in allocator blocks); reserved {}",
+        bytes(r.total_bytes),
+        r.count,
+        bytes(r.allocated_bytes),
+        bytes(r.reserved_bytes.max(0) as u64)
+    )?;
+    if r.groups.is_empty() {
+        return writeln!(out, "  nothing was live");
+    }
+    let category_column = r.by != crate::analysis::attribution::GroupBy::Category;
+    writeln!(
+        out,
+        "  {:>10}  {:>6}  {:>6}  {:>10}  {}{}",
+        "bytes",
+        "share",
+        "count",
+        "largest",
+        if category_column {
+            format!("{:<21} ", "category")
+        } else {
+            String::new()
+        },
+        by_name(r)
+    )?;
+    for g in &r.groups {
+        writeln!(
+            out,
+            "  {:>10}  {:>5.1}%  {:>6}  {:>10}  {}{}",
+            bytes(g.bytes),
+            g.share * 100.0,
+            g.count,
+            bytes(g.largest_bytes),
+            if category_column {
+                format!("{:<21} ", g.category)
+            } else {
+                String::new()
+            },
+            group_display(&g.name, g.kind)
+        )?;
+    }
+    if r.groups.iter().any(|g| g.kind == "before_recording") {
+        writeln!(
+            out,
+            "  (memory allocated before recording began has no allocation stack in the file: start _record_memory_history earlier to see it)"
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,397 @@
+//! Attribution and `top`: call sites and categories of hand-written stacks, and groups
+//! that add up to the independently computed totals on fixtures and real snapshots.
+
+mod common;
+
+use assert_cmd::Command;
+use common::{root, shared_data};
+use vramlens::analysis::attribution::{AttributionOptions, Attributor, GroupBy, parse_rules};
+use vramlens::analysis::device::choose_device;
+use vramlens::analysis::moment::Moment;
+use vramlens::analysis::top::analyze_top;
+use vramlens::input::read_snapshot;
+use vramlens::model::{Frame, FrameTable, StackId};
+
+fn vramlens() -> Command {
+    let mut c = Command::cargo_bin("vramlens").unwrap();
+    c.current_dir(root());
+    c
+}
+
+/// Interns a stack of `filename:line:name` frames, innermost first.
+fn stack(t: &mut FrameTable, frames: &[&str]) -> StackId {
+    let ids: Vec<_> = frames
+        .iter()
+        .map(|f| {
+            // file:line:name, the name possibly holding colons (C++).
+            let m = regex::Regex::new(":([0-9]+):").unwrap().find(f).unwrap();
+            let file = &f[..m.start()];
+            let line: i64 = f[m.start() + 1..m.end() - 1].parse().unwrap();
+            let name = &f[m.end()..];
+            let frame = Frame {
+                filename: t.intern_str(file),
+                name: t.intern_str(name),
+                line,
+            };
+            t.intern_frame(frame)
+        })
+        .collect();
+    t.intern_stack(&ids)
+}
+
+const TORCH: &str = "/venv/lib/python3.11/site-packages/torch";
+
+#[test]
+fn call_sites_and_categories_of_hand_written_stacks() {
+    let linear = format!("{TORCH}/nn/modules/linear.py:125:forward");
+    let call_impl = format!("{TORCH}/nn/modules/module.py:1747:_call_impl");
+    let wrapped = format!("{TORCH}/nn/modules/module.py:1736:_wrapped_call_impl");
+    let adam = format!("{TORCH}/optim/adam.py:94:_init_group");
+    let tensor_backward = format!("{TORCH}/_tensor.py:581:backward");
+    let module_init = format!("{TORCH}/nn/modules/linear.py:105:__init__");
+    let apply = format!("{TORCH}/nn/modules/module.py:942:_apply");
+    let collectives = format!(
+        "{TORCH}/distributed/fsdp/_fully_shard/_fsdp_collectives.py:374:foreach_all_gather_copy_out"
+    );
+    let threading = "/usr/lib/python3.11/threading.py:1045:_bootstrap_inner";
+    // (frames innermost first, call site, category)
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        // A Linear inside the user's model: the model's line, an activation.
+        (
+            vec![
+                "??:0:at::native::linear(at::Tensor const&)",
+                "python_nn_functions.cpp:0:torch::autograd::THPVariable_linear(_object*)",
+                &linear,
+                &call_impl,
+                &wrapped,
+                "/home/a/proj/model.py:42:forward",
+                &call_impl,
+                "/home/a/proj/train.py:88:main",
+            ],
+            "/home/a/proj/model.py:42:forward",
+            "activations",
+        ),
+        // Optimizer state created by step(): the user's loop line, optimizer state.
+        (
+            vec![&adam, "/home/a/proj/train.py:95:main"],
+            "/home/a/proj/train.py:95:main",
+            "optimizer_state",
+        ),
+        // loss.backward() from the main thread.
+        (
+            vec![&tensor_backward, "/home/a/proj/train.py:91:main"],
+            "/home/a/proj/train.py:91:main",
+            "backward_temporaries",
+        ),
+        // Building the model, then model.cuda().
+        (
+            vec![&module_init, "/home/a/proj/model.py:20:__init__"],
+            "/home/a/proj/model.py:20:__init__",
+            "parameters",
+        ),
+        (
+            vec![&apply, "/home/a/proj/train.py:30:main"],
+            "/home/a/proj/train.py:30:main",
+            "parameters",
+        ),
+        // An FSDP all-gather inside a forward: communication, named by torch's frame
+        // (no user frame below it).
+        (
+            vec![&collectives, threading],
+            collectives.as_str(),
+            "communication",
+        ),
+        // C++ only: the autograd engine's thread during backward.
+        (
+            vec![
+                "CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)",
+                "??:0:torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&)",
+                "??:0:torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&)",
+            ],
+            "(C++ autograd engine, backward)",
+            "backward_temporaries",
+        ),
+        // C++ only: NCCL.
+        (
+            vec![
+                "CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)",
+                "ProcessGroupNCCL.cpp:0:c10d::ProcessGroupNCCL::allgather(std::vector<at::Tensor>&)",
+            ],
+            "(C++ NCCL / c10d)",
+            "communication",
+        ),
+        // C++ only: nothing but the allocator.
+        (
+            vec![
+                "CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)",
+            ],
+            "(C++ allocator frames only)",
+            "other",
+        ),
+    ];
+    let mut table = FrameTable::new();
+    let ids: Vec<StackId> = cases
+        .iter()
+        .map(|(frames, _, _)| stack(&mut table, frames))
+        .collect();
+    let attr = Attributor::new(&table, &AttributionOptions::default());
+    for ((frames, site, category), id) in cases.iter().zip(&ids) {
+        let s = attr.stack_site(Some(*id));
+        assert_eq!(&attr.site_name(&s), site, "call site of {frames:?}");
+        let l = lifetime_with(*id);
+        assert_eq!(
+            attr.categories[attr.category(&l) as usize],
+            *category,
+            "category of {frames:?}"
+        );
+    }
+    // --keep shows torch's own frame; --skip goes past the model to the loop.
+    let keep = AttributionOptions {
+        keep: Some(regex::Regex::new("torch/nn/modules/linear").unwrap()),
+        ..Default::default()
+    };
+    let attr = Attributor::new(&table, &keep);
+    assert_eq!(attr.site_name(&attr.stack_site(Some(ids[0]))), linear);
+    let skip = AttributionOptions {
+        skip: Some(regex::Regex::new("model\\.py").unwrap()),
+        ..Default::default()
+    };
+    let attr = Attributor::new(&table, &skip);
+    assert_eq!(
+        attr.site_name(&attr.stack_site(Some(ids[0]))),
+        "/home/a/proj/train.py:88:main"
+    );
+    // User rules come first and may name new categories.
+    let rules = AttributionOptions {
+        rules: parse_rules("# kv cache\nkv_cache = model\\.py:42\n").unwrap(),
+        ..Default::default()
+    };
+    let attr = Attributor::new(&table, &rules);
+    assert_eq!(
+        attr.categories[attr.category(&lifetime_with(ids[0])) as usize],
+        "kv_cache"
+    );
+    assert_eq!(
+        attr.categories[attr.category(&lifetime_with(ids[1])) as usize],
+        "optimizer_state"
+    );
+    assert!(
+        parse_rules("no equals sign")
+            .unwrap_err()
+            .contains("line 1")
+    );
+    assert!(parse_rules("x = (").unwrap_err().contains("bad pattern"));
+}
+
+/// A traced allocation with a stack, through the public replay of a one-event trace.
+fn lifetime_with(stack: StackId) -> vramlens::timeline::Lifetime {
+    use vramlens::model::trace::NewEvent;
+    use vramlens::model::{Action, DeviceTrace, Features, Snapshot, Warnings};
+    let mut trace = DeviceTrace::default();
+    trace.push(NewEvent {
+        action: Some(Action::Alloc),
+        addr: 0x1000,
+        size: 512,
+        stack: Some(stack),
+        ..Default::default()
+    });
+    let snap = Snapshot {
+        segments: Vec::new(),
+        device_traces: vec![trace],
+        host_segments: Vec::new(),
+        host_trace: DeviceTrace::default(),
+        allocator_settings: None,
+        external_annotations: Vec::new(),
+        frames: FrameTable::new(),
+        features: Features::default(),
+        warnings: Warnings::default(),
+    };
+    let tl = vramlens::timeline::build(&snap, 0);
+    tl.lifetimes[0]
+}
+
+/// Checks `top` at the peak of every device of a file against the peaks of its
+/// expected figures (`scripts/expected.py`), for every grouping and a small limit.
+fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
+    let (snap, info) = read_snapshot(path, Default::default()).unwrap();
+    let attr = Attributor::new(&snap.frames, &AttributionOptions::default());
+    let mut checked = 0;
+    for dev in expected["devices"].as_array().unwrap() {
+        let device = dev["device"].as_i64().unwrap();
+        let Some(peak) = dev["peak_requested_bytes"].as_u64() else {
+            continue;
+        };
+        let choice = choose_device(&snap, Some(device), false).unwrap();
+        for by in [
+            GroupBy::Callsite,
+            GroupBy::Category,
+            GroupBy::Stack,
+            GroupBy::File,
+        ] {
+            for limit in [3, 100_000] {
+                let r = analyze_top(&snap, &info.path, &choice, Moment::Peak, by, limit, &attr)
+                    .unwrap();
+                assert_eq!(r.total_bytes, peak, "{} device {device}", info.path);
+                assert_eq!(
+                    r.moment.event.map(u64::from),
+                    dev["peak_requested_index"].as_u64(),
+                    "{} device {device}",
+                    info.path
+                );
+                let sum: u64 = r.groups.iter().map(|g| g.bytes).sum();
+                assert_eq!(sum, peak, "{} device {device} by {by:?}", info.path);
+                let count: usize = r.groups.iter().map(|g| g.count).sum();
+                assert_eq!(count, r.count);
+                assert!(r.groups.len() <= limit + 1);
+                assert!(
+                    r.groups
+                        .windows(2)
+                        .all(|w| w[0].bytes >= w[1].bytes || w[1].kind == "rest")
+                );
+            }
+        }
+        checked += 1;
+    }
+    checked
+}
+
+#[test]
+fn groups_add_up_to_the_peak_on_every_fixture() {
+    let mut checked = 0;
+    let mut files: Vec<_> = std::fs::read_dir(root().join("testdata"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".expected.json"))
+        .collect();
+    for job in ["ok", "oom", "oom_exp", "oom_cap"] {
+        for e in std::fs::read_dir(root().join("testdata/gpu").join(job)).unwrap() {
+            let p = e.unwrap().path();
+            if p.to_string_lossy().ends_with(".expected.json") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    for exp in files {
+        let path = exp.to_string_lossy().replace(".expected.json", "");
+        let expected: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&exp).unwrap()).unwrap();
+        checked += check_file(std::path::Path::new(&path), &expected);
+    }
+    assert!(checked >= 20, "checked {checked} devices");
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn groups_add_up_to_the_peak_on_every_real_snapshot() {
+    let data = shared_data().expect("../shared/data is needed for this test");
+    let expected: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/data/real_expected.json")).unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for (rel, exp) in &expected {
+        let path = data.join(rel);
+        if path.exists() {
+            checked += check_file(&path, exp);
+        }
+    }
+    assert!(checked >= 20, "checked {checked} devices");
+}
+
+#[test]
+fn the_leak_in_our_h200_recording_is_named_first() {
+    let out = vramlens()
+        .args([
+            "top",
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--json",
+            "--limit",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["moment"]["kind"], "peak");
+    let first = &v["groups"][0];
+    assert_eq!(first["name"], "<string>:31:leaky_eval");
+    assert_eq!(first["kind"], "frame");
+    assert_eq!(first["category"], "activations");
+    // 1107 allocations of the leak's line are live at the peak; hand count from the
+    // trace: every alloc with that frame innermost-user, never freed before the peak.
+    assert!(first["count"].as_u64().unwrap() > 900);
+    let text = vramlens()
+        .args(["top", "testdata/gpu/oom/oom_snapshot.pickle"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.lines()
+            .nth(3)
+            .unwrap()
+            .contains("<string>:31 in leaky_eval"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_arguments_and_files_without_a_trace_are_refused() {
+    for (args, message) in [
+        (
+            vec!["top", "testdata/sample.pickle", "--by", "colour"],
+            "--by: expected callsite, category, stack or file",
+        ),
+        (
+            vec!["top", "testdata/sample.pickle", "--at", "lunch"],
+            "--at: expected peak, oom, end",
+        ),
+        (
+            vec!["top", "testdata/sample.pickle", "--at", "event:100000"],
+            "event 100000 is out of range; device 0 has 330 events",
+        ),
+        (
+            vec!["top", "testdata/sample.pickle", "--device", "3"],
+            "device 3 has no segment and no trace entry in this file; it has device 0",
+        ),
+        (
+            vec!["top", "testdata/v1_13_list.pickle"],
+            "has no trace, so no moment but its final state",
+        ),
+    ] {
+        vramlens()
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(message));
+    }
+    // The final state of a file without a trace can still be listed.
+    vramlens()
+        .args(["top", "testdata/v1_13_list.pickle", "--at", "end"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn moments_by_time_accept_what_the_outputs_print() {
+    // The sample's peak is after event 71 at 2025-06-15 15:06:40.006 UTC.
+    let by_time = |at: &str| {
+        let out = vramlens()
+            .args(["top", "testdata/sample.pickle", "--json", "--at", at])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{at}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["moment"]["event"].as_u64()
+    };
+    let peak = by_time("peak").unwrap();
+    assert_eq!(peak, 71);
+    let t = by_time("event:71");
+    assert_eq!(t, Some(71));
+    // A printed UTC time resolves to the last event at or before it.
+    let at_time = by_time("time:2025-06-15 15:06:40.006 UTC").unwrap();
+    assert!(at_time >= 71);
+    assert!(by_time("time:+0us").is_some());
+    assert_eq!(by_time("end"), Some(329));
+}
