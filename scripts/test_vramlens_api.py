@@ -156,6 +156,33 @@ class ErrorTest(unittest.TestCase):
                          "vramlens exited with status -9 and printed no error")
 
 
+class ModuleTest(unittest.TestCase):
+    """`python -m vramlens ARGS` runs the binary with ARGS."""
+
+    def python_m(self, *args, **env):
+        pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(vramlens.__file__)))
+        full = dict(os.environ, PYTHONPATH=pkg_parent, PYTHONDONTWRITEBYTECODE="1", **env)
+        return subprocess.run([sys.executable, "-m", "vramlens", *args], capture_output=True,
+                              text=True, cwd=ROOT, env=full)
+
+    def test_passes_arguments_and_status(self):
+        ok = self.python_m("summary", "testdata/sample.pickle")
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("  reserved             138.0 MiB\n", ok.stdout)
+        bad = self.python_m("summary", "testdata/bad/wrong_type.pickle")
+        self.assertEqual((bad.returncode, bad.stdout), (2, ""))
+        self.assertEqual(bad.stderr, "vramlens: error: testdata/bad/wrong_type.pickle: "
+                         'device_traces[0][17].size: expected a non-negative int, found str '
+                         '"4096"\n')
+
+    def test_missing_binary_is_a_one_line_error(self):
+        missing = os.path.join(TESTDATA, "no_such_binary")
+        r = self.python_m("--version", VRAMLENS_BINARY=missing)
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertEqual(r.stderr, f"vramlens: error: VRAMLENS_BINARY={missing} is not an "
+                                   "executable file\n")
+
+
 class TopTest(unittest.TestCase):
     def setUp(self):
         if not has_subcommand("top"):

@@ -125,13 +125,13 @@ def main():
         check(os.path.realpath(where[1]) == os.path.realpath(exe),
               f"vramlens.find_binary() is the environment's ({where[1]})")
         api = subprocess.run([py, os.path.join(ROOT, "scripts", "test_vramlens_api.py"),
-                              "SummaryTest", "ErrorTest"], cwd=tmp, env=clean_env(),
-                             capture_output=True, text=True)
+                              "SummaryTest", "ErrorTest", "ModuleTest"],
+                             cwd=tmp, env=clean_env(), capture_output=True, text=True)
         ran = re.search(r"^Ran (\d+) tests? ", api.stderr, re.M)
-        check(api.returncode == 0 and ran and int(ran.group(1)) >= 8
+        check(api.returncode == 0 and ran and int(ran.group(1)) >= 10
               and "skipped" not in api.stderr,
-              "scripts/test_vramlens_api.py SummaryTest ErrorTest pass against the installed "
-              f"package:\n{api.stderr.strip()}")
+              "scripts/test_vramlens_api.py SummaryTest ErrorTest ModuleTest pass against the "
+              f"installed package:\n{api.stderr.strip()}")
         s = run([py, "-c", "import json, vramlens; d = vramlens.summary("
                  f"{SAMPLE!r})['devices'][0]; print(json.dumps(d, sort_keys=True))"], cwd=tmp)
         check('"peak_allocated_bytes": 468296708' in s and '"reserved_bytes": 144703488' in s,
