@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tests of scripts/vramlens_capture.py with fakes: no GPU, torch or nvidia-ml-py needed.
+"""Tests of the capture helper (python/vramlens/capture.py, also run as
+scripts/vramlens_capture.py) with fakes: no GPU, torch or nvidia-ml-py needed.
 
     python3 scripts/test_vramlens_capture.py [-v]
 
@@ -14,12 +15,12 @@ The tests in RegressionTests pin down defects the helper once had.
 import contextlib
 import copy
 import functools
-import importlib.util
 import io
 import itertools
 import json
 import os
 import pickle
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -31,10 +32,9 @@ from unittest import mock
 sys.dont_write_bytecode = True  # leave no __pycache__ next to the helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location(
-    "vramlens_capture", os.path.join(HERE, "vramlens_capture.py"))
-vc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(vc)
+PYTHON_SRC = os.path.join(os.path.dirname(HERE), "python")
+sys.path.insert(0, PYTHON_SRC)
+import vramlens.capture as vc  # noqa: E402
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -710,8 +710,51 @@ class MainTest(MainCase):
         self.assertEqual(printed, f"vramlens: wrote {self.path('nvml.jsonl')}\n")
 
 
+class CommandLineTest(TempDirCase):
+    """The two ways to start the helper from a shell, each in a fresh interpreter."""
+
+    def python(self, *args, env=None):
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                              timeout=60, env=env, cwd=self.tmp)
+
+    def test_module_help(self):
+        env = dict(os.environ, PYTHONPATH=PYTHON_SRC, PYTHONDONTWRITEBYTECODE="1")
+        r = self.python("-m", "vramlens.capture", "--help", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("usage: python -m vramlens.capture [-h] [--out OUT]"),
+                        r.stdout)
+        self.assertIn("--interval-ms", r.stdout)
+
+    def test_script_in_checkout_runs_the_module(self):
+        # scripts/vramlens_capture.py runs main() of the package's module: the job sees its
+        # own arguments and its exit status comes back.
+        job = os.path.join(self.tmp, "job.py")
+        with open(job, "w") as f:
+            f.write("import sys\nopen(sys.argv[1], 'w').write(' '.join(sys.argv[2:]))\n"
+                    "sys.exit(3)\n")
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        env.pop("PYTHONPATH", None)
+        seen = os.path.join(self.tmp, "seen.txt")
+        r = self.python(os.path.join(HERE, "vramlens_capture.py"), "--out", self.out, "--",
+                        job, seen, "--epochs", "1", env=env)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        with open(seen) as f:
+            self.assertEqual(f.read(), "--epochs 1")
+
+    def test_script_in_checkout_imports_as_before(self):
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        env.pop("PYTHONPATH", None)
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import vramlens_capture as s, "
+                "vramlens.capture as m; assert s.capture is m.capture and s.Sampler is "
+                "m.Sampler and s.main is m.main; print(m.__file__)")
+        r = self.python("-c", code, HERE, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(os.path.realpath(r.stdout.strip()),
+                         os.path.realpath(os.path.join(PYTHON_SRC, "vramlens", "capture.py")))
+
+
 class RegressionTests(MainCase):
-    """Defects vramlens_capture.py once had (see the module docstring)."""
+    """Defects the capture helper once had (see the module docstring)."""
 
     def test_sys_exit_without_code_is_success(self):
         # sys.exit() / `raise SystemExit` means status 0; main() once mapped e.code None to 1.

@@ -194,7 +194,7 @@ pub struct ReconcileArgs {
     #[arg(value_name = "SNAPSHOT")]
     pub snapshot: PathBuf,
     /// Device readings: nvidia-smi CSV (--query-gpu and/or --query-compute-apps) or NVML
-    /// JSON lines from scripts/vramlens_capture.py. Repeat for several files.
+    /// JSON lines from `python -m vramlens.capture`. Repeat for several files.
     #[arg(long, value_name = "FILE", required = true)]
     pub nvml: Vec<PathBuf>,
     /// A profiler (Kineto/Chrome) trace with [memory] events.

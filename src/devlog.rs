@@ -17,7 +17,7 @@
 //!     become `None`. Header-less files are read when their columns have one of the common
 //!     layouts (see [`read_device_log`]). A hand-written header may call the GPU number
 //!     `gpu`; when it also has an `index` column, `gpu` wins (a warning says so).
-//!   - the NVML JSON-lines file `scripts/vramlens_capture.py` writes (`nvml.jsonl`).
+//!   - the NVML JSON lines `python -m vramlens.capture` writes (`nvml.jsonl`).
 //!
 //!   nvidia-smi prints its `timestamp` in local time without a zone; [`ClockOptions`] says
 //!   how far that is from UTC. ISO 8601 stamps with a zone (from `date -Iseconds`) carry

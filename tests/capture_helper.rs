@@ -1,4 +1,4 @@
-//! The Python capture helper (scripts/vramlens_capture.py): runs its unittest suite
+//! The Python capture helper (python/vramlens/capture.py): runs its unittest suite
 //! (scripts/test_vramlens_capture.py, standard library only, fakes for torch, nvidia-ml-py
 //! and nvidia-smi) so `cargo test` covers it. Skipped, with a note, without `python3`.
 

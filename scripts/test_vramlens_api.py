@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Tests of the Python API (`import vramlens`) against the real binary and the fixtures.
+
+    PYTHONPATH=python VRAMLENS_BINARY=target/debug/vramlens python3 scripts/test_vramlens_api.py
+        the package from the checkout, the binary from cargo (tests/python_api.rs)
+    VENV/bin/python scripts/test_vramlens_api.py
+        the package and binary a wheel installed (tests/wheel.rs)
+
+The expected figures come from testdata/*.expected.json, which scripts/expected.py computes
+with Python's own pickle module, independently of vramlens. Standard library only.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.dont_write_bytecode = True
+
+import vramlens  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTDATA = os.path.join(ROOT, "testdata")
+
+
+def fixture(name):
+    return os.path.join(TESTDATA, name)
+
+
+def expected(name):
+    with open(fixture(name + ".expected.json")) as f:
+        return json.load(f)
+
+
+# Fields of expected.json that the summary JSON names differently.
+RENAMED = {"peak_allocated_index": "peak_allocated_event"}
+
+
+def assert_device_matches(test, got, want):
+    """Every figure of the independent computation, compared with summary's."""
+    for key, value in want.items():
+        with test.subTest(device=want["device"], field=key):
+            if key == "trace":
+                for tkey, tvalue in value.items():
+                    test.assertEqual(got["trace"][tkey], tvalue, tkey)
+            elif key == "ooms":
+                test.assertEqual([{k: o[k] for k in ("index", "size", "device_free")}
+                                  for o in got["ooms"]], value)
+            else:
+                test.assertEqual(got[RENAMED.get(key, key)], value)
+
+
+def has_subcommand(name):
+    out = subprocess.run([vramlens.find_binary(), "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    commands = out.split("Commands:", 1)[-1].split("Options:", 1)[0]
+    return any(line.split()[:1] == [name] for line in commands.splitlines())
+
+
+def walk_ints(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from walk_ints(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from walk_ints(v)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        yield value
+
+
+class SummaryTest(unittest.TestCase):
+    def test_sample_figures_match_the_independent_computation(self):
+        want = expected("sample.pickle")
+        got = vramlens.summary(fixture("sample.pickle"))
+        self.assertEqual(got["schema_version"], 1)
+        self.assertEqual(got["source"]["path"], fixture("sample.pickle"))
+        self.assertEqual(got["source"]["pickle_protocol"], want["pickle_protocol"])
+        self.assertEqual(got["layout"]["root"], want["root"])
+        self.assertEqual([d["device"] for d in got["devices"]], [0])
+        assert_device_matches(self, got["devices"][0], want["devices"][0])
+        # The figures the README shows for this file, in exact bytes.
+        dev = got["devices"][0]
+        self.assertEqual(dev["reserved_bytes"], 138 << 20)
+        self.assertEqual(dev["peak_allocated_bytes"], 468_296_708)
+        self.assertEqual(dev["peak_allocated_event"], 71)
+
+    def test_device_selects_one_device(self):
+        want = expected("multi_device.pickle")
+        self.assertEqual([d["device"] for d in want["devices"]], [0, 2])
+        every = vramlens.summary(pathlib.Path(fixture("multi_device.pickle")))
+        self.assertEqual([d["device"] for d in every["devices"]], [0, 2])
+        only = vramlens.summary(pathlib.Path(fixture("multi_device.pickle")), device=2)
+        self.assertEqual([d["device"] for d in only["devices"]], [2])
+        assert_device_matches(self, only["devices"][0], want["devices"][1])
+        self.assertEqual(only["devices"][0], every["devices"][1])
+
+    def test_path_starting_with_a_dash_is_a_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(fixture("sample.pickle"), os.path.join(tmp, "-sample.pickle"))
+            cwd = os.getcwd()
+            os.chdir(tmp)
+            try:
+                got = vramlens.summary("-sample.pickle")
+            finally:
+                os.chdir(cwd)
+        self.assertEqual(got["source"]["path"], "-sample.pickle")
+        self.assertEqual(got["devices"][0]["reserved_bytes"], 138 << 20)
+
+
+class ErrorTest(unittest.TestCase):
+    def test_bad_pickle_raises_with_the_one_line_message(self):
+        path = fixture("bad/wrong_type.pickle")
+        with self.assertRaises(vramlens.VramlensError) as cm:
+            vramlens.summary(path)
+        e = cm.exception
+        self.assertEqual(str(e), f'{path}: device_traces[0][17].size: expected a non-negative '
+                                 f'int, found str "4096"')
+        self.assertEqual(e.message, str(e))
+        self.assertEqual(e.returncode, 2)
+        self.assertEqual(e.stderr, f"vramlens: error: {e.message}\n")
+
+    def test_code_in_a_pickle_is_refused_not_run(self):
+        path = fixture("bad/os_system.pickle")
+        with self.assertRaises(vramlens.VramlensError) as cm:
+            vramlens.summary(path)
+        self.assertEqual(str(cm.exception), f"{path}: byte 2: not a data-only pickle: opcode "
+                                            f"GLOBAL; vramlens never runs code from a file")
+
+    def test_missing_file(self):
+        with self.assertRaises(vramlens.VramlensError) as cm:
+            vramlens.summary(fixture("no_such_file.pickle"))
+        self.assertEqual(str(cm.exception), f"{fixture('no_such_file.pickle')}: no such file")
+
+    def test_binary_override_that_is_not_a_file(self):
+        old = os.environ.get("VRAMLENS_BINARY")
+        os.environ["VRAMLENS_BINARY"] = os.path.join(TESTDATA, "no_such_binary")
+        try:
+            with self.assertRaises(FileNotFoundError) as cm:
+                vramlens.summary(fixture("sample.pickle"))
+        finally:
+            if old is None:
+                del os.environ["VRAMLENS_BINARY"]
+            else:
+                os.environ["VRAMLENS_BINARY"] = old
+        self.assertIn("no_such_binary is not an executable file", str(cm.exception))
+
+    def test_message_of_a_usage_error(self):
+        self.assertEqual(vramlens._error_message(
+            "error: unexpected argument '--bogus' found\n\n  tip: ...\n", 2),
+            "unexpected argument '--bogus' found")
+        self.assertEqual(vramlens._error_message("", -9),
+                         "vramlens exited with status -9 and printed no error")
+
+
+class ModuleTest(unittest.TestCase):
+    """`python -m vramlens ARGS` runs the binary with ARGS."""
+
+    def python_m(self, *args, **env):
+        pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(vramlens.__file__)))
+        full = dict(os.environ, PYTHONPATH=pkg_parent, PYTHONDONTWRITEBYTECODE="1", **env)
+        return subprocess.run([sys.executable, "-m", "vramlens", *args], capture_output=True,
+                              text=True, cwd=ROOT, env=full)
+
+    def test_passes_arguments_and_status(self):
+        ok = self.python_m("summary", "testdata/sample.pickle")
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("  reserved             138.0 MiB\n", ok.stdout)
+        bad = self.python_m("summary", "testdata/bad/wrong_type.pickle")
+        self.assertEqual((bad.returncode, bad.stdout), (2, ""))
+        self.assertEqual(bad.stderr, "vramlens: error: testdata/bad/wrong_type.pickle: "
+                         'device_traces[0][17].size: expected a non-negative int, found str '
+                         '"4096"\n')
+
+    def test_missing_binary_is_a_one_line_error(self):
+        missing = os.path.join(TESTDATA, "no_such_binary")
+        r = self.python_m("--version", VRAMLENS_BINARY=missing)
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertEqual(r.stderr, f"vramlens: error: VRAMLENS_BINARY={missing} is not an "
+                                   "executable file\n")
+
+
+class TopTest(unittest.TestCase):
+    def setUp(self):
+        if not has_subcommand("top"):
+            self.skipTest("this vramlens binary has no `top` subcommand")
+
+    def test_top_at_peak_by_callsite(self):
+        got = vramlens.top(fixture("sample.pickle"))
+        direct = subprocess.run(
+            [vramlens.find_binary(), "top", fixture("sample.pickle"), "--at", "peak", "--by",
+             "callsite", "--json"], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(got, json.loads(direct))
+        self.assertEqual(got["schema_version"], 1)
+        # What was live at the peak adds up to the peak of the independent computation.
+        self.assertIn(expected("sample.pickle")["devices"][0]["peak_allocated_bytes"],
+                      set(walk_ints(got)))
+
+    def test_top_bad_file_raises(self):
+        with self.assertRaises(vramlens.VramlensError) as cm:
+            vramlens.top(fixture("bad/wrong_type.pickle"))
+        self.assertEqual(cm.exception.returncode, 2)
+        self.assertIn("device_traces[0][17].size", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
