@@ -37,7 +37,7 @@ def expected(name):
 
 
 # Fields of expected.json that the summary JSON names differently.
-RENAMED = {"peak_allocated_index": "peak_allocated_event"}
+RENAMED = {"peak_allocated_index": "peak_allocated_event", "peak_requested_index": "peak_requested_event"}
 
 
 def assert_device_matches(test, got, want):

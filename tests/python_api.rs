@@ -49,7 +49,6 @@ fn python_api_summary_and_errors() {
 }
 
 #[test]
-#[ignore = "needs the `vramlens top` subcommand"]
 fn python_api_top() {
     run_api_tests(&["TopTest"]).expect("python3 not found: the Python API tests need it");
 }
