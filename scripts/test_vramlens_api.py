@@ -76,7 +76,7 @@ class SummaryTest(unittest.TestCase):
     def test_sample_figures_match_the_independent_computation(self):
         want = expected("sample.pickle")
         got = vramlens.summary(fixture("sample.pickle"))
-        self.assertEqual(got["schema_version"], 1)
+        self.assertEqual(got["schema_version"], 2)
         self.assertEqual(got["source"]["path"], fixture("sample.pickle"))
         self.assertEqual(got["source"]["pickle_protocol"], want["pickle_protocol"])
         self.assertEqual(got["layout"]["root"], want["root"])
@@ -194,7 +194,7 @@ class TopTest(unittest.TestCase):
             [vramlens.find_binary(), "top", fixture("sample.pickle"), "--at", "peak", "--by",
              "callsite", "--json"], capture_output=True, text=True, check=True).stdout
         self.assertEqual(got, json.loads(direct))
-        self.assertEqual(got["schema_version"], 1)
+        self.assertEqual(got["schema_version"], 2)
         # What was live at the peak adds up to the peak of the independent computation.
         self.assertIn(expected("sample.pickle")["devices"][0]["peak_allocated_bytes"],
                       set(walk_ints(got)))
