@@ -37,6 +37,34 @@ pub enum Command {
     /// What was live at a moment (default: the peak), grouped by call site, category,
     /// stack or file: who held the memory.
     Top(TopArgs),
+    /// The live bytes at a moment (default: the peak) as a flame graph (SVG, -o), or as
+    /// folded stacks (`frame;frame BYTES`) that inferno and speedscope read (--folded).
+    Flamegraph(FlamegraphArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FlamegraphArgs {
+    /// Snapshot file.
+    #[arg(value_name = "SNAPSHOT")]
+    pub file: PathBuf,
+    /// Write the flame graph (SVG) here; with --folded, the folded stacks.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Folded stacks instead of SVG: one `frame;frame;frame BYTES` line per stack, root
+    /// first, to standard output unless -o is given.
+    #[arg(long)]
+    pub folded: bool,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// The moment: peak (default), oom, end, event:N or time:T.
+    #[arg(long, default_value = "peak", value_name = "MOMENT")]
+    pub at: String,
+    /// Device (default: the one with the OOM for --at oom, else the most active).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
 }
 
 /// How allocations are attributed to call sites and categories.

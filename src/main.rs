@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         cli::Command::Oom(args) => cmd::oom::run(args, &mut out),
         cli::Command::Reconcile(args) => cmd::reconcile::run(args, &mut out),
         cli::Command::Top(args) => cmd::top::run(args, &mut out),
+        cli::Command::Flamegraph(args) => cmd::flamegraph::run(args, &mut out),
     }
     .and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {

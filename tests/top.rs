@@ -250,6 +250,18 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
                 );
             }
         }
+        // Folded stacks of the same moment add up to it too, and so does the tree.
+        let r = vramlens::timeline::replay::DeviceReplay::new(&snap, device);
+        let at = dev["peak_requested_index"].as_u64().map(|i| i as usize);
+        let live = vramlens::analysis::top::live_state(&r, at);
+        let (root, folded) = vramlens::analysis::flame::flame(&attr, &live);
+        assert_eq!(folded.iter().map(|(_, b)| b).sum::<u64>(), peak);
+        assert_eq!(root.bytes, peak);
+        assert!(
+            folded
+                .iter()
+                .all(|(s, _)| !s.is_empty() && !s.contains('\n'))
+        );
         checked += 1;
     }
     checked
@@ -394,4 +406,52 @@ fn moments_by_time_accept_what_the_outputs_print() {
     assert!(at_time >= 71);
     assert!(by_time("time:+0us").is_some());
     assert_eq!(by_time("end"), Some(329));
+}
+
+#[test]
+fn flamegraph_writes_svg_and_folded_stacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("flame.svg");
+    vramlens()
+        .args(["flamegraph", "testdata/sample.pickle", "-o"])
+        .arg(&svg)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<?xml") && text.trim_end().ends_with("</svg>"));
+    // The root box carries the peak's bytes (expected.json: 468296708).
+    assert!(text.contains(r#"data-bytes="468296708""#));
+    assert_eq!(
+        text.matches("<title>").count(),
+        text.matches("</title>").count()
+    );
+    // Never overwritten without --force.
+    vramlens()
+        .args(["flamegraph", "testdata/sample.pickle", "-o"])
+        .arg(&svg)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("already exists"));
+    let out = vramlens()
+        .args(["flamegraph", "testdata/sample.pickle", "--folded"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let folded = String::from_utf8(out.stdout).unwrap();
+    let sum: u64 = folded
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(sum, 468296708);
+    // Root first: every line starts at the script's module frame.
+    assert!(
+        folded
+            .lines()
+            .all(|l| l.starts_with("/home/alice/nanogpt/train.py:251:<module>"))
+    );
+    vramlens()
+        .args(["flamegraph", "testdata/sample.pickle"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("give -o FILE.svg"));
 }

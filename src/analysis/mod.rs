@@ -3,6 +3,7 @@
 
 pub mod attribution;
 pub mod device;
+pub mod flame;
 pub mod frames;
 pub mod live;
 pub mod moment;

@@ -1,0 +1,91 @@
+//! Live bytes at a moment as a tree of stacks (root first), for flame graphs and the
+//! folded-stack format other tools read (`frame;frame;frame BYTES`).
+
+use super::attribution::{Attributor, Site};
+use super::frames::user_frames;
+use super::top::LiveState;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One node: a frame under its parent, with the bytes of every allocation whose stack
+/// passes through it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FlameNode {
+    pub name: String,
+    /// Requested bytes at and below this node.
+    pub bytes: u64,
+    pub count: usize,
+    /// Bytes allocated by this frame itself (the stack ends here).
+    pub self_bytes: u64,
+    pub children: Vec<FlameNode>,
+}
+
+/// The frames of an allocation, root first: the Python frames when the stack has any
+/// (without nn.Module's call and hook wrappers in torch/nn/modules/module.py), else the shown C++ frames; allocations from before
+/// the trace are one frame.
+fn path(attr: &Attributor, l: &crate::timeline::Lifetime) -> Vec<String> {
+    let stack = Attributor::allocation_stack(l);
+    let mut frames = user_frames(attr.frames(), stack, usize::MAX);
+    // nn.Module's call wrappers sit between every pair of modules and say nothing.
+    frames.retain(|f| !f.contains("torch/nn/modules/module.py:"));
+    if frames.is_empty() {
+        let site = attr.site(l);
+        frames.push(attr.site_name(match &site {
+            Site::Frame(_) => &Site::NoStack,
+            other => other,
+        }));
+    }
+    frames.reverse();
+    // ';' separates frames in the folded format.
+    frames.iter().map(|f| f.replace(';', ",")).collect()
+}
+
+#[derive(Default)]
+struct Building {
+    bytes: u64,
+    count: usize,
+    self_bytes: u64,
+    children: BTreeMap<String, Building>,
+}
+
+impl Building {
+    fn finish(self, name: String) -> FlameNode {
+        let mut children: Vec<FlameNode> = self
+            .children
+            .into_iter()
+            .map(|(n, b)| b.finish(n))
+            .collect();
+        children.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+        FlameNode {
+            name,
+            bytes: self.bytes,
+            count: self.count,
+            self_bytes: self.self_bytes,
+            children,
+        }
+    }
+}
+
+/// The tree of the live set (the root is "all", its bytes the moment's total) and the
+/// folded lines, sorted.
+pub fn flame(attr: &Attributor, live: &LiveState) -> (FlameNode, Vec<(String, u64)>) {
+    let mut root = Building::default();
+    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+    for l in &live.lifetimes {
+        let frames = path(attr, l);
+        root.bytes += l.size;
+        root.count += 1;
+        let mut node = &mut root;
+        for f in &frames {
+            node = node.children.entry(f.clone()).or_default();
+            node.bytes += l.size;
+            node.count += 1;
+        }
+        node.self_bytes += l.size;
+        *folded.entry(frames.join(";")).or_insert(0) += l.size;
+    }
+    (
+        root.finish("all".into()),
+        folded.into_iter().filter(|(_, b)| *b > 0).collect(),
+    )
+}

@@ -1,0 +1,60 @@
+//! `vramlens flamegraph`: the live set at a moment as a flame graph or folded stacks.
+
+use super::{attribution_options, check_output, write_new_file};
+use crate::cli::FlamegraphArgs;
+use anyhow::{Result, anyhow, bail};
+use std::io::Write;
+use vramlens::analysis::attribution::Attributor;
+use vramlens::analysis::device::choose_device;
+use vramlens::analysis::flame::flame;
+use vramlens::analysis::moment::{Moment, resolve};
+use vramlens::analysis::top::{live_state, peak_event};
+use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::render::flame_svg::{FlameTitle, write_flame_svg};
+use vramlens::render::names::{device_line, moment_text};
+use vramlens::timeline::replay::DeviceReplay;
+use vramlens::units::bytes;
+
+fn write_folded(w: &mut dyn Write, lines: &[(String, u64)]) -> std::io::Result<()> {
+    for (stack, b) in lines {
+        writeln!(w, "{stack} {b}")?;
+    }
+    Ok(())
+}
+
+pub fn run(args: &FlamegraphArgs, out: &mut dyn Write) -> Result<()> {
+    if args.output.is_none() && !args.folded {
+        bail!("give -o FILE.svg for the flame graph, or --folded for folded stacks");
+    }
+    let moment: Moment = args.at.parse().map_err(|e| anyhow!("--at: {e}"))?;
+    let options = attribution_options(&args.attribution)?;
+    check_output(args.output.as_deref(), args.force)?;
+    let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
+    let path = info.path.as_str();
+    let choice = choose_device(&snap, args.device, moment == Moment::Oom)
+        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let r = DeviceReplay::new(&snap, choice.device);
+    let resolved = resolve(&r, moment, || peak_event(&r)).map_err(|e| anyhow!("{path}: {e}"))?;
+    let live = live_state(&r, resolved.event.map(|e| e as usize));
+    let attr = Attributor::new(&snap.frames, &options);
+    let (root, folded) = flame(&attr, &live);
+    match (&args.output, args.folded) {
+        (None, _) => write_folded(out, &folded)?,
+        (Some(o), true) => write_new_file(o, args.force, |w| write_folded(w, &folded))?,
+        (Some(o), false) => {
+            let heading = format!("{path}: {}", device_line(&choice));
+            let subtitle = format!(
+                "{}: {} requested by {} live allocations",
+                moment_text(&resolved),
+                bytes(live.requested_bytes),
+                live.lifetimes.len()
+            );
+            let title = FlameTitle {
+                heading: &heading,
+                subtitle: &subtitle,
+            };
+            write_new_file(o, args.force, |w| write_flame_svg(w, &root, &title))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! A flame graph as SVG: the root at the bottom, each frame a box as wide as its share of
+//! the live bytes, tooltips (`<title>`) with bytes, share and count; no script.
+
+use super::svg::{Svg, escape, num};
+use crate::analysis::flame::FlameNode;
+use crate::units::{bytes, percent};
+use std::io::{self, Write};
+
+const WIDTH: f64 = 1200.0;
+const ROW: f64 = 17.0;
+const TOP: f64 = 56.0;
+const SIDE: f64 = 10.0;
+/// Boxes narrower than this (pixels) are left out; their bytes stay in the parent.
+const MIN_WIDTH: f64 = 0.5;
+/// Average width of a character at font size 11, for fitting labels.
+const CHAR: f64 = 6.2;
+
+fn depth(n: &FlameNode) -> usize {
+    1 + n.children.iter().map(depth).max().unwrap_or(0)
+}
+
+/// Warm colours for the user's code, blue for torch's own frames, grey for tokens.
+fn frame_color(name: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    if name.starts_with('(') {
+        return "hsl(0,0%,70%)".into();
+    }
+    let torch = name.contains("/torch/") || name.starts_with("torch/");
+    let hue = if torch { 195 + h % 40 } else { h % 50 };
+    format!(
+        "hsl({hue},{}%,{}%)",
+        60 + (h >> 8) % 25,
+        62 + (h >> 16) % 14
+    )
+}
+
+/// A box label: the function first (what stays readable when cut), then where.
+fn label(name: &str) -> String {
+    let short = super::names::short_frame(name);
+    match short.rsplit_once(" in ") {
+        Some((place, function)) => format!("{function}  {place}"),
+        None => short,
+    }
+}
+
+pub struct FlameTitle<'a> {
+    pub heading: &'a str,
+    pub subtitle: &'a str,
+}
+
+pub fn write_flame_svg(
+    out: &mut dyn Write,
+    root: &FlameNode,
+    title: &FlameTitle,
+) -> io::Result<()> {
+    let rows = depth(root);
+    let height = TOP + rows as f64 * ROW + 30.0;
+    let mut svg = Svg { out };
+    svg.begin(WIDTH, height, title.heading)?;
+    svg.text(
+        SIDE,
+        22.0,
+        "start",
+        r#" font-size="16" font-weight="bold""#,
+        title.heading,
+    )?;
+    svg.text(SIDE, 40.0, "start", "", title.subtitle)?;
+    let scale = if root.bytes == 0 {
+        0.0
+    } else {
+        (WIDTH - 2.0 * SIDE) / root.bytes as f64
+    };
+    let bottom = TOP + rows as f64 * ROW;
+    let mut stack = vec![(root, SIDE, 0usize)];
+    while let Some((node, x, level)) = stack.pop() {
+        let w = node.bytes as f64 * scale;
+        if w < MIN_WIDTH {
+            continue;
+        }
+        let y = bottom - (level + 1) as f64 * ROW;
+        let fill = if level == 0 {
+            "hsl(0,0%,80%)".to_string()
+        } else {
+            frame_color(&node.name)
+        };
+        let tip = format!(
+            "{}\n{} ({} of the live bytes), {} allocation{}",
+            node.name,
+            bytes(node.bytes),
+            percent(node.bytes, root.bytes),
+            node.count,
+            if node.count == 1 { "" } else { "s" }
+        );
+        writeln!(
+            svg.out,
+            r##"<g><title>{}</title><rect x="{}" y="{}" width="{}" height="{}" fill="{fill}" stroke="#ffffff" stroke-width="0.5" data-bytes="{}"/>"##,
+            escape(&tip),
+            num(x),
+            num(y),
+            num(w),
+            num(ROW - 1.0),
+            node.bytes
+        )?;
+        let fits = ((w - 6.0) / CHAR).floor().max(0.0) as usize;
+        let shown = label(&node.name);
+        if fits >= 4 {
+            let label: String = if shown.chars().count() <= fits {
+                shown.clone()
+            } else {
+                let keep: String = shown.chars().take(fits - 2).collect();
+                format!("{keep}..")
+            };
+            writeln!(
+                svg.out,
+                r#"<text x="{}" y="{}" font-size="11">{}</text>"#,
+                num(x + 3.0),
+                num(y + ROW - 5.0),
+                escape(&label)
+            )?;
+        }
+        writeln!(svg.out, "</g>")?;
+        let mut cx = x;
+        let mut children = Vec::new();
+        for c in &node.children {
+            children.push((c, cx, level + 1));
+            cx += c.bytes as f64 * scale;
+        }
+        // Draw left to right.
+        stack.extend(children.into_iter().rev());
+    }
+    svg.text(
+        SIDE,
+        height - 10.0,
+        "start",
+        r##" fill="#555555""##,
+        "width: live bytes at the moment; bottom: outermost frame; hover a box for its bytes",
+    )?;
+    svg.end()
+}
