@@ -140,20 +140,26 @@ pub struct TimelineArgs {
     /// Overwrite the output file if it exists.
     #[arg(long)]
     pub force: bool,
-    /// Device (default: the one with the longest trace, as the official viewer).
+    /// Device (default: the one with the OOM for --at oom, else the most active).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// What the x axis counts.
     #[arg(long, value_enum, default_value = "events")]
     pub x: XArg,
-    /// Allocations drawn individually; the rest are merged into one band.
-    #[arg(long, default_value_t = 40, value_name = "N")]
+    /// What the bands are: callsite (the innermost frame of your code), category, stack,
+    /// file, or allocation (one band per allocation, as the official viewer draws).
+    #[arg(long, default_value = "callsite", value_name = "KEY")]
+    pub by: String,
+    /// Bands drawn; the rest are merged into one grey band (more are drawn while it
+    /// holds over a tenth of the peak).
+    #[arg(long, default_value_t = 20, value_name = "N")]
     pub top: usize,
-    /// Part of the x axis to draw: event indices for --x events, milliseconds since the
-    /// first event for --x time, e.g. 1000..5000.
+    /// Part of the x axis to draw (with -o): event indices for --x events, milliseconds
+    /// since the first event for --x time, e.g. 1000..5000.
     #[arg(long, value_name = "A..B")]
     pub window: Option<String>,
-    /// List what was live: peak, oom, event:N or time:T (Unix microseconds).
+    /// List what was live: peak, oom, end, event:N, or time:T (a UTC date-time as
+    /// printed, +1.5s after the first event, or Unix microseconds).
     #[arg(long, value_name = "MOMENT")]
     pub at: Option<String>,
     /// Frames shown per allocation with --at.
@@ -170,6 +176,8 @@ pub struct TimelineArgs {
         allow_hyphen_values = true
     )]
     pub utc_offset: i32,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

@@ -5,12 +5,14 @@ mod common;
 use assert_cmd::Command;
 use common::{root, shared_data};
 use proptest::prelude::*;
-use vramlens::analysis::timeline_view::{ViewOptions, XAxis, build_view};
+use vramlens::analysis::attribution::{Attributor, GroupBy};
+use vramlens::analysis::timeline_view::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
 use vramlens::model::trace::NewEvent;
 use vramlens::model::{
     Action, Block, BlockState, DeviceTrace, Features, FrameTable, Segment, SegmentType, Snapshot,
     Warnings,
 };
+use vramlens::timeline::replay::DeviceReplay;
 use vramlens::timeline::state::allocator_state;
 use vramlens::timeline::{self, Origin};
 
@@ -210,6 +212,27 @@ fn snapshot(events: &[(Action, u64, u64)], slots: &[SlotState]) -> Snapshot {
     }
 }
 
+/// Each column's bands stack without gaps from the rest band up to its requested bytes.
+fn check_columns(view: &TimelineView) -> Result<(), TestCaseError> {
+    for (b, bucket) in view.buckets.iter().enumerate() {
+        let mut cells: Vec<(u64, u64)> = view
+            .bands
+            .iter()
+            .flat_map(|band| &band.runs)
+            .filter(|(first, cells)| *first <= b && b < first + cells.len())
+            .map(|(first, cells)| cells[b - first])
+            .collect();
+        cells.sort();
+        let mut top = bucket.rest_bytes;
+        for (bottom, height) in cells {
+            prop_assert_eq!(bottom, top);
+            top += height;
+        }
+        prop_assert_eq!(top, bucket.requested_bytes);
+    }
+    Ok(())
+}
+
 /// Requested bytes after each event.
 fn requested_series(tl: &timeline::DeviceTimeline) -> Vec<u64> {
     (0..tl.events()).map(|i| tl.requested_at(Some(i))).collect()
@@ -284,9 +307,16 @@ proptest! {
             prop_assert!(active[..e.index()].iter().all(|&v| v < block_max));
         }
         // Downsampling keeps the peak, whatever the number of buckets.
+        // and every byte of each column is in a band or the rest band.
+        let r = DeviceReplay::new(&snap, 0);
+        let attr = Attributor::new(&snap.frames, &Default::default());
         for buckets in [1, 3, 7, 50] {
-            let view = build_view(&snap, &tl, ViewOptions { x: XAxis::Events, top: 3, buckets, window: None }).unwrap();
-            prop_assert_eq!(view.buckets.iter().map(|b| b.allocated_bytes).max().unwrap(), max);
+            for by in [BandBy::Group(GroupBy::Callsite), BandBy::Allocation] {
+                let options = ViewOptions { x: XAxis::Events, by, top: 3, buckets, window: None };
+                let view = build_view(&snap, &r, &attr, options).unwrap();
+                prop_assert_eq!(view.buckets.iter().map(|b| b.requested_bytes).max().unwrap(), max);
+                check_columns(&view)?;
+            }
         }
     }
 
@@ -368,12 +398,29 @@ fn timeline_svg_of_the_sample() {
         svg.contains("peak requested 446.6 MiB at event 71"),
         "title"
     );
-    // The largest allocation is a band with its exact size and a tooltip.
+    // Bands are call sites: the peak's largest one (model.py:192, two allocations of
+    // 196.5 MiB at most together) is named, with its frames in the tooltip.
+    assert!(svg.contains(r#"data-label="/home/alice/nanogpt/model.py:192:forward""#));
+    assert!(svg.contains("nanogpt/model.py:192 in forward"));
+    // One band per allocation on request: the largest has its exact size.
+    let out2 = dir.path().join("a.svg");
+    vramlens()
+        .args([
+            "timeline",
+            "testdata/sample.pickle",
+            "--by",
+            "allocation",
+            "-o",
+        ])
+        .arg(&out2)
+        .assert()
+        .success();
+    let by_allocation = std::fs::read_to_string(&out2).unwrap();
     assert!(
-        svg.contains(r#"data-bytes="206045184""#),
+        by_allocation.contains(r#"data-bytes="206045184""#),
         "largest allocation band"
     );
-    assert!(svg.contains("cross_entropy"));
+    assert!(by_allocation.contains("cross_entropy"));
     assert!(svg.contains("OOM at event 325"));
     assert!(svg.contains("ProfilerStep#0"));
     // Every opened tooltip is closed, and the level of detail holds.
@@ -446,8 +493,11 @@ fn live_set_at_the_peak_adds_up() {
     )
     .unwrap();
     let peak = &expected["devices"][0]["peak_requested_bytes"];
-    assert_eq!(&v["allocated_bytes"], peak);
-    assert_eq!(v["event"], expected["devices"][0]["peak_requested_index"]);
+    assert_eq!(&v["requested_bytes"], peak);
+    assert_eq!(
+        v["moment"]["event"],
+        expected["devices"][0]["peak_requested_index"]
+    );
     let sum: u64 = v["allocations"]
         .as_array()
         .unwrap()
@@ -474,7 +524,7 @@ fn live_set_at_the_oom() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.starts_with("testdata/sample.pickle: device 0, after event 325"),
+        text.starts_with("testdata/sample.pickle: device 0, at the OOM (after event 325"),
         "{text}"
     );
     vramlens()
@@ -487,7 +537,7 @@ fn live_set_at_the_oom() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains(
-            "expected peak, oom, event:N or time:T",
+            "expected peak, oom, end, event:N or time:T",
         ));
 }
 
@@ -514,49 +564,78 @@ fn time_axis_and_window() {
     assert!(svg.contains("time since the first event (ms)"));
 }
 
-/// Every real snapshot with a trace draws within the level-of-detail limits.
+/// Every real snapshot with a trace draws within the level-of-detail limits, with the
+/// peak kept and every byte of every column in a band.
 #[test]
+#[ignore = "needs ../shared/data"]
 fn real_snapshots_draw_within_limits() {
-    let Some(data) = shared_data() else {
-        eprintln!("SKIPPED: ../shared/data not found; real-snapshot charts were not drawn");
-        return;
-    };
+    let data = shared_data().expect("../shared/data is needed for this test");
     let mut files: Vec<_> = walk(&data);
     files.sort();
     let mut drawn = 0;
     for f in files {
         let (snap, info) = vramlens::input::read_snapshot(&f, Default::default()).unwrap();
+        let attr = Attributor::new(&snap.frames, &Default::default());
         for device in snap.devices() {
-            let tl = timeline::build(&snap, device);
-            let view = build_view(&snap, &tl, ViewOptions::default()).unwrap();
-            let max = view
-                .buckets
-                .iter()
-                .map(|b| b.allocated_bytes)
-                .max()
-                .unwrap_or(0);
-            assert_eq!(
-                max, tl.peak_requested.bytes,
-                "{} device {device}: the peak survives downsampling",
-                info.path
-            );
-            let mut svg = Vec::new();
-            let title = vramlens::render::timeline_svg::ChartTitle {
-                path: &info.path,
-                device,
-                events: tl.events(),
-                peak_requested: tl.peak_requested.bytes,
-                peak_event: None,
-                peak_reserved: tl.peak_reserved.bytes,
-            };
-            vramlens::render::timeline_svg::write_timeline_svg(&mut svg, &view, &title).unwrap();
-            let svg = String::from_utf8(svg).unwrap();
-            assert!(svg.len() < 2 << 20, "{}: {} bytes", info.path, svg.len());
-            assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));
+            let r = DeviceReplay::new(&snap, device);
+            if r.is_empty() {
+                continue;
+            }
+            let peaks = timeline::peaks(&snap, device);
+            for by in [
+                BandBy::Group(GroupBy::Callsite),
+                BandBy::Group(GroupBy::Category),
+                BandBy::Allocation,
+            ] {
+                let options = ViewOptions {
+                    by,
+                    ..Default::default()
+                };
+                let view = build_view(&snap, &r, &attr, options).unwrap();
+                let max = view
+                    .buckets
+                    .iter()
+                    .map(|b| b.requested_bytes)
+                    .max()
+                    .unwrap();
+                assert_eq!(
+                    max, peaks.requested.bytes,
+                    "{} device {device}: the peak survives downsampling",
+                    info.path
+                );
+                check_columns(&view).unwrap();
+                if let BandBy::Group(_) = by {
+                    // The rest band holds at most a tenth of the peak, or many bands
+                    // are drawn.
+                    let rest = view.buckets.iter().map(|b| b.rest_bytes).max().unwrap();
+                    assert!(
+                        rest * 10 <= max || view.bands.len() == 60,
+                        "{} device {device}: rest {rest} of {max} with {} bands",
+                        info.path,
+                        view.bands.len()
+                    );
+                }
+                let choice =
+                    vramlens::analysis::device::choose_device(&snap, Some(device), false).unwrap();
+                let mut svg = Vec::new();
+                let title = vramlens::render::timeline_svg::ChartTitle {
+                    path: &info.path,
+                    device: &choice,
+                    events: r.len(),
+                    peak_requested: peaks.requested.bytes,
+                    peak_event: None,
+                    peak_reserved: peaks.reserved.bytes,
+                };
+                vramlens::render::timeline_svg::write_timeline_svg(&mut svg, &view, &title)
+                    .unwrap();
+                let svg = String::from_utf8(svg).unwrap();
+                assert!(svg.len() < 2 << 20, "{}: {} bytes", info.path, svg.len());
+                assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));
+            }
             drawn += 1;
         }
     }
-    eprintln!("drew {drawn} device timelines from real snapshots");
+    assert!(drawn > 20, "drew {drawn} device timelines");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -696,7 +775,7 @@ fn segments_at_the_peak_add_up_to_reserved() {
         .unwrap();
     let seg: serde_json::Value = serde_json::from_slice(&seg.stdout).unwrap();
     let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
-    assert_eq!(seg["event"], live["event"]);
+    assert_eq!(seg["event"], live["moment"]["event"]);
     let reserved: u64 = seg["segments"]
         .as_array()
         .unwrap()
@@ -711,7 +790,7 @@ fn segments_at_the_peak_add_up_to_reserved() {
         .flat_map(|s| s["blocks"].as_array().unwrap().iter())
         .map(|b| b["requested_bytes"].as_u64().unwrap())
         .sum();
-    assert_eq!(serde_json::Value::from(requested), live["allocated_bytes"]);
+    assert_eq!(serde_json::Value::from(requested), live["requested_bytes"]);
 }
 
 #[test]

@@ -1,7 +1,11 @@
-//! The replay of one device in numbers: peaks, lifetimes by origin, start and end.
+//! The replay of one device in numbers: peaks, allocations by origin, start and end.
 
-use crate::timeline::{DeviceTimeline, Origin, Peak};
+use crate::model::Action;
+use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, Running};
+use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
+
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TimelineReport {
@@ -9,7 +13,7 @@ pub struct TimelineReport {
     pub path: String,
     pub device: i64,
     pub events: usize,
-    /// Lifetimes whose alloc is in the trace.
+    /// Allocations whose alloc is in the trace.
     pub traced_allocations: usize,
     /// Freed in the trace but allocated before it began.
     pub allocated_before_trace: usize,
@@ -27,23 +31,62 @@ pub struct TimelineReport {
     pub peak_reserved: Peak,
 }
 
-pub fn report(path: &str, tl: &DeviceTimeline) -> TimelineReport {
-    let count = |o: Origin| tl.lifetimes.iter().filter(|l| l.origin == o).count();
-    let last = tl.last_event();
-    TimelineReport {
-        schema_version: 2,
-        path: path.to_string(),
-        device: tl.device,
-        events: tl.events(),
-        traced_allocations: count(Origin::Traced),
-        allocated_before_trace: count(Origin::BeforeTrace),
-        survivors: count(Origin::Survivor),
-        initial_requested_bytes: tl.start.requested,
-        final_requested_bytes: tl.requested_at(last),
-        initial_reserved_bytes: tl.start.reserved,
-        final_reserved_bytes: tl.reserved_at(last),
-        peak_requested: tl.peak_requested,
-        peak_allocated: tl.peak_allocated,
-        peak_reserved: tl.peak_reserved,
+#[derive(Default)]
+struct Counts {
+    traced: usize,
+    before: usize,
+    survivors: usize,
+    last: Running,
+}
+
+impl Aggregator for Counts {
+    fn alloc(&mut self, _i: usize, _l: &Lifetime, _run: &Running) {
+        self.traced += 1;
     }
+    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        if l.origin == Origin::BeforeTrace {
+            self.before += 1;
+        }
+    }
+    fn event(&mut self, _i: usize, _action: Action, run: &Running) {
+        self.last = *run;
+    }
+    fn finish(&mut self, end: &End) {
+        self.survivors = end.survivors.len();
+    }
+}
+
+/// Why there is no replay to report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "device {device} has no trace: only its final state is known (see `vramlens summary` and `vramlens segments`); record one with torch.cuda.memory._record_memory_history(max_entries=100000)"
+)]
+pub struct NoTrace {
+    pub device: i64,
+}
+
+pub fn report(path: &str, r: &DeviceReplay) -> Result<TimelineReport, NoTrace> {
+    if r.is_empty() {
+        return Err(NoTrace { device: r.device });
+    }
+    let mut counts = Counts::default();
+    let mut peaks = Peaks::default();
+    let start = r.run((&mut counts, &mut peaks));
+    let peaks = peaks.with_times(r.trace);
+    Ok(TimelineReport {
+        schema_version: SCHEMA_VERSION,
+        path: path.to_string(),
+        device: r.device,
+        events: r.len(),
+        traced_allocations: counts.traced,
+        allocated_before_trace: counts.before,
+        survivors: counts.survivors,
+        initial_requested_bytes: start.requested,
+        final_requested_bytes: start.requested_after(&counts.last),
+        initial_reserved_bytes: start.reserved,
+        final_reserved_bytes: start.reserved_after(&counts.last),
+        peak_requested: peaks.requested,
+        peak_allocated: peaks.allocated,
+        peak_reserved: peaks.reserved,
+    })
 }

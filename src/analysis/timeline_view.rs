@@ -1,13 +1,20 @@
 //! What the timeline chart shows, at a bounded level of detail: the x range cut into
-//! buckets, each represented by its event of highest allocated memory (so every peak
-//! survives downsampling), the largest allocations as bands stacked in allocation order,
-//! everything else merged into one band, the reserved line, OOM and snapshot markers and
-//! external annotations. Coordinates are left to the renderer.
+//! buckets, each represented by its state of highest requested memory (so every peak
+//! survives downsampling), the memory stacked in bands by group (call site, category,
+//! stack, file) or by allocation, whatever is not in a band merged into one rest band,
+//! the reserved and allocated lines, the peak, OOM and snapshot markers and external
+//! annotations. Coordinates are left to the renderer.
+//!
+//! Two replay passes and nothing per event: the first picks each bucket's state, the
+//! second adds every allocation to the buckets whose state it is alive in.
 
-use super::frames::{headline_frame, user_frames};
-use crate::model::{Action, Snapshot};
-use crate::timeline::{DeviceTimeline, Lifetime, Origin};
+use super::attribution::{Attributor, GroupBy, GroupKey};
+use super::frames::user_frames;
+use crate::model::{Action, DeviceTrace, Snapshot};
+use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, Running, TotalsAt};
+use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
+use std::collections::HashMap;
 
 /// What the x axis counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -19,10 +26,21 @@ pub enum XAxis {
     Time,
 }
 
+/// What a band is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BandBy {
+    Group(GroupBy),
+    /// One band per allocation (the official viewer's picture).
+    Allocation,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct ViewOptions {
     pub x: XAxis,
-    /// Allocations drawn individually.
+    pub by: BandBy,
+    /// Bands drawn (more are added, up to three times as many, while the rest band holds
+    /// over a tenth of the peak).
     pub top: usize,
     /// Most buckets (x resolution).
     pub buckets: usize,
@@ -34,11 +52,31 @@ impl Default for ViewOptions {
     fn default() -> Self {
         ViewOptions {
             x: XAxis::Events,
-            top: 40,
+            by: BandBy::Group(GroupBy::Callsite),
+            top: 20,
             buckets: 1000,
             window: None,
         }
     }
+}
+
+/// Why no view can be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ViewError {
+    #[error(
+        "device {device} has no trace: there is no timeline to draw, only the final state (see `vramlens segments`); record one with torch.cuda.memory._record_memory_history(max_entries=100000)"
+    )]
+    NoTrace { device: i64 },
+    #[error("this trace has no time_us (PyTorch before 2.2); use --x events")]
+    NoTimes,
+    #[error("--window {start}..{end}: the trace spans {min}..{max} on this axis{unit}")]
+    WindowOutside {
+        start: f64,
+        end: f64,
+        min: f64,
+        max: f64,
+        unit: &'static str,
+    },
 }
 
 /// One column of the chart.
@@ -49,24 +87,22 @@ pub struct Bucket {
     pub x1: f64,
     /// The state shown: after this event (None: before the first event).
     pub event: Option<u32>,
-    /// Allocated bytes at that state: the maximum within the bucket.
-    pub allocated_bytes: u64,
+    /// Requested bytes at that state: the maximum within the bucket.
+    pub requested_bytes: u64,
     /// Highest reserved bytes within the bucket.
     pub reserved_bytes: i64,
-    /// Active bytes at the shown state: allocations in block bytes (rounded to 512),
-    /// pending frees included.
-    pub active_bytes: u64,
-    /// Free memory cached inside segments at the shown state: reserved minus active.
+    /// Allocated block bytes at the shown state (pending frees included).
+    pub allocated_bytes: u64,
+    /// Free memory cached inside segments at the shown state: reserved minus allocated.
     pub cached_free_bytes: u64,
-    /// Allocated bytes not in a band.
+    /// Requested bytes not in a band.
     pub rest_bytes: u64,
 }
 
-/// One allocation drawn individually.
+/// Details of a band that is one allocation.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Band {
+pub struct AllocationBand {
     pub label: String,
-    pub size_bytes: u64,
     pub origin: Origin,
     pub alloc_event: Option<u32>,
     pub free_event: Option<u32>,
@@ -74,21 +110,53 @@ pub struct Band {
     pub free_time_us: Option<i64>,
     pub stream: u64,
     pub pool_id: Option<(i64, i64)>,
+}
+
+/// One band: a group of allocations, or one allocation.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Band {
+    /// The group's name (see `top`), or the allocation's label.
+    pub name: String,
+    /// The group's kind, or "allocation".
+    pub kind: &'static str,
+    /// The most the band holds in one bucket.
+    pub max_bytes: u64,
+    /// Allocations that are alive in at least one shown state.
+    pub count: usize,
+    /// Category of its largest allocation.
+    pub category: String,
+    /// Python frames of its largest allocation, innermost first.
     pub frames: Vec<String>,
-    /// The frame the colour and legend use.
-    pub headline: Option<String>,
-    /// Runs of consecutive buckets where it is alive: (first bucket, bottom bytes per
-    /// bucket of the run).
-    pub runs: Vec<(usize, Vec<u64>)>,
+    pub allocation: Option<AllocationBand>,
+    /// Runs of consecutive buckets where it holds bytes: (first bucket, per bucket
+    /// (bottom, height) in bytes).
+    pub runs: Vec<(usize, Vec<(u64, u64)>)>,
+}
+
+/// What kind of event a marker shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkerKind {
+    Oom,
+    Snapshot,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Marker {
-    /// "oom" or "snapshot".
-    pub kind: &'static str,
+    pub kind: MarkerKind,
     pub x: f64,
     pub event: u32,
-    pub text: String,
+    /// For an OOM: the request and what the device had free.
+    pub requested_bytes: u64,
+    pub device_free_bytes: u64,
+}
+
+/// The highest requested memory in the window.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PeakMark {
+    pub x: f64,
+    pub bytes: u64,
+    pub event: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -112,14 +180,17 @@ pub struct DevicePoint {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TimelineView {
     pub x_axis: XAxis,
+    pub by: BandBy,
     pub x_min: f64,
     pub x_max: f64,
     /// Time of the first event, the zero of a time axis.
     pub time_origin_us: Option<i64>,
     pub buckets: Vec<Bucket>,
+    /// Bottom to top (the rest band lies under them).
     pub bands: Vec<Band>,
-    /// Allocations merged into the rest band.
-    pub rest_count: usize,
+    /// Groups (or allocations) merged into the rest band.
+    pub rest_groups: usize,
+    pub peak: Option<PeakMark>,
     pub markers: Vec<Marker>,
     pub annotations: Vec<AnnotationSpan>,
     /// Annotation spans left out to keep the chart readable.
@@ -131,187 +202,467 @@ pub struct TimelineView {
 }
 
 const MAX_ANNOTATIONS: usize = 300;
+/// Past this many distinct groups, further groups go to the rest band unseen.
+const MAX_GROUPS: usize = 5000;
 
-/// Axis position of the state after event `i` (None: the initial state).
-fn position(tl: &DeviceTimeline, x: XAxis, origin: i64, i: Option<usize>) -> f64 {
-    match x {
-        XAxis::Events => i.map_or(0.0, |i| (i + 1) as f64),
-        XAxis::Time => {
-            let t = match i {
-                None => origin,
-                // Events without a time keep the time of the event before them.
-                Some(i) => (0..=i)
-                    .rev()
-                    .find_map(|j| tl.time_us(j).filter(|&t| t > 0))
-                    .unwrap_or(origin),
-            };
-            (t - origin) as f64
+/// Axis positions of states as the replay runs: state 0 is before the first event,
+/// state i + 1 after event i. Time never goes backwards on the axis (a time earlier than
+/// one seen before keeps the later one), and events without a time keep the last.
+struct Axis<'t> {
+    x: XAxis,
+    trace: &'t DeviceTrace,
+    origin: i64,
+    latest: i64,
+}
+
+impl Axis<'_> {
+    fn after(&mut self, i: usize) -> f64 {
+        match self.x {
+            XAxis::Events => (i + 1) as f64,
+            XAxis::Time => {
+                if let Some(t) = self.trace.time_us(i).filter(|&t| t > 0) {
+                    self.latest = self.latest.max(t);
+                }
+                self.latest.saturating_sub(self.origin) as f64
+            }
         }
     }
 }
 
-fn stack_order(l: &Lifetime) -> (i64, u64, u32) {
-    (l.alloc.map_or(-1, |e| e.index() as i64), l.addr, l.version)
+/// Pass one: the state of highest requested memory in each bucket.
+struct BucketScan<'t> {
+    axis: Axis<'t>,
+    x_min: f64,
+    span: f64,
+    x_max: f64,
+    /// per bucket: (state, requested) of the highest state
+    best: Vec<Option<(usize, i64)>>,
+    /// per bucket: highest reserved
+    reserved: Vec<Option<i64>>,
+    /// per bucket: the last state in it and its (requested, reserved)
+    last: Vec<Option<(usize, i64, i64)>>,
+    /// the last state before the window
+    before: Option<(usize, i64, i64)>,
+}
+
+impl BucketScan<'_> {
+    fn bucket(&self, p: f64) -> usize {
+        let nb = self.best.len();
+        (((p - self.x_min) / self.span) * nb as f64)
+            .floor()
+            .clamp(0.0, nb as f64 - 1.0) as usize
+    }
+
+    fn state(&mut self, k: usize, p: f64, run: &Running) {
+        if p < self.x_min {
+            self.before = Some((k, run.requested, run.reserved));
+            return;
+        }
+        if p > self.x_max {
+            return;
+        }
+        let b = self.bucket(p);
+        if self.best[b].is_none_or(|(_, r)| run.requested > r) {
+            self.best[b] = Some((k, run.requested));
+        }
+        self.reserved[b] = Some(self.reserved[b].map_or(run.reserved, |m| m.max(run.reserved)));
+        self.last[b] = Some((k, run.requested, run.reserved));
+    }
+}
+
+impl Aggregator for BucketScan<'_> {
+    fn event(&mut self, i: usize, _action: Action, run: &Running) {
+        let p = self.axis.after(i);
+        self.state(i + 1, p, run);
+    }
+}
+
+/// Per-group bytes over the shown states, as difference arrays.
+struct Bands<'a> {
+    attr: &'a Attributor<'a>,
+    by: BandBy,
+    /// shown state of each bucket, non-decreasing
+    shown: &'a [usize],
+    keys: HashMap<GroupKey, usize>,
+    /// per group: difference array over buckets (len nb + 1), count, largest member
+    diffs: Vec<Vec<i64>>,
+    counts: Vec<usize>,
+    largest: Vec<Lifetime>,
+    names: Vec<GroupKey>,
+    /// allocation mode: the candidates, largest first (bounded)
+    allocations: Vec<(Lifetime, usize, usize)>,
+    /// allocations alive in at least one shown state
+    alive: usize,
+    limit: usize,
+    streams: Vec<u64>,
+    pools: Vec<PoolId>,
+}
+
+impl Bands<'_> {
+    /// Buckets whose shown state lies in [from, to).
+    fn range(&self, from: usize, to: usize) -> (usize, usize) {
+        (
+            self.shown.partition_point(|&k| k < from),
+            self.shown.partition_point(|&k| k < to),
+        )
+    }
+
+    fn add(&mut self, l: &Lifetime) {
+        let from = l.alloc.map_or(0, |a| a.index() + 1);
+        let to = l.free_completed.map_or(usize::MAX, |f| f.index() + 1);
+        let (lo, hi) = self.range(from, to);
+        if lo >= hi {
+            return;
+        }
+        self.alive += 1;
+        match self.by {
+            BandBy::Allocation => {
+                let order = |l: &Lifetime| (std::cmp::Reverse(l.size), l.alloc, l.addr, l.version);
+                let pos = self
+                    .allocations
+                    .partition_point(|(c, _, _)| order(c) < order(l));
+                if pos < self.limit {
+                    self.allocations.insert(pos, (*l, lo, hi));
+                    self.allocations.truncate(self.limit);
+                }
+            }
+            BandBy::Group(by) => {
+                let key = self.attr.key(l, by);
+                let g = match self.keys.get(&key) {
+                    Some(&g) => g,
+                    None if self.names.len() < MAX_GROUPS => {
+                        self.keys.insert(key, self.names.len());
+                        self.names.push(key);
+                        self.diffs.push(vec![0; self.shown.len() + 1]);
+                        self.counts.push(0);
+                        self.largest.push(*l);
+                        self.names.len() - 1
+                    }
+                    None => return,
+                };
+                self.diffs[g][lo] += l.size as i64;
+                self.diffs[g][hi] -= l.size as i64;
+                self.counts[g] += 1;
+                if l.size > self.largest[g].size {
+                    self.largest[g] = *l;
+                }
+            }
+        }
+    }
+}
+
+impl Aggregator for Bands<'_> {
+    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        self.add(l);
+    }
+    fn finish(&mut self, end: &End) {
+        for l in end.open.iter().chain(end.survivors) {
+            self.add(l);
+        }
+        self.streams = end.streams.to_vec();
+        self.pools = end.pools.to_vec();
+    }
+}
+
+/// The first timed event's time (events stamped 0 have no time).
+fn time_origin(trace: &DeviceTrace) -> Option<i64> {
+    (0..trace.len()).find_map(|i| trace.time_us(i).filter(|&t| t > 0))
 }
 
 /// Builds the chart content for one device.
 pub fn build_view(
     snap: &Snapshot,
-    tl: &DeviceTimeline,
+    r: &DeviceReplay,
+    attr: &Attributor,
     options: ViewOptions,
-) -> Result<TimelineView, String> {
-    let n = tl.events();
-    let origin = (0..n).find_map(|i| tl.time_us(i).filter(|&t| t > 0));
+) -> Result<TimelineView, ViewError> {
+    let trace = r.trace;
+    let n = trace.len();
+    if n == 0 {
+        return Err(ViewError::NoTrace { device: r.device });
+    }
+    let origin = time_origin(trace);
     if options.x == XAxis::Time && origin.is_none() {
-        return Err("this trace has no time_us (PyTorch before 2.2); use --x events".into());
+        return Err(ViewError::NoTimes);
     }
     let origin_us = origin.unwrap_or(0);
-    // States: None (initial) then each event.
-    let states: Vec<Option<usize>> = std::iter::once(None).chain((0..n).map(Some)).collect();
-    let pos: Vec<f64> = states
-        .iter()
-        .map(|&s| position(tl, options.x, origin_us, s))
-        .collect();
-    let (full_min, full_max) = (pos[0], *pos.last().unwrap_or(&0.0));
-    let (x_min, x_max) = match options.window {
-        Some((a, b)) => (a.max(full_min), b.min(full_max.max(a))),
-        None => (full_min, full_max),
+    // The full range: state 0 at 0, the last state at the last event's position.
+    let full_max = {
+        let mut axis = Axis {
+            x: options.x,
+            trace,
+            origin: origin_us,
+            latest: origin_us,
+        };
+        (0..n).map(|i| axis.after(i)).fold(0.0, f64::max)
     };
-    if x_max < x_min {
-        return Err(format!("window {x_min}..{x_max} is empty"));
-    }
+    let unit = match options.x {
+        XAxis::Events => " (events)",
+        XAxis::Time => " (microseconds since the first event)",
+    };
+    let (x_min, x_max) = match options.window {
+        Some((a, b)) if a.is_finite() && b.is_finite() && a < b && a <= full_max && b >= 0.0 => {
+            (a.max(0.0), b.min(full_max))
+        }
+        Some((start, end)) => {
+            return Err(ViewError::WindowOutside {
+                start,
+                end,
+                min: 0.0,
+                max: full_max,
+                unit,
+            });
+        }
+        None => (0.0, full_max),
+    };
     let span = (x_max - x_min).max(1.0);
-    let nb = options.buckets.max(1).min(states.len().max(1));
-    // Representative state of each bucket: highest allocated (first on ties); empty
-    // buckets hold the state before them.
-    let mut rep: Vec<Option<usize>> = vec![None; nb];
-    let mut res: Vec<Option<i64>> = vec![None; nb];
-    let mut seen_before: Option<usize> = None;
-    for (k, &p) in pos.iter().enumerate() {
-        if p < x_min {
-            seen_before = Some(k);
-            continue;
-        }
-        if p > x_max {
-            break;
-        }
-        let b = (((p - x_min) / span) * nb as f64)
-            .floor()
-            .min(nb as f64 - 1.0) as usize;
-        let alloc = tl.requested_at(states[k]);
-        if rep[b].is_none_or(|r| tl.requested_at(states[r]) < alloc) {
-            rep[b] = Some(k);
-        }
-        let r = tl.reserved_at(states[k]);
-        res[b] = Some(res[b].map_or(r, |m: i64| m.max(r)));
-    }
-    let mut last = seen_before.unwrap_or(0);
+    let nb = options.buckets.clamp(1, n + 1);
+    // Pass one: each bucket's state.
+    let mut scan = BucketScan {
+        axis: Axis {
+            x: options.x,
+            trace,
+            origin: origin_us,
+            latest: origin_us,
+        },
+        x_min,
+        span,
+        x_max,
+        best: vec![None; nb],
+        reserved: vec![None; nb],
+        last: vec![None; nb],
+        before: None,
+    };
+    scan.state(0, 0.0, &Running::default());
+    let start = r.run(&mut scan);
+    let mut shown = Vec::with_capacity(nb);
+    let mut rel = Vec::with_capacity(nb);
+    let mut reserved_rel = Vec::with_capacity(nb);
+    let mut carry = scan.before.unwrap_or((0, 0, 0));
     for b in 0..nb {
-        match rep[b] {
-            Some(k) => last = k,
+        match scan.best[b] {
+            Some((k, req)) => {
+                shown.push(k);
+                rel.push(req);
+                reserved_rel.push(scan.reserved[b].unwrap_or(carry.2));
+                carry = scan.last[b].unwrap_or(carry);
+            }
             None => {
-                rep[b] = Some(last);
-                res[b] = Some(tl.reserved_at(states[last]));
+                shown.push(carry.0);
+                rel.push(carry.1);
+                reserved_rel.push(carry.2);
             }
         }
     }
-    // The largest lifetimes that are alive somewhere in the window.
-    let shown: Vec<usize> = rep.iter().map(|r| r.unwrap_or(0)).collect();
-    // Shown states are in x order, so "alive in some shown state" is one binary search
-    // over the state range the lifetime covers (state k = after event k - 1).
-    let mut candidates: Vec<&Lifetime> = tl
-        .lifetimes
+    // Pass two: every allocation into the buckets where it is alive; allocated bytes at
+    // the shown states.
+    let top = options.top.max(1);
+    let mut bands = Bands {
+        attr,
+        by: options.by,
+        shown: &shown,
+        keys: HashMap::new(),
+        diffs: Vec::new(),
+        counts: Vec::new(),
+        largest: Vec::new(),
+        names: Vec::new(),
+        allocations: Vec::new(),
+        alive: 0,
+        limit: top,
+        streams: Vec::new(),
+        pools: Vec::new(),
+    };
+    let states: Vec<Option<usize>> = shown.iter().map(|&k| k.checked_sub(1)).collect();
+    let mut totals = TotalsAt::new(states);
+    r.run((&mut bands, &mut totals));
+    let requested: Vec<u64> = rel
         .iter()
-        .filter(|l| {
-            let start = l.alloc.map_or(0, |a| a.index() + 1);
-            let end = l.free_completed.map_or(usize::MAX, |f| f.index() + 1);
-            let first = shown.partition_point(|&k| k < start);
-            shown.get(first).is_some_and(|&k| k < end)
-        })
+        .map(|&v| (start.requested as i64 + v).max(0) as u64)
         .collect();
-    let total_candidates = candidates.len();
-    candidates.sort_by(|a, b| {
-        b.size
-            .cmp(&a.size)
-            .then(stack_order(a).cmp(&stack_order(b)))
+    // Per-band values per bucket.
+    let (mut series, rest_groups): (Vec<(Band, Vec<u64>)>, usize) = match options.by {
+        BandBy::Group(_) => {
+            let mut all: Vec<(usize, Vec<u64>, u64)> = (0..bands.names.len())
+                .map(|g| {
+                    let mut acc = 0i64;
+                    let values: Vec<u64> = bands.diffs[g][..nb]
+                        .iter()
+                        .map(|d| {
+                            acc += d;
+                            acc.max(0) as u64
+                        })
+                        .collect();
+                    let max = values.iter().copied().max().unwrap_or(0);
+                    (g, values, max)
+                })
+                .filter(|(_, _, max)| *max > 0)
+                .collect();
+            all.sort_by(|a, b| {
+                b.2.cmp(&a.2).then_with(|| {
+                    attr.name(&bands.names[a.0])
+                        .cmp(&attr.name(&bands.names[b.0]))
+                })
+            });
+            // The largest groups; more while the rest holds over a tenth of the peak.
+            let peak = requested.iter().copied().max().unwrap_or(0);
+            let mut keep = top.min(all.len());
+            let rest_max = |keep: usize| -> u64 {
+                (0..nb)
+                    .map(|b| {
+                        let shown: u64 = all[..keep].iter().map(|(_, v, _)| v[b]).sum();
+                        requested[b].saturating_sub(shown)
+                    })
+                    .max()
+                    .unwrap_or(0)
+            };
+            while keep < all.len() && keep < 3 * top && rest_max(keep) * 10 > peak {
+                keep += 1;
+            }
+            let rest_groups = all.len() - keep;
+            all.truncate(keep);
+            let shown = all
+                .into_iter()
+                .map(|(g, values, max)| {
+                    let key = bands.names[g];
+                    let largest = &bands.largest[g];
+                    (
+                        Band {
+                            name: attr.name(&key),
+                            kind: Attributor::kind(&key),
+                            max_bytes: max,
+                            count: bands.counts[g],
+                            category: attr.categories[attr.category(largest) as usize].clone(),
+                            frames: user_frames(
+                                attr.frames(),
+                                Attributor::allocation_stack(largest),
+                                8,
+                            ),
+                            allocation: None,
+                            runs: Vec::new(),
+                        },
+                        values,
+                    )
+                })
+                .collect();
+            (shown, rest_groups)
+        }
+        BandBy::Allocation => {
+            let shown: Vec<(Band, Vec<u64>)> = bands
+                .allocations
+                .iter()
+                .map(|(l, lo, hi)| {
+                    let mut values = vec![0u64; nb];
+                    for v in &mut values[*lo..*hi] {
+                        *v = l.size;
+                    }
+                    let time = |e: Option<crate::timeline::EventIdx>| {
+                        e.and_then(|e| trace.time_us(e.index())).filter(|&t| t > 0)
+                    };
+                    (
+                        Band {
+                            name: l.label(),
+                            kind: "allocation",
+                            max_bytes: l.size,
+                            count: 1,
+                            category: attr.categories[attr.category(l) as usize].clone(),
+                            frames: user_frames(attr.frames(), Attributor::allocation_stack(l), 8),
+                            allocation: Some(AllocationBand {
+                                label: l.label(),
+                                origin: l.origin,
+                                alloc_event: l.alloc.map(|e| e.index() as u32),
+                                free_event: l.free_completed.map(|e| e.index() as u32),
+                                alloc_time_us: time(l.alloc),
+                                free_time_us: time(l.free_completed),
+                                stream: bands.streams.get(l.stream as usize).copied().unwrap_or(0),
+                                pool_id: bands.pools.get(l.pool as usize).copied().flatten(),
+                            }),
+                            runs: Vec::new(),
+                        },
+                        values,
+                    )
+                })
+                .collect();
+            let rest = bands.alive - shown.len();
+            (shown, rest)
+        }
+    };
+    // Stack bottom to top in order of first appearance (earlier-allocated memory lower).
+    series.sort_by_key(|(band, values)| {
+        (
+            values.iter().position(|&v| v > 0).unwrap_or(usize::MAX),
+            std::cmp::Reverse(band.max_bytes),
+        )
     });
-    candidates.truncate(options.top);
-    candidates.sort_by_key(|l| stack_order(l));
-    let mut bands: Vec<Band> = candidates
-        .iter()
-        .map(|l| Band {
-            label: l.label(),
-            size_bytes: l.size,
-            origin: l.origin,
-            alloc_event: l.alloc.map(|e| e.index() as u32),
-            free_event: l.free_completed.map(|e| e.index() as u32),
-            alloc_time_us: l.alloc.and_then(|e| tl.time_us(e.index())),
-            free_time_us: l.free_completed.and_then(|e| tl.time_us(e.index())),
-            stream: tl.stream(l),
-            pool_id: tl.pool_id(l),
-            frames: user_frames(&snap.frames, l.stack(), 6),
-            headline: headline_frame(&snap.frames, l.stack()),
-            runs: Vec::new(),
-        })
-        .collect();
-    let rep_states: Vec<Option<usize>> = shown.iter().map(|&k| states[k]).collect();
-    let active = crate::timeline::allocated_at(tl, snap, &rep_states);
     let mut buckets = Vec::with_capacity(nb);
     for b in 0..nb {
-        let k = shown[b];
-        let state = states[k];
-        let allocated = tl.requested_at(state);
-        let mut stacked = 0u64;
-        let mut bottoms: Vec<Option<u64>> = vec![None; bands.len()];
-        for (j, l) in candidates.iter().enumerate() {
-            if alive(l, state) {
-                bottoms[j] = Some(stacked);
-                stacked += l.size;
+        let in_bands: u64 = series.iter().map(|(_, v)| v[b]).sum();
+        let rest = requested[b].saturating_sub(in_bands);
+        let mut bottom = rest;
+        for (band, values) in series.iter_mut() {
+            let v = values[b];
+            if v == 0 {
+                continue;
             }
-        }
-        let rest = allocated.saturating_sub(stacked);
-        for (j, bottom) in bottoms.into_iter().enumerate() {
-            if let Some(bottom) = bottom {
-                let band = &mut bands[j];
-                match band.runs.last_mut() {
-                    Some((start, v)) if *start + v.len() == b => v.push(rest + bottom),
-                    _ => band.runs.push((b, vec![rest + bottom])),
-                }
+            match band.runs.last_mut() {
+                Some((first, run)) if *first + run.len() == b => run.push((bottom, v)),
+                _ => band.runs.push((b, vec![(bottom, v)])),
             }
+            bottom += v;
         }
+        let allocated = start.allocated_after(&totals.values[b]);
+        let reserved = start.reserved + reserved_rel[b];
         buckets.push(Bucket {
             x0: x_min + span * b as f64 / nb as f64,
             x1: x_min + span * (b + 1) as f64 / nb as f64,
-            event: state.map(|i| i as u32),
+            event: states_event(shown[b]),
+            requested_bytes: requested[b],
+            reserved_bytes: reserved,
             allocated_bytes: allocated,
-            reserved_bytes: res[b].unwrap_or(0),
-            active_bytes: active[b],
-            cached_free_bytes: (tl.reserved_at(state) - active[b] as i64).max(0) as u64,
+            cached_free_bytes: (start.reserved + reserved_rel[b] - allocated as i64).max(0) as u64,
             rest_bytes: rest,
         });
     }
     let max_bytes = buckets
         .iter()
-        .map(|b| b.allocated_bytes.max(b.reserved_bytes.max(0) as u64))
+        .map(|b| {
+            b.requested_bytes
+                .max(b.allocated_bytes)
+                .max(b.reserved_bytes.max(0) as u64)
+        })
         .max()
         .unwrap_or(0);
-    let markers = markers(snap, tl, options.x, origin_us, x_min, x_max);
+    let peak = buckets
+        .iter()
+        .enumerate()
+        .max_by(|(ia, a), (ib, b)| a.requested_bytes.cmp(&b.requested_bytes).then(ib.cmp(ia)))
+        .map(|(_, b)| PeakMark {
+            x: (b.x0 + b.x1) / 2.0,
+            bytes: b.requested_bytes,
+            event: b.event,
+        });
+    let markers = markers(trace, options.x, origin_us, x_min, x_max);
     let (annotations, annotations_dropped) =
-        annotations(snap, tl, options.x, origin_us, x_min, x_max);
+        annotations(snap, r.device, trace, options.x, origin_us, x_min, x_max);
     Ok(TimelineView {
         x_axis: options.x,
+        by: options.by,
         x_min,
         x_max,
         time_origin_us: origin,
         buckets,
-        rest_count: total_candidates - candidates.len(),
-        bands,
+        bands: series.into_iter().map(|(b, _)| b).collect(),
+        rest_groups,
+        peak,
         markers,
         annotations,
         annotations_dropped,
         device: Vec::new(),
         max_bytes,
     })
+}
+
+fn states_event(k: usize) -> Option<u32> {
+    k.checked_sub(1).map(|i| i as u32)
 }
 
 /// Places device readings on the view's x axis (keeping the highest reading of each
@@ -352,50 +703,31 @@ pub fn add_device_readings(view: &mut TimelineView, rows: &[crate::analysis::rec
     view.max_bytes = view.max_bytes.max(top);
 }
 
-fn alive(l: &Lifetime, state: Option<usize>) -> bool {
-    match state {
-        Some(i) => l.alive_after(i),
-        None => l.alloc.is_none(),
-    }
-}
-
-fn markers(
-    snap: &Snapshot,
-    tl: &DeviceTimeline,
-    x: XAxis,
-    origin: i64,
-    x_min: f64,
-    x_max: f64,
-) -> Vec<Marker> {
-    let Some(trace) = snap.trace(tl.device) else {
-        return Vec::new();
-    };
+fn markers(trace: &DeviceTrace, x: XAxis, origin: i64, x_min: f64, x_max: f64) -> Vec<Marker> {
     let mut out = Vec::new();
+    let mut axis = Axis {
+        x,
+        trace,
+        origin,
+        latest: origin,
+    };
     for i in 0..trace.len() {
+        let p = axis.after(i);
         let kind = match trace.action(i) {
-            Action::Oom => "oom",
-            Action::Snapshot => "snapshot",
+            Action::Oom => MarkerKind::Oom,
+            Action::Snapshot => MarkerKind::Snapshot,
             _ => continue,
         };
-        let p = position(tl, x, origin, Some(i));
         if p < x_min || p > x_max {
             continue;
         }
         let e = trace.get(i);
-        let text = if kind == "oom" {
-            format!(
-                "OOM at event {i}: requested {}, device free {}",
-                crate::units::bytes(e.size),
-                crate::units::bytes(e.addr)
-            )
-        } else {
-            format!("snapshot taken (event {i})")
-        };
         out.push(Marker {
             kind,
             x: p,
             event: i as u32,
-            text,
+            requested_bytes: e.size,
+            device_free_bytes: e.addr,
         });
     }
     out
@@ -404,66 +736,62 @@ fn markers(
 /// START/END pairs of `external_annotations` of this device, as spans on the axis.
 fn annotations(
     snap: &Snapshot,
-    tl: &DeviceTimeline,
+    device: i64,
+    trace: &DeviceTrace,
     x: XAxis,
     origin: i64,
     x_min: f64,
     x_max: f64,
 ) -> (Vec<AnnotationSpan>, usize) {
-    // Event position of each annotation time, in one sweep over the events (times are
-    // non-decreasing per device; events without a time are skipped).
-    let mut times: Vec<i64> = snap
-        .external_annotations
-        .iter()
-        .filter(|a| a.device == tl.device)
-        .map(|a| a.time_us)
-        .collect();
-    times.sort_unstable();
-    times.dedup();
-    let mut event_pos: Vec<f64> = Vec::with_capacity(times.len());
-    let mut last: Option<usize> = None;
-    let mut i = 0;
-    for &t in &times {
-        while i < tl.events() {
-            match tl.time_us(i) {
-                Some(e) if e > 0 && e > t => break,
-                Some(e) if e > 0 => last = Some(i),
-                _ => {}
-            }
-            i += 1;
-        }
-        event_pos.push(last.map_or(0.0, |i| (i + 1) as f64));
-    }
-    let has_times = tl.has_times();
-    let to_x = |t: i64| match x {
-        XAxis::Time => Some((t - origin) as f64),
-        XAxis::Events if has_times => times.binary_search(&t).ok().map(|k| event_pos[k]),
-        XAxis::Events => None,
-    };
-    let mut open: Vec<(&str, i64)> = Vec::new();
-    let mut spans = Vec::new();
     let mut list: Vec<_> = snap
         .external_annotations
         .iter()
-        .filter(|a| a.device == tl.device)
+        .filter(|a| a.device == device)
         .collect();
+    if list.is_empty() {
+        return (Vec::new(), 0);
+    }
     list.sort_by_key(|a| a.time_us);
-    for a in list {
+    let has_times = trace.keys.time_us;
+    // Event position of each annotation time, in one sweep over the events.
+    let mut event_pos: Vec<f64> = Vec::with_capacity(list.len());
+    if x == XAxis::Events && has_times {
+        let mut last: Option<usize> = None;
+        let mut i = 0;
+        for a in &list {
+            while i < trace.len() {
+                match trace.time_us(i) {
+                    Some(e) if e > 0 && e > a.time_us => break,
+                    Some(e) if e > 0 => last = Some(i),
+                    _ => {}
+                }
+                i += 1;
+            }
+            event_pos.push(last.map_or(0.0, |i| (i + 1) as f64));
+        }
+    }
+    let to_x = |k: usize, t: i64| match x {
+        XAxis::Time => Some(t.saturating_sub(origin) as f64),
+        XAxis::Events if has_times => Some(event_pos[k]),
+        XAxis::Events => None,
+    };
+    // Open STARTs by name (innermost last).
+    let mut open: HashMap<&str, Vec<(usize, i64)>> = HashMap::new();
+    let mut spans = Vec::new();
+    for (k, a) in list.iter().enumerate() {
         match a.stage.as_str() {
-            "START" => open.push((&a.name, a.time_us)),
+            "START" => open.entry(&a.name).or_default().push((k, a.time_us)),
             "END" => {
-                if let Some(p) = open.iter().rposition(|(n, _)| *n == a.name) {
-                    let (name, start) = open.remove(p);
-                    if let (Some(x0), Some(x1)) = (to_x(start), to_x(a.time_us))
-                        && x1 >= x_min
-                        && x0 <= x_max
-                    {
-                        spans.push(AnnotationSpan {
-                            name: name.to_string(),
-                            x0: x0.max(x_min),
-                            x1: x1.min(x_max),
-                        });
-                    }
+                if let Some((ks, start)) = open.get_mut(a.name.as_str()).and_then(|v| v.pop())
+                    && let (Some(x0), Some(x1)) = (to_x(ks, start), to_x(k, a.time_us))
+                    && x1 >= x_min
+                    && x0 <= x_max
+                {
+                    spans.push(AnnotationSpan {
+                        name: a.name.clone(),
+                        x0: x0.max(x_min),
+                        x1: x1.min(x_max),
+                    });
                 }
             }
             _ => {}
@@ -481,9 +809,4 @@ fn annotations(
     }
     spans.sort_by(|a, b| a.x0.total_cmp(&b.x0).then(a.name.cmp(&b.name)));
     (spans, dropped)
-}
-
-/// Stable colour key of a band: its headline frame (bands without a stack share one).
-pub fn color_key(band: &Band) -> &str {
-    band.headline.as_deref().unwrap_or("(no stack recorded)")
 }

@@ -11,19 +11,6 @@ pub mod top;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write;
 use std::path::Path;
-use vramlens::model::Snapshot;
-
-/// The viewer's default device: the longest trace, else the first device with segments.
-fn default_device(snap: &Snapshot) -> Option<i64> {
-    let longest = snap
-        .device_traces
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !t.is_empty())
-        .max_by_key(|(d, t)| (t.len(), std::cmp::Reverse(*d)))
-        .map(|(d, _)| d as i64);
-    longest.or_else(|| snap.devices().first().copied())
-}
 
 /// Writes `path` through a temporary file beside it, so a failure leaves nothing behind.
 fn write_new_file(
@@ -57,20 +44,6 @@ fn write_new_file(
         return Err(e).with_context(|| format!("cannot write {}", path.display()));
     }
     Ok(())
-}
-
-/// The device a command looks at: the one asked for (which must have a segment or a
-/// trace entry), else the viewer's default.
-fn resolve_device(snap: &Snapshot, path: &str, asked: Option<i64>) -> Result<i64> {
-    match asked {
-        Some(d) if snap.devices().contains(&d) => Ok(d),
-        Some(d) => bail!(
-            "{path}: device {d} has no segment and no trace entry; devices: {:?}",
-            snap.devices()
-        ),
-        None => default_device(snap)
-            .ok_or_else(|| anyhow!("{path}: no device has a segment or a trace entry")),
-    }
 }
 
 /// Refuses to go on when the output file exists and --force was not given.

@@ -1,15 +1,18 @@
 //! `vramlens segments`: the allocator's segments and blocks at one moment.
 
-use super::{check_output, resolve_device, write_new_file};
+use super::{check_output, write_new_file};
 use crate::cli::SegmentsArgs;
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
-use vramlens::analysis::live::{Moment, resolve};
+use vramlens::analysis::device::choose_device;
+use vramlens::analysis::moment::{Moment, resolve};
+use vramlens::analysis::top::peak_event;
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::render::segments_svg::{SegmentsTitle, write_segments_svg};
 use vramlens::render::{Style, write_json};
-use vramlens::timeline::{self, state::allocator_state};
+use vramlens::timeline::replay::DeviceReplay;
+use vramlens::timeline::state::allocator_state;
 use vramlens::units::bytes;
 
 #[derive(Serialize)]
@@ -46,16 +49,21 @@ pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
     check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
     let path = info.path.as_str();
-    let device = resolve_device(&snap, path, args.device)?;
-    let tl = timeline::build(&snap, device);
-    let n = tl.events();
-    let at = match args.at.as_deref() {
-        None | Some("end") => n.checked_sub(1),
-        Some(s) => {
-            let m: Moment = s.parse().map_err(|e: String| anyhow!("--at: {e}"))?;
-            resolve(&snap, &tl, m).map_err(|e| anyhow!("{path}: {e}"))?
-        }
-    };
+    let moment: Moment = args
+        .at
+        .as_deref()
+        .unwrap_or("end")
+        .parse()
+        .map_err(|e: String| anyhow!("--at: {e}"))?;
+    let choice = choose_device(&snap, args.device, moment == Moment::Oom)
+        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let device = choice.device;
+    let r = DeviceReplay::new(&snap, device);
+    let n = r.len();
+    let at = resolve(&r, moment, || peak_event(&r))
+        .map_err(|e| anyhow!("{path}: {e}"))?
+        .event
+        .map(|e| e as usize);
     let state = allocator_state(&snap, device, at);
     let moment = match at {
         None => "before the first event".to_string(),

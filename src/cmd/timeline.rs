@@ -1,16 +1,20 @@
 //! `vramlens timeline`: replay one device, then draw it, list a live set, or print peaks.
 
-use super::{check_output, read_device_logs, resolve_device, write_new_file};
+use super::{attribution_options, check_output, read_device_logs, write_new_file};
 use crate::cli::{TimelineArgs, XArg};
 use anyhow::{Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
-use vramlens::analysis::live::{Moment, live_set, resolve};
-use vramlens::analysis::timeline_view::{ViewOptions, XAxis, build_view};
+use vramlens::analysis::attribution::{Attributor, GroupBy};
+use vramlens::analysis::device::choose_device;
+use vramlens::analysis::live::live_set;
+use vramlens::analysis::moment::{Moment, resolve};
+use vramlens::analysis::timeline_view::{BandBy, ViewOptions, XAxis, build_view};
+use vramlens::analysis::top::{live_state, peak_event};
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::render::live::write_live_text;
 use vramlens::render::timeline_svg::{ChartTitle, write_timeline_svg};
 use vramlens::render::{Style, write_json};
-use vramlens::timeline;
+use vramlens::timeline::replay::DeviceReplay;
 
 fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
     let (a, b) = s
@@ -19,7 +23,9 @@ fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
     let parse = |v: &str| -> Result<f64> {
         v.trim()
             .parse::<f64>()
-            .map_err(|_| anyhow!("--window {s:?}: expected numbers, found {v:?}"))
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| anyhow!("--window {s:?}: expected numbers, found {v:?}"))
     };
     let scale = if x == XAxis::Time { 1e3 } else { 1.0 };
     let (a, b) = (parse(a)? * scale, parse(b)? * scale);
@@ -27,6 +33,15 @@ fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
         bail!("--window {s:?}: the end must be after the start");
     }
     Ok((a, b))
+}
+
+fn parse_by(s: &str) -> Result<BandBy> {
+    if s == "allocation" {
+        return Ok(BandBy::Allocation);
+    }
+    s.parse::<GroupBy>().map(BandBy::Group).map_err(|_| {
+        anyhow!("--by: expected callsite, category, stack, file or allocation, found {s:?}")
+    })
 }
 
 pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
@@ -39,57 +54,71 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         .as_deref()
         .map(|w| parse_window(w, x))
         .transpose()?;
+    if window.is_some() && args.output.is_none() {
+        bail!("--window selects what the chart draws: give -o FILE.svg with it");
+    }
+    let by = parse_by(&args.by)?;
     let moment: Option<Moment> = args
         .at
         .as_deref()
         .map(|s| s.parse().map_err(|e: String| anyhow!("--at: {e}")))
         .transpose()?;
+    let options = attribution_options(&args.attribution)?;
     check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
     let path = info.path.as_str();
-    let device = resolve_device(&snap, path, args.device)?;
-    let tl = timeline::build(&snap, device);
+    let choice = choose_device(&snap, args.device, moment == Some(Moment::Oom))
+        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let device = choice.device;
+    let r = DeviceReplay::new(&snap, device);
     let style = Style::detect(std::io::stdout().is_terminal());
     if let Some(o) = &args.output {
-        let top = args.top.min(500);
-        let options = ViewOptions {
+        let top = args.top.clamp(1, 500);
+        let view_options = ViewOptions {
             x,
+            by,
             top,
             // Fewer columns when many bands are drawn keeps the file small.
-            buckets: (60_000 / top.max(1)).clamp(200, 1000),
+            buckets: (60_000 / top).clamp(200, 1000),
             window,
         };
-        let mut view = build_view(&snap, &tl, options).map_err(|e| anyhow!("{path}: {e}"))?;
+        let attr = Attributor::new(&snap.frames, &options);
+        let mut view =
+            build_view(&snap, &r, &attr, view_options).map_err(|e| anyhow!("{path}: {e}"))?;
+        let peaks = vramlens::timeline::peaks(&snap, device);
         if !args.nvml.is_empty() {
             let log = read_device_logs(&args.nvml, args.utc_offset)?;
+            let tl = vramlens::timeline::build(&snap, device);
             let samples = vramlens::analysis::reconcile::gpu_samples(&log, device);
             let rows = vramlens::analysis::reconcile::over_time(&tl, &log, &samples);
             vramlens::analysis::timeline_view::add_device_readings(&mut view, &rows);
         }
         let title = ChartTitle {
             path,
-            device,
-            events: tl.events(),
-            peak_requested: tl.peak_requested.bytes,
-            peak_event: tl.peak_requested.event.map(|e| e.index() as u32),
-            peak_reserved: tl.peak_reserved.bytes,
+            device: &choice,
+            events: r.len(),
+            peak_requested: peaks.requested.bytes,
+            peak_event: peaks.requested.event.map(|e| e.index() as u32),
+            peak_reserved: peaks.reserved.bytes,
         };
         write_new_file(o, args.force, |w| write_timeline_svg(w, &view, &title))?;
     }
     if let Some(m) = moment {
-        let at = resolve(&snap, &tl, m).map_err(|e| anyhow!("{path}: {e}"))?;
-        let live = live_set(&snap, path, &tl, at, args.frames);
+        let resolved = resolve(&r, m, || peak_event(&r)).map_err(|e| anyhow!("{path}: {e}"))?;
+        let live = live_state(&r, resolved.event.map(|e| e as usize));
+        let listing = live_set(&snap, path, &choice, resolved, &live, r.trace, args.frames);
         if args.json {
-            write_json(out, &live)?;
+            write_json(out, &listing)?;
         } else {
-            write_live_text(out, &live, style)?;
+            write_live_text(out, &listing, &choice, style)?;
         }
     } else if args.output.is_none() || args.json {
-        let report = vramlens::analysis::timeline_report::report(path, &tl);
+        let report = vramlens::analysis::timeline_report::report(path, &r)
+            .map_err(|e| anyhow!("{path}: {e}"))?;
         if args.json {
             write_json(out, &report)?;
         } else {
-            vramlens::render::timeline_text::write_timeline_text(out, &report, style)?;
+            vramlens::render::timeline_text::write_timeline_text(out, &report, &choice, style)?;
         }
     }
     Ok(())

@@ -1,29 +1,43 @@
 //! Text rendering of a [`LiveSet`].
 
 use super::Style;
+use super::names::{device_line, moment_text};
+use crate::analysis::device::DeviceChoice;
 use crate::analysis::live::LiveSet;
 use crate::timeline::Origin;
-use crate::units::{bytes, utc_time};
+use crate::units::bytes;
 use std::io::{self, Write};
 
-pub fn write_live_text(out: &mut dyn Write, live: &LiveSet, style: Style) -> io::Result<()> {
-    let when = match (live.event, live.time_us.filter(|&t| t > 0)) {
-        (None, _) => "before the first event".to_string(),
-        (Some(e), Some(t)) => format!("after event {e} ({})", utc_time(t)),
-        (Some(e), None) => format!("after event {e}"),
-    };
+pub fn write_live_text(
+    out: &mut dyn Write,
+    live: &LiveSet,
+    choice: &DeviceChoice,
+    style: Style,
+) -> io::Result<()> {
     writeln!(
         out,
         "{}",
-        style.heading(&format!("{}: device {}, {when}", live.path, live.device))
+        style.heading(&format!(
+            "{}: {}, {}",
+            live.path,
+            device_line(choice),
+            moment_text(&live.moment)
+        ))
     )?;
     writeln!(
         out,
-        "  allocated {}  reserved {}  {} live allocations",
+        "  {} requested in {} live allocations ({} in allocator blocks); reserved {}",
+        bytes(live.requested_bytes),
+        live.count,
         bytes(live.allocated_bytes),
         bytes(live.reserved_bytes.max(0) as u64),
-        live.count
     )?;
+    if live.count > 0 {
+        writeln!(
+            out,
+            "  (labels are the official viewer's: b'<address>_<n> is the n-th allocation at that address in the trace)"
+        )?;
+    }
     for a in &live.allocations {
         let since = match (a.origin, a.alloc_event) {
             (Origin::Traced, Some(e)) => format!("since event {e}"),
@@ -49,6 +63,12 @@ pub fn write_live_text(out: &mut dyn Write, live: &LiveSet, style: Style) -> io:
             bytes(a.size_bytes),
             a.label
         )?;
+        if a.frames.is_empty() && a.origin != Origin::Traced {
+            writeln!(
+                out,
+                "              (allocated before recording began: no stack)"
+            )?;
+        }
         for f in &a.frames {
             writeln!(out, "              {f}")?;
         }

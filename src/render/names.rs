@@ -36,6 +36,17 @@ pub fn short_frame(frame: &str) -> String {
     format!("{}:{line} in {name}", short_path(file))
 }
 
+/// The shortest readable name of a frame: `model.py:42 in forward`.
+pub fn tiny_frame(frame: &str) -> String {
+    let short = short_frame(frame);
+    match short.split_once(':') {
+        Some((path, rest)) if path.contains('/') => {
+            format!("{}:{rest}", path.rsplit('/').next().unwrap_or(path))
+        }
+        _ => short,
+    }
+}
+
 /// A group name for people: frames shortened, tokens explained briefly.
 pub fn group_display(name: &str, kind: &str) -> String {
     match kind {

@@ -3,10 +3,11 @@
 //! binary units, a legend and a title. Every band has a tooltip and its exact size in
 //! `data-bytes`.
 
-use super::svg::{Svg, color, escape, num};
-use crate::analysis::timeline_view::{Band, TimelineView, XAxis, color_key};
+use super::names::{device_line, group_display, tiny_frame};
+use super::svg::{Svg, escape, num};
+use crate::analysis::device::DeviceChoice;
+use crate::analysis::timeline_view::{Band, BandBy, MarkerKind, TimelineView, XAxis};
 use crate::units::{bytes, duration_us, utc_time};
-use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 const WIDTH: f64 = 1280.0;
@@ -19,7 +20,7 @@ const BOTTOM: f64 = 56.0;
 /// What the title says.
 pub struct ChartTitle<'a> {
     pub path: &'a str,
-    pub device: i64,
+    pub device: &'a DeviceChoice,
     pub events: usize,
     pub peak_requested: u64,
     pub peak_event: Option<u32>,
@@ -80,53 +81,104 @@ fn decimal_step(span: f64, ticks: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-fn band_title(b: &Band, view: &TimelineView) -> String {
+/// A qualitative palette: neighbouring bands take neighbouring entries, which differ.
+const PALETTE: [&str; 20] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#8f6bb8", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#86bcb6", "#2f6b9a", "#d37295", "#8cd17d", "#b6992d", "#499894", "#f1ce63",
+    "#a0cbe8", "#ffbe7d", "#d4a6c8", "#bab0ac",
+];
+
+/// Fixed colours of the built-in categories, so charts compare at a glance.
+fn category_color(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "parameters" => "#4e79a7",
+        "gradients" => "#f28e2b",
+        "optimizer_state" => "#b07aa1",
+        "activations" => "#59a14f",
+        "backward_temporaries" => "#76b7b2",
+        "communication" => "#edc948",
+        "workspaces" => "#9c755f",
+        "compile" => "#ff9da7",
+        "inputs" => "#86bcb6",
+        "other" => "#bab0ac",
+        "unknown" => "#d4d4d4",
+        _ => return None,
+    })
+}
+
+fn band_color(view: &TimelineView, i: usize) -> &'static str {
+    let band = &view.bands[i];
+    if band.kind == "category"
+        && let Some(c) = category_color(&band.name)
+    {
+        return c;
+    }
+    PALETTE[i % PALETTE.len()]
+}
+
+fn band_title(b: &Band) -> String {
     let time = |t: Option<i64>| {
         t.filter(|&t| t > 0)
             .map(|t| format!(", {}", utc_time(t)))
             .unwrap_or_default()
     };
-    let mut s = format!(
-        "{}  {} ({} bytes requested)\n",
-        b.label,
-        bytes(b.size_bytes),
-        b.size_bytes
-    );
-    match b.alloc_event {
-        Some(e) => s.push_str(&format!(
-            "allocated at event {e}{}\n",
-            time(b.alloc_time_us)
-        )),
-        None => s.push_str("allocated before the trace began\n"),
-    }
-    match (b.free_event, b.alloc_time_us, b.free_time_us) {
-        (Some(e), Some(a), Some(f)) if a > 0 && f > 0 => s.push_str(&format!(
-            "freed at event {e}, lived {}\n",
-            duration_us(f - a)
-        )),
-        (Some(e), _, _) => s.push_str(&format!("freed at event {e}\n")),
-        (None, _, _) => s.push_str("still allocated at the end of the trace\n"),
-    }
-    s.push_str(&format!(
-        "stream {}",
-        if b.stream == 0 {
-            "default".into()
-        } else {
-            format!("0x{:x}", b.stream)
+    let mut s = match &b.allocation {
+        None => format!(
+            "{}\nup to {} ({} bytes) in {} allocation{}; category {}\n",
+            group_display(&b.name, b.kind),
+            bytes(b.max_bytes),
+            b.max_bytes,
+            b.count,
+            if b.count == 1 { "" } else { "s" },
+            b.category
+        ),
+        Some(a) => {
+            let mut s = format!(
+                "{}  {} ({} bytes requested); category {}\n",
+                a.label,
+                bytes(b.max_bytes),
+                b.max_bytes,
+                b.category
+            );
+            match a.alloc_event {
+                Some(e) => s.push_str(&format!(
+                    "allocated at event {e}{}\n",
+                    time(a.alloc_time_us)
+                )),
+                None => s.push_str("allocated before the trace began\n"),
+            }
+            match (a.free_event, a.alloc_time_us, a.free_time_us) {
+                (Some(e), Some(x), Some(f)) if x > 0 && f > 0 => s.push_str(&format!(
+                    "freed at event {e}, lived {}\n",
+                    duration_us(f - x)
+                )),
+                (Some(e), _, _) => s.push_str(&format!("freed at event {e}\n")),
+                (None, _, _) => s.push_str("still allocated at the end of the trace\n"),
+            }
+            s.push_str(&format!(
+                "stream {}",
+                if a.stream == 0 {
+                    "default".into()
+                } else {
+                    format!("0x{:x}", a.stream)
+                }
+            ));
+            if let Some((x, p)) = a.pool_id.filter(|p| *p != (0, 0)) {
+                s.push_str(&format!(", private pool ({x}, {p})"));
+            }
+            s.push('\n');
+            s
         }
-    ));
-    if let Some((a, p)) = b.pool_id.filter(|p| *p != (0, 0)) {
-        s.push_str(&format!(", private pool ({a}, {p})"));
-    }
-    s.push('\n');
+    };
     if b.frames.is_empty() {
-        s.push_str("(no stack recorded)");
+        s.push_str("(no Python frames recorded)");
+    } else {
+        s.push_str("stack of the largest allocation, innermost first:\n");
     }
     for f in &b.frames {
         s.push_str(f);
         s.push('\n');
     }
-    let _ = view;
     s.trim_end().to_string()
 }
 
@@ -143,7 +195,7 @@ pub fn write_timeline_svg(
         y_max,
     };
     let mut svg = Svg { out };
-    let heading = format!("{}: device {}", title.path, title.device);
+    let heading = format!("{}: {}", title.path, device_line(title.device));
     svg.begin(WIDTH, HEIGHT, &format!("vramlens timeline of {heading}"))?;
     svg.text(
         LEFT,
@@ -229,47 +281,51 @@ pub fn write_timeline_svg(
         "",
         &label,
     )?;
-    // Everything not drawn individually, as one band.
+    // Everything not in a band, as one band at the bottom.
+    let what = match view.by {
+        BandBy::Allocation => "allocations",
+        BandBy::Group(_) => "groups",
+    };
     let rest_top = steps(
         view.buckets
             .iter()
             .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.rest_bytes as f64))),
     );
-    if !rest_top.is_empty() {
+    let max_rest = view.buckets.iter().map(|b| b.rest_bytes).max().unwrap_or(0);
+    if !rest_top.is_empty() && max_rest > 0 {
         let mut pts = rest_top.clone();
         pts.push((pts.last().map_or(LEFT, |p| p.0), plot_bottom));
         pts.push((pts[0].0, plot_bottom));
-        let max_rest = view.buckets.iter().map(|b| b.rest_bytes).max().unwrap_or(0);
         svg.polygon(
             &pts,
             &format!(
                 r##" fill="#c8c8c8" stroke="#9a9a9a" stroke-width="0.5" data-bytes="{max_rest}""##
             ),
             Some(&format!(
-                "{} other allocations, merged (at most {} at once)",
-                view.rest_count,
+                "{} other {what}, merged (at most {} at once)",
+                view.rest_groups,
                 bytes(max_rest)
             )),
         )?;
     }
-    // The largest allocations, stacked in allocation order.
-    for band in &view.bands {
-        let fill = color(color_key(band));
-        let tip = band_title(band, view);
-        for (start, bottoms) in &band.runs {
-            let segs: Vec<(f64, f64, u64)> = bottoms
+    // The bands, bottom to top.
+    for (i, band) in view.bands.iter().enumerate() {
+        let fill = band_color(view, i);
+        let tip = band_title(band);
+        for (start, cells) in &band.runs {
+            let segs: Vec<(f64, f64, u64, u64)> = cells
                 .iter()
                 .enumerate()
-                .map(|(j, &bottom)| {
+                .map(|(j, &(bottom, height))| {
                     let b = &view.buckets[start + j];
-                    (f.px(b.x0), f.px(b.x1), bottom)
+                    (f.px(b.x0), f.px(b.x1), bottom, height)
                 })
                 .collect();
             let top = steps(
                 segs.iter()
-                    .map(|&(a, b, y)| (a, b, f.py((y + band.size_bytes) as f64))),
+                    .map(|&(a, b, y, h)| (a, b, f.py((y + h) as f64))),
             );
-            let mut bottom = steps(segs.iter().map(|&(a, b, y)| (a, b, f.py(y as f64))));
+            let mut bottom = steps(segs.iter().map(|&(a, b, y, _)| (a, b, f.py(y as f64))));
             bottom.reverse();
             let mut pts = top;
             pts.extend(bottom);
@@ -277,18 +333,45 @@ pub fn write_timeline_svg(
                 &pts,
                 &format!(
                     r##" fill="{fill}" stroke="#ffffff" stroke-width="0.4" data-bytes="{}" data-label="{}""##,
-                    band.size_bytes,
-                    escape(&band.label)
+                    band.max_bytes,
+                    escape(&band.name)
                 ),
                 Some(&tip),
             )?;
         }
     }
-    // Active memory in block bytes; the gap up to reserved is cached free memory.
+    // The peak of requested memory.
+    if let Some(p) = &view.peak {
+        let (px, py) = (f.px(p.x), f.py(p.bytes as f64));
+        svg.polygon(
+            &[(px - 5.0, py - 9.0), (px + 5.0, py - 9.0), (px, py - 1.0)],
+            r##" fill="#111111""##,
+            Some(&format!(
+                "peak: {} requested{}",
+                bytes(p.bytes),
+                p.event
+                    .map(|e| format!(" after event {e}"))
+                    .unwrap_or_default()
+            )),
+        )?;
+        let (x, anchor) = if px > plot_right - 120.0 {
+            (px - 8.0, "end")
+        } else {
+            (px + 8.0, "start")
+        };
+        svg.text(
+            x,
+            (py - 4.0).max(TOP + 10.0),
+            anchor,
+            r#" font-size="11" font-weight="bold""#,
+            &format!("peak {}", bytes(p.bytes)),
+        )?;
+    }
+    // Allocated memory in block bytes; the gap up to reserved is cached free memory.
     let active = steps(
         view.buckets
             .iter()
-            .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.active_bytes as f64))),
+            .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.allocated_bytes as f64))),
     );
     let max_cached = view
         .buckets
@@ -300,7 +383,7 @@ pub fn write_timeline_svg(
         &active,
         r##" stroke="#555555" stroke-width="1" stroke-dasharray="3 2""##,
         Some(&format!(
-            "active: allocations in block bytes, pending frees included; the gap up to reserved is free memory cached in segments (up to {})",
+            "allocated: live allocations in block bytes, pending frees included; the gap up to reserved is free memory cached in segments (up to {})",
             bytes(max_cached)
         )),
     )?;
@@ -353,7 +436,7 @@ pub fn write_timeline_svg(
     // Markers.
     for m in &view.markers {
         let px = f.px(m.x);
-        let style = if m.kind == "oom" {
+        let style = if m.kind == MarkerKind::Oom {
             r##" stroke="#d62728" stroke-width="1.5""##
         } else {
             r##" stroke="#777777" stroke-dasharray="4 3""##
@@ -366,9 +449,17 @@ pub fn write_timeline_svg(
             6.0,
             plot_bottom - TOP,
             r#" fill="transparent""#,
-            Some(&m.text),
+            Some(&match m.kind {
+                MarkerKind::Oom => format!(
+                    "OOM at event {}: requested {}, the device had {} free",
+                    m.event,
+                    bytes(m.requested_bytes),
+                    bytes(m.device_free_bytes)
+                ),
+                MarkerKind::Snapshot => format!("snapshot taken (event {})", m.event),
+            }),
         )?;
-        if m.kind == "oom" {
+        if m.kind == MarkerKind::Oom {
             // Keep the label inside the plot near its right edge.
             let (x, anchor) = if px > plot_right - 40.0 {
                 (px - 3.0, "end")
@@ -413,7 +504,7 @@ pub fn write_timeline_svg(
         ly,
         r##" stroke="#555555" stroke-width="1" stroke-dasharray="3 2""##,
     )?;
-    svg.text(lx + 24.0, ly + 4.0, "start", "", "active (block bytes)")?;
+    svg.text(lx + 24.0, ly + 4.0, "start", "", "allocated (block bytes)")?;
     ly += 18.0;
     if !view.device.is_empty() {
         let entries = [
@@ -433,51 +524,60 @@ pub fn write_timeline_svg(
             ly += 18.0;
         }
     }
-    svg.rect(lx, ly - 6.0, 18.0, 10.0, r##" fill="#c8c8c8""##, None)?;
-    svg.text(
-        lx + 24.0,
-        ly + 4.0,
-        "start",
-        "",
-        &format!("{} other allocations", view.rest_count),
-    )?;
-    ly += 18.0;
-    let mut groups: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
-    for b in &view.bands {
-        let g = groups.entry(color_key(b)).or_insert((0, 0));
-        g.0 = g.0.max(b.size_bytes);
-        g.1 += 1;
-    }
-    let mut groups: Vec<(&str, (u64, usize))> = groups.into_iter().collect();
-    groups.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
-    let shown = groups.len().min(22);
-    for (key, (largest, count)) in groups.iter().take(shown) {
+    // Bands, top of the stack first, as the eye meets them.
+    let room = ((HEIGHT - 40.0 - ly) / 16.0).floor().max(0.0) as usize;
+    let shown = view.bands.len().min(room.saturating_sub(1));
+    for (i, band) in view.bands.iter().enumerate().rev().take(shown) {
         svg.rect(
             lx,
             ly - 6.0,
             18.0,
             10.0,
-            &format!(r#" fill="{}""#, color(key)),
-            Some(key),
+            &format!(r#" fill="{}""#, band_color(view, i)),
+            Some(&band.name),
         )?;
-        let short = key.rsplit('/').next().unwrap_or(key);
-        let short: String = short.chars().take(30).collect();
+        let name = match band.kind {
+            "frame" | "stack" => tiny_frame(&band.name),
+            "file" => band
+                .name
+                .rsplit('/')
+                .next()
+                .unwrap_or(&band.name)
+                .to_string(),
+            _ => group_display(&band.name, band.kind),
+        };
+        let name: String = name.chars().take(34).collect();
         svg.text(
             lx + 24.0,
             ly + 4.0,
             "start",
             r#" font-size="11""#,
-            &format!("{short} ({count}, up to {})", bytes(*largest)),
+            &format!("{name} ({})", bytes(band.max_bytes)),
         )?;
         ly += 16.0;
     }
-    if groups.len() > shown {
+    if view.bands.len() > shown {
         svg.text(
             lx,
             ly + 4.0,
             "start",
             r#" font-size="11""#,
-            &format!("... {} more call sites", groups.len() - shown),
+            &format!("... {} more bands (hover them)", view.bands.len() - shown),
+        )?;
+        ly += 16.0;
+    }
+    if max_rest > 0 {
+        svg.rect(lx, ly - 6.0, 18.0, 10.0, r##" fill="#c8c8c8""##, None)?;
+        svg.text(
+            lx + 24.0,
+            ly + 4.0,
+            "start",
+            r#" font-size="11""#,
+            &format!(
+                "{} other {what} (up to {})",
+                view.rest_groups,
+                bytes(max_rest)
+            ),
         )?;
     }
     if view.annotations_dropped > 0 {

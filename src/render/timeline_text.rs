@@ -1,6 +1,8 @@
 //! Text rendering of a [`TimelineReport`].
 
 use super::Style;
+use super::names::device_line;
+use crate::analysis::device::DeviceChoice;
 use crate::analysis::timeline_report::TimelineReport;
 use crate::timeline::Peak;
 use crate::units::{bytes, utc_time};
@@ -18,12 +20,13 @@ fn peak(p: &Peak) -> String {
 pub fn write_timeline_text(
     out: &mut dyn Write,
     r: &TimelineReport,
+    choice: &DeviceChoice,
     style: Style,
 ) -> io::Result<()> {
     writeln!(
         out,
         "{}",
-        style.heading(&format!("{}: device {}", r.path, r.device))
+        style.heading(&format!("{}: {}", r.path, device_line(choice)))
     )?;
     let rows = [
         ("events", r.events.to_string()),
