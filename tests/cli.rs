@@ -666,3 +666,139 @@ fn charts_are_written_as_svg_only() {
         .success();
     assert_eq!(names(d), ["S.SVG"]);
 }
+
+// ---------------------------------------------------------------------------------------
+// Strings from a file never reach the terminal raw
+// ---------------------------------------------------------------------------------------
+
+/// The strings of testdata/hostile_strings.pickle (scripts/gen_fixtures.py, HOSTILE_*).
+const HOSTILE_CONF: &str = "expandable_segments:False\x1b[8m,\u{9b}31mhidden\r\x7f";
+const HOSTILE_FRAME: &str = "/home/eve/\x1b]8;;https://example.invalid/\x1b\\model\x1b]8;;\x1b\\.py:13:forward\x1b[2J\x1b[H\x1b]0;pwned\x07";
+
+/// The characters that may drive a terminal: C0 but newline and tab, DEL, C1, and the
+/// private-use character of vramlens' style markers.
+fn raw_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| {
+            let n = c as u32;
+            (n < 0x20 && c != '\n' && c != '\t') || (0x7f..=0x9f).contains(&n) || c == '\u{e000}'
+        })
+        .collect()
+}
+
+/// What the text output shows for `s`: each control character as visible text.
+fn visible(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            let n = c as u32;
+            if (n < 0x20 && c != '\n' && c != '\t') || n == 0x7f {
+                format!("\\x{n:02x}")
+            } else if (0x80..=0x9f).contains(&n) {
+                format!("\\u{{{n:x}}}")
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+fn contains_string(v: &serde_json::Value, s: &str) -> bool {
+    match v {
+        serde_json::Value::String(x) => x.contains(s),
+        serde_json::Value::Array(a) => a.iter().any(|x| contains_string(x, s)),
+        serde_json::Value::Object(o) => o
+            .iter()
+            .any(|(k, x)| k.contains(s) || contains_string(x, s)),
+        _ => false,
+    }
+}
+
+#[test]
+fn strings_from_a_file_cannot_drive_the_terminal() {
+    let file = "testdata/hostile_strings.pickle";
+    let text = |args: &[&str]| -> String {
+        let out = vramlens().args(args).arg(file).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(raw_controls(&text), [], "{args:?}: {text}");
+        text
+    };
+    let summary = text(&["summary"]);
+    assert!(
+        summary.contains(&format!(
+            "  ALLOC_CONF           {}\n",
+            visible(HOSTILE_CONF)
+        )),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("unknown trace action 'alloc\\x1b[1A\\x1b[2K'"),
+        "{summary}"
+    );
+    let frame = visible(HOSTILE_FRAME);
+    assert_eq!(
+        frame,
+        "/home/eve/\\x1b]8;;https://example.invalid/\\x1b\\model\\x1b]8;;\\x1b\\.py:13:forward\\x1b[2J\\x1b[H\\x1b]0;pwned\\x07"
+    );
+    for args in [
+        &["timeline", "--at", "peak"][..],
+        &["timeline", "--at", "oom"],
+        &["oom"],
+    ] {
+        let t = text(args);
+        assert!(t.contains(&frame), "{args:?}: {t}");
+    }
+    text(&["timeline"]);
+    text(&["segments"]);
+    // JSON keeps the strings exactly, written with \u escapes.
+    for args in [
+        &["summary", "--json"][..],
+        &["timeline", "--json"],
+        &["timeline", "--at", "peak", "--json"],
+        &["segments", "--json"],
+        &["oom", "--json"],
+    ] {
+        let t = text(args);
+        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+        if args[0] == "summary" {
+            assert!(contains_string(&v, HOSTILE_CONF), "{t}");
+            assert!(t.contains(r"False\u001b[8m,\u009b31mhidden\r\u007f"), "{t}");
+        }
+        if args.len() > 2 || args[0] == "oom" {
+            assert!(
+                contains_string(&v, "forward\x1b[2J\x1b[H\x1b]0;pwned\x07"),
+                "{t}"
+            );
+        }
+    }
+    // The chart is XML: no control character XML forbids.
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("t.svg");
+    vramlens()
+        .args(["timeline", file, "-o"])
+        .arg(&svg)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(
+        !svg.chars()
+            .any(|c| (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r'))
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn file_names_in_errors_are_shown_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("run\x1b]0;pwned\x07\u{9b}2J.pickle");
+    std::fs::write(&bad, b"").unwrap();
+    let out = vramlens().arg("summary").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "vramlens: error: {}/run\\x1b]0;pwned\\x07\\u{{9b}}2J.pickle: empty file; expected a PyTorch memory snapshot\n",
+            dir.path().display()
+        )
+    );
+}
