@@ -120,11 +120,14 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Every check of a chart output before any input is read: the kind of what is at the
-/// name, the extension, not one of the inputs, `--force` for an existing file.
-fn check_chart_output(output: &Path, force: bool, inputs: &[&Path]) -> Result<()> {
+/// Every check of an output file before any input is read: the kind of what is at the
+/// name, the extension (`.svg` for a chart), the folder, not one of the inputs, `--force`
+/// for an existing file.
+pub fn check_output_path(output: &Path, force: bool, inputs: &[&Path], svg: bool) -> Result<()> {
     let target = inspect(output)?;
-    check_svg_name(output)?;
+    if svg {
+        check_svg_name(output)?;
+    }
     let dir = output
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -154,19 +157,20 @@ fn check_chart_output(output: &Path, force: bool, inputs: &[&Path]) -> Result<()
     Ok(())
 }
 
-/// The checks of the command's output file, if it writes one.
+/// The checks of the command's output file, if it writes one. Every command is listed, so
+/// a new command with `-o` has to say how its output is checked.
 pub fn check_command_output(command: &Command) -> Result<()> {
     match command {
         Command::Timeline(a) => match &a.output {
             Some(o) => {
                 let mut inputs: Vec<&Path> = vec![&a.file];
                 inputs.extend(a.nvml.iter().map(PathBuf::as_path));
-                check_chart_output(o, a.force, &inputs)
+                check_output_path(o, a.force, &inputs, true)
             }
             None => Ok(()),
         },
         Command::Segments(a) => match &a.output {
-            Some(o) => check_chart_output(o, a.force, &[&a.file]),
+            Some(o) => check_output_path(o, a.force, &[&a.file], true),
             None => Ok(()),
         },
         Command::Summary(_) | Command::Oom(_) | Command::Reconcile(_) => Ok(()),
