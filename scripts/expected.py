@@ -9,8 +9,9 @@ Usage:
     python3 scripts/expected.py FILE...
         one JSON object per line per FILE (sorted keys, integers only)
     python3 scripts/expected.py --real OUT.json [--data-dir DIR]
-        walk DIR (default /work/shared/data) for *.pickle / *.pkl files and write
-        {relative path: object-without-"path"} to OUT.json (sorted keys, indent 1)
+        walk DIR (default ../shared/data beside the repository) for *.pickle / *.pkl
+        files and write {relative path: object-without-"path"} to OUT.json (sorted
+        keys, indent 1)
 
 Rules (per device d), see also tests/ and testdata/README.md:
   * devices = every d with a segment whose `device == d` or a non-empty
@@ -48,7 +49,10 @@ import os
 import pickle
 import sys
 
-DEFAULT_DATA_DIR = "/work/shared/data"
+# ../shared/data beside the repository (this file is scripts/expected.py in it), wherever
+# the script is run from.
+DEFAULT_DATA_DIR = os.path.normpath(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "shared", "data"))
 
 
 class _DataOnlyUnpickler(pickle.Unpickler):
@@ -392,6 +396,9 @@ def main(argv):
             sys.stderr.write("usage: expected.py --real OUT.json [--data-dir DIR]\n")
             return 2
         data_dir = argv[3] if len(argv) == 4 else DEFAULT_DATA_DIR
+        if not os.path.isdir(data_dir):
+            sys.stderr.write("expected.py: error: %s is not a folder\n" % data_dir)
+            return 2
         result = write_real(argv[1], data_dir)
         sys.stderr.write("wrote %d entries to %s\n" % (len(result), argv[1]))
         return 0

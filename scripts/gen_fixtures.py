@@ -61,10 +61,14 @@ shared/spec/snapshot-format.md sections 1-5):
   protocol2.pickle         2.4  dumped with pickle protocol 2 (BINPUT, no FRAME).
   big_ints.pickle          2.9  XPU-like (torch.xpu.memory._dump_snapshot): addresses
                                  >= 2**63 (9-byte LONG1) and a segment stream >= 2**63.
+  hostile_strings.pickle   2.10 (protocol 4) frame names, file names, allocator settings,
+                                 an action name, annotations and metadata holding
+                                 terminal escape sequences (ESC, OSC, C1 controls).
 
 Bad fixtures (testdata/bad/, no expected files): see testdata/README.md.
 """
 
+import argparse
 import base64
 import gzip
 import io
@@ -179,6 +183,18 @@ PY_STACKS = {
     "pinned": [("pin_memory", SITE + "/utils/data/_utils/pin_memory.py", 64),
                ("get_batch", TRAIN, 58)] + OUTER,
 }
+
+# Strings a file may carry that would drive a terminal if printed raw: CSI sequences (clear
+# screen, cursor moves, hidden text), OSC 0 (window title), OSC 8 (hyperlink) and OSC 52
+# (clipboard) ended by BEL or ST, their C1 forms (U+009B CSI, U+009D OSC, U+009C ST), CR,
+# backspace, DEL, and U+E000 (the private-use character vramlens' style markers start with).
+HOSTILE_NAME = "forward\x1b[2J\x1b[H\x1b]0;pwned\x07"
+HOSTILE_FILE = "/home/eve/\x1b]8;;https://example.invalid/\x1b\\model\x1b]8;;\x1b\\.py"
+HOSTILE_CONF = "expandable_segments:False\x1b[8m,\u009b31mhidden\r\x7f"
+HOSTILE_ACTION = "alloc\x1b[1A\x1b[2K"
+HOSTILE_ANNOTATION = "ProfilerStep#1\u009d0;title\u009c\x08"
+HOSTILE_META = "phase=\x1b]52;c;Y2xpcGJvYXJk\x07\ue000"
+PY_STACKS["hostile"] = [(HOSTILE_NAME, HOSTILE_FILE, 13)] + OUTER
 
 CPP_MALLOC_PREFIX = [
     ("torch::unwind::unwind()", "??", 0),
@@ -994,6 +1010,25 @@ def make_unknown_keys():
     return snap
 
 
+def make_hostile():
+    """PyTorch 2.10 layout whose strings hold terminal escape sequences (HOSTILE_*)."""
+    V = (2, 10)
+    rng = random.Random(2101)
+    clock = Clock(rng)
+    frames = Frames()
+    sim = Sim(0, clock, frames, rng=rng)
+    ann = [annotation(clock, HOSTILE_ANNOTATION, "START")]
+    sim.ctx = {"compile_context": HOSTILE_NAME, "user_metadata": HOSTILE_META}
+    sim.malloc(64 * MiB + 100, "hostile")
+    sim.ctx = {}
+    small_scenario(sim, layers=1)
+    sim.record(HOSTILE_ACTION, 0, 0, 0, frames.tb("hostile"))
+    sim.oom(8 * GiB, "hostile", device_free=1 * GiB)
+    ann.append(annotation(clock, HOSTILE_ANNOTATION, "END"))
+    settings = allocator_settings(V, conf=HOSTILE_CONF)
+    return build(V, {0: sim}, frames, 1, annotations=ann, settings=settings)
+
+
 def make_empty():
     V = (2, 3)
     return {"segments": [], "device_traces": [[]], "allocator_settings": allocator_settings(V)}
@@ -1319,7 +1354,13 @@ def add(name, data, limit=100 * 1024):
     GOOD.append((name, data))
 
 
-def main():
+def main(argv=None):
+    global OUT, BAD
+    parser = argparse.ArgumentParser(description="Writes the fixtures in testdata/.")
+    parser.add_argument("--out", default=OUT,
+                        help="folder to write to instead of testdata/ (the tests compare)")
+    OUT = os.path.abspath(parser.parse_args(argv).out)
+    BAD = os.path.join(OUT, "bad")
     os.makedirs(OUT, exist_ok=True)
     os.makedirs(BAD, exist_ok=True)
 
@@ -1346,6 +1387,7 @@ def main():
     add("cpp_pickler.pickle", CppPickler().dumps(make_cpp_content()))
     add("protocol2.pickle", pickle.dumps(make_v2_4(241), protocol=2))
     add("big_ints.pickle", pickle.dumps(make_big_ints(), protocol=4))
+    add("hostile_strings.pickle", pickle.dumps(make_hostile(), protocol=4))
 
     for name, data in GOOD:
         path = os.path.join(OUT, name)
@@ -1446,6 +1488,8 @@ expected figures are in `tests/data/real_expected.json`
 - `cpp_pickler.pickle`: PyTorch 2.6 content with time_us written by our imitation of PyTorch's C++ pickler (`torch::cuda::_memory_snapshot_pickled`): PROTO 2, no FRAME; EMPTY_DICT MARK .. SETITEMS and EMPTY_LIST MARK .. APPENDS even when empty; every string BINUNICODE memoised by value (BINPUT/LONG_BINPUT then BINGET/LONG_BINGET); shared frames lists / frame dicts / empty list BINPUT then BINGET; BININT1 / BININT2 / BININT / LONG1 with 8-byte payload; TUPLE2 pool ids; BINFLOAT; NEWTRUE/NEWFALSE.
 - `protocol2.pickle`: a PyTorch 2.4 snapshot dumped with pickle protocol 2 (BINPUT/LONG_BINPUT memo, BINUNICODE strings, no FRAME).
 - `big_ints.pickle`: PyTorch 2.9 XPU-style snapshot: every address >= 2**63 (0xff000000_00200000 region, 9-byte LONG1) and a segment / trace stream 18446720620317114368.
+
+- `hostile_strings.pickle`: PyTorch 2.10, protocol 4, whose strings hold terminal escape sequences: a frame name with CSI clear-screen and an OSC 0 window title, a file name with an OSC 8 hyperlink, `PYTORCH_CUDA_ALLOC_CONF` with hidden-text CSI, a C1 CSI (U+009B), CR and DEL, an unknown action named with cursor moves, annotation names with a C1 OSC (U+009D .. U+009C) and backspace, user_metadata with an OSC 52 clipboard write and U+E000, compile_context like the frame name; a 64 MiB allocation and an OOM with that stack. Text output must show them as visible escapes.
 
 - `sample_viz.html`: the HTML page `torch.cuda._memory_viz trace_plot` writes, holding `sample.pickle` (padded with NUL bytes to a multiple of 3, base64 in `local_files`); no `.expected.json`: its figures are those of `sample.pickle`.
 

@@ -315,7 +315,8 @@ class CaptureTest(TempDirCase):
         self.assertIsNone(err)
         self.assertEqual(st.events, [])
         self.assertEqual(self.files(), ["nvml.jsonl"])
-        self.assertEqual(printed, f"vramlens: wrote {self.path('nvml.jsonl')}\n")
+        self.assertEqual(printed, "vramlens: no memory history: torch.cuda.is_available() is "
+                                  f"False\nvramlens: wrote {self.path('nvml.jsonl')}\n")
 
     def test_without_torch_samples_and_prints(self):
         src = FakeSource()
@@ -326,7 +327,8 @@ class CaptureTest(TempDirCase):
         lines, rows = read_jsonl(self.path("nvml.jsonl"))
         self.assertGreaterEqual(len(rows), 2)
         self.assertEqual(src.closed, 1)
-        self.assertEqual(printed, f"vramlens: wrote {self.path('nvml.jsonl')}\n")
+        self.assertEqual(printed, "vramlens: no memory history: PyTorch (torch) is not "
+                                  f"installed\nvramlens: wrote {self.path('nvml.jsonl')}\n")
 
     def test_without_torch_or_source_still_runs(self):
         with mock.patch.dict(sys.modules, {"torch": None}), \
@@ -334,7 +336,8 @@ class CaptureTest(TempDirCase):
             err, printed = self.run_capture(lambda w: None)
         self.assertIsNone(err)
         self.assertEqual(self.files(), [])
-        self.assertEqual(printed, "vramlens: wrote \n")
+        self.assertEqual(printed, "vramlens: no memory history: PyTorch (torch) is not "
+                                  "installed\nvramlens: wrote nothing\n")
 
     def test_imports_torch_when_not_given(self):
         torch, st = make_fake_torch()
@@ -599,7 +602,7 @@ class NvmlSourceTest(unittest.TestCase):
 # ---------------------------------------------------------------------------------- main
 
 class MainCase(TempDirCase):
-    def run_main(self, script_text, *args, torch=None, extra_argv=()):
+    def run_main(self, script_text, *args, torch=None, extra_argv=(), sampled=True):
         """Writes `script_text` to a temporary script and runs main() on it with the fake
         torch in sys.modules and a fake source; returns (code, printed, stderr, state)."""
         script = os.path.join(self.tmp, "job.py")
@@ -620,7 +623,7 @@ class MainCase(TempDirCase):
                 mock.patch.object(sys, "path", list(sys.path)), \
                 contextlib.redirect_stderr(stderr):
             code = vc.main(argv)
-        self.assertEqual(src.closed, 1)
+        self.assertEqual(src.closed, 1 if sampled else 0)
         return code, printed.getvalue(), stderr.getvalue(), st
 
 
@@ -703,11 +706,31 @@ class MainTest(MainCase):
                 code, _, _, _ = self.run_main(text)
                 self.assertEqual(code, want)
 
-    def test_without_torch(self):
-        code, printed, err, _ = self.run_main("x = 1\n", torch=(None, None))
-        self.assertEqual(code, 0, err)
-        self.assertEqual(self.files(), ["nvml.jsonl"])
-        self.assertEqual(printed, f"vramlens: wrote {self.path('nvml.jsonl')}\n")
+    def test_without_torch_fails_before_running_the_script(self):
+        ran = os.path.join(self.tmp, "ran")
+        code, printed, err, _ = self.run_main(f"open({ran!r}, 'w').close()\n",
+                                              torch=(None, None), sampled=False)
+        self.assertEqual(code, 2)
+        self.assertTrue(err.startswith(
+            "vramlens_capture: error: PyTorch is needed to record CUDA memory, and "
+            "`import torch` failed ("), err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertEqual(printed, "")
+        self.assertFalse(os.path.exists(ran))
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_without_cuda_fails_before_running_the_script(self):
+        ran = os.path.join(self.tmp, "ran")
+        code, printed, err, st = self.run_main(f"open({ran!r}, 'w').close()\n",
+                                               torch=make_fake_torch(available=False),
+                                               sampled=False)
+        self.assertEqual(code, 2)
+        self.assertEqual(err, "vramlens_capture: error: torch.cuda.is_available() is False: "
+                              "no CUDA device to record memory from; nothing was run\n")
+        self.assertEqual(printed, "")
+        self.assertEqual(st.events, [])
+        self.assertFalse(os.path.exists(ran))
+        self.assertFalse(os.path.exists(self.out))
 
 
 class CommandLineTest(TempDirCase):
@@ -726,20 +749,25 @@ class CommandLineTest(TempDirCase):
         self.assertIn("--interval-ms", r.stdout)
 
     def test_script_in_checkout_runs_the_module(self):
-        # scripts/vramlens_capture.py runs main() of the package's module: the job sees its
-        # own arguments and its exit status comes back.
+        # scripts/vramlens_capture.py runs main() of the package's module: without torch
+        # (as on this machine) the module's own refusal comes back, status and message.
         job = os.path.join(self.tmp, "job.py")
         with open(job, "w") as f:
-            f.write("import sys\nopen(sys.argv[1], 'w').write(' '.join(sys.argv[2:]))\n"
-                    "sys.exit(3)\n")
+            f.write("raise SystemExit(3)\n")
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         env.pop("PYTHONPATH", None)
-        seen = os.path.join(self.tmp, "seen.txt")
         r = self.python(os.path.join(HERE, "vramlens_capture.py"), "--out", self.out, "--",
-                        job, seen, "--epochs", "1", env=env)
-        self.assertEqual(r.returncode, 3, r.stderr)
-        with open(seen) as f:
-            self.assertEqual(f.read(), "--epochs 1")
+                        job, "--epochs", "1", env=env)
+        try:
+            import torch  # noqa: F401
+            has_torch = True
+        except ImportError:
+            has_torch = False
+        if has_torch:
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+        else:
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("vramlens_capture: error: PyTorch is needed", r.stderr)
 
     def test_script_in_checkout_imports_as_before(self):
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")

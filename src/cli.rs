@@ -11,11 +11,33 @@ use std::path::PathBuf;
     long_about = None
 )]
 pub struct Cli {
-    /// Worker threads (default: one per core). Output is identical for any number.
-    #[arg(long, global = true, value_name = "N")]
+    /// Worker threads, at most 1024 (default or 0: one per core). Output is identical for
+    /// any number.
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        value_parser = parse_threads,
+        display_order = 900
+    )]
     pub threads: Option<usize>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The most worker threads `--threads` accepts.
+pub const MAX_THREADS: usize = 1024;
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n <= MAX_THREADS as u64 => Ok(n as usize),
+        Ok(_) => Err(format!(
+            "at most {MAX_THREADS} threads (0 means one per core)"
+        )),
+        Err(_) => Err(format!(
+            "expected a whole number from 0 (one per core) to {MAX_THREADS}"
+        )),
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -121,29 +143,29 @@ pub struct SummaryArgs {
     pub json: bool,
 }
 
+/// What the x axis counts (described in the --x help, so the help stays compact).
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum XArg {
-    /// Event index, as the official viewer.
     Events,
-    /// time_us (PyTorch 2.2 and later), from the first event.
     Time,
 }
 
 #[derive(Args, Debug)]
 pub struct TimelineArgs {
-    /// Snapshot file.
+    /// Snapshot file (pickle, gzip, JSON or a memory_viz HTML page).
     #[arg(value_name = "SNAPSHOT")]
     pub file: PathBuf,
     /// Write the chart to this SVG file.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Overwrite the output file if it exists.
+    /// Replace the output file if it exists (a regular file only).
     #[arg(long)]
     pub force: bool,
     /// Device (default: the one with the OOM for --at oom, else the most active).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
-    /// What the x axis counts.
+    /// What the x axis counts: events (one step per allocator event, as the official
+    /// viewer) or time (milliseconds since the first event; PyTorch 2.2 and later).
     #[arg(long, value_enum, default_value = "events")]
     pub x: XArg,
     /// What the bands are: callsite (the innermost frame of your code), category, stack,
@@ -185,13 +207,13 @@ pub struct TimelineArgs {
 
 #[derive(Args, Debug)]
 pub struct SegmentsArgs {
-    /// Snapshot file.
+    /// Snapshot file (pickle, gzip, JSON or a memory_viz HTML page).
     #[arg(value_name = "SNAPSHOT")]
     pub file: PathBuf,
     /// Write the picture to this SVG file.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Overwrite the output file if it exists.
+    /// Replace the output file if it exists (a regular file only).
     #[arg(long)]
     pub force: bool,
     /// Device (default: the one with the longest trace).

@@ -1,5 +1,7 @@
 //! The `vramlens` binary: parses arguments, runs one subcommand, maps the outcome to an
-//! exit status (0 success, 2 error). A closed pipe ends the program quietly with 0.
+//! exit status (0 success, 2 error). A closed pipe ends the program quietly with 0. All
+//! text goes to stdout through [`TerminalText`], so nothing read from a file can drive
+//! the terminal; error lines are escaped the same way.
 
 mod cli;
 mod cmd;
@@ -7,41 +9,64 @@ mod cmd;
 use clap::Parser;
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
+use vramlens::render::terminal::{TerminalText, escape_controls};
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
-        c.downcast_ref::<io::Error>()
-            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+        c.downcast_ref::<io::Error>().is_some_and(|io| {
+            io.kind() == io::ErrorKind::BrokenPipe
+                || io
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<serde_json::Error>())
+                    .and_then(serde_json::Error::io_error_kind)
+                    == Some(io::ErrorKind::BrokenPipe)
+        })
     })
+}
+
+/// One line of stderr for an error: its causes joined, control characters made visible.
+fn error_line(e: &anyhow::Error) -> String {
+    let message = format!("{e:#}").replace('\n', " ");
+    format!("vramlens: error: {}", escape_controls(&message))
 }
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    if let Some(n) = cli.threads {
+    if let Some(n) = cli.threads.filter(|&n| n > 0) {
         // Only fails if a pool already exists, which cannot happen this early.
         let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n.max(1))
+            .num_threads(n)
             .build_global();
     }
     let stdout = io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let result = match &cli.command {
-        cli::Command::Summary(args) => cmd::summary::run(args, &mut out),
-        cli::Command::Timeline(args) => cmd::timeline::run(args, &mut out),
-        cli::Command::Segments(args) => cmd::segments::run(args, &mut out),
-        cli::Command::Oom(args) => cmd::oom::run(args, &mut out),
-        cli::Command::Reconcile(args) => cmd::reconcile::run(args, &mut out),
-        cli::Command::Top(args) => cmd::top::run(args, &mut out),
-        cli::Command::Flamegraph(args) => cmd::flamegraph::run(args, &mut out),
-    }
-    .and_then(|()| out.flush().map_err(anyhow::Error::from));
+    let mut out = TerminalText::new(BufWriter::new(stdout.lock()));
+    let result = cmd::output::check_command_output(&cli.command)
+        .and_then(|()| match &cli.command {
+            cli::Command::Summary(args) => cmd::summary::run(args, &mut out),
+            cli::Command::Timeline(args) => cmd::timeline::run(args, &mut out),
+            cli::Command::Segments(args) => cmd::segments::run(args, &mut out),
+            cli::Command::Oom(args) => cmd::oom::run(args, &mut out),
+            cli::Command::Reconcile(args) => cmd::reconcile::run(args, &mut out),
+            cli::Command::Top(args) => cmd::top::run(args, &mut out),
+            cli::Command::Flamegraph(args) => cmd::flamegraph::run(args, &mut out),
+        })
+        .and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
+            // What was printed before the failure (reports of good files) stays, before
+            // the error lines.
+            let _ = out.flush();
             drop(out);
-            let message = format!("{e:#}").replace('\n', " ");
-            let _ = writeln!(io::stderr(), "vramlens: error: {message}");
+            let errors = match e.downcast::<cmd::Failures>() {
+                Ok(f) => f.0,
+                Err(e) => vec![e],
+            };
+            let mut stderr = io::stderr().lock();
+            for e in &errors {
+                let _ = writeln!(stderr, "{}", error_line(e));
+            }
             ExitCode::from(2)
         }
     }

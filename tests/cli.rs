@@ -260,19 +260,42 @@ fn missing_file() {
     bad_input("testdata/no_such_file.pickle", "no such file");
 }
 
+/// Good files are reported in argument order, then each bad one gives its error line on
+/// stderr and the status is 2.
 #[test]
-fn a_bad_file_among_good_ones_fails_without_partial_output() {
-    let out = vramlens()
-        .args([
-            "summary",
-            "--json",
-            "testdata/sample.pickle",
-            "testdata/bad/truncated.pickle",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(out.stdout.is_empty());
+fn bad_files_among_good_ones_fail_after_the_good_reports() {
+    let good = |args: &[&str]| vramlens().args(args).output().unwrap().stdout;
+    let files = [
+        "testdata/sample.pickle",
+        "testdata/bad/truncated.pickle",
+        "testdata/v2_2.pickle",
+        "testdata/bad/empty.pickle",
+    ];
+    for json in [false, true] {
+        let mut args = vec!["summary"];
+        if json {
+            args.push("--json");
+        }
+        let out = vramlens().args(&args).args(files).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        // The same bytes as the good files alone.
+        let mut alone = args.clone();
+        alone.extend(["testdata/sample.pickle", "testdata/v2_2.pickle"]);
+        assert_eq!(
+            String::from_utf8(out.stdout.clone()).unwrap(),
+            String::from_utf8(good(&alone)).unwrap()
+        );
+        if json {
+            assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), 2);
+        }
+        assert_eq!(
+            String::from_utf8(out.stderr).unwrap(),
+            "vramlens: error: testdata/bad/truncated.pickle: byte 11991: truncated pickle: \
+             expected 1 more byte(s) for an opcode, found end of file\n\
+             vramlens: error: testdata/bad/empty.pickle: empty file; expected a PyTorch memory \
+             snapshot\n"
+        );
+    }
 }
 
 #[test]
@@ -310,27 +333,472 @@ fn a_memory_viz_page_is_read_like_the_snapshot_inside() {
     );
 }
 
-#[test]
-fn a_closed_pipe_ends_quietly() {
+/// `vramlens ARGS | head ...` with pipefail: the status of the whole pipe and stderr.
+fn piped(args: &str, head: &str) -> (bool, String) {
     let bin = assert_cmd::cargo::cargo_bin("vramlens");
-    let files = "testdata/sample.pickle ".repeat(40);
     let out = std::process::Command::new("bash")
         .current_dir(root())
         .arg("-c")
         .arg(format!(
-            "set -o pipefail; {} summary {files} | head -c 10 > /dev/null",
+            "set -o pipefail; {} {args} | {head} > /dev/null",
             bin.display()
         ))
         .output()
         .unwrap();
-    assert!(
+    (
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    // Far more than a pipe holds (64 KiB), so the writes after `head` exits fail.
+    let files = "testdata/sample.pickle ".repeat(60);
+    for args in [
+        format!("summary {files}"),
+        format!("summary --json {files}"),
+    ] {
+        for head in ["head -c 10", "head -1"] {
+            let (ok, stderr) = piped(&args, head);
+            assert!(ok, "{args} | {head}: {stderr}");
+            assert_eq!(stderr, "", "{args} | {head}");
+        }
+    }
+    // A reader that is gone before the first write: every command and output kind.
+    for args in [
+        "summary --json testdata/sample.pickle",
+        "timeline testdata/sample.pickle --at peak --json",
+        "timeline testdata/sample.pickle --at peak",
+        "segments testdata/sample.pickle --json",
+        "oom testdata/sample.pickle --json",
+        "reconcile testdata/gpu/oom/oom_snapshot.pickle --nvml testdata/gpu/oom/nvml.jsonl --json",
+    ] {
+        let (ok, stderr) = piped(args, "true");
+        assert!(ok, "{args} | true: {stderr}");
+        assert_eq!(stderr, "", "{args} | true");
+    }
+}
+
+#[test]
+fn thread_counts_are_bounded() {
+    for n in [
+        "1025",
+        "100000",
+        "18446744073709551615",
+        "99999999999999999999999",
+    ] {
+        let out = vramlens()
+            .args(["--threads", n, "summary", "testdata/sample.pickle"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--threads {n}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains(&format!("invalid value '{n}' for '--threads <N>'")),
+            "{err}"
+        );
+        assert!(err.contains("1024"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+    // 0 means the default: one thread per core.
+    let default = vramlens()
+        .args(["summary", "testdata/multi_device.pickle"])
+        .output()
+        .unwrap();
+    let zero = vramlens()
+        .args(["--threads", "0", "summary", "testdata/multi_device.pickle"])
+        .output()
+        .unwrap();
+    assert!(zero.status.success());
+    assert_eq!(zero.stdout, default.stdout);
+    vramlens()
+        .args(["summary", "--threads", "-1", "testdata/sample.pickle"])
+        .assert()
+        .code(2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Output files (-o)
+// ---------------------------------------------------------------------------------------
+
+/// Runs `args` and returns (status, stderr).
+fn status_and_stderr(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+    let out = vramlens().args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stderr).unwrap_or_default(),
+    )
+}
+
+/// The entries of a folder, sorted.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[cfg(unix)]
+#[test]
+fn links_at_the_output_or_temporary_names_are_never_followed() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let victim = d.join("victim.txt");
+    std::fs::write(&victim, "keep me").unwrap();
+    // A link at the name the temporary file once had (".NAME.vramlens-tmp").
+    symlink(&victim, d.join(".t.svg.vramlens-tmp")).unwrap();
+    let t = d.join("t.svg");
+    vramlens()
+        .args(["timeline", "testdata/sample.pickle", "-o"])
+        .arg(&t)
+        .assert()
+        .success();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(std::fs::symlink_metadata(&t).unwrap().is_file());
+    assert!(std::fs::read_to_string(&t).unwrap().starts_with("<?xml"));
+    // A link at the output itself, to a file or to nothing: refused, even with --force.
+    symlink(&victim, d.join("l.svg")).unwrap();
+    symlink(d.join("absent.txt"), d.join("dangling.svg")).unwrap();
+    for name in ["l.svg", "dangling.svg"] {
+        let o = d.join(name);
+        for force in [false, true] {
+            for cmd in ["timeline", "segments"] {
+                let mut args: Vec<&std::ffi::OsStr> = vec![
+                    cmd.as_ref(),
+                    "testdata/sample.pickle".as_ref(),
+                    "-o".as_ref(),
+                ];
+                args.push(o.as_os_str());
+                if force {
+                    args.push("--force".as_ref());
+                }
+                assert_eq!(
+                    status_and_stderr(&args),
+                    (
+                        Some(2),
+                        format!(
+                            "vramlens: error: {}: is a symbolic link; vramlens writes only to a new or a regular file\n",
+                            o.display()
+                        )
+                    )
+                );
+            }
+        }
+        assert!(std::fs::symlink_metadata(&o).unwrap().is_symlink());
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(!d.join("absent.txt").exists());
+    // No temporary file is left behind.
+    assert_eq!(
+        names(d),
+        [
+            ".t.svg.vramlens-tmp",
+            "dangling.svg",
+            "l.svg",
+            "t.svg",
+            "victim.txt"
+        ]
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn devices_fifos_and_directories_are_refused_even_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = d.join("p.svg");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let folder = d.join("charts");
+    std::fs::create_dir(&folder).unwrap();
+    let cases = [
+        (
+            std::path::PathBuf::from("/dev/null"),
+            "is a character device; vramlens writes only to a new or a regular file".to_string(),
+        ),
+        (
+            fifo.clone(),
+            "is a named pipe (FIFO); vramlens writes only to a new or a regular file".to_string(),
+        ),
+        (
+            folder.clone(),
+            format!(
+                "is a directory; give a file name for the chart, such as {}",
+                folder.join("chart.svg").display()
+            ),
+        ),
+    ];
+    for (target, message) in &cases {
+        for force in [false, true] {
+            let mut args: Vec<&std::ffi::OsStr> = vec![
+                "segments".as_ref(),
+                "testdata/sample.pickle".as_ref(),
+                "-o".as_ref(),
+                target.as_os_str(),
+            ];
+            if force {
+                args.push("--force".as_ref());
+            }
+            let (code, err) = status_and_stderr(&args);
+            assert_eq!(code, Some(2));
+            assert_eq!(
+                err,
+                format!("vramlens: error: {}: {message}\n", target.display())
+            );
+            assert!(!err.contains("--force"), "{err}");
+        }
+    }
+    assert_eq!(names(d), ["charts", "p.svg"]);
+    assert_eq!(names(&folder), Vec::<String>::new());
+}
+
+#[test]
+fn the_output_is_never_one_of_the_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let original = std::fs::read(root().join("testdata/sample.pickle")).unwrap();
+    let snap = d.join("s.svg");
+    std::fs::write(&snap, &original).unwrap();
+    let (code, err) = status_and_stderr(&[
+        "segments".as_ref(),
+        snap.as_os_str(),
+        "-o".as_ref(),
+        snap.as_os_str(),
+        "--force".as_ref(),
+    ]);
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        err,
+        format!(
+            "vramlens: error: {0}: is the same file as the input {0}; write the chart to another file\n",
+            snap.display()
+        )
+    );
+    // A second name for the same file (a hard link), and a device log given with --nvml.
+    let linked = d.join("h.svg");
+    std::fs::hard_link(&snap, &linked).unwrap();
+    let (code, err) = status_and_stderr(&[
+        "timeline".as_ref(),
+        snap.as_os_str(),
+        "-o".as_ref(),
+        linked.as_os_str(),
+        "--force".as_ref(),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("is the same file as the input"), "{err}");
+    let log = d.join("nvml.svg");
+    std::fs::copy(root().join("testdata/gpu/oom/nvml.jsonl"), &log).unwrap();
+    let (code, err) = status_and_stderr(&[
+        "timeline".as_ref(),
+        "testdata/gpu/oom/oom_snapshot.pickle".as_ref(),
+        "--nvml".as_ref(),
+        log.as_os_str(),
+        "-o".as_ref(),
+        log.as_os_str(),
+        "--force".as_ref(),
+    ]);
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        err,
+        format!(
+            "vramlens: error: {0}: is the same file as the input {0}; write the chart to another file\n",
+            log.display()
+        )
+    );
+    assert_eq!(std::fs::read(&snap).unwrap(), original);
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        std::fs::read(root().join("testdata/gpu/oom/nvml.jsonl")).unwrap()
+    );
+}
+
+#[test]
+fn charts_are_written_as_svg_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (name, message) in [
+        (
+            "t.png",
+            "vramlens writes SVG, not .png; name the file .svg (convert it with a browser or rsvg-convert)",
+        ),
+        (
+            "chart",
+            "expected a file name ending in .svg (vramlens writes SVG)",
+        ),
+        ("missing/t.svg", ""),
+    ] {
+        let target = d.join(name);
+        let message = if message.is_empty() {
+            format!("folder {} does not exist", d.join("missing").display())
+        } else {
+            message.to_string()
+        };
+        for cmd in ["timeline", "segments"] {
+            let (code, err) = status_and_stderr(&[
+                cmd.as_ref(),
+                "testdata/sample.pickle".as_ref(),
+                "-o".as_ref(),
+                target.as_os_str(),
+                "--force".as_ref(),
+            ]);
+            assert_eq!(code, Some(2));
+            assert_eq!(
+                err,
+                format!("vramlens: error: {}: {message}\n", target.display())
+            );
+        }
+    }
+    assert_eq!(names(d), Vec::<String>::new());
+    // Upper case is an SVG name too.
+    vramlens()
+        .args(["segments", "testdata/sample.pickle", "-o"])
+        .arg(d.join("S.SVG"))
+        .assert()
+        .success();
+    assert_eq!(names(d), ["S.SVG"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Strings from a file never reach the terminal raw
+// ---------------------------------------------------------------------------------------
+
+/// The strings of testdata/hostile_strings.pickle (scripts/gen_fixtures.py, HOSTILE_*).
+const HOSTILE_CONF: &str = "expandable_segments:False\x1b[8m,\u{9b}31mhidden\r\x7f";
+const HOSTILE_FRAME: &str = "/home/eve/\x1b]8;;https://example.invalid/\x1b\\model\x1b]8;;\x1b\\.py:13:forward\x1b[2J\x1b[H\x1b]0;pwned\x07";
+
+/// The characters that may drive a terminal: C0 but newline and tab, DEL, C1, and the
+/// private-use character of vramlens' style markers.
+fn raw_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| {
+            let n = c as u32;
+            (n < 0x20 && c != '\n' && c != '\t') || (0x7f..=0x9f).contains(&n) || c == '\u{e000}'
+        })
+        .collect()
+}
+
+/// What the text output shows for `s`: each control character as visible text.
+fn visible(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            let n = c as u32;
+            if (n < 0x20 && c != '\n' && c != '\t') || n == 0x7f {
+                format!("\\x{n:02x}")
+            } else if (0x80..=0x9f).contains(&n) {
+                format!("\\u{{{n:x}}}")
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+fn contains_string(v: &serde_json::Value, s: &str) -> bool {
+    match v {
+        serde_json::Value::String(x) => x.contains(s),
+        serde_json::Value::Array(a) => a.iter().any(|x| contains_string(x, s)),
+        serde_json::Value::Object(o) => o
+            .iter()
+            .any(|(k, x)| k.contains(s) || contains_string(x, s)),
+        _ => false,
+    }
+}
+
+#[test]
+fn strings_from_a_file_cannot_drive_the_terminal() {
+    let file = "testdata/hostile_strings.pickle";
+    let text = |args: &[&str]| -> String {
+        let out = vramlens().args(args).arg(file).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(raw_controls(&text), [], "{args:?}: {text}");
+        text
+    };
+    let summary = text(&["summary"]);
+    assert!(
+        summary.contains(&format!(
+            "  ALLOC_CONF           {}\n",
+            visible(HOSTILE_CONF)
+        )),
+        "{summary}"
     );
     assert!(
-        out.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        summary.contains("unknown trace action 'alloc\\x1b[1A\\x1b[2K'"),
+        "{summary}"
+    );
+    let frame = visible(HOSTILE_FRAME);
+    assert_eq!(
+        frame,
+        "/home/eve/\\x1b]8;;https://example.invalid/\\x1b\\model\\x1b]8;;\\x1b\\.py:13:forward\\x1b[2J\\x1b[H\\x1b]0;pwned\\x07"
+    );
+    for args in [
+        &["timeline", "--at", "peak"][..],
+        &["timeline", "--at", "oom"],
+        &["oom"],
+    ] {
+        let t = text(args);
+        assert!(t.contains(&frame), "{args:?}: {t}");
+    }
+    text(&["timeline"]);
+    text(&["segments"]);
+    // JSON keeps the strings exactly, written with \u escapes.
+    for args in [
+        &["summary", "--json"][..],
+        &["timeline", "--json"],
+        &["timeline", "--at", "peak", "--json"],
+        &["segments", "--json"],
+        &["oom", "--json"],
+    ] {
+        let t = text(args);
+        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+        if args[0] == "summary" {
+            assert!(contains_string(&v, HOSTILE_CONF), "{t}");
+            assert!(t.contains(r"False\u001b[8m,\u009b31mhidden\r\u007f"), "{t}");
+        }
+        if args.len() > 2 || args[0] == "oom" {
+            assert!(
+                contains_string(&v, "forward\x1b[2J\x1b[H\x1b]0;pwned\x07"),
+                "{t}"
+            );
+        }
+    }
+    // The chart is XML: no control character XML forbids.
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("t.svg");
+    vramlens()
+        .args(["timeline", file, "-o"])
+        .arg(&svg)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(
+        !svg.chars()
+            .any(|c| (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r'))
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn file_names_in_errors_are_shown_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("run\x1b]0;pwned\x07\u{9b}2J.pickle");
+    std::fs::write(&bad, b"").unwrap();
+    let out = vramlens().arg("summary").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "vramlens: error: {}/run\\x1b]0;pwned\\x07\\u{{9b}}2J.pickle: empty file; expected a PyTorch memory snapshot\n",
+            dir.path().display()
+        )
     );
 }

@@ -2,8 +2,8 @@
 //! traces, memory-timeline raw rows) read by `vramlens::devlog`.
 //!
 //! Real files come from `../shared/data` (figures from its MANIFEST.md, checked again with
-//! Python's csv/json) and skip, saying so, when that folder is absent; our own H200
-//! recordings in `testdata/gpu` always run.
+//! Python's csv/json); those tests are ignored by default (`.ci/run` runs them where the
+//! folder exists). Our own H200 recordings in `testdata/gpu` always run.
 
 use std::path::{Path, PathBuf};
 use vramlens::devlog::{
@@ -23,17 +23,14 @@ fn shared_data() -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
-/// The file under `../shared/data`, or None after printing why the check is skipped.
+/// The file under `../shared/data`, for tests marked `#[ignore = "needs ../shared/data"]`:
+/// panics, saying why, when it is missing (never None).
 fn shared_file(rel: &str) -> Option<PathBuf> {
-    let Some(dir) = shared_data() else {
-        println!("SKIPPED: ../shared/data not found; {rel} not checked");
-        return None;
-    };
+    let dir = shared_data().unwrap_or_else(|| {
+        panic!("../shared/data not found: this test needs the real files ({rel})")
+    });
     let path = dir.join(rel);
-    if !path.exists() {
-        println!("SKIPPED: {rel} is not in ../shared/data");
-        return None;
-    }
+    assert!(path.exists(), "{rel} is not in ../shared/data");
     Some(path)
 }
 
@@ -66,6 +63,7 @@ fn gpu(time_us: i64, gpu: i64, used_mib: u64, total_mib: Option<u64>) -> GpuSamp
 // ---------------------------------------------------------------------------------------
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn nvsmi_miris_v100s_with_units() {
     let Some(path) = shared_file("nvsmi-miris-v100s/gpu_log.csv") else {
         return;
@@ -94,6 +92,7 @@ fn nvsmi_miris_v100s_with_units() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn nvsmi_vlm_opt_4090_without_index() {
     let Some(path) = shared_file("nvsmi-vlm-opt-4090/gpu_log.csv") else {
         return;
@@ -108,6 +107,7 @@ fn nvsmi_vlm_opt_4090_without_index() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn nvsmi_gpu_glasses_hand_written_header_iso_times() {
     let Some(path) = shared_file("nvsmi-gpu-glasses/nvidia_smi.csv") else {
         return;
@@ -283,6 +283,7 @@ struct TraceCase {
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn every_real_kineto_trace() {
     let cases = [
         TraceCase {
@@ -390,6 +391,7 @@ fn every_real_kineto_trace() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn kineto_2021_shape_has_only_three_args() {
     let Some(path) =
         shared_file("kineto-tb-plugin-samples-2021/worker0.1623212756351.pt.trace.json.gz")
@@ -411,6 +413,7 @@ fn kineto_2021_shape_has_only_three_args() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn kineto_cpu_only_traces_peak_as_manifest_prints() {
     // MANIFEST's peaks for CPU-only traces are over all [memory] events.
     for (rel, exact, printed, unit) in [
@@ -434,6 +437,7 @@ fn kineto_cpu_only_traces_peak_as_manifest_prints() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn memory_timeline_raw_rows() {
     let Some(path) = shared_file("hta-test-data/memory_timeline.raw.gz") else {
         return;

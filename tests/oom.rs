@@ -3,7 +3,7 @@
 mod common;
 
 use assert_cmd::Command;
-use common::{root, shared_data};
+use common::{require_shared_data, root};
 use std::collections::HashMap;
 use vramlens::model::{Action, BlockState};
 
@@ -97,11 +97,9 @@ fn hand_figures(path: &std::path::Path, device: i64) -> (usize, u64, u64, u64, u
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn torchtitan_fsdp_ranks_run_out_of_capacity_with_fragmentation() {
-    let Some(data) = shared_data() else {
-        eprintln!("SKIPPED: ../shared/data not found; real OOM snapshots were not analysed");
-        return;
-    };
+    let data = require_shared_data();
     for (rank, device) in [("rank0", 0), ("rank1", 1)] {
         let path = data.join(format!(
             "ccl-bench-torchtitan-fsdp-oom/{rank}_memory_snapshot.pickle"
@@ -137,11 +135,9 @@ fn torchtitan_fsdp_ranks_run_out_of_capacity_with_fragmentation() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn expandable_segments_oom_is_capacity_and_suggests_nothing_already_on() {
-    let Some(data) = shared_data() else {
-        eprintln!("SKIPPED: ../shared/data not found; real OOM snapshots were not analysed");
-        return;
-    };
+    let data = require_shared_data();
     let path = data.join("code-location-expandable-oom/memory_snapshot.pickle");
     let v = oom_json(&[path.to_str().unwrap()]);
     let a = &v["analyses"].as_array().unwrap();
@@ -172,11 +168,9 @@ fn expandable_segments_oom_is_capacity_and_suggests_nothing_already_on() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data"]
 fn snapshot_without_an_oom_event_is_analysed_from_its_final_state() {
-    let Some(data) = shared_data() else {
-        eprintln!("SKIPPED: ../shared/data not found; real OOM snapshots were not analysed");
-        return;
-    };
+    let data = require_shared_data();
     let path = data.join("flexgen-pt20/oom_snapshot.pickle");
     let v = oom_json(&[path.to_str().unwrap()]);
     assert!(v["notes"][0].as_str().unwrap().contains("no oom event"));

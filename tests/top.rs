@@ -4,7 +4,7 @@
 mod common;
 
 use assert_cmd::Command;
-use common::{root, shared_data};
+use common::root;
 use vramlens::analysis::attribution::{AttributionOptions, Attributor, GroupBy, parse_rules};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::moment::Moment;
@@ -296,7 +296,7 @@ fn groups_add_up_to_the_peak_on_every_fixture() {
 #[test]
 #[ignore = "needs ../shared/data"]
 fn groups_add_up_to_the_peak_on_every_real_snapshot() {
-    let data = shared_data().expect("../shared/data is needed for this test");
+    let data = common::require_shared_data();
     let expected: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
         &std::fs::read_to_string(root().join("tests/data/real_expected.json")).unwrap(),
     )

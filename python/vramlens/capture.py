@@ -22,7 +22,9 @@ What it does:
     when installed, else `nvidia-smi`;
   * dumps OUT/snapshot.pickle at the end, and prints the vramlens commands to run next.
 
-Python standard library only; torch and nvidia-ml-py are used when present.
+Python standard library only; nvidia-ml-py is used when present. Run as a command it
+needs torch and a CUDA device (exit status 2 without them, before the script runs);
+`capture()` in a script without them only samples the device, and says so.
 """
 
 import argparse
@@ -264,7 +266,16 @@ def capture(out_dir, max_entries=100_000, stacks="python", interval_ms=100,
             finally:
                 torch.cuda.memory._record_memory_history(enabled=None)
         if print_commands:
-            print("vramlens: wrote " + ", ".join(sorted(set(written))), file=stream)
+            if torch is None:
+                print("vramlens: no memory history: PyTorch (torch) is not installed",
+                      file=stream)
+            elif not cuda:
+                print("vramlens: no memory history: torch.cuda.is_available() is False",
+                      file=stream)
+            if written:
+                print("vramlens: wrote " + ", ".join(sorted(set(written))), file=stream)
+            else:
+                print("vramlens: wrote nothing", file=stream)
             for c in next_commands(out_dir, set(written)):
                 print("  next: " + c, file=stream)
 
@@ -280,6 +291,18 @@ def main(argv=None):
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     a = p.parse_args(argv)
+    # Without torch and a CUDA device there is nothing to record: say so and run nothing.
+    try:
+        import torch
+    except ImportError as e:
+        print(f"vramlens_capture: error: PyTorch is needed to record CUDA memory, and "
+              f"`import torch` failed ({e}); run this helper with the Python that trains",
+              file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("vramlens_capture: error: torch.cuda.is_available() is False: no CUDA device "
+              "to record memory from; nothing was run", file=sys.stderr)
+        return 2
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     sys.argv = [a.script] + args
     # As `python3 script.py` does: the script's folder comes first on the import path.

@@ -2,64 +2,15 @@
 
 pub mod flamegraph;
 pub mod oom;
+pub mod output;
 pub mod reconcile;
 pub mod segments;
 pub mod summary;
 pub mod timeline;
 pub mod top;
 
-use anyhow::{Context, Result, anyhow, bail};
-use std::io::Write;
-use std::path::Path;
-
-/// Writes `path` through a temporary file beside it, so a failure leaves nothing behind.
-fn write_new_file(
-    path: &Path,
-    force: bool,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<()> {
-    if path.exists() && !force {
-        bail!(
-            "{}: already exists; use --force to overwrite it",
-            path.display()
-        );
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| anyhow!("{}: not a file name", path.display()))?;
-    let tmp = dir.join(format!(".{}.vramlens-tmp", name.to_string_lossy()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-        write(&mut f)?;
-        f.flush()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
-    Ok(())
-}
-
-/// Refuses to go on when the output file exists and --force was not given.
-fn check_output(output: Option<&Path>, force: bool) -> Result<()> {
-    if let Some(o) = output
-        && o.exists()
-        && !force
-    {
-        bail!(
-            "{}: already exists; use --force to overwrite it",
-            o.display()
-        );
-    }
-    Ok(())
-}
-
+use anyhow::{Context, Result, anyhow};
+use output::{check_output, write_new_file};
 /// Reads and merges device logs (nvidia-smi CSV or NVML JSON lines).
 fn read_device_logs(
     paths: &[std::path::PathBuf],
@@ -77,6 +28,24 @@ fn read_device_logs(
     }
     Ok(vramlens::devlog::merge(logs))
 }
+
+/// Several errors, one line each on stderr (e.g. every bad file of `summary`).
+#[derive(Debug)]
+pub struct Failures(pub Vec<anyhow::Error>);
+
+impl std::fmt::Display for Failures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e:#}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Failures {}
 
 /// Attribution options from the command line (patterns compiled, rules file read).
 fn attribution_options(

@@ -1,5 +1,5 @@
-//! `vramlens summary`: reads every file (in parallel), prints one report per file in
-//! argument order.
+//! `vramlens summary`: reads every file (in parallel), prints one report per good file in
+//! argument order, then one error line per bad file.
 
 use crate::cli::SummaryArgs;
 use anyhow::Result;
@@ -15,25 +15,40 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
         device: args.device,
     };
     let read = ReadOptions { progress: true };
-    // Parse every file first: a bad file fails the command before any output.
-    let reports = args
+    // Every file is read (in parallel); the reports of the good ones are printed in
+    // argument order, then each bad one gives an error line and the status is 2.
+    let results: Vec<Result<_, vramlens::input::ReadError>> = args
         .files
         .par_iter()
         .map(|path| {
             let (snap, info) = read_snapshot(path, read)?;
             Ok(analyze_summary(&snap, &info, options))
         })
-        .collect::<Result<Vec<_>, vramlens::input::ReadError>>()?;
+        .collect();
     let style = Style::detect(std::io::stdout().is_terminal());
-    for (i, report) in reports.iter().enumerate() {
+    let mut errors = Vec::new();
+    let mut printed = 0;
+    for result in results {
+        let report = match result {
+            Ok(report) => report,
+            Err(e) => {
+                errors.push(anyhow::Error::from(e));
+                continue;
+            }
+        };
         if args.json {
-            write_json(out, report)?;
+            write_json(out, &report)?;
         } else {
-            if i > 0 {
+            if printed > 0 {
                 writeln!(out)?;
             }
-            write_summary_text(out, report, style)?;
+            write_summary_text(out, &report, style)?;
         }
+        printed += 1;
     }
-    Ok(())
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(super::Failures(errors).into()),
+    }
 }

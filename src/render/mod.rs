@@ -8,13 +8,16 @@ pub mod oom;
 pub mod segments_svg;
 pub mod summary;
 pub mod svg;
+pub mod terminal;
 pub mod timeline_svg;
 pub mod timeline_text;
 pub mod top;
 
 use std::io::{self, Write};
 
-/// Text styling: bold headings only on a terminal, never with NO_COLOR.
+/// Text styling: bold headings only on a terminal, never with NO_COLOR. The styles are
+/// markers that [`terminal::TerminalText`] turns into escape codes (file content cannot
+/// forge them); text styled with colour must be written through it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Style {
     pub color: bool,
@@ -31,7 +34,7 @@ impl Style {
 
     pub fn heading(&self, s: &str) -> String {
         if self.color {
-            format!("\x1b[1m{s}\x1b[0m")
+            styled(terminal::BOLD, s)
         } else {
             s.to_string()
         }
@@ -39,15 +42,47 @@ impl Style {
 
     pub fn warn(&self, s: &str) -> String {
         if self.color {
-            format!("\x1b[33m{s}\x1b[0m")
+            styled(terminal::YELLOW, s)
         } else {
             s.to_string()
         }
     }
 }
 
+fn styled(code: u8, s: &str) -> String {
+    format!(
+        "{}{s}{}",
+        terminal::marker(code),
+        terminal::marker(terminal::RESET)
+    )
+}
+
+/// Compact JSON in which DEL, the C1 controls and the style marker are `\u` escapes too
+/// (serde_json escapes only C0), so no string from a file reaches a terminal raw.
+struct SafeJson;
+
+impl serde_json::ser::Formatter for SafeJson {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut run = 0;
+        for (i, c) in fragment.char_indices() {
+            if ('\u{7f}'..='\u{9f}').contains(&c) || c == terminal::MARK {
+                writer.write_all(&fragment.as_bytes()[run..i])?;
+                write!(writer, "\\u{:04x}", c as u32)?;
+                run = i + c.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[run..])
+    }
+}
+
 /// Writes any report as one line of JSON.
 pub fn write_json<T: serde::Serialize>(out: &mut dyn Write, report: &T) -> io::Result<()> {
-    serde_json::to_writer(&mut *out, report).map_err(io::Error::other)?;
+    let mut ser = serde_json::Serializer::with_formatter(&mut *out, SafeJson);
+    // An I/O error (a closed pipe) keeps its kind.
+    report.serialize(&mut ser).map_err(io::Error::from)?;
     writeln!(out)
 }

@@ -18,6 +18,18 @@ pub fn shared_data() -> Option<PathBuf> {
     p.is_dir().then_some(p)
 }
 
+/// `../shared/data`, for a test marked `#[ignore = "needs ../shared/data"]`: a test that
+/// is run without the data fails, saying why, rather than passing without checking.
+pub fn require_shared_data() -> PathBuf {
+    shared_data().unwrap_or_else(|| {
+        panic!(
+            "../shared/data not found beside {}: this test needs the real files \
+             (run it where they are, or without --include-ignored)",
+            root().display()
+        )
+    })
+}
+
 /// The summary of a file as JSON, as `vramlens summary --json` prints it.
 pub fn summary_json(path: &Path) -> Value {
     let (snap, info) = read_snapshot(path, ReadOptions::default())

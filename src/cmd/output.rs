@@ -1,0 +1,299 @@
+//! Output files (`-o`): what may be written and how.
+//!
+//! A chart is written to a temporary file created exclusively beside the target (never
+//! through a link planted at its name), then moved into place: without `--force` by a
+//! hard link that fails if the name was taken meanwhile, with `--force` by a rename that
+//! replaces the directory entry (a link or device is never written through). Only a new
+//! name or a regular file is ever replaced; a directory, link, FIFO, device or socket at
+//! the name is refused even with `--force`, and so is an output that is one of the inputs.
+
+use crate::cli::Command;
+use anyhow::{Context, Result, anyhow, bail};
+use std::fs::{self, File, OpenOptions};
+use std::hash::{BuildHasher, RandomState};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// What is at the output name now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Absent,
+    Regular,
+}
+
+/// Names what a non-regular file is, for the error.
+fn kind_of(ft: &fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_fifo() {
+            return "a named pipe (FIFO)";
+        }
+        if ft.is_char_device() {
+            return "a character device";
+        }
+        if ft.is_block_device() {
+            return "a block device";
+        }
+        if ft.is_socket() {
+            return "a socket";
+        }
+    }
+    if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Looks at the output name without following a link there.
+fn inspect(path: &Path) -> Result<Target> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Target::Absent),
+        Err(e) => return Err(e).with_context(|| format!("cannot check {}", path.display())),
+    };
+    let ft = meta.file_type();
+    if ft.is_file() {
+        Ok(Target::Regular)
+    } else if ft.is_dir() {
+        bail!(
+            "{}: is a directory; give a file name for the chart, such as {}",
+            path.display(),
+            path.join("chart.svg").display()
+        )
+    } else {
+        bail!(
+            "{}: is {}; vramlens writes only to a new or a regular file",
+            path.display(),
+            kind_of(&ft)
+        )
+    }
+}
+
+/// Refuses to go on when the output name is taken by something that is not a regular
+/// file (always), or by a file and `--force` was not given.
+pub fn check_output(output: Option<&Path>, force: bool) -> Result<()> {
+    if let Some(o) = output
+        && inspect(o)? == Target::Regular
+        && !force
+    {
+        bail!(
+            "{}: already exists; use --force to overwrite it",
+            o.display()
+        );
+    }
+    Ok(())
+}
+
+/// Charts are SVG: a name with another extension is refused rather than given SVG bytes.
+fn check_svg_name(path: &Path) -> Result<()> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(()),
+        Some(e) => bail!(
+            "{}: vramlens writes SVG, not .{e}; name the file .svg (convert it with a browser or rsvg-convert)",
+            path.display()
+        ),
+        None => bail!(
+            "{}: expected a file name ending in .svg (vramlens writes SVG)",
+            path.display()
+        ),
+    }
+}
+
+/// The same file (device and inode on Unix; the resolved path elsewhere).
+fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (fs::metadata(a), fs::metadata(b)) {
+            (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        match (fs::canonicalize(a), fs::canonicalize(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        }
+    }
+}
+
+/// Every check of an output file before any input is read: the kind of what is at the
+/// name, the extension (`.svg` for a chart), the folder, not one of the inputs, `--force`
+/// for an existing file.
+pub fn check_output_path(output: &Path, force: bool, inputs: &[&Path], svg: bool) -> Result<()> {
+    let target = inspect(output)?;
+    if svg {
+        check_svg_name(output)?;
+    }
+    let dir = output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        bail!(
+            "{}: folder {} does not exist",
+            output.display(),
+            dir.display()
+        );
+    }
+    if target == Target::Regular {
+        if let Some(input) = inputs.iter().find(|i| same_file(i, output)) {
+            bail!(
+                "{}: is the same file as the input {}; write the chart to another file",
+                output.display(),
+                input.display()
+            );
+        }
+        if !force {
+            bail!(
+                "{}: already exists; use --force to overwrite it",
+                output.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The checks of the command's output file, if it writes one. Every command is listed, so
+/// a new command with `-o` has to say how its output is checked.
+pub fn check_command_output(command: &Command) -> Result<()> {
+    match command {
+        Command::Timeline(a) => match &a.output {
+            Some(o) => {
+                let mut inputs: Vec<&Path> = vec![&a.file];
+                inputs.extend(a.nvml.iter().map(PathBuf::as_path));
+                check_output_path(o, a.force, &inputs, true)
+            }
+            None => Ok(()),
+        },
+        Command::Segments(a) => match &a.output {
+            Some(o) => check_output_path(o, a.force, &[&a.file], true),
+            None => Ok(()),
+        },
+        Command::Flamegraph(a) => match &a.output {
+            Some(o) => check_output_path(o, a.force, &[&a.file], !a.folded),
+            None => Ok(()),
+        },
+        Command::Summary(_) | Command::Oom(_) | Command::Reconcile(_) | Command::Top(_) => Ok(()),
+    }
+}
+
+/// Creates a new file beside the target whose name nobody else holds.
+fn create_temp(dir: &Path, name: &str) -> io::Result<(PathBuf, File)> {
+    let pid = std::process::id();
+    let mut last = None;
+    for _ in 0..64 {
+        // A random part so another process cannot guess the name ahead of time.
+        let nonce = RandomState::new().hash_one(pid);
+        let tmp = dir.join(format!(".{name}.{pid}.{nonce:016x}.vramlens-tmp"));
+        // create_new: O_CREAT | O_EXCL, which fails on any existing entry, a link included.
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no free temporary name")))
+}
+
+/// Moves the finished temporary file to `path`.
+fn publish(tmp: &Path, path: &Path, force: bool) -> Result<()> {
+    let exists = || {
+        anyhow!(
+            "{}: already exists; use --force to overwrite it",
+            path.display()
+        )
+    };
+    if force {
+        // Checked again just before: only a new name or a regular file is replaced.
+        inspect(path)?;
+        return fs::rename(tmp, path).with_context(|| format!("cannot write {}", path.display()));
+    }
+    match fs::hard_link(tmp, path) {
+        Ok(()) => {
+            let _ = fs::remove_file(tmp);
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(exists()),
+        // A file system without hard links: check, then rename.
+        Err(_) => {
+            if inspect(path)? != Target::Absent {
+                return Err(exists());
+            }
+            fs::rename(tmp, path).with_context(|| format!("cannot write {}", path.display()))
+        }
+    }
+}
+
+/// Writes `path` through a temporary file beside it, so a failure leaves nothing behind.
+pub fn write_new_file(
+    path: &Path,
+    force: bool,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<()> {
+    check_output(Some(path), force)?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("{}: not a file name", path.display()))?
+        .to_string_lossy();
+    let (tmp, file) = match create_temp(dir, &name) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            bail!(
+                "{}: folder {} does not exist",
+                path.display(),
+                dir.display()
+            )
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
+    };
+    let written = (|| -> io::Result<()> {
+        let mut f = io::BufWriter::new(file);
+        write(&mut f)?;
+        f.flush()
+    })()
+    .with_context(|| format!("cannot write {}", path.display()));
+    let result = written.and_then(|()| publish(&tmp, path, force));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_differ_and_stay_beside_the_target() {
+        let dir = std::env::temp_dir().join(format!("vramlens-output-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (a, _) = create_temp(&dir, "x.svg").unwrap();
+        let (b, _) = create_temp(&dir, "x.svg").unwrap();
+        assert_ne!(a, b);
+        for p in [&a, &b] {
+            let name = p.file_name().unwrap().to_string_lossy();
+            assert!(name.starts_with(".x.svg.") && name.ends_with(".vramlens-tmp"));
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_svg_names() {
+        assert!(check_svg_name(Path::new("a/b.svg")).is_ok());
+        assert!(check_svg_name(Path::new("b.SVG")).is_ok());
+        let png = check_svg_name(Path::new("b.png")).unwrap_err().to_string();
+        assert_eq!(
+            png,
+            "b.png: vramlens writes SVG, not .png; name the file .svg (convert it with a browser or rsvg-convert)"
+        );
+        assert!(check_svg_name(Path::new("chart")).is_err());
+    }
+}
