@@ -5,6 +5,7 @@ pub mod attribution;
 pub mod device;
 pub mod flame;
 pub mod frames;
+pub mod group_series;
 pub mod live;
 pub mod moment;
 pub mod oom;

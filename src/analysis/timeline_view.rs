@@ -8,8 +8,9 @@
 //! Two replay passes and nothing per event: the first picks each bucket's state, the
 //! second adds every allocation to the buckets whose state it is alive in.
 
-use super::attribution::{Attributor, GroupBy, GroupKey};
+use super::attribution::{Attributor, GroupBy};
 use super::frames::user_frames;
+use super::group_series::{GroupSeries, GroupValues};
 use crate::model::{Action, DeviceTrace, Snapshot};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, Running, TotalsAt};
 use crate::timeline::{Lifetime, Origin};
@@ -202,8 +203,6 @@ pub struct TimelineView {
 }
 
 const MAX_ANNOTATIONS: usize = 300;
-/// Past this many distinct groups, further groups go to the rest band unseen.
-const MAX_GROUPS: usize = 5000;
 
 /// Axis positions of states as the replay runs: state 0 is before the first event,
 /// state i + 1 after event i. Time never goes backwards on the axis (a time earlier than
@@ -277,81 +276,37 @@ impl Aggregator for BucketScan<'_> {
     }
 }
 
-/// Per-group bytes over the shown states, as difference arrays.
-struct Bands<'a> {
-    attr: &'a Attributor<'a>,
-    by: BandBy,
-    /// shown state of each bucket, non-decreasing
+/// The largest allocations alive in the shown states (one band per allocation).
+struct LargestAllocations<'a> {
     shown: &'a [usize],
-    keys: HashMap<GroupKey, usize>,
-    /// per group: difference array over buckets (len nb + 1), count, largest member
-    diffs: Vec<Vec<i64>>,
-    counts: Vec<usize>,
-    largest: Vec<Lifetime>,
-    names: Vec<GroupKey>,
-    /// allocation mode: the candidates, largest first (bounded)
+    /// the candidates, largest first (bounded), with their bucket ranges
     allocations: Vec<(Lifetime, usize, usize)>,
+    limit: usize,
     /// allocations alive in at least one shown state
     alive: usize,
-    limit: usize,
     streams: Vec<u64>,
     pools: Vec<PoolId>,
 }
 
-impl Bands<'_> {
-    /// Buckets whose shown state lies in [from, to).
-    fn range(&self, from: usize, to: usize) -> (usize, usize) {
-        (
-            self.shown.partition_point(|&k| k < from),
-            self.shown.partition_point(|&k| k < to),
-        )
-    }
-
+impl LargestAllocations<'_> {
     fn add(&mut self, l: &Lifetime) {
-        let from = l.alloc.map_or(0, |a| a.index() + 1);
-        let to = l.free_completed.map_or(usize::MAX, |f| f.index() + 1);
-        let (lo, hi) = self.range(from, to);
+        let (lo, hi) = GroupSeries::range(self.shown, l);
         if lo >= hi {
             return;
         }
         self.alive += 1;
-        match self.by {
-            BandBy::Allocation => {
-                let order = |l: &Lifetime| (std::cmp::Reverse(l.size), l.alloc, l.addr, l.version);
-                let pos = self
-                    .allocations
-                    .partition_point(|(c, _, _)| order(c) < order(l));
-                if pos < self.limit {
-                    self.allocations.insert(pos, (*l, lo, hi));
-                    self.allocations.truncate(self.limit);
-                }
-            }
-            BandBy::Group(by) => {
-                let key = self.attr.key(l, by);
-                let g = match self.keys.get(&key) {
-                    Some(&g) => g,
-                    None if self.names.len() < MAX_GROUPS => {
-                        self.keys.insert(key, self.names.len());
-                        self.names.push(key);
-                        self.diffs.push(vec![0; self.shown.len() + 1]);
-                        self.counts.push(0);
-                        self.largest.push(*l);
-                        self.names.len() - 1
-                    }
-                    None => return,
-                };
-                self.diffs[g][lo] += l.size as i64;
-                self.diffs[g][hi] -= l.size as i64;
-                self.counts[g] += 1;
-                if l.size > self.largest[g].size {
-                    self.largest[g] = *l;
-                }
-            }
+        let order = |l: &Lifetime| (std::cmp::Reverse(l.size), l.alloc, l.addr, l.version);
+        let pos = self
+            .allocations
+            .partition_point(|(c, _, _)| order(c) < order(l));
+        if pos < self.limit {
+            self.allocations.insert(pos, (*l, lo, hi));
+            self.allocations.truncate(self.limit);
         }
     }
 }
 
-impl Aggregator for Bands<'_> {
+impl Aggregator for LargestAllocations<'_> {
     fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
         self.add(l);
     }
@@ -457,24 +412,25 @@ pub fn build_view(
     // Pass two: every allocation into the buckets where it is alive; allocated bytes at
     // the shown states.
     let top = options.top.max(1);
-    let mut bands = Bands {
-        attr,
-        by: options.by,
+    let by_group = match options.by {
+        BandBy::Group(by) => by,
+        BandBy::Allocation => GroupBy::Callsite,
+    };
+    let mut groups = GroupSeries::new(attr, by_group, &shown);
+    let mut largest = LargestAllocations {
         shown: &shown,
-        keys: HashMap::new(),
-        diffs: Vec::new(),
-        counts: Vec::new(),
-        largest: Vec::new(),
-        names: Vec::new(),
         allocations: Vec::new(),
-        alive: 0,
         limit: top,
+        alive: 0,
         streams: Vec::new(),
         pools: Vec::new(),
     };
     let states: Vec<Option<usize>> = shown.iter().map(|&k| k.checked_sub(1)).collect();
     let mut totals = TotalsAt::new(states);
-    r.run((&mut bands, &mut totals));
+    match options.by {
+        BandBy::Group(_) => r.run((&mut groups, &mut totals)),
+        BandBy::Allocation => r.run((&mut largest, &mut totals)),
+    };
     let requested: Vec<u64> = rel
         .iter()
         .map(|&v| (start.requested as i64 + v).max(0) as u64)
@@ -482,26 +438,18 @@ pub fn build_view(
     // Per-band values per bucket.
     let (mut series, rest_groups): (Vec<(Band, Vec<u64>)>, usize) = match options.by {
         BandBy::Group(_) => {
-            let mut all: Vec<(usize, Vec<u64>, u64)> = (0..bands.names.len())
+            let mut all: Vec<(GroupValues, u64)> = groups
+                .values()
+                .into_iter()
                 .map(|g| {
-                    let mut acc = 0i64;
-                    let values: Vec<u64> = bands.diffs[g][..nb]
-                        .iter()
-                        .map(|d| {
-                            acc += d;
-                            acc.max(0) as u64
-                        })
-                        .collect();
-                    let max = values.iter().copied().max().unwrap_or(0);
-                    (g, values, max)
+                    let max = g.values.iter().copied().max().unwrap_or(0);
+                    (g, max)
                 })
-                .filter(|(_, _, max)| *max > 0)
+                .filter(|(_, max)| *max > 0)
                 .collect();
             all.sort_by(|a, b| {
-                b.2.cmp(&a.2).then_with(|| {
-                    attr.name(&bands.names[a.0])
-                        .cmp(&attr.name(&bands.names[b.0]))
-                })
+                b.1.cmp(&a.1)
+                    .then_with(|| attr.name(&a.0.key).cmp(&attr.name(&b.0.key)))
             });
             // The largest groups; more while the rest holds over a tenth of the peak.
             let peak = requested.iter().copied().max().unwrap_or(0);
@@ -509,7 +457,7 @@ pub fn build_view(
             let rest_max = |keep: usize| -> u64 {
                 (0..nb)
                     .map(|b| {
-                        let shown: u64 = all[..keep].iter().map(|(_, v, _)| v[b]).sum();
+                        let shown: u64 = all[..keep].iter().map(|(g, _)| g.values[b]).sum();
                         requested[b].saturating_sub(shown)
                     })
                     .max()
@@ -522,15 +470,15 @@ pub fn build_view(
             all.truncate(keep);
             let shown = all
                 .into_iter()
-                .map(|(g, values, max)| {
-                    let key = bands.names[g];
-                    let largest = &bands.largest[g];
+                .map(|(g, max)| {
+                    let key = g.key;
+                    let largest = &g.largest;
                     (
                         Band {
                             name: attr.name(&key),
                             kind: Attributor::kind(&key),
                             max_bytes: max,
-                            count: bands.counts[g],
+                            count: g.count,
                             category: attr.categories[attr.category(largest) as usize].clone(),
                             frames: user_frames(
                                 attr.frames(),
@@ -540,14 +488,14 @@ pub fn build_view(
                             allocation: None,
                             runs: Vec::new(),
                         },
-                        values,
+                        g.values,
                     )
                 })
                 .collect();
             (shown, rest_groups)
         }
         BandBy::Allocation => {
-            let shown: Vec<(Band, Vec<u64>)> = bands
+            let shown: Vec<(Band, Vec<u64>)> = largest
                 .allocations
                 .iter()
                 .map(|(l, lo, hi)| {
@@ -573,8 +521,12 @@ pub fn build_view(
                                 free_event: l.free_completed.map(|e| e.index() as u32),
                                 alloc_time_us: time(l.alloc),
                                 free_time_us: time(l.free_completed),
-                                stream: bands.streams.get(l.stream as usize).copied().unwrap_or(0),
-                                pool_id: bands.pools.get(l.pool as usize).copied().flatten(),
+                                stream: largest
+                                    .streams
+                                    .get(l.stream as usize)
+                                    .copied()
+                                    .unwrap_or(0),
+                                pool_id: largest.pools.get(l.pool as usize).copied().flatten(),
                             }),
                             runs: Vec::new(),
                         },
@@ -582,7 +534,7 @@ pub fn build_view(
                     )
                 })
                 .collect();
-            let rest = bands.alive - shown.len();
+            let rest = largest.alive - shown.len();
             (shown, rest)
         }
     };
