@@ -120,6 +120,10 @@ pub struct TopArgs {
     /// Groups listed; the rest are merged into one line.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub limit: usize,
+    /// Also list leak suspects: groups whose live bytes grew across repeated steps up to
+    /// the moment and are still alive there.
+    #[arg(long)]
+    pub leaks: bool,
     /// Device (default: the one with the OOM for --at oom, else the most active).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,

@@ -455,3 +455,35 @@ fn flamegraph_writes_svg_and_folded_stacks() {
         .code(2)
         .stderr(predicates::str::contains("give -o FILE.svg"));
 }
+
+#[test]
+fn leak_suspects_need_repeated_steps() {
+    let leaks = |file: &str| {
+        let out = vramlens()
+            .args(["top", file, "--leaks", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{file}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["leaks"].clone()
+    };
+    // Our H200 recording: five training steps, then an evaluation loop that keeps every
+    // output. Both of its lines grow in (nearly) every sample since the loop began.
+    let l = leaks("testdata/gpu/oom/oom_snapshot.pickle");
+    assert!(l["steps"]["step_annotations"].as_u64().unwrap() >= 2);
+    let names: Vec<&str> = l["suspects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["<string>:31:leaky_eval", "<string>:30:leaky_eval"]);
+    assert!(l["suspects"][0]["bytes"].as_u64().unwrap() > 100 << 30);
+    // The same job without the leak names nothing.
+    let l = leaks("testdata/gpu/ok/snapshot.pickle");
+    assert_eq!(l["suspects"], serde_json::json!([]));
+    // One training step: growth cannot be told from activations.
+    let l = leaks("testdata/sample.pickle");
+    assert_eq!(l["steps"]["total_drops"], 0);
+    assert_eq!(l["suspects"], serde_json::json!([]));
+}

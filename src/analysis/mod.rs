@@ -6,6 +6,7 @@ pub mod device;
 pub mod flame;
 pub mod frames;
 pub mod group_series;
+pub mod leaks;
 pub mod live;
 pub mod moment;
 pub mod oom;

@@ -99,6 +99,8 @@ pub struct TopReport {
     pub count: usize,
     /// Largest first; past the limit the rest are merged into one group of kind "rest".
     pub groups: Vec<Group>,
+    /// Groups growing across repeated steps (`--leaks`), else null.
+    pub leaks: Option<super::leaks::LeakReport>,
 }
 
 /// Groups the live allocations; the whole list, largest first, ties by name.
@@ -238,5 +240,6 @@ pub fn analyze_top(
         reserved_bytes: live.reserved_bytes,
         count: live.lifetimes.len(),
         groups,
+        leaks: None,
     })
 }

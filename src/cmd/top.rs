@@ -21,8 +21,15 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     let choice = choose_device(&snap, args.device, moment == Moment::Oom)
         .map_err(|e| anyhow!("{path}: {e}"))?;
     let attr = Attributor::new(&snap.frames, &options);
-    let report = analyze_top(&snap, path, &choice, moment, by, args.limit, &attr)
+    let mut report = analyze_top(&snap, path, &choice, moment, by, args.limit, &attr)
         .map_err(|e| anyhow!("{path}: {e}"))?;
+    if args.leaks {
+        let r = vramlens::timeline::replay::DeviceReplay::new(&snap, choice.device);
+        let at = report.moment.event.map(|e| e as usize);
+        report.leaks = Some(vramlens::analysis::leaks::find_leaks(
+            &snap, &r, &attr, by, at,
+        ));
+    }
     if args.json {
         write_json(out, &report)?;
     } else {

@@ -3,6 +3,7 @@
 use super::Style;
 use super::names::{device_line, group_display, moment_text};
 use crate::analysis::device::DeviceChoice;
+use crate::analysis::leaks::LeakReport;
 use crate::analysis::top::TopReport;
 use crate::units::bytes;
 use std::io::{self, Write};
@@ -74,10 +75,48 @@ pub fn write_top_text(
             group_display(&g.name, g.kind)
         )?;
     }
+    if let Some(l) = &r.leaks {
+        write_leaks(out, l, style)?;
+    }
     if r.groups.iter().any(|g| g.kind == "before_recording") {
         writeln!(
             out,
             "  (memory allocated before recording began has no allocation stack in the file: start _record_memory_history earlier to see it)"
+        )?;
+    }
+    Ok(())
+}
+
+/// The leak suspects of a [`LeakReport`].
+pub fn write_leaks(out: &mut dyn Write, l: &LeakReport, style: Style) -> io::Result<()> {
+    writeln!(out, "{}", style.heading("leak suspects"))?;
+    let evidence = format!(
+        "{} step annotations and {} falls of the total by a tenth before this moment",
+        l.steps.step_annotations, l.steps.total_drops
+    );
+    if !l.steps.repeated() {
+        return writeln!(
+            out,
+            "  none can be named: the trace shows no repeated steps before this moment ({evidence}), so steady growth cannot be told from one step's activations"
+        );
+    }
+    if l.suspects.is_empty() {
+        return writeln!(
+            out,
+            "  none: no group grew steadily across the steps ({evidence})"
+        );
+    }
+    for s in &l.suspects {
+        writeln!(
+            out,
+            "  {:>10}  {}  grew by {} in {} of {} samples since event {}  [{}]",
+            bytes(s.bytes),
+            group_display(&s.name, s.kind),
+            bytes(s.growth_bytes),
+            s.rises,
+            s.samples,
+            s.since_event.map_or("start".into(), |e| e.to_string()),
+            s.category
         )?;
     }
     Ok(())
