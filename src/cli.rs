@@ -233,18 +233,21 @@ pub struct SegmentsArgs {
 
 #[derive(Args, Debug)]
 pub struct OomArgs {
-    /// Snapshot dumped at or after the OOM.
+    /// Snapshots dumped at or after the OOM (several: one report each, e.g. every rank).
     #[arg(value_name = "SNAPSHOT")]
-    pub snapshot: Option<PathBuf>,
+    pub snapshots: Vec<PathBuf>,
     /// A log with "CUDA out of memory" messages (both forms PyTorch has printed).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
-    /// Memory of the device, e.g. 40GiB (else taken from the OOM message when given).
+    /// Memory of the device: a byte count, or 80G / 80GB / 80GiB (units are binary, as
+    /// nvidia-smi's MiB: 80GB is 80 GiB). Else taken from the OOM message when given.
     #[arg(long, value_name = "SIZE")]
     pub device_total: Option<String>,
     /// Only this device.
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

@@ -151,6 +151,41 @@ pub fn parse_duration_us(s: &str) -> Option<i64> {
     (us.is_finite() && us < 1e18).then_some(us.round() as i64)
 }
 
+/// A size given on the command line: a plain byte count, or a number with a unit. Every
+/// unit is binary, as nvidia-smi's MiB and PyTorch's messages are: `K`, `KB` and `KiB` are
+/// 2^10 bytes, `M`/`MB`/`MiB` 2^20, `G`/`GB`/`GiB` 2^30, `T`/`TB`/`TiB` 2^40 (so `80GB`
+/// is 80 GiB, what an "80 GB" card holds).
+pub fn parse_size_arg(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "expected a size such as 85899345920, 80G or 80GiB (binary units), found {s:?}"
+            ));
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+        .ok_or_else(|| format!("expected a number before the unit, found {s:?}"))?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !(bytes >= 1.0 && bytes < 2f64.powi(63)) {
+        return Err(format!("{s:?} is not a size a device can have"));
+    }
+    Ok(bytes.round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +219,20 @@ mod tests {
         assert_eq!(duration_us(7_380_000_000), "2 h 03 min");
         assert_eq!(percent(1, 3), "33.3%");
         assert_eq!(percent(1, 0), "-");
+    }
+
+    #[test]
+    fn size_arguments_are_binary() {
+        assert_eq!(parse_size_arg("85899345920"), Ok(80 << 30));
+        assert_eq!(parse_size_arg("80G"), Ok(80 << 30));
+        assert_eq!(parse_size_arg("80GB"), Ok(80 << 30));
+        assert_eq!(parse_size_arg("80 GiB"), Ok(80 << 30));
+        assert_eq!(parse_size_arg("39.39GiB"), Ok(42_294_690_447));
+        assert_eq!(parse_size_arg("81920MiB"), Ok(80 << 30));
+        assert!(parse_size_arg("lots").is_err());
+        assert!(parse_size_arg("0").is_err());
+        assert!(parse_size_arg("9999999999TB").is_err());
+        assert!(parse_size_arg("80 parsecs").is_err());
     }
 
     #[test]

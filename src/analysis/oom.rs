@@ -1,24 +1,37 @@
 //! OOM post-mortem: for each `oom` event (or the final state of a snapshot dumped at an
-//! OOM without one), the request, what the device and the allocator had at that moment,
-//! what was live, and verdicts with their evidence and the knobs that apply.
+//! OOM without one, or an OOM message alone), the request, what the device and the
+//! allocator had at that moment, what was live, and ranked verdicts: one primary cause
+//! with its share of the shortfall, the others only when their numbers say they
+//! contributed, each with the settings or changes that apply. Data only: the words are
+//! the renderer's.
+//!
+//! The arithmetic (spec 3.2, 6.7): the allocator could use what it had reserved plus
+//! what the device had free (less under a per-process cap); it needed the live blocks plus
+//! the request. When it needed more than it could have, the difference is the shortfall,
+//! and a cause that alone frees that much (a leak, memory outside the allocator, frees
+//! waiting on other streams) is the primary one; else capacity is. When it could have had
+//! enough, the memory was there but in pieces (fragmentation, private pools) or the
+//! device refused with room to spare (a cap).
 
-use super::frames::{headline_frame, user_frames};
+use super::attribution::{AttributionOptions, Attributor, GroupBy};
+use super::leaks::{LeakReport, find_leaks};
+use super::top::{LiveState, group_live, live_state};
 use crate::model::{Action, Snapshot};
 use crate::oom_log::OomMessage;
+use crate::timeline::replay::DeviceReplay;
 use crate::timeline::state::allocator_state;
-use crate::timeline::{self, DeviceTimeline};
-use crate::units::bytes;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
-/// Live allocations need at least this share of what the device could give PyTorch for
-/// the OOM to count as a capacity problem even when the request alone would have fit.
-const NEAR_FULL: f64 = 0.85;
-/// Memory outside the allocator worth a verdict: this many bytes or this share of the device.
+/// Memory outside the allocator worth naming: this many bytes or this share of the device.
 const OUTSIDE_BYTES: u64 = 1 << 30;
 const OUTSIDE_SHARE: f64 = 0.05;
+/// A cause contributes when it covers at least this share of the shortfall.
+const CONTRIBUTES: f64 = 0.10;
+/// OOM events analysed one by one per device; the rest are counted.
+pub const MAX_ANALYSES: usize = 16;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OomOptions {
@@ -26,24 +39,70 @@ pub struct OomOptions {
     pub device_total_bytes: Option<u64>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// A cause of an OOM.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
-pub enum VerdictKind {
+pub enum Cause {
+    /// Live memory plus the request exceed what the device could give.
     Capacity,
-    Fragmentation,
+    /// Groups that grew across repeated steps hold memory the request needed.
+    Leak,
+    /// Memory outside the caching allocator (CUDA context, NCCL, libraries) or other
+    /// processes filled the device.
     OutsideAllocator,
-    PrivatePools,
+    /// Frees waiting on other streams held memory.
     PendingFrees,
+    /// Enough memory was free in segments, but no hole was large enough.
+    Fragmentation,
+    /// Free memory sat in private pools (CUDA graphs) the request could not use.
+    PrivatePools,
+    /// The device had room; a per-process limit refused the request.
     MemoryFractionCap,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Primary,
+    Contributing,
+}
+
+/// A setting or change that applies.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Knob {
+    FixLeak,
+    SmallerBatch,
+    ActivationCheckpointing,
+    PrecisionShardingOffload,
+    CachedMemoryCannotHelp,
+    ExpandableSegments,
+    MaxSplitSize,
+    GcThreshold,
+    EmptyCacheBetweenPhases,
+    CheckOtherProcesses,
+    NcclBuffers,
+    LibraryWorkspaces,
+    ReleaseGraphPools,
+    AvoidRecordStream,
+    CheckFractionCap,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Verdict {
-    pub kind: VerdictKind,
-    pub summary: String,
-    pub evidence: Vec<String>,
+    pub cause: Cause,
+    pub role: Role,
+    /// The bytes behind the cause: the shortfall for capacity, the leak's live bytes,
+    /// memory outside the allocator, pending frees, free memory in segments
+    /// (fragmentation), free memory in private pools, the cap.
+    pub bytes: u64,
+    /// The share of the shortfall this cause alone would have covered (4 decimals); null
+    /// when there was no shortfall.
+    pub share_of_shortfall: Option<f64>,
+    /// The call sites a leak verdict names, largest first.
+    pub sites: Vec<String>,
     /// Settings and changes that apply; none that the snapshot shows already on.
-    pub knobs: Vec<String>,
+    pub knobs: Vec<Knob>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -57,36 +116,56 @@ pub struct PoolFree {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct StackUse {
-    pub frame: String,
+pub struct SiteUse {
+    /// A call site (see `top`).
+    pub name: String,
+    pub kind: &'static str,
     pub bytes: u64,
     pub allocations: usize,
+    pub category: String,
 }
 
+/// Where the figures of an analysis come from.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// An `oom` entry of the trace.
+    OomEvent,
+    /// The final state of a snapshot without an `oom` entry.
+    FinalState,
+    /// An OOM message of a log, without a snapshot.
+    Message,
+}
+
+/// The figures at one OOM, and what they say.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct OomAnalysis {
     pub device: i64,
-    /// "oom_event", or "final_state" for a snapshot without an `oom` entry.
-    pub source: &'static str,
+    pub source: Source,
+    /// The state analysed: just after this event.
     pub event: Option<u32>,
     pub time_us: Option<i64>,
-    /// Rounded request size (what the allocator looked for); null when unknown (a
-    /// snapshot without an `oom` entry and no log).
+    /// Whether an OOM is recorded at all (an `oom` entry or a message).
+    pub oom_recorded: bool,
+    /// Rounded request size (what the allocator looked for); null when unknown.
     pub requested_bytes: Option<u64>,
     pub stream: u64,
     pub frames: Vec<String>,
     /// What `cudaMemGetInfo` reported when the allocation failed.
     pub device_free_bytes: Option<u64>,
     pub device_total_bytes: Option<u64>,
-    pub device_total_source: Option<String>,
+    /// "option" (--device-total) or "message" (an OOM message).
+    pub device_total_source: Option<&'static str>,
+    /// The log line of the message the figures came from.
+    pub message_line: Option<usize>,
     /// A per-process limit from the OOM message ("X allowed"), when it names one.
     pub allowed_bytes: Option<u64>,
     pub reserved_bytes: u64,
     /// Requested bytes of live allocations (the official viewer's count).
-    pub allocated_bytes: u64,
+    pub requested_live_bytes: u64,
     /// Bytes of the blocks in segments (live allocations, pending frees included).
-    pub active_bytes: u64,
-    /// Free memory inside segments (reserved − active).
+    pub allocated_bytes: u64,
+    /// Free memory inside segments (reserved − allocated).
     pub cached_free_bytes: u64,
     /// Of the live block bytes, what rounding added to the requests.
     pub rounding_waste_bytes: u64,
@@ -95,9 +174,22 @@ pub struct OomAnalysis {
     /// Largest hole in segments of the request's stream.
     pub largest_hole_same_stream_bytes: u64,
     pub free_by_pool: Vec<PoolFree>,
-    /// Device total − device free − reserved, when the total is known.
+    /// Device total − device free − reserved, when both are known.
     pub outside_allocator_bytes: Option<u64>,
-    pub top_stacks: Vec<StackUse>,
+    /// What PyTorch could have used: reserved + device free (capped), when known.
+    pub available_bytes: Option<u64>,
+    /// Allocated + request, when the request is known.
+    pub needed_bytes: Option<u64>,
+    /// needed − available when positive; 0 when the memory was there; null when unknown.
+    pub shortfall_bytes: Option<u64>,
+    /// What the request lacked: the shortfall when there is one, else the request minus
+    /// the largest free space it could have used (device free, or a hole on its stream).
+    /// Verdict shares are of this.
+    pub deficit_bytes: Option<u64>,
+    /// Live memory by call site, largest first (at most 10).
+    pub top_sites: Vec<SiteUse>,
+    pub leaks: Option<LeakReport>,
+    /// Ranked: the primary cause first.
     pub verdicts: Vec<Verdict>,
 }
 
@@ -106,19 +198,21 @@ pub struct OomReport {
     pub schema_version: u32,
     pub path: Option<String>,
     pub analyses: Vec<OomAnalysis>,
+    /// `oom` events past the ones analysed, per device.
+    pub more_oom_events: BTreeMap<i64, usize>,
     /// OOM messages found in the log given with `--log`.
     pub messages: Vec<OomMessage>,
-    pub notes: Vec<String>,
 }
 
 /// The snapshot's allocator settings, as far as knobs go.
-struct Settings {
-    expandable: bool,
-    max_split_set: bool,
-    gc_threshold_set: bool,
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Settings {
+    pub expandable: bool,
+    pub max_split_set: bool,
+    pub gc_threshold_set: bool,
 }
 
-fn settings(snap: &Snapshot) -> Settings {
+pub fn settings(snap: &Snapshot) -> Settings {
     let conf = snap
         .setting("PYTORCH_CUDA_ALLOC_CONF")
         .and_then(|v| v.as_str())
@@ -144,25 +238,241 @@ fn settings(snap: &Snapshot) -> Settings {
     }
 }
 
-fn pct(part: u64, whole: u64) -> String {
-    crate::units::percent(part, whole)
+fn fragmentation_knobs(s: Settings) -> Vec<Knob> {
+    let mut k = Vec::new();
+    if !s.expandable {
+        k.push(Knob::ExpandableSegments);
+    }
+    if !s.max_split_set {
+        k.push(Knob::MaxSplitSize);
+    }
+    if !s.gc_threshold_set {
+        k.push(Knob::GcThreshold);
+    }
+    k.push(Knob::EmptyCacheBetweenPhases);
+    k
 }
 
-/// Analyses one moment of one device.
-#[allow(clippy::too_many_arguments)]
-fn analyze_at(
-    snap: &Snapshot,
-    tl: &DeviceTimeline,
-    at: Option<usize>,
-    source: &'static str,
+fn share(part: u64, whole: u64) -> f64 {
+    (part.min(whole) as f64 / whole.max(1) as f64 * 10_000.0).round() / 10_000.0
+}
+
+/// The ranked verdicts of an analysis whose figures are filled in.
+pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
+    let (Some(request), Some(free)) = (a.requested_bytes, a.device_free_bytes) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let verdict = |cause, role, bytes, share_of_shortfall, knobs| Verdict {
+        cause,
+        role,
+        bytes,
+        share_of_shortfall,
+        sites: Vec::new(),
+        knobs,
+    };
+    // The device had room for the request: a limit refused it.
+    if free >= request {
+        out.push(verdict(
+            Cause::MemoryFractionCap,
+            Role::Primary,
+            a.allowed_bytes.unwrap_or(a.reserved_bytes),
+            None,
+            vec![Knob::CheckFractionCap],
+        ));
+        return out;
+    }
+    let outside = a
+        .outside_allocator_bytes
+        .zip(a.device_total_bytes)
+        .filter(|&(o, t)| o >= OUTSIDE_BYTES || o as f64 >= OUTSIDE_SHARE * t as f64);
+    let private_free: u64 = a
+        .free_by_pool
+        .iter()
+        .filter(|p| p.pool_id.is_some_and(|id| id != (0, 0)))
+        .map(|p| p.free_bytes)
+        .sum();
+    let shortfall = a.shortfall_bytes.unwrap_or(0);
+    // Nearly full: short of memory, or with so little free (in segments and on the device)
+    // that holes are not the story.
+    let tight = shortfall > 0 || request.saturating_mul(2) > a.cached_free_bytes + free;
+    if tight {
+        let deficit = a.deficit_bytes.unwrap_or(shortfall).max(1);
+        let total = a.device_total_bytes.unwrap_or(0);
+        let leak_bytes: u64 = a
+            .leaks
+            .as_ref()
+            .map_or(0, |l| l.suspects.iter().map(|s| s.bytes).sum());
+        // (cause, bytes, may be primary, knobs), in order of precedence.
+        let mut candidates: Vec<(Cause, u64, bool, Vec<Knob>)> = Vec::new();
+        if leak_bytes > 0 {
+            candidates.push((Cause::Leak, leak_bytes, true, vec![Knob::FixLeak]));
+        }
+        if let Some((o, t)) = outside {
+            // Outside memory is the primary cause only when it is unusual for a process
+            // (another job, a large library pool), not the CUDA context and NCCL.
+            candidates.push((
+                Cause::OutsideAllocator,
+                o,
+                shortfall > 0 && o as f64 >= 0.10 * t as f64,
+                vec![
+                    Knob::CheckOtherProcesses,
+                    Knob::NcclBuffers,
+                    Knob::LibraryWorkspaces,
+                ],
+            ));
+        }
+        if a.pending_free_bytes > 0 {
+            candidates.push((
+                Cause::PendingFrees,
+                a.pending_free_bytes,
+                shortfall > 0 && a.pending_free_bytes as f64 >= 0.05 * total as f64,
+                vec![Knob::AvoidRecordStream],
+            ));
+        }
+        if shortfall == 0 && a.cached_free_bytes > 0 {
+            candidates.push((
+                Cause::Fragmentation,
+                a.cached_free_bytes,
+                false,
+                fragmentation_knobs(s),
+            ));
+        }
+        let primary = candidates
+            .iter()
+            .position(|(_, bytes, may, _)| *may && *bytes >= deficit);
+        match primary {
+            Some(p) => {
+                let (cause, bytes, _, knobs) = candidates.remove(p);
+                out.push(verdict(
+                    cause,
+                    Role::Primary,
+                    bytes,
+                    Some(share(bytes, deficit)),
+                    knobs,
+                ));
+            }
+            None => out.push(verdict(
+                Cause::Capacity,
+                Role::Primary,
+                deficit,
+                Some(1.0),
+                vec![
+                    Knob::SmallerBatch,
+                    Knob::ActivationCheckpointing,
+                    Knob::PrecisionShardingOffload,
+                    Knob::CachedMemoryCannotHelp,
+                ],
+            )),
+        }
+        for (cause, bytes, _, knobs) in candidates {
+            if bytes as f64 >= CONTRIBUTES * deficit as f64 {
+                out.push(verdict(
+                    cause,
+                    Role::Contributing,
+                    bytes,
+                    Some(share(bytes, deficit)),
+                    knobs,
+                ));
+            }
+        }
+    } else {
+        // The memory was there: in holes too small, or in pools the request cannot use.
+        let default_free = a.cached_free_bytes.saturating_sub(private_free);
+        if default_free + free >= request || private_free == 0 {
+            out.push(verdict(
+                Cause::Fragmentation,
+                Role::Primary,
+                a.cached_free_bytes,
+                None,
+                fragmentation_knobs(s),
+            ));
+            if private_free as f64 >= CONTRIBUTES * a.cached_free_bytes as f64 {
+                out.push(verdict(
+                    Cause::PrivatePools,
+                    Role::Contributing,
+                    private_free,
+                    None,
+                    vec![Knob::ReleaseGraphPools],
+                ));
+            }
+        } else {
+            out.push(verdict(
+                Cause::PrivatePools,
+                Role::Primary,
+                private_free,
+                None,
+                vec![Knob::ReleaseGraphPools],
+            ));
+        }
+        if a.pending_free_bytes as f64 >= CONTRIBUTES * request as f64 {
+            out.push(verdict(
+                Cause::PendingFrees,
+                Role::Contributing,
+                a.pending_free_bytes,
+                None,
+                vec![Knob::AvoidRecordStream],
+            ));
+        }
+    }
+    // Name the leak's call sites.
+    if let Some(l) = &a.leaks {
+        for v in out.iter_mut().filter(|v| v.cause == Cause::Leak) {
+            v.sites = l.suspects.iter().map(|s| s.name.clone()).collect();
+        }
+    }
+    out
+}
+
+/// Fills in what follows from the figures: outside memory, availability, shortfall.
+fn derive(a: &mut OomAnalysis) {
+    a.outside_allocator_bytes = match (a.device_total_bytes, a.device_free_bytes) {
+        (Some(t), Some(f)) => Some(t.saturating_sub(f).saturating_sub(a.reserved_bytes)),
+        _ => None,
+    };
+    a.available_bytes = a.device_free_bytes.map(|free| {
+        let all = a.reserved_bytes.saturating_add(free);
+        match a.allowed_bytes {
+            Some(cap) => all.min(cap.max(a.reserved_bytes)),
+            None => all,
+        }
+    });
+    a.needed_bytes = a
+        .requested_bytes
+        .map(|r| a.allocated_bytes.saturating_add(r));
+    a.shortfall_bytes = match (a.needed_bytes, a.available_bytes) {
+        (Some(n), Some(h)) => Some(n.saturating_sub(h)),
+        _ => None,
+    };
+    a.deficit_bytes = match (a.shortfall_bytes, a.requested_bytes, a.device_free_bytes) {
+        (Some(s), _, _) if s > 0 => Some(s),
+        (_, Some(r), Some(f)) => Some(r.saturating_sub(f.max(a.largest_hole_same_stream_bytes))),
+        _ => None,
+    };
+}
+
+/// The request and device figures known for a moment.
+struct Known {
+    source: Source,
     requested: Option<u64>,
     stream: u64,
     stack: Option<crate::model::StackId>,
-    device_free: Option<u64>,
-    total: Option<(u64, String)>,
+    free: Option<u64>,
+    total: Option<(u64, &'static str)>,
     allowed: Option<u64>,
+    message_line: Option<usize>,
+}
+
+/// Analyses one moment of one device.
+fn analyze_at(
+    snap: &Snapshot,
+    r: &DeviceReplay,
+    attr: &Attributor,
+    at: Option<usize>,
+    known: Known,
+    settings: Settings,
 ) -> OomAnalysis {
-    let state = allocator_state(snap, tl.device, at);
+    let state = allocator_state(snap, r.device, at);
     let reserved: u64 = state.iter().map(|s| s.size).sum();
     let block_bytes: u64 = state.iter().flat_map(|s| &s.blocks).map(|b| b.size).sum();
     let pending: u64 = state
@@ -171,8 +481,7 @@ fn analyze_at(
         .filter(|b| b.pending_free)
         .map(|b| b.size)
         .sum();
-    let allocated = tl.requested_at(at);
-    let active = block_bytes;
+    let live: LiveState = live_state(r, at);
     let mut pools: BTreeMap<(Option<(i64, i64)>, u64), PoolFree> = BTreeMap::new();
     let (mut largest, mut largest_same) = (0u64, 0u64);
     for s in &state {
@@ -180,7 +489,7 @@ fn analyze_at(
         let free: u64 = holes.iter().map(|h| h.1).sum();
         let big = holes.iter().map(|h| h.1).max().unwrap_or(0);
         largest = largest.max(big);
-        if s.stream == stream {
+        if s.stream == known.stream {
             largest_same = largest_same.max(big);
         }
         let p = pools.entry((s.pool_id, s.stream)).or_insert(PoolFree {
@@ -196,270 +505,53 @@ fn analyze_at(
         p.free_bytes += free;
         p.largest_hole_bytes = p.largest_hole_bytes.max(big);
     }
-    // Who holds the memory: live allocations grouped by their headline frame.
-    let mut by_frame: BTreeMap<String, (u64, usize)> = BTreeMap::new();
-    for l in tl.live_at(at) {
-        let key =
-            headline_frame(&snap.frames, l.stack()).unwrap_or_else(|| "(no stack recorded)".into());
-        let e = by_frame.entry(key).or_default();
-        e.0 += l.size;
-        e.1 += 1;
-    }
-    let mut top_stacks: Vec<StackUse> = by_frame
+    let top_sites = group_live(attr, &live, GroupBy::Callsite)
         .into_iter()
-        .map(|(frame, (bytes, allocations))| StackUse {
-            frame,
-            bytes,
-            allocations,
+        .take(10)
+        .map(|g| SiteUse {
+            name: g.name,
+            kind: g.kind,
+            bytes: g.bytes,
+            allocations: g.count,
+            category: g.category,
         })
         .collect();
-    top_stacks.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.frame.cmp(&b.frame)));
-    top_stacks.truncate(10);
-
-    let cached_free = reserved.saturating_sub(block_bytes);
-    let (total_bytes, total_source) = match total {
-        Some((t, src)) => (Some(t), Some(src)),
-        None => (None, None),
-    };
-    let outside = match (total_bytes, device_free) {
-        (Some(t), Some(f)) => Some(t.saturating_sub(f).saturating_sub(reserved)),
-        _ => None,
-    };
+    let leaks = (!r.is_empty()).then(|| find_leaks(snap, r, attr, GroupBy::Callsite, at));
     let mut a = OomAnalysis {
-        device: tl.device,
-        source,
+        device: r.device,
+        source: known.source,
         event: at.map(|i| i as u32),
-        time_us: at.and_then(|i| tl.time_us(i)),
-        requested_bytes: requested,
-        stream,
-        frames: user_frames(&snap.frames, stack, 6),
-        device_free_bytes: device_free,
-        device_total_bytes: total_bytes,
-        device_total_source: total_source,
-        allowed_bytes: allowed,
+        time_us: at.and_then(|i| r.trace.time_us(i)).filter(|&t| t > 0),
+        oom_recorded: known.source == Source::OomEvent || known.message_line.is_some(),
+        requested_bytes: known.requested,
+        stream: known.stream,
+        frames: super::frames::user_frames(&snap.frames, known.stack, 6),
+        device_free_bytes: known.free,
+        device_total_bytes: known.total.map(|t| t.0),
+        device_total_source: known.total.map(|t| t.1),
+        message_line: known.message_line,
+        allowed_bytes: known.allowed,
         reserved_bytes: reserved,
-        allocated_bytes: allocated,
-        active_bytes: active,
-        cached_free_bytes: cached_free,
-        rounding_waste_bytes: active.saturating_sub(allocated),
+        requested_live_bytes: live.requested_bytes,
+        allocated_bytes: block_bytes,
+        cached_free_bytes: reserved.saturating_sub(block_bytes),
+        rounding_waste_bytes: block_bytes.saturating_sub(live.requested_bytes),
         pending_free_bytes: pending,
         largest_hole_bytes: largest,
         largest_hole_same_stream_bytes: largest_same,
         free_by_pool: pools.into_values().collect(),
-        outside_allocator_bytes: outside,
-        top_stacks,
+        outside_allocator_bytes: None,
+        available_bytes: None,
+        needed_bytes: None,
+        shortfall_bytes: None,
+        deficit_bytes: None,
+        top_sites,
+        leaks,
         verdicts: Vec::new(),
     };
-    a.verdicts = verdicts(&a, &settings(snap));
+    derive(&mut a);
+    a.verdicts = verdicts(&a, settings);
     a
-}
-
-fn verdicts(a: &OomAnalysis, s: &Settings) -> Vec<Verdict> {
-    let mut out = Vec::new();
-    let free = a.device_free_bytes.unwrap_or(0);
-    let request = a.requested_bytes.unwrap_or(0);
-    let free_known = if a.device_free_bytes.is_some() {
-        String::new()
-    } else {
-        " (the device's free memory is unknown: give --log with the OOM message)".to_string()
-    };
-    // What PyTorch could have used: everything it reserved plus what the device had free,
-    // or less under a per-process limit.
-    let available = match a.allowed_bytes {
-        Some(cap) => (a.reserved_bytes + free).min(cap.max(a.reserved_bytes)),
-        None => a.reserved_bytes + free,
-    };
-    let live = a.reserved_bytes.saturating_sub(a.cached_free_bytes);
-    let need = live + request;
-    let near_full = live as f64 >= NEAR_FULL * available as f64;
-    if need > available || near_full {
-        let mut knobs = vec![
-            "reduce what is live at this point: smaller batch or sequence length".to_string(),
-            "activation checkpointing for the layers whose activations dominate the live set".to_string(),
-            "lower precision (bf16/fp16 weights, activations or optimizer state) or sharding (FSDP/ZeRO) or CPU offload".to_string(),
-        ];
-        if need > available {
-            knobs.push(
-                "empty_cache() or allocator settings cannot help: the memory is in use".into(),
-            );
-        }
-        out.push(Verdict {
-            kind: VerdictKind::Capacity,
-            summary: if need > available {
-                format!(
-                    "capacity: live allocations ({}) plus the request ({}) exceed what the device could give PyTorch ({})",
-                    bytes(live),
-                    bytes(request),
-                    bytes(available)
-                )
-            } else {
-                format!(
-                    "capacity: live allocations ({}) fill {} of what the device could give PyTorch ({}){free_known}",
-                    bytes(live),
-                    pct(live, available),
-                    bytes(available)
-                )
-            },
-            evidence: vec![
-                format!(
-                    "reserved {} = live {} + cached free {}; the device had {} free{}",
-                    bytes(a.reserved_bytes),
-                    bytes(live),
-                    bytes(a.cached_free_bytes),
-                    bytes(free),
-                    a.allowed_bytes
-                        .map(|c| format!("; the process may use {}", bytes(c)))
-                        .unwrap_or_default()
-                ),
-                match a.requested_bytes {
-                    Some(r) => format!("requested {}", bytes(r)),
-                    None => "the request is unknown (no oom event; give --log with the OOM message)".into(),
-                },
-            ],
-            knobs,
-        });
-    }
-    let could_fit_if_contiguous = a.cached_free_bytes + free >= request;
-    if a.requested_bytes.is_some()
-        && request > free
-        && request > a.largest_hole_same_stream_bytes
-        && could_fit_if_contiguous
-        && a.cached_free_bytes > 0
-    {
-        let mut knobs = Vec::new();
-        if !s.expandable {
-            knobs.push("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of leaving holes)".to_string());
-        }
-        if !s.max_split_set {
-            knobs.push("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:<size> (keeps large blocks from being split for small ones)".to_string());
-        }
-        if !s.gc_threshold_set {
-            knobs.push("PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8 (returns cached blocks before the device fills)".to_string());
-        }
-        knobs
-            .push("torch.cuda.empty_cache() between phases with different allocation sizes".into());
-        out.push(Verdict {
-            kind: VerdictKind::Fragmentation,
-            summary: format!(
-                "fragmentation: {} free inside segments plus {} free on the device would cover the request ({}), but the largest hole is {}",
-                bytes(a.cached_free_bytes),
-                bytes(free),
-                bytes(request),
-                bytes(a.largest_hole_same_stream_bytes)
-            ),
-            evidence: vec![
-                format!(
-                    "free inside segments: {} in holes; rounding waste of live blocks: {}",
-                    bytes(a.cached_free_bytes),
-                    bytes(a.rounding_waste_bytes)
-                ),
-                format!(
-                    "largest hole on the request's stream {}, on any stream {}",
-                    bytes(a.largest_hole_same_stream_bytes),
-                    bytes(a.largest_hole_bytes)
-                ),
-            ],
-            knobs,
-        });
-    }
-    if let (Some(outside), Some(total)) = (a.outside_allocator_bytes, a.device_total_bytes)
-        && (outside >= OUTSIDE_BYTES || outside as f64 >= OUTSIDE_SHARE * total as f64)
-    {
-        out.push(Verdict {
-            kind: VerdictKind::OutsideAllocator,
-            summary: format!(
-                "memory outside the caching allocator or in other processes: {} ({} of the device)",
-                bytes(outside),
-                pct(outside, total)
-            ),
-            evidence: vec![format!(
-                "device total {} − free {} − reserved by PyTorch {} = {}",
-                bytes(total),
-                bytes(free),
-                bytes(a.reserved_bytes),
-                bytes(outside)
-            )],
-            knobs: vec![
-                "check other processes on the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv)".into(),
-                "the CUDA context takes a few hundred MB per process; NCCL buffers grow with communicators (NCCL_BUFFSIZE, fewer process groups)".into(),
-                "libraries allocating outside PyTorch (cuBLASLt/cuDNN workspaces of extensions, TensorRT, Triton autotuning) show up here".into(),
-            ],
-        });
-    }
-    let private: Vec<&PoolFree> = a
-        .free_by_pool
-        .iter()
-        .filter(|p| p.pool_id.is_some_and(|id| id != (0, 0)))
-        .collect();
-    let private_free: u64 = private.iter().map(|p| p.free_bytes).sum();
-    if private_free > 0
-        && (private_free >= request || private_free as f64 >= 0.1 * a.reserved_bytes as f64)
-    {
-        let private_reserved: u64 = private.iter().map(|p| p.reserved_bytes).sum();
-        out.push(Verdict {
-            kind: VerdictKind::PrivatePools,
-            summary: format!(
-                "private pools (CUDA graphs, MemPool) hold {} reserved, {} of it free and unusable by other allocations",
-                bytes(private_reserved),
-                bytes(private_free)
-            ),
-            evidence: private
-                .iter()
-                .map(|p| {
-                    let (x, y) = p.pool_id.unwrap_or((0, 0));
-                    format!(
-                        "pool ({x}, {y}): {} segments, {} reserved, {} free",
-                        p.segments,
-                        bytes(p.reserved_bytes),
-                        bytes(p.free_bytes)
-                    )
-                })
-                .collect(),
-            knobs: vec![
-                "release CUDA graphs that are no longer replayed, or capture them into a shared pool".into(),
-            ],
-        });
-    }
-    if a.pending_free_bytes > 0
-        && (a.pending_free_bytes >= request / 4 || a.pending_free_bytes >= 256 << 20)
-    {
-        out.push(Verdict {
-            kind: VerdictKind::PendingFrees,
-            summary: format!(
-                "frees waiting for other streams hold {} (record_stream or cross-stream use)",
-                bytes(a.pending_free_bytes)
-            ),
-            evidence: vec![format!("{} in blocks freed but not yet reusable", bytes(a.pending_free_bytes))],
-            knobs: vec![
-                "avoid Tensor.record_stream on large tensors; synchronize the side stream before freeing".into(),
-            ],
-        });
-    }
-    if let (Some(free), Some(request)) = (a.device_free_bytes, a.requested_bytes)
-        && free >= request
-    {
-        out.push(Verdict {
-            kind: VerdictKind::MemoryFractionCap,
-            summary: match a.allowed_bytes {
-                Some(cap) => format!(
-                    "a per-process cap of {} refused the request ({}) although the device had {} free",
-                    bytes(cap),
-                    bytes(request),
-                    bytes(free)
-                ),
-                None => format!(
-                    "the device reported {} free, enough for the request ({}): a per-process cap refused it",
-                    bytes(free),
-                    bytes(request)
-                ),
-            },
-            evidence: vec!["cudaMalloc is only refused with free memory when a limit applies".into()],
-            knobs: vec![
-                "check torch.cuda.set_per_process_memory_fraction and PYTORCH_CUDA_ALLOC_CONF limits".into(),
-            ],
-        });
-    }
-    out
 }
 
 /// The log message about a GPU: the first naming it, else the first one.
@@ -470,101 +562,98 @@ fn message_for(messages: &[OomMessage], device: i64) -> Option<&OomMessage> {
         .or(messages.first())
 }
 
-/// The device total for a device: the option, else the first log message about that GPU.
+/// The device total: the option, else the first log message about that GPU.
 fn device_total(
     options: OomOptions,
     messages: &[OomMessage],
     device: i64,
-) -> Option<(u64, String)> {
+) -> Option<(u64, &'static str)> {
     if let Some(t) = options.device_total_bytes {
-        return Some((t, "--device-total".into()));
+        return Some((t, "option"));
     }
     messages
         .iter()
         .find(|m| m.gpu == Some(device) && m.total_capacity_bytes.is_some())
         .or_else(|| messages.iter().find(|m| m.total_capacity_bytes.is_some()))
-        .and_then(|m| {
-            Some((
-                m.total_capacity_bytes?,
-                format!("OOM message on log line {}", m.line),
-            ))
-        })
+        .and_then(|m| Some((m.total_capacity_bytes?, "message")))
 }
 
-/// Analyses every `oom` event of a snapshot (all devices, or one).
+/// Analyses every `oom` event of a snapshot (all devices, or one), or its final state
+/// when it has none.
 pub fn analyze_oom(
     snap: &Snapshot,
     path: &str,
     device: Option<i64>,
     messages: Vec<OomMessage>,
     options: OomOptions,
+    attribution: &AttributionOptions,
 ) -> OomReport {
+    let attr = Attributor::new(&snap.frames, attribution);
+    let settings = settings(snap);
     let mut analyses = Vec::new();
-    let mut notes = Vec::new();
+    let mut more = BTreeMap::new();
     let devices: Vec<i64> = snap
         .devices()
         .into_iter()
         .filter(|d| device.is_none_or(|w| w == *d))
         .collect();
     for &d in &devices {
-        let Some(trace) = snap.trace(d) else { continue };
-        let ooms: Vec<usize> = (0..trace.len())
-            .filter(|&i| trace.action(i) == Action::Oom)
+        let r = DeviceReplay::new(snap, d);
+        let ooms: Vec<usize> = (0..r.len())
+            .filter(|&i| r.trace.action(i) == Action::Oom)
             .collect();
-        if ooms.is_empty() {
-            continue;
+        if ooms.len() > MAX_ANALYSES {
+            more.insert(d, ooms.len() - MAX_ANALYSES);
         }
-        let tl = timeline::build(snap, d);
-        for i in ooms {
-            let e = trace.get(i);
-            analyses.push(analyze_at(
-                snap,
-                &tl,
-                Some(i),
-                "oom_event",
-                Some(e.size),
-                e.stream,
-                e.stack,
-                Some(e.addr),
-                device_total(options, &messages, d),
-                message_for(&messages, d).and_then(|m| m.allowed_bytes),
-            ));
+        for &i in ooms.iter().take(MAX_ANALYSES) {
+            let e = r.trace.get(i);
+            let m = message_for(&messages, d);
+            let known = Known {
+                source: Source::OomEvent,
+                requested: Some(e.size),
+                stream: e.stream,
+                stack: e.stack,
+                free: e.device_free(),
+                total: device_total(options, &messages, d),
+                allowed: m.and_then(|m| m.allowed_bytes),
+                message_line: None,
+            };
+            analyses.push(analyze_at(snap, &r, &attr, Some(i), known, settings));
         }
     }
     if analyses.is_empty() {
-        // A snapshot dumped at an OOM without an oom entry: analyse the final state,
-        // with the request from the log when there is one.
+        // No oom entry: the final state of the device the question is about (the one a
+        // message names, else the one with the most reserved memory).
         let d = devices
             .iter()
             .copied()
-            .max_by_key(|&d| snap.segments_of(d).map(|s| s.total_size).sum::<u64>());
+            .find(|d| messages.iter().any(|m| m.gpu == Some(*d)))
+            .or_else(|| {
+                devices
+                    .iter()
+                    .copied()
+                    .max_by_key(|&d| snap.segments_of(d).map(|s| s.total_size).sum::<u64>())
+            });
         if let Some(d) = d {
-            let message = messages
-                .iter()
-                .find(|m| m.gpu == Some(d))
-                .or(messages.first());
-            let tl = timeline::build(snap, d);
-            let last = tl.last_event();
-            notes.push(format!(
-                "no oom event in the trace of device {d}: analysed from the final state{}",
-                if message.is_some() {
-                    ", with the request from the log"
-                } else {
-                    ""
-                }
-            ));
-            let requested = message.and_then(|m| m.requested_bytes);
+            let r = DeviceReplay::new(snap, d);
+            let message = message_for(&messages, d);
+            let known = Known {
+                source: Source::FinalState,
+                requested: message.and_then(|m| m.requested_bytes),
+                stream: 0,
+                stack: None,
+                free: message.and_then(|m| m.free_bytes),
+                total: device_total(options, &messages, d),
+                allowed: message.and_then(|m| m.allowed_bytes),
+                message_line: message.map(|m| m.line),
+            };
             analyses.push(analyze_at(
                 snap,
-                &tl,
-                last,
-                "final_state",
-                requested,
-                0,
-                None,
-                message.and_then(|m| m.free_bytes),
-                device_total(options, &messages, d),
-                message.and_then(|m| m.allowed_bytes),
+                &r,
+                &attr,
+                r.len().checked_sub(1),
+                known,
+                settings,
             ));
         }
     }
@@ -572,49 +661,74 @@ pub fn analyze_oom(
         schema_version: SCHEMA_VERSION,
         path: Some(path.to_string()),
         analyses,
+        more_oom_events: more,
         messages,
-        notes,
     }
 }
 
-/// Verdicts from an OOM message alone (no snapshot): what its figures show.
-pub fn message_verdicts(m: &OomMessage) -> Vec<String> {
-    let mut out = Vec::new();
-    let (Some(request), Some(total)) = (m.requested_bytes, m.total_capacity_bytes) else {
-        return out;
-    };
-    let free = m.free_bytes.unwrap_or(0);
-    let reserved = m.reserved_by_pytorch_bytes.unwrap_or(0);
-    let allocated = m.allocated_by_pytorch_bytes.unwrap_or(0);
-    let unallocated = reserved.saturating_sub(allocated);
-    if allocated as f64 >= NEAR_FULL * (reserved + free) as f64
-        || allocated + request > reserved + free
-    {
-        out.push(format!(
-            "capacity: PyTorch had {} allocated of the {} it could use (reserved {} + free {})",
-            bytes(allocated),
-            bytes(reserved + free),
-            bytes(reserved),
-            bytes(free)
-        ));
+/// Analyses of OOM messages alone (no snapshot): the figures each prints, and verdicts
+/// from them. The snapshot's settings are unknown, so every knob that applies is given.
+pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomReport {
+    let analyses = messages
+        .iter()
+        .map(|m| {
+            let reserved = m.reserved_by_pytorch_bytes.unwrap_or(0);
+            let allocated = m.allocated_by_pytorch_bytes.unwrap_or(0);
+            let mut a = OomAnalysis {
+                device: m.gpu.unwrap_or(0),
+                source: Source::Message,
+                event: None,
+                time_us: None,
+                oom_recorded: true,
+                requested_bytes: m.requested_bytes,
+                stream: 0,
+                frames: Vec::new(),
+                device_free_bytes: m.free_bytes,
+                device_total_bytes: options.device_total_bytes.or(m.total_capacity_bytes),
+                device_total_source: if options.device_total_bytes.is_some() {
+                    Some("option")
+                } else {
+                    m.total_capacity_bytes.map(|_| "message")
+                },
+                message_line: Some(m.line),
+                allowed_bytes: m.allowed_bytes,
+                reserved_bytes: reserved,
+                requested_live_bytes: allocated,
+                allocated_bytes: allocated,
+                cached_free_bytes: reserved.saturating_sub(allocated),
+                rounding_waste_bytes: 0,
+                pending_free_bytes: 0,
+                largest_hole_bytes: 0,
+                largest_hole_same_stream_bytes: 0,
+                free_by_pool: Vec::new(),
+                outside_allocator_bytes: None,
+                available_bytes: None,
+                needed_bytes: None,
+                shortfall_bytes: None,
+                deficit_bytes: None,
+                top_sites: Vec::new(),
+                leaks: None,
+                verdicts: Vec::new(),
+            };
+            derive(&mut a);
+            a.verdicts = verdicts(&a, Settings::default());
+            a
+        })
+        .collect();
+    OomReport {
+        schema_version: SCHEMA_VERSION,
+        path: None,
+        analyses,
+        more_oom_events: BTreeMap::new(),
+        messages,
     }
-    if unallocated + free >= request && request > free && unallocated > 0 {
-        out.push(format!(
-            "fragmentation: {} reserved but unallocated plus {} free would cover the {} request, but no block fit",
-            bytes(unallocated),
-            bytes(free),
-            bytes(request)
-        ));
-    }
-    let outside = total.saturating_sub(free).saturating_sub(reserved);
-    if outside >= OUTSIDE_BYTES || outside as f64 >= OUTSIDE_SHARE * total as f64 {
-        out.push(format!(
-            "memory outside PyTorch's allocator or in other processes: {} (total {} − free {} − reserved {})",
-            bytes(outside),
-            bytes(total),
-            bytes(free),
-            bytes(reserved)
-        ));
-    }
-    out
+}
+
+/// Group keys of the call sites a leak verdict names (for tests and reports).
+pub fn leak_sites(a: &OomAnalysis) -> Vec<&str> {
+    a.verdicts
+        .iter()
+        .filter(|v| v.cause == Cause::Leak)
+        .flat_map(|v| v.sites.iter().map(String::as_str))
+        .collect()
 }

@@ -1,33 +1,53 @@
-//! `vramlens oom`: post-mortem of the OOMs in a snapshot and/or a log.
+//! `vramlens oom`: post-mortem of the OOMs in snapshots and/or a log.
 
+use super::attribution_options;
 use crate::cli::OomArgs;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
-use vramlens::analysis::oom::{OomOptions, OomReport, SCHEMA_VERSION, analyze_oom};
+use vramlens::analysis::device::check_device;
+use vramlens::analysis::oom::{OomOptions, OomReport, analyze_messages, analyze_oom};
 use vramlens::input::{ReadOptions, read_snapshot};
-use vramlens::oom_log::{parse_oom_messages, parse_size};
+use vramlens::oom_log::parse_oom_messages;
 use vramlens::render::oom::write_oom_text;
 use vramlens::render::{Style, write_json};
+use vramlens::units::{bytes, parse_size_arg};
+
+/// A total given with --device-total must hold what PyTorch reserved plus what was free.
+fn check_total(report: &OomReport, path: &str) -> Result<()> {
+    for a in &report.analyses {
+        if let (Some("option"), Some(total), Some(free)) = (
+            a.device_total_source,
+            a.device_total_bytes,
+            a.device_free_bytes,
+        ) && total < a.reserved_bytes.saturating_add(free)
+        {
+            bail!(
+                "{path}: --device-total {} is less than what device {} held: reserved {} + free {}",
+                bytes(total),
+                a.device,
+                bytes(a.reserved_bytes),
+                bytes(free)
+            );
+        }
+    }
+    Ok(())
+}
 
 pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
-    if args.snapshot.is_none() && args.log.is_none() {
+    if args.snapshots.is_empty() && args.log.is_none() {
         bail!("give a SNAPSHOT, a --log FILE with OOM messages, or both");
     }
     let device_total_bytes = args
         .device_total
         .as_deref()
-        .map(|s| {
-            parse_size(s).ok_or_else(|| {
-                anyhow!("--device-total {s:?}: expected a size such as 40GiB or 80.0 GiB")
-            })
-        })
+        .map(|s| parse_size_arg(s).map_err(|e| anyhow!("--device-total: {e}")))
         .transpose()?;
+    let attribution = attribution_options(&args.attribution)?;
     let messages = match &args.log {
         Some(path) => {
             let bytes = std::fs::read(path)
                 .with_context(|| format!("cannot read log {}", path.display()))?;
-            let text = String::from_utf8_lossy(&bytes);
-            let found = parse_oom_messages(&text);
+            let found = parse_oom_messages(&String::from_utf8_lossy(&bytes));
             if found.is_empty() {
                 bail!(
                     "{}: no CUDA out-of-memory message found; expected a log with \"CUDA out of memory\"",
@@ -38,29 +58,50 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
         }
         None => Vec::new(),
     };
-    let report = match &args.snapshot {
-        Some(path) => {
+    let options = OomOptions { device_total_bytes };
+    let style = Style::detect(std::io::stdout().is_terminal());
+    let emit = |out: &mut dyn Write, report: &OomReport, first: bool| -> Result<()> {
+        if args.json {
+            write_json(out, report)?;
+        } else {
+            if !first {
+                writeln!(out)?;
+            }
+            write_oom_text(out, report, style)?;
+        }
+        Ok(())
+    };
+    if args.snapshots.is_empty() {
+        return emit(out, &analyze_messages(messages, options), true);
+    }
+    let mut errors = Vec::new();
+    let mut printed = 0;
+    for path in &args.snapshots {
+        let result = (|| -> Result<OomReport> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
-            analyze_oom(
+            check_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
+            let report = analyze_oom(
                 &snap,
                 &info.path,
                 args.device,
-                messages,
-                OomOptions { device_total_bytes },
-            )
+                messages.clone(),
+                options,
+                &attribution,
+            );
+            check_total(&report, &info.path)?;
+            Ok(report)
+        })();
+        match result {
+            Ok(report) => {
+                emit(out, &report, printed == 0)?;
+                printed += 1;
+            }
+            Err(e) => errors.push(e),
         }
-        None => OomReport {
-            schema_version: SCHEMA_VERSION,
-            path: None,
-            analyses: Vec::new(),
-            messages,
-            notes: Vec::new(),
-        },
-    };
-    if args.json {
-        write_json(out, &report)?;
-    } else {
-        write_oom_text(out, &report, Style::detect(std::io::stdout().is_terminal()))?;
     }
-    Ok(())
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(super::Failures(errors).into()),
+    }
 }

@@ -17,11 +17,13 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
     let read = ReadOptions { progress: true };
     // Every file is read (in parallel); the reports of the good ones are printed in
     // argument order, then each bad one gives an error line and the status is 2.
-    let results: Vec<Result<_, vramlens::input::ReadError>> = args
+    let results: Vec<Result<_, anyhow::Error>> = args
         .files
         .par_iter()
         .map(|path| {
             let (snap, info) = read_snapshot(path, read)?;
+            vramlens::analysis::device::check_device(&snap, args.device)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", info.path))?;
             Ok(analyze_summary(&snap, &info, options))
         })
         .collect();
@@ -32,7 +34,7 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
         let report = match result {
             Ok(report) => report,
             Err(e) => {
-                errors.push(anyhow::Error::from(e));
+                errors.push(e);
                 continue;
             }
         };

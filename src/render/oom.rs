@@ -1,30 +1,191 @@
-//! Text rendering of an [`OomReport`].
+//! Text rendering of an [`OomReport`]: the figures, then the verdicts in plain words.
 
 use super::Style;
-use crate::analysis::oom::{OomAnalysis, OomReport};
-use crate::units::{bytes, utc_time};
+use super::names::group_display;
+use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Verdict};
+use crate::units::{bytes, percent, utc_time};
 use std::io::{self, Write};
 
 fn opt(v: Option<u64>) -> String {
     v.map_or("unknown".into(), bytes)
 }
 
+/// What a setting or change is, in words.
+pub fn knob_text(k: Knob) -> &'static str {
+    match k {
+        Knob::FixLeak => {
+            "keep fewer references: the growing call sites hold tensors across steps (lists of outputs, losses kept with their graph: use .detach() or .item(); torch.no_grad() for evaluation)"
+        }
+        Knob::SmallerBatch => "reduce what is live at this point: smaller batch or sequence length",
+        Knob::ActivationCheckpointing => {
+            "activation checkpointing for the layers whose activations dominate the live set"
+        }
+        Knob::PrecisionShardingOffload => {
+            "lower precision (bf16/fp16 weights, activations or optimizer state), sharding (FSDP/ZeRO) or CPU offload"
+        }
+        Knob::CachedMemoryCannotHelp => {
+            "empty_cache() or allocator settings cannot help: the memory is in use"
+        }
+        Knob::ExpandableSegments => {
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place instead of leaving holes)"
+        }
+        Knob::MaxSplitSize => {
+            "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:<size> (keeps large blocks from being split for small ones)"
+        }
+        Knob::GcThreshold => {
+            "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8 (returns cached blocks before the device fills)"
+        }
+        Knob::EmptyCacheBetweenPhases => {
+            "torch.cuda.empty_cache() between phases with different allocation sizes"
+        }
+        Knob::CheckOtherProcesses => {
+            "check other processes on the GPU (nvidia-smi --query-compute-apps=pid,used_memory --format=csv)"
+        }
+        Knob::NcclBuffers => {
+            "the CUDA context takes a few hundred MB per process; NCCL buffers grow with communicators (NCCL_BUFFSIZE, fewer process groups)"
+        }
+        Knob::LibraryWorkspaces => {
+            "libraries allocating outside PyTorch (cuBLASLt/cuDNN workspaces of extensions, TensorRT, Triton autotuning) show up here; vramlens reconcile with nvidia-smi readings splits it"
+        }
+        Knob::ReleaseGraphPools => {
+            "release CUDA graphs that are no longer replayed, or capture them into a shared pool"
+        }
+        Knob::AvoidRecordStream => {
+            "avoid Tensor.record_stream on large tensors; synchronize the side stream before freeing"
+        }
+        Knob::CheckFractionCap => {
+            "check torch.cuda.set_per_process_memory_fraction and PYTORCH_CUDA_ALLOC_CONF limits"
+        }
+    }
+}
+
+fn share_text(a: &OomAnalysis, v: &Verdict) -> String {
+    let deficit = opt(a.deficit_bytes);
+    match (v.share_of_shortfall, v.role) {
+        (Some(s), Role::Primary) if s >= 1.0 => {
+            format!("; it is more than the {deficit} the request lacked")
+        }
+        (Some(s), Role::Contributing) if s >= 1.0 => format!(
+            "; without it the request would have fit (it is more than the {deficit} lacked), but this much is usual for a process"
+        ),
+        (Some(s), _) => format!(
+            "; it is {:.0}% of the {deficit} the request lacked",
+            s * 100.0
+        ),
+        (None, _) => String::new(),
+    }
+}
+
+/// One verdict in words, from the analysis figures.
+fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
+    let request = opt(a.requested_bytes);
+    let short = opt(a.shortfall_bytes);
+    match v.cause {
+        Cause::Capacity if a.shortfall_bytes == Some(0) => format!(
+            "capacity: the device was nearly full: the live blocks ({}) plus the request ({request}) are {} of the {} PyTorch could have, and no free space held the request (it lacked {})",
+            bytes(a.allocated_bytes),
+            percent(a.needed_bytes.unwrap_or(0), a.available_bytes.unwrap_or(0)),
+            opt(a.available_bytes),
+            opt(a.deficit_bytes)
+        ),
+        Cause::Capacity => format!(
+            "capacity: the live blocks ({}) plus the request ({request}) need {}, but PyTorch could have at most {} (reserved {} + free on the device {}{}): short by {short}",
+            bytes(a.allocated_bytes),
+            opt(a.needed_bytes),
+            opt(a.available_bytes),
+            bytes(a.reserved_bytes),
+            opt(a.device_free_bytes),
+            a.allowed_bytes
+                .map(|c| format!(", within the process limit of {}", bytes(c)))
+                .unwrap_or_default()
+        ),
+        Cause::Leak => {
+            let sites: Vec<String> = v.sites.iter().map(|s| group_display(s, "frame")).collect();
+            format!(
+                "a leak: {} kept growing across the steps and hold {} at this moment{}",
+                sites.join(" and "),
+                bytes(v.bytes),
+                share_text(a, v)
+            )
+        }
+        Cause::OutsideAllocator => format!(
+            "memory outside the caching allocator or in other processes: {} ({} of the device: total {} − free {} − reserved by PyTorch {}){}",
+            bytes(v.bytes),
+            percent(v.bytes, a.device_total_bytes.unwrap_or(0)),
+            opt(a.device_total_bytes),
+            opt(a.device_free_bytes),
+            bytes(a.reserved_bytes),
+            share_text(a, v)
+        ),
+        Cause::PendingFrees => format!(
+            "frees waiting for other streams hold {} (record_stream or cross-stream use){}",
+            bytes(v.bytes),
+            share_text(a, v)
+        ),
+        Cause::Fragmentation if v.role == Role::Contributing => format!(
+            "fragmentation: {} sat free inside segments in holes of at most {}",
+            bytes(a.cached_free_bytes),
+            bytes(a.largest_hole_bytes)
+        ),
+        Cause::Fragmentation if a.source == Source::Message => format!(
+            "fragmentation: {} reserved but unallocated plus {} free on the device would cover the request ({request}), yet it failed: that memory was in pieces smaller than the request (the message does not give their sizes)",
+            bytes(a.cached_free_bytes),
+            opt(a.device_free_bytes)
+        ),
+        Cause::Fragmentation => format!(
+            "fragmentation: {} free inside segments plus {} free on the device would cover the request ({request}), but the largest hole is {} ({} on the request's stream); rounding added {} to live blocks",
+            bytes(a.cached_free_bytes),
+            opt(a.device_free_bytes),
+            bytes(a.largest_hole_bytes),
+            bytes(a.largest_hole_same_stream_bytes),
+            bytes(a.rounding_waste_bytes)
+        ),
+        Cause::PrivatePools => format!(
+            "private pools (CUDA graphs) hold {} free that other allocations cannot use",
+            bytes(v.bytes)
+        ),
+        Cause::MemoryFractionCap => match a.allowed_bytes {
+            Some(cap) => format!(
+                "a per-process cap of {} refused the request ({request}) although the device had {} free",
+                bytes(cap),
+                opt(a.device_free_bytes)
+            ),
+            None => format!(
+                "the device reported {} free, enough for the request ({request}): a per-process limit refused it (cudaMalloc is only refused with free memory when a limit applies)",
+                opt(a.device_free_bytes)
+            ),
+        },
+    }
+}
+
 fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
-    let when = match (a.event, a.time_us.filter(|&t| t > 0)) {
+    let when = match (a.event, a.time_us) {
         (Some(e), Some(t)) => format!("event {e}, {}", utc_time(t)),
         (Some(e), None) => format!("event {e}"),
         (None, _) => "the start".into(),
     };
-    let what = if a.source == "oom_event" {
-        "OOM"
-    } else {
-        "final state"
+    let heading = match a.source {
+        Source::OomEvent => format!("device {}: OOM at {when}", a.device),
+        Source::FinalState => format!("device {}: final state (after {when})", a.device),
+        Source::Message => format!(
+            "GPU {}: OOM message on log line {}",
+            a.device,
+            a.message_line.unwrap_or(0)
+        ),
     };
-    writeln!(
-        out,
-        "{}",
-        style.heading(&format!("device {}: {what} at {when}", a.device))
-    )?;
+    writeln!(out, "{}", style.heading(&heading))?;
+    if !a.oom_recorded {
+        writeln!(
+            out,
+            "  no OOM is recorded: the snapshot has no oom event and no OOM message was given (--log); below is its final state"
+        )?;
+    } else if a.source == Source::FinalState {
+        writeln!(
+            out,
+            "  the snapshot has no oom event: its final state, with the request and the device's free memory from the message on log line {}",
+            a.message_line.unwrap_or(0)
+        )?;
+    }
     let stream = if a.stream == 0 {
         "default stream".to_string()
     } else {
@@ -32,47 +193,78 @@ fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Res
     };
     match a.requested_bytes {
         Some(r) => writeln!(out, "  request            {} on the {stream}", bytes(r))?,
-        None => writeln!(
-            out,
-            "  request            unknown (no oom event; give --log with the OOM message)"
-        )?,
+        None if a.oom_recorded => writeln!(out, "  request            unknown")?,
+        None => {}
     }
     for f in &a.frames {
         writeln!(out, "                     {f}")?;
     }
-    writeln!(
-        out,
-        "  device             free {}, total {}{}",
-        opt(a.device_free_bytes),
-        opt(a.device_total_bytes),
-        a.device_total_source
-            .as_deref()
-            .map(|s| format!(" (from {s})"))
-            .unwrap_or_default()
-    )?;
+    if a.device_free_bytes.is_some() || a.device_total_bytes.is_some() {
+        writeln!(
+            out,
+            "  device             free {}, total {}{}",
+            opt(a.device_free_bytes),
+            opt(a.device_total_bytes),
+            match a.device_total_source {
+                Some("option") => " (from --device-total)".to_string(),
+                Some(_) => " (from the OOM message)".to_string(),
+                None => String::new(),
+            }
+        )?;
+    }
     if let Some(o) = a.outside_allocator_bytes {
         writeln!(
             out,
-            "  outside PyTorch    {} (total − free − reserved)",
+            "  outside PyTorch    {} (total − free − reserved: CUDA context, libraries, other processes)",
             bytes(o)
         )?;
     }
     writeln!(out, "  reserved           {}", bytes(a.reserved_bytes))?;
-    writeln!(
-        out,
-        "  live               {} in blocks ({} requested, {} rounding), {} pending free",
-        bytes(a.active_bytes),
-        bytes(a.allocated_bytes),
-        bytes(a.rounding_waste_bytes),
-        bytes(a.pending_free_bytes)
-    )?;
-    writeln!(
-        out,
-        "  free in segments   {}; largest hole {} ({} on the request's stream)",
-        bytes(a.cached_free_bytes),
-        bytes(a.largest_hole_bytes),
-        bytes(a.largest_hole_same_stream_bytes)
-    )?;
+    if a.source != Source::Message {
+        writeln!(
+            out,
+            "  live               {} in blocks ({} requested, {} rounding), {} pending free",
+            bytes(a.allocated_bytes),
+            bytes(a.requested_live_bytes),
+            bytes(a.rounding_waste_bytes),
+            bytes(a.pending_free_bytes)
+        )?;
+        writeln!(
+            out,
+            "  free in segments   {}; largest hole {} ({} on the request's stream)",
+            bytes(a.cached_free_bytes),
+            bytes(a.largest_hole_bytes),
+            bytes(a.largest_hole_same_stream_bytes)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  allocated          {} ({} reserved but unallocated)",
+            bytes(a.allocated_bytes),
+            bytes(a.cached_free_bytes)
+        )?;
+    }
+    if let (Some(n), Some(h)) = (a.needed_bytes, a.available_bytes) {
+        writeln!(
+            out,
+            "  needed             {} (live blocks + request); PyTorch could have {} (reserved + free{}){}",
+            bytes(n),
+            bytes(h),
+            if a.allowed_bytes.is_some() {
+                ", within the process limit"
+            } else {
+                ""
+            },
+            match (a.shortfall_bytes, a.deficit_bytes) {
+                (Some(0), Some(d)) if d > 0 => format!(
+                    ": enough in total, but no free space held the request ({} short)",
+                    bytes(d)
+                ),
+                (Some(0) | None, _) => ": the memory was there".to_string(),
+                (Some(s), _) => format!(": short by {}", bytes(s)),
+            }
+        )?;
+    }
     for p in &a.free_by_pool {
         let pool = match p.pool_id {
             None => "pool unknown".to_string(),
@@ -93,31 +285,44 @@ fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Res
             bytes(p.largest_hole_bytes)
         )?;
     }
-    if !a.top_stacks.is_empty() {
+    if !a.top_sites.is_empty() {
         writeln!(out, "  live by call site")?;
-        for s in &a.top_stacks {
+        for s in &a.top_sites {
             writeln!(
                 out,
-                "    {:>10}  {:>5}x  {}",
+                "    {:>10}  {:>5}x  {}  [{}]",
                 bytes(s.bytes),
                 s.allocations,
-                s.frame
+                group_display(&s.name, s.kind),
+                s.category
             )?;
         }
     }
     if a.verdicts.is_empty() {
-        writeln!(
-            out,
-            "  verdict            none of the known causes stands out"
-        )?;
+        let why = match (a.requested_bytes, a.device_free_bytes) {
+            (None, _) if !a.oom_recorded => {
+                "none: without an OOM there is nothing to explain (give --log with the OOM message if one happened)"
+            }
+            (None, _) => "none: the request is unknown (give --log with the OOM message)",
+            (_, None) => {
+                "none: the device's free memory is unknown (give --log with the OOM message)"
+            }
+            _ => "none of the known causes stands out",
+        };
+        writeln!(out, "  verdict            {why}")?;
     }
     for v in &a.verdicts {
-        writeln!(out, "  {}", style.warn(&format!("verdict: {}", v.summary)))?;
-        for e in &v.evidence {
-            writeln!(out, "    - {e}")?;
-        }
+        let role = match v.role {
+            Role::Primary => "verdict",
+            Role::Contributing => "contributing",
+        };
+        writeln!(
+            out,
+            "  {}",
+            style.warn(&format!("{role}: {}", verdict_text(a, v)))
+        )?;
         for k in &v.knobs {
-            writeln!(out, "    try: {k}")?;
+            writeln!(out, "    try: {}", knob_text(*k))?;
         }
     }
     Ok(())
@@ -127,48 +332,48 @@ pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::R
     if let Some(p) = &r.path {
         writeln!(out, "{}", style.heading(p))?;
     }
-    for n in &r.notes {
-        writeln!(out, "  note: {n}")?;
-    }
     for a in &r.analyses {
         write_analysis(out, a, style)?;
     }
-    for m in &r.messages {
+    for (device, n) in &r.more_oom_events {
         writeln!(
             out,
-            "{}",
-            style.heading(
-                &format!("OOM message on log line {} ({:?} form)", m.line, m.form).to_lowercase()
-            )
+            "  device {device}: {n} more oom events, not analysed one by one (the first {} are)",
+            crate::analysis::oom::MAX_ANALYSES
         )?;
-        writeln!(
-            out,
-            "  request {} on GPU {}: total {}, free {}, allocated by PyTorch {}, reserved by PyTorch {}",
-            opt(m.requested_bytes),
-            m.gpu.map_or("?".into(), |g| g.to_string()),
-            opt(m.total_capacity_bytes),
-            opt(m.free_bytes),
-            opt(m.allocated_by_pytorch_bytes),
-            opt(m.reserved_by_pytorch_bytes)
-        )?;
-        if let (Some(p), Some(r)) = (m.this_process_bytes, m.reserved_by_pytorch_bytes) {
+    }
+    if r.path.is_some() {
+        for m in &r.messages {
             writeln!(
                 out,
-                "  this process uses {} of which {} outside PyTorch's allocator",
-                bytes(p),
-                bytes(p.saturating_sub(r))
+                "  OOM message on log line {}: request {} on GPU {}, total {}, free {}",
+                m.line,
+                opt(m.requested_bytes),
+                m.gpu.map_or("?".into(), |g| g.to_string()),
+                opt(m.total_capacity_bytes),
+                opt(m.free_bytes),
             )?;
         }
-        for (pid, b) in &m.processes {
-            writeln!(
-                out,
-                "  process {}: {}",
-                pid.map_or("?".into(), |p| p.to_string()),
-                bytes(*b)
-            )?;
-        }
-        for v in &crate::analysis::oom::message_verdicts(m) {
-            writeln!(out, "  {}", style.warn(&format!("verdict: {v}")))?;
+    } else {
+        for m in &r.messages {
+            if let (Some(p), Some(r)) = (m.this_process_bytes, m.reserved_by_pytorch_bytes) {
+                writeln!(
+                    out,
+                    "  log line {}: this process used {} of which {} outside PyTorch's allocator",
+                    m.line,
+                    bytes(p),
+                    bytes(p.saturating_sub(r))
+                )?;
+            }
+            for (pid, b) in &m.processes {
+                writeln!(
+                    out,
+                    "  log line {}: process {}: {}",
+                    m.line,
+                    pid.map_or("?".into(), |p| p.to_string()),
+                    bytes(*b)
+                )?;
+            }
         }
     }
     Ok(())
