@@ -3,6 +3,7 @@
 
 pub mod live;
 pub mod oom;
+pub mod reconcile;
 pub mod segments_svg;
 pub mod summary;
 pub mod svg;
