@@ -397,8 +397,10 @@ fn nearest<'a>(samples: &[&'a GpuSample], t: i64) -> Option<&'a GpuSample> {
         .min_by_key(|s| ((s.time_us - t).abs(), s.time_us))
 }
 
-/// The process on the sample's GPU at about its time whose use is closest to `reserved`.
-/// `processes` is sorted by time, so only the rows within `max_skew_us` are looked at.
+/// The process on the sample's GPU at about its time whose use is closest to `reserved`,
+/// among the rows of the sampling instant nearest the sample (within `max_skew_us`).
+/// `processes` is sorted by time: the nearest instant is found by binary search and a walk
+/// to the nearest row of the same GPU, so dense logs stay linear.
 fn our_process(
     processes: &[ProcessSample],
     sample: &GpuSample,
@@ -406,18 +408,43 @@ fn our_process(
     max_skew_us: i64,
 ) -> Option<(u64, u64)> {
     let t = sample.time_us;
-    let lo = processes.partition_point(|p| p.time_us < t.saturating_sub(max_skew_us));
-    let hi = processes.partition_point(|p| p.time_us <= t.saturating_add(max_skew_us));
     let same_gpu = |p: &&ProcessSample| match (p.gpu_uuid, sample.uuid, p.gpu) {
         (Some(a), Some(b), _) => a == b,
         (_, _, Some(g)) => g == sample.gpu,
         _ => true,
     };
-    let near = || processes[lo..hi].iter().filter(same_gpu);
-    // Rows of the sampling instant closest to t.
-    let closest = near().map(|p| (p.time_us - t).abs()).min()?;
-    near()
-        .filter(|p| (p.time_us - t).abs() == closest)
+    let i = processes.partition_point(|p| p.time_us < t);
+    let after = processes[i..]
+        .iter()
+        .take_while(|p| p.time_us - t <= max_skew_us)
+        .find(same_gpu)
+        .map(|p| p.time_us - t);
+    let before = processes[..i]
+        .iter()
+        .rev()
+        .take_while(|p| t - p.time_us <= max_skew_us)
+        .find(same_gpu)
+        .map(|p| t - p.time_us);
+    let closest = match (before, after) {
+        (Some(b), Some(a)) => b.min(a),
+        (b, a) => b.or(a)?,
+    };
+    // The rows of the one or two instants at that distance.
+    let rows_at = |time: i64| {
+        let lo = processes.partition_point(|p| p.time_us < time);
+        let hi = processes.partition_point(|p| p.time_us <= time);
+        &processes[lo..hi]
+    };
+    let earlier = rows_at(t - closest);
+    let later = if closest == 0 {
+        &[][..]
+    } else {
+        rows_at(t + closest)
+    };
+    earlier
+        .iter()
+        .chain(later)
+        .filter(same_gpu)
         .filter_map(|p| Some((p.pid, p.used_bytes?)))
         .min_by_key(|(pid, used)| (used.abs_diff(reserved), *pid))
 }

@@ -5,7 +5,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::oom::{OomOptions, OomReport, SCHEMA_VERSION, analyze_oom};
 use vramlens::input::{ReadOptions, read_snapshot};
-use vramlens::oom_log::{parse_oom_messages, parse_size};
+use vramlens::oom_log::{parse_oom_messages_from, parse_size};
 use vramlens::render::oom::write_oom_text;
 use vramlens::render::{Style, write_json};
 
@@ -24,10 +24,18 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
         .transpose()?;
     let messages = match &args.log {
         Some(path) => {
-            let bytes = std::fs::read(path)
+            let file = std::fs::File::open(path)
                 .with_context(|| format!("cannot read log {}", path.display()))?;
-            let text = String::from_utf8_lossy(&bytes);
-            let found = parse_oom_messages(&text);
+            let found = parse_oom_messages_from(std::io::BufReader::new(file))
+                .with_context(|| format!("cannot read log {}", path.display()))?;
+            if let Some(m) = found.iter().find(|m| m.oversized) {
+                bail!(
+                    "{}: line {}: the out-of-memory message gives a size above 16 EiB, more than any device holds, so the log is damaged or edited: {:?}",
+                    path.display(),
+                    m.line,
+                    m.text.chars().take(160).collect::<String>()
+                );
+            }
             if found.is_empty() {
                 bail!(
                     "{}: no CUDA out-of-memory message found; expected a log with \"CUDA out of memory\"",
