@@ -134,7 +134,7 @@ def main():
               f"installed package:\n{api.stderr.strip()}")
         s = run([py, "-c", "import json, vramlens; d = vramlens.summary("
                  f"{SAMPLE!r})['devices'][0]; print(json.dumps(d, sort_keys=True))"], cwd=tmp)
-        check('"peak_allocated_bytes": 468296708' in s and '"reserved_bytes": 144703488' in s,
+        check('"peak_requested_bytes": 468296708' in s and '"reserved_bytes": 144703488' in s,
               "vramlens.summary('testdata/sample.pickle'): peak 468296708, reserved 144703488")
 
         # `pip install --target DIR`: the binary lands in DIR/bin, beside the package.

@@ -262,7 +262,8 @@ pub struct ReconcileArgs {
     /// JSON lines from `python -m vramlens.capture`. Repeat for several files.
     #[arg(long, value_name = "FILE", required = true)]
     pub nvml: Vec<PathBuf>,
-    /// A profiler (Kineto/Chrome) trace with [memory] events.
+    /// A profiler trace of the same run (Kineto/Chrome JSON with [memory] events, or an
+    /// export_memory_timeline file): lined up with the snapshot, its totals join the ledger.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Minutes to add to nvidia-smi's local timestamps to get UTC (e.g. -420 for UTC-7).
@@ -276,6 +277,14 @@ pub struct ReconcileArgs {
     /// Only this device.
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
+    /// The GPU of the device log to read: nvidia-smi's index, or for a log without an
+    /// index column the GPU's place in the log (from 0).
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<i64>,
+    /// Go on when the device log's or the trace's times do not overlap the snapshot's
+    /// (without using them).
+    #[arg(long)]
+    pub allow_no_overlap: bool,
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

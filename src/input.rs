@@ -26,6 +26,9 @@ pub enum InputError {
     Decode(#[from] DecodeError),
     #[error("{0}")]
     WrongKind(String),
+    /// A profiler trace or memory timeline that could not be read.
+    #[error("{0}")]
+    Profile(#[from] crate::devlog::DevlogError),
 }
 
 /// A failure to read one file, naming the file.
@@ -42,7 +45,8 @@ pub struct SourceInfo {
     /// The path as given.
     pub path: String,
     pub size_bytes: u64,
-    /// "pickle", "json" or "html" (a `_memory_viz` page with the snapshot inside).
+    /// "pickle", "json" or "html" (a `_memory_viz` page with the snapshot inside); for
+    /// profiler outputs converted into a snapshot, "kineto_trace" or "memory_timeline".
     pub format: &'static str,
     pub gzip: bool,
     pub pickle_protocol: Option<u8>,
@@ -270,6 +274,15 @@ fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo
         gzip,
         pickle_protocol: None,
     };
+    // Profiler traces and memory timelines are converted into a snapshot.
+    if crate::devlog::is_profile(&head) {
+        let converted = crate::devlog::read_profile_snapshot(opened.stream(Some("reading"))?)?;
+        info.format = match converted.kind {
+            crate::devlog::ProfileKind::KinetoTrace => "kineto_trace",
+            _ => "memory_timeline",
+        };
+        return Ok((converted.snapshot, info));
+    }
     let snapshot = match sniff(&head)? {
         Kind::Json => {
             info.format = "json";
@@ -283,6 +296,13 @@ fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo
                     e.column()
                 ))
             })?;
+            // A trace whose first 4 KiB did not give it away.
+            if json.get("traceEvents").is_some() {
+                drop(json);
+                let converted = crate::devlog::read_profile_snapshot(opened.stream(None)?)?;
+                info.format = "kineto_trace";
+                return Ok((converted.snapshot, info));
+            }
             classify_json(&json)?;
             decode_json(&json)?
         }

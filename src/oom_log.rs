@@ -104,6 +104,9 @@ pub struct OomMessage {
     /// The message text as found, from the exception name (when there is one) to the end of
     /// the message or its hint: wrapped lines joined, whitespace runs made one space, trimmed.
     pub text: String,
+    /// A size in the message is above 16 EiB (`u64::MAX` bytes): it was kept as `u64::MAX`.
+    /// No device has that much memory, so the log is damaged or edited.
+    pub oversized: bool,
 }
 
 /// Reads a size as PyTorch prints it and returns it in bytes, rounded to the nearest byte.
@@ -135,24 +138,106 @@ pub fn parse_size(text: &str) -> Option<u64> {
 /// was read up to the cut. A log without any message gives an empty `Vec`. The same message
 /// printed twice (an exception and a logger repeating it) is reported twice.
 pub fn parse_oom_messages(log: &str) -> Vec<OomMessage> {
-    let lines: Vec<&str> = log.lines().collect();
+    // Reading from memory cannot fail.
+    parse_oom_messages_from(log.as_bytes()).unwrap_or_default()
+}
+
+/// As [`parse_oom_messages`], reading the log line by line: memory holds the lines of one
+/// message at most (65 lines, each cut into pieces of 1 MiB), whatever the log's size.
+/// Invalid UTF-8 is replaced; only an I/O error fails.
+pub fn parse_oom_messages_from<R: std::io::BufRead>(reader: R) -> std::io::Result<Vec<OomMessage>> {
+    let mut window = LineWindow::new(reader);
     let mut found = Vec::new();
-    let (mut line, mut col) = (0usize, 0usize);
-    while line < lines.len() {
-        let Some(marker) = find_marker(lines[line], col) else {
-            line += 1;
+    let mut col = 0usize;
+    while window.fill(WINDOW_LINES + 1)? > 0 {
+        let Some(marker) = find_marker(&window.lines[0], col) else {
+            window.advance(1);
             col = 0;
             continue;
         };
-        match read_message(&lines, line, marker) {
-            Some((message, (end_line, end_col))) => {
+        let view: Vec<&str> = window.lines.iter().map(String::as_str).collect();
+        match read_message(&view, 0, marker) {
+            Some((mut message, (end_line, end_col))) => {
+                message.line = window.numbers[0];
+                message.end_line = window.numbers[end_line];
                 found.push(message);
-                (line, col) = (end_line, end_col);
+                window.advance(end_line);
+                col = end_col;
             }
             None => col = marker.end,
         }
     }
-    found
+    Ok(found)
+}
+
+/// Longest piece of a line held at once; longer lines are read in pieces of this size,
+/// each numbered as the line it comes from.
+const MAX_PIECE_BYTES: u64 = 1 << 20;
+
+/// The lines of a log from the current one on, read as needed.
+struct LineWindow<R> {
+    reader: R,
+    lines: std::collections::VecDeque<String>,
+    /// 1-based line number of each held line (pieces of a long line share one).
+    numbers: std::collections::VecDeque<usize>,
+    next_number: usize,
+    /// The last piece read did not end its line.
+    in_long_line: bool,
+    done: bool,
+    buf: Vec<u8>,
+}
+
+impl<R: std::io::BufRead> LineWindow<R> {
+    fn new(reader: R) -> Self {
+        LineWindow {
+            reader,
+            lines: Default::default(),
+            numbers: Default::default(),
+            next_number: 1,
+            in_long_line: false,
+            done: false,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads until `n` lines are held or the log ends; returns how many are held.
+    fn fill(&mut self, n: usize) -> std::io::Result<usize> {
+        use std::io::{BufRead, Read};
+        while self.lines.len() < n && !self.done {
+            self.buf.clear();
+            let got = (&mut self.reader)
+                .take(MAX_PIECE_BYTES)
+                .read_until(b'\n', &mut self.buf)?;
+            if got == 0 {
+                self.done = true;
+                break;
+            }
+            let number = if self.in_long_line {
+                self.next_number - 1
+            } else {
+                self.next_number += 1;
+                self.next_number - 1
+            };
+            self.in_long_line = self.buf.last() != Some(&b'\n');
+            if !self.in_long_line {
+                self.buf.pop();
+                if self.buf.last() == Some(&b'\r') {
+                    self.buf.pop();
+                }
+            }
+            self.lines
+                .push_back(String::from_utf8_lossy(&self.buf).into_owned());
+            self.numbers.push_back(number);
+        }
+        Ok(self.lines.len())
+    }
+
+    fn advance(&mut self, by: usize) {
+        for _ in 0..by.min(self.lines.len()) {
+            self.lines.pop_front();
+            self.numbers.pop_front();
+        }
+    }
 }
 
 /// Longest stretch of log, in bytes, read for one message (one with 64 other processes
@@ -281,6 +366,7 @@ fn read_message(
     let mut reader = Reader {
         text: &joined,
         pos: marker.start - text_start,
+        saturated: false,
     };
     let mut message = OomMessage {
         line: first + 1,
@@ -300,8 +386,10 @@ fn read_message(
         this_process_bytes: None,
         processes: Vec::new(),
         text: String::new(),
+        oversized: false,
     };
     let end = read_grammar(&mut reader, &mut message)?;
+    message.oversized = reader.saturated;
 
     message.text = joined[..end]
         .split_whitespace()
@@ -595,6 +683,8 @@ fn read_hints(reader: &mut Reader, end: &mut usize) {
 struct Reader<'a> {
     text: &'a str,
     pos: usize,
+    /// A size above `u64::MAX` was read (and kept as `u64::MAX`).
+    saturated: bool,
 }
 
 impl<'a> Reader<'a> {
@@ -667,9 +757,10 @@ impl<'a> Reader<'a> {
     fn size(&mut self) -> Option<u64> {
         let start = self.pos;
         self.skip_space();
-        match size_prefix(self.rest()) {
-            Some((bytes, used)) => {
+        match size_prefix_saturating(self.rest()) {
+            Some((bytes, used, saturated)) => {
                 self.pos += used;
+                self.saturated |= saturated;
                 Some(bytes)
             }
             None => {
@@ -726,6 +817,15 @@ impl<'a> Reader<'a> {
 
 /// A size at the start of `text`: (bytes, bytes of text used). See [`parse_size`].
 fn size_prefix(text: &str) -> Option<(u64, usize)> {
+    match size_prefix_saturating(text)? {
+        (value, used, false) => Some((value, used)),
+        (_, _, true) => None,
+    }
+}
+
+/// As [`size_prefix`], but a value above `u64::MAX` reads as `u64::MAX` and says so:
+/// (bytes, bytes of text used, saturated).
+fn size_prefix_saturating(text: &str) -> Option<(u64, usize, bool)> {
     let bytes = text.as_bytes();
     let int_len = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
     if int_len == 0 {
@@ -750,8 +850,11 @@ fn size_prefix(text: &str) -> Option<(u64, usize)> {
         .count();
     let unit = &text[used + space..used + space + unit_len];
     let multiplier = unit_multiplier(unit)?;
-    let value = exact_bytes(&text[..int_len], frac, multiplier)?;
-    Some((value, used + space + unit_len))
+    let used = used + space + unit_len;
+    Some(match exact_bytes(&text[..int_len], frac, multiplier) {
+        Some(value) => (value, used, false),
+        None => (u64::MAX, used, true),
+    })
 }
 
 /// Bytes per unit for the unit words PyTorch prints (binary, whatever the spelling).

@@ -227,11 +227,17 @@ fn segments_of_the_wrong_type() {
 }
 
 #[test]
-fn chrome_trace_is_named() {
-    bad_input(
-        "testdata/bad/chrome_trace.json",
-        "this is a Chrome/Kineto profiler trace (JSON with traceEvents), not a memory snapshot; expected a PyTorch memory snapshot (its [memory] events will be read by `vramlens reconcile --trace`, not yet available in this version)",
-    );
+fn chrome_trace_is_read_as_a_profiler_trace() {
+    let out = vramlens()
+        .args(["summary", "--json", "testdata/bad/chrome_trace.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["source"]["format"], "kineto_trace");
+    // Its three [memory] events: Total Allocated 1.5 MiB, 6 MiB, 1.5 MiB; reserved 20 MiB.
+    assert_eq!(v["devices"][0]["peak_allocated_bytes"], 6_291_456);
+    assert_eq!(v["devices"][0]["peak_reserved_bytes"], 20_971_520);
 }
 
 #[test]

@@ -1,14 +1,16 @@
-//! Device logs (nvidia-smi CSV, NVML JSON lines) and profiler allocator events (Kineto
-//! traces, memory-timeline raw rows) read by `vramlens::devlog`.
+//! Device logs (nvidia-smi CSV, NVML JSON lines) and profiler memory events (Kineto traces,
+//! memory-timeline exports) read by `vramlens::devlog`.
 //!
-//! Real files come from `../shared/data` (figures from its MANIFEST.md, checked again with
-//! Python's csv/json); those tests are ignored by default (`.ci/run` runs them where the
-//! folder exists). Our own H200 recordings in `testdata/gpu` always run.
+//! Real files come from `../shared/data` (figures checked with Python's csv/json, see the
+//! comments); those tests are ignored when the folder is absent and say so when run
+//! without it. Our own H200 recordings in `testdata/gpu` always run.
 
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
+use vramlens::devlog::kineto::{Category, SpanKind};
 use vramlens::devlog::{
-    AllocatorTrace, ClockOptions, DeviceLog, DevlogError, GpuSample, ProcessSample, merge,
-    read_device_log, read_kineto,
+    ClockOptions, DeviceLog, DeviceLogOptions, DevlogError, GpuNumbering, GpuSample, ProcessSample,
+    ProfileKind, ProfileTrace, TimeRange, TraceClock, merge, read_device_log, read_profile,
 };
 
 const MIB: u64 = 1 << 20;
@@ -18,33 +20,43 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn shared_data() -> Option<PathBuf> {
-    let dir = root().join("../shared/data");
-    dir.is_dir().then_some(dir)
+/// A file under `../shared/data`; panics, saying why, when it is missing.
+fn shared(rel: &str) -> PathBuf {
+    let path = root().join("../shared/data").join(rel);
+    assert!(
+        path.exists(),
+        "{} is missing: this test needs ../shared/data (run it where the real data is)",
+        path.display()
+    );
+    path
 }
 
-/// The file under `../shared/data`, for tests marked `#[ignore = "needs ../shared/data"]`:
-/// panics, saying why, when it is missing (never None).
-fn shared_file(rel: &str) -> Option<PathBuf> {
-    let dir = shared_data().unwrap_or_else(|| {
-        panic!("../shared/data not found: this test needs the real files ({rel})")
-    });
-    let path = dir.join(rel);
-    assert!(path.exists(), "{rel} is not in ../shared/data");
-    Some(path)
+fn utc() -> DeviceLogOptions {
+    DeviceLogOptions::default()
 }
 
-fn utc() -> ClockOptions {
-    ClockOptions::default()
+fn offset(minutes: i32) -> DeviceLogOptions {
+    DeviceLogOptions {
+        clock: ClockOptions {
+            utc_offset_minutes: minutes,
+        },
+        keep: None,
+    }
 }
 
-fn device_log(path: &Path, clock: ClockOptions) -> DeviceLog {
-    let text = std::fs::read_to_string(path).unwrap();
-    read_device_log(&text, clock).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+fn device_log(path: &Path, options: DeviceLogOptions) -> DeviceLog {
+    let file = std::fs::File::open(path).unwrap();
+    read_device_log(BufReader::new(file), options)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn kineto(path: &Path) -> AllocatorTrace {
-    read_kineto(&std::fs::read(path).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+fn text_log(text: &str) -> Result<DeviceLog, DevlogError> {
+    read_device_log(text.as_bytes(), utc())
+}
+
+fn profile(path: &Path) -> ProfileTrace {
+    read_profile(std::fs::File::open(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn gpu(time_us: i64, gpu: i64, used_mib: u64, total_mib: Option<u64>) -> GpuSample {
@@ -65,26 +77,21 @@ fn gpu(time_us: i64, gpu: i64, used_mib: u64, total_mib: Option<u64>) -> GpuSamp
 #[test]
 #[ignore = "needs ../shared/data"]
 fn nvsmi_miris_v100s_with_units() {
-    let Some(path) = shared_file("nvsmi-miris-v100s/gpu_log.csv") else {
-        return;
-    };
+    let path = shared("nvsmi-miris-v100s/gpu_log.csv");
     let log = device_log(&path, utc());
     assert_eq!(log.source, "nvidia-smi");
+    assert_eq!(log.numbering, GpuNumbering::DriverIndex);
     assert_eq!(log.gpus.len(), 107);
     assert!(log.processes.is_empty());
     assert!(log.warnings.is_empty(), "{:?}", log.warnings);
+    assert!(log.zoneless_times);
     // 2025/06/13 00:27:52.195, 0, Tesla V100S-PCIE-32GB, 0 %, 0 %, 32768 MiB, 1 MiB, 27
     assert_eq!(log.gpus[0], gpu(1_749_774_472_195_000, 0, 1, Some(32768)));
     // 2025/06/13 00:29:38.248, 0, Tesla V100S-PCIE-32GB, 0 %, 0 %, 32768 MiB, 1 MiB, 28
     assert_eq!(log.gpus[106], gpu(1_749_774_578_248_000, 0, 1, Some(32768)));
 
     // The clock offset moves every zone-less stamp.
-    let shifted = device_log(
-        &path,
-        ClockOptions {
-            utc_offset_minutes: -420,
-        },
-    );
+    let shifted = device_log(&path, offset(-420));
     assert_eq!(
         shifted.gpus[0].time_us,
         1_749_774_472_195_000 - 420 * 60_000_000
@@ -93,43 +100,41 @@ fn nvsmi_miris_v100s_with_units() {
 
 #[test]
 #[ignore = "needs ../shared/data"]
-fn nvsmi_vlm_opt_4090_without_index() {
-    let Some(path) = shared_file("nvsmi-vlm-opt-4090/gpu_log.csv") else {
-        return;
-    };
+fn nvsmi_vlm_opt_4090_without_index_is_one_gpu() {
+    let path = shared("nvsmi-vlm-opt-4090/gpu_log.csv");
     let log = device_log(&path, utc());
     assert_eq!(log.gpus.len(), 2619);
     assert!(log.warnings.is_empty(), "{:?}", log.warnings);
+    // No index and no uuid column, and no two rows share a timestamp: one GPU, number 0.
+    assert_eq!(log.numbering, GpuNumbering::RowOrder);
+    assert_eq!(log.gpu_numbers(), vec![0]);
     // 2026/01/03 15:36:53.507, NVIDIA GeForce RTX 4090, 1 %, 2 %, 1129 MiB, 33.09 W
-    assert_eq!(log.gpus[0], gpu(1_767_454_613_507_000, -1, 1129, None));
+    assert_eq!(log.gpus[0], gpu(1_767_454_613_507_000, 0, 1129, None));
     // 2026/01/03 16:24:53.961, NVIDIA GeForce RTX 4090, 3 %, 4 %, 1141 MiB, 34.15 W
-    assert_eq!(log.gpus[2618], gpu(1_767_457_493_961_000, -1, 1141, None));
+    assert_eq!(log.gpus[2618], gpu(1_767_457_493_961_000, 0, 1141, None));
+    let span = log.span_of(0).unwrap();
+    assert_eq!(span.rows, 2619);
+    assert_eq!(
+        span.range,
+        TimeRange::new(1_767_454_613_507_000, 1_767_457_493_961_000)
+    );
 }
 
 #[test]
 #[ignore = "needs ../shared/data"]
 fn nvsmi_gpu_glasses_hand_written_header_iso_times() {
-    let Some(path) = shared_file("nvsmi-gpu-glasses/nvidia_smi.csv") else {
-        return;
-    };
+    let path = shared("nvsmi-gpu-glasses/nvidia_smi.csv");
     // ISO stamps carry +08:00, so the clock offset must not move them.
-    for offset in [0, 300] {
-        let log = device_log(
-            &path,
-            ClockOptions {
-                utc_offset_minutes: offset,
-            },
-        );
+    for minutes in [0, 300] {
+        let log = device_log(&path, offset(minutes));
         assert_eq!(log.gpus.len(), 43);
+        assert!(!log.zoneless_times);
         // 2025-09-08T17:26:50+08:00,0, 0, 4, 81559, 74.01, 33
         assert_eq!(log.gpus[0], gpu(1_757_323_610_000_000, 0, 4, Some(81559)));
         // 2025-09-08T17:26:58+08:00,2, 0, 4, 81559, 72.96, 35
         assert_eq!(log.gpus[42], gpu(1_757_323_618_000_000, 2, 4, Some(81559)));
-        let mut indices: Vec<i64> = log.gpus.iter().map(|s| s.gpu).collect();
-        indices.dedup();
-        indices.sort_unstable();
-        indices.dedup();
-        assert_eq!(indices, (0..8).collect::<Vec<_>>());
+        assert_eq!(log.gpu_numbers(), (0..8).collect::<Vec<_>>());
+        assert_eq!(log.numbering, GpuNumbering::DriverIndex);
         assert_eq!(log.warnings.len(), 1, "{:?}", log.warnings);
         assert!(log.warnings[0].contains("\"gpu\" and \"index\""));
     }
@@ -148,18 +153,20 @@ fn our_query_gpu_csv() {
     let log = ours("nvsmi_gpu.csv");
     assert_eq!(log.gpus.len(), 215);
     assert!(log.warnings.is_empty(), "{:?}", log.warnings);
+    assert_eq!(log.uuids, vec![H200_UUID.to_string()]);
     // 2026/11/29 19:15:09.741, 0, GPU-a33ac4bd-..., 0 MiB, 143771 MiB
     assert_eq!(
         log.gpus[0],
         GpuSample {
             time_us: 1_795_979_709_741_000,
             gpu: 0,
-            uuid: Some(H200_UUID.to_string()),
+            uuid: Some(0),
             used_bytes: Some(0),
             total_bytes: Some(143_771 * MIB),
             free_bytes: None,
         }
     );
+    assert_eq!(log.uuid(log.gpus[0].uuid), Some(H200_UUID));
     assert_eq!(log.gpus[214].time_us, 1_795_979_752_771_000);
     assert!(
         log.gpus
@@ -169,6 +176,36 @@ fn our_query_gpu_csv() {
     let peak = log.gpus.iter().filter_map(|s| s.used_bytes).max();
     assert_eq!(peak, Some(143_125 * MIB));
     assert!(log.gpus.windows(2).all(|w| w[0].time_us <= w[1].time_us));
+    // As JSON, a reading is its fields with the uuid as an index into `uuids`.
+    assert_eq!(
+        serde_json::to_value(log.gpus[0]).unwrap(),
+        serde_json::json!({"time_us": 1_795_979_709_741_000i64, "gpu": 0, "uuid": 0,
+            "used_bytes": 0, "total_bytes": 143_771u64 * MIB, "free_bytes": null})
+    );
+}
+
+#[test]
+fn keeping_a_window_counts_what_was_left_out() {
+    // Only the readings between 19:15:20 and 19:15:30 (UTC) are kept.
+    let keep = TimeRange::new(1_795_979_720_000_000, 1_795_979_730_000_000);
+    let log = device_log(
+        &root().join("testdata/gpu/nvsmi_gpu.csv"),
+        DeviceLogOptions {
+            keep: Some(keep),
+            ..utc()
+        },
+    );
+    // Counted in Python: 50 of the 215 rows are inside it (one every 0.2 s).
+    assert_eq!(log.gpus.len(), 50);
+    assert_eq!(log.rows_outside_window, 165);
+    assert!(log.gpus.iter().all(|s| keep.contains(s.time_us)));
+    // The span still covers the whole file.
+    let span = log.span_of(0).unwrap();
+    assert_eq!(span.rows, 215);
+    assert_eq!(
+        span.range,
+        TimeRange::new(1_795_979_709_741_000, 1_795_979_752_771_000)
+    );
 }
 
 #[test]
@@ -182,7 +219,7 @@ fn our_query_compute_apps_csv_and_merge() {
         ProcessSample {
             time_us: 1_795_979_715_782_000,
             gpu: None,
-            gpu_uuid: Some(H200_UUID.to_string()),
+            gpu_uuid: Some(0),
             pid: 421,
             used_bytes: Some(648 * MIB),
         }
@@ -200,6 +237,7 @@ fn our_query_compute_apps_csv_and_merge() {
     assert_eq!((merged.gpus.len(), merged.processes.len()), (215, 116));
     // The uuid names GPU 0 in the query-gpu log.
     assert!(merged.processes.iter().all(|p| p.gpu == Some(0)));
+    assert_eq!(merged.uuids.len(), 1);
 
     let mixed = merge(vec![ours("nvsmi_gpu.csv"), ours("ok/nvml.jsonl")]);
     assert_eq!(mixed.source, "mixed");
@@ -224,7 +262,7 @@ fn our_nvml_json_lines() {
         assert!(
             log.processes.iter().all(|p| p.pid == pid
                 && p.gpu == Some(0)
-                && p.gpu_uuid.as_deref() == Some(H200_UUID))
+                && log.uuid(p.gpu_uuid) == Some(H200_UUID))
         );
         // NVML's total is the same 143771 MiB nvidia-smi printed.
         assert!(
@@ -247,7 +285,7 @@ fn our_nvml_json_lines() {
         GpuSample {
             time_us: 1_795_979_714_989_032,
             gpu: 0,
-            uuid: Some(H200_UUID.to_string()),
+            uuid: Some(0),
             used_bytes: Some(648_347_648),
             total_bytes: Some(150_754_820_096),
             free_bytes: Some(150_106_472_448),
@@ -258,7 +296,60 @@ fn our_nvml_json_lines() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Kineto traces (../shared/data)
+// GPU numbering of logs without an index column
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn gpus_without_index_are_numbered_by_uuid_then_by_row() {
+    // Uuids, no index: numbered in order of first appearance.
+    let log = text_log(
+        "timestamp, uuid, memory.used [MiB]\n\
+         2025/07/05 15:01:02.000, GPU-b, 5 MiB\n\
+         2025/07/05 15:01:02.000, GPU-a, 6 MiB\n\
+         2025/07/05 15:01:03.000, GPU-b, 7 MiB\n",
+    )
+    .unwrap();
+    assert_eq!(log.numbering, GpuNumbering::UuidOrder);
+    assert_eq!(log.uuids, vec!["GPU-b".to_string(), "GPU-a".to_string()]);
+    let of = |g: i64| -> Vec<u64> {
+        log.gpus
+            .iter()
+            .filter(|s| s.gpu == g)
+            .filter_map(|s| s.used_bytes)
+            .map(|b| b / MIB)
+            .collect()
+    };
+    assert_eq!((of(0), of(1)), (vec![5, 7], vec![6]));
+
+    // Neither: rows sharing a stamp, in groups of two, are two GPUs.
+    let two = text_log(
+        "timestamp, memory.used [MiB]\n\
+         2025/07/05 15:01:02.000, 1 MiB\n2025/07/05 15:01:02.000, 2 MiB\n\
+         2025/07/05 15:01:03.000, 3 MiB\n2025/07/05 15:01:03.000, 4 MiB\n",
+    )
+    .unwrap();
+    assert_eq!(two.numbering, GpuNumbering::RowOrder);
+    assert_eq!(two.gpu_numbers(), vec![0, 1]);
+    let second: Vec<u64> = two
+        .gpus
+        .iter()
+        .filter(|s| s.gpu == 1)
+        .map(|s| s.used_bytes.unwrap() / MIB)
+        .collect();
+    assert_eq!(second, vec![2, 4]);
+    // Groups of uneven size are a coarse clock: one GPU.
+    let one = text_log(
+        "timestamp, memory.used [MiB]\n\
+         2025/07/05 15:01:02, 1 MiB\n2025/07/05 15:01:02, 2 MiB\n2025/07/05 15:01:03, 3 MiB\n",
+    )
+    .unwrap();
+    assert_eq!(one.gpu_numbers(), vec![0]);
+    assert!(one.gpus.iter().all(|s| s.gpu == 0));
+    assert_eq!(one.span_of(0).unwrap().rows, 3);
+}
+
+// ---------------------------------------------------------------------------------------
+// Profiler traces (../shared/data)
 // ---------------------------------------------------------------------------------------
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -279,7 +370,13 @@ struct TraceCase {
     /// MANIFEST's printed peaks (value, unit) for allocated and reserved.
     manifest: Option<((f64, f64), (f64, f64))>,
     base_time_ns: Option<i64>,
-    first_ts_us: f64,
+    clock: TraceClock,
+    /// First and last memory event, Unix ns (Python: sorted by ts, base added, with
+    /// decimal arithmetic).
+    first_ns: i64,
+    last_ns: i64,
+    /// X events of the operator, Python-function and annotation categories.
+    spans: usize,
 }
 
 #[test]
@@ -293,7 +390,10 @@ fn every_real_kineto_trace() {
             cuda_peak: None,
             manifest: None,
             base_time_ns: None,
-            first_ts_us: 1_623_143_093_496_534.0,
+            clock: TraceClock::Unix,
+            first_ns: 1_623_143_093_496_534_000,
+            last_ns: 1_623_143_094_414_010_000,
+            spans: 23646,
         },
         TraceCase {
             rel: "kineto-tb-plugin-samples-2021/worker0.1623212756351.pt.trace.json.gz",
@@ -302,7 +402,10 @@ fn every_real_kineto_trace() {
             cuda_peak: None,
             manifest: None,
             base_time_ns: None,
-            first_ts_us: 1_623_212_388_426_919.0,
+            clock: TraceClock::Unix,
+            first_ns: 1_623_212_388_426_919_000,
+            last_ns: 1_623_212_389_265_313_000,
+            spans: 20562,
         },
         TraceCase {
             rel: "hta-test-data/df_index_resolver.json.gz",
@@ -311,7 +414,10 @@ fn every_real_kineto_trace() {
             cuda_peak: Some((6_629_508_096, 12_782_141_440)),
             manifest: Some(((6.2, GIB), (11.9, GIB))),
             base_time_ns: None,
-            first_ts_us: 1_669_783_687_464_300.0,
+            clock: TraceClock::Unix,
+            first_ns: 1_669_783_687_404_093_000,
+            last_ns: 1_669_783_689_122_558_000,
+            spans: 58715,
         },
         TraceCase {
             rel: "kernelforge-traces-2026/bfeed93fe629_2566.1773933981558265129.pt.trace.json",
@@ -320,7 +426,10 @@ fn every_real_kineto_trace() {
             cuda_peak: Some((71_303_168, 71_303_168)),
             manifest: Some(((68.0, MIB_F), (68.0, MIB_F))),
             base_time_ns: Some(1_767_189_312_000_000_000),
-            first_ts_us: 6_744_669_508_209.101,
+            clock: TraceClock::RelativeToBase,
+            first_ns: 1_773_933_981_508_209_101,
+            last_ns: 1_773_933_981_542_755_167,
+            spans: 415,
         },
         TraceCase {
             rel: "kernelforge-traces-2026/chrome_trace.json",
@@ -329,7 +438,10 @@ fn every_real_kineto_trace() {
             cuda_peak: None,
             manifest: None,
             base_time_ns: Some(1_767_189_312_000_000_000),
-            first_ts_us: 6_809_874_014_223.698,
+            clock: TraceClock::RelativeToBase,
+            first_ns: 1_773_999_186_014_223_698,
+            last_ns: 1_773_999_186_139_361_945,
+            spans: 527,
         },
         TraceCase {
             rel: "particle-transformer-traces-2024/single_epoch_forward_pass_batch_size_2.json",
@@ -338,7 +450,10 @@ fn every_real_kineto_trace() {
             cuda_peak: Some((35_727_872, 90_177_536)),
             manifest: Some(((34.1, MIB_F), (86.0, MIB_F))),
             base_time_ns: Some(1_727_743_122_000_000_000),
-            first_ts_us: 5_654_139_052_199.133,
+            clock: TraceClock::RelativeToBase,
+            first_ns: 1_733_397_261_052_199_133,
+            last_ns: 1_733_397_261_085_016_228,
+            spans: 2876,
         },
         TraceCase {
             rel: "unsloth-puzzles-trace/trace.json",
@@ -347,35 +462,39 @@ fn every_real_kineto_trace() {
             cuda_peak: None,
             manifest: None,
             base_time_ns: Some(1_735_632_360_000_000_000),
-            first_ts_us: 4_280_895_488_380.032,
+            clock: TraceClock::RelativeToBase,
+            first_ns: 1_739_913_255_488_380_032,
+            last_ns: 1_739_913_255_501_941_575,
+            spans: 88,
         },
     ];
     for case in cases {
-        let Some(path) = shared_file(case.rel) else {
-            continue;
-        };
-        let trace = kineto(&path);
+        let trace = profile(&shared(case.rel));
         let rel = case.rel;
-        assert_eq!(trace.kind, "kineto");
-        assert_eq!(trace.samples.len(), case.events, "{rel}");
+        assert_eq!(trace.kind, ProfileKind::KinetoTrace);
+        assert_eq!(trace.memory.len(), case.events, "{rel}");
         assert_eq!(trace.base_time_ns, case.base_time_ns, "{rel}");
-        assert_eq!(trace.samples[0].ts_us, case.first_ts_us, "{rel}");
-        let cuda: Vec<_> = trace
-            .samples
-            .iter()
-            .filter(|s| s.device_type == 1)
-            .collect();
+        assert_eq!(trace.clock, case.clock, "{rel}");
+        assert_eq!(trace.memory[0].time_ns, case.first_ns, "{rel}");
+        assert_eq!(trace.memory.last().unwrap().time_ns, case.last_ns, "{rel}");
+        assert!(
+            trace
+                .memory
+                .windows(2)
+                .all(|w| w[0].time_ns <= w[1].time_ns),
+            "{rel}"
+        );
+        assert_eq!(trace.spans.len(), case.spans, "{rel}");
+        assert_eq!(trace.out_of_memory_events, 0, "{rel}");
+        let cuda: Vec<_> = trace.memory.iter().filter(|s| s.device_type == 1).collect();
         assert_eq!(cuda.len(), case.cuda_events, "{rel}");
         assert!(
             trace
-                .samples
+                .memory
                 .iter()
                 .all(|s| (s.device_type == 0) == (s.device_id == -1)),
             "{rel}"
         );
-        // Allocations and frees balance to within the trace window's leftovers.
-        let allocs = trace.samples.iter().filter(|s| s.bytes > 0).count();
-        assert!(allocs > 0, "{rel}");
         let peak_alloc = cuda.iter().filter_map(|s| s.total_allocated).max();
         let peak_res = cuda.iter().filter_map(|s| s.total_reserved).max();
         assert_eq!(
@@ -392,24 +511,37 @@ fn every_real_kineto_trace() {
 
 #[test]
 #[ignore = "needs ../shared/data"]
-fn kineto_2021_shape_has_only_three_args() {
-    let Some(path) =
-        shared_file("kineto-tb-plugin-samples-2021/worker0.1623212756351.pt.trace.json.gz")
-    else {
-        return;
-    };
-    let trace = kineto(&path);
+fn kineto_2021_shape_has_only_three_args_and_call_stacks() {
+    let trace = profile(&shared(
+        "kineto-tb-plugin-samples-2021/worker0.1623212756351.pt.trace.json.gz",
+    ));
     assert!(
         trace
-            .samples
+            .memory
             .iter()
             .all(|s| s.total_allocated.is_none() && s.total_reserved.is_none() && s.addr.is_none())
     );
-    let s = &trace.samples[0];
+    let s = &trace.memory[0];
     assert_eq!((s.device_type, s.device_id, s.bytes), (0, -1, 4));
     // 5490 allocations and 5490 frees (MANIFEST).
-    let allocs = trace.samples.iter().filter(|s| s.bytes > 0).count();
+    let allocs = trace.memory.iter().filter(|s| s.bytes > 0).count();
     assert_eq!(allocs, 5490);
+    // Operators carry their Python call stack as text, and the text tid of an operator is
+    // the same thread as the numeric tid of a memory event.
+    assert!(trace.spans.iter().all(|s| s.kind == SpanKind::Operator));
+    let with_stack = trace
+        .spans
+        .iter()
+        .filter(|s| s.call_stack.is_some())
+        .count();
+    assert!(with_stack > 0);
+    let memory_threads: std::collections::BTreeSet<u32> =
+        trace.memory.iter().filter_map(|m| m.thread).collect();
+    assert!(
+        memory_threads
+            .iter()
+            .all(|t| trace.spans.iter().any(|s| s.thread == *t))
+    );
 }
 
 #[test]
@@ -425,46 +557,46 @@ fn kineto_cpu_only_traces_peak_as_manifest_prints() {
         ),
         ("unsloth-puzzles-trace/trace.json", 434_184, 424.0, KIB_F),
     ] {
-        let Some(path) = shared_file(rel) else {
-            continue;
-        };
-        let trace = kineto(&path);
-        let peak = trace.samples.iter().filter_map(|s| s.total_allocated).max();
+        let trace = profile(&shared(rel));
+        let peak = trace.memory.iter().filter_map(|s| s.total_allocated).max();
         assert_eq!(peak, Some(exact), "{rel}");
         assert!(rounds_to(exact, unit, printed), "{rel}");
-        assert!(trace.samples.iter().all(|s| s.total_reserved == Some(0)));
+        assert!(trace.memory.iter().all(|s| s.total_reserved == Some(0)));
     }
 }
 
 #[test]
 #[ignore = "needs ../shared/data"]
 fn memory_timeline_raw_rows() {
-    let Some(path) = shared_file("hta-test-data/memory_timeline.raw.gz") else {
-        return;
-    };
-    let trace = kineto(&path);
-    assert_eq!(trace.kind, "memory_timeline_raw");
-    assert_eq!(trace.samples.len(), 16845);
+    let trace = profile(&shared("hta-test-data/memory_timeline.raw.gz"));
+    assert_eq!(trace.kind, ProfileKind::MemoryTimelineRaw);
+    assert_eq!(trace.clock, TraceClock::Unix);
+    assert_eq!(trace.memory.len(), 16845);
     assert_eq!(trace.base_time_ns, None);
-    // Pre-existing rows (-1) take the smallest time, 1696966047096061874 ns; an f64 keeps
-    // these µs to about 0.25 µs.
-    let near = |ts_us: f64, ns: i64| (ts_us - ns as f64 / 1000.0).abs() < 0.5;
-    assert!(near(trace.samples[0].ts_us, 1_696_966_047_096_061_874));
-    assert_eq!(trace.samples[0].bytes, 37888);
-    let first_timed = trace.samples.iter().position(|s| s.bytes < 0).unwrap();
-    assert_eq!(first_timed, 645);
-    assert!(near(trace.samples[645].ts_us, 1_696_966_047_096_061_874));
-    assert!(near(trace.samples[16844].ts_us, 1_696_966_048_083_248_105));
-    assert!(trace.samples.windows(2).all(|w| w[0].ts_us <= w[1].ts_us));
-    let sum: i64 = trace.samples.iter().map(|s| s.bytes).sum();
+    // Pre-existing rows (-1) take the smallest time, 1696966047096061874 ns, exactly.
+    assert_eq!(trace.memory[0].time_ns, 1_696_966_047_096_061_874);
+    assert_eq!(trace.memory[0].bytes, 37888);
+    assert_eq!(trace.memory[0].category, Some(Category::Unknown));
+    let first_free = trace.memory.iter().position(|s| s.bytes < 0).unwrap();
+    assert_eq!(first_free, 645);
+    assert_eq!(trace.memory[645].time_ns, 1_696_966_047_096_061_874);
+    assert_eq!(trace.memory[16844].time_ns, 1_696_966_048_083_248_105);
+    let sum: i64 = trace.memory.iter().map(|s| s.bytes).sum();
     assert_eq!(sum, 332_060_904);
     let mut running = 0i64;
     let mut peak = 0i64;
-    for s in &trace.samples {
+    for s in &trace.memory {
         running += s.bytes;
         peak = peak.max(running);
     }
     assert_eq!(peak, 3_082_832_104);
+    // Rows per category (Python: collections.Counter of row[3]).
+    let activation = trace
+        .memory
+        .iter()
+        .filter(|m| m.category == Some(Category::Activation))
+        .count();
+    assert!(activation > 0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -472,11 +604,35 @@ fn memory_timeline_raw_rows() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
+fn memory_timeline_category_totals_become_changes() {
+    // [times in µs, rows of 9 numbers: an unused 0, then bytes per category]: parameters
+    // 100 then 100, activations 0, 50, then 20.
+    let json = br#"[[1700000000000000, 1700000000000010, 1700000000000020],
+        [[0, 100, 0, 0, 0, 0, 0, 0, 0], [0, 100, 0, 0, 0, 50, 0, 0, 0], [0, 100, 0, 0, 0, 20, 0, 0, 0]]]"#;
+    let trace = read_profile(&json[..]).unwrap();
+    assert_eq!(trace.kind, ProfileKind::MemoryTimelineCategories);
+    assert_eq!(trace.clock, TraceClock::Unix);
+    let changes: Vec<(i64, i64, Option<Category>)> = trace
+        .memory
+        .iter()
+        .map(|m| (m.time_ns, m.bytes, m.category))
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            (1_700_000_000_000_000_000, 100, Some(Category::Parameter)),
+            (1_700_000_000_000_010_000, 50, Some(Category::Activation)),
+            (1_700_000_000_000_020_000, -50, Some(Category::Activation)),
+            (1_700_000_000_000_020_000, 20, Some(Category::Activation)),
+        ]
+    );
+}
+
+#[test]
 fn csv_forms_without_header_units_and_unavailable_values() {
     // Headerless `timestamp,index,uuid,memory.used,memory.total` with nounits.
-    let log = read_device_log(
+    let log = text_log(
         "2025/07/05 15:01:02.123, 1, GPU-x, 1234, 81920\n2025/07/05 15:01:02.000, 0, GPU-y, [N/A], 81920\n",
-        utc(),
     )
     .unwrap();
     assert_eq!(log.gpus.len(), 2);
@@ -484,17 +640,13 @@ fn csv_forms_without_header_units_and_unavailable_values() {
     assert_eq!(log.gpus[0].gpu, 0);
     assert_eq!(log.gpus[0].used_bytes, None);
     assert_eq!(log.gpus[1].used_bytes, Some(1234 * MIB));
-    assert_eq!(log.gpus[1].uuid.as_deref(), Some("GPU-x"));
+    assert_eq!(log.uuid(log.gpus[1].uuid), Some("GPU-x"));
 
     // Headerless apps form, and the 4-column gpu form.
-    let apps = read_device_log(
-        "2025/07/05 15:01:02.123, GPU-x, 77, [Not Supported]\n",
-        utc(),
-    )
-    .unwrap();
+    let apps = text_log("2025/07/05 15:01:02.123, GPU-x, 77, [Not Supported]\n").unwrap();
     assert_eq!(apps.processes[0].pid, 77);
     assert_eq!(apps.processes[0].used_bytes, None);
-    let g4 = read_device_log("2025-07-05T15:01:02Z, 3, 10 MiB, 20 MiB\n", utc()).unwrap();
+    let g4 = text_log("2025-07-05T15:01:02Z, 3, 10 MiB, 20 MiB\n").unwrap();
     assert_eq!(g4.gpus[0], gpu(1_751_727_662_000_000, 3, 10, Some(20)));
 
     // Header with units, values without (nounits); header repeated; memory.free.
@@ -502,7 +654,7 @@ fn csv_forms_without_header_units_and_unavailable_values() {
                 2025/07/05 15:01:02.123, 0, 5, 7\n\
                 timestamp, index, memory.used [MiB], memory.free [MiB]\n\
                 2025/07/05 15:01:03.123, 0, 6, 6\n";
-    let log = read_device_log(text, utc()).unwrap();
+    let log = text_log(text).unwrap();
     assert_eq!(log.gpus.len(), 2);
     assert_eq!(log.gpus[1].free_bytes, Some(6 * MIB));
 
@@ -511,26 +663,27 @@ fn csv_forms_without_header_units_and_unavailable_values() {
         "pid, used_gpu_memory [MiB]\n",
         "No running processes found\n",
     ] {
-        let log = read_device_log(text, utc()).unwrap();
+        let log = text_log(text).unwrap();
         assert!(log.gpus.is_empty() && log.processes.is_empty(), "{text}");
     }
     // Without a timestamp column the samples are at 0, with a warning.
-    let log = read_device_log("pid, used_gpu_memory [MiB]\n12, 3 MiB\n", utc()).unwrap();
+    let log = text_log("pid, used_gpu_memory [MiB]\n12, 3 MiB\n").unwrap();
     assert_eq!(log.processes[0].time_us, 0);
+    assert_eq!(log.processes[0].used_bytes, Some(3 * MIB));
     assert_eq!(log.warnings.len(), 1);
 
     // A truncated last line is skipped with a warning; CRLF and a BOM are fine.
-    let log = read_device_log(
+    let log = text_log(
         "\u{feff}timestamp, index, memory.used [MiB]\r\n2025/07/05 15:01:02.123, 0, 5 MiB\r\n2025/07/05 15:0",
-        utc(),
     )
     .unwrap();
     assert_eq!(log.gpus.len(), 1);
+    assert_eq!(log.gpus[0].used_bytes, Some(5 * MIB));
     assert!(log.warnings[0].contains("truncated"), "{:?}", log.warnings);
 }
 
 fn err(text: &str) -> String {
-    match read_device_log(text, utc()) {
+    match text_log(text) {
         Ok(log) => panic!("expected an error for {text:?}, got {log:?}"),
         Err(e) => e.to_string(),
     }
@@ -538,10 +691,7 @@ fn err(text: &str) -> String {
 
 #[test]
 fn bad_device_logs_name_the_line() {
-    assert!(matches!(
-        read_device_log("", utc()),
-        Err(DevlogError::Empty { .. })
-    ));
+    assert!(matches!(text_log(""), Err(DevlogError::Empty { .. })));
     assert_eq!(
         err(" \n\n"),
         "empty input: expected an nvidia-smi CSV or NVML JSON lines"
@@ -582,16 +732,24 @@ fn bad_device_logs_name_the_line() {
         "line 1: time_us: expected an integer, found a string"
     );
     assert!(err("{\"traceEvents\": []}").contains("Kineto"));
+    // A line of a megabyte is not a device log.
+    let long = format!(
+        "timestamp, index, memory.used [MiB]\n{}\n",
+        "9".repeat(2 << 20)
+    );
+    assert_eq!(
+        err(&long),
+        "line 2: expected a line of a device log, found a line longer than 1 MiB"
+    );
     // A truncated last JSON line is a warning, not an error.
-    let log =
-        read_device_log("{\"time_us\": 1, \"gpu\": 0}\n{\"time_us\": 2, \"gp", utc()).unwrap();
+    let log = text_log("{\"time_us\": 1, \"gpu\": 0}\n{\"time_us\": 2, \"gp").unwrap();
     assert_eq!((log.gpus.len(), log.warnings.len()), (1, 1));
 }
 
 #[test]
 fn bad_traces() {
-    let e = |bytes: &[u8]| match read_kineto(bytes) {
-        Ok(t) => panic!("expected an error, got {} samples", t.samples.len()),
+    let e = |bytes: &[u8]| match read_profile(bytes) {
+        Ok(t) => panic!("expected an error, got {} events", t.memory.len()),
         Err(e) => e.to_string(),
     };
     assert!(e(b"").starts_with("empty input"));
@@ -604,24 +762,50 @@ fn bad_traces() {
     assert!(e(b"\x1f\x8b\x08\x00garbage").starts_with("gzip: "));
     assert!(e(b"\x80\x04\x95").contains("pickle"));
     assert!(e(b"{\"segments\": []}").contains("memory snapshot"));
-    assert!(e(b"[[1, 2], [[0, 1, 2, 3, 4, 5, 6, 7, 8]]]").contains("category totals"));
+    assert!(
+        e(b"<html><head><title>GPU Memory Timeline HTML</title></head>")
+            .contains("a picture of the plot, with no data in it")
+    );
     assert_eq!(
         e(b"{\"traceEvents\": [{\"name\": \"[memory]\", \"ts\": 1, \"args\": {\"Device Type\": 1, \"Device Id\": 0}}]}"),
         "traceEvents[0].args: expected a \"Bytes\" key, found none"
     );
     assert_eq!(
         e(b"{\"traceEvents\": [{\"name\": \"x\"}, {\"name\": \"[memory]\", \"ts\": 1, \"args\": {\"Device Type\": 1, \"Device Id\": 0, \"Bytes\": \"8\"}}]}"),
-        "traceEvents[1].args.Bytes: expected an integer, found the string \"8\""
+        "traceEvents[1].args.Bytes: expected an integer, found a string"
     );
-    // Chrome's bare array form and a gzip stream of a small trace both read.
+    assert_eq!(
+        e(b"{\"traceEvents\": 5}"),
+        "traceEvents: expected a list, found a number"
+    );
+    assert_eq!(
+        e(b"{\"other\": 1}"),
+        "(top level): expected a \"traceEvents\" list, found an object with keys \"other\""
+    );
+    assert_eq!(
+        e(b"[[1, 2, 3], [4, 5, 6, 7]]"),
+        "[0]: expected a Kineto/Chrome trace JSON (torch.profiler with profile_memory=True) or memory-timeline raw rows [timestamp_ns, action, numbytes, category], found a list of 3 numbers"
+    );
+    assert_eq!(
+        e(b"[[1, 2, 3, 9]]"),
+        "[0][3]: category: expected 0 to 7, found 9"
+    );
+    // Chrome's bare array form and a gzip stream of a small trace both read; the base
+    // time may come after the events.
     let chrome = br#"[{"name": "[memory]", "ph": "i", "ts": 5.5, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 512, "Total Reserved": 2097152, "Addr": 139}}, {"name": "[OutOfMemory]", "ts": 6, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 1}}]"#;
-    let trace = read_kineto(chrome).unwrap();
-    assert_eq!(trace.samples.len(), 1);
-    assert_eq!(trace.samples[0].ts_us, 5.5);
-    assert_eq!(trace.samples[0].total_reserved, Some(2_097_152));
+    let trace = read_profile(&chrome[..]).unwrap();
+    assert_eq!(trace.memory.len(), 1);
+    assert_eq!(trace.out_of_memory_events, 1);
+    assert_eq!(trace.memory[0].time_ns, 5500);
+    assert_eq!(trace.clock, TraceClock::Unknown);
+    assert_eq!(trace.memory[0].total_reserved, Some(2_097_152));
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, chrome).unwrap();
-    assert_eq!(read_kineto(&gz.finish().unwrap()).unwrap(), trace);
+    assert_eq!(read_profile(&gz.finish().unwrap()[..]).unwrap(), trace);
+    let late_base = br#"{"traceEvents": [{"name": "[memory]", "ts": 2.5, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512}}], "baseTimeNanoseconds": 1700000000000000000}"#;
+    let t = read_profile(&late_base[..]).unwrap();
+    assert_eq!(t.clock, TraceClock::RelativeToBase);
+    assert_eq!(t.memory[0].time_ns, 1_700_000_000_000_002_500);
 }
 
 /// Every prefix of valid files, and a few mutations, give a log or an error, never a panic.
@@ -632,16 +816,17 @@ fn no_panic_on_truncated_or_mangled_input() {
     let trace = br#"{"baseTimeNanoseconds": 17, "traceEvents": [{"name": "[memory]", "ts": 1.5, "args": {"Device Type": 1, "Device Id": 0, "Bytes": -512, "Total Allocated": 0, "Total Reserved": 2097152, "Addr": 18446744073709551615}}]}"#;
     for text in [&csv[..2000], &jsonl[..2000]] {
         for end in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
-            let _ = read_device_log(&text[..end], utc());
-            let _ = read_kineto(&text.as_bytes()[..end]);
+            let _ = text_log(&text[..end]);
+            let _ = read_profile(&text.as_bytes()[..end]);
         }
     }
     for end in 0..=trace.len() {
-        let _ = read_kineto(&trace[..end]);
+        let _ = read_profile(&trace[..end]);
     }
-    let full = read_kineto(trace).unwrap();
-    assert_eq!(full.samples[0].addr, Some(-1));
+    let full = read_profile(&trace[..]).unwrap();
+    assert_eq!(full.memory[0].addr, Some(u64::MAX));
     assert_eq!(full.base_time_ns, Some(17));
+    assert_eq!(full.memory[0].time_ns, 17 + 1500);
     for mangled in [
         "timestamp, index, memory.used [MiB]\n9999/12/31 23:59:59.999999999+23:59, 0, 18446744073709551615 MiB\n",
         "timestamp, index, memory.used [MiB]\n0000/01/01 00:00:00, -5, 1 TiB\n",
@@ -650,20 +835,15 @@ fn no_panic_on_truncated_or_mangled_input() {
         "{\"time_us\": 9223372036854775807, \"gpu\": 0, \"used_bytes\": 18446744073709551615}\n",
         "ß,ü,€\n,,,\n",
     ] {
-        let _ = read_device_log(mangled, utc());
+        let _ = text_log(mangled);
         let _ = read_device_log(
-            mangled,
-            ClockOptions {
-                utc_offset_minutes: i32::MIN,
+            mangled.as_bytes(),
+            DeviceLogOptions {
+                clock: ClockOptions {
+                    utc_offset_minutes: i32::MIN,
+                },
+                keep: None,
             },
         );
     }
-}
-
-#[test]
-fn reading_is_deterministic() {
-    let text = std::fs::read_to_string(root().join("testdata/gpu/nvsmi_gpu.csv")).unwrap();
-    let a = serde_json::to_string(&read_device_log(&text, utc()).unwrap()).unwrap();
-    let b = serde_json::to_string(&read_device_log(&text, utc()).unwrap()).unwrap();
-    assert_eq!(a, b);
 }

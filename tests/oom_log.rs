@@ -3,7 +3,9 @@
 //! the reader never panics.
 
 use proptest::prelude::*;
-use vramlens::oom_log::{OomForm, OomMessage, parse_oom_messages, parse_size};
+use vramlens::oom_log::{
+    OomForm, OomMessage, parse_oom_messages, parse_oom_messages_from, parse_size,
+};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -706,11 +708,26 @@ proptest! {
     }
 
     #[test]
-    fn size_like_text_never_panics(
-        text in "[0-9]{0,30}(\\.[0-9]{0,45})? ?(bytes|B|KiB|kb|MiB|GiB|TiB|PiB|EiB|eb|x)?",
+    fn two_decimal_sizes_are_exact(
+        int in 0u64..1_000_000,
+        cents in 0u64..100,
+        unit in 0usize..5,
+        space in any::<bool>(),
     ) {
-        // Reading is total and deterministic on anything shaped like a size.
-        prop_assert_eq!(parse_size(&text), parse_size(&text));
+        // (int + cents/100) × unit, rounded half up, in integers.
+        let (name, mult) = [("bytes", 1u128), ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40)][unit];
+        let hundredths = (int as u128 * 100 + cents as u128) * mult;
+        let expected = (hundredths + 50) / 100;
+        let text = format!("{int}.{cents:02}{}{name}", if space { " " } else { "" });
+        prop_assert_eq!(parse_size(&text), u64::try_from(expected).ok());
+    }
+
+    #[test]
+    fn sizes_without_a_known_unit_are_not_sizes(
+        number in "[0-9]{1,12}(\\.[0-9]{1,4})?",
+        unit in "(x|miles|KiBs|M|)",
+    ) {
+        prop_assert_eq!(parse_size(&format!("{number} {unit}")), None);
     }
 
     #[test]
@@ -735,4 +752,52 @@ proptest! {
         let alone = parse_oom_messages(text);
         prop_assert_eq!(found.last().unwrap().requested_bytes, alone[0].requested_bytes);
     }
+}
+
+// ---------------------------------------------------------------- streaming and limits
+
+#[test]
+fn reading_line_by_line_finds_what_reading_whole_finds() {
+    let mut log = String::new();
+    for (i, m) in REAL.iter().enumerate() {
+        log.push_str(&format!("step {i}\r\n{m}\n\n"));
+    }
+    let whole = parse_oom_messages(&log);
+    assert_eq!(whole.len(), REAL.len());
+    let streamed =
+        parse_oom_messages_from(std::io::BufReader::with_capacity(7, log.as_bytes())).unwrap();
+    assert_eq!(streamed, whole);
+    // Line numbers are the log's: each message starts on its first line that says "out of
+    // memory", after its "step" line.
+    let mut step = 1;
+    for (i, m) in REAL.iter().enumerate() {
+        let within = m
+            .lines()
+            .position(|l| l.contains(" out of memory"))
+            .unwrap();
+        assert_eq!(whole[i].line, step + 1 + within, "message {i}");
+        step += m.lines().count() + 2;
+    }
+}
+
+#[test]
+fn a_line_longer_than_a_piece_keeps_its_number() {
+    // 3 MiB of noise on line 2, then a message on line 3.
+    let log = format!("start\n{}\n{NEW_CUDA}\n", "x".repeat(3 << 20));
+    let found = parse_oom_messages(&log);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].line, 3);
+    assert_eq!(found[0].requested_bytes, Some(23_068_672));
+}
+
+#[test]
+fn an_absurd_size_is_read_and_flagged() {
+    let log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1000000000000000000000000000000.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 3.44 MiB is free.";
+    let m = only(log);
+    assert!(m.oversized);
+    assert_eq!(m.requested_bytes, Some(u64::MAX));
+    assert_eq!(m.gpu, Some(0));
+    // 79.15 GiB = 84986665369.6 → 84986665370
+    assert_eq!(m.total_capacity_bytes, Some(84_986_665_370));
+    assert!(!only(NEW_CUDA).oversized);
 }

@@ -155,3 +155,479 @@ fn the_split_comes_with_a_range_that_holds_it() {
         assert!(lo <= point && point <= hi);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Which GPU, which times, what is known: logs made from our nvidia-smi recording
+// ---------------------------------------------------------------------------------------
+
+/// Runs `vramlens` in the project root; (status, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = vramlens().args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn json_of(args: &[&str]) -> serde_json::Value {
+    let (code, stdout, stderr) = run(args);
+    assert_eq!(code, 0, "{stderr}");
+    serde_json::from_str(&stdout).unwrap()
+}
+
+/// Our `--query-gpu` CSV as rows of (timestamp text, used MiB), read with a plain split.
+fn our_gpu_rows() -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(root().join("testdata/gpu/nvsmi_gpu.csv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(", ").collect();
+            (
+                f[0].to_string(),
+                f[3].trim_end_matches(" MiB").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Writes a file in a fresh temporary folder; the folder lives as long as the handle.
+fn temp_file(name: &str, text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    let path = path.to_str().unwrap().to_string();
+    (dir, path)
+}
+
+/// Unix µs of a `YYYY/MM/DD HH:MM:SS.mmm` stamp read as UTC, by hand.
+fn stamp_us(s: &str) -> i64 {
+    let n = |a: usize, b: usize| s[a..b].parse::<i64>().unwrap();
+    let (y, m, d) = (n(0, 4), n(5, 7), n(8, 10));
+    // Days from 1970-01-01 (Howard Hinnant's days_from_civil).
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    (days * 86_400 + n(11, 13) * 3600 + n(14, 16) * 60 + n(17, 19)) * 1_000_000 + n(20, 23) * 1000
+}
+
+/// A stamp `hours` later, in the same format.
+fn shift_stamp(s: &str, hours: i64) -> String {
+    let t = stamp_us(s) + hours * 3_600_000_000;
+    let secs = t.div_euclid(1_000_000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // civil_from_days
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}/{m:02}/{d:02} {:02}:{:02}:{:02}.{:03}",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        t.rem_euclid(1_000_000) / 1000
+    )
+}
+
+/// The reading nearest the OOM in our CSV: (used bytes).
+fn nearest_used_at_oom() -> u64 {
+    let (t, _) = oom_moment();
+    our_gpu_rows()
+        .into_iter()
+        .min_by_key(|(s, _)| ((stamp_us(s) - t).abs(), stamp_us(s)))
+        .map(|(_, used)| used << 20)
+        .unwrap()
+}
+
+#[test]
+fn a_log_without_index_or_uuid_is_its_only_gpu() {
+    // Our CSV as the vlm-opt-4090 log is written: no index, no uuid.
+    let mut text = String::from("timestamp, memory.used [MiB]\n");
+    for (s, used) in our_gpu_rows() {
+        text.push_str(&format!("{s}, {used} MiB\n"));
+    }
+    let (_dir, path) = temp_file("gpu_log.csv", &text);
+    let v = json_of(&[
+        "reconcile",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--nvml",
+        &path,
+        "--json",
+    ]);
+    assert_eq!(v["gpu_numbering"], "row_order");
+    assert_eq!(v["devices"][0]["gpu"]["reason"], "only_gpu");
+    let l = oom_ledger(&v);
+    assert_eq!(l["device_used_bytes"], nearest_used_at_oom());
+    let (_, reserved) = oom_moment();
+    assert_eq!(
+        l["gap_bytes"],
+        nearest_used_at_oom() as i64 - reserved as i64
+    );
+}
+
+#[test]
+fn several_gpus_without_index_ask_which_one() {
+    // Two GPUs a reading, sharing each stamp: ours, then an idle one.
+    let mut text = String::from("timestamp, memory.used [MiB]\n");
+    for (s, used) in our_gpu_rows() {
+        text.push_str(&format!("{s}, {used} MiB\n{s}, 3 MiB\n"));
+    }
+    let (_dir, path) = temp_file("two.csv", &text);
+    let snapshot = "testdata/gpu/oom/oom_snapshot.pickle";
+    let (code, stdout, stderr) = run(&["reconcile", snapshot, "--nvml", &path]);
+    assert_eq!(code, 2);
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains(
+            "has readings of GPUs 0, 1 and none numbered 0 as the snapshot's device: choose one with --gpu N"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("place among the rows of each reading"),
+        "{stderr}"
+    );
+    // The first of each pair is ours; the second is the idle one.
+    let v = json_of(&[
+        "reconcile",
+        snapshot,
+        "--nvml",
+        &path,
+        "--gpu",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(v["devices"][0]["gpu"]["reason"], "asked");
+    assert_eq!(oom_ledger(&v)["device_used_bytes"], nearest_used_at_oom());
+    let v = json_of(&[
+        "reconcile",
+        snapshot,
+        "--nvml",
+        &path,
+        "--gpu",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(oom_ledger(&v)["device_used_bytes"], 3u64 << 20);
+    let (code, _, stderr) = run(&["reconcile", snapshot, "--nvml", &path, "--gpu", "5"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("has no readings of GPU 5; its GPUs: 0, 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_time_zone_slip_is_named_with_the_offset_that_fixes_it() {
+    // The same readings written in local time at UTC+8, without a zone.
+    let text = std::fs::read_to_string(root().join("testdata/gpu/nvsmi_gpu.csv")).unwrap();
+    let mut shifted = String::new();
+    for (i, l) in text.lines().enumerate() {
+        if i == 0 {
+            shifted.push_str(l);
+        } else {
+            let (s, rest) = l.split_once(", ").unwrap();
+            shifted.push_str(&format!("{}, {rest}", shift_stamp(s, 8)));
+        }
+        shifted.push('\n');
+    }
+    let (_dir, path) = temp_file("local.csv", &shifted);
+    let snapshot = "testdata/gpu/oom/oom_snapshot.pickle";
+    let (code, _, stderr) = run(&["reconcile", snapshot, "--nvml", &path]);
+    assert_eq!(code, 2, "{stderr}");
+    // Both ranges, the shift, and the option that fixes it.
+    assert!(
+        stderr.contains(
+            "its readings span 2026-11-30 03:15:09.741 UTC .. 2026-11-30 03:15:52.771 UTC"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the snapshot's trace (device 0) spans 2026-11-29 19:15:27.148 UTC .. 2026-11-29 19:15:32.632 UTC"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("if nvidia-smi ran at UTC+8, read the log with --utc-offset -480"),
+        "{stderr}"
+    );
+    let fixed = json_of(&[
+        "reconcile",
+        snapshot,
+        "--nvml",
+        &path,
+        "--utc-offset",
+        "-480",
+        "--json",
+    ]);
+    let original = json_of(&[
+        "reconcile",
+        snapshot,
+        "--nvml",
+        "testdata/gpu/nvsmi_gpu.csv",
+        "--json",
+    ]);
+    assert_eq!(
+        fixed["devices"][0]["ledgers"],
+        original["devices"][0]["ledgers"]
+    );
+    // Going on anyway gives ledgers without readings, and says why.
+    let v = json_of(&[
+        "reconcile",
+        snapshot,
+        "--nvml",
+        &path,
+        "--allow-no-overlap",
+        "--json",
+    ]);
+    assert_eq!(v["devices"][0]["times"]["overlap"], false);
+    assert_eq!(
+        v["devices"][0]["times"]["whole_hour_shifts"],
+        serde_json::json!([-8])
+    );
+    assert_eq!(oom_ledger(&v)["split"], "no_reading");
+    assert!(oom_ledger(&v)["device_used_bytes"].is_null());
+}
+
+#[test]
+fn without_process_readings_text_and_json_give_the_same_gap() {
+    let args = [
+        "reconcile",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--nvml",
+        "testdata/gpu/nvsmi_gpu.csv",
+    ];
+    let v = json_of(&[&args[..], &["--json"]].concat());
+    let l = oom_ledger(&v);
+    let (_, reserved) = oom_moment();
+    let gap = nearest_used_at_oom() as i64 - reserved as i64;
+    assert_eq!(l["gap_bytes"], gap);
+    assert_eq!(l["split"], "no_process_readings");
+    assert!(l["outside_allocator_bytes"].is_null());
+    assert!(l["other_processes_bytes"].is_null());
+    let (code, text, _) = run(&args);
+    assert_eq!(code, 0);
+    let line = format!(
+        "outside the allocator or other processes {} (not split: the log has no per-process readings",
+        vramlens::units::bytes_signed(gap)
+    );
+    assert!(text.contains(&line), "{text}");
+    assert!(!text.contains("outside the allocator ?"), "{text}");
+}
+
+#[test]
+fn fifty_thousand_nvml_samples_with_processes_take_seconds() {
+    // 50 000 readings 100 µs apart across the OOM run's trace, three processes each.
+    let (t, _) = oom_moment();
+    let mut text = String::new();
+    for i in 0..50_000i64 {
+        let time = t - 5_000_000 + i * 100;
+        text.push_str(&format!(
+            "{{\"time_us\": {time}, \"gpu\": 0, \"uuid\": \"GPU-x\", \"total_bytes\": 150754820096, \"used_bytes\": {}, \"free_bytes\": 0, \"processes\": [{{\"pid\": 463, \"used_bytes\": {}}}, {{\"pid\": 1, \"used_bytes\": 1048576}}, {{\"pid\": 2, \"used_bytes\": 2097152}}]}}\n",
+            150_000_000_000i64 + i,
+            149_000_000_000i64 + i
+        ));
+    }
+    let (_dir, path) = temp_file("nvml.jsonl", &text);
+    let start = std::time::Instant::now();
+    let v = json_of(&[
+        "reconcile",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--nvml",
+        &path,
+        "--json",
+    ]);
+    let seconds = start.elapsed().as_secs_f64();
+    // Quadratic matching took minutes here; a debug build does it in a few seconds.
+    assert!(seconds < 30.0, "{seconds} s");
+    let l = oom_ledger(&v);
+    assert_eq!(l["process_pid"], 463);
+    // The reading at the OOM is sample 50 000 (t - 5 s + 50 000 × 100 µs = t)... one past
+    // the last, so the last reading (i = 49 999) is the nearest.
+    assert_eq!(l["device_used_bytes"], 150_000_049_999u64);
+    assert_eq!(l["process_used_bytes"], 149_000_049_999u64);
+}
+
+// ---------------------------------------------------------------------------------------
+// Real files (../shared/data)
+// ---------------------------------------------------------------------------------------
+
+/// A file under `../shared/data`; panics, saying why, when it is missing.
+fn shared(rel: &str) -> String {
+    let path = root().join("../shared/data").join(rel);
+    assert!(
+        path.exists(),
+        "{} is missing: this test needs ../shared/data (run it where the real data is)",
+        path.display()
+    );
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn the_vlm_opt_log_without_index_is_read_and_its_times_are_compared() {
+    let log = shared("nvsmi-vlm-opt-4090/gpu_log.csv");
+    let snapshot = "testdata/gpu/oom/oom_snapshot.pickle";
+    let (code, _, stderr) = run(&["reconcile", snapshot, "--nvml", &log]);
+    assert_eq!(code, 2);
+    assert!(!stderr.contains("no readings of GPU"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "its readings span 2026-01-03 15:36:53.507 UTC .. 2026-01-03 16:24:53.961 UTC, the snapshot's trace (device 0) spans 2026-11-29 19:15:27.148 UTC .. 2026-11-29 19:15:32.632 UTC: they do not overlap"
+        ),
+        "{stderr}"
+    );
+    // Months apart: no time zone explains it.
+    assert!(
+        stderr.contains("no time-zone shift makes them overlap"),
+        "{stderr}"
+    );
+    let v = json_of(&[
+        "reconcile",
+        snapshot,
+        "--nvml",
+        &log,
+        "--allow-no-overlap",
+        "--json",
+    ]);
+    let d = &v["devices"][0];
+    assert_eq!(d["gpu"]["reason"], "only_gpu");
+    assert_eq!(
+        d["times"]["log_range"]["first_us"],
+        1_767_454_613_507_000i64
+    );
+    assert_eq!(d["times"]["overlap"], false);
+    assert!(
+        d["ledgers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["device_used_bytes"].is_null())
+    );
+    // Nothing to explain, so no suspects.
+    assert_eq!(d["suspects"], serde_json::json!([]));
+}
+
+/// An NVML log for a snapshot's trace span: one reading every 10 ms, `used` bytes.
+fn nvml_over(first_us: i64, last_us: i64, used: u64) -> String {
+    let mut text = String::new();
+    let mut t = first_us - 1_000_000;
+    while t <= last_us + 1_000_000 {
+        text.push_str(&format!(
+            "{{\"time_us\": {t}, \"gpu\": 0, \"total_bytes\": 85899345920, \"used_bytes\": {used}, \"free_bytes\": 0, \"processes\": null}}\n"
+        ));
+        t += 10_000;
+    }
+    text
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn nccl_is_named_only_with_its_evidence_and_only_when_memory_is_outside() {
+    let snapshot = shared("ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle");
+    // MANIFEST: time_us 1766124544221968 .. 1766124546225256; 40 GiB used, more than the
+    // 34.5 GiB reserved.
+    let (_dir, log) = temp_file(
+        "nvml.jsonl",
+        &nvml_over(1_766_124_544_221_968, 1_766_124_546_225_256, 40 << 30),
+    );
+    let v = json_of(&["reconcile", &snapshot, "--nvml", &log, "--json"]);
+    let suspects = &v["devices"][0]["suspects"];
+    assert_eq!(suspects[0]["kind"], "nccl");
+    // Python: 34 START records of "nccl:_all_gather_base" in external_annotations.
+    assert_eq!(
+        suspects[0]["evidence"][0],
+        serde_json::json!({"source": "annotation", "text": "nccl:_all_gather_base", "count": 34})
+    );
+    let (code, text, _) = run(&["reconcile", &snapshot, "--nvml", &log]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("NCCL communicator buffers (allocated by NCCL itself): annotation \"nccl:_all_gather_base\" (34 records)"),
+        "{text}"
+    );
+    assert!(
+        !text.to_lowercase().contains("cudnn workspaces of code"),
+        "{text}"
+    );
+    // The device used less than PyTorch reserved: nothing outside to explain, no suspect.
+    let (_dir2, low) = temp_file(
+        "low.jsonl",
+        &nvml_over(1_766_124_544_221_968, 1_766_124_546_225_256, 1 << 30),
+    );
+    let v = json_of(&["reconcile", &snapshot, "--nvml", &low, "--json"]);
+    assert_eq!(v["devices"][0]["suspects"], serde_json::json!([]));
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn traces_say_what_they_held_and_whether_they_were_used() {
+    let snapshot = "testdata/gpu/ok/snapshot.pickle";
+    let nvml = "testdata/gpu/ok/nvml.jsonl";
+    // CPU events only: read, said, not used; no error.
+    let v = json_of(&[
+        "reconcile",
+        snapshot,
+        "--nvml",
+        nvml,
+        "--trace",
+        &shared("unsloth-puzzles-trace/trace.json"),
+        "--json",
+    ]);
+    assert_eq!(v["trace"]["used"], "only_cpu_events");
+    assert_eq!(v["trace"]["cpu_events"], 20);
+    assert_eq!(v["trace"]["cuda_events"], 0);
+    // A memory timeline and a 2021 trace of other runs: refused with both ranges.
+    for (rel, range) in [
+        (
+            "hta-test-data/memory_timeline.raw.gz",
+            "2023-10-10 19:27:27.096 UTC .. 2023-10-10 19:27:28.083 UTC",
+        ),
+        (
+            "kineto-tb-plugin-samples-2021/worker0.1623143566756.pt.trace.json.gz",
+            "2021-06-08 09:04:53.542 UTC .. 2021-06-08 09:04:54.393 UTC",
+        ),
+    ] {
+        let trace = shared(rel);
+        let (code, stdout, stderr) =
+            run(&["reconcile", snapshot, "--nvml", nvml, "--trace", &trace]);
+        assert_eq!(code, 2, "{rel}");
+        assert!(stdout.is_empty());
+        assert!(
+            stderr.contains(&format!("its memory events span {range}, the snapshot's trace (device 0) spans 2026-11-29 19:15:15.678 UTC")),
+            "{stderr}"
+        );
+        assert!(stderr.contains("from another run"), "{stderr}");
+        let v = json_of(&[
+            "reconcile",
+            snapshot,
+            "--nvml",
+            nvml,
+            "--trace",
+            &trace,
+            "--allow-no-overlap",
+            "--json",
+        ]);
+        assert_eq!(v["trace"]["used"], "no_overlap", "{rel}");
+        assert_eq!(
+            v["trace"]["devices"][0]["peak_source"], "running_sum",
+            "{rel}"
+        );
+        assert!(
+            v["trace"]["devices"][0]["peak_reserved_bytes"].is_null(),
+            "{rel}"
+        );
+        assert!(oom_or_peak(&v)["trace_allocated_bytes"].is_null());
+    }
+}
+
+/// The peak ledger of the first device.
+fn oom_or_peak(v: &serde_json::Value) -> serde_json::Value {
+    v["devices"][0]["ledgers"][0].clone()
+}

@@ -1,53 +1,98 @@
-//! Reconciliation: PyTorch's allocator numbers against device-level samples (nvidia-smi or
+//! Reconciliation: PyTorch's allocator numbers against device-level readings (nvidia-smi or
 //! NVML), at the moments that matter (peak, OOMs, end) and over time, with the gap split
-//! into memory outside the caching allocator in this process and other processes.
+//! into memory outside the caching allocator in this process and other processes when
+//! per-process readings allow it; and against a profiler trace of the same run, aligned by
+//! its clock and confirmed by matching allocations.
+//!
+//! Takes a [`Snapshot`], its replayed [`DeviceTimeline`]s (used only through
+//! `requested_at`, `reserved_at`, `time_us` and the peaks), a [`DeviceLog`] and optionally
+//! a converted profiler trace; gives a [`Reconciliation`] of numbers and kinds. Every word
+//! is in `render::reconcile`. A log or trace whose times do not overlap the snapshot's is
+//! a [`ReconcileError`] unless the caller allows it.
 
-use crate::devlog::{DeviceLog, GpuSample, ProcessSample};
-use crate::model::{Action, Snapshot};
+use crate::devlog::clock::whole_hour_shifts;
+use crate::devlog::convert::{Converted, DeviceSource};
+use crate::devlog::{
+    DeviceLog, GpuNumbering, GpuSample, ProcessSample, ProfileKind, TimeRange, TraceClock,
+};
+use crate::model::{Action, DeviceTrace, Snapshot, StackId};
 use crate::timeline::{self, DeviceTimeline};
-use crate::units::{bytes, bytes_signed};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
-/// Samples farther than this from a moment are not used for it.
-const MAX_SKEW_US: i64 = 5_000_000;
+/// Readings farther than this from a moment are not used for it.
+pub const MAX_SKEW_US: i64 = 5_000_000;
 /// Readings this close to a moment give the range of device use around it.
-const RANGE_US: i64 = 500_000;
+pub const RANGE_US: i64 = 500_000;
+/// Device-log rows farther than this outside the snapshot's trace are not kept.
+pub const LOG_MARGIN_US: i64 = 60_000_000;
+/// A trace allocation matches a snapshot allocation at most this far from the typical
+/// offset between the two clocks.
+pub const MATCH_TOLERANCE_US: i64 = 2_000;
+/// How far apart the two clocks may be before any match is looked for.
+const MATCH_SEARCH_US: i64 = 5_000_000;
 
-/// Names in frames or annotations that point at memory allocated outside PyTorch's caching
-/// allocator, with what they stand for.
-const CULPRITS: [(&str, &str); 8] = [
-    ("nccl", "NCCL communicator buffers"),
-    ("cublasLt", "cuBLASLt workspaces of code outside PyTorch"),
-    ("cudnn", "cuDNN workspaces of code outside PyTorch"),
-    ("triton", "Triton (autotuning, kernels' scratch memory)"),
-    ("transformer_engine", "TransformerEngine workspaces"),
-    ("tensorrt", "TensorRT engines"),
-    ("cupy", "CuPy's own memory pool"),
-    ("jax", "JAX/XLA preallocation"),
-];
+/// What to reconcile.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReconcileOptions {
+    /// Only this device of the snapshot.
+    pub device: Option<i64>,
+    /// The log's GPU to read (its index, or its order in a log without index).
+    pub gpu: Option<i64>,
+    /// Go on when a log's or trace's times do not overlap the snapshot's.
+    pub allow_no_overlap: bool,
+}
+
+/// One of the moments a ledger is drawn up at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Moment {
+    /// The peak of allocated memory.
+    Peak,
+    /// An `oom` trace entry.
+    Oom,
+    /// The last event of the trace.
+    End,
+}
+
+/// Whether the gap could be split into this process's memory outside the allocator and
+/// other processes', and why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    /// Per-process readings taken with the device reading split it.
+    Measured,
+    /// No device reading near the moment.
+    NoReading,
+    /// The log has no per-process rows at all (a `--query-gpu` CSV alone).
+    NoProcessReadings,
+    /// The log has per-process rows, but none of this GPU near this reading.
+    NoProcessRowNearReading,
+}
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Ledger {
-    /// "peak", "oom", "end".
-    pub moment: &'static str,
+    pub moment: Moment,
     pub event: Option<u32>,
     pub time_us: i64,
-    /// Distance from the moment to the device sample used.
+    /// Distance from the moment to the device reading used.
     pub sample_skew_us: Option<i64>,
     pub device_total_bytes: Option<u64>,
     pub device_used_bytes: Option<u64>,
     /// Lowest and highest device use among readings within 0.5 s of the moment.
     pub device_used_range_bytes: Option<(u64, u64)>,
     /// This process's use, when per-process rows exist (the process whose use is closest
-    /// above PyTorch's reserved memory).
+    /// to PyTorch's reserved memory).
     pub process_pid: Option<u64>,
     pub process_used_bytes: Option<u64>,
     pub reserved_bytes: u64,
     pub allocated_bytes: u64,
-    /// device used − reserved.
+    /// device used − reserved: memory outside the allocator and other processes' together.
     pub gap_bytes: Option<i64>,
+    /// Whether the gap is split into the two parts below, or why not.
+    pub split: Split,
     /// process used − reserved: CUDA context, NCCL, libraries outside the allocator.
     pub outside_allocator_bytes: Option<i64>,
     /// device used − process used: other processes, and memory the driver reserves
@@ -58,6 +103,10 @@ pub struct Ledger {
     /// samples); readings lag the allocator, and nvidia-smi rounds to MiB.
     pub outside_allocator_range_bytes: Option<(i64, i64)>,
     pub other_processes_range_bytes: Option<(i64, i64)>,
+    /// The profiler trace's allocated and reserved bytes at the same moment, when a trace
+    /// of the same run was given.
+    pub trace_allocated_bytes: Option<u64>,
+    pub trace_reserved_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -72,17 +121,193 @@ pub struct OverTime {
     pub allocated_bytes: u64,
 }
 
+/// Why a GPU of the log was read for a device of the snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuReason {
+    /// Chosen with `--gpu`.
+    Asked,
+    /// The log numbers a GPU as the snapshot numbers the device.
+    SameNumber,
+    /// The log has readings of one GPU only.
+    OnlyGpu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GpuMatch {
+    pub gpu: i64,
+    pub reason: GpuReason,
+}
+
+/// The snapshot's and the log's time ranges for one device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimeCheck {
+    /// First and last `time_us` of the device's trace (None before PyTorch 2.2).
+    pub trace_range: Option<TimeRange>,
+    /// First and last reading of the chosen GPU in the whole log.
+    pub log_range: Option<TimeRange>,
+    /// The two overlap (within the 5 s a reading may be from a moment).
+    pub overlap: bool,
+    /// Whole hours that, added to the log's times, would make them overlap (a time-zone
+    /// slip), smallest first.
+    pub whole_hour_shifts: Vec<i64>,
+    /// The `--utc-offset` the log was read with.
+    pub utc_offset_minutes: i32,
+    /// The log has timestamps without a zone, which `--utc-offset` moves.
+    pub zoneless_times: bool,
+}
+
+/// Something that allocates GPU memory outside PyTorch's caching allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SuspectKind {
+    /// NCCL communicators (their buffers are cudaMalloc'ed by NCCL itself).
+    Nccl,
+    /// Triton kernels (compiled modules loaded into device memory).
+    Triton,
+    /// TensorRT engines.
+    TensorRt,
+    /// CuPy's own memory pool.
+    CuPy,
+    /// JAX/XLA's preallocation.
+    Jax,
+}
+
+/// Where the evidence for a suspect was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceSource {
+    /// An `external_annotations` record (`record_function` ranges).
+    Annotation,
+    /// A stack frame of an allocation or segment.
+    Frame,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Evidence {
+    pub source: EvidenceSource,
+    /// The annotation's name, or the frame as `file:line:function`.
+    pub text: String,
+    /// How many annotation records, or distinct stacks, carry it.
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Suspect {
+    pub kind: SuspectKind,
+    /// The most frequent pieces of evidence (at most three), most frequent first.
+    pub evidence: Vec<Evidence>,
+}
+
+/// Facts about a device worth a line that are not in its other fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Note {
+    /// The snapshot's trace has no `time_us` (PyTorch before 2.2).
+    NoTimes,
+    /// The device has no trace entries.
+    NoTrace,
+    /// No reading within the skew of any moment although the ranges overlap.
+    NoReadingNearMoments { max_skew_us: i64 },
+    /// The log has no readings of the chosen GPU with a memory value.
+    NoUsedValues { gpu: i64 },
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct DeviceReconciliation {
     pub device: i64,
+    /// The log's GPU read for this device, and why.
+    pub gpu: Option<GpuMatch>,
+    pub times: TimeCheck,
     pub ledgers: Vec<Ledger>,
-    /// One row per device sample inside the trace's time span.
+    /// One row per device reading inside the trace's time span.
     pub over_time: Vec<OverTime>,
     pub gap_min_bytes: Option<i64>,
     pub gap_max_bytes: Option<i64>,
-    /// Things in the snapshot that allocate outside the caching allocator.
-    pub culprits: Vec<String>,
-    pub notes: Vec<String>,
+    /// What in the snapshot points at memory outside the allocator; only listed when the
+    /// readings show memory outside it to explain.
+    pub suspects: Vec<Suspect>,
+    pub notes: Vec<Note>,
+}
+
+/// What a profiler trace given beside the snapshot held, and what of it was used.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TraceFindings {
+    pub path: String,
+    pub kind: ProfileKind,
+    pub clock: TraceClock,
+    pub base_time_ns: Option<i64>,
+    /// First and last memory event (Unix µs).
+    pub range: Option<TimeRange>,
+    pub cuda_events: u64,
+    pub cpu_events: u64,
+    pub devices: Vec<TraceDevice>,
+    /// Whether its totals went into the ledgers, and why not.
+    pub used: TraceUse,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceUse {
+    /// Aligned with the snapshot; its totals are in the ledgers.
+    Used,
+    /// The trace has no memory events.
+    NoMemoryEvents,
+    /// Only CPU memory events: nothing to set beside a GPU's.
+    OnlyCpuEvents,
+    /// Relative times without a base: the trace cannot be placed in time.
+    ClockUnknown,
+    /// Its times do not overlap the snapshot's (another run), allowed by the caller.
+    NoOverlap,
+    /// Overlapping times, but no allocation matches (another process), allowed by the
+    /// caller.
+    NoMatches,
+    /// The snapshot has no times (before PyTorch 2.2).
+    SnapshotWithoutTimes,
+}
+
+/// Where a trace's peak comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakSource {
+    /// The maximum of the trace's own `Total Allocated`.
+    TotalAllocated,
+    /// The running sum of `Bytes` (traces without `Total Allocated`: 2021 Kineto, memory
+    /// timelines), which misses memory allocated before profiling.
+    RunningSum,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TraceDevice {
+    /// The trace's device (a CUDA index; 0 for a memory timeline, which names none).
+    pub device: i64,
+    pub source: DeviceSource,
+    pub events: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_time_us: Option<i64>,
+    pub peak_source: PeakSource,
+    /// None when the trace has no `Total Reserved`.
+    pub peak_reserved_bytes: Option<u64>,
+    pub before_profiling_bytes: u64,
+    /// How it lines up with the snapshot's device of the same number.
+    pub alignment: Option<Alignment>,
+}
+
+/// How a trace's clock lines up with a snapshot's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Alignment {
+    pub snapshot_device: i64,
+    /// Added to the trace's times from its own metadata (`baseTimeNanoseconds`, in µs);
+    /// 0 for traces with absolute times.
+    pub metadata_offset_us: i64,
+    /// The typical (median) trace time minus snapshot time of matched allocations: how
+    /// far the two clocks are apart after the metadata offset. None without matches.
+    pub residual_us: Option<i64>,
+    /// Trace allocations with an address inside the snapshot's time span.
+    pub trace_allocations: u64,
+    /// Of them, those matching a snapshot allocation: same address, a block size that
+    /// holds the requested size, within 2 ms of the typical offset.
+    pub matched: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -90,14 +315,76 @@ pub struct Reconciliation {
     pub schema_version: u32,
     pub path: String,
     pub device_log_source: &'static str,
+    pub gpu_numbering: GpuNumbering,
     pub devices: Vec<DeviceReconciliation>,
+    pub trace: Option<TraceFindings>,
 }
 
-fn samples_of(log: &DeviceLog, gpu: i64) -> Vec<&GpuSample> {
+/// Why reconciliation stopped; `render::reconcile` words it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReconcileError {
+    /// `--gpu` names a GPU the log does not have.
+    NoSuchGpu { asked: i64, available: Vec<i64> },
+    /// The log has several GPUs and none numbered as the snapshot's device.
+    WhichGpu {
+        device: i64,
+        available: Vec<i64>,
+        numbering: GpuNumbering,
+    },
+    /// `--gpu` with a snapshot of several devices and no `--device`.
+    GpuNeedsDevice { devices: Vec<i64> },
+    /// The log's readings of the GPU do not overlap the snapshot's trace.
+    LogNoOverlap { device: i64, times: TimeCheck },
+    /// The profiler trace's times do not overlap the snapshot's trace.
+    TraceNoOverlap {
+        device: i64,
+        trace: TimeRange,
+        snapshot: TimeRange,
+    },
+    /// Overlapping times, but no allocation of the trace matches the snapshot's.
+    TraceNoMatches { device: i64, trace_allocations: u64 },
+}
+
+/// Readings of one GPU with a memory value, in time order.
+pub fn gpu_samples(log: &DeviceLog, gpu: i64) -> Vec<&GpuSample> {
     log.gpus
         .iter()
         .filter(|s| s.gpu == gpu && s.used_bytes.is_some())
         .collect()
+}
+
+/// The snapshot device's times after each event, carried forward over events without
+/// one; the binary search for a time runs on it.
+struct Times {
+    /// (time, event index) of every event with a time, in event order.
+    at: Vec<(i64, usize)>,
+}
+
+impl Times {
+    fn new(trace: Option<&DeviceTrace>) -> Times {
+        let mut at = Vec::new();
+        let mut last = i64::MIN;
+        if let Some(t) = trace {
+            for i in 0..t.len() {
+                if let Some(time) = t.time_us(i).filter(|&t| t > 0) {
+                    // Times are monotonic in practice; a step back keeps the latest.
+                    last = last.max(time);
+                    at.push((last, i));
+                }
+            }
+        }
+        Times { at }
+    }
+
+    fn range(&self) -> Option<TimeRange> {
+        Some(TimeRange::new(self.at.first()?.0, self.at.last()?.0))
+    }
+
+    /// The last event at or before time `t` (None: before the first).
+    fn event_at(&self, t: i64) -> Option<usize> {
+        let i = self.at.partition_point(|&(time, _)| time <= t);
+        i.checked_sub(1).map(|k| self.at[k].1)
+    }
 }
 
 fn nearest<'a>(samples: &[&'a GpuSample], t: i64) -> Option<&'a GpuSample> {
@@ -110,7 +397,10 @@ fn nearest<'a>(samples: &[&'a GpuSample], t: i64) -> Option<&'a GpuSample> {
         .min_by_key(|s| ((s.time_us - t).abs(), s.time_us))
 }
 
-/// The process on `gpu` at about time `t` whose use is closest to `reserved` from above.
+/// The process on the sample's GPU at about its time whose use is closest to `reserved`,
+/// among the rows of the sampling instant nearest the sample (within `max_skew_us`).
+/// `processes` is sorted by time: the nearest instant is found by binary search and a walk
+/// to the nearest row of the same GPU, so dense logs stay linear.
 fn our_process(
     processes: &[ProcessSample],
     sample: &GpuSample,
@@ -118,91 +408,204 @@ fn our_process(
     max_skew_us: i64,
 ) -> Option<(u64, u64)> {
     let t = sample.time_us;
-    let same_gpu = |p: &&ProcessSample| match (&p.gpu_uuid, &sample.uuid, p.gpu) {
+    let same_gpu = |p: &&ProcessSample| match (p.gpu_uuid, sample.uuid, p.gpu) {
         (Some(a), Some(b), _) => a == b,
         (_, _, Some(g)) => g == sample.gpu,
         _ => true,
     };
-    let near: Vec<&ProcessSample> = processes
+    let i = processes.partition_point(|p| p.time_us < t);
+    let after = processes[i..]
         .iter()
-        .filter(|p| (p.time_us - t).abs() <= max_skew_us)
+        .take_while(|p| p.time_us - t <= max_skew_us)
+        .find(same_gpu)
+        .map(|p| p.time_us - t);
+    let before = processes[..i]
+        .iter()
+        .rev()
+        .take_while(|p| t - p.time_us <= max_skew_us)
+        .find(same_gpu)
+        .map(|p| t - p.time_us);
+    let closest = match (before, after) {
+        (Some(b), Some(a)) => b.min(a),
+        (b, a) => b.or(a)?,
+    };
+    // The rows of the one or two instants at that distance.
+    let rows_at = |time: i64| {
+        let lo = processes.partition_point(|p| p.time_us < time);
+        let hi = processes.partition_point(|p| p.time_us <= time);
+        &processes[lo..hi]
+    };
+    let earlier = rows_at(t - closest);
+    let later = if closest == 0 {
+        &[][..]
+    } else {
+        rows_at(t + closest)
+    };
+    earlier
+        .iter()
+        .chain(later)
         .filter(same_gpu)
-        .collect();
-    // Rows of the sampling instant closest to t.
-    let closest = near.iter().map(|p| (p.time_us - t).abs()).min()?;
-    let rows: Vec<&&ProcessSample> = near
-        .iter()
-        .filter(|p| (p.time_us - t).abs() == closest)
-        .collect();
-    rows.iter()
         .filter_map(|p| Some((p.pid, p.used_bytes?)))
         .min_by_key(|(pid, used)| (used.abs_diff(reserved), *pid))
 }
 
-fn culprits(snap: &Snapshot) -> Vec<String> {
-    let mut hay: Vec<String> = snap
-        .external_annotations
-        .iter()
-        .map(|a| a.name.to_lowercase())
-        .collect();
-    for s in 0..snap.frames.stack_count() {
-        for &f in snap.frames.stack(crate::model::StackId(s as u32)) {
-            let fr = snap.frames.frame(f);
-            hay.push(
-                format!(
-                    "{} {}",
-                    snap.frames.str(fr.filename),
-                    snap.frames.str(fr.name)
-                )
-                .to_lowercase(),
-            );
+/// Needles for each suspect, matched in lower-case annotation names and frames.
+const SUSPECTS: [(SuspectKind, &[&str]); 5] = [
+    (SuspectKind::Nccl, &["nccl"]),
+    (SuspectKind::Triton, &["triton"]),
+    (SuspectKind::TensorRt, &["tensorrt"]),
+    (SuspectKind::CuPy, &["cupy"]),
+    (SuspectKind::Jax, &["jax/", "jaxlib"]),
+];
+
+/// The suspects the snapshot's annotations and frames give evidence for.
+pub fn find_suspects(snap: &Snapshot) -> Vec<Suspect> {
+    // Annotation names with their record counts.
+    let mut names: BTreeMap<&str, u64> = BTreeMap::new();
+    for a in &snap.external_annotations {
+        if a.stage != "END" {
+            *names.entry(a.name.as_str()).or_insert(0) += 1;
         }
     }
-    CULPRITS
-        .iter()
-        .filter(|(needle, _)| hay.iter().any(|h| h.contains(&needle.to_lowercase())))
-        .map(|(needle, what)| {
-            format!("{what} ('{needle}' appears in the recorded stacks or annotations)")
-        })
-        .collect()
+    // Distinct stacks holding each frame.
+    let mut stacks_of_frame: BTreeMap<u32, u64> = BTreeMap::new();
+    for s in 0..snap.frames.stack_count() {
+        let mut seen: Vec<u32> = snap
+            .frames
+            .stack(StackId(s as u32))
+            .iter()
+            .map(|f| f.0)
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for f in seen {
+            *stacks_of_frame.entry(f).or_insert(0) += 1;
+        }
+    }
+    let mut out = Vec::new();
+    for (kind, needles) in SUSPECTS {
+        let hit = |text: &str| {
+            let t = text.to_lowercase();
+            needles.iter().any(|n| t.contains(n))
+        };
+        let mut evidence: Vec<Evidence> = names
+            .iter()
+            .filter(|(n, _)| hit(n))
+            .map(|(n, &count)| Evidence {
+                source: EvidenceSource::Annotation,
+                text: n.to_string(),
+                count,
+            })
+            .collect();
+        for (&f, &count) in &stacks_of_frame {
+            let frame = snap.frames.frame(crate::model::FrameId(f));
+            let file = snap.frames.str(frame.filename);
+            let name = snap.frames.str(frame.name);
+            if hit(file) || hit(name) {
+                evidence.push(Evidence {
+                    source: EvidenceSource::Frame,
+                    text: format!("{file}:{}:{name}", frame.line),
+                    count,
+                });
+            }
+        }
+        if evidence.is_empty() {
+            continue;
+        }
+        evidence.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then(a.source.cmp(&b.source))
+                .then(a.text.cmp(&b.text))
+        });
+        evidence.truncate(3);
+        out.push(Suspect { kind, evidence });
+    }
+    out
 }
 
-fn ledger(
-    tl: &DeviceTimeline,
+/// Chooses the log's GPU for a snapshot device.
+fn choose_gpu(
     log: &DeviceLog,
-    samples: &[&GpuSample],
-    moment: &'static str,
-    at: usize,
-) -> Option<Ledger> {
-    let time_us = tl.time_us(at).filter(|&t| t > 0)?;
+    device: i64,
+    asked: Option<i64>,
+) -> Result<GpuMatch, ReconcileError> {
+    let available = log.gpu_numbers();
+    if let Some(g) = asked {
+        return if available.contains(&g) {
+            Ok(GpuMatch {
+                gpu: g,
+                reason: GpuReason::Asked,
+            })
+        } else {
+            Err(ReconcileError::NoSuchGpu {
+                asked: g,
+                available,
+            })
+        };
+    }
+    if log.numbering == GpuNumbering::DriverIndex && available.contains(&device) {
+        return Ok(GpuMatch {
+            gpu: device,
+            reason: GpuReason::SameNumber,
+        });
+    }
+    match available.as_slice() {
+        [only] => Ok(GpuMatch {
+            gpu: *only,
+            reason: GpuReason::OnlyGpu,
+        }),
+        [] => Ok(GpuMatch {
+            gpu: device,
+            reason: GpuReason::SameNumber,
+        }),
+        _ => Err(ReconcileError::WhichGpu {
+            device,
+            available,
+            numbering: log.numbering,
+        }),
+    }
+}
+
+struct DeviceCtx<'a, 'b> {
+    tl: &'b DeviceTimeline<'a>,
+    trace: Option<&'a DeviceTrace>,
+    times: Times,
+    log: &'b DeviceLog,
+    samples: Vec<&'b GpuSample>,
+}
+
+fn ledger(c: &DeviceCtx, moment: Moment, at: usize) -> Option<Ledger> {
+    let time_us = c.trace?.time_us(at).filter(|&t| t > 0)?;
+    let tl = c.tl;
     let reserved = tl.reserved_at(Some(at)).max(0) as u64;
     let allocated = tl.requested_at(Some(at));
-    let sample = nearest(samples, time_us);
-    let window: Vec<u64> = samples
+    let sample = nearest(&c.samples, time_us);
+    let window: Vec<&GpuSample> = {
+        let lo = c
+            .samples
+            .partition_point(|s| s.time_us < time_us - RANGE_US);
+        let hi = c
+            .samples
+            .partition_point(|s| s.time_us <= time_us + RANGE_US);
+        c.samples[lo..hi].to_vec()
+    };
+    let used_values: Vec<u64> = window.iter().filter_map(|s| s.used_bytes).collect();
+    let range = used_values
         .iter()
-        .filter(|s| (s.time_us - time_us).abs() <= RANGE_US)
-        .filter_map(|s| s.used_bytes)
-        .collect();
-    let range = (!window.is_empty()).then(|| {
-        (
-            *window.iter().min().unwrap_or(&0),
-            *window.iter().max().unwrap_or(&0),
-        )
-    });
+        .min()
+        .zip(used_values.iter().max())
+        .map(|(&lo, &hi)| (lo, hi));
     let used = sample.and_then(|s| s.used_bytes);
-    let process = sample.and_then(|s| our_process(&log.processes, s, reserved, MAX_SKEW_US));
+    let process = sample.and_then(|s| our_process(&c.log.processes, s, reserved, MAX_SKEW_US));
     // The split at each reading near the moment, against the allocator at that reading.
     let mut outside_all = Vec::new();
     let mut other_all = Vec::new();
-    for s in samples
-        .iter()
-        .filter(|s| (s.time_us - time_us).abs() <= RANGE_US)
-    {
-        let at = tl.event_at_time(s.time_us);
-        let r = tl.reserved_at(at).max(0) as u64;
+    for s in &window {
+        let r = tl.reserved_at(c.times.event_at(s.time_us)).max(0) as u64;
         // Only process rows of the same instant: rows of another sampling instant would
         // mix two moments of a changing device.
-        if let (Some(u), Some((_, p))) = (s.used_bytes, our_process(&log.processes, s, r, 0)) {
+        if let (Some(u), Some((_, p))) = (s.used_bytes, our_process(&c.log.processes, s, r, 0)) {
             outside_all.push(p as i64 - r as i64);
             other_all.push(u as i64 - p as i64);
         }
@@ -213,6 +616,12 @@ fn ledger(
         other_all.push(u as i64 - p as i64);
     }
     let span = |v: &[i64]| Some((*v.iter().min()?, *v.iter().max()?));
+    let split = match (used, process) {
+        (None, _) => Split::NoReading,
+        (Some(_), Some(_)) => Split::Measured,
+        (Some(_), None) if c.log.processes.is_empty() => Split::NoProcessReadings,
+        (Some(_), None) => Split::NoProcessRowNearReading,
+    };
     Some(Ledger {
         moment,
         event: Some(at as u32),
@@ -226,39 +635,37 @@ fn ledger(
         reserved_bytes: reserved,
         allocated_bytes: allocated,
         gap_bytes: used.map(|u| u as i64 - reserved as i64),
+        split,
         outside_allocator_bytes: process.map(|(_, p)| p as i64 - reserved as i64),
         other_processes_bytes: match (used, process) {
             (Some(u), Some((_, p))) => Some(u as i64 - p as i64),
             _ => None,
         },
-        outside_allocator_range_bytes: span(&outside_all),
-        other_processes_range_bytes: span(&other_all),
+        outside_allocator_range_bytes: if split == Split::Measured {
+            span(&outside_all)
+        } else {
+            None
+        },
+        other_processes_range_bytes: if split == Split::Measured {
+            span(&other_all)
+        } else {
+            None
+        },
+        trace_allocated_bytes: None,
+        trace_reserved_bytes: None,
     })
 }
 
 /// Each device reading of the timeline's GPU inside the trace's time span, against the
 /// allocator state at that time.
 pub fn over_time(tl: &DeviceTimeline, log: &DeviceLog, samples: &[&GpuSample]) -> Vec<OverTime> {
-    let n = tl.events();
-    let first = (0..n).find_map(|i| tl.time_us(i).filter(|&t| t > 0));
-    let last = (0..n).rev().find_map(|i| tl.time_us(i).filter(|&t| t > 0));
-    let mut out = Vec::new();
-    let (Some(first), Some(last)) = (first, last) else {
-        return out;
+    let times = Times::new(Some(tl.trace));
+    let Some(range) = times.range() else {
+        return Vec::new();
     };
-    let mut i = 0usize;
-    let mut at: Option<usize> = None;
-    for s in samples
-        .iter()
-        .filter(|s| s.time_us >= first && s.time_us <= last)
-    {
-        while i < n {
-            match tl.time_us(i) {
-                Some(t) if t > s.time_us => break,
-                _ => at = Some(i),
-            }
-            i += 1;
-        }
+    let mut out = Vec::new();
+    for s in samples.iter().filter(|s| range.contains(s.time_us)) {
+        let at = times.event_at(s.time_us);
         if let Some(used) = s.used_bytes {
             let reserved = tl.reserved_at(at);
             out.push(OverTime {
@@ -280,96 +687,358 @@ pub fn over_time(tl: &DeviceTimeline, log: &DeviceLog, samples: &[&GpuSample]) -
     out
 }
 
-/// The device log's readings of one GPU, in time order.
-pub fn gpu_samples(log: &DeviceLog, gpu: i64) -> Vec<&GpuSample> {
-    samples_of(log, gpu)
+/// The time range the snapshot's traces cover (for keeping only the log rows near it).
+pub fn snapshot_range(snap: &Snapshot, device: Option<i64>) -> Option<TimeRange> {
+    snap.devices()
+        .into_iter()
+        .filter(|d| device.is_none_or(|w| w == *d))
+        .filter_map(|d| Times::new(snap.trace(d)).range())
+        .reduce(TimeRange::union)
 }
 
-/// Reconciles every device of the snapshot (or one) with the device log.
+/// Reconciles every device of the snapshot (or one) with the device log, and with a
+/// converted profiler trace when one is given (with its path).
 pub fn analyze_reconcile(
     snap: &Snapshot,
     path: &str,
     log: &DeviceLog,
-    device: Option<i64>,
-) -> Reconciliation {
-    let mut devices = Vec::new();
-    for d in snap
+    utc_offset_minutes: i32,
+    profile: Option<(&str, &Converted)>,
+    options: ReconcileOptions,
+) -> Result<Reconciliation, ReconcileError> {
+    let devices: Vec<i64> = snap
         .devices()
         .into_iter()
-        .filter(|d| device.is_none_or(|w| w == *d))
-    {
+        .filter(|d| options.device.is_none_or(|w| w == *d))
+        .collect();
+    if options.gpu.is_some() && devices.len() > 1 {
+        return Err(ReconcileError::GpuNeedsDevice { devices });
+    }
+    let mut trace_findings = profile.map(|(p, conv)| trace_findings(p, conv));
+    let mut out = Vec::new();
+    for d in devices {
         let tl = timeline::build(snap, d);
-        let samples = samples_of(log, d);
+        let trace = snap.trace(d).filter(|t| !t.is_empty());
+        let times = Times::new(trace);
+        let gpu = choose_gpu(log, d, options.gpu)?;
+        let samples = gpu_samples(log, gpu.gpu);
+        let trace_range = times.range();
+        let log_range = log.span_of(gpu.gpu).map(|s| s.range);
+        let overlap = match (trace_range, log_range) {
+            (Some(t), Some(l)) => t.widen(MAX_SKEW_US).overlaps(l),
+            _ => false,
+        };
+        let check = TimeCheck {
+            trace_range,
+            log_range,
+            overlap,
+            whole_hour_shifts: match (trace_range, log_range) {
+                (Some(t), Some(l)) => whole_hour_shifts(l, t.widen(MAX_SKEW_US)),
+                _ => Vec::new(),
+            },
+            utc_offset_minutes,
+            zoneless_times: log.zoneless_times,
+        };
+        if trace_range.is_some() && log_range.is_some() && !overlap && !options.allow_no_overlap {
+            return Err(ReconcileError::LogNoOverlap {
+                device: d,
+                times: check,
+            });
+        }
         let mut notes = Vec::new();
-        if samples.is_empty() {
-            notes.push(format!("the device log has no readings of GPU {d}"));
+        if trace.is_none() {
+            notes.push(Note::NoTrace);
+        } else if trace_range.is_none() {
+            notes.push(Note::NoTimes);
         }
-        if !tl.has_times() {
-            notes.push(
-                "the trace has no time_us (PyTorch before 2.2): nothing can be matched in time"
-                    .into(),
-            );
+        if log_range.is_some() && samples.is_empty() && overlap {
+            notes.push(Note::NoUsedValues { gpu: gpu.gpu });
         }
-        let n = tl.events();
-        let mut moments: Vec<(&'static str, usize)> = Vec::new();
+        let ctx = DeviceCtx {
+            tl: &tl,
+            trace,
+            times,
+            log,
+            samples,
+        };
+        let mut moments: Vec<(Moment, usize)> = Vec::new();
         if let Some(e) = tl.peak_requested.event {
-            moments.push(("peak", e.index()));
+            moments.push((Moment::Peak, e.index()));
         }
-        for i in 0..n {
-            if tl.trace.action(i) == Action::Oom {
-                moments.push(("oom", i));
+        if let Some(t) = trace {
+            for i in 0..t.len() {
+                if t.action(i) == Action::Oom {
+                    moments.push((Moment::Oom, i));
+                }
+            }
+            if let Some(last) = t.len().checked_sub(1) {
+                moments.push((Moment::End, last));
             }
         }
-        if let Some(last) = n.checked_sub(1) {
-            moments.push(("end", last));
-        }
-        let ledgers: Vec<Ledger> = moments
+        let mut ledgers: Vec<Ledger> = moments
             .into_iter()
-            .filter_map(|(m, i)| ledger(&tl, log, &samples, m, i))
+            .filter_map(|(m, i)| ledger(&ctx, m, i))
             .collect();
-        if !samples.is_empty()
-            && tl.has_times()
+        if overlap
+            && !ctx.samples.is_empty()
             && ledgers.iter().all(|l| l.device_used_bytes.is_none())
         {
-            notes.push(format!(
-                "no device reading within {} s of the trace's moments: are the clocks aligned? (nvidia-smi prints local time: see --utc-offset)",
-                MAX_SKEW_US / 1_000_000
-            ));
+            notes.push(Note::NoReadingNearMoments {
+                max_skew_us: MAX_SKEW_US,
+            });
         }
-        let over_time = over_time(&tl, log, &samples);
+        if let (Some(findings), Some((_, conv))) = (trace_findings.as_mut(), profile) {
+            align_trace(snap, d, &ctx, conv, findings, &mut ledgers, options)?;
+        }
+        let over_time = over_time(&tl, log, &ctx.samples);
         let gaps: Vec<i64> = over_time
             .iter()
             .map(|o| o.device_used_bytes as i64 - o.reserved_bytes)
             .collect();
-        devices.push(DeviceReconciliation {
+        // Suspects only when there is memory outside the allocator to explain.
+        let outside = ledgers.iter().any(|l| {
+            l.outside_allocator_bytes
+                .or(l.gap_bytes)
+                .is_some_and(|b| b > 0)
+        });
+        out.push(DeviceReconciliation {
             device: d,
+            gpu: Some(gpu),
+            times: check,
             ledgers,
             gap_min_bytes: gaps.iter().copied().min(),
             gap_max_bytes: gaps.iter().copied().max(),
             over_time,
-            culprits: culprits(snap),
+            suspects: if outside {
+                find_suspects(snap)
+            } else {
+                Vec::new()
+            },
             notes,
         });
     }
-    Reconciliation {
+    Ok(Reconciliation {
         schema_version: SCHEMA_VERSION,
         path: path.to_string(),
         device_log_source: log.source,
+        gpu_numbering: log.numbering,
+        devices: out,
+        trace: trace_findings,
+    })
+}
+
+/// What a converted trace holds, before any alignment.
+fn trace_findings(path: &str, conv: &Converted) -> TraceFindings {
+    let snap = &conv.snapshot;
+    let mut range: Option<TimeRange> = None;
+    let mut cuda_events = 0;
+    let mut cpu_events = conv.cpu_events_left_out;
+    let mut devices = Vec::new();
+    for d in &conv.devices {
+        match d.source {
+            DeviceSource::Cuda(_) => cuda_events += d.events,
+            DeviceSource::Cpu => cpu_events += d.events,
+            DeviceSource::Unnamed => {}
+        }
+        let times = Times::new(snap.trace(d.device));
+        if let Some(r) = times.range() {
+            range = Some(range.map_or(r, |x| x.union(r)));
+        }
+        let peaks = timeline::peaks(snap, d.device);
+        devices.push(TraceDevice {
+            device: d.device,
+            source: d.source,
+            events: d.events,
+            peak_allocated_bytes: peaks.requested.bytes,
+            peak_time_us: peaks.requested.time_us,
+            peak_source: if d.peak_total_allocated_bytes.is_some() {
+                PeakSource::TotalAllocated
+            } else {
+                PeakSource::RunningSum
+            },
+            peak_reserved_bytes: d.peak_total_reserved_bytes,
+            before_profiling_bytes: d.before_profiling_bytes,
+            alignment: None,
+        });
+    }
+    let clock = conv.clock;
+    let used = if devices.is_empty() {
+        TraceUse::NoMemoryEvents
+    } else if devices.iter().all(|d| d.source == DeviceSource::Cpu) {
+        TraceUse::OnlyCpuEvents
+    } else if clock == TraceClock::Unknown {
+        TraceUse::ClockUnknown
+    } else {
+        TraceUse::Used
+    };
+    TraceFindings {
+        path: path.to_string(),
+        kind: conv.kind,
+        clock,
+        base_time_ns: conv.base_time_ns,
+        range,
+        cuda_events,
+        cpu_events,
         devices,
+        used,
     }
 }
 
-/// One line per ledger, for people.
-pub fn describe(l: &Ledger) -> String {
-    let opt = |v: Option<u64>| v.map_or("?".to_string(), bytes);
-    let signed = |v: Option<i64>| v.map_or("?".into(), bytes_signed);
-    format!(
-        "device used {} of {} | PyTorch reserved {} (allocated {}) | outside the allocator {} | other processes and driver {}",
-        opt(l.device_used_bytes),
-        opt(l.device_total_bytes),
-        bytes(l.reserved_bytes),
-        bytes(l.allocated_bytes),
-        signed(l.outside_allocator_bytes.or(l.gap_bytes)),
-        signed(l.other_processes_bytes),
-    )
+/// Lines the trace's device up with snapshot device `d`, checks it is the same run, and
+/// puts the trace's totals in the ledgers.
+fn align_trace(
+    snap: &Snapshot,
+    d: i64,
+    ctx: &DeviceCtx,
+    conv: &Converted,
+    findings: &mut TraceFindings,
+    ledgers: &mut [Ledger],
+    options: ReconcileOptions,
+) -> Result<(), ReconcileError> {
+    if findings.used != TraceUse::Used {
+        return Ok(());
+    }
+    let Some(snapshot_range) = ctx.times.range() else {
+        findings.used = TraceUse::SnapshotWithoutTimes;
+        return Ok(());
+    };
+    // The trace's device of the same number, else its only one.
+    let pick = findings
+        .devices
+        .iter()
+        .position(|t| t.device == d)
+        .or_else(|| (findings.devices.len() == 1).then_some(0));
+    let Some(k) = pick else {
+        return Ok(());
+    };
+    let slot = findings.devices[k].device;
+    let trace = conv.snapshot.trace(slot);
+    let trace_times = Times::new(trace);
+    let Some(trace_range) = trace_times.range() else {
+        return Ok(());
+    };
+    if !trace_range.widen(MAX_SKEW_US).overlaps(snapshot_range) {
+        if options.allow_no_overlap {
+            findings.used = TraceUse::NoOverlap;
+            return Ok(());
+        }
+        return Err(ReconcileError::TraceNoOverlap {
+            device: d,
+            trace: trace_range,
+            snapshot: snapshot_range,
+        });
+    }
+    let paired_by_size = conv
+        .devices
+        .iter()
+        .find(|c| c.device == slot)
+        .is_some_and(|c| c.paired_by_size);
+    let metadata_offset_us = match findings.clock {
+        TraceClock::RelativeToBase => findings.base_time_ns.unwrap_or(0).div_euclid(1000),
+        _ => 0,
+    };
+    let alignment = if paired_by_size {
+        Alignment {
+            snapshot_device: d,
+            metadata_offset_us,
+            residual_us: None,
+            trace_allocations: 0,
+            matched: 0,
+        }
+    } else {
+        match_allocations(snap, d, trace, snapshot_range, metadata_offset_us)
+    };
+    if !paired_by_size && alignment.trace_allocations > 0 && alignment.matched == 0 {
+        if options.allow_no_overlap {
+            findings.used = TraceUse::NoMatches;
+            findings.devices[k].alignment = Some(alignment);
+            return Ok(());
+        }
+        return Err(ReconcileError::TraceNoMatches {
+            device: d,
+            trace_allocations: alignment.trace_allocations,
+        });
+    }
+    findings.devices[k].alignment = Some(alignment);
+    // The trace's totals at each ledger's moment, on the trace's clock.
+    let tl = timeline::build(&conv.snapshot, slot);
+    let has_reserved = findings.devices[k].peak_reserved_bytes.is_some();
+    let residual = alignment.residual_us.unwrap_or(0);
+    for l in ledgers.iter_mut() {
+        let t = l.time_us + residual;
+        if !trace_range.contains(t) {
+            continue;
+        }
+        let at = trace_times.event_at(t);
+        l.trace_allocated_bytes = Some(tl.requested_at(at));
+        if has_reserved {
+            l.trace_reserved_bytes = Some(tl.reserved_at(at).max(0) as u64);
+        }
+    }
+    Ok(())
+}
+
+/// Allocations of the trace matched with the snapshot's: same address, a block size that
+/// holds the requested size (the trace records blocks, the snapshot requests), at nearly
+/// the same time once the typical offset between the clocks is taken out.
+fn match_allocations(
+    snap: &Snapshot,
+    d: i64,
+    trace: Option<&DeviceTrace>,
+    snapshot_range: TimeRange,
+    metadata_offset_us: i64,
+) -> Alignment {
+    let mut by_addr: BTreeMap<u64, Vec<(i64, u64)>> = BTreeMap::new();
+    if let Some(t) = snap.trace(d) {
+        for e in t.iter().filter(|e| e.action == Action::Alloc) {
+            if let Some(time) = e.time_us.filter(|&t| t > 0) {
+                by_addr.entry(e.addr).or_default().push((time, e.size));
+            }
+        }
+    }
+    let fits = |requested: u64, block: u64| {
+        // The caching allocator rounds requests up to 512 bytes and may hand out a block
+        // up to 1 MiB larger than that when the rest is too small to split.
+        block >= requested && block <= requested.div_ceil(512) * 512 + (1 << 20)
+    };
+    let window = snapshot_range.widen(MAX_SKEW_US);
+    let mut diffs: Vec<i64> = Vec::new();
+    let mut candidates = 0u64;
+    if let Some(t) = trace {
+        for e in t.iter().filter(|e| e.action == Action::Alloc) {
+            let Some(time) = e.time_us else { continue };
+            if !window.contains(time) {
+                continue;
+            }
+            candidates += 1;
+            let Some(list) = by_addr.get(&e.addr) else {
+                continue;
+            };
+            let best = list
+                .iter()
+                .filter(|(_, size)| fits(*size, e.size))
+                .map(|(st, _)| time - st)
+                .filter(|diff| diff.abs() <= MATCH_SEARCH_US)
+                .min_by_key(|diff| (diff.abs(), *diff));
+            if let Some(diff) = best {
+                diffs.push(diff);
+            }
+        }
+    }
+    let mut sorted = diffs;
+    sorted.sort_unstable();
+    let residual = (!sorted.is_empty()).then(|| sorted[sorted.len() / 2]);
+    let matched = residual.map_or(0, |r| {
+        sorted
+            .iter()
+            .filter(|&&d| (d - r).abs() <= MATCH_TOLERANCE_US)
+            .count() as u64
+    });
+    Alignment {
+        snapshot_device: d,
+        metadata_offset_us,
+        residual_us: residual.filter(|_| matched > 0),
+        trace_allocations: candidates,
+        matched,
+    }
 }

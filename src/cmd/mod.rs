@@ -16,13 +16,25 @@ fn read_device_logs(
     paths: &[std::path::PathBuf],
     utc_offset_minutes: i32,
 ) -> Result<vramlens::devlog::DeviceLog> {
-    let clock = vramlens::devlog::ClockOptions { utc_offset_minutes };
+    read_device_logs_in(paths, utc_offset_minutes, None)
+}
+
+/// Reads and merges device logs line by line, keeping only the rows inside `keep`.
+fn read_device_logs_in(
+    paths: &[std::path::PathBuf],
+    utc_offset_minutes: i32,
+    keep: Option<vramlens::devlog::TimeRange>,
+) -> Result<vramlens::devlog::DeviceLog> {
+    let options = vramlens::devlog::DeviceLogOptions {
+        clock: vramlens::devlog::ClockOptions { utc_offset_minutes },
+        keep,
+    };
     let mut logs = Vec::new();
     for path in paths {
-        let text =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
         logs.push(
-            vramlens::devlog::read_device_log(&String::from_utf8_lossy(&text), clock)
+            vramlens::devlog::read_device_log(std::io::BufReader::new(file), options)
                 .with_context(|| format!("failed to read device log {}", path.display()))?,
         );
     }

@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use vramlens::analysis::device::check_device;
 use vramlens::analysis::oom::{OomOptions, OomReport, analyze_messages, analyze_oom};
 use vramlens::input::{ReadOptions, read_snapshot};
-use vramlens::oom_log::parse_oom_messages;
+use vramlens::oom_log::parse_oom_messages_from;
 use vramlens::render::oom::write_oom_text;
 use vramlens::render::{Style, write_json};
 use vramlens::units::{bytes, parse_size_arg};
@@ -45,9 +45,18 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
     let attribution = attribution_options(&args.attribution)?;
     let messages = match &args.log {
         Some(path) => {
-            let bytes = std::fs::read(path)
+            let file = std::fs::File::open(path)
                 .with_context(|| format!("cannot read log {}", path.display()))?;
-            let found = parse_oom_messages(&String::from_utf8_lossy(&bytes));
+            let found = parse_oom_messages_from(std::io::BufReader::new(file))
+                .with_context(|| format!("cannot read log {}", path.display()))?;
+            if let Some(m) = found.iter().find(|m| m.oversized) {
+                bail!(
+                    "{}: line {}: the out-of-memory message gives a size above 16 EiB, more than any device holds, so the log is damaged or edited: {:?}",
+                    path.display(),
+                    m.line,
+                    m.text.chars().take(160).collect::<String>()
+                );
+            }
             if found.is_empty() {
                 bail!(
                     "{}: no CUDA out-of-memory message found; expected a log with \"CUDA out of memory\"",

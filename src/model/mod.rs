@@ -112,6 +112,21 @@ pub struct Features {
     pub graph_capture_record_stream_reuse: bool,
     pub max_cached_size: bool,
     pub entries: EntryKeys,
+    /// Set when the snapshot was converted from a profiler output rather than read from a
+    /// snapshot file: its segments are synthetic and its stacks are operator spans.
+    pub converted_from: Option<ConvertedFrom>,
+    /// The device slot that holds the CPU allocator's events, when a profiler trace had
+    /// memory events only for the CPU.
+    pub cpu_device: Option<i64>,
+}
+
+/// The profiler output a snapshot was converted from (see `devlog::convert`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvertedFrom {
+    /// A Kineto / Chrome trace's `[memory]` events.
+    KinetoTrace,
+    /// `export_memory_timeline` rows; stacks are PyTorch's memory categories.
+    MemoryTimeline,
 }
 
 /// A decoded snapshot.

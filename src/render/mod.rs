@@ -5,6 +5,7 @@ pub mod flame_svg;
 pub mod live;
 pub mod names;
 pub mod oom;
+pub mod reconcile;
 pub mod segments_svg;
 pub mod summary;
 pub mod svg;

@@ -1,0 +1,1158 @@
+//! Profiler traces read event by event: the `[memory]` instant events of a Kineto / Chrome
+//! trace (spec 8.2) from `torch.profiler` with `profile_memory=True`, with the operator,
+//! Python-function and annotation spans (`X` events) that enclose them; and, through the
+//! same entrance, `export_memory_timeline` JSON (see [`super::memory_timeline`]).
+//!
+//! The JSON is read with serde visitors that keep only what is used: each event's fields
+//! are matched by name as they stream past, strings go through one reused buffer, and
+//! everything else (kernel events, their arguments, device properties) is skipped without
+//! being stored. So memory follows the number of `[memory]` events and operator spans, not
+//! the size of the file.
+//!
+//! Times: Kineto since May 2024 writes `ts` relative to the top-level
+//! `baseTimeNanoseconds`; older traces write absolute Unix µs. Both become Unix
+//! nanoseconds here ([`TraceClock`] says which was found).
+
+use super::DevlogError;
+use super::json::{Num, OtherKind, StrInto, serde_message};
+use super::memory_timeline::{self, Rows};
+use serde::Serialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+
+/// Which kind of profiler output a file was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfileKind {
+    /// A Kineto / Chrome trace (`traceEvents`, or Chrome's bare list of events).
+    KinetoTrace,
+    /// `export_memory_timeline(*.raw.json.gz)`: `[timestamp_ns, action, numbytes, category]`.
+    MemoryTimelineRaw,
+    /// `export_memory_timeline(*.json)`: `[times, sizes]`, bytes per category over time.
+    MemoryTimelineCategories,
+}
+
+/// What the trace's times are counted from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceClock {
+    /// Absolute Unix time in the file (Kineto before 2024, memory-timeline rows).
+    Unix,
+    /// Relative to `baseTimeNanoseconds`, which was added (Kineto from May 2024).
+    RelativeToBase,
+    /// Small relative times without a base (Kineto of April-May 2024): not Unix time, so
+    /// the trace cannot be placed beside other recordings by its clock.
+    Unknown,
+}
+
+/// What a memory-timeline row's bytes are, as `torch.profiler._memory_profiler` sorts them
+/// (the plot's colour order, which is the index written in raw rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Parameter,
+    OptimizerState,
+    Input,
+    Temporary,
+    Activation,
+    Gradient,
+    AutogradDetail,
+    Unknown,
+}
+
+impl Category {
+    pub const ALL: [Category; 8] = [
+        Category::Parameter,
+        Category::OptimizerState,
+        Category::Input,
+        Category::Temporary,
+        Category::Activation,
+        Category::Gradient,
+        Category::AutogradDetail,
+        Category::Unknown,
+    ];
+
+    /// The category of a raw row's index (0 to 7).
+    pub fn from_index(i: i64) -> Option<Category> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| Category::ALL.get(i))
+            .copied()
+    }
+
+    /// The name PyTorch's enum gives it, lower case (`activation`, `optimizer_state`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameter",
+            Category::OptimizerState => "optimizer_state",
+            Category::Input => "input",
+            Category::Temporary => "temporary",
+            Category::Activation => "activation",
+            Category::Gradient => "gradient",
+            Category::AutogradDetail => "autograd_detail",
+            Category::Unknown => "unknown",
+        }
+    }
+}
+
+/// One allocator event: a `[memory]` instant event, or one memory-timeline change.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemoryEvent {
+    /// Unix nanoseconds (the file's own clock when [`TraceClock::Unknown`]).
+    pub time_ns: i64,
+    /// `c10::DeviceType` as int: 0 CPU, 1 CUDA; -1 for memory-timeline rows (not recorded).
+    pub device_type: i64,
+    /// Device index, -1 for CPU (and for memory-timeline rows).
+    pub device_id: i64,
+    /// +block size on allocation, -block size on free.
+    pub bytes: i64,
+    /// Allocator-wide allocated bytes of the device after the event (absent in 2021 traces).
+    pub total_allocated: Option<i64>,
+    /// Allocator-wide reserved bytes of the device after the event (absent in 2021 traces).
+    pub total_reserved: Option<i64>,
+    /// The block's address (absent in 2021 traces and memory-timeline rows).
+    pub addr: Option<u64>,
+    /// Index into [`ProfileTrace::threads`]; None for memory-timeline rows.
+    pub thread: Option<u32>,
+    /// Memory-timeline rows only.
+    pub category: Option<Category>,
+}
+
+/// What kind of span encloses allocations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpanKind {
+    /// An operator (`cpu_op`; `Operator` in 2021 traces), such as `aten::empty`.
+    Operator,
+    /// A Python function or module (`python_function`, traces taken `with_stack=True`).
+    PythonFunction,
+    /// A `record_function` range (`user_annotation`), such as `ProfilerStep#3`.
+    Annotation,
+}
+
+/// A complete (`X`) event on a CPU thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Span {
+    pub thread: u32,
+    /// Unix nanoseconds, as [`MemoryEvent::time_ns`].
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// Index into [`ProfileTrace::names`].
+    pub name: u32,
+    pub kind: SpanKind,
+    /// The operator's `Call stack` argument (2021 traces taken `with_stack=True`): Python
+    /// frames `file(line): function` joined by `;`, innermost first; index into
+    /// [`ProfileTrace::names`].
+    pub call_stack: Option<u32>,
+}
+
+/// The memory events of one profiler output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProfileTrace {
+    pub kind: ProfileKind,
+    pub clock: TraceClock,
+    /// The top-level `baseTimeNanoseconds` when present.
+    pub base_time_ns: Option<i64>,
+    /// Sorted by time, file order among equal times.
+    pub memory: Vec<MemoryEvent>,
+    /// Operator, Python-function and annotation spans, sorted by (thread, start, longest
+    /// first).
+    pub spans: Vec<Span>,
+    /// Distinct span names, in order of first appearance.
+    pub names: Vec<String>,
+    /// Distinct (pid, tid) pairs, as text, in order of first appearance.
+    pub threads: Vec<String>,
+    /// `[OutOfMemory]` events.
+    pub out_of_memory_events: u64,
+    /// Top-level events (or rows) read.
+    pub events_read: u64,
+}
+
+pub(crate) const TRACE_KIND: &str =
+    "a Kineto/Chrome trace JSON (torch.profiler with profile_memory=True)";
+
+/// Reads a profiler output (plain or gzip, sniffed by the magic `1f 8b`) event by event:
+/// a Kineto / Chrome trace (the 2021 shape has only `Device Type`, `Device Id` and `Bytes`
+/// in its `[memory]` events), or an `export_memory_timeline` JSON file (raw rows or
+/// category totals). All other events are skipped; `[OutOfMemory]` events are counted.
+pub fn read_profile<R: Read>(reader: R) -> Result<ProfileTrace, DevlogError> {
+    let mut buffered = BufReader::with_capacity(1 << 16, reader);
+    let head = buffered.fill_buf().map_err(|e| DevlogError::Io {
+        message: e.to_string(),
+    })?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        let gz = flate2::bufread::MultiGzDecoder::new(buffered);
+        return read_plain(BufReader::with_capacity(1 << 16, gz), true);
+    }
+    read_plain(buffered, false)
+}
+
+fn read_plain<R: BufRead>(mut r: R, gzip: bool) -> Result<ProfileTrace, DevlogError> {
+    let io = |e: std::io::Error| {
+        let message = e.to_string().to_lowercase();
+        if gzip {
+            DevlogError::Gzip { message }
+        } else {
+            DevlogError::Io { message }
+        }
+    };
+    // Skip a byte-order mark and white space, and look at the first byte.
+    let mut at_start = true;
+    let first = loop {
+        let head = r.fill_buf().map_err(io)?;
+        if head.is_empty() {
+            return Err(DevlogError::Empty {
+                expected: TRACE_KIND,
+            });
+        }
+        if at_start && head.starts_with(b"\xef\xbb\xbf") {
+            r.consume(3);
+            at_start = false;
+            continue;
+        }
+        at_start = false;
+        let n = head.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        if n < head.len() {
+            let first = head[n];
+            r.consume(n);
+            break first;
+        }
+        let len = head.len();
+        r.consume(len);
+    };
+    match first {
+        0x80 => {
+            return Err(DevlogError::WrongKind {
+                message: format!(
+                    "this is a pickle (a memory snapshot?), not {TRACE_KIND}; read it as a snapshot"
+                ),
+            });
+        }
+        b'<' => {
+            let head = r.fill_buf().map_err(io)?;
+            return Err(DevlogError::WrongKind {
+                message: memory_timeline::html_message(head),
+            });
+        }
+        _ => {}
+    }
+    let mut sink = Sink::default();
+    let mut de = serde_json::Deserializer::from_reader(r);
+    let result = TopSeed(&mut sink)
+        .deserialize(&mut de)
+        .and_then(|()| de.end());
+    if let Some(e) = sink.error.take() {
+        return Err(e);
+    }
+    if let Err(e) = result {
+        return Err(match e.classify() {
+            serde_json::error::Category::Io => io(std::io::Error::other(serde_message(&e))),
+            serde_json::error::Category::Data => DevlogError::Json {
+                path: sink.path(),
+                message: serde_message(&e),
+            },
+            _ => DevlogError::Line {
+                line: e.line(),
+                message: format!(
+                    "column {}: expected {TRACE_KIND}, found invalid JSON ({})",
+                    e.column(),
+                    serde_message(&e)
+                ),
+            },
+        });
+    }
+    sink.finish()
+}
+
+/// A pid or tid: a number, or a string (interned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Id {
+    None,
+    Int(i64),
+    Str(u32),
+}
+
+/// What the reader has seen so far.
+#[derive(Default)]
+struct Sink {
+    /// "traceEvents" inside an object, "" for a bare top-level list.
+    list: &'static str,
+    /// Index of the element being read in that list.
+    index: usize,
+    /// The top-level list holds rows (memory timeline) rather than events.
+    rows_mode: Option<bool>,
+    base_time_ns: Option<i64>,
+    saw_trace_events: bool,
+    saw_snapshot_keys: bool,
+    top_keys: Vec<String>,
+    /// Times here are relative ns as in the file (base not added yet).
+    memory: Vec<MemoryEvent>,
+    spans: Vec<Span>,
+    names: Vec<String>,
+    name_ids: BTreeMap<String, u32>,
+    strings: BTreeMap<String, u32>,
+    threads: BTreeMap<(Id, Id), u32>,
+    thread_names: Vec<String>,
+    out_of_memory: u64,
+    events: u64,
+    rows: Rows,
+    error: Option<DevlogError>,
+    ph: String,
+    name: String,
+    cat: String,
+    pid: String,
+    tid: String,
+    call_stack: String,
+}
+
+impl Sink {
+    fn path(&self) -> String {
+        if self.saw_trace_events || self.rows_mode.is_some() {
+            format!("{}[{}]", self.list, self.index)
+        } else {
+            "(top level)".to_string()
+        }
+    }
+
+    fn fail<E: de::Error>(&mut self, path: String, message: String) -> E {
+        self.error = Some(DevlogError::Json { path, message });
+        E::custom("stopped")
+    }
+
+    fn intern_id(&mut self, id: PendingId, which_pid: bool) -> Id {
+        match id {
+            PendingId::None => Id::None,
+            PendingId::Int(i) => Id::Int(i),
+            PendingId::Str => {
+                let text = if which_pid { &self.pid } else { &self.tid };
+                if let Some(&i) = self.strings.get(text.as_str()) {
+                    return Id::Str(i);
+                }
+                let i = self.strings.len() as u32;
+                self.strings.insert(text.clone(), i);
+                Id::Str(i)
+            }
+        }
+    }
+
+    fn thread(&mut self, pid: Id, tid: Id) -> u32 {
+        if let Some(&t) = self.threads.get(&(pid, tid)) {
+            return t;
+        }
+        let t = self.thread_names.len() as u32;
+        self.threads.insert((pid, tid), t);
+        let show = |id: Id, s: &BTreeMap<String, u32>| match id {
+            Id::None => "?".to_string(),
+            Id::Int(i) => i.to_string(),
+            Id::Str(k) => s
+                .iter()
+                .find(|(_, v)| **v == k)
+                .map_or("?".to_string(), |(s, _)| s.clone()),
+        };
+        let name = format!("{}/{}", show(pid, &self.strings), show(tid, &self.strings));
+        self.thread_names.push(name);
+        t
+    }
+
+    fn name_id(&mut self) -> u32 {
+        if let Some(&i) = self.name_ids.get(self.name.as_str()) {
+            return i;
+        }
+        self.intern_name(self.name.clone())
+    }
+
+    fn intern_name(&mut self, text: String) -> u32 {
+        if let Some(&i) = self.name_ids.get(text.as_str()) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.names.push(text.clone());
+        self.name_ids.insert(text, i);
+        i
+    }
+
+    /// Takes one event object; Err(message) stops the reading.
+    fn take_event(&mut self, e: RawEvent) -> Result<(), DevlogError> {
+        self.events += 1;
+        let path = format!("{}[{}]", self.list, self.index);
+        if e.has_name && self.name == "[OutOfMemory]" {
+            self.out_of_memory += 1;
+            return Ok(());
+        }
+        if e.has_name && self.name == "[memory]" {
+            let ts = match e.ts {
+                Some(v) => rel_ns(v).ok_or_else(|| DevlogError::Json {
+                    path: format!("{path}.ts"),
+                    message: format!("expected a number, found {}", v.kind()),
+                })?,
+                None => {
+                    return Err(DevlogError::Json {
+                        path,
+                        message: "expected a \"ts\" key, found none".to_string(),
+                    });
+                }
+            };
+            let args = match e.args {
+                Some(Args::Object(a)) => a,
+                Some(Args::Not(kind)) => {
+                    return Err(DevlogError::Json {
+                        path: format!("{path}.args"),
+                        message: format!("expected an object, found {}", kind.kind()),
+                    });
+                }
+                None => {
+                    return Err(DevlogError::Json {
+                        path: format!("{path}.args"),
+                        message: "expected an object, found nothing".to_string(),
+                    });
+                }
+            };
+            let required = |v: Option<Num>, key: &str| -> Result<i64, DevlogError> {
+                match v {
+                    Some(n) => n.int().ok_or_else(|| DevlogError::Json {
+                        path: format!("{path}.args.{key}"),
+                        message: format!("expected an integer, found {}", n.describe()),
+                    }),
+                    None => Err(DevlogError::Json {
+                        path: format!("{path}.args"),
+                        message: format!("expected a \"{key}\" key, found none"),
+                    }),
+                }
+            };
+            let optional = |v: Option<Num>, key: &str| -> Result<Option<i64>, DevlogError> {
+                match v {
+                    None | Some(Num::Null) => Ok(None),
+                    Some(_) => required(v, key).map(Some),
+                }
+            };
+            let addr = match args.addr {
+                None | Some(Num::Null) => None,
+                // A pointer printed unsigned above i64::MAX keeps its bits; one printed
+                // signed below zero does too.
+                Some(Num::Big(a)) => Some(a),
+                Some(n) => match n.int() {
+                    Some(a) => Some(a as u64),
+                    None => {
+                        return Err(DevlogError::Json {
+                            path: format!("{path}.args.Addr"),
+                            message: format!("expected an integer, found {}", n.describe()),
+                        });
+                    }
+                },
+            };
+            let device_type = required(args.device_type, "Device Type")?;
+            let device_id = required(args.device_id, "Device Id")?;
+            let bytes = required(args.bytes, "Bytes")?;
+            let total_allocated = optional(args.total_allocated, "Total Allocated")?;
+            let total_reserved = optional(args.total_reserved, "Total Reserved")?;
+            let pid = self.intern_id(e.pid, true);
+            let tid = self.intern_id(e.tid, false);
+            let thread = self.thread(pid, tid);
+            self.memory.push(MemoryEvent {
+                time_ns: ts,
+                device_type,
+                device_id,
+                bytes,
+                total_allocated,
+                total_reserved,
+                addr,
+                thread: Some(thread),
+                category: None,
+            });
+            return Ok(());
+        }
+        if e.ph_x
+            && e.has_name
+            && let Some(kind) = e.span_kind
+            && let (Some(ts), Some(dur)) = (e.ts.and_then(rel_ns), e.dur.and_then(rel_ns))
+            && dur >= 0
+        {
+            let pid = self.intern_id(e.pid, true);
+            let tid = self.intern_id(e.tid, false);
+            let thread = self.thread(pid, tid);
+            let name = self.name_id();
+            let call_stack = match &e.args {
+                Some(Args::Object(a)) if a.call_stack && !self.call_stack.is_empty() => {
+                    Some(self.intern_name(self.call_stack.clone()))
+                }
+                _ => None,
+            };
+            self.spans.push(Span {
+                thread,
+                start_ns: ts,
+                end_ns: ts.saturating_add(dur),
+                name,
+                kind,
+                call_stack,
+            });
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<ProfileTrace, DevlogError> {
+        if self.rows_mode == Some(true) {
+            let rows = std::mem::take(&mut self.rows);
+            return memory_timeline::finish(rows, self.events);
+        }
+        if self.rows_mode.is_none() && !self.saw_trace_events {
+            let message = if self.saw_snapshot_keys {
+                return Err(DevlogError::WrongKind {
+                    message: format!(
+                        "this is a memory snapshot in JSON form, not {TRACE_KIND}; read it as a snapshot"
+                    ),
+                });
+            } else {
+                let mut keys = self.top_keys.clone();
+                keys.sort_unstable();
+                format!(
+                    "expected a \"traceEvents\" list, found an object with keys {}",
+                    if keys.is_empty() {
+                        "none".to_string()
+                    } else {
+                        keys.iter()
+                            .map(|k| format!("{k:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                )
+            };
+            return Err(DevlogError::Json {
+                path: "(top level)".to_string(),
+                message,
+            });
+        }
+        // The clock: relative to the base when the times are small and a base is given.
+        const ABSOLUTE_NS: i64 = 1_000_000_000_000_000_000; // 2001-09-09 in Unix ns
+        let max_ts = self
+            .memory
+            .iter()
+            .map(|m| m.time_ns)
+            .chain(self.spans.iter().map(|s| s.start_ns))
+            .max()
+            .unwrap_or(0);
+        let clock = match self.base_time_ns {
+            Some(_) if max_ts < ABSOLUTE_NS => TraceClock::RelativeToBase,
+            _ if max_ts >= ABSOLUTE_NS / 10 => TraceClock::Unix,
+            None if self.memory.is_empty() && self.spans.is_empty() => TraceClock::Unix,
+            _ => TraceClock::Unknown,
+        };
+        if clock == TraceClock::RelativeToBase {
+            let base = self.base_time_ns.unwrap_or(0);
+            for m in &mut self.memory {
+                m.time_ns = m.time_ns.saturating_add(base);
+            }
+            for s in &mut self.spans {
+                s.start_ns = s.start_ns.saturating_add(base);
+                s.end_ns = s.end_ns.saturating_add(base);
+            }
+        }
+        self.memory.sort_by_key(|m| m.time_ns);
+        self.spans
+            .sort_by_key(|s| (s.thread, s.start_ns, std::cmp::Reverse(s.end_ns)));
+        Ok(ProfileTrace {
+            kind: ProfileKind::KinetoTrace,
+            clock,
+            base_time_ns: self.base_time_ns,
+            memory: self.memory,
+            spans: self.spans,
+            names: self.names,
+            threads: self.thread_names,
+            out_of_memory_events: self.out_of_memory,
+            events_read: self.events,
+        })
+    }
+}
+
+/// Microseconds as written (integer or decimal) to whole nanoseconds.
+fn rel_ns(v: Num) -> Option<i64> {
+    match v {
+        Num::Int(i) => i.checked_mul(1000),
+        Num::Float(f) => {
+            let ns = (f * 1000.0).round();
+            (ns.is_finite() && ns.abs() < 9.2e18).then_some(ns as i64)
+        }
+        _ => None,
+    }
+}
+
+enum PendingId {
+    None,
+    Int(i64),
+    /// The text is in the sink's pid or tid buffer.
+    Str,
+}
+
+struct RawEvent {
+    ph_x: bool,
+    has_name: bool,
+    span_kind: Option<SpanKind>,
+    pid: PendingId,
+    tid: PendingId,
+    ts: Option<Num>,
+    dur: Option<Num>,
+    args: Option<Args>,
+}
+
+/// The `args` of an event, as far as `[memory]` events use them.
+#[derive(Default)]
+struct MemoryArgs {
+    /// The event has a `Call stack` string (now in the sink's buffer).
+    call_stack: bool,
+    device_type: Option<Num>,
+    device_id: Option<Num>,
+    addr: Option<Num>,
+    bytes: Option<Num>,
+    total_allocated: Option<Num>,
+    total_reserved: Option<Num>,
+}
+
+enum Args {
+    Object(MemoryArgs),
+    Not(Num),
+}
+
+/// The top level: an object (with `traceEvents`) or a list (Chrome's bare events, or
+/// memory-timeline rows).
+struct TopSeed<'a>(&'a mut Sink);
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{TRACE_KIND}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let sink = self.0;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "traceEvents" => {
+                    sink.saw_trace_events = true;
+                    sink.list = "traceEvents";
+                    map.next_value_seed(EventList(sink))?;
+                }
+                "baseTimeNanoseconds" => {
+                    sink.base_time_ns = map.next_value::<Num>()?.int();
+                }
+                _ => {
+                    if key == "segments" || key == "device_traces" {
+                        sink.saw_snapshot_keys = true;
+                    }
+                    if sink.top_keys.len() < 8 {
+                        sink.top_keys.push(key);
+                    }
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        self.0.list = "";
+        EventList(self.0).visit_seq(seq)
+    }
+}
+
+/// A list of events (or, at the top level, of memory-timeline rows).
+struct EventList<'a>(&'a mut Sink);
+
+impl<'de> DeserializeSeed<'de> for EventList<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventList<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let sink = self.0;
+        sink.index = 0;
+        while seq.next_element_seed(Element(sink))?.is_some() {
+            sink.index += 1;
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Err(self.0.fail(
+            self.0.list.to_string(),
+            "expected a list, found an object".into(),
+        ))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Err(self.wrong("a number"))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Err(self.wrong("a number"))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Err(self.wrong("a number"))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Err(self.wrong("a string"))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Err(self.wrong("a boolean"))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Err(self.wrong("null"))
+    }
+}
+
+impl EventList<'_> {
+    fn wrong<E: de::Error>(self, found: &str) -> E {
+        let path = self.0.list.to_string();
+        self.0.fail(path, format!("expected a list, found {found}"))
+    }
+}
+
+/// One element of the event list: an event object, or a memory-timeline row.
+struct Element<'a>(&'a mut Sink);
+
+impl<'de> DeserializeSeed<'de> for Element<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Element<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a trace event")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let s = self.0;
+        if s.rows_mode == Some(true) {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            let path = s.path();
+            return Err(s.fail(
+                path,
+                "expected a memory-timeline row [timestamp_ns, action, numbytes, category], found an object".into(),
+            ));
+        }
+        if s.list.is_empty() {
+            s.rows_mode = Some(false);
+        }
+        let mut e = RawEvent {
+            ph_x: false,
+            has_name: false,
+            span_kind: None,
+            pid: PendingId::None,
+            tid: PendingId::None,
+            ts: None,
+            dur: None,
+            args: None,
+        };
+        s.name.clear();
+        while let Some(key) = map.next_key_seed(KeySeed)? {
+            match key {
+                Key::Ph => {
+                    map.next_value_seed(StrInto(&mut s.ph))?;
+                    e.ph_x = s.ph == "X";
+                }
+                Key::Name => e.has_name = map.next_value_seed(StrInto(&mut s.name))?,
+                Key::Cat => {
+                    map.next_value_seed(StrInto(&mut s.cat))?;
+                    e.span_kind = match s.cat.as_str() {
+                        "cpu_op" | "Operator" | "operator" => Some(SpanKind::Operator),
+                        "python_function" => Some(SpanKind::PythonFunction),
+                        "user_annotation" => Some(SpanKind::Annotation),
+                        _ => None,
+                    };
+                }
+                Key::Pid => e.pid = map.next_value_seed(IdSeed(&mut s.pid))?,
+                Key::Tid => e.tid = map.next_value_seed(IdSeed(&mut s.tid))?,
+                Key::Ts => e.ts = Some(map.next_value::<Num>()?),
+                Key::Dur => e.dur = Some(map.next_value::<Num>()?),
+                Key::Args => e.args = Some(map.next_value_seed(ArgsSeed(&mut s.call_stack))?),
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        match s.take_event(e) {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                s.error = Some(error);
+                Err(de::Error::custom("stopped"))
+            }
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let s = self.0;
+        if s.list.is_empty() && s.rows_mode != Some(false) {
+            s.rows_mode = Some(true);
+            s.events += 1;
+            let mut items = Vec::with_capacity(4);
+            while let Some(item) = seq.next_element::<RowItem>()? {
+                items.push(item);
+            }
+            let index = s.index;
+            return match s.rows.push(index, items) {
+                Ok(()) => Ok(()),
+                Err(error) => {
+                    s.error = Some(error);
+                    Err(de::Error::custom("stopped"))
+                }
+            };
+        }
+        // A list among events: skipped, as other non-event elements.
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.scalar(Num::Int(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.scalar(Num::Big(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.scalar(Num::Float(v))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        self.scalar(Num::Other(OtherKind::String))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.scalar(Num::Other(OtherKind::Bool(v)))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.scalar(Num::Null)
+    }
+}
+
+impl Element<'_> {
+    /// A scalar among events is skipped; at the top level it is not a trace.
+    fn scalar<E: de::Error>(self, v: Num) -> Result<(), E> {
+        let s = self.0;
+        if s.list.is_empty() {
+            let path = s.path();
+            return Err(s.fail(
+                path,
+                format!(
+                    "expected {TRACE_KIND} or memory-timeline raw rows [timestamp_ns, action, numbytes, category], found {}",
+                    v.describe()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An item of a memory-timeline row: a number, or (in the category form) a list of them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RowItem {
+    Num(Num),
+    List(Vec<Num>),
+}
+
+impl<'de> de::Deserialize<'de> for RowItem {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RowItem, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RowItem;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number or a list of numbers")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Int(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RowItem, E> {
+                Ok(RowItem::Num(i64::try_from(v).map_or(Num::Big(v), Num::Int)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Float(v)))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Other(OtherKind::String)))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Other(OtherKind::Bool(v))))
+            }
+            fn visit_unit<E>(self) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RowItem, A::Error> {
+                let mut v = Vec::new();
+                while let Some(n) = seq.next_element::<Num>()? {
+                    v.push(n);
+                }
+                Ok(RowItem::List(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RowItem, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(RowItem::Num(Num::Other(OtherKind::Object)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The keys of an event that matter.
+enum Key {
+    Ph,
+    Name,
+    Cat,
+    Pid,
+    Tid,
+    Ts,
+    Dur,
+    Args,
+    Other,
+}
+
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+        Ok(match v {
+            "ph" => Key::Ph,
+            "name" => Key::Name,
+            "cat" => Key::Cat,
+            "pid" => Key::Pid,
+            "tid" => Key::Tid,
+            "ts" => Key::Ts,
+            "dur" => Key::Dur,
+            "args" => Key::Args,
+            _ => Key::Other,
+        })
+    }
+}
+
+/// A pid or tid: numbers kept, strings copied into a reused buffer.
+struct IdSeed<'a>(&'a mut String);
+
+impl<'de> DeserializeSeed<'de> for IdSeed<'_> {
+    type Value = PendingId;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<PendingId, D::Error> {
+        let buf = self.0;
+        match d.deserialize_any(IdVisitor(buf))? {
+            Some(i) => Ok(PendingId::Int(i)),
+            None if !buf.is_empty() => Ok(PendingId::Str),
+            None => Ok(PendingId::None),
+        }
+    }
+}
+
+struct IdVisitor<'a>(&'a mut String);
+
+impl<'de> Visitor<'de> for IdVisitor<'_> {
+    type Value = Option<i64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a number or a string")
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Option<i64>, E> {
+        self.0.clear();
+        Ok(Some(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Option<i64>, E> {
+        self.0.clear();
+        Ok(Some(v as i64))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Option<i64>, E> {
+        self.0.clear();
+        Ok(Some(v as i64))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Option<i64>, E> {
+        self.0.clear();
+        // 2021 traces write an operator's tid as text and a memory event's as a number.
+        if let Ok(i) = v.trim().parse::<i64>() {
+            return Ok(Some(i));
+        }
+        self.0.push_str(if v.is_empty() { " " } else { v });
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Option<i64>, E> {
+        self.0.clear();
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Option<i64>, E> {
+        self.0.clear();
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<i64>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        self.0.clear();
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<i64>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        self.0.clear();
+        Ok(None)
+    }
+}
+
+/// An event's `args`: the six keys `[memory]` events carry and an operator's `Call stack`
+/// (into the buffer), everything else skipped.
+struct ArgsSeed<'a>(&'a mut String);
+
+impl<'de> DeserializeSeed<'de> for ArgsSeed<'_> {
+    type Value = Args;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Args, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArgsSeed<'_> {
+    type Value = Args;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Args, A::Error> {
+        let mut a = MemoryArgs::default();
+        self.0.clear();
+        while let Some(key) = map.next_key_seed(ArgKeySeed)? {
+            let slot = match key {
+                ArgKey::CallStack => {
+                    a.call_stack = map.next_value_seed(StrInto(self.0))?;
+                    continue;
+                }
+                ArgKey::DeviceType => &mut a.device_type,
+                ArgKey::DeviceId => &mut a.device_id,
+                ArgKey::Addr => &mut a.addr,
+                ArgKey::Bytes => &mut a.bytes,
+                ArgKey::TotalAllocated => &mut a.total_allocated,
+                ArgKey::TotalReserved => &mut a.total_reserved,
+                ArgKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value::<Num>()?);
+        }
+        Ok(Args::Object(a))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Args, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Args::Not(Num::Other(OtherKind::List)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Args, E> {
+        Ok(Args::Not(Num::Int(v)))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Args, E> {
+        Ok(Args::Not(Num::Big(v)))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Args, E> {
+        Ok(Args::Not(Num::Float(v)))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Args, E> {
+        Ok(Args::Not(Num::Other(OtherKind::String)))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Args, E> {
+        Ok(Args::Not(Num::Other(OtherKind::Bool(v))))
+    }
+
+    fn visit_unit<E>(self) -> Result<Args, E> {
+        Ok(Args::Not(Num::Null))
+    }
+}
+
+enum ArgKey {
+    DeviceType,
+    DeviceId,
+    Addr,
+    Bytes,
+    TotalAllocated,
+    TotalReserved,
+    CallStack,
+    Other,
+}
+
+struct ArgKeySeed;
+
+impl<'de> DeserializeSeed<'de> for ArgKeySeed {
+    type Value = ArgKey;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ArgKey, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArgKeySeed {
+    type Value = ArgKey;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<ArgKey, E> {
+        Ok(match v {
+            "Device Type" => ArgKey::DeviceType,
+            "Device Id" => ArgKey::DeviceId,
+            "Addr" => ArgKey::Addr,
+            "Bytes" => ArgKey::Bytes,
+            "Total Allocated" => ArgKey::TotalAllocated,
+            "Total Reserved" => ArgKey::TotalReserved,
+            "Call stack" => ArgKey::CallStack,
+            _ => ArgKey::Other,
+        })
+    }
+}

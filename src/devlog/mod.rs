@@ -1,0 +1,576 @@
+//! Side inputs: device-level memory logs and profiler memory events, the evidence a user
+//! may bring beside a snapshot, one file per format.
+//!
+//! A side entrance beside the snapshot flow, like [`crate::oom_log`]: each reader takes a
+//! byte stream and gives plain, sorted samples, reading it line by line (text formats) or
+//! event by event (JSON traces), so memory follows what is kept, not the file's size.
+//! Only [`convert`] imports another module of the crate (the model), to turn a profiler
+//! trace into a [`Snapshot`](crate::model::Snapshot). Nothing here analyses, pairs or
+//! resamples.
+//!
+//! - [`nvsmi`]: `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]` and
+//!   `--query-compute-apps=...` logs (spec 8.3).
+//! - [`nvml`]: the NVML JSON-lines file `scripts/vramlens_capture.py` writes (`nvml.jsonl`).
+//! - [`clock`]: local and zoned timestamps, and the whole-hour shifts that reveal a
+//!   time-zone slip.
+//! - [`kineto`]: `[memory]` instant events of a Kineto / Chrome trace (spec 8.2) from
+//!   `torch.profiler` with `profile_memory=True`, with the operator and Python-function
+//!   spans that enclose them.
+//! - [`memory_timeline`]: `export_memory_timeline` output (spec 8.1): raw rows, category
+//!   totals, and the HTML form (a picture, named as such).
+//! - [`convert`]: a profiler trace as a snapshot, for every command.
+//!
+//! Nothing here panics on any input: every problem is a [`DevlogError`] naming the line (text
+//! formats) or the JSON path (traces), or a counted warning for the tolerated ones (a
+//! truncated last line, a process row without a pid).
+
+pub mod clock;
+pub mod convert;
+mod json;
+pub mod kineto;
+pub mod memory_timeline;
+pub mod nvml;
+pub mod nvsmi;
+
+pub use clock::{ClockOptions, TimeRange};
+pub use kineto::{MemoryEvent, ProfileKind, ProfileTrace, TraceClock, read_profile};
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::{BufRead, Read};
+
+pub use convert::{Converted, to_snapshot};
+
+pub(crate) const MIB: u64 = 1 << 20;
+
+/// One reading of one GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GpuSample {
+    /// Unix time in microseconds (UTC).
+    pub time_us: i64,
+    /// The GPU's number in the log: nvidia-smi's `index` (or a hand-written `gpu` column,
+    /// or NVML's index); for logs that name no index, its order in the log (see
+    /// [`DeviceLog::numbering`]).
+    pub gpu: i64,
+    /// Index into [`DeviceLog::uuids`].
+    pub uuid: Option<u32>,
+    pub used_bytes: Option<u64>,
+    pub total_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+}
+
+/// One process's memory on one GPU at one time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ProcessSample {
+    /// Unix time in microseconds (UTC).
+    pub time_us: i64,
+    /// GPU number when the log says it (or [`merge`] could tell it from the uuid).
+    pub gpu: Option<i64>,
+    /// Index into [`DeviceLog::uuids`].
+    pub gpu_uuid: Option<u32>,
+    pub pid: u64,
+    pub used_bytes: Option<u64>,
+}
+
+/// How a log numbers its GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuNumbering {
+    /// The driver's index (nvidia-smi's `index`, a hand-written `gpu` column, NVML's index).
+    DriverIndex,
+    /// No index column: GPUs told apart by uuid, numbered in order of first appearance.
+    UuidOrder,
+    /// No index and no uuid: rows sharing a timestamp are the GPUs of one reading,
+    /// numbered by their place in it; a log without such groups is one GPU, number 0.
+    RowOrder,
+}
+
+/// What one GPU of a log covers, over every row read (kept or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GpuSpan {
+    pub gpu: i64,
+    pub rows: u64,
+    pub range: TimeRange,
+}
+
+/// A device-level log: readings sorted by (time_us, gpu), processes sorted by (time_us, pid),
+/// ties in file order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceLog {
+    /// `"nvidia-smi"` or `"nvml"`; after [`merge`] also `"mixed"` (sources differ) or
+    /// `"none"` (nothing merged).
+    pub source: &'static str,
+    pub numbering: GpuNumbering,
+    /// Distinct GPU uuids, in order of first appearance.
+    pub uuids: Vec<String>,
+    pub gpus: Vec<GpuSample>,
+    pub processes: Vec<ProcessSample>,
+    /// Every GPU's rows and time range in the whole file, including rows outside
+    /// [`DeviceLogOptions::keep`]; sorted by GPU.
+    pub spans: Vec<GpuSpan>,
+    /// Rows (GPU and process) left out because they fall outside [`DeviceLogOptions::keep`].
+    pub rows_outside_window: u64,
+    /// Some timestamps had no zone (nvidia-smi prints local time): the clock offset was
+    /// applied to them.
+    pub zoneless_times: bool,
+    /// One line per kind of tolerated problem, with its count and first line.
+    pub warnings: Vec<String>,
+}
+
+impl DeviceLog {
+    /// The uuid of a sample, by its index.
+    pub fn uuid(&self, index: Option<u32>) -> Option<&str> {
+        index
+            .and_then(|i| self.uuids.get(i as usize))
+            .map(String::as_str)
+    }
+
+    /// The GPU numbers the log has readings of, ascending.
+    pub fn gpu_numbers(&self) -> Vec<i64> {
+        self.spans.iter().map(|s| s.gpu).collect()
+    }
+
+    /// The whole file's time range for one GPU.
+    pub fn span_of(&self, gpu: i64) -> Option<GpuSpan> {
+        self.spans.iter().find(|s| s.gpu == gpu).copied()
+    }
+}
+
+/// How to read a device log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceLogOptions {
+    pub clock: ClockOptions,
+    /// Keep only rows inside this range (after the clock offset); rows outside are counted
+    /// in [`DeviceLog::rows_outside_window`] and their times in [`DeviceLog::spans`].
+    /// Default: keep every row.
+    pub keep: Option<TimeRange>,
+}
+
+/// Why a log or trace could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DevlogError {
+    /// Nothing but white space.
+    #[error("empty input: expected {expected}")]
+    Empty { expected: &'static str },
+    /// A text line (1-based) that does not read; the message says what was expected and found.
+    #[error("line {line}: {message}")]
+    Line { line: usize, message: String },
+    /// A place in a JSON trace, such as `traceEvents[12].args.Bytes`.
+    #[error("{path}: {message}")]
+    Json { path: String, message: String },
+    /// The gzip stream is damaged.
+    #[error("gzip: {message}")]
+    Gzip { message: String },
+    /// The file could not be read.
+    #[error("{message}")]
+    Io { message: String },
+    /// A file vramlens knows, but of another kind.
+    #[error("{message}")]
+    WrongKind { message: String },
+}
+
+/// Counted warnings, one line per kind, in order of first appearance.
+#[derive(Default)]
+pub(crate) struct Warnings {
+    kinds: Vec<(String, usize, usize)>,
+}
+
+impl Warnings {
+    pub(crate) fn add(&mut self, kind: &str, line: usize) {
+        match self.kinds.iter_mut().find(|(k, _, _)| k == kind) {
+            Some(entry) => entry.1 += 1,
+            None => self.kinds.push((kind.to_string(), 1, line)),
+        }
+    }
+
+    pub(crate) fn finish(self) -> Vec<String> {
+        self.kinds
+            .into_iter()
+            .map(|(kind, count, line)| {
+                if count == 1 {
+                    format!("{kind} (line {line})")
+                } else {
+                    format!("{kind}: {count} times, first at line {line}")
+                }
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn line_error(line: usize, message: impl Into<String>) -> DevlogError {
+    DevlogError::Line {
+        line,
+        message: message.into(),
+    }
+}
+
+/// Text for a found value in messages: quoted, and cut when long.
+pub(crate) fn quote(s: &str) -> String {
+    const MAX: usize = 60;
+    if s.chars().count() > MAX {
+        let cut: String = s.chars().take(MAX).collect();
+        format!("{cut:?}...")
+    } else {
+        format!("{s:?}")
+    }
+}
+
+fn io_message(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    if e.kind() == std::io::ErrorKind::InvalidInput || s.contains("invalid gzip header") {
+        format!("gzip: {s}")
+    } else {
+        s
+    }
+}
+
+/// Longest line a device log may have; rows are well under 1 KiB.
+const MAX_LINE_BYTES: u64 = 1 << 20;
+
+/// Lines of a stream, one at a time, numbered from 1; invalid UTF-8 is replaced.
+pub(crate) struct Lines<R> {
+    inner: R,
+    buf: Vec<u8>,
+    text: String,
+    line: usize,
+}
+
+impl<R: BufRead> Lines<R> {
+    pub(crate) fn new(inner: R) -> Lines<R> {
+        Lines {
+            inner,
+            buf: Vec::new(),
+            text: String::new(),
+            line: 0,
+        }
+    }
+
+    /// The next line without its end (`\n` or `\r\n`), or None at the end.
+    pub(crate) fn next_line(&mut self) -> Result<Option<(usize, &str)>, DevlogError> {
+        self.buf.clear();
+        let n = (&mut self.inner)
+            .take(MAX_LINE_BYTES + 1)
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|e| DevlogError::Io {
+                message: io_message(&e),
+            })?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.line += 1;
+        if self.buf.len() as u64 > MAX_LINE_BYTES {
+            return Err(line_error(
+                self.line,
+                format!(
+                    "expected a line of a device log, found a line longer than {} MiB",
+                    MAX_LINE_BYTES >> 20
+                ),
+            ));
+        }
+        if self.line == 1 && self.buf.starts_with(b"\xef\xbb\xbf") {
+            self.buf.drain(..3);
+        }
+        while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
+            self.buf.pop();
+        }
+        self.text.clear();
+        self.text.push_str(&String::from_utf8_lossy(&self.buf));
+        Ok(Some((self.line, &self.text)))
+    }
+
+    /// Whether nothing but blank lines is left (reads to the end).
+    pub(crate) fn rest_is_blank(&mut self) -> Result<bool, DevlogError> {
+        while let Some((_, l)) = self.next_line()? {
+            if !l.trim().is_empty() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Device logs
+// ---------------------------------------------------------------------------------------
+
+pub(crate) const DEVICE_LOG_KIND: &str = "an nvidia-smi CSV or NVML JSON lines";
+
+/// Interns uuids and tracks per-GPU spans while a log is read.
+#[derive(Default)]
+pub(crate) struct LogBuilder {
+    pub(crate) uuids: Vec<String>,
+    uuid_ids: BTreeMap<String, u32>,
+    spans: BTreeMap<i64, (u64, TimeRange)>,
+    pub(crate) gpus: Vec<GpuSample>,
+    pub(crate) processes: Vec<ProcessSample>,
+    pub(crate) rows_outside_window: u64,
+    pub(crate) zoneless_times: bool,
+    keep: Option<TimeRange>,
+}
+
+impl LogBuilder {
+    pub(crate) fn new(keep: Option<TimeRange>) -> LogBuilder {
+        LogBuilder {
+            keep,
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn uuid(&mut self, uuid: &str) -> u32 {
+        if let Some(&id) = self.uuid_ids.get(uuid) {
+            return id;
+        }
+        let id = self.uuids.len() as u32;
+        self.uuids.push(uuid.to_string());
+        self.uuid_ids.insert(uuid.to_string(), id);
+        id
+    }
+
+    fn kept(&mut self, time_us: i64) -> bool {
+        let keep = self.keep.is_none_or(|k| k.contains(time_us));
+        if !keep {
+            self.rows_outside_window += 1;
+        }
+        keep
+    }
+
+    pub(crate) fn push_gpu(&mut self, s: GpuSample) {
+        let entry = self
+            .spans
+            .entry(s.gpu)
+            .or_insert((0, TimeRange::new(s.time_us, s.time_us)));
+        entry.0 += 1;
+        entry.1 = entry.1.union(TimeRange::new(s.time_us, s.time_us));
+        if self.kept(s.time_us) {
+            self.gpus.push(s);
+        }
+    }
+
+    /// Makes every reading one GPU's, number 0 (a log whose repeated stamps were a coarse
+    /// clock, not several GPUs).
+    pub(crate) fn collapse_to_one_gpu(&mut self) {
+        for s in &mut self.gpus {
+            s.gpu = 0;
+        }
+        let merged = self
+            .spans
+            .values()
+            .fold(None, |acc: Option<(u64, TimeRange)>, &(n, r)| {
+                Some(match acc {
+                    None => (n, r),
+                    Some((m, q)) => (m + n, q.union(r)),
+                })
+            });
+        self.spans = merged.map(|m| (0, m)).into_iter().collect();
+    }
+
+    pub(crate) fn push_process(&mut self, p: ProcessSample) {
+        if self.kept(p.time_us) {
+            self.processes.push(p);
+        }
+    }
+
+    pub(crate) fn finish(
+        mut self,
+        source: &'static str,
+        numbering: GpuNumbering,
+        warnings: Warnings,
+    ) -> DeviceLog {
+        self.gpus.sort_by_key(|s| (s.time_us, s.gpu));
+        self.processes.sort_by_key(|p| (p.time_us, p.pid));
+        DeviceLog {
+            source,
+            numbering,
+            uuids: self.uuids,
+            gpus: self.gpus,
+            processes: self.processes,
+            spans: self
+                .spans
+                .into_iter()
+                .map(|(gpu, (rows, range))| GpuSpan { gpu, rows, range })
+                .collect(),
+            rows_outside_window: self.rows_outside_window,
+            zoneless_times: self.zoneless_times,
+            warnings: warnings.finish(),
+        }
+    }
+}
+
+/// Reads an nvidia-smi CSV or an NVML JSON-lines file, told apart by content, line by line.
+///
+/// CSV: the `--query-gpu` form gives [`GpuSample`]s, the `--query-compute-apps` form (it has
+/// a `pid` column) gives [`ProcessSample`]s. With or without header, with or without units in
+/// values and header. Timestamps are `YYYY/MM/DD HH:MM:SS.mmm` in local time (the clock
+/// option turns it into UTC) or ISO 8601, with or without a zone. A header line may repeat
+/// (appended logs); a line `No running processes found` is skipped; a truncated last line is
+/// skipped with a warning. See [`nvsmi`] for the header-less layouts and GPU numbering.
+///
+/// JSON lines: one object a line with `time_us` (Unix µs), `gpu`, `uuid`, `total_bytes`,
+/// `used_bytes`, `free_bytes` and `processes` (`[{pid, used_bytes}]` or null).
+pub fn read_device_log<R: BufRead>(
+    reader: R,
+    options: DeviceLogOptions,
+) -> Result<DeviceLog, DevlogError> {
+    let mut lines = Lines::new(reader);
+    // The first line with content decides the format.
+    let first = loop {
+        match lines.next_line()? {
+            None => {
+                return Err(DevlogError::Empty {
+                    expected: DEVICE_LOG_KIND,
+                });
+            }
+            Some((n, l)) if !l.trim().is_empty() => break (n, l.to_string()),
+            Some(_) => {}
+        }
+    };
+    let trimmed = first.1.trim_start();
+    if trimmed.starts_with('[')
+        || (trimmed.starts_with('{')
+            && (trimmed.contains("\"traceEvents\"")
+                || trimmed.contains("\"schemaVersion\"")
+                || trimmed.trim_end() == "{"))
+    {
+        return Err(DevlogError::WrongKind {
+            message: format!(
+                "this is a JSON document (a Kineto/Chrome trace or memory timeline?), not {DEVICE_LOG_KIND}; read it as a profiler trace (reconcile --trace)"
+            ),
+        });
+    }
+    if trimmed.starts_with('{') {
+        nvml::read(first, lines, options)
+    } else {
+        nvsmi::read(first, lines, options)
+    }
+}
+
+/// Several logs (for example the gpu and apps CSVs of one run) merged into one.
+///
+/// Samples are concatenated and sorted again (ties keep the order of `logs`); a process
+/// sample without a GPU number gets the number of the GPU whose uuid it names, when a GPU
+/// sample gives one. Warnings are kept once each. The numbering is that of the first log
+/// with GPU readings.
+pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
+    let mut source: Option<&'static str> = None;
+    let mut numbering: Option<GpuNumbering> = None;
+    let mut uuids: Vec<String> = Vec::new();
+    let mut gpus = Vec::new();
+    let mut processes = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
+    let mut spans: BTreeMap<i64, (u64, TimeRange)> = BTreeMap::new();
+    let mut rows_outside_window = 0;
+    let mut zoneless_times = false;
+    for log in logs {
+        source = match source {
+            None => Some(log.source),
+            Some(s) if s == log.source => Some(s),
+            Some(_) => Some("mixed"),
+        };
+        if numbering.is_none() && !log.spans.is_empty() {
+            numbering = Some(log.numbering);
+        }
+        // Uuid indices of this log in the merged table.
+        let map: Vec<u32> = log
+            .uuids
+            .iter()
+            .map(|u| match uuids.iter().position(|x| x == u) {
+                Some(p) => p as u32,
+                None => {
+                    uuids.push(u.clone());
+                    (uuids.len() - 1) as u32
+                }
+            })
+            .collect();
+        let remap = |i: Option<u32>| i.and_then(|i| map.get(i as usize).copied());
+        gpus.extend(log.gpus.into_iter().map(|mut s| {
+            s.uuid = remap(s.uuid);
+            s
+        }));
+        processes.extend(log.processes.into_iter().map(|mut p| {
+            p.gpu_uuid = remap(p.gpu_uuid);
+            p
+        }));
+        for s in log.spans {
+            let e = spans.entry(s.gpu).or_insert((0, s.range));
+            e.0 += s.rows;
+            e.1 = e.1.union(s.range);
+        }
+        rows_outside_window += log.rows_outside_window;
+        zoneless_times |= log.zoneless_times;
+        for w in log.warnings {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+    }
+    gpus.sort_by_key(|s| (s.time_us, s.gpu));
+    processes.sort_by_key(|p| (p.time_us, p.pid));
+    // uuid -> GPU number; the first sample (in sorted order) naming a uuid decides.
+    let mut number_of: BTreeMap<u32, i64> = BTreeMap::new();
+    for s in &gpus {
+        if let Some(uuid) = s.uuid
+            && s.gpu >= 0
+        {
+            number_of.entry(uuid).or_insert(s.gpu);
+        }
+    }
+    for p in &mut processes {
+        if p.gpu.is_none() {
+            p.gpu = p.gpu_uuid.and_then(|u| number_of.get(&u)).copied();
+        }
+    }
+    DeviceLog {
+        source: source.unwrap_or("none"),
+        numbering: numbering.unwrap_or(GpuNumbering::DriverIndex),
+        uuids,
+        gpus,
+        processes,
+        spans: spans
+            .into_iter()
+            .map(|(gpu, (rows, range))| GpuSpan { gpu, rows, range })
+            .collect(),
+        rows_outside_window,
+        zoneless_times,
+        warnings,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Profiler outputs as the main input
+// ---------------------------------------------------------------------------------------
+
+/// Whether the first bytes of a (decompressed) file look like a profiler output: a Kineto /
+/// Chrome trace, an `export_memory_timeline` JSON, or its HTML form. The input layer then
+/// reads it with [`read_profile_snapshot`] instead of as a snapshot.
+pub fn is_profile(head: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(&head[..head.len().min(4096)]);
+    let t = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
+    if let Some(rest) = t.strip_prefix('{') {
+        return [
+            "\"traceEvents\"",
+            "\"schemaVersion\"",
+            "\"deviceProperties\"",
+            "\"baseTimeNanoseconds\"",
+        ]
+        .iter()
+        .any(|k| rest.contains(k));
+    }
+    if let Some(rest) = t.strip_prefix('[') {
+        let rest = rest.trim_start();
+        if rest.starts_with('[') {
+            return true;
+        }
+        // Chrome's bare list of events, not a bare list of snapshot segments.
+        return rest.starts_with('{')
+            && (rest.contains("\"ph\"") || rest.contains("\"[memory]\""))
+            && !rest.contains("\"total_size\"");
+    }
+    t.starts_with('<') && t.contains("GPU Memory Timeline HTML")
+}
+
+/// Reads a profiler output (see [`read_profile`]) and converts it into a snapshot (see
+/// [`convert`]).
+pub fn read_profile_snapshot<R: Read>(reader: R) -> Result<Converted, DevlogError> {
+    let trace = read_profile(reader)?;
+    Ok(to_snapshot(&trace))
+}
