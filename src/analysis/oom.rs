@@ -525,7 +525,7 @@ pub fn analyze_oom(
                 Some(e.size),
                 e.stream,
                 e.stack,
-                Some(e.addr),
+                e.device_free(),
                 device_total(options, &messages, d),
                 message_for(&messages, d).and_then(|m| m.allowed_bytes),
             ));
