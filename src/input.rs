@@ -27,7 +27,7 @@ const PROGRESS_THRESHOLD: u64 = 100 * 1024 * 1024;
 /// reaches 1000.
 pub const GZIP_MAX_RATIO: u64 = 200;
 /// Decompressed bytes always allowed, whatever the compressed size.
-pub const GZIP_SLACK: u64 = 64 << 20;
+pub const GZIP_SLACK: u64 = 16 << 20;
 
 /// Why an input could not be read. The message names the place in the file.
 #[derive(Debug, thiserror::Error)]
@@ -383,7 +383,7 @@ impl JsonSeed<'_> {
     fn count<E: serde::de::Error>(&self) -> Result<(), E> {
         let n = self.values.get() + 1;
         self.values.set(n);
-        if n > pickle::HELD_VALUES_FLOOR + self.bytes.get() / 4 {
+        if n > pickle::HELD_VALUES_FLOOR + self.bytes.get() / 8 {
             return Err(E::custom(format!(
                 "{n} values after {} bytes; a memory snapshot never needs that many (refusing a memory bomb)",
                 self.bytes.get()

@@ -655,7 +655,7 @@ impl Decoder {
         })
     }
 
-    fn segment(&mut self, v: &Value, host: bool) -> Result<Segment, DecodeError> {
+    fn segment(&mut self, v: &Value) -> Result<Segment, DecodeError> {
         let d = as_dict(v, "a segment dict")?;
         self.spend(std::mem::size_of::<Segment>() as u64)?;
         let mut s = Segment {
@@ -745,15 +745,6 @@ impl Decoder {
             ))
             .under(".total_size"));
         }
-        let device = if host { HOST } else { s.device };
-        for (size, key) in [
-            (s.total_size, ".total_size"),
-            (s.allocated_size, ".allocated_size"),
-            (s.active_size, ".active_size"),
-            (s.requested_size.unwrap_or(0), ".requested_size"),
-        ] {
-            self.sizes.add(device, size).map_err(|e| e.under(key))?;
-        }
         if let Some(bv) = blocks_value {
             let items = bv
                 .as_seq()
@@ -766,14 +757,6 @@ impl Decoder {
                 let block = self
                     .block(b, address)
                     .map_err(|e| e.under(&format!(".blocks[{i}]")))?;
-                for (size, key) in [
-                    (block.size, "size"),
-                    (block.requested_size, "requested_size"),
-                ] {
-                    self.sizes
-                        .add(device, size)
-                        .map_err(|e| e.under(&format!(".blocks[{i}].{key}")))?;
-                }
                 address = address.wrapping_add(block.size);
                 s.blocks.push(block);
             }
@@ -786,66 +769,150 @@ impl Decoder {
         Ok(s)
     }
 
-    fn segments(&mut self, v: &Value, name: &str) -> Result<Vec<Segment>, DecodeError> {
-        let items = v
-            .as_seq()
-            .ok_or_else(|| expected("a list of segments", v).under(name))?;
-        items
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                self.segment(s, name == "host_segments")
-                    .map_err(|e| e.under(&format!("{name}[{i}]")))
-            })
-            .collect()
-    }
-
-    fn annotations(&mut self, v: &Value) -> Result<Vec<Annotation>, DecodeError> {
-        let items = v.as_seq().ok_or_else(|| expected("a list", v))?;
-        let mut out = Vec::new();
-        for (i, a) in items.iter().enumerate() {
-            let r: Result<Option<Annotation>, DecodeError> = (|| {
-                let d = as_dict(a, "an annotation dict")?;
-                let mut ann = Annotation {
-                    name: String::new(),
-                    stage: String::new(),
-                    device: 0,
-                    time_us: 0,
-                };
-                let mut time_ok = true;
-                for (k, val) in d.iter() {
-                    match k.as_str() {
-                        Some("name") => {
-                            let s = as_str(val).map_err(|e| e.under(".name"))?;
-                            self.spend(s.len() as u64)?;
-                            ann.name = s.into()
-                        }
-                        Some("stage") => {
-                            let s = as_str(val).map_err(|e| e.under(".stage"))?;
-                            self.spend(s.len() as u64)?;
-                            ann.stage = s.into()
-                        }
-                        Some("device") => {
-                            ann.device = as_i64(val).map_err(|e| e.under(".device"))?
-                        }
-                        Some("time_us") => {
-                            match self.time_us(val).map_err(|e| e.under(".time_us"))? {
-                                Some(t) => ann.time_us = t,
-                                None => time_ok = false,
-                            }
-                        }
-                        _ => self.warnings.add("unknown external_annotations key"),
-                    }
-                }
-                self.spend(std::mem::size_of::<Annotation>() as u64)?;
-                // An annotation is a moment: one without a real time is left out.
-                Ok(time_ok.then_some(ann))
-            })();
-            if let Some(ann) = r.map_err(|e| e.under(&format!("[{i}]")))? {
-                out.push(ann);
+    /// Adds a segment's sizes to its device's total (the host's for host segments).
+    fn account(&mut self, s: &Segment, host: bool) -> Result<(), DecodeError> {
+        let device = if host { HOST } else { s.device };
+        for (size, key) in [
+            (s.total_size, ".total_size"),
+            (s.allocated_size, ".allocated_size"),
+            (s.active_size, ".active_size"),
+            (s.requested_size.unwrap_or(0), ".requested_size"),
+        ] {
+            self.sizes.add(device, size).map_err(|e| e.under(key))?;
+        }
+        for (i, b) in s.blocks.iter().enumerate() {
+            for (size, key) in [(b.size, "size"), (b.requested_size, "requested_size")] {
+                self.sizes
+                    .add(device, size)
+                    .map_err(|e| e.under(&format!(".blocks[{i}].{key}")))?;
             }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// The segments list under `name` ("" for a bare list at the root): taken over
+    /// while reading, or a list of values.
+    fn segments(
+        &mut self,
+        v: &Value,
+        name: &str,
+        taken: &mut Lists<Taken<Segment>>,
+    ) -> Result<Vec<Segment>, DecodeError> {
+        let segments = match v {
+            Value::Absorbed { list, .. } => match taken.remove(list) {
+                Some(t) => t.result().map_err(|e| e.under(name))?,
+                None => {
+                    return Err(DecodeError::new(
+                        "segments list shared with another place in the file; expected one list",
+                    )
+                    .under(name));
+                }
+            },
+            _ => {
+                let items = v
+                    .as_seq()
+                    .ok_or_else(|| expected("a list of segments", v).under(name))?;
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        self.segment(s)
+                            .map_err(|e| e.under(&format!("{name}[{i}]")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        for (i, s) in segments.iter().enumerate() {
+            self.account(s, name == "host_segments")
+                .map_err(|e| e.under(&format!("{name}[{i}]")))?;
+        }
+        Ok(segments)
+    }
+
+    /// One `external_annotations` record; None (left out) when its time is not a time.
+    fn annotation(&mut self, a: &Value) -> Result<Option<Annotation>, DecodeError> {
+        let d = as_dict(a, "an annotation dict")?;
+        let mut ann = Annotation {
+            name: String::new(),
+            stage: String::new(),
+            device: 0,
+            time_us: 0,
+        };
+        let mut time_ok = true;
+        for (k, val) in d.iter() {
+            match k.as_str() {
+                Some("name") => {
+                    let s = as_str(val).map_err(|e| e.under(".name"))?;
+                    self.spend(s.len() as u64)?;
+                    ann.name = s.into()
+                }
+                Some("stage") => {
+                    let s = as_str(val).map_err(|e| e.under(".stage"))?;
+                    self.spend(s.len() as u64)?;
+                    ann.stage = s.into()
+                }
+                Some("device") => ann.device = as_i64(val).map_err(|e| e.under(".device"))?,
+                Some("time_us") => match self.time_us(val).map_err(|e| e.under(".time_us"))? {
+                    Some(t) => ann.time_us = t,
+                    None => time_ok = false,
+                },
+                _ => self.warnings.add("unknown external_annotations key"),
+            }
+        }
+        self.spend(std::mem::size_of::<Annotation>() as u64)?;
+        // An annotation is a moment: one without a real time is left out.
+        Ok(time_ok.then_some(ann))
+    }
+
+    fn annotations(
+        &mut self,
+        v: &Value,
+        taken: &mut Lists<Taken<Option<Annotation>>>,
+    ) -> Result<Vec<Annotation>, DecodeError> {
+        let all = match v {
+            Value::Absorbed { list, .. } => match taken.remove(list) {
+                Some(t) => t.result()?,
+                None => {
+                    return Err(DecodeError::new(
+                        "annotations list shared with another place in the file; expected one list",
+                    ));
+                }
+            },
+            _ => {
+                let items = v.as_seq().ok_or_else(|| expected("a list", v))?;
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| self.annotation(a).map_err(|e| e.under(&format!("[{i}]"))))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        Ok(all.into_iter().flatten().collect())
+    }
+}
+
+/// Items of a list taken over while reading (segments, annotations), or the first error
+/// met in it with its index.
+struct Taken<T> {
+    items: Vec<T>,
+    error: Option<(u64, DecodeError)>,
+}
+
+impl<T> Default for Taken<T> {
+    fn default() -> Self {
+        Taken {
+            items: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+impl<T> Taken<T> {
+    fn result(self) -> Result<Vec<T>, DecodeError> {
+        match self.error {
+            Some((i, e)) => Err(e.under(&format!("[{i}]"))),
+            None => Ok(self.items),
+        }
     }
 }
 
@@ -882,6 +949,10 @@ impl<T> Lists<T> {
         }
     }
 
+    fn contains(&self, list: &ListId) -> bool {
+        self.0.iter().any(|(id, _)| id == list)
+    }
+
     fn remove(&mut self, list: &ListId) -> Option<T> {
         let pos = self.0.iter().rposition(|(id, _)| id == list)?;
         Some(self.0.remove(pos).1)
@@ -895,6 +966,9 @@ type Pending = Lists<PendingTrace>;
 pub struct SnapshotBuilder {
     dec: Decoder,
     pending: Pending,
+    /// Segments lists and annotations lists being read, decoded item by item.
+    segment_lists: Lists<Taken<Segment>>,
+    annotation_lists: Lists<Taken<Option<Annotation>>>,
     /// Frames lists being read: their frames so far, or the first error.
     frames_lists: Lists<Result<Vec<FrameId>, DecodeError>>,
 }
@@ -912,16 +986,21 @@ fn is_frame_dict(v: &Value) -> bool {
 impl pickle::Builder for SnapshotBuilder {
     fn wants_list(&mut self, list: ListId, first: &Value) -> bool {
         // Trace entries are dicts with a string 'action'; frames are dicts with 'line' and
-        // 'filename'/'name'. Nothing else in a snapshot looks like either.
+        // 'filename'/'name'; segments have 'total_size'; annotations 'stage' and 'name'.
+        // Nothing else in a snapshot looks like any of them. Taking lists over as they
+        // are read keeps the reader from holding them as values.
         if matches!(first.get("action"), Some(Value::Str(_))) {
             self.pending.insert(list, PendingTrace::default());
-            true
         } else if is_frame_dict(first) {
             self.frames_lists.insert(list, Ok(Vec::new()));
-            true
+        } else if first.get("total_size").is_some() {
+            self.segment_lists.insert(list, Taken::default());
+        } else if first.get("stage").is_some() && first.get("name").is_some() {
+            self.annotation_lists.insert(list, Taken::default());
         } else {
-            false
+            return false;
         }
+        true
     }
 
     fn absorb(&mut self, list: ListId, index: u64, item: Value) {
@@ -965,14 +1044,30 @@ impl SnapshotBuilder {
             }
             return;
         }
-        let Some(p) = self.pending.get_mut(&list) else {
-            return;
-        };
-        if p.error.is_some() {
+        if let Some(p) = self.pending.get_mut(&list) {
+            if p.error.is_none()
+                && let Err(e) = self.dec.entry(item, &mut p.trace)
+            {
+                p.error = Some((index, e));
+            }
             return;
         }
-        if let Err(e) = self.dec.entry(item, &mut p.trace) {
-            p.error = Some((index, e));
+        if let Some(t) = self.segment_lists.get_mut(&list) {
+            if t.error.is_none() {
+                match self.dec.segment(item) {
+                    Ok(s) => t.items.push(s),
+                    Err(e) => t.error = Some((index, e)),
+                }
+            }
+            return;
+        }
+        if let Some(t) = self.annotation_lists.get_mut(&list)
+            && t.error.is_none()
+        {
+            match self.dec.annotation(item) {
+                Ok(a) => t.items.push(a),
+                Err(e) => t.error = Some((index, e)),
+            }
         }
     }
 }
@@ -983,6 +1078,8 @@ impl SnapshotBuilder {
             dec: Decoder::new(),
             pending: Pending::default(),
             frames_lists: Lists::default(),
+            segment_lists: Lists::default(),
+            annotation_lists: Lists::default(),
         }
     }
 
@@ -1024,7 +1121,11 @@ impl SnapshotBuilder {
                     .root());
                 }
                 dec.features.root_is_list = true;
-                snap.segments = dec.segments(root, "")?;
+                snap.segments = dec.segments(root, "", &mut self.segment_lists)?;
+            }
+            Value::Absorbed { list, .. } if self.segment_lists.contains(list) => {
+                dec.features.root_is_list = true;
+                snap.segments = dec.segments(root, "", &mut self.segment_lists)?;
             }
             Value::Dict(pairs) => {
                 if root.get("segments").is_none() {
@@ -1051,7 +1152,9 @@ impl SnapshotBuilder {
                         continue;
                     };
                     match key {
-                        "segments" => snap.segments = dec.segments(v, "segments")?,
+                        "segments" => {
+                            snap.segments = dec.segments(v, "segments", &mut self.segment_lists)?
+                        }
                         "device_traces" => {
                             dec.features.device_traces = true;
                             let lists = v.as_seq().ok_or_else(|| {
@@ -1077,7 +1180,8 @@ impl SnapshotBuilder {
                         }
                         "host_segments" => {
                             dec.features.host_segments = true;
-                            snap.host_segments = dec.segments(v, "host_segments")?;
+                            snap.host_segments =
+                                dec.segments(v, "host_segments", &mut self.segment_lists)?;
                         }
                         "host_traces" => {
                             snap.host_trace = dec
@@ -1103,7 +1207,7 @@ impl SnapshotBuilder {
                         "external_annotations" => {
                             dec.features.external_annotations = true;
                             snap.external_annotations = dec
-                                .annotations(v)
+                                .annotations(v, &mut self.annotation_lists)
                                 .map_err(|e| e.under("external_annotations"))?;
                         }
                         other => dec

@@ -21,11 +21,11 @@ pub const MAX_DEPTH: u32 = 1000;
 /// `sys.int_info.default_max_str_digits` (Python refuses longer ones too).
 pub const MAX_DECIMAL_DIGITS: usize = 4300;
 /// Values the reader may hold at once (on its stack, in containers, in the memo) beyond
-/// a quarter of the bytes read so far. Every opcode makes at most one value, and a
+/// an eighth of the bytes read so far. Every opcode makes at most one value, and a
 /// snapshot's bulk (trace entries, frames lists) goes to the [`Builder`] as it is read,
 /// so a real file stays far below; a pickle that only piles up values (a decompression
 /// bomb of `None`s in one list) is stopped at a few hundred MB.
-pub const HELD_VALUES_FLOOR: u64 = 1 << 23;
+pub const HELD_VALUES_FLOOR: u64 = 1 << 22;
 
 /// Values a value holds, itself included: what the reader counted when it was built.
 /// Containers shared with other places (the memo) count once, where they were built.
@@ -721,7 +721,7 @@ fn parse_input<I: Input, B: Builder>(
     };
     let mut info = ParseInfo::default();
     loop {
-        if m.held > HELD_VALUES_FLOOR + (m.offset >> 2) {
+        if m.held > HELD_VALUES_FLOOR + (m.offset >> 3) {
             return Err(Error::TooManyValues {
                 offset: m.offset,
                 values: m.held,
