@@ -1,19 +1,33 @@
-//! Opening inputs: file checks, gzip and format sniffing, then the pickle or JSON path
-//! into a [`Snapshot`].
+//! Opening inputs: file checks, compression and format sniffing, then the pickle or JSON
+//! path into a [`Snapshot`].
 //!
 //! Formats are told by content, never by file name. Files that vramlens recognises but
-//! that are not snapshots (Chrome/Kineto traces, memory-timeline exports, nvidia-smi CSV)
-//! are named as such in the error.
+//! that are not snapshots (Chrome/Kineto traces, memory-timeline exports, nvidia-smi CSV,
+//! other compressors' output) are named as such in the error.
+//!
+//! A regular file is mapped into memory (both passes of the pickle reader run over the
+//! mapping, with no copy); standard input (`-`) and pipes are read into memory first.
+//! gzip content is never held whole: each pass decompresses it again as a stream, checks
+//! every member's CRC and length, and stops at a compression ratio no snapshot reaches.
 
-use crate::model::{DecodeError, Snapshot, SnapshotBuilder, decode_json};
-use crate::pickle;
-use flate2::read::MultiGzDecoder;
+use crate::model::{DecodeError, Snapshot, SnapshotBuilder};
+use crate::pickle::{self, Value};
+use flate2::bufread::MultiGzDecoder;
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::rc::Rc;
 
 /// Progress is shown for inputs larger than this, on terminals only.
 const PROGRESS_THRESHOLD: u64 = 100 * 1024 * 1024;
+
+/// gzip content may decompress to at most this many times the compressed size (plus
+/// [`GZIP_SLACK`]). Real snapshots compress 10 to 25 times; a decompression bomb
+/// reaches 1000.
+pub const GZIP_MAX_RATIO: u64 = 200;
+/// Decompressed bytes always allowed, whatever the compressed size.
+pub const GZIP_SLACK: u64 = 16 << 20;
 
 /// Why an input could not be read. The message names the place in the file.
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +56,9 @@ pub struct ReadError {
 /// What the input was, as reported beside the analysis.
 #[derive(Debug, Clone, serde::Serialize, PartialEq)]
 pub struct SourceInfo {
-    /// The path as given.
+    /// The path as given (`-` for standard input).
     pub path: String,
+    /// Bytes of the file as stored (compressed bytes for gzip).
     pub size_bytes: u64,
     /// "pickle", "json" or "html" (a `_memory_viz` page with the snapshot inside); for
     /// profiler outputs converted into a snapshot, "kineto_trace" or "memory_timeline".
@@ -67,39 +82,19 @@ enum Kind {
     Html,
 }
 
-/// Counts bytes read from the file (compressed bytes for gzip) for the progress line.
-struct Counting<R> {
-    inner: R,
-    read: u64,
-    progress: Option<Progress>,
+/// The bytes of the input as stored: a mapping of a regular file, or what a pipe held.
+enum Data {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
 }
 
-struct Progress {
-    label: String,
-    total: u64,
-    shown_percent: u64,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.read += n as u64;
-        if let Some(p) = &mut self.progress {
-            let percent = (self.read * 100)
-                .checked_div(p.total)
-                .unwrap_or(100)
-                .min(100);
-            if percent != p.shown_percent {
-                p.shown_percent = percent;
-                let mut err = io::stderr().lock();
-                let _ = write!(err, "\r{} {percent:3}%", p.label);
-                if percent == 100 {
-                    let _ = write!(err, "\r{}\r", " ".repeat(p.label.len() + 5));
-                }
-                let _ = err.flush();
-            }
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Mapped(m) => m,
+            Data::Owned(v) => v,
         }
-        Ok(n)
     }
 }
 
@@ -111,36 +106,211 @@ fn io_error(e: io::Error) -> InputError {
     })
 }
 
-struct Opened {
-    path: PathBuf,
-    size: u64,
-    gzip: bool,
-    progress: bool,
+fn empty() -> InputError {
+    InputError::WrongKind("empty file; expected a PyTorch memory snapshot".into())
 }
 
-impl Opened {
-    /// A fresh stream over the (decompressed) content; each pass opens its own.
-    /// `label` names the pass in the progress line; None reads without one.
-    fn stream(&self, label: Option<&str>) -> Result<Box<dyn Read>, InputError> {
-        let file = File::open(&self.path).map_err(io_error)?;
-        let show = self.progress && self.size > PROGRESS_THRESHOLD;
-        let progress = label.filter(|_| show).map(|label| Progress {
-            label: format!("{label} {}", self.path.display()),
-            total: self.size,
-            shown_percent: u64::MAX,
-        });
-        let counting = Counting {
-            inner: file,
-            read: 0,
-            progress,
+/// Reads a pipe, a FIFO or standard input to its end. The first bytes are sniffed before
+/// the rest is read, so an endless stream of something else fails at once.
+fn read_stream(mut r: impl Read) -> Result<Data, InputError> {
+    let mut buf = Vec::new();
+    (&mut r)
+        .take(4096)
+        .read_to_end(&mut buf)
+        .map_err(io_error)?;
+    if buf.is_empty() {
+        return Err(empty());
+    }
+    if compression(&buf)?.is_none() {
+        sniff(&buf)?;
+    }
+    r.read_to_end(&mut buf).map_err(io_error)?;
+    Ok(Data::Owned(buf))
+}
+
+fn open(path: &Path) -> Result<Data, InputError> {
+    if path.as_os_str() == "-" {
+        let stdin = io::stdin();
+        if stdin.is_terminal() {
+            return Err(InputError::Io(
+                "standard input is a terminal; pipe a snapshot into vramlens, or name a file"
+                    .into(),
+            ));
+        }
+        return read_stream(stdin.lock());
+    }
+    let meta = std::fs::metadata(path).map_err(io_error)?;
+    let ft = meta.file_type();
+    if ft.is_dir() {
+        return Err(InputError::Io(
+            "is a directory; expected a snapshot file".into(),
+        ));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_char_device() || ft.is_block_device() {
+            return Err(InputError::Io(
+                "is a device, not a file (a device such as /dev/zero never ends); expected a snapshot file"
+                    .into(),
+            ));
+        }
+    }
+    let file = File::open(path).map_err(io_error)?;
+    if !ft.is_file() {
+        // A FIFO (`<(...)`, mkfifo) or a socket: read it as a stream.
+        return read_stream(file);
+    }
+    if meta.len() == 0 {
+        return Err(empty());
+    }
+    // SAFETY: the mapping is read-only and private to this process. If another process
+    // truncates the file while it is mapped, reading the lost pages raises SIGBUS; a
+    // snapshot being rewritten while vramlens reads it is not supported (as for any
+    // reader that maps files).
+    match unsafe { memmap2::Mmap::map(&file) } {
+        Ok(m) => {
+            #[cfg(unix)]
+            let _ = m.advise(memmap2::Advice::Sequential);
+            Ok(Data::Mapped(m))
+        }
+        // Some file systems cannot map: read the file instead.
+        Err(_) => read_stream(file),
+    }
+}
+
+/// Compressed formats by their magic bytes: Some(true) for gzip (read), an error naming
+/// the others.
+fn compression(raw: &[u8]) -> Result<Option<bool>, InputError> {
+    let named = |name: &str, tool: &str| {
+        Err(InputError::WrongKind(format!(
+            "{name}-compressed; decompress it first ({tool}), or compress with gzip, which vramlens reads"
+        )))
+    };
+    match raw {
+        [0x1f, 0x8b, ..] => Ok(Some(true)),
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => named("zstd", "zstd -d FILE"),
+        [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => named("xz", "xz -d FILE"),
+        [b'B', b'Z', b'h', ..] => named("bzip2", "bunzip2 FILE"),
+        [b'P', b'K', 3, 4, ..] => Err(InputError::WrongKind(
+            "a zip archive; unpack the snapshot from it first (unzip FILE)".into(),
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// Compressed bytes held in memory, read by the gzip decoder; shows how far it got.
+struct Tracked<'a> {
+    data: &'a [u8],
+    pos: usize,
+    progress: Option<Progress>,
+}
+
+struct Progress {
+    label: String,
+    shown_percent: u64,
+}
+
+impl Read for Tracked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = io::BufRead::fill_buf(self)?.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+        io::BufRead::consume(self, n);
+        Ok(n)
+    }
+}
+
+impl io::BufRead for Tracked<'_> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        let end = self.data.len().min(self.pos + (1 << 20));
+        Ok(&self.data[self.pos..end])
+    }
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+        if let Some(p) = &mut self.progress {
+            let percent = (self.pos as u64 * 100) / self.data.len().max(1) as u64;
+            if percent != p.shown_percent {
+                p.shown_percent = percent;
+                let mut err = io::stderr().lock();
+                let _ = write!(err, "\r{} {percent:3}%", p.label);
+                if percent == 100 {
+                    let _ = write!(err, "\r{}\r", " ".repeat(p.label.len() + 5));
+                }
+                let _ = err.flush();
+            }
+        }
+    }
+}
+
+/// Counts decompressed bytes and refuses more than the ratio allows.
+struct Guard<R> {
+    inner: R,
+    out: u64,
+    limit: u64,
+    compressed: u64,
+}
+
+impl<R: Read> Read for Guard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self
+            .inner
+            .read(buf)
+            .map_err(|e| io::Error::new(e.kind(), format!("gzip: {e}")))?;
+        self.out += n as u64;
+        if self.out > self.limit {
+            return Err(io::Error::other(format!(
+                "gzip: the content decompresses to more than {GZIP_MAX_RATIO} times its compressed size of {} bytes; refusing what looks like a decompression bomb (if it is a real snapshot, decompress it first)",
+                self.compressed
+            )));
+        }
+        Ok(n)
+    }
+}
+
+/// Counts the bytes a stream has given (for the JSON budget).
+struct Counted<R> {
+    inner: R,
+    count: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.set(self.count.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// The content of the input: the bytes themselves, or a gzip stream over them.
+struct Content<'a> {
+    raw: &'a [u8],
+    gzip: bool,
+    progress: bool,
+    label: String,
+}
+
+impl<'a> Content<'a> {
+    /// A fresh stream over the decompressed content; each pass opens its own.
+    /// `pass` names the pass in the progress line (None: no progress line).
+    fn stream(&self, pass: Option<&str>) -> Box<dyn Read + 'a> {
+        if !self.gzip {
+            return Box::new(self.raw);
+        }
+        let compressed = self.raw.len() as u64;
+        let show = self.progress && compressed * 10 > PROGRESS_THRESHOLD;
+        let tracked = Tracked {
+            data: self.raw,
+            pos: 0,
+            progress: pass.filter(|_| show).map(|pass| Progress {
+                label: format!("{pass} {}", self.label),
+                shown_percent: u64::MAX,
+            }),
         };
-        Ok(if self.gzip {
-            Box::new(MultiGzDecoder::new(io::BufReader::with_capacity(
-                1 << 20,
-                counting,
-            )))
-        } else {
-            Box::new(counting)
+        Box::new(Guard {
+            inner: MultiGzDecoder::new(tracked),
+            out: 0,
+            limit: GZIP_SLACK + GZIP_MAX_RATIO.saturating_mul(compressed),
+            compressed,
         })
     }
 }
@@ -155,10 +325,14 @@ fn sniff(head: &[u8]) -> Result<Kind, InputError> {
     let first_line = trimmed.lines().next().unwrap_or("");
     if first_line.contains("memory.used") || first_line.starts_with("timestamp") {
         return Err(InputError::WrongKind(
-            "this is an nvidia-smi CSV log, not a memory snapshot; expected a PyTorch memory snapshot pickle (device-level logs are read by `vramlens reconcile --nvml`, not yet available in this version)".into(),
+            "this is an nvidia-smi CSV log, not a memory snapshot; expected a PyTorch memory snapshot (read device logs beside a snapshot with `vramlens reconcile SNAPSHOT --nvml FILE`)".into(),
         ));
     }
-    if trimmed.starts_with("<!DOCTYPE") || trimmed.starts_with("<html") {
+    let lower = trimmed
+        .get(..trimmed.len().min(16))
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if lower.starts_with("<!doctype html") || lower.starts_with("<html") {
         return Ok(Kind::Html);
     }
     match head.first() {
@@ -178,17 +352,20 @@ fn sniff(head: &[u8]) -> Result<Kind, InputError> {
 }
 
 /// Tells JSON inputs apart: a snapshot, a Chrome/Kineto trace, or a memory timeline export.
-fn classify_json(v: &serde_json::Value) -> Result<(), InputError> {
-    if let Some(o) = v.as_object() {
-        if o.contains_key("traceEvents") {
+fn classify_json(v: &Value) -> Result<(), InputError> {
+    if let Some(pairs) = v.as_dict() {
+        if pairs.iter().any(|(k, _)| k.as_str() == Some("traceEvents")) {
             return Err(InputError::WrongKind(
-                "this is a Chrome/Kineto profiler trace (JSON with traceEvents), not a memory snapshot; expected a PyTorch memory snapshot (its [memory] events will be read by `vramlens reconcile --trace`, not yet available in this version)".into(),
+                "this is a Chrome/Kineto profiler trace (JSON with traceEvents), not a memory snapshot; expected a PyTorch memory snapshot (read its [memory] events beside a snapshot with `vramlens reconcile SNAPSHOT --nvml LOG --trace FILE`)".into(),
             ));
         }
-    } else if let Some(a) = v.as_array()
-        && a.first()
-            .and_then(|r| r.as_array())
-            .is_some_and(|r| r.iter().all(|x| x.is_number() || x.is_array()))
+    } else if let Some(rows) = v.as_seq()
+        && rows.first().and_then(|r| r.as_seq()).is_some_and(|r| {
+            r.iter().all(|x| {
+                matches!(x, Value::Int(_) | Value::BigInt(_) | Value::Float(_))
+                    || x.as_seq().is_some()
+            })
+        })
     {
         return Err(InputError::WrongKind(
             "this is a torch.profiler export_memory_timeline file, not a memory snapshot; expected a PyTorch memory snapshot".into(),
@@ -197,23 +374,158 @@ fn classify_json(v: &serde_json::Value) -> Result<(), InputError> {
     Ok(())
 }
 
+/// JSON values, built straight into pickle values (one tree, not two), object keys sorted
+/// with the last of repeated keys kept (as a JSON object map holds them). Values are
+/// budgeted against the bytes read, as the pickle reader's are.
+#[derive(Clone, Copy)]
+struct JsonSeed<'c> {
+    values: &'c Cell<u64>,
+    bytes: &'c Cell<u64>,
+}
+
+impl JsonSeed<'_> {
+    fn count<E: serde::de::Error>(&self) -> Result<(), E> {
+        let n = self.values.get() + 1;
+        self.values.set(n);
+        if n > pickle::HELD_VALUES_FLOOR + self.bytes.get() / 8 {
+            return Err(E::custom(format!(
+                "{n} values after {} bytes; a memory snapshot never needs that many (refusing a memory bomb)",
+                self.bytes.get()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for JsonSeed<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JsonSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.count()?;
+        Ok(Value::None)
+    }
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Value, E> {
+        self.count()?;
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<Value, E> {
+        self.count()?;
+        Ok(Value::Int(i))
+    }
+    fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<Value, E> {
+        self.count()?;
+        Ok(Value::from_le_signed(&(u as i128).to_le_bytes()))
+    }
+    fn visit_f64<E: serde::de::Error>(self, f: f64) -> Result<Value, E> {
+        self.count()?;
+        Ok(Value::Float(f))
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value, E> {
+        self.count()?;
+        Ok(Value::Str(Rc::from(s)))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.count()?;
+        let mut items = Vec::new();
+        while let Some(v) = seq.next_element_seed(self)? {
+            items.push(v);
+        }
+        Ok(Value::List(Rc::new(items)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.count()?;
+        let mut pairs: Vec<(Rc<str>, Value)> = Vec::new();
+        while let Some(k) = map.next_key::<String>()? {
+            self.count()?;
+            let v = map.next_value_seed(self)?;
+            pairs.push((Rc::from(k), v));
+        }
+        // Sorted by key, the last of repeated keys kept.
+        pairs.reverse();
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        pairs.dedup_by(|b, a| a.0 == b.0);
+        Ok(Value::Dict(Rc::new(
+            pairs.into_iter().map(|(k, v)| (Value::Str(k), v)).collect(),
+        )))
+    }
+}
+
+fn read_json(content: &Content) -> Result<(Value, u64), InputError> {
+    let bytes = Rc::new(Cell::new(0u64));
+    let mut reader = io::BufReader::new(Counted {
+        inner: content.stream(Some("reading")),
+        count: bytes.clone(),
+    });
+    // A UTF-8 byte-order mark (Windows editors write one) is not JSON: skip it.
+    let mut bom = [0u8; 3];
+    {
+        use io::BufRead;
+        let head = reader
+            .fill_buf()
+            .map_err(|e| InputError::Io(e.to_string()))?;
+        let n = head.len().min(3);
+        bom[..n].copy_from_slice(&head[..n]);
+        if bom == [0xef, 0xbb, 0xbf] {
+            reader.consume(3);
+        }
+    }
+    let values = Cell::new(0u64);
+    let seed = JsonSeed {
+        values: &values,
+        bytes: &bytes,
+    };
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let invalid = |e: serde_json::Error| {
+        if e.is_io() {
+            return InputError::Io(e.to_string());
+        }
+        InputError::WrongKind(format!(
+            "line {} column {}: invalid JSON: {e}; expected a snapshot written as JSON",
+            e.line(),
+            e.column()
+        ))
+    };
+    let v = serde::de::DeserializeSeed::deserialize(seed, &mut de).map_err(invalid)?;
+    de.end().map_err(invalid)?;
+    Ok((v, bytes.get()))
+}
+
 /// The snapshot pickle embedded in a `_memory_viz` HTML page: the first `"base64"`
 /// string of `local_files` (the pickle padded with NUL bytes, which the reader ignores
 /// after STOP).
 fn embedded_pickle(html: &[u8]) -> Result<Vec<u8>, InputError> {
     use base64::Engine;
-    let text = String::from_utf8_lossy(html);
     let not_found = || {
         InputError::WrongKind(
             "this is an HTML page without an embedded snapshot; expected a PyTorch memory snapshot, or a page written by torch.cuda._memory_viz trace_plot/segment_plot".into(),
         )
     };
-    let start = text.find("local_files").ok_or_else(not_found)?;
-    let key = text[start..].find("\"base64\"").ok_or_else(not_found)? + start;
-    let open = text[key + 8..].find('"').ok_or_else(not_found)? + key + 9;
-    let close = text[open..].find('"').ok_or_else(not_found)? + open;
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    let start = find(html, b"local_files").ok_or_else(not_found)?;
+    let key = find(&html[start..], b"\"base64\"").ok_or_else(not_found)? + start;
+    let open = html[key + 8..]
+        .iter()
+        .position(|&b| b == b'"')
+        .ok_or_else(not_found)?
+        + key
+        + 9;
+    let close = html[open..]
+        .iter()
+        .position(|&b| b == b'"')
+        .ok_or_else(not_found)?
+        + open;
     base64::engine::general_purpose::STANDARD
-        .decode(text[open..close].trim())
+        .decode(html[open..close].trim_ascii())
         .map_err(|e| {
             InputError::WrongKind(format!(
                 "the snapshot embedded in this HTML page is not valid base64: {e}"
@@ -221,44 +533,78 @@ fn embedded_pickle(html: &[u8]) -> Result<Vec<u8>, InputError> {
         })
 }
 
-/// Reads and decodes one snapshot file.
+/// Reads and decodes one snapshot file (`-` reads standard input).
 pub fn read_snapshot(
     path: &Path,
     options: ReadOptions,
 ) -> Result<(Snapshot, SourceInfo), ReadError> {
     let wrap = |error: InputError| ReadError {
-        path: path.display().to_string(),
+        path: if path.as_os_str() == "-" {
+            "standard input".into()
+        } else {
+            path.display().to_string()
+        },
         error,
     };
     read_inner(path, options).map_err(wrap)
 }
 
+/// Decodes a snapshot from bytes held in memory, as [`read_snapshot`] reads a file's.
+pub fn read_snapshot_bytes(bytes: &[u8]) -> Result<(Snapshot, SourceInfo), InputError> {
+    decode_data(bytes, "(bytes)".into(), ReadOptions::default())
+}
+
 fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo), InputError> {
-    let meta = std::fs::metadata(path).map_err(io_error)?;
-    if meta.is_dir() {
-        return Err(InputError::Io(
-            "is a directory; expected a snapshot file".into(),
+    let data = open(path)?;
+    decode_data(&data, path.display().to_string(), options)
+}
+
+/// The pickle passes over the content, with the trailing bytes checked.
+fn decode_pickle(
+    content: &Content,
+    info: &mut SourceInfo,
+    padded: bool,
+) -> Result<Snapshot, InputError> {
+    let mut builder = SnapshotBuilder::new();
+    let (root, parse_info) = if content.gzip {
+        let refs = pickle::scan_references(content.stream(Some("scanning")))?;
+        pickle::parse_with(content.stream(Some("reading")), refs, &mut builder)?
+    } else {
+        let refs = pickle::scan_slice(content.raw)?;
+        pickle::parse_slice(content.raw, refs, &mut builder)?
+    };
+    info.pickle_protocol = parse_info.protocol;
+    let mut snapshot = builder.finish_sized(&root, parse_info.bytes)?;
+    drop(root);
+    // Pages written by _memory_viz pad the pickle with NUL bytes; anything else after
+    // STOP is not part of the snapshot.
+    if parse_info.trailing_bytes > 0 && (parse_info.trailing_nonzero || !padded) {
+        snapshot.warnings.add(format!(
+            "{} bytes after the end of the pickle (STOP) were ignored",
+            parse_info.trailing_bytes
         ));
     }
-    let size = meta.len();
-    if size == 0 {
-        return Err(InputError::WrongKind(
-            "empty file; expected a PyTorch memory snapshot".into(),
-        ));
+    Ok(snapshot)
+}
+
+fn decode_data(
+    raw: &[u8],
+    label: String,
+    options: ReadOptions,
+) -> Result<(Snapshot, SourceInfo), InputError> {
+    if raw.is_empty() {
+        return Err(empty());
     }
-    let mut magic = [0u8; 2];
-    let mut f = File::open(path).map_err(io_error)?;
-    let got = f.read(&mut magic).map_err(io_error)?;
-    let gzip = got == 2 && magic == [0x1f, 0x8b];
-    let opened = Opened {
-        path: path.to_path_buf(),
-        size,
+    let gzip = compression(raw)?.unwrap_or(false);
+    let content = Content {
+        raw,
         gzip,
         progress: options.progress && io::stderr().is_terminal(),
+        label: label.clone(),
     };
     let mut head = Vec::with_capacity(4096);
-    opened
-        .stream(None)?
+    content
+        .stream(None)
         .take(4096)
         .read_to_end(&mut head)
         .map_err(|e| InputError::Io(format!("cannot decompress: {e}")))?;
@@ -268,15 +614,15 @@ fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo
         ));
     }
     let mut info = SourceInfo {
-        path: path.display().to_string(),
-        size_bytes: size,
+        path: label,
+        size_bytes: raw.len() as u64,
         format: "pickle",
         gzip,
         pickle_protocol: None,
     };
     // Profiler traces and memory timelines are converted into a snapshot.
     if crate::devlog::is_profile(&head) {
-        let converted = crate::devlog::read_profile_snapshot(opened.stream(Some("reading"))?)?;
+        let converted = crate::devlog::read_profile_snapshot(content.stream(Some("reading")))?;
         info.format = match converted.kind {
             crate::devlog::ProfileKind::KinetoTrace => "kineto_trace",
             _ => "memory_timeline",
@@ -286,50 +632,38 @@ fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo
     let snapshot = match sniff(&head)? {
         Kind::Json => {
             info.format = "json";
-            let json: serde_json::Value = serde_json::from_reader(io::BufReader::new(
-                opened.stream(Some("reading"))?,
-            ))
-            .map_err(|e| {
-                InputError::WrongKind(format!(
-                    "line {} column {}: invalid JSON: {e}; expected a snapshot written as JSON",
-                    e.line(),
-                    e.column()
-                ))
-            })?;
+            let (value, bytes) = read_json(&content)?;
             // A trace whose first 4 KiB did not give it away.
-            if json.get("traceEvents").is_some() {
-                drop(json);
-                let converted = crate::devlog::read_profile_snapshot(opened.stream(None)?)?;
+            if value.get("traceEvents").is_some() {
+                drop(value);
+                let converted = crate::devlog::read_profile_snapshot(content.stream(None))?;
                 info.format = "kineto_trace";
                 return Ok((converted.snapshot, info));
             }
-            classify_json(&json)?;
-            decode_json(&json)?
+            classify_json(&value)?;
+            SnapshotBuilder::new().finish_sized(&value, bytes)?
         }
         Kind::Html => {
             info.format = "html";
-            let mut html = Vec::new();
-            opened
-                .stream(None)?
-                .read_to_end(&mut html)
-                .map_err(|e| InputError::Io(e.to_string()))?;
-            let bytes = embedded_pickle(&html)?;
-            let refs = pickle::scan_references(bytes.as_slice())?;
-            let mut builder = SnapshotBuilder::new();
-            let (root, parse_info) = pickle::parse_with(bytes.as_slice(), refs, &mut builder)?;
-            info.pickle_protocol = parse_info.protocol;
-            builder.finish(&root)?
+            let bytes = if gzip {
+                let mut html = Vec::new();
+                content
+                    .stream(None)
+                    .read_to_end(&mut html)
+                    .map_err(|e| InputError::Io(e.to_string()))?;
+                embedded_pickle(&html)?
+            } else {
+                embedded_pickle(raw)?
+            };
+            let inner = Content {
+                raw: &bytes,
+                gzip: false,
+                progress: false,
+                label: String::new(),
+            };
+            decode_pickle(&inner, &mut info, true)?
         }
-        Kind::Pickle => {
-            let refs = pickle::scan_references(opened.stream(Some("scanning"))?)?;
-            let mut builder = SnapshotBuilder::new();
-            let (root, parse_info) =
-                pickle::parse_with(opened.stream(Some("reading"))?, refs, &mut builder)?;
-            info.pickle_protocol = parse_info.protocol;
-            let snapshot = builder.finish(&root)?;
-            drop(root);
-            snapshot
-        }
+        Kind::Pickle => decode_pickle(&content, &mut info, false)?,
     };
     Ok((snapshot, info))
 }

@@ -10,8 +10,8 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use vramlens::pickle::{
-    Error, MAX_DEPTH, MAX_OPEN, MemoReferences, ParseInfo, PlainBuilder, Value, parse_bytes,
-    parse_with, scan_references,
+    Error, MAX_DEPTH, MemoReferences, ParseInfo, PlainBuilder, Value, parse_bytes, parse_with,
+    scan_references,
 };
 
 // ----------------------------------------------------------------------------------
@@ -1141,37 +1141,39 @@ fn nesting_beyond_max_depth() {
 }
 
 #[test]
-fn open_containers_beyond_max_open() {
-    assert_eq!(
-        MAX_OPEN, 100_000,
-        "the offsets below assume MAX_OPEN = 100000"
-    );
-    // MAX_OPEN EMPTY_LISTs then STOP: fine (the top one is the result).
-    let mut data = vec![b']'; MAX_OPEN];
+fn siblings_are_not_limited_but_open_marks_are() {
+    // 300,000 dicts in one batch, the way PyTorch's C++ pickler writes a whole trace:
+    // every dict is under construction until the list's APPENDS.
+    let n = 300_000;
+    let mut data = vec![0x80, 2, b']', b'('];
+    for _ in 0..n {
+        data.extend_from_slice(b"}(K\x01K\x02u");
+    }
+    data.extend_from_slice(b"e.");
+    let Value::List(items) = value_of(&data) else {
+        panic!("expected a list")
+    };
+    assert_eq!(items.len(), n);
+    assert_eq!(items[n - 1], dict(vec![(int(1), int(2))]));
+    // 300,000 empty lists open at once, then STOP: the top one is the result.
+    let mut data = vec![b']'; n];
     data.push(b'.');
     assert_eq!(value_of(&data), list(vec![]));
-    // One more: the EMPTY_LIST at byte MAX_OPEN is refused.
-    let mut data = vec![b']'; MAX_OPEN + 1];
-    data.push(b'.');
+    // MAX_DEPTH MARKs open at once are fine; the next one is refused.
+    let depth = MAX_DEPTH as usize;
+    let mut data = vec![b'('; depth];
+    data.extend_from_slice(b").");
+    assert_eq!(value_of(&data), tup(vec![]));
+    let mut data = vec![b'('; depth + 1];
+    data.extend_from_slice(b").");
     assert_eq!(
         error_of(&data),
         Error::TooDeep {
-            offset: MAX_OPEN as u64,
-            limit: MAX_OPEN as u64,
-            what: "containers under construction at once (nesting too deep)",
+            offset: depth as u64,
+            limit: MAX_DEPTH as u64,
+            what: "levels of nesting (MARKs open at once)",
         }
     );
-    // Mixed dicts, sets and lists, each under a MARK: ](}(\x8f(... counts as well.
-    let mut data = vec![0x80, 4];
-    for i in 0..=MAX_OPEN {
-        data.push([b']', b'}', 0x8f][i % 3]);
-        data.push(b'(');
-    }
-    data.push(b'.');
-    assert!(matches!(
-        error_of(&data),
-        Error::TooDeep { offset, .. } if offset == 2 + 2 * MAX_OPEN as u64
-    ));
 }
 
 #[test]

@@ -140,7 +140,7 @@ pub struct OomEvent {
     pub index: usize,
     /// Rounded request size.
     pub size: u64,
-    pub device_free: u64,
+    pub device_free: Option<u64>,
     pub stream: u64,
     pub time_us: Option<i64>,
 }
@@ -504,7 +504,7 @@ fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
             OomEvent {
                 index: i,
                 size: e.size,
-                device_free: e.addr,
+                device_free: e.device_free(),
                 stream: e.stream,
                 time_us: e.time_us,
             }

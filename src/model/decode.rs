@@ -4,7 +4,7 @@
 //! compact events while the file is read and never exist as a value tree.
 
 use super::frames::{FrameId, FxMap};
-use super::trace::NewEvent;
+use super::trace::{NewEvent, UNKNOWN_FREE};
 use super::*;
 use crate::pickle::{self, ListId, SharedKey, Value};
 use std::rc::Rc;
@@ -74,8 +74,63 @@ fn field(key: &str) -> String {
     format!(".{key}")
 }
 
-fn as_u64(v: &Value) -> Result<u64, DecodeError> {
-    v.as_u64().ok_or_else(|| expected("a non-negative int", v))
+/// Sizes are bytes of device memory: below 2^63 (8 EiB), so that sums and differences
+/// of them stay exact in the analyses.
+const MAX_SIZE: u64 = i64::MAX as u64;
+
+fn as_size(v: &Value) -> Result<u64, DecodeError> {
+    match v.as_u64() {
+        Some(u) if u <= MAX_SIZE => Ok(u),
+        Some(_) => Err(expected("a size below 2^63 bytes", v)),
+        None => Err(expected("a non-negative int", v)),
+    }
+}
+
+/// Times are Unix microseconds (or microseconds from the start of a recording):
+/// within 2^53 us (285 years) of 1970. Beyond that a time is not a time.
+const MAX_TIME_US: i64 = 1 << 53;
+
+/// A name from the file as shown in a warning: at most 60 characters.
+fn shown(name: &str) -> String {
+    let mut out: String = name.chars().take(60).collect();
+    if out.len() < name.len() {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Model bytes a decoded snapshot may take: this much, plus twice the content size.
+/// Values shared through the pickle memo are decoded once per reference, so a small
+/// file could otherwise expand without bound; a real snapshot's model is a fraction of
+/// its file.
+pub const MODEL_BUDGET_FLOOR: u64 = 64 << 20;
+
+/// Per device (and for the host), the sum of all sizes read so far; it must stay below
+/// 2^63 so that every total the analyses form is exact.
+#[derive(Default)]
+struct SizeTotals(BTreeMap<i64, u64>);
+
+/// The key of the host's sizes in [`SizeTotals`].
+const HOST: i64 = i64::MIN;
+
+impl SizeTotals {
+    fn add(&mut self, device: i64, size: u64) -> Result<(), DecodeError> {
+        let t = self.0.entry(device).or_insert(0);
+        match t.checked_add(size).filter(|&s| s <= MAX_SIZE) {
+            Some(s) => {
+                *t = s;
+                Ok(())
+            }
+            None => Err(DecodeError::new(format!(
+                "sizes on {} add up to more than 2^63 bytes (8 EiB); expected the sizes of one device's memory",
+                if device == HOST {
+                    "the host".to_string()
+                } else {
+                    format!("device {device}")
+                }
+            ))),
+        }
+    }
 }
 
 /// Integers written through C++ `int64` may be negative reinterpretations of pointers.
@@ -110,10 +165,16 @@ fn as_dict(v: &Value, what: &str) -> Result<Rc<Vec<(Value, Value)>>, DecodeError
     }
 }
 
-/// Converts a value to JSON (for allocator settings and other free-form data).
-pub fn to_json(v: &Value) -> serde_json::Value {
+/// Converts a value to JSON (for allocator settings and other free-form data), spending
+/// budget for every value made (a value shared through the memo is copied per reference).
+fn to_json(
+    v: &Value,
+    spend: &mut dyn FnMut(u64) -> Result<(), DecodeError>,
+) -> Result<serde_json::Value, DecodeError> {
     use serde_json::Value as J;
-    match v {
+    // A JSON value with its share of the containers holding it.
+    spend(64)?;
+    Ok(match v {
         Value::None | Value::Absorbed { .. } | Value::Handle(_) => J::Null,
         Value::Bool(b) => J::Bool(*b),
         Value::Int(i) => J::from(*i),
@@ -123,24 +184,38 @@ pub fn to_json(v: &Value) -> serde_json::Value {
             _ => J::String("(integer out of range)".into()),
         },
         Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
-        Value::Str(s) => J::String(s.to_string()),
-        Value::Bytes(b) => J::String(b.iter().map(|x| format!("{x:02x}")).collect()),
-        Value::List(l) | Value::Tuple(l) | Value::Set(l) => {
-            J::Array(l.iter().map(to_json).collect())
+        Value::Str(s) => {
+            spend(s.len() as u64)?;
+            J::String(s.to_string())
         }
-        Value::Dict(d) => J::Object(
-            d.iter()
-                .map(|(k, v)| {
-                    let key = match k {
-                        Value::Str(s) => s.to_string(),
-                        other => to_json(other).to_string(),
-                    };
-                    (key, to_json(v))
-                })
-                .collect(),
+        Value::Bytes(b) => {
+            spend(2 * b.len() as u64)?;
+            J::String(b.iter().map(|x| format!("{x:02x}")).collect())
+        }
+        Value::List(l) | Value::Tuple(l) | Value::Set(l) => J::Array(
+            l.iter()
+                .map(|x| to_json(x, spend))
+                .collect::<Result<_, _>>()?,
         ),
-    }
+        Value::Dict(d) => {
+            let mut map = serde_json::Map::new();
+            for (k, v) in d.iter() {
+                let key = match k {
+                    Value::Str(s) => {
+                        spend(s.len() as u64)?;
+                        s.to_string()
+                    }
+                    other => to_json(other, spend)?.to_string(),
+                };
+                map.insert(key, to_json(v, spend)?);
+            }
+            J::Object(map)
+        }
+    })
 }
+
+/// Most device traces a snapshot may list (CUDA device ordinals are small).
+pub const MAX_DEVICES: usize = 1 << 16;
 
 /// Decoding state shared by all parts: interning tables, caches and warnings.
 struct Decoder {
@@ -152,7 +227,22 @@ struct Decoder {
     scratch: Vec<FrameId>,
     warnings: Warnings,
     features: Features,
+    /// Long strings already interned, by the address of their shared buffer (which the
+    /// entry keeps alive): a string referenced from many places is hashed once.
+    long_strings: FxMap<usize, (Rc<str>, StrId)>,
+    /// Frames lists shared through the memo (not taken over while reading), decoded once.
+    list_cache: FxMap<usize, SharedList>,
+    /// Model bytes decoded so far, and the most allowed (see [`MODEL_BUDGET_FLOOR`]).
+    spent: u64,
+    budget: u64,
+    sizes: SizeTotals,
 }
+
+/// A frames list shared through the memo (kept alive by the entry) and what it decoded to.
+type SharedList = (Rc<Vec<Value>>, Result<StackId, DecodeError>);
+
+/// Strings at least this long are interned by identity first.
+const LONG_STRING: usize = 64;
 
 impl Decoder {
     fn new() -> Self {
@@ -163,7 +253,69 @@ impl Decoder {
             scratch: Vec::new(),
             warnings: Warnings::default(),
             features: Features::default(),
+            long_strings: FxMap::default(),
+            list_cache: FxMap::default(),
+            spent: 0,
+            budget: MODEL_BUDGET_FLOOR,
+            sizes: SizeTotals::default(),
         }
+    }
+
+    /// Sets the budget from the content size (bytes read so far, or the whole file).
+    fn set_content_bytes(&mut self, bytes: u64) {
+        self.budget = self
+            .budget
+            .max(MODEL_BUDGET_FLOOR.saturating_add(bytes.saturating_mul(2)));
+    }
+
+    /// Counts model bytes about to be decoded; refuses a file that expands beyond the
+    /// budget through shared references.
+    fn spend(&mut self, bytes: u64) -> Result<(), DecodeError> {
+        self.spent = self.spent.saturating_add(bytes);
+        if self.spent > self.budget {
+            return Err(DecodeError::new(format!(
+                "the decoded snapshot would exceed {} MiB ({} MiB plus twice the file's size): a value shared through the pickle memo is expanded once per reference; refusing a memory bomb",
+                self.budget >> 20,
+                MODEL_BUDGET_FLOOR >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    /// A `time_us` value: None (with a warning) when it is beyond any real time.
+    fn time_us(&mut self, v: &Value) -> Result<Option<i64>, DecodeError> {
+        if !matches!(v, Value::Int(_) | Value::BigInt(_) | Value::Bool(_)) {
+            return Err(expected("an int", v));
+        }
+        match v
+            .as_i64()
+            .filter(|t| t.unsigned_abs() <= MAX_TIME_US as u64)
+        {
+            Some(t) => Ok(Some(t)),
+            None => {
+                self.warnings
+                    .add("time_us more than 285 years from 1970 (2^53 us): taken as absent");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Interns a string value; long ones by the identity of their shared buffer.
+    fn intern(&mut self, v: &Value) -> Result<StrId, DecodeError> {
+        let Value::Str(rc) = v else {
+            return Err(expected("a str", v));
+        };
+        if rc.len() < LONG_STRING {
+            return Ok(self.frames.intern_str(rc));
+        }
+        let key = rc.as_ptr() as usize;
+        if let Some((_, id)) = self.long_strings.get(&key) {
+            return Ok(*id);
+        }
+        self.spend(rc.len() as u64)?;
+        let id = self.frames.intern_str(rc);
+        self.long_strings.insert(key, (rc.clone(), id));
+        Ok(id)
     }
 
     fn frame(&mut self, v: &Value) -> Result<FrameId, DecodeError> {
@@ -173,8 +325,8 @@ impl Decoder {
         let (mut filename, mut name, mut line) = (None, None, None);
         for (k, val) in d.iter() {
             match k.as_str() {
-                Some("filename") => filename = Some(as_str(val).map_err(|e| e.under(".filename"))?),
-                Some("name") => name = Some(as_str(val).map_err(|e| e.under(".name"))?),
+                Some("filename") => filename = Some(val),
+                Some("name") => name = Some(val),
                 // -1 ("unknown") is sometimes written as 2^64 - 1: keep it as -1.
                 Some("line") => {
                     line = Some(as_u64_wrapping(val).map_err(|e| e.under(".line"))? as i64)
@@ -185,8 +337,16 @@ impl Decoder {
         if filename.is_none() || name.is_none() || line.is_none() {
             self.warnings.add("frame without filename, name or line");
         }
-        let filename = self.frames.intern_str(filename.unwrap_or(""));
-        let name = self.frames.intern_str(name.unwrap_or(""));
+        // Filename first, then name: string ids follow this order.
+        let empty = self.frames.intern_str("");
+        let filename = match filename {
+            Some(f) => self.intern(f).map_err(|e| e.under(".filename"))?,
+            None => empty,
+        };
+        let name = match name {
+            Some(n) => self.intern(n).map_err(|e| e.under(".name"))?,
+            None => empty,
+        };
         Ok(self.frames.intern_frame(Frame {
             filename,
             name,
@@ -224,6 +384,22 @@ impl Decoder {
             Value::List(list) | Value::Tuple(list) => list,
             _ => return Err(expected("a list of frames", v)),
         };
+        // A list shared through the memo is decoded once (the entry keeps it alive, so
+        // its address stays its own).
+        let shared = Rc::strong_count(list) > 1;
+        let key = Rc::as_ptr(list) as usize;
+        if shared && let Some((_, r)) = self.list_cache.get(&key) {
+            return r.clone();
+        }
+        let r = self.decode_stack(list);
+        if shared {
+            self.list_cache.insert(key, (list.clone(), r.clone()));
+        }
+        r
+    }
+
+    fn decode_stack(&mut self, list: &[Value]) -> Result<StackId, DecodeError> {
+        self.spend(4 * list.len() as u64)?;
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         for (i, f) in list.iter().enumerate() {
@@ -242,14 +418,11 @@ impl Decoder {
 
     fn str_list(&mut self, v: &Value) -> Result<Vec<StrId>, DecodeError> {
         let items = v.as_seq().ok_or_else(|| expected("a list of str", v))?;
+        self.spend(4 * items.len() as u64)?;
         items
             .iter()
             .enumerate()
-            .map(|(i, s)| {
-                as_str(s)
-                    .map(|s| self.frames.intern_str(s))
-                    .map_err(|e| e.under(&format!("[{i}]")))
-            })
+            .map(|(i, s)| self.intern(s).map_err(|e| e.under(&format!("[{i}]"))))
             .collect()
     }
 
@@ -258,6 +431,7 @@ impl Decoder {
         let Value::Dict(d) = v else {
             return Err(expected("a trace entry dict", v));
         };
+        self.spend(DeviceTrace::bytes_per_event() as u64)?;
         let mut e = NewEvent::default();
         let keys = &mut out.keys;
         for (k, val) in d.iter() {
@@ -271,17 +445,29 @@ impl Decoder {
                         let name = as_str(val)?;
                         let action = Action::from_name(name);
                         if action == Action::Other {
-                            self.warnings.add(format!("unknown trace action '{name}'"));
-                            e.other_action = Some(self.frames.intern_str(name));
+                            self.warnings
+                                .add(format!("unknown trace action '{}'", shown(name)));
+                            e.other_action = Some(self.intern(val)?);
                         }
                         e.action = Some(action);
                     }
-                    "addr" | "device_free" => e.addr = as_u64_wrapping(val)?,
-                    "size" => e.size = as_u64(val)?,
+                    "addr" => e.addr = as_u64_wrapping(val)?,
+                    // Free bytes cudaMemGetInfo reported (oom entries): a size.
+                    "device_free" => match val.as_u64().filter(|&f| f <= MAX_SIZE) {
+                        Some(f) => e.addr = f,
+                        None if val.as_i128().is_some() => {
+                            self.warnings.add(
+                                "oom entry with a device_free that is not a size (negative or 2^63 and above): taken as unknown",
+                            );
+                            e.addr = UNKNOWN_FREE;
+                        }
+                        None => return Err(expected("an int", val)),
+                    },
+                    "size" => e.size = as_size(val)?,
                     "stream" => e.stream = as_u64_wrapping(val)?,
                     "time_us" => {
                         keys.time_us = true;
-                        e.time_us = Some(as_i64(val)?);
+                        e.time_us = self.time_us(val)?;
                     }
                     "frames" => {
                         keys.frames = true;
@@ -291,23 +477,23 @@ impl Decoder {
                         keys.compile_context = true;
                         let s = as_str(val)?;
                         if s != "N/A" {
-                            e.compile_context = Some(self.frames.intern_str(s));
+                            e.compile_context = Some(self.intern(val)?);
                         }
                     }
                     "user_metadata" => {
                         keys.user_metadata = true;
                         let s = as_str(val)?;
                         if !s.is_empty() {
-                            e.user_metadata = Some(self.frames.intern_str(s));
+                            e.user_metadata = Some(self.intern(val)?);
                         }
                     }
                     "internal_metadata" => {
                         keys.internal_metadata = true;
-                        e.internal_metadata = Some(self.frames.intern_str(as_str(val)?));
+                        e.internal_metadata = Some(self.intern(val)?);
                     }
                     "cpp_frames" => {
                         keys.cpp_frames = true;
-                        e.cpp_frames = Some(self.frames.intern_str(as_str(val)?));
+                        e.cpp_frames = Some(self.intern(val)?);
                     }
                     "pool_id" => {
                         keys.pool_id = true;
@@ -321,17 +507,40 @@ impl Decoder {
                     "category" => {}
                     other => self
                         .warnings
-                        .add(format!("unknown trace entry key '{other}'")),
+                        .add(format!("unknown trace entry key '{}'", shown(other))),
                 }
                 Ok(())
             })();
             r.map_err(|err| err.under(&field(key)))?;
         }
-        if e.action.is_none() {
+        let Some(action) = e.action else {
             return Err(DecodeError::new(
                 "expected a trace entry with an 'action' key",
             ));
+        };
+        // A segment lies in the address space. (Blocks may not: a ring buffer that wrapped
+        // leaves frees of address -1, written as 2^64 - 1.)
+        let segment_action = matches!(
+            action,
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap
+        );
+        if segment_action && e.addr.checked_add(e.size).is_none() {
+            return Err(DecodeError::new(format!(
+                "expected memory below 2^64, found {} bytes at address 0x{:x}",
+                e.size, e.addr
+            ))
+            .under(".size"));
         }
+        out.size_total = out
+            .size_total
+            .checked_add(e.size)
+            .filter(|&t| t <= MAX_SIZE)
+            .ok_or_else(|| {
+                DecodeError::new(
+                    "sizes of this trace add up to more than 2^63 bytes (8 EiB); expected the sizes of one device's memory",
+                )
+                .under(".size")
+            })?;
         out.push(e);
         Ok(())
     }
@@ -367,8 +576,8 @@ impl Decoder {
             let Some(key) = k.as_str() else { continue };
             let r: Result<(), DecodeError> = (|| {
                 match key {
-                    "size" => size = Some(as_u64(val)?),
-                    "requested_size" => requested = Some(as_u64(val)?),
+                    "size" => size = Some(as_size(val)?),
+                    "requested_size" => requested = Some(as_size(val)?),
                     "address" => stored_address = Some(as_u64_wrapping(val)?),
                     "state" => {
                         state = Some(match as_str(val)? {
@@ -376,8 +585,9 @@ impl Decoder {
                             "active_pending_free" => BlockState::ActivePendingFree,
                             "inactive" => BlockState::Inactive,
                             other => {
-                                self.warnings.add(format!("unknown block state '{other}'"));
-                                BlockState::Other(self.frames.intern_str(other))
+                                self.warnings
+                                    .add(format!("unknown block state '{}'", shown(other)));
+                                BlockState::Other(self.intern(val)?)
                             }
                         })
                     }
@@ -391,7 +601,7 @@ impl Decoder {
                         if let Some(first) = items.first() {
                             let real = first
                                 .get("real_size")
-                                .map(as_u64)
+                                .map(as_size)
                                 .transpose()
                                 .map_err(|e| e.under("[0].real_size"))?;
                             let frames = match first.get("frames") {
@@ -405,7 +615,9 @@ impl Decoder {
                         self.features.forward_frames = true;
                         self.str_list(val)?;
                     }
-                    other => self.warnings.add(format!("unknown block key '{other}'")),
+                    other => self
+                        .warnings
+                        .add(format!("unknown block key '{}'", shown(other))),
                 }
                 Ok(())
             })();
@@ -445,6 +657,7 @@ impl Decoder {
 
     fn segment(&mut self, v: &Value) -> Result<Segment, DecodeError> {
         let d = as_dict(v, "a segment dict")?;
+        self.spend(std::mem::size_of::<Segment>() as u64)?;
         let mut s = Segment {
             device: 0,
             address: 0,
@@ -475,13 +688,13 @@ impl Decoder {
                     }
                     "total_size" => {
                         has_total = true;
-                        s.total_size = as_u64(val)?
+                        s.total_size = as_size(val)?
                     }
-                    "allocated_size" => s.allocated_size = as_u64(val)?,
-                    "active_size" => s.active_size = as_u64(val)?,
+                    "allocated_size" => s.allocated_size = as_size(val)?,
+                    "active_size" => s.active_size = as_size(val)?,
                     "requested_size" => {
                         self.features.segment_requested_size = true;
-                        s.requested_size = Some(as_u64(val)?)
+                        s.requested_size = Some(as_size(val)?)
                     }
                     "stream" => s.stream = as_u64_wrapping(val)?,
                     "segment_type" => {
@@ -489,7 +702,8 @@ impl Decoder {
                             "large" => SegmentType::Large,
                             "small" => SegmentType::Small,
                             other => {
-                                self.warnings.add(format!("unknown segment_type '{other}'"));
+                                self.warnings
+                                    .add(format!("unknown segment_type '{}'", shown(other)));
                                 SegmentType::Other
                             }
                         }
@@ -507,7 +721,9 @@ impl Decoder {
                         self.str_list(val)?;
                     }
                     "blocks" => blocks_value = Some(val.clone()),
-                    other => self.warnings.add(format!("unknown segment key '{other}'")),
+                    other => self
+                        .warnings
+                        .add(format!("unknown segment key '{}'", shown(other))),
                 }
                 Ok(())
             })();
@@ -522,10 +738,20 @@ impl Decoder {
             self.warnings
                 .add("segment without 'device' (taken as device 0)");
         }
+        if s.address.checked_add(s.total_size).is_none() {
+            return Err(DecodeError::new(format!(
+                "expected memory below 2^64, found {} bytes at address 0x{:x}",
+                s.total_size, s.address
+            ))
+            .under(".total_size"));
+        }
         if let Some(bv) = blocks_value {
             let items = bv
                 .as_seq()
                 .ok_or_else(|| expected("a list of blocks", &bv).under(".blocks"))?;
+            self.spend((items.len() * std::mem::size_of::<Block>()) as u64)
+                .map_err(|e| e.under(".blocks"))?;
+            s.blocks.reserve_exact(items.len());
             let mut address = s.address;
             for (i, b) in items.iter().enumerate() {
                 let block = self
@@ -543,54 +769,150 @@ impl Decoder {
         Ok(s)
     }
 
-    fn segments(&mut self, v: &Value, name: &str) -> Result<Vec<Segment>, DecodeError> {
-        let items = v
-            .as_seq()
-            .ok_or_else(|| expected("a list of segments", v).under(name))?;
-        items
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                self.segment(s)
-                    .map_err(|e| e.under(&format!("{name}[{i}]")))
-            })
-            .collect()
+    /// Adds a segment's sizes to its device's total (the host's for host segments).
+    fn account(&mut self, s: &Segment, host: bool) -> Result<(), DecodeError> {
+        let device = if host { HOST } else { s.device };
+        for (size, key) in [
+            (s.total_size, ".total_size"),
+            (s.allocated_size, ".allocated_size"),
+            (s.active_size, ".active_size"),
+            (s.requested_size.unwrap_or(0), ".requested_size"),
+        ] {
+            self.sizes.add(device, size).map_err(|e| e.under(key))?;
+        }
+        for (i, b) in s.blocks.iter().enumerate() {
+            for (size, key) in [(b.size, "size"), (b.requested_size, "requested_size")] {
+                self.sizes
+                    .add(device, size)
+                    .map_err(|e| e.under(&format!(".blocks[{i}].{key}")))?;
+            }
+        }
+        Ok(())
     }
 
-    fn annotations(&mut self, v: &Value) -> Result<Vec<Annotation>, DecodeError> {
-        let items = v.as_seq().ok_or_else(|| expected("a list", v))?;
-        let mut out = Vec::with_capacity(items.len());
-        for (i, a) in items.iter().enumerate() {
-            let r: Result<Annotation, DecodeError> = (|| {
-                let d = as_dict(a, "an annotation dict")?;
-                let mut ann = Annotation {
-                    name: String::new(),
-                    stage: String::new(),
-                    device: 0,
-                    time_us: 0,
-                };
-                for (k, val) in d.iter() {
-                    match k.as_str() {
-                        Some("name") => {
-                            ann.name = as_str(val).map_err(|e| e.under(".name"))?.into()
-                        }
-                        Some("stage") => {
-                            ann.stage = as_str(val).map_err(|e| e.under(".stage"))?.into()
-                        }
-                        Some("device") => {
-                            ann.device = as_i64(val).map_err(|e| e.under(".device"))?
-                        }
-                        Some("time_us") => {
-                            ann.time_us = as_i64(val).map_err(|e| e.under(".time_us"))?
-                        }
-                        _ => self.warnings.add("unknown external_annotations key"),
-                    }
+    /// The segments list under `name` ("" for a bare list at the root): taken over
+    /// while reading, or a list of values.
+    fn segments(
+        &mut self,
+        v: &Value,
+        name: &str,
+        taken: &mut Lists<Taken<Segment>>,
+    ) -> Result<Vec<Segment>, DecodeError> {
+        let segments = match v {
+            Value::Absorbed { list, .. } => match taken.remove(list) {
+                Some(t) => t.result().map_err(|e| e.under(name))?,
+                None => {
+                    return Err(DecodeError::new(
+                        "segments list shared with another place in the file; expected one list",
+                    )
+                    .under(name));
                 }
-                Ok(ann)
-            })();
-            out.push(r.map_err(|e| e.under(&format!("[{i}]")))?);
+            },
+            _ => {
+                let items = v
+                    .as_seq()
+                    .ok_or_else(|| expected("a list of segments", v).under(name))?;
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        self.segment(s)
+                            .map_err(|e| e.under(&format!("{name}[{i}]")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        for (i, s) in segments.iter().enumerate() {
+            self.account(s, name == "host_segments")
+                .map_err(|e| e.under(&format!("{name}[{i}]")))?;
         }
-        Ok(out)
+        Ok(segments)
+    }
+
+    /// One `external_annotations` record; None (left out) when its time is not a time.
+    fn annotation(&mut self, a: &Value) -> Result<Option<Annotation>, DecodeError> {
+        let d = as_dict(a, "an annotation dict")?;
+        let mut ann = Annotation {
+            name: String::new(),
+            stage: String::new(),
+            device: 0,
+            time_us: 0,
+        };
+        let mut time_ok = true;
+        for (k, val) in d.iter() {
+            match k.as_str() {
+                Some("name") => {
+                    let s = as_str(val).map_err(|e| e.under(".name"))?;
+                    self.spend(s.len() as u64)?;
+                    ann.name = s.into()
+                }
+                Some("stage") => {
+                    let s = as_str(val).map_err(|e| e.under(".stage"))?;
+                    self.spend(s.len() as u64)?;
+                    ann.stage = s.into()
+                }
+                Some("device") => ann.device = as_i64(val).map_err(|e| e.under(".device"))?,
+                Some("time_us") => match self.time_us(val).map_err(|e| e.under(".time_us"))? {
+                    Some(t) => ann.time_us = t,
+                    None => time_ok = false,
+                },
+                _ => self.warnings.add("unknown external_annotations key"),
+            }
+        }
+        self.spend(std::mem::size_of::<Annotation>() as u64)?;
+        // An annotation is a moment: one without a real time is left out.
+        Ok(time_ok.then_some(ann))
+    }
+
+    fn annotations(
+        &mut self,
+        v: &Value,
+        taken: &mut Lists<Taken<Option<Annotation>>>,
+    ) -> Result<Vec<Annotation>, DecodeError> {
+        let all = match v {
+            Value::Absorbed { list, .. } => match taken.remove(list) {
+                Some(t) => t.result()?,
+                None => {
+                    return Err(DecodeError::new(
+                        "annotations list shared with another place in the file; expected one list",
+                    ));
+                }
+            },
+            _ => {
+                let items = v.as_seq().ok_or_else(|| expected("a list", v))?;
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| self.annotation(a).map_err(|e| e.under(&format!("[{i}]"))))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        Ok(all.into_iter().flatten().collect())
+    }
+}
+
+/// Items of a list taken over while reading (segments, annotations), or the first error
+/// met in it with its index.
+struct Taken<T> {
+    items: Vec<T>,
+    error: Option<(u64, DecodeError)>,
+}
+
+impl<T> Default for Taken<T> {
+    fn default() -> Self {
+        Taken {
+            items: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+impl<T> Taken<T> {
+    fn result(self) -> Result<Vec<T>, DecodeError> {
+        match self.error {
+            Some((i, e)) => Err(e.under(&format!("[{i}]"))),
+            None => Ok(self.items),
+        }
     }
 }
 
@@ -627,6 +949,10 @@ impl<T> Lists<T> {
         }
     }
 
+    fn contains(&self, list: &ListId) -> bool {
+        self.0.iter().any(|(id, _)| id == list)
+    }
+
     fn remove(&mut self, list: &ListId) -> Option<T> {
         let pos = self.0.iter().rposition(|(id, _)| id == list)?;
         Some(self.0.remove(pos).1)
@@ -640,6 +966,9 @@ type Pending = Lists<PendingTrace>;
 pub struct SnapshotBuilder {
     dec: Decoder,
     pending: Pending,
+    /// Segments lists and annotations lists being read, decoded item by item.
+    segment_lists: Lists<Taken<Segment>>,
+    annotation_lists: Lists<Taken<Option<Annotation>>>,
     /// Frames lists being read: their frames so far, or the first error.
     frames_lists: Lists<Result<Vec<FrameId>, DecodeError>>,
 }
@@ -657,16 +986,21 @@ fn is_frame_dict(v: &Value) -> bool {
 impl pickle::Builder for SnapshotBuilder {
     fn wants_list(&mut self, list: ListId, first: &Value) -> bool {
         // Trace entries are dicts with a string 'action'; frames are dicts with 'line' and
-        // 'filename'/'name'. Nothing else in a snapshot looks like either.
+        // 'filename'/'name'; segments have 'total_size'; annotations 'stage' and 'name'.
+        // Nothing else in a snapshot looks like any of them. Taking lists over as they
+        // are read keeps the reader from holding them as values.
         if matches!(first.get("action"), Some(Value::Str(_))) {
             self.pending.insert(list, PendingTrace::default());
-            true
         } else if is_frame_dict(first) {
             self.frames_lists.insert(list, Ok(Vec::new()));
-            true
+        } else if first.get("total_size").is_some() {
+            self.segment_lists.insert(list, Taken::default());
+        } else if first.get("stage").is_some() && first.get("name").is_some() {
+            self.annotation_lists.insert(list, Taken::default());
         } else {
-            false
+            return false;
         }
+        true
     }
 
     fn absorb(&mut self, list: ListId, index: u64, item: Value) {
@@ -675,6 +1009,10 @@ impl pickle::Builder for SnapshotBuilder {
 
     fn absorb_shared(&mut self, list: ListId, index: u64, key: SharedKey, item: &Value) {
         self.take(list, index, Some(key), item);
+    }
+
+    fn reached(&mut self, offset: u64) {
+        self.dec.set_content_bytes(offset);
     }
 
     fn close_list(&mut self, list: ListId, len: u64) -> Value {
@@ -706,14 +1044,30 @@ impl SnapshotBuilder {
             }
             return;
         }
-        let Some(p) = self.pending.get_mut(&list) else {
-            return;
-        };
-        if p.error.is_some() {
+        if let Some(p) = self.pending.get_mut(&list) {
+            if p.error.is_none()
+                && let Err(e) = self.dec.entry(item, &mut p.trace)
+            {
+                p.error = Some((index, e));
+            }
             return;
         }
-        if let Err(e) = self.dec.entry(item, &mut p.trace) {
-            p.error = Some((index, e));
+        if let Some(t) = self.segment_lists.get_mut(&list) {
+            if t.error.is_none() {
+                match self.dec.segment(item) {
+                    Ok(s) => t.items.push(s),
+                    Err(e) => t.error = Some((index, e)),
+                }
+            }
+            return;
+        }
+        if let Some(t) = self.annotation_lists.get_mut(&list)
+            && t.error.is_none()
+        {
+            match self.dec.annotation(item) {
+                Ok(a) => t.items.push(a),
+                Err(e) => t.error = Some((index, e)),
+            }
         }
     }
 }
@@ -724,10 +1078,24 @@ impl SnapshotBuilder {
             dec: Decoder::new(),
             pending: Pending::default(),
             frames_lists: Lists::default(),
+            segment_lists: Lists::default(),
+            annotation_lists: Lists::default(),
         }
     }
 
-    /// Decodes the root value read by the pickle reader (or converted from JSON).
+    /// Decodes the root value read from `content_bytes` bytes of pickle (or JSON): the
+    /// decoded model may take [`MODEL_BUDGET_FLOOR`] plus twice that.
+    pub fn finish_sized(
+        mut self,
+        root: &Value,
+        content_bytes: u64,
+    ) -> Result<Snapshot, DecodeError> {
+        self.dec.set_content_bytes(content_bytes);
+        self.finish(root)
+    }
+
+    /// Decodes the root value read by the pickle reader (or converted from JSON), with
+    /// the budget of the bytes seen while reading (at least [`MODEL_BUDGET_FLOOR`]).
     pub fn finish(mut self, root: &Value) -> Result<Snapshot, DecodeError> {
         let dec = &mut self.dec;
         let mut snap = Snapshot {
@@ -753,7 +1121,11 @@ impl SnapshotBuilder {
                     .root());
                 }
                 dec.features.root_is_list = true;
-                snap.segments = dec.segments(root, "")?;
+                snap.segments = dec.segments(root, "", &mut self.segment_lists)?;
+            }
+            Value::Absorbed { list, .. } if self.segment_lists.contains(list) => {
+                dec.features.root_is_list = true;
+                snap.segments = dec.segments(root, "", &mut self.segment_lists)?;
             }
             Value::Dict(pairs) => {
                 if root.get("segments").is_none() {
@@ -780,22 +1152,36 @@ impl SnapshotBuilder {
                         continue;
                     };
                     match key {
-                        "segments" => snap.segments = dec.segments(v, "segments")?,
+                        "segments" => {
+                            snap.segments = dec.segments(v, "segments", &mut self.segment_lists)?
+                        }
                         "device_traces" => {
                             dec.features.device_traces = true;
                             let lists = v.as_seq().ok_or_else(|| {
                                 expected("a list of lists", v).under("device_traces")
                             })?;
+                            if lists.len() > MAX_DEVICES {
+                                return Err(DecodeError::new(format!(
+                                    "{} lists; expected one per device (at most {MAX_DEVICES})",
+                                    lists.len()
+                                ))
+                                .under("device_traces"));
+                            }
                             for (d, list) in lists.iter().enumerate() {
                                 let t = dec
                                     .trace_list(list, &mut self.pending)
+                                    .and_then(|t| {
+                                        dec.spend(std::mem::size_of::<DeviceTrace>() as u64)?;
+                                        Ok(t)
+                                    })
                                     .map_err(|e| e.under(&format!("device_traces[{d}]")))?;
                                 snap.device_traces.push(t);
                             }
                         }
                         "host_segments" => {
                             dec.features.host_segments = true;
-                            snap.host_segments = dec.segments(v, "host_segments")?;
+                            snap.host_segments =
+                                dec.segments(v, "host_segments", &mut self.segment_lists)?;
                         }
                         "host_traces" => {
                             snap.host_trace = dec
@@ -806,10 +1192,13 @@ impl SnapshotBuilder {
                             dec.features.allocator_settings = true;
                             let d =
                                 as_dict(v, "a dict").map_err(|e| e.under("allocator_settings"))?;
-                            let map: BTreeMap<String, serde_json::Value> = d
-                                .iter()
-                                .map(|(k, v)| (k.as_str().unwrap_or("").to_string(), to_json(v)))
-                                .collect();
+                            let mut map = BTreeMap::new();
+                            for (k, v) in d.iter() {
+                                let key = k.as_str().unwrap_or("");
+                                let value = to_json(v, &mut |n| dec.spend(n))
+                                    .map_err(|e| e.under(&format!("allocator_settings.{key}")))?;
+                                map.insert(key.to_string(), value);
+                            }
                             dec.features.graph_capture_record_stream_reuse =
                                 map.contains_key("graph_capture_record_stream_reuse");
                             dec.features.max_cached_size = map.contains_key("max_cached_size");
@@ -818,10 +1207,12 @@ impl SnapshotBuilder {
                         "external_annotations" => {
                             dec.features.external_annotations = true;
                             snap.external_annotations = dec
-                                .annotations(v)
+                                .annotations(v, &mut self.annotation_lists)
                                 .map_err(|e| e.under("external_annotations"))?;
                         }
-                        other => dec.warnings.add(format!("unknown top-level key '{other}'")),
+                        other => dec
+                            .warnings
+                            .add(format!("unknown top-level key '{}'", shown(other))),
                     }
                 }
             }
@@ -833,6 +1224,18 @@ impl SnapshotBuilder {
                 .root());
             }
         }
+        // Per device, the trace's sizes and the segments' together stay below 2^63.
+        for (d, t) in snap.device_traces.iter().enumerate() {
+            dec.sizes
+                .add(d as i64, t.size_total)
+                .map_err(|e| e.under(&format!("device_traces[{d}]")))?;
+        }
+        dec.sizes
+            .add(HOST, snap.host_trace.size_total)
+            .map_err(|e| e.under("host_traces"))?;
+        // Segments grouped by device (file order within a device), so that the
+        // segments of one device are found by a binary search.
+        snap.segments.sort_by_key(|s| s.device);
         let mut entries = EntryKeys::default();
         for t in snap.device_traces.iter().chain([&snap.host_trace]) {
             entries.merge(t.keys);

@@ -10,9 +10,11 @@ mod decode;
 pub mod frames;
 pub mod trace;
 
-pub use decode::{DecodeError, SnapshotBuilder, decode_json, decode_value};
+pub use decode::{
+    DecodeError, MAX_DEVICES, MODEL_BUDGET_FLOOR, SnapshotBuilder, decode_json, decode_value,
+};
 pub use frames::{Frame, FrameId, FrameTable, StackId, StrId};
-pub use trace::{Action, DeviceTrace, EntryKeys, TraceEvent};
+pub use trace::{Action, DeviceTrace, EntryKeys, TraceEvent, UNKNOWN_FREE};
 
 use std::collections::BTreeMap;
 
@@ -131,6 +133,8 @@ pub enum ConvertedFrom {
 
 /// A decoded snapshot.
 pub struct Snapshot {
+    /// Grouped by device in ascending order, file order within a device (decoding sorts
+    /// them so; [`Snapshot::segments_of`] relies on it).
     pub segments: Vec<Segment>,
     /// `device_traces[d]`, indexed by device ordinal.
     pub device_traces: Vec<DeviceTrace>,
@@ -165,8 +169,12 @@ impl Snapshot {
             .and_then(|d| self.device_traces.get(d))
     }
 
+    /// Segments of one device, in file order (a binary search: `segments` is grouped by
+    /// device).
     pub fn segments_of(&self, device: i64) -> impl Iterator<Item = &Segment> {
-        self.segments.iter().filter(move |s| s.device == device)
+        let start = self.segments.partition_point(|s| s.device < device);
+        let end = self.segments.partition_point(|s| s.device <= device);
+        self.segments[start..end.max(start)].iter()
     }
 
     /// An allocator setting, when the file has `allocator_settings` and the key.

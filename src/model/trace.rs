@@ -5,7 +5,7 @@
 //! time and stack id. Fields that are almost always at their default (pool ids, compile
 //! context, user metadata, forward frames) live in sparse side tables keyed by event index.
 
-use super::frames::{StackId, StrId};
+use super::frames::{FxMap, StackId, StrId};
 
 /// What a trace entry records (spec section 3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -86,6 +86,10 @@ const STREAM_SHIFT: u32 = SIZE_BITS + 4;
 const STREAM_ESCAPE: u64 = (1 << 12) - 1;
 const NO_STACK: u32 = u32::MAX;
 const NO_TIME: i64 = i64::MIN;
+/// `device_free` of an `oom` entry that is not a size (stored in place of `addr`).
+pub const UNKNOWN_FREE: u64 = u64::MAX;
+/// Streams looked up by a linear scan below this many, by a hash map above.
+const STREAM_SCAN: usize = 8;
 
 /// One event as stored: 28 bytes, 4-byte aligned.
 #[derive(Clone, Copy, Debug)]
@@ -115,9 +119,10 @@ pub struct TraceEvent {
 }
 
 impl TraceEvent {
-    /// Free bytes the device reported, for `oom` entries.
+    /// Free bytes the device reported, for `oom` entries (None when the file's value was
+    /// not a size).
     pub fn device_free(&self) -> Option<u64> {
-        (self.action == Action::Oom).then_some(self.addr)
+        (self.action == Action::Oom && self.addr != UNKNOWN_FREE).then_some(self.addr)
     }
 }
 
@@ -153,6 +158,17 @@ pub struct DeviceTrace {
     events: Vec<Packed>,
     /// Distinct raw stream values; events store an index into this.
     streams: Vec<u64>,
+    /// Index of each stream, once there are more than a few.
+    stream_index: FxMap<u64, u32>,
+    /// Fields almost always at their default, kept apart so an empty trace stays small.
+    rare: Option<Box<Rare>>,
+    pub keys: EntryKeys,
+    /// Sum of the sizes of the entries decoded into this trace (kept below 2^63).
+    pub(crate) size_total: u64,
+}
+
+#[derive(Default, Debug)]
+struct Rare {
     big_sizes: Vec<(u32, u64)>,
     big_streams: Vec<(u32, u64)>,
     other_actions: Vec<(u32, StrId)>,
@@ -165,7 +181,6 @@ pub struct DeviceTrace {
     internal_metadata: Vec<(u32, StrId)>,
     cpp_frames: Vec<(u32, StrId)>,
     forward_frames: Vec<(u32, Vec<StrId>)>,
-    pub keys: EntryKeys,
 }
 
 fn sparse_get<T>(table: &[(u32, T)], index: u32) -> Option<&T> {
@@ -207,46 +222,74 @@ impl DeviceTrace {
         std::mem::size_of::<Packed>()
     }
 
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Default::default)
+    }
+
+    /// Index of a stream value in the stream table (adding it), or None when the table
+    /// is full.
+    #[inline]
+    fn stream_slot(&mut self, stream: u64) -> Option<u64> {
+        if self.streams.len() <= STREAM_SCAN {
+            if let Some(p) = self.streams.iter().position(|&s| s == stream) {
+                return Some(p as u64);
+            }
+        } else if let Some(&p) = self.stream_index.get(&stream) {
+            return Some(p as u64);
+        }
+        if self.streams.len() as u64 >= STREAM_ESCAPE {
+            return None;
+        }
+        self.streams.push(stream);
+        let p = self.streams.len() - 1;
+        if self.streams.len() > STREAM_SCAN {
+            if self.stream_index.is_empty() {
+                for (i, &s) in self.streams.iter().enumerate() {
+                    self.stream_index.insert(s, i as u32);
+                }
+            } else {
+                self.stream_index.insert(stream, p as u32);
+            }
+        }
+        Some(p as u64)
+    }
+
     pub fn push(&mut self, e: NewEvent) {
         let index = self.events.len() as u32;
         let action = e.action.unwrap_or(Action::Other);
         if let Some(name) = e.other_action {
-            self.other_actions.push((index, name));
+            self.rare().other_actions.push((index, name));
         }
         let size_bits = if e.size >= SIZE_ESCAPE {
-            self.big_sizes.push((index, e.size));
+            self.rare().big_sizes.push((index, e.size));
             SIZE_ESCAPE
         } else {
             e.size
         };
-        let stream_index = match self.streams.iter().position(|&s| s == e.stream) {
-            Some(p) => p as u64,
-            None if (self.streams.len() as u64) < STREAM_ESCAPE => {
-                self.streams.push(e.stream);
-                (self.streams.len() - 1) as u64
-            }
+        let stream_index = match self.stream_slot(e.stream) {
+            Some(p) => p,
             None => {
-                self.big_streams.push((index, e.stream));
+                self.rare().big_streams.push((index, e.stream));
                 STREAM_ESCAPE
             }
         };
         if let Some(p) = e.pool.filter(|&p| p != (0, 0)) {
-            self.pools.push((index, p));
+            self.rare().pools.push((index, p));
         }
         if let Some(s) = e.compile_context {
-            self.compile_context.push((index, s));
+            self.rare().compile_context.push((index, s));
         }
         if let Some(s) = e.user_metadata {
-            self.user_metadata.push((index, s));
+            self.rare().user_metadata.push((index, s));
         }
         if let Some(s) = e.internal_metadata {
-            self.internal_metadata.push((index, s));
+            self.rare().internal_metadata.push((index, s));
         }
         if let Some(s) = e.cpp_frames {
-            self.cpp_frames.push((index, s));
+            self.rare().cpp_frames.push((index, s));
         }
         if let Some(f) = e.forward_frames {
-            self.forward_frames.push((index, f));
+            self.rare().forward_frames.push((index, f));
         }
         self.events.push(Packed {
             addr: e.addr,
@@ -274,11 +317,19 @@ impl DeviceTrace {
         let p = self.events[i];
         let bits = p.size_action_stream;
         let size = match bits & SIZE_ESCAPE {
-            SIZE_ESCAPE => *sparse_get(&self.big_sizes, i as u32).unwrap_or(&SIZE_ESCAPE),
+            SIZE_ESCAPE => *self
+                .rare
+                .as_ref()
+                .and_then(|r| sparse_get(&r.big_sizes, i as u32))
+                .unwrap_or(&SIZE_ESCAPE),
             s => s,
         };
         let stream = match bits >> STREAM_SHIFT {
-            STREAM_ESCAPE => *sparse_get(&self.big_streams, i as u32).unwrap_or(&0),
+            STREAM_ESCAPE => *self
+                .rare
+                .as_ref()
+                .and_then(|r| sparse_get(&r.big_streams, i as u32))
+                .unwrap_or(&0),
             s => self.streams[s as usize],
         };
         let stack = p.stack;
@@ -297,30 +348,36 @@ impl DeviceTrace {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    fn side<T>(&self, table: impl Fn(&Rare) -> &[(u32, T)], i: usize) -> Option<&T> {
+        self.rare
+            .as_deref()
+            .and_then(|r| sparse_get(table(r), i as u32))
+    }
+
     /// The action name as written in the file (unknown names included).
     pub fn other_action(&self, i: usize) -> Option<StrId> {
-        sparse_get(&self.other_actions, i as u32).copied()
+        self.side(|r| &r.other_actions, i).copied()
     }
 
     /// Pool id of an event, `(0, 0)` when the entry had the default pool or none.
     pub fn pool_id(&self, i: usize) -> (i64, i64) {
-        sparse_get(&self.pools, i as u32).copied().unwrap_or((0, 0))
+        self.side(|r| &r.pools, i).copied().unwrap_or((0, 0))
     }
 
     pub fn compile_context(&self, i: usize) -> Option<StrId> {
-        sparse_get(&self.compile_context, i as u32).copied()
+        self.side(|r| &r.compile_context, i).copied()
     }
 
     pub fn user_metadata(&self, i: usize) -> Option<StrId> {
-        sparse_get(&self.user_metadata, i as u32).copied()
+        self.side(|r| &r.user_metadata, i).copied()
     }
 
     pub fn internal_metadata(&self, i: usize) -> Option<StrId> {
-        sparse_get(&self.internal_metadata, i as u32).copied()
+        self.side(|r| &r.internal_metadata, i).copied()
     }
 
     pub fn forward_frames(&self, i: usize) -> Option<&[StrId]> {
-        sparse_get(&self.forward_frames, i as u32).map(|v| v.as_slice())
+        self.side(|r| &r.forward_frames, i).map(|v| v.as_slice())
     }
 
     /// Distinct raw stream values, in order of first appearance.
@@ -330,7 +387,7 @@ impl DeviceTrace {
 
     /// Names of unknown actions with their event indices.
     pub fn other_actions(&self) -> &[(u32, StrId)] {
-        &self.other_actions
+        self.rare.as_deref().map_or(&[], |r| &r.other_actions)
     }
 }
 

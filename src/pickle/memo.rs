@@ -4,18 +4,19 @@
 //! The reader then keeps only values that will be read again. Snapshots memoize every
 //! dict, list, tuple and string (millions of them), but read back only the shared ones
 //! (key strings, frame dicts, frames lists), so memory follows the result, not the file.
+//!
+//! No table is sized by an index written in the file: an index is kept in a dense bit set
+//! only while it is below the number of stores (PUT, MEMOIZE) met so far, which real
+//! picklers never exceed; anything else goes to a sorted set that grows by one entry per
+//! opcode at most.
 
-use super::ops::{Input, Op, next_op, text_index};
+use super::ops::{Input, Op, ReadInput, SliceInput, next_op, text_index};
 use super::{Error, Value};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
-/// Indices below this are kept in a dense bit set; larger ones (possible only through
-/// explicit PUT/GET indices) in a sorted set, so a hostile index cannot size a bitmap.
-const DENSE_LIMIT: u64 = 1 << 28;
-
-/// A set of memo indices with constant-time rank, so referenced values live in a
-/// compact vector.
+/// A set of memo indices: dense bits below a bound that follows the file's stores, a
+/// sorted set above it.
 #[derive(Debug, Default, Clone)]
 pub struct IndexSet {
     words: Vec<u64>,
@@ -23,20 +24,37 @@ pub struct IndexSet {
 }
 
 impl IndexSet {
-    /// Inserts and reports whether the index was new.
+    /// Inserts and reports whether the index was new. `bound`: indices below it may go
+    /// to the dense part (the number of stores met so far, plus one).
     #[inline]
-    pub fn insert(&mut self, index: u64) -> bool {
-        if index < DENSE_LIMIT {
-            let word = (index / 64) as usize;
-            if word >= self.words.len() {
-                self.words.resize(word + 1, 0);
+    pub fn insert(&mut self, index: u64, bound: u64) -> bool {
+        let word = (index / 64) as usize;
+        let bit = 1u64 << (index % 64);
+        if let Some(w) = self.words.get_mut(word) {
+            if *w & bit != 0 {
+                return false;
             }
-            let bit = 1u64 << (index % 64);
-            let new = self.words[word] & bit == 0;
+            if self.sparse.is_empty() || !self.sparse.contains(&index) {
+                *w |= bit;
+                return true;
+            }
+            return false;
+        }
+        if index < bound && !self.sparse.contains(&index) {
+            self.words.resize(word + 1, 0);
             self.words[word] |= bit;
-            new
+            true
         } else {
             self.sparse.insert(index)
+        }
+    }
+
+    #[inline]
+    pub fn contains(&self, index: u64) -> bool {
+        let word = (index / 64) as usize;
+        match self.words.get(word) {
+            Some(w) if w & (1u64 << (index % 64)) != 0 => true,
+            _ => !self.sparse.is_empty() && self.sparse.contains(&index),
         }
     }
 }
@@ -44,43 +62,49 @@ impl IndexSet {
 /// Reads of one index, saturating: `MANY` means "never release".
 const MANY: u8 = u8::MAX;
 
-/// The indices that GET opcodes read, with a slot number and a read count for each.
+/// What the first pass learns: the indices that GET opcodes read (with a slot number
+/// and whether they are read once or more), and how many stores the file makes.
 #[derive(Debug, Default)]
 pub struct MemoReferences {
-    set: IndexSet,
-    /// How many times each slot is read (saturating at `MANY`).
+    read: IndexSet,
+    /// Slot of each read index: reads per slot (1 or `MANY`).
     reads: Vec<u8>,
     /// Number of set bits before each dense word.
     rank: Vec<u32>,
     dense_count: usize,
-    sparse_slots: HashMap<u64, usize>,
+    sparse_slots: BTreeMap<u64, usize>,
 }
 
 impl MemoReferences {
-    fn finish(set: IndexSet, dense_reads: Vec<u8>, sparse_reads: HashMap<u64, u8>) -> Self {
-        let mut rank = Vec::with_capacity(set.words.len());
+    /// Builds the slot table from the indices read at least once and those read again.
+    pub fn from_sets(read: IndexSet, many: &IndexSet) -> Self {
+        let mut rank = Vec::with_capacity(read.words.len());
         let mut reads = Vec::new();
         let mut total = 0u32;
-        for (w, &word) in set.words.iter().enumerate() {
+        for (w, &word) in read.words.iter().enumerate() {
             rank.push(total);
             total += word.count_ones();
             let mut bits = word;
             while bits != 0 {
-                let index = w * 64 + bits.trailing_zeros() as usize;
-                reads.push(dense_reads[index]);
+                let index = (w * 64) as u64 + bits.trailing_zeros() as u64;
+                reads.push(if many.contains(index) { MANY } else { 1 });
                 bits &= bits - 1;
             }
         }
         let dense_count = total as usize;
-        let sparse_slots = set
+        let sparse_slots = read
             .sparse
             .iter()
             .enumerate()
             .map(|(i, &idx)| (idx, dense_count + i))
             .collect();
-        reads.extend(set.sparse.iter().map(|idx| sparse_reads[idx]));
+        reads.extend(
+            read.sparse
+                .iter()
+                .map(|&idx| if many.contains(idx) { MANY } else { 1 }),
+        );
         MemoReferences {
-            set,
+            read,
             reads,
             rank,
             dense_count,
@@ -100,65 +124,113 @@ impl MemoReferences {
     /// The slot of an index that is read back, or None when nothing reads it.
     #[inline]
     pub fn slot(&self, index: u64) -> Option<usize> {
-        if index < DENSE_LIMIT {
-            let word = (index / 64) as usize;
-            let w = *self.set.words.get(word)?;
+        let word = (index / 64) as usize;
+        if let Some(&w) = self.read.words.get(word) {
             let bit = 1u64 << (index % 64);
-            if w & bit == 0 {
-                return None;
+            if w & bit != 0 {
+                return Some(self.rank[word] as usize + (w & (bit - 1)).count_ones() as usize);
             }
-            Some(self.rank[word] as usize + (w & (bit - 1)).count_ones() as usize)
-        } else {
-            self.sparse_slots.get(&index).copied()
         }
+        if self.sparse_slots.is_empty() {
+            return None;
+        }
+        self.sparse_slots.get(&index).copied()
+    }
+}
+
+/// What one stretch of opcodes reads back: indices read once, and read more than once.
+#[derive(Debug, Default)]
+pub struct ScanCounts {
+    pub read: IndexSet,
+    pub many: IndexSet,
+    /// PUT and MEMOIZE opcodes met.
+    pub stores: u64,
+}
+
+impl ScanCounts {
+    #[inline]
+    fn get(&mut self, index: u64, bound: u64) {
+        if !self.read.insert(index, bound) {
+            self.many.insert(index, bound);
+        }
+    }
+
+    pub fn finish(self) -> MemoReferences {
+        MemoReferences::from_sets(self.read, &self.many)
+    }
+}
+
+/// Scans opcodes up to STOP (or the end of `input` when `until_stop` is false),
+/// counting reads. `stores_before` bounds the indices stored before this stretch.
+pub fn scan<I: Input>(
+    input: &mut I,
+    stores_before: u64,
+    until_stop: bool,
+) -> Result<(ScanCounts, bool), Error> {
+    let mut counts = ScanCounts::default();
+    let mut start = 0u64;
+    loop {
+        if !until_stop && input.window().is_empty() {
+            return Ok((counts, false));
+        }
+        let index = match next_op(input, &mut start)? {
+            Op::Stop => return Ok((counts, true)),
+            Op::Memoize | Op::Put(_) | Op::TextPut(_) => {
+                counts.stores += 1;
+                continue;
+            }
+            Op::Get(i) => i,
+            Op::TextGet(arg) => text_index(arg, start)?,
+            _ => continue,
+        };
+        // An index read back must have been stored before: below the stores so far for
+        // any real pickler. Others (explicit PUT indices far apart) go to a sorted set.
+        counts.get(index, stores_before + counts.stores + 1);
     }
 }
 
 /// First pass: walks every opcode up to STOP and records the memo indices read back.
 /// Also rejects code-running opcodes before anything is built.
 pub fn scan_references<R: Read>(reader: R) -> Result<MemoReferences, Error> {
-    let mut input = Input::new(reader);
-    let mut set = IndexSet::default();
-    let mut dense_reads: Vec<u8> = Vec::new();
-    let mut sparse_reads: HashMap<u64, u8> = HashMap::new();
-    let mut start = 0u64;
-    loop {
-        let index = match next_op(&mut input, &mut start)? {
-            Op::Stop => break,
-            Op::Get(i) => i,
-            Op::TextGet(arg) => text_index(arg, start)?,
-            _ => continue,
-        };
-        set.insert(index);
-        let count = if index < DENSE_LIMIT {
-            let i = index as usize;
-            if i >= dense_reads.len() {
-                dense_reads.resize(i + 1, 0);
-            }
-            &mut dense_reads[i]
-        } else {
-            sparse_reads.entry(index).or_insert(0)
-        };
-        *count = count.saturating_add(1);
-    }
-    Ok(MemoReferences::finish(set, dense_reads, sparse_reads))
+    let mut input = ReadInput::new(reader);
+    Ok(scan(&mut input, 0, true)?.0.finish())
+}
+
+/// [`scan_references`] over bytes held in memory.
+pub fn scan_slice(bytes: &[u8]) -> Result<MemoReferences, Error> {
+    let mut input = SliceInput::new(bytes);
+    Ok(scan(&mut input, 0, true)?.0.finish())
 }
 
 /// What a memo slot holds.
 #[derive(Debug, Clone)]
-pub enum Slot {
+enum Slot {
     Empty,
     /// A container still on the stack was memoized; holds its stack position.
     Pending(usize),
-    /// A value, its nesting depth, and a stamp unique to this store.
-    Full(Value, u32, u64),
-    /// Every counted read has happened; the value was dropped.
+    /// A stored value (an entry of the value table).
+    Full(u32),
+    /// Every counted read has happened.
     Released,
+}
+
+/// A stored value. References pushed by GET point here, not to the slot, so storing
+/// another value at the same index never touches the stack.
+#[derive(Debug)]
+struct Entry {
+    value: Value,
+    depth: u32,
+    stamp: u64,
+    /// References pushed by GET and not yet consumed.
+    outstanding: u32,
+    /// Whether a slot still holds this entry.
+    in_slot: bool,
 }
 
 /// Outcome of [`Memo::lookup`].
 pub enum MemoRead {
-    /// The slot holds a value; the read is counted and a reference is outstanding.
+    /// The slot holds a value (this entry); the read is counted and a reference is
+    /// outstanding.
     Full(u32),
     /// More reads than the first pass counted (the input changed between passes).
     Exhausted,
@@ -170,19 +242,19 @@ pub enum MemoRead {
 /// Values of referenced indices, plus the count of distinct indices ever stored (MEMOIZE
 /// stores at that count, as Python's `len(memo)`).
 ///
-/// A GET does not copy the value: the stack holds a reference to the slot until the
-/// value is consumed ([`Memo::consume`] or [`Memo::consumed`]), and only then is the read
-/// counted, so a slot is never released while a reference to it waits on the stack.
+/// A GET does not copy the value: the stack holds a reference to the entry until the
+/// value is consumed ([`Memo::consume`] or [`Memo::consumed`]); an entry is dropped when
+/// no slot holds it and no reference waits for it.
 pub struct Memo {
     refs: MemoReferences,
     slots: Vec<Slot>,
     /// Reads left per slot, counted at GET; `MANY` never runs out.
     remaining: Vec<u8>,
-    /// References pushed by GET and not yet consumed, per slot. A value is dropped when
-    /// no read is left and no reference is outstanding.
-    outstanding: Vec<u32>,
+    entries: Vec<Entry>,
+    free: Vec<u32>,
     stored: IndexSet,
     stored_count: u64,
+    store_ops: u64,
     stamps: u64,
 }
 
@@ -190,14 +262,15 @@ impl Memo {
     pub fn new(refs: MemoReferences) -> Self {
         let slots = vec![Slot::Empty; refs.len()];
         let remaining = refs.reads.clone();
-        let outstanding = vec![0; refs.len()];
         Memo {
             refs,
             slots,
             remaining,
-            outstanding,
+            entries: Vec::new(),
+            free: Vec::new(),
             stored: IndexSet::default(),
             stored_count: 0,
+            store_ops: 0,
             stamps: 0,
         }
     }
@@ -210,15 +283,11 @@ impl Memo {
     /// Records a store at `index`; returns the slot when the value must be kept.
     #[inline]
     pub fn store_slot(&mut self, index: u64) -> Option<usize> {
-        if self.stored.insert(index) {
+        self.store_ops += 1;
+        if self.stored.insert(index, self.store_ops + 1) {
             self.stored_count += 1;
         }
         self.refs.slot(index)
-    }
-
-    /// Whether a slot holds a value (which references on the stack may point to).
-    pub fn is_full(&self, slot: usize) -> bool {
-        matches!(self.slots[slot], Slot::Full(..))
     }
 
     /// Stack position of the open container a slot waits for, if any.
@@ -229,14 +298,48 @@ impl Memo {
         }
     }
 
+    fn detach(&mut self, slot: usize) {
+        if let Slot::Full(e) = self.slots[slot] {
+            let entry = &mut self.entries[e as usize];
+            entry.in_slot = false;
+            if entry.outstanding == 0 {
+                self.release(e);
+            }
+        }
+    }
+
+    fn release(&mut self, e: u32) {
+        self.entries[e as usize].value = Value::None;
+        self.free.push(e);
+    }
+
     pub fn set_pending(&mut self, slot: usize, pos: usize) {
+        self.detach(slot);
         self.slots[slot] = Slot::Pending(pos);
     }
 
     #[inline]
     pub fn set(&mut self, slot: usize, value: Value, depth: u32) {
+        self.detach(slot);
         self.stamps += 1;
-        self.slots[slot] = Slot::Full(value, depth, self.stamps);
+        let entry = Entry {
+            value,
+            depth,
+            stamp: self.stamps,
+            outstanding: 0,
+            in_slot: true,
+        };
+        let e = match self.free.pop() {
+            Some(e) => {
+                self.entries[e as usize] = entry;
+                e
+            }
+            None => {
+                self.entries.push(entry);
+                (self.entries.len() - 1) as u32
+            }
+        };
+        self.slots[slot] = Slot::Full(e);
     }
 
     /// A GET: counts the read and, for a value, records an outstanding reference.
@@ -245,46 +348,50 @@ impl Memo {
         let Some(slot) = self.refs.slot(index) else {
             return MemoRead::Missing;
         };
-        match &self.slots[slot] {
-            Slot::Full(..) => {
+        match self.slots[slot] {
+            Slot::Full(e) => {
                 match self.remaining[slot] {
                     MANY => {}
                     0 => return MemoRead::Exhausted,
+                    1 => {
+                        self.remaining[slot] = 0;
+                        self.slots[slot] = Slot::Released;
+                        self.entries[e as usize].in_slot = false;
+                    }
                     n => self.remaining[slot] = n - 1,
                 }
-                self.outstanding[slot] += 1;
-                MemoRead::Full(slot as u32)
+                self.entries[e as usize].outstanding += 1;
+                MemoRead::Full(e)
             }
-            Slot::Pending(pos) => MemoRead::Pending(*pos),
+            Slot::Pending(pos) => MemoRead::Pending(pos),
+            Slot::Released if self.remaining[slot] == 0 => MemoRead::Exhausted,
             Slot::Empty | Slot::Released => MemoRead::Missing,
         }
     }
 
-    /// The value of a full slot with its depth and stamp.
+    /// The value of an entry a reference points to, with its depth and stamp.
     #[inline]
-    pub fn peek(&self, slot: u32) -> (&Value, u32, u64) {
-        match &self.slots[slot as usize] {
-            Slot::Full(v, d, stamp) => (v, *d, *stamp),
-            _ => unreachable!("references on the stack point to full slots"),
+    pub fn peek(&self, e: u32) -> (&Value, u32, u64) {
+        let entry = &self.entries[e as usize];
+        (&entry.value, entry.depth, entry.stamp)
+    }
+
+    /// Ends one outstanding reference, dropping the value after the last one.
+    #[inline]
+    pub fn consumed(&mut self, e: u32) {
+        let entry = &mut self.entries[e as usize];
+        entry.outstanding -= 1;
+        if entry.outstanding == 0 && !entry.in_slot {
+            self.release(e);
         }
     }
 
-    /// Ends one outstanding reference, releasing the value after the last one.
+    /// A copy of the value (sharing its containers), ending the reference.
     #[inline]
-    pub fn consumed(&mut self, slot: u32) {
-        let slot = slot as usize;
-        self.outstanding[slot] -= 1;
-        if self.outstanding[slot] == 0 && self.remaining[slot] == 0 {
-            self.slots[slot] = Slot::Released;
-        }
-    }
-
-    /// A copy of the value (sharing its containers), counting the read.
-    #[inline]
-    pub fn consume(&mut self, slot: u32) -> (Value, u32) {
-        let (v, d, _) = self.peek(slot);
+    pub fn consume(&mut self, e: u32) -> (Value, u32) {
+        let (v, d, _) = self.peek(e);
         let out = (v.clone(), d);
-        self.consumed(slot);
+        self.consumed(e);
         out
     }
 }

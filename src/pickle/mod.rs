@@ -14,9 +14,13 @@ mod ops;
 mod value;
 mod vm;
 
-pub use memo::{MemoReferences, scan_references};
+pub use memo::{MemoReferences, scan_references, scan_slice};
+pub use ops::MAX_STREAM_ARGUMENT;
 pub use value::{ListId, Value};
-pub use vm::{Builder, MAX_DEPTH, MAX_OPEN, ParseInfo, PlainBuilder, SharedKey, parse_with};
+pub use vm::{
+    Builder, HELD_VALUES_FLOOR, MAX_DECIMAL_DIGITS, MAX_DEPTH, ParseInfo, PlainBuilder, SharedKey,
+    parse_slice, parse_with,
+};
 
 /// Why a pickle could not be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -39,6 +43,19 @@ pub enum Error {
         limit: u64,
         what: &'static str,
     },
+    #[error(
+        "byte {offset}: an argument of {bytes} bytes ({what}); at most {limit} bytes are read for one opcode from a stream (compressed or piped input)"
+    )]
+    TooLarge {
+        offset: u64,
+        bytes: u64,
+        limit: u64,
+        what: &'static str,
+    },
+    #[error(
+        "byte {offset}: {values} values held at once after {offset} bytes; a memory snapshot never needs that many (refusing a memory bomb)"
+    )]
+    TooManyValues { offset: u64, values: u64 },
     #[error("byte {offset}: {message}")]
     Invalid { offset: u64, message: String },
     #[error("byte {offset}: read error: {message}")]
@@ -47,6 +64,6 @@ pub enum Error {
 
 /// Reads a whole pickle held in memory (both passes over the same bytes).
 pub fn parse_bytes(bytes: &[u8]) -> Result<(Value, ParseInfo), Error> {
-    let refs = scan_references(bytes)?;
-    parse_with(bytes, refs, &mut PlainBuilder)
+    let refs = scan_slice(bytes)?;
+    parse_slice(bytes, refs, &mut PlainBuilder)
 }

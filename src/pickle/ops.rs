@@ -8,8 +8,142 @@ use std::io::Read;
 
 const INITIAL_BUFFER: usize = 1 << 20;
 
-/// A forward-only byte source with arbitrary lookahead and absolute offsets.
-pub struct Input<R> {
+/// Most bytes one opcode argument may take when reading from a stream (compressed or
+/// piped input), where the window must hold it: no memory snapshot has a string or an
+/// integer anywhere near this, and a decompression bomb is stopped before it costs
+/// more. Input held in memory has no such limit (its arguments are slices of it).
+pub const MAX_STREAM_ARGUMENT: usize = 256 << 20;
+
+/// A forward-only byte source with lookahead and absolute offsets: a slice held in
+/// memory (the window is all of it) or a stream read through a growing window.
+pub trait Input {
+    /// Unread bytes available now (may be fewer than an opcode needs).
+    fn window(&self) -> &[u8];
+    /// Marks `n` bytes of the window as read.
+    fn advance(&mut self, n: usize);
+    /// Makes at least `n` bytes available; false at end of input.
+    fn fill(&mut self, n: usize, what: &'static str) -> Result<bool, Error>;
+    /// Absolute offset of the next unread byte.
+    fn offset(&self) -> u64;
+
+    #[inline]
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&[u8], Error> {
+        if self.window().len() < n && !self.fill(n, what)? {
+            return Err(Error::Truncated {
+                offset: self.offset(),
+                needed: n as u64,
+                what,
+            });
+        }
+        self.advance(n);
+        Ok(self.taken(n))
+    }
+
+    /// The `n` bytes just passed by [`Input::advance`].
+    fn taken(&self, n: usize) -> &[u8];
+
+    #[inline]
+    fn byte(&mut self, what: &'static str) -> Result<u8, Error> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    /// A length-prefixed payload whose length came from the file: refuse lengths that
+    /// cannot be a size on this machine, then read (a stream's window grows only as
+    /// data arrives).
+    fn take_len(&mut self, len: u64, what: &'static str) -> Result<&[u8], Error> {
+        let n = usize::try_from(len).map_err(|_| Error::Truncated {
+            offset: self.offset(),
+            needed: len,
+            what,
+        })?;
+        self.take(n, what)
+    }
+
+    /// A newline-terminated line (protocol 0 text arguments), without the newline.
+    fn line(&mut self, what: &'static str) -> Result<&[u8], Error> {
+        let mut scanned = 0;
+        loop {
+            if let Some(i) = self.window()[scanned..].iter().position(|&b| b == b'\n') {
+                let len = scanned + i;
+                self.advance(len + 1);
+                let line = self.taken(len + 1);
+                return Ok(&line[..len]);
+            }
+            scanned = self.window().len();
+            if !self.fill(scanned + 1, what)? {
+                return Err(Error::Truncated {
+                    offset: self.offset(),
+                    needed: 1,
+                    what,
+                });
+            }
+        }
+    }
+
+    /// Reads to the end of the input, counting the bytes and whether any is not NUL.
+    fn drain(&mut self) -> Result<(u64, bool), Error> {
+        let mut bytes = 0u64;
+        let mut nonzero = false;
+        loop {
+            let w = self.window();
+            let n = w.len();
+            if n == 0 {
+                if !self.fill(1, "the rest of the input")? {
+                    return Ok((bytes, nonzero));
+                }
+                continue;
+            }
+            nonzero |= w.iter().any(|&b| b != 0);
+            bytes += n as u64;
+            self.advance(n);
+        }
+    }
+}
+
+/// Input held in memory: the window is the whole rest of the slice.
+pub struct SliceInput<'a> {
+    data: &'a [u8],
+    pos: usize,
+    base: u64,
+}
+
+impl<'a> SliceInput<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        SliceInput {
+            data,
+            pos: 0,
+            base: 0,
+        }
+    }
+}
+
+impl Input for SliceInput<'_> {
+    #[inline]
+    fn window(&self) -> &[u8] {
+        &self.data[self.pos..]
+    }
+    #[inline]
+    fn advance(&mut self, n: usize) {
+        self.pos += n;
+    }
+    #[inline]
+    fn fill(&mut self, n: usize, _what: &'static str) -> Result<bool, Error> {
+        Ok(self.data.len() - self.pos >= n)
+    }
+    #[inline]
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+    #[inline]
+    fn taken(&self, n: usize) -> &[u8] {
+        &self.data[self.pos - n..self.pos]
+    }
+}
+
+/// A stream read through a window that only grows as real bytes arrive, so a length
+/// field in a hostile file can never make us allocate more than the stream holds (and
+/// never more than [`MAX_STREAM_ARGUMENT`] for one opcode).
+pub struct ReadInput<R> {
     inner: R,
     buf: Vec<u8>,
     pos: usize,
@@ -19,9 +153,9 @@ pub struct Input<R> {
     eof: bool,
 }
 
-impl<R: Read> Input<R> {
+impl<R: Read> ReadInput<R> {
     pub fn new(inner: R) -> Self {
-        Input {
+        ReadInput {
             inner,
             buf: vec![0; INITIAL_BUFFER],
             pos: 0,
@@ -30,16 +164,35 @@ impl<R: Read> Input<R> {
             eof: false,
         }
     }
+}
 
-    /// Absolute offset of the next unread byte.
+impl<R: Read> Input for ReadInput<R> {
     #[inline]
-    pub fn offset(&self) -> u64 {
+    fn window(&self) -> &[u8] {
+        &self.buf[self.pos..self.end]
+    }
+    #[inline]
+    fn advance(&mut self, n: usize) {
+        self.pos += n;
+    }
+    #[inline]
+    fn offset(&self) -> u64 {
         self.base + self.pos as u64
     }
+    #[inline]
+    fn taken(&self, n: usize) -> &[u8] {
+        &self.buf[self.pos - n..self.pos]
+    }
 
-    /// Makes at least `n` bytes available, growing the window only as data arrives.
-    /// Returns false at end of input.
-    fn fill(&mut self, n: usize) -> Result<bool, Error> {
+    fn fill(&mut self, n: usize, what: &'static str) -> Result<bool, Error> {
+        if n > MAX_STREAM_ARGUMENT {
+            return Err(Error::TooLarge {
+                offset: self.offset(),
+                bytes: n as u64,
+                limit: MAX_STREAM_ARGUMENT as u64,
+                what,
+            });
+        }
         while self.end - self.pos < n {
             if self.eof {
                 return Ok(false);
@@ -72,66 +225,6 @@ impl<R: Read> Input<R> {
             self.end += read;
         }
         Ok(true)
-    }
-
-    #[inline]
-    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&[u8], Error> {
-        if self.end - self.pos < n && !self.fill(n)? {
-            return Err(Error::Truncated {
-                offset: self.offset(),
-                needed: n as u64,
-                what,
-            });
-        }
-        let start = self.pos;
-        self.pos += n;
-        Ok(&self.buf[start..start + n])
-    }
-
-    /// The unread bytes already in the window (may be fewer than any opcode needs).
-    #[inline]
-    fn window(&self) -> &[u8] {
-        &self.buf[self.pos..self.end]
-    }
-
-    #[inline]
-    pub fn byte(&mut self, what: &'static str) -> Result<u8, Error> {
-        Ok(self.take(1, what)?[0])
-    }
-
-    /// A length-prefixed payload whose length came from the file: refuse lengths that
-    /// cannot be a size on this machine, then read (the window grows only as data arrives).
-    pub fn take_len(&mut self, len: u64, what: &'static str) -> Result<&[u8], Error> {
-        let n = usize::try_from(len).map_err(|_| Error::Truncated {
-            offset: self.offset(),
-            needed: len,
-            what,
-        })?;
-        self.take(n, what)
-    }
-
-    /// A newline-terminated line (protocol 0 text arguments), without the newline.
-    pub fn line(&mut self, what: &'static str) -> Result<&[u8], Error> {
-        let mut scanned = 0;
-        loop {
-            if let Some(i) = self.buf[self.pos + scanned..self.end]
-                .iter()
-                .position(|&b| b == b'\n')
-            {
-                let start = self.pos;
-                let stop = self.pos + scanned + i;
-                self.pos = stop + 1;
-                return Ok(&self.buf[start..stop]);
-            }
-            scanned = self.end - self.pos;
-            if !self.fill(scanned + 1)? {
-                return Err(Error::Truncated {
-                    offset: self.offset(),
-                    needed: 1,
-                    what,
-                });
-            }
-        }
     }
 }
 
@@ -217,7 +310,7 @@ fn u64_le(b: &[u8]) -> u64 {
 
 /// Decodes the next opcode. `start` receives the opcode's own offset for error messages.
 #[inline]
-pub fn next_op<'a, R: Read>(input: &'a mut Input<R>, start: &mut u64) -> Result<Op<'a>, Error> {
+pub fn next_op<'a, I: Input>(input: &'a mut I, start: &mut u64) -> Result<Op<'a>, Error> {
     *start = input.offset();
     // Fast path for the opcodes that make up nearly all of a snapshot, when the window
     // already holds the opcode and its fixed-size argument.
@@ -243,7 +336,7 @@ pub fn next_op<'a, R: Read>(input: &'a mut Input<R>, start: &mut u64) -> Result<
             _ => (Op::Stop, 0),
         };
         if used > 0 {
-            input.pos += used;
+            input.advance(used);
             return Ok(op);
         }
     }

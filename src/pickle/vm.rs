@@ -7,16 +7,39 @@
 //! trace entries and frames lists), so those never exist as a value tree.
 
 use super::memo::{Memo, MemoRead, MemoReferences};
-use super::ops::{Input, Op, next_op, text_index};
+use super::ops::{Input, Op, ReadInput, SliceInput, next_op, text_index};
 use super::value::ListId;
 use super::{Error, Value};
 use std::io::Read;
 use std::rc::Rc;
 
-/// Deepest nesting of containers accepted. Snapshots nest about 6 deep.
+/// Deepest nesting of containers accepted (also the most MARKs open at once, each of
+/// which opens a level). Snapshots nest about 6 deep. Siblings are not limited: PyTorch's
+/// C++ pickler writes a whole trace as one batch.
 pub const MAX_DEPTH: u32 = 1000;
-/// Most containers under construction at once (siblings in a batch count too).
-pub const MAX_OPEN: usize = 100_000;
+/// Most digits of a protocol 0 decimal integer, as Python's
+/// `sys.int_info.default_max_str_digits` (Python refuses longer ones too).
+pub const MAX_DECIMAL_DIGITS: usize = 4300;
+/// Values the reader may hold at once (on its stack, in containers, in the memo) beyond
+/// an eighth of the bytes read so far. Every opcode makes at most one value, and a
+/// snapshot's bulk (trace entries, frames lists) goes to the [`Builder`] as it is read,
+/// so a real file stays far below; a pickle that only piles up values (a decompression
+/// bomb of `None`s in one list) is stopped at a few hundred MB.
+pub const HELD_VALUES_FLOOR: u64 = 1 << 22;
+
+/// Values a value holds, itself included: what the reader counted when it was built.
+/// Containers shared with other places (the memo) count once, where they were built.
+fn weight(v: &Value) -> u64 {
+    match v {
+        Value::List(l) | Value::Tuple(l) | Value::Set(l) if Rc::strong_count(l) == 1 => {
+            1 + l.iter().map(weight).sum::<u64>()
+        }
+        Value::Dict(d) if Rc::strong_count(d) == 1 => {
+            1 + d.iter().map(|(k, v)| weight(k) + weight(v)).sum::<u64>()
+        }
+        _ => 1,
+    }
+}
 
 /// Lets the consumer of a pickle take over list elements as they are appended.
 pub trait Builder {
@@ -36,6 +59,11 @@ pub trait Builder {
     /// The value that stands for a taken-over list once it is complete.
     fn close_list(&mut self, list: ListId, len: u64) -> Value {
         Value::Absorbed { list, len }
+    }
+    /// Told, before elements are appended to a list, how many bytes have been read: a
+    /// builder can size its budgets by it.
+    fn reached(&mut self, offset: u64) {
+        let _ = offset;
     }
 }
 
@@ -64,6 +92,10 @@ pub struct ParseInfo {
     pub protocol: Option<u8>,
     /// Bytes read up to and including STOP.
     pub bytes: u64,
+    /// Bytes after STOP (read to the end, so a compressed stream's checksums are
+    /// verified), and whether any of them is not NUL.
+    pub trailing_bytes: u64,
+    pub trailing_nonzero: bool,
 }
 
 enum Contents {
@@ -91,21 +123,46 @@ enum Kind {
     Set,
 }
 
+/// Shared empty containers: an empty list, dict or set costs no allocation.
+struct Empties {
+    list: Rc<Vec<Value>>,
+    dict: Rc<Vec<(Value, Value)>>,
+}
+
+impl Empties {
+    fn value(&self, kind: Kind) -> Value {
+        match kind {
+            Kind::List => Value::List(self.list.clone()),
+            Kind::Dict => Value::Dict(self.dict.clone()),
+            Kind::Set => Value::Set(self.list.clone()),
+        }
+    }
+}
+
+/// No memo slot waits for an empty container.
+const NO_SLOT: u32 = u32::MAX;
+
 /// Freezes an item into a value, filling the memo slots that wait for it.
 // The boxes themselves are what is reused (stack items hold `Box<Open>`).
 #[allow(clippy::vec_box)]
 fn close_item<B: Builder>(
     item: Item,
     memo: &mut Memo,
-    open_count: &mut usize,
     spare: &mut Vec<Box<Open>>,
+    empties: &Empties,
     builder: &mut B,
 ) -> (Value, u32) {
     match item {
         Item::Val(v, d) => (v, d),
-        Item::Ref(slot) => memo.consume(slot),
+        Item::Ref(e) => memo.consume(e),
+        Item::Empty(kind, slot) => {
+            let value = empties.value(kind);
+            if slot != NO_SLOT {
+                memo.set(slot as usize, value.clone(), 1);
+            }
+            (value, 1)
+        }
         Item::Open(mut o) => {
-            *open_count -= 1;
             let contents = std::mem::replace(&mut o.contents, Contents::List(Vec::new()));
             let value = match contents {
                 Contents::List(items) => {
@@ -134,16 +191,21 @@ fn close_item<B: Builder>(
 enum Item {
     /// A value with its nesting depth.
     Val(Value, u32),
-    /// A memo value read back, not yet consumed (a slot index).
+    /// A memo value read back, not yet consumed (an entry of the memo's value table).
     Ref(u32),
+    /// A container under construction that holds nothing yet, with the memo slot that
+    /// waits for it ([`NO_SLOT`] if none): the common case costs no allocation.
+    Empty(Kind, u32),
     Open(Box<Open>),
 }
 
 struct Machine<'b, B: Builder> {
     stack: Vec<Item>,
+    /// Values made and not handed over or dropped (see [`HELD_VALUES_FLOOR`]).
+    held: u64,
     marks: Vec<usize>,
-    open_count: usize,
     memo: Memo,
+    empties: Empties,
     /// Boxes of finished containers, reused for new ones (stack items hold `Box<Open>`).
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Open>>,
@@ -161,45 +223,57 @@ impl<B: Builder> Machine<'_, B> {
     }
 
     fn push_val(&mut self, v: Value) {
+        self.held += 1;
         self.stack.push(Item::Val(v, 0));
     }
 
-    fn open(&mut self, contents: Contents) -> Result<(), Error> {
-        if self.open_count >= MAX_OPEN {
-            return Err(Error::TooDeep {
-                offset: self.offset,
-                limit: MAX_OPEN as u64,
-                what: "containers under construction at once (nesting too deep)",
-            });
-        }
-        self.open_count += 1;
-        self.next_id += 1;
-        let fresh = Open {
-            contents,
-            depth: 1,
-            memo_slots: Vec::new(),
-            id: ListId(self.next_id),
-            absorbing: None,
-            absorbed: 0,
-        };
-        // Reuse the boxes of finished containers: one allocation less per dict and list.
-        let boxed = match self.spare.pop() {
-            Some(mut b) => {
-                *b = fresh;
-                b
+    fn open(&mut self, kind: Kind) {
+        self.held += 1;
+        self.stack.push(Item::Empty(kind, NO_SLOT));
+    }
+
+    /// The container under construction at stack position `pos`, given a box first if
+    /// it was still empty.
+    fn open_at(&mut self, pos: usize) -> Option<&mut Open> {
+        if let Item::Empty(kind, slot) = self.stack[pos] {
+            self.next_id += 1;
+            let fresh = Open {
+                contents: match kind {
+                    Kind::List => Contents::List(Vec::new()),
+                    Kind::Dict => Contents::Dict(Vec::new()),
+                    Kind::Set => Contents::Set(Vec::new()),
+                },
+                depth: 1,
+                memo_slots: Vec::new(),
+                id: ListId(self.next_id),
+                absorbing: None,
+                absorbed: 0,
+            };
+            // Reuse the boxes of finished containers: one allocation less per container.
+            let mut boxed = match self.spare.pop() {
+                Some(mut b) => {
+                    *b = fresh;
+                    b
+                }
+                None => Box::new(fresh),
+            };
+            if slot != NO_SLOT {
+                boxed.memo_slots.push(slot as usize);
             }
-            None => Box::new(fresh),
-        };
-        self.stack.push(Item::Open(boxed));
-        Ok(())
+            self.stack[pos] = Item::Open(boxed);
+        }
+        match &mut self.stack[pos] {
+            Item::Open(o) => Some(o),
+            _ => None,
+        }
     }
 
     fn close(&mut self, item: Item) -> (Value, u32) {
         close_item(
             item,
             &mut self.memo,
-            &mut self.open_count,
             &mut self.spare,
+            &self.empties,
             self.builder,
         )
     }
@@ -253,6 +327,10 @@ impl<B: Builder> Machine<'_, B> {
         let offset = self.offset;
         let fail = |message: String| Error::Invalid { offset, message };
         let target_ok = match start.checked_sub(1).and_then(|i| self.stack.get(i)) {
+            Some(Item::Empty(k, _)) if *k == kind => Ok(()),
+            Some(Item::Empty(Kind::Dict, _)) => Err(format!("{what} into a dict")),
+            Some(Item::Empty(Kind::List, _)) => Err(format!("{what} into a list")),
+            Some(Item::Empty(Kind::Set, _)) => Err(format!("{what} into a set")),
             Some(Item::Open(o)) => match (&o.contents, kind) {
                 (Contents::List(_), Kind::List)
                 | (Contents::Dict(_), Kind::Dict)
@@ -279,12 +357,17 @@ impl<B: Builder> Machine<'_, B> {
         if kind == Kind::Dict && !count.is_multiple_of(2) {
             return Err(fail(format!("{what} with an odd number of items")));
         }
+        if count == 0 {
+            return Ok(());
+        }
+        self.open_at(start - 1);
         let Machine {
             stack,
             memo,
-            open_count,
             spare,
+            empties,
             builder,
+            held,
             ..
         } = self;
         let (below, above) = stack.split_at_mut(start);
@@ -295,15 +378,16 @@ impl<B: Builder> Machine<'_, B> {
         let mut take = |slot: &mut Item, memo: &mut Memo, builder: &mut B| match slot {
             Item::Val(v, d) => (std::mem::replace(v, Value::None), *d),
             Item::Ref(s) => memo.consume(*s),
-            Item::Open(_) => {
+            Item::Open(_) | Item::Empty(..) => {
                 let item = std::mem::replace(slot, Item::Val(Value::None, 0));
-                close_item(item, memo, open_count, spare, builder)
+                close_item(item, memo, spare, empties, builder)
             }
         };
         match &mut o.contents {
             Contents::List(list) => {
+                builder.reached(offset);
                 for slot in above.iter_mut() {
-                    if let Item::Open(_) = slot {
+                    if let Item::Open(_) | Item::Empty(..) = slot {
                         let (v, d) = take(slot, memo, builder);
                         *slot = Item::Val(v, d);
                     }
@@ -313,7 +397,7 @@ impl<B: Builder> Machine<'_, B> {
                             let a = match slot {
                                 Item::Val(v, _) => builder.wants_list(o.id, v),
                                 Item::Ref(s) => builder.wants_list(o.id, memo.peek(*s).0),
-                                Item::Open(_) => false,
+                                Item::Open(_) | Item::Empty(..) => false,
                             };
                             o.absorbing = Some(a);
                             a
@@ -336,9 +420,11 @@ impl<B: Builder> Machine<'_, B> {
                         builder.absorb_shared(o.id, index, key, v);
                         memo.consumed(*s);
                         *slot = Item::Val(Value::None, 0);
+                        *held = held.saturating_sub(1);
                     } else {
                         let (v, d) = take(slot, memo, builder);
                         depth = depth.max(d + 1);
+                        *held = held.saturating_sub(weight(&v));
                         builder.absorb(o.id, index, v);
                     }
                 }
@@ -372,6 +458,7 @@ impl<B: Builder> Machine<'_, B> {
     fn tuple(&mut self, items: Vec<(Value, u32)>) -> Result<(), Error> {
         let depth = self.check_depth(1 + items.iter().map(|(_, d)| *d).max().unwrap_or(0))?;
         let values = items.into_iter().map(|(v, _)| v).collect();
+        self.held += 1;
         self.stack
             .push(Item::Val(Value::Tuple(Rc::new(values)), depth));
         Ok(())
@@ -385,22 +472,13 @@ impl<B: Builder> Machine<'_, B> {
             return Ok(());
         };
         // Overwriting an index an open container would fill when it closes: it no longer
-        // owns the index (legal, never written by real picklers).
-        if let Some(pos) = self.memo.pending_position(slot)
-            && let Some(Item::Open(o)) = self.stack.get_mut(pos)
-        {
-            o.memo_slots.retain(|&s| s != slot);
-        }
-        // Overwriting a value that references on the stack still point to: give those
-        // references their values first.
-        if self.memo.is_full(slot) {
-            for i in 0..self.stack.len() {
-                if let Item::Ref(r) = self.stack[i]
-                    && r as usize == slot
-                {
-                    let (v, d) = self.memo.consume(r);
-                    self.stack[i] = Item::Val(v, d);
-                }
+        // owns the index (legal, never written by real picklers). References already on
+        // the stack keep the value they read: they point to the memo's value table.
+        if let Some(pos) = self.memo.pending_position(slot) {
+            match self.stack.get_mut(pos) {
+                Some(Item::Open(o)) => o.memo_slots.retain(|&s| s != slot),
+                Some(Item::Empty(_, s)) if *s as usize == slot => *s = NO_SLOT,
+                _ => {}
             }
         }
         self.materialize_top();
@@ -410,8 +488,14 @@ impl<B: Builder> Machine<'_, B> {
                 let (v, d) = (v.clone(), *d);
                 self.memo.set(slot, v, d);
             }
-            Item::Open(o) => {
-                o.memo_slots.push(slot);
+            Item::Empty(_, s) if *s == NO_SLOT && slot < NO_SLOT as usize => {
+                *s = slot as u32;
+                self.memo.set_pending(slot, pos);
+            }
+            Item::Empty(..) | Item::Open(_) => {
+                if let Some(o) = self.open_at(pos) {
+                    o.memo_slots.push(slot);
+                }
                 self.memo.set_pending(slot, pos);
             }
             Item::Ref(_) => unreachable!("materialized above"),
@@ -422,6 +506,7 @@ impl<B: Builder> Machine<'_, B> {
     fn memo_get(&mut self, index: u64) -> Result<(), Error> {
         match self.memo.lookup(index) {
             MemoRead::Full(slot) => {
+                self.held += 1;
                 self.stack.push(Item::Ref(slot));
                 Ok(())
             }
@@ -434,7 +519,7 @@ impl<B: Builder> Machine<'_, B> {
                 // consumed yet (a frames list read again further down the same dict).
                 // Reading it while it still receives a batch would be a cycle.
                 // A real cycle fails later, when the frozen container is filled again.
-                if !matches!(self.stack.get(pos), Some(Item::Open(_))) {
+                if !matches!(self.stack.get(pos), Some(Item::Open(_) | Item::Empty(..))) {
                     return Err(self.err(format!(
                         "memo reference {index} to a container that is still being filled; \
                          recursive structures are not snapshot data"
@@ -473,6 +558,15 @@ fn text_int(arg: &[u8], offset: u64) -> Result<Value, Error> {
     }
     if let Ok(i) = s.parse::<i128>() {
         return Ok(Value::from_le_signed(&i.to_le_bytes()));
+    }
+    let digits = s.trim_start_matches(['-', '+']).len();
+    if digits > MAX_DECIMAL_DIGITS {
+        return Err(Error::Invalid {
+            offset,
+            message: format!(
+                "a decimal integer of {digits} digits; Python reads at most {MAX_DECIMAL_DIGITS} (sys.int_info.default_max_str_digits)"
+            ),
+        });
     }
     decimal_to_le(s).ok_or_else(|| Error::Invalid {
         offset,
@@ -594,12 +688,32 @@ pub fn parse_with<R: Read, B: Builder>(
     refs: MemoReferences,
     builder: &mut B,
 ) -> Result<(Value, ParseInfo), Error> {
-    let mut input = Input::new(reader);
+    parse_input(&mut ReadInput::new(reader), refs, builder)
+}
+
+/// [`parse_with`] over bytes held in memory.
+pub fn parse_slice<B: Builder>(
+    bytes: &[u8],
+    refs: MemoReferences,
+    builder: &mut B,
+) -> Result<(Value, ParseInfo), Error> {
+    parse_input(&mut SliceInput::new(bytes), refs, builder)
+}
+
+fn parse_input<I: Input, B: Builder>(
+    input: &mut I,
+    refs: MemoReferences,
+    builder: &mut B,
+) -> Result<(Value, ParseInfo), Error> {
     let mut m = Machine {
         stack: Vec::new(),
+        held: 0,
         marks: Vec::new(),
-        open_count: 0,
         memo: Memo::new(refs),
+        empties: Empties {
+            list: Rc::new(Vec::new()),
+            dict: Rc::new(Vec::new()),
+        },
         spare: Vec::new(),
         builder,
         next_id: 0,
@@ -607,7 +721,13 @@ pub fn parse_with<R: Read, B: Builder>(
     };
     let mut info = ParseInfo::default();
     loop {
-        let op = next_op(&mut input, &mut m.offset)?;
+        if m.held > HELD_VALUES_FLOOR + (m.offset >> 3) {
+            return Err(Error::TooManyValues {
+                offset: m.offset,
+                values: m.held,
+            });
+        }
+        let op = next_op(input, &mut m.offset)?;
         match op {
             Op::Proto(p) => {
                 if p > 5 {
@@ -619,11 +739,23 @@ pub fn parse_with<R: Read, B: Builder>(
             Op::Stop => {
                 let (root, _) = m.pop("STOP")?;
                 info.bytes = input.offset();
+                drop(m);
+                (info.trailing_bytes, info.trailing_nonzero) = input.drain()?;
                 return Ok((root, info));
             }
-            Op::Mark => m.marks.push(m.stack.len()),
+            Op::Mark => {
+                if m.marks.len() >= MAX_DEPTH as usize {
+                    return Err(Error::TooDeep {
+                        offset: m.offset,
+                        limit: MAX_DEPTH as u64,
+                        what: "levels of nesting (MARKs open at once)",
+                    });
+                }
+                m.marks.push(m.stack.len())
+            }
             Op::Pop => {
-                m.pop("POP")?;
+                let (v, _) = m.pop("POP")?;
+                m.held = m.held.saturating_sub(weight(&v));
             }
             Op::PopMark => {
                 m.pop_mark("POP_MARK")?;
@@ -633,9 +765,10 @@ pub fn parse_with<R: Read, B: Builder>(
                 match m.stack.last() {
                     Some(Item::Val(v, d)) => {
                         let item = Item::Val(v.clone(), *d);
+                        m.held += 1;
                         m.stack.push(item);
                     }
-                    Some(Item::Open(_)) => {
+                    Some(Item::Open(_) | Item::Empty(..)) => {
                         return Err(m.err("DUP of a container still being built is not supported"));
                     }
                     Some(Item::Ref(_)) => unreachable!("materialized above"),
@@ -681,18 +814,18 @@ pub fn parse_with<R: Read, B: Builder>(
                 let b: Rc<[u8]> = Rc::from(bytes);
                 m.push_val(Value::Bytes(b));
             }
-            Op::EmptyList => m.open(Contents::List(Vec::new()))?,
-            Op::EmptyDict => m.open(Contents::Dict(Vec::new()))?,
-            Op::EmptySet => m.open(Contents::Set(Vec::new()))?,
+            Op::EmptyList => m.open(Kind::List),
+            Op::EmptyDict => m.open(Kind::Dict),
+            Op::EmptySet => m.open(Kind::Set),
             Op::EmptyTuple => m.push_val(Value::Tuple(Rc::new(Vec::new()))),
             Op::List | Op::Dict => {
                 // Build the container under its items, then fill it as APPENDS would.
-                let (what, kind, contents) = match op {
-                    Op::List => ("LIST", Kind::List, Contents::List(Vec::new())),
-                    _ => ("DICT", Kind::Dict, Contents::Dict(Vec::new())),
+                let (what, kind) = match op {
+                    Op::List => ("LIST", Kind::List),
+                    _ => ("DICT", Kind::Dict),
                 };
                 let mark = m.take_mark(what)?;
-                m.open(contents)?;
+                m.open(kind);
                 let made = m.stack.pop().expect("just pushed");
                 m.stack.insert(mark, made);
                 m.fill(mark + 1, kind, what)?;
@@ -701,6 +834,7 @@ pub fn parse_with<R: Read, B: Builder>(
                 let items = m.pop_mark("FROZENSET")?;
                 let depth = m.check_depth(1 + items.iter().map(|(_, d)| *d).max().unwrap_or(0))?;
                 let values = items.into_iter().map(|(v, _)| v).collect();
+                m.held += 1;
                 m.stack.push(Item::Val(Value::Set(Rc::new(values)), depth));
             }
             Op::Tuple => {

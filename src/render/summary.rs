@@ -225,7 +225,7 @@ fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Res
                 "event {}: requested {}, device had {} free{when}",
                 o.index,
                 bytes(o.size),
-                bytes(o.device_free)
+                o.device_free.map_or("an unknown amount".into(), bytes)
             )),
         )?;
     }
