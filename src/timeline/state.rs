@@ -47,21 +47,28 @@ impl StateSegment {
 }
 
 /// Segments of a device just after event `at` (None: before the first event), sorted by
-/// pool, stream and address.
+/// pool, stream and address. One backward pass; segments kept by address, so each undo
+/// is a logarithmic lookup.
 pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<StateSegment> {
-    let mut segments: Vec<StateSegment> = snap
+    use std::collections::BTreeMap;
+    let mut segments: BTreeMap<u64, StateSegment> = snap
         .segments_of(device)
-        .map(|s| StateSegment {
-            addr: s.address,
-            size: s.total_size,
-            stream: s.stream,
-            pool_id: s.pool_id,
-            expandable: s.is_expandable,
-            blocks: Vec::new(),
+        .map(|s| {
+            (
+                s.address,
+                StateSegment {
+                    addr: s.address,
+                    size: s.total_size,
+                    stream: s.stream,
+                    pool_id: s.pool_id,
+                    expandable: s.is_expandable,
+                    blocks: Vec::new(),
+                },
+            )
         })
         .collect();
     // Live blocks by address; placed into segments at the end.
-    let mut blocks: std::collections::BTreeMap<u64, StateBlock> = snap
+    let mut blocks: BTreeMap<u64, StateBlock> = snap
         .segments_of(device)
         .flat_map(|s| s.blocks.iter())
         .filter(|b| {
@@ -110,18 +117,21 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
                 Action::Alloc => {
                     blocks.remove(&e.addr);
                 }
-                Action::SegmentFree => segments.push(StateSegment {
-                    addr: e.addr,
-                    size: e.size,
-                    stream: e.stream,
-                    pool_id: None,
-                    expandable: false,
-                    blocks: Vec::new(),
-                }),
+                Action::SegmentFree => {
+                    segments.insert(
+                        e.addr,
+                        StateSegment {
+                            addr: e.addr,
+                            size: e.size,
+                            stream: e.stream,
+                            pool_id: None,
+                            expandable: false,
+                            blocks: Vec::new(),
+                        },
+                    );
+                }
                 Action::SegmentAlloc => {
-                    if let Some(p) = segments.iter().position(|s| s.addr == e.addr) {
-                        segments.remove(p);
-                    }
+                    segments.remove(&e.addr);
                 }
                 Action::SegmentUnmap => unmap_undo(&mut segments, e.addr, e.size, e.stream),
                 Action::SegmentMap => map_undo(&mut segments, e.addr, e.size),
@@ -129,79 +139,105 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
             }
         }
     }
-    segments.sort_by_key(|s| s.addr);
     // Pools of segments that came back from the trace: the final segment's pool at the
     // same address, if any.
-    for s in segments.iter_mut().filter(|s| s.pool_id.is_none()) {
-        s.pool_id = snap
-            .segments_of(device)
-            .find(|f| f.address <= s.addr && s.addr < f.address + f.total_size)
-            .and_then(|f| f.pool_id);
+    let mut finals: Vec<(u64, u64, Option<(i64, i64)>)> = snap
+        .segments_of(device)
+        .map(|f| (f.address, f.total_size, f.pool_id))
+        .collect();
+    finals.sort_unstable();
+    for s in segments.values_mut().filter(|s| s.pool_id.is_none()) {
+        let i = finals.partition_point(|f| f.0 <= s.addr);
+        s.pool_id = i
+            .checked_sub(1)
+            .map(|i| finals[i])
+            .filter(|f| s.addr < f.0.saturating_add(f.1))
+            .and_then(|f| f.2);
     }
     for b in blocks.into_values() {
-        let i = segments.partition_point(|s| s.addr <= b.addr);
-        if let Some(s) = i.checked_sub(1).map(|i| &mut segments[i])
+        if let Some((_, s)) = segments.range_mut(..=b.addr).next_back()
             && b.addr < s.addr.saturating_add(s.size)
         {
             s.blocks.push(b);
         }
     }
-    segments.sort_by_key(|s| (s.pool_id, s.stream, s.addr));
-    segments
+    let mut out: Vec<StateSegment> = segments.into_values().collect();
+    out.sort_by_key(|s| (s.pool_id, s.stream, s.addr));
+    out
 }
 
 /// Undoing an unmap maps the range again, joined to address-adjacent segments of the
 /// same stream (expandable segments grow and shrink in place).
-fn unmap_undo(segments: &mut Vec<StateSegment>, addr: u64, size: u64, stream: u64) {
+fn unmap_undo(
+    segments: &mut std::collections::BTreeMap<u64, StateSegment>,
+    addr: u64,
+    size: u64,
+    stream: u64,
+) {
     let end = addr.saturating_add(size);
     let mut start = addr;
     let mut stop = end;
     let mut pool = None;
-    segments.retain(|s| {
-        let s_end = s.addr.saturating_add(s.size);
-        if s.stream == stream && (s_end == addr || s.addr == end) {
-            start = start.min(s.addr);
-            stop = stop.max(s_end);
-            pool = pool.or(s.pool_id);
-            false
-        } else {
-            true
-        }
-    });
-    segments.push(StateSegment {
-        addr: start,
-        size: stop - start,
-        stream,
-        pool_id: pool,
-        expandable: true,
-        blocks: Vec::new(),
-    });
+    // The segment ending where the range starts.
+    if let Some((&k, s)) = segments.range(..addr).next_back()
+        && s.stream == stream
+        && s.addr.saturating_add(s.size) == addr
+    {
+        let s = segments.remove(&k).expect("present");
+        start = s.addr;
+        pool = pool.or(s.pool_id);
+    }
+    // The segment starting where the range ends.
+    if let Some(s) = segments.get(&end)
+        && s.stream == stream
+    {
+        let s = segments.remove(&end).expect("present");
+        stop = s.addr.saturating_add(s.size);
+        pool = pool.or(s.pool_id);
+    }
+    segments.insert(
+        start,
+        StateSegment {
+            addr: start,
+            size: stop - start,
+            stream,
+            pool_id: pool,
+            expandable: true,
+            blocks: Vec::new(),
+        },
+    );
 }
 
 /// Undoing a map cuts the range out of the segment that holds it.
-fn map_undo(segments: &mut Vec<StateSegment>, addr: u64, size: u64) {
+fn map_undo(segments: &mut std::collections::BTreeMap<u64, StateSegment>, addr: u64, size: u64) {
     let end = addr.saturating_add(size);
-    let Some(p) = segments
-        .iter()
-        .position(|s| s.addr <= addr && end <= s.addr.saturating_add(s.size))
-    else {
+    let Some((&k, s)) = segments.range(..=addr).next_back() else {
         return;
     };
-    let s = segments.remove(p);
+    if end > s.addr.saturating_add(s.size) {
+        return;
+    }
+    let s = segments.remove(&k).expect("present");
     let s_end = s.addr + s.size;
     if s.addr < addr {
-        segments.push(StateSegment {
-            size: addr - s.addr,
-            blocks: Vec::new(),
-            ..s.clone()
-        });
+        segments.insert(
+            s.addr,
+            StateSegment {
+                size: addr - s.addr,
+                blocks: Vec::new(),
+                ..s.clone()
+            },
+        );
     }
     if end < s_end {
-        segments.push(StateSegment {
-            addr: end,
-            size: s_end - end,
-            blocks: Vec::new(),
-            ..s
-        });
+        segments.insert(
+            end,
+            StateSegment {
+                addr: end,
+                size: s_end - end,
+                blocks: Vec::new(),
+                ..s
+            },
+        );
     }
 }
