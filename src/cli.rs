@@ -223,9 +223,16 @@ pub struct SegmentsArgs {
     /// Device (default: the one with the longest trace).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
-    /// The moment: end (default), peak, oom, event:N or time:T (Unix microseconds).
+    /// The moment: end (default), peak, oom, event:N, or time:T (a UTC date-time as
+    /// printed, +1.5s after the first event, or Unix microseconds).
     #[arg(long, value_name = "MOMENT")]
     pub at: Option<String>,
+    /// How blocks are coloured: by the callsite (default), category, stack or file of the
+    /// allocation that made them.
+    #[arg(long, default_value = "callsite", value_name = "KEY")]
+    pub by: String,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

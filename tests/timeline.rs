@@ -861,7 +861,26 @@ fn segments_at_the_peak_add_up_to_reserved() {
         .unwrap();
     let seg: serde_json::Value = serde_json::from_slice(&seg.stdout).unwrap();
     let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
-    assert_eq!(seg["event"], live["moment"]["event"]);
+    assert_eq!(seg["moment"]["event"], live["moment"]["event"]);
+    // Every live block belongs to a group; the groups' bytes add up to the blocks'.
+    let blocks: Vec<&serde_json::Value> = seg["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["blocks"].as_array().unwrap().iter())
+        .collect();
+    assert!(blocks.iter().all(|b| b["group"].is_u64()));
+    let in_groups: u64 = seg["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["bytes"].as_u64().unwrap())
+        .sum();
+    let in_blocks: u64 = blocks
+        .iter()
+        .map(|b| b["size_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(in_groups, in_blocks);
     let reserved: u64 = seg["segments"]
         .as_array()
         .unwrap()
@@ -889,7 +908,9 @@ fn segments_svg_of_the_sample() {
         .assert()
         .success();
     let svg = std::fs::read_to_string(&out).unwrap();
-    assert!(svg.contains("allocator state after event 71"));
+    assert!(svg.contains("allocator state at the peak (after event 71"));
+    // Blocks are coloured by call site, with a legend: the peak's largest call site.
+    assert!(svg.contains("model.py:192 in forward"));
     assert!(svg.contains("reserved 476.0 MiB"));
     assert!(svg.contains(r#"data-bytes="206045184""#) || svg.contains("196.5 MiB requested"));
     assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));

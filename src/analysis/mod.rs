@@ -11,6 +11,7 @@ pub mod live;
 pub mod moment;
 pub mod oom;
 pub mod reconcile;
+pub mod segment_map;
 pub mod summary;
 pub mod timeline_report;
 pub mod timeline_view;

@@ -7,6 +7,7 @@ pub mod names;
 pub mod oom;
 pub mod reconcile;
 pub mod segments_svg;
+pub mod segments_text;
 pub mod summary;
 pub mod svg;
 pub mod terminal;

@@ -1,31 +1,34 @@
 //! The allocator's state at one moment as SVG: one row per segment, grouped by pool and
-//! stream, blocks drawn to scale inside, pending frees and rounding waste marked, free
-//! holes labelled with their size. Every shape has a tooltip.
+//! stream, blocks drawn to scale inside and coloured by the group of the allocation that
+//! made them (with a legend), frees waiting on other streams, rounding waste and free
+//! holes in colours no group uses, holes labelled with their size. Every shape has a
+//! tooltip.
 
-use super::svg::{Svg, color};
-use crate::analysis::frames::{headline_frame, user_frames};
-use crate::model::FrameTable;
-use crate::timeline::state::StateSegment;
+use super::names::{device_line, group_display, moment_text, tiny_frame};
+use super::svg::{PALETTE, Svg, category_color};
+use crate::analysis::device::DeviceChoice;
+use crate::analysis::segment_map::{MapSegment, SegmentMap};
 use crate::units::bytes;
 use std::io::{self, Write};
 
 const WIDTH: f64 = 1280.0;
 const LABEL: f64 = 230.0;
+const LEGEND: f64 = 300.0;
 const RIGHT: f64 = 20.0;
 const ROW: f64 = 16.0;
 const GAP: f64 = 5.0;
 const HEADING: f64 = 24.0;
 /// Rows drawn at most; the rest are counted in a note.
 pub const MAX_ROWS: usize = 3000;
+/// Groups with a colour of their own; the rest share one.
+const COLOURED: usize = 19;
 
-pub struct SegmentsTitle<'a> {
-    pub path: &'a str,
-    pub device: i64,
-    /// "after event N" or "at the end" ...
-    pub moment: String,
-}
+const PENDING: &str = "#f0a030";
+const WASTE: &str = "#555555";
+const FREE: &str = "#eeeeee";
+const OTHER: &str = "#b8b8b8";
 
-fn group_name(s: &StateSegment) -> String {
+fn group_name(s: &MapSegment) -> String {
     let pool = match s.pool_id {
         None => "pool unknown".to_string(),
         Some((0, 0)) => "default pool".to_string(),
@@ -39,88 +42,148 @@ fn group_name(s: &StateSegment) -> String {
     format!("{pool}, {stream}")
 }
 
+fn group_fill(map: &SegmentMap, g: usize) -> &'static str {
+    let group = &map.groups[g];
+    if group.kind == "category"
+        && let Some(c) = category_color(&group.name)
+    {
+        return c;
+    }
+    if g < COLOURED {
+        PALETTE[g % PALETTE.len()]
+    } else {
+        OTHER
+    }
+}
+
 pub fn write_segments_svg(
     out: &mut dyn Write,
-    segments: &[StateSegment],
-    frames: &FrameTable,
-    title: &SegmentsTitle,
+    map: &SegmentMap,
+    choice: &DeviceChoice,
 ) -> io::Result<()> {
+    let segments = &map.segments;
     let shown = &segments[..segments.len().min(MAX_ROWS)];
-    let groups = shown
+    let pools = shown
         .windows(2)
         .filter(|w| group_name(&w[0]) != group_name(&w[1]))
         .count()
         + usize::from(!shown.is_empty());
-    let height = 90.0 + groups as f64 * HEADING + shown.len() as f64 * (ROW + GAP) + 30.0;
-    let largest = segments.iter().map(|s| s.size).max().unwrap_or(1).max(1) as f64;
-    let scale = (WIDTH - LABEL - RIGHT) / largest;
+    let legend_rows = map.groups.len().min(COLOURED + 1) + 4;
+    let height = (90.0 + pools as f64 * HEADING + shown.len() as f64 * (ROW + GAP) + 30.0)
+        .max(110.0 + legend_rows as f64 * 16.0);
+    let largest = segments
+        .iter()
+        .map(|s| s.size_bytes)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let scale = (WIDTH - LABEL - LEGEND - RIGHT) / largest;
     let mut svg = Svg { out };
     let heading = format!(
-        "{}: device {}, allocator state {}",
-        title.path, title.device, title.moment
+        "{}, allocator state {}",
+        device_line(choice),
+        moment_text(&map.moment)
     );
-    svg.begin(WIDTH, height, &format!("vramlens segments of {heading}"))?;
+    svg.begin(
+        WIDTH,
+        height + 16.0,
+        &format!("vramlens segments of {}: {heading}", map.path),
+    )?;
     svg.text(
         20.0,
-        24.0,
+        22.0,
         "start",
         r#" font-size="16" font-weight="bold""#,
-        &heading,
+        &map.path,
     )?;
-    let reserved: u64 = segments.iter().map(|s| s.size).sum();
-    let allocated: u64 = segments
-        .iter()
-        .flat_map(|s| &s.blocks)
-        .filter(|b| !b.pending_free)
-        .map(|b| b.size)
-        .sum();
-    let pending: u64 = segments
-        .iter()
-        .flat_map(|s| &s.blocks)
-        .filter(|b| b.pending_free)
-        .map(|b| b.size)
-        .sum();
+    svg.text(20.0, 40.0, "start", "", &heading)?;
     let holes: Vec<u64> = segments
         .iter()
-        .flat_map(|s| s.holes())
+        .flat_map(|s| &s.holes)
         .map(|h| h.1)
         .collect();
     svg.text(
         20.0,
-        44.0,
+        58.0,
         "start",
         "",
         &format!(
             "{} segments, reserved {}, allocated {}, pending free {}, free {} in {} holes, largest hole {}",
             segments.len(),
-            bytes(reserved),
-            bytes(allocated),
-            bytes(pending),
-            bytes(holes.iter().sum()),
+            bytes(map.reserved_bytes),
+            bytes(map.allocated_bytes),
+            bytes(map.pending_free_bytes),
+            bytes(map.free_bytes),
             holes.len(),
             bytes(holes.iter().copied().max().unwrap_or(0))
         ),
     )?;
-    // Key.
-    let key = [
-        ("#d62728", "freed, waiting for other streams"),
-        ("#7a0000", "rounding waste"),
-        ("#eeeeee", "free"),
-    ];
-    let mut kx = 20.0;
-    for (fill, text) in key {
+    // Legend: the states, then the groups.
+    let lx = WIDTH - LEGEND + 10.0;
+    let mut ly = 96.0;
+    for (fill, text) in [
+        (PENDING, "freed, waiting for other streams"),
+        (WASTE, "rounding waste"),
+        (FREE, "free"),
+    ] {
         svg.rect(
-            kx,
-            56.0,
+            lx,
+            ly - 8.0,
             14.0,
             10.0,
             &format!(r##" fill="{fill}" stroke="#999""##),
             None,
         )?;
-        svg.text(kx + 18.0, 65.0, "start", r#" font-size="11""#, text)?;
-        kx += 30.0 + 6.5 * text.len() as f64;
+        svg.text(lx + 20.0, ly, "start", r#" font-size="11""#, text)?;
+        ly += 16.0;
     }
-    let mut y = 84.0;
+    ly += 6.0;
+    for (g, group) in map.groups.iter().enumerate().take(COLOURED) {
+        svg.rect(
+            lx,
+            ly - 8.0,
+            14.0,
+            10.0,
+            &format!(r#" fill="{}""#, group_fill(map, g)),
+            Some(&group.name),
+        )?;
+        let name = match group.kind {
+            "frame" | "stack" => tiny_frame(&group.name),
+            _ => group_display(&group.name, group.kind),
+        };
+        let name: String = name.chars().take(30).collect();
+        svg.text(
+            lx + 20.0,
+            ly,
+            "start",
+            r#" font-size="11""#,
+            &format!("{name} ({})", bytes(group.bytes)),
+        )?;
+        ly += 16.0;
+    }
+    if map.groups.len() > COLOURED {
+        let rest: u64 = map.groups[COLOURED..].iter().map(|g| g.bytes).sum();
+        svg.rect(
+            lx,
+            ly - 8.0,
+            14.0,
+            10.0,
+            &format!(r#" fill="{OTHER}""#),
+            None,
+        )?;
+        svg.text(
+            lx + 20.0,
+            ly,
+            "start",
+            r#" font-size="11""#,
+            &format!(
+                "{} other groups ({})",
+                map.groups.len() - COLOURED,
+                bytes(rest)
+            ),
+        )?;
+    }
+    let mut y = 100.0;
     let mut last_group = String::new();
     for s in shown {
         let g = group_name(s);
@@ -131,7 +194,7 @@ pub fn write_segments_svg(
             last_group = g;
         }
         let x0 = LABEL;
-        let used: u64 = s.blocks.iter().map(|b| b.size).sum();
+        let used: u64 = s.blocks.iter().map(|b| b.size_bytes).sum();
         svg.text(
             LABEL - 8.0,
             y + 12.0,
@@ -140,25 +203,25 @@ pub fn write_segments_svg(
             &format!(
                 "s'{:x} {}{}",
                 s.addr,
-                bytes(s.size),
+                bytes(s.size_bytes),
                 if s.expandable { " (exp.)" } else { "" }
             ),
         )?;
         svg.rect(
             x0,
             y,
-            (s.size as f64 * scale).max(1.0),
+            (s.size_bytes as f64 * scale).max(1.0),
             ROW,
-            r##" fill="#eeeeee" stroke="#888" stroke-width="0.6""##,
+            &format!(r##" fill="{FREE}" stroke="#888" stroke-width="0.6""##),
             Some(&format!(
                 "s'{:x}: segment {}, {} in blocks, {} free",
                 s.addr,
-                bytes(s.size),
+                bytes(s.size_bytes),
                 bytes(used),
-                bytes(s.size.saturating_sub(used))
+                bytes(s.size_bytes.saturating_sub(used))
             )),
         )?;
-        for (addr, size) in s.holes() {
+        for &(addr, size) in &s.holes {
             let w = size as f64 * scale;
             if w > 60.0 {
                 svg.text(
@@ -172,26 +235,30 @@ pub fn write_segments_svg(
         }
         for b in &s.blocks {
             let bx = x0 + (b.addr - s.addr) as f64 * scale;
-            let req_w = (b.requested.min(b.size) as f64 * scale).max(0.5);
-            let key = headline_frame(frames, b.stack).unwrap_or_else(|| "no stack".into());
+            let req_w = (b.requested_bytes.min(b.size_bytes) as f64 * scale).max(0.5);
             let fill = if b.pending_free {
-                "#d62728".to_string()
+                PENDING
             } else {
-                color(&key)
+                b.group.map_or(OTHER, |g| group_fill(map, g))
             };
             let mut tip = format!(
-                "b'{:x}  {} requested, block {}{}\n",
-                b.addr,
-                bytes(b.requested),
-                bytes(b.size),
-                if b.pending_free {
-                    "\nfreed, waiting for other streams (record_stream)"
-                } else {
-                    ""
-                }
+                "{}  {} requested, block {}\n",
+                b.label.as_deref().unwrap_or(&format!("b'{:x}", b.addr)),
+                bytes(b.requested_bytes),
+                bytes(b.size_bytes),
             );
-            for f in user_frames(frames, b.stack, 6) {
-                tip.push_str(&f);
+            if let Some(g) = b.group {
+                tip.push_str(&format!(
+                    "{} [{}]\n",
+                    group_display(&map.groups[g].name, map.groups[g].kind),
+                    map.groups[g].category
+                ));
+            }
+            if b.pending_free {
+                tip.push_str("freed, waiting for other streams (record_stream)\n");
+            }
+            for f in &b.frames {
+                tip.push_str(f);
                 tip.push('\n');
             }
             svg.rect(
@@ -199,18 +266,21 @@ pub fn write_segments_svg(
                 y + 1.0,
                 req_w,
                 ROW - 2.0,
-                &format!(r#" fill="{fill}" data-bytes="{}""#, b.size),
+                &format!(r#" fill="{fill}" data-bytes="{}""#, b.size_bytes),
                 Some(tip.trim_end()),
             )?;
-            if b.size > b.requested {
-                let waste = (b.size - b.requested) as f64 * scale;
+            if b.size_bytes > b.requested_bytes {
+                let waste = (b.size_bytes - b.requested_bytes) as f64 * scale;
                 svg.rect(
                     bx + req_w,
                     y + 1.0,
                     waste,
                     ROW - 2.0,
-                    r##" fill="#7a0000""##,
-                    Some(&format!("rounding waste {}", bytes(b.size - b.requested))),
+                    &format!(r#" fill="{WASTE}""#),
+                    Some(&format!(
+                        "rounding waste {}",
+                        bytes(b.size_bytes - b.requested_bytes)
+                    )),
                 )?;
             }
         }

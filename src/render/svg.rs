@@ -61,6 +61,31 @@ pub fn color(name: &str) -> String {
     )
 }
 
+/// A qualitative palette: neighbouring bands take neighbouring entries, which differ.
+pub const PALETTE: [&str; 20] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#8f6bb8", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#86bcb6", "#2f6b9a", "#d37295", "#8cd17d", "#b6992d", "#499894", "#f1ce63",
+    "#a0cbe8", "#ffbe7d", "#d4a6c8", "#bab0ac",
+];
+
+/// Fixed colours of the built-in categories, so charts compare at a glance.
+pub fn category_color(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "parameters" => "#4e79a7",
+        "gradients" => "#f28e2b",
+        "optimizer_state" => "#b07aa1",
+        "activations" => "#59a14f",
+        "backward_temporaries" => "#76b7b2",
+        "communication" => "#edc948",
+        "workspaces" => "#9c755f",
+        "compile" => "#ff9da7",
+        "inputs" => "#86bcb6",
+        "other" => "#bab0ac",
+        "unknown" => "#d4d4d4",
+        _ => return None,
+    })
+}
+
 pub struct Svg<'a> {
     pub out: &'a mut dyn Write,
 }

@@ -4,7 +4,7 @@
 //! `data-bytes`.
 
 use super::names::{device_line, group_display, tiny_frame};
-use super::svg::{Svg, escape, num};
+use super::svg::{PALETTE, Svg, category_color, escape, num};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::timeline_view::{Band, BandBy, MarkerKind, TimelineView, XAxis};
 use crate::units::{bytes, duration_us, utc_time};
@@ -79,31 +79,6 @@ fn decimal_step(span: f64, ticks: f64) -> f64 {
         .map(|m| m * p)
         .find(|s| *s >= raw)
         .unwrap_or(10.0 * p)
-}
-
-/// A qualitative palette: neighbouring bands take neighbouring entries, which differ.
-const PALETTE: [&str; 20] = [
-    "#4e79a7", "#f28e2b", "#59a14f", "#8f6bb8", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#86bcb6", "#2f6b9a", "#d37295", "#8cd17d", "#b6992d", "#499894", "#f1ce63",
-    "#a0cbe8", "#ffbe7d", "#d4a6c8", "#bab0ac",
-];
-
-/// Fixed colours of the built-in categories, so charts compare at a glance.
-fn category_color(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "parameters" => "#4e79a7",
-        "gradients" => "#f28e2b",
-        "optimizer_state" => "#b07aa1",
-        "activations" => "#59a14f",
-        "backward_temporaries" => "#76b7b2",
-        "communication" => "#edc948",
-        "workspaces" => "#9c755f",
-        "compile" => "#ff9da7",
-        "inputs" => "#86bcb6",
-        "other" => "#bab0ac",
-        "unknown" => "#d4d4d4",
-        _ => return None,
-    })
 }
 
 fn band_color(view: &TimelineView, i: usize) -> &'static str {
@@ -202,7 +177,7 @@ pub fn write_timeline_svg(
         22.0,
         "start",
         r#" font-size="16" font-weight="bold""#,
-        &heading,
+        &format!("{}: device {}", title.path, title.device.device),
     )?;
     let peak_at = match title.peak_event {
         Some(e) => format!(" at event {e}"),
@@ -214,10 +189,19 @@ pub fn write_timeline_svg(
         "start",
         "",
         &format!(
-            "peak requested {}{peak_at}; peak reserved {}; {} events",
+            "peak requested {}{peak_at}; peak reserved {}; {} events{}",
             bytes(title.peak_requested),
             bytes(title.peak_reserved),
-            title.events
+            title.events,
+            match title.device.others.len() {
+                0 => String::new(),
+                _ => format!(
+                    " ({})",
+                    device_line(title.device)
+                        .split_once(" (")
+                        .map_or("", |(_, rest)| rest.trim_end_matches(')'))
+                ),
+            }
         ),
     )?;
     let plot_bottom = HEIGHT - BOTTOM;

@@ -141,7 +141,7 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
     }
     // Pools of segments that came back from the trace: the final segment's pool at the
     // same address, if any.
-    let mut finals: Vec<(u64, u64, Option<(i64, i64)>)> = snap
+    let mut finals: Vec<(u64, u64, crate::timeline::replay::PoolId)> = snap
         .segments_of(device)
         .map(|f| (f.address, f.total_size, f.pool_id))
         .collect();

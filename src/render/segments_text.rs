@@ -1,0 +1,71 @@
+//! Text rendering of a [`SegmentMap`]: one line per segment.
+
+use super::Style;
+use super::names::{device_line, group_display, moment_text};
+use crate::analysis::device::DeviceChoice;
+use crate::analysis::segment_map::SegmentMap;
+use crate::units::bytes;
+use std::io::{self, Write};
+
+pub fn write_segments_text(
+    out: &mut dyn Write,
+    map: &SegmentMap,
+    choice: &DeviceChoice,
+    style: Style,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!(
+            "{}: {}, {}",
+            map.path,
+            device_line(choice),
+            moment_text(&map.moment)
+        ))
+    )?;
+    for s in &map.segments {
+        let used: u64 = s.blocks.iter().map(|b| b.size_bytes).sum();
+        let largest = s.holes.iter().map(|h| h.1).max().unwrap_or(0);
+        // The group holding most of the segment.
+        let mut by_group: Vec<(usize, u64)> = Vec::new();
+        for b in &s.blocks {
+            if let Some(g) = b.group {
+                match by_group.iter_mut().find(|(x, _)| *x == g) {
+                    Some(e) => e.1 += b.size_bytes,
+                    None => by_group.push((g, b.size_bytes)),
+                }
+            }
+        }
+        by_group.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let main = by_group
+            .first()
+            .map(|&(g, _)| {
+                format!(
+                    "; mostly {}",
+                    group_display(&map.groups[g].name, map.groups[g].kind)
+                )
+            })
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "  s'{:x}  {:>10}  {} blocks, {} used, {} free in {} holes (largest {}), stream {}{}{main}",
+            s.addr,
+            bytes(s.size_bytes),
+            s.blocks.len(),
+            bytes(used),
+            bytes(s.size_bytes.saturating_sub(used)),
+            s.holes.len(),
+            bytes(largest),
+            if s.stream == 0 {
+                "default".to_string()
+            } else {
+                format!("0x{:x}", s.stream)
+            },
+            match s.pool_id {
+                Some(p) if p != (0, 0) => format!(", pool ({}, {})", p.0, p.1),
+                _ => String::new(),
+            }
+        )?;
+    }
+    Ok(())
+}
