@@ -62,6 +62,73 @@ pub enum Command {
     /// The live bytes at a moment (default: the peak) as a flame graph (SVG, -o), or as
     /// folded stacks (`frame;frame BYTES`) that inferno and speedscope read (--folded).
     Flamegraph(FlamegraphArgs),
+    /// Two snapshots compared by call site, category, stack or file at a moment (default:
+    /// each one's peak): bytes and counts in each, the change, new and gone groups.
+    Diff(DiffArgs),
+    /// A budget gate for CI: exit 0 when the peak is within --max-peak and/or within
+    /// --tolerance of a --baseline snapshot's, 1 when over (listing the groups that
+    /// grew), 2 on bad input.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The snapshot compared against.
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+    /// The snapshot compared.
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    /// The moment in each: peak (default), oom, end, event:N or time:T.
+    #[arg(long, default_value = "peak", value_name = "MOMENT")]
+    pub at: String,
+    /// Grouping: callsite, category, stack or file.
+    #[arg(long, default_value = "callsite", value_name = "KEY")]
+    pub by: String,
+    /// Changes listed in text (JSON lists all).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub limit: usize,
+    /// Device in both files (default: each file's most active device, so two ranks
+    /// compare as they are).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The snapshot checked.
+    #[arg(value_name = "SNAPSHOT")]
+    pub file: PathBuf,
+    /// The budget: the peak may not exceed this (a byte count, or 20G / 20GiB, binary).
+    #[arg(long, value_name = "SIZE")]
+    pub max_peak: Option<String>,
+    /// A snapshot of the accepted state: the peak may exceed its peak by --tolerance.
+    #[arg(long, value_name = "BASE")]
+    pub baseline: Option<PathBuf>,
+    /// Percent the peak may exceed the baseline's: autotuning and allocator rounding
+    /// move peaks between identical runs.
+    #[arg(long, default_value_t = 5.0, value_name = "PCT")]
+    pub tolerance: f64,
+    /// Which peak: allocated (block bytes, as torch.cuda.max_memory_allocated), requested
+    /// (the official viewer's timeline) or reserved.
+    #[arg(long, default_value = "allocated", value_name = "METRIC")]
+    pub metric: String,
+    /// Grouping of the report of what grew: callsite, category, stack or file.
+    #[arg(long, default_value = "callsite", value_name = "KEY")]
+    pub by: String,
+    /// Device (default: the most active).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -49,11 +49,18 @@ fn main() -> ExitCode {
             cli::Command::Reconcile(args) => cmd::reconcile::run(args, &mut out),
             cli::Command::Top(args) => cmd::top::run(args, &mut out),
             cli::Command::Flamegraph(args) => cmd::flamegraph::run(args, &mut out),
+            cli::Command::Diff(args) => cmd::diff::run_diff(args, &mut out),
+            cli::Command::Check(args) => cmd::diff::run_check(args, &mut out),
         })
         .and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        // A budget check that failed: its report is printed, the status says so.
+        Err(e) if e.is::<cmd::diff::CheckFailed>() => {
+            let _ = out.flush();
+            ExitCode::from(1)
+        }
         Err(e) => {
             // What was printed before the failure (reports of good files) stays, before
             // the error lines.

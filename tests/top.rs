@@ -487,3 +487,103 @@ fn leak_suspects_need_repeated_steps() {
     assert_eq!(l["steps"]["total_drops"], 0);
     assert_eq!(l["suspects"], serde_json::json!([]));
 }
+
+/// `diff` of every pair of fixtures: a file against itself changes nothing, and the
+/// groups' changes add up to the difference of the totals.
+#[test]
+fn diff_changes_add_up() {
+    let files = [
+        "testdata/sample.pickle",
+        "testdata/gpu/ok/snapshot.pickle",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "testdata/v2_5.json",
+        "testdata/multi_device.pickle",
+    ];
+    for by in ["callsite", "category", "stack", "file"] {
+        for a in files {
+            for b in files {
+                let out = vramlens()
+                    .args(["diff", a, b, "--json", "--by", by])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{a} {b}");
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                let groups = v["groups"].as_array().unwrap();
+                let sum: i64 = groups
+                    .iter()
+                    .map(|g| g["delta_bytes"].as_i64().unwrap())
+                    .sum();
+                assert_eq!(sum, v["delta_bytes"].as_i64().unwrap(), "{a} {b} by {by}");
+                let base_total = v["base"]["total_bytes"].as_i64().unwrap();
+                let new_total = v["new"]["total_bytes"].as_i64().unwrap();
+                assert_eq!(new_total - base_total, sum);
+                let base_sum: u64 = groups
+                    .iter()
+                    .map(|g| g["base_bytes"].as_u64().unwrap())
+                    .sum();
+                assert_eq!(base_sum as i64, base_total);
+                if a == b {
+                    assert!(
+                        groups
+                            .iter()
+                            .all(|g| g["delta_bytes"] == 0 && g["change"] == "same")
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn check_exits_1_over_budget_and_names_what_grew() {
+    // The leak run against the run without it: 1, with the leak's lines listed.
+    let out = vramlens()
+        .args([
+            "check",
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--baseline",
+            "testdata/gpu/ok/snapshot.pickle",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["passed"], false);
+    assert_eq!(v["grew"][0]["name"], "<string>:31:leaky_eval");
+    // Peak allocated of the sample is 468297216 bytes (expected.json): a budget at that
+    // passes, one byte less fails.
+    vramlens()
+        .args(["check", "testdata/sample.pickle", "--max-peak", "468297216"])
+        .assert()
+        .code(0);
+    vramlens()
+        .args(["check", "testdata/sample.pickle", "--max-peak", "468297215"])
+        .assert()
+        .code(1)
+        .stdout(predicates::str::contains("FAIL"));
+    // Against itself: within any tolerance.
+    vramlens()
+        .args([
+            "check",
+            "testdata/sample.pickle",
+            "--baseline",
+            "testdata/sample.pickle",
+            "--tolerance",
+            "0",
+        ])
+        .assert()
+        .code(0);
+    // Bad input stays 2.
+    vramlens()
+        .args(["check", "testdata/sample.pickle"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "give --max-peak SIZE, --baseline SNAPSHOT",
+        ));
+    vramlens()
+        .args(["check", "testdata/bad/truncated.pickle", "--max-peak", "1G"])
+        .assert()
+        .code(2);
+}

@@ -81,7 +81,8 @@ pub enum GroupKey {
     Category(u8),
     Stack(StackId),
     /// A call site's file (a string id), or a site without a file.
-    File(Option<crate::model::StrId>, Site),
+    /// The file of a call site that is a frame (other sites group as [`GroupKey::Site`]).
+    File(crate::model::StrId),
 }
 
 /// Built-in categories, in the order the names table holds them.
@@ -453,8 +454,8 @@ impl<'f> Attributor<'f> {
             GroupBy::File => {
                 let site = self.site(l);
                 match site {
-                    Site::Frame(id) => GroupKey::File(Some(self.frames.frame(id).filename), site),
-                    other => GroupKey::File(None, other),
+                    Site::Frame(id) => GroupKey::File(self.frames.frame(id).filename),
+                    other => GroupKey::Site(other),
                 }
             }
         }
@@ -475,8 +476,7 @@ impl<'f> Attributor<'f> {
                 Site::Frame(id) => format!("{} (stack {})", self.frame_text(id), s.0),
                 other => format!("{} (stack {})", self.site_name(&other), s.0),
             },
-            GroupKey::File(Some(f), _) => self.frames.str(*f).to_string(),
-            GroupKey::File(None, site) => self.site_name(site),
+            GroupKey::File(f) => self.frames.str(*f).to_string(),
         }
     }
 
@@ -495,12 +495,11 @@ impl<'f> Attributor<'f> {
     /// The kind of a group key, for JSON.
     pub fn kind(key: &GroupKey) -> &'static str {
         match key {
-            GroupKey::Site(Site::Frame(_)) | GroupKey::File(Some(_), _) => "frame",
-            GroupKey::Site(Site::Cpp(_)) | GroupKey::File(None, Site::Cpp(_)) => "cpp",
-            GroupKey::Site(Site::BeforeRecording) | GroupKey::File(None, Site::BeforeRecording) => {
-                "before_recording"
-            }
-            GroupKey::Site(Site::NoStack) | GroupKey::File(None, _) => "no_stack",
+            GroupKey::Site(Site::Frame(_)) => "frame",
+            GroupKey::File(_) => "file",
+            GroupKey::Site(Site::Cpp(_)) => "cpp",
+            GroupKey::Site(Site::BeforeRecording) => "before_recording",
+            GroupKey::Site(Site::NoStack) => "no_stack",
             GroupKey::Category(_) => "category",
             GroupKey::Stack(_) => "stack",
         }

@@ -3,6 +3,7 @@
 
 pub mod attribution;
 pub mod device;
+pub mod diff;
 pub mod flame;
 pub mod frames;
 pub mod group_series;

@@ -1,5 +1,6 @@
 //! Glue for each subcommand: read inputs, run an analysis, render.
 
+pub mod diff;
 pub mod flamegraph;
 pub mod oom;
 pub mod output;

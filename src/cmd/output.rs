@@ -177,7 +177,12 @@ pub fn check_command_output(command: &Command) -> Result<()> {
             Some(o) => check_output_path(o, a.force, &[&a.file], !a.folded),
             None => Ok(()),
         },
-        Command::Summary(_) | Command::Oom(_) | Command::Reconcile(_) | Command::Top(_) => Ok(()),
+        Command::Summary(_)
+        | Command::Oom(_)
+        | Command::Reconcile(_)
+        | Command::Top(_)
+        | Command::Diff(_)
+        | Command::Check(_) => Ok(()),
     }
 }
 

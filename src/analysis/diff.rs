@@ -1,0 +1,176 @@
+//! Two snapshots compared by group (call site, category, stack or file), not by address:
+//! bytes and counts in each at a moment, the change, and which groups are new or gone.
+//! The changes add up to the difference of the two totals. And the budget check built on
+//! it: a peak against a limit or a baseline.
+
+use super::attribution::GroupBy;
+use super::top::{Group, TopReport};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One side of the comparison.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Side {
+    pub path: String,
+    pub device: i64,
+    pub moment: super::moment::ResolvedMoment,
+    /// Requested bytes alive at the moment.
+    pub total_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: i64,
+}
+
+impl Side {
+    fn of(r: &TopReport) -> Side {
+        Side {
+            path: r.path.clone(),
+            device: r.device,
+            moment: r.moment,
+            total_bytes: r.total_bytes,
+            allocated_bytes: r.allocated_bytes,
+            reserved_bytes: r.reserved_bytes,
+        }
+    }
+}
+
+/// How a group changed.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    New,
+    Gone,
+    Grew,
+    Shrank,
+    Same,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GroupChange {
+    pub name: String,
+    pub kind: &'static str,
+    pub change: Change,
+    pub base_bytes: u64,
+    pub new_bytes: u64,
+    pub delta_bytes: i64,
+    pub base_count: usize,
+    pub new_count: usize,
+    pub category: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DiffReport {
+    pub schema_version: u32,
+    pub by: GroupBy,
+    pub base: Side,
+    pub new: Side,
+    /// new.total_bytes − base.total_bytes: the groups' deltas add up to it.
+    pub delta_bytes: i64,
+    /// Largest change first (by absolute value), ties by name.
+    pub groups: Vec<GroupChange>,
+}
+
+/// Compares the full group lists of two `top` reports (no limit applied).
+pub fn diff(base: &TopReport, new: &TopReport) -> DiffReport {
+    let mut table: BTreeMap<String, (Option<&Group>, Option<&Group>)> = BTreeMap::new();
+    for g in &base.groups {
+        table.entry(g.name.clone()).or_default().0 = Some(g);
+    }
+    for g in &new.groups {
+        table.entry(g.name.clone()).or_default().1 = Some(g);
+    }
+    let mut groups: Vec<GroupChange> = table
+        .into_iter()
+        .map(|(name, (b, n))| {
+            let base_bytes = b.map_or(0, |g| g.bytes);
+            let new_bytes = n.map_or(0, |g| g.bytes);
+            let delta = new_bytes as i64 - base_bytes as i64;
+            let any = n.or(b).expect("one side has it");
+            GroupChange {
+                name,
+                kind: any.kind,
+                change: match (b, n) {
+                    (None, _) => Change::New,
+                    (_, None) => Change::Gone,
+                    _ if delta > 0 => Change::Grew,
+                    _ if delta < 0 => Change::Shrank,
+                    _ => Change::Same,
+                },
+                base_bytes,
+                new_bytes,
+                delta_bytes: delta,
+                base_count: b.map_or(0, |g| g.count),
+                new_count: n.map_or(0, |g| g.count),
+                category: any.category.clone(),
+            }
+        })
+        .collect();
+    groups.sort_by(|a, b| {
+        b.delta_bytes
+            .unsigned_abs()
+            .cmp(&a.delta_bytes.unsigned_abs())
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    DiffReport {
+        schema_version: SCHEMA_VERSION,
+        by: new.by,
+        base: Side::of(base),
+        new: Side::of(new),
+        delta_bytes: new.total_bytes as i64 - base.total_bytes as i64,
+        groups,
+    }
+}
+
+/// What `check` compares.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Peak of allocated block bytes (`torch.cuda.max_memory_allocated()`).
+    Allocated,
+    /// Peak of requested bytes (the official viewer's timeline).
+    Requested,
+    /// Peak of reserved bytes (`torch.cuda.max_memory_reserved()`).
+    Reserved,
+}
+
+impl std::str::FromStr for Metric {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "allocated" => Ok(Metric::Allocated),
+            "requested" => Ok(Metric::Requested),
+            "reserved" => Ok(Metric::Reserved),
+            _ => Err(format!(
+                "expected allocated, requested or reserved, found {s:?}"
+            )),
+        }
+    }
+}
+
+/// One limit and whether the peak kept it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Limit {
+    /// "max_peak" (an absolute budget) or "baseline" (the baseline's peak plus the
+    /// tolerance).
+    pub kind: &'static str,
+    pub limit_bytes: u64,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CheckReport {
+    pub schema_version: u32,
+    pub path: String,
+    pub device: i64,
+    pub metric: Metric,
+    pub peak_bytes: u64,
+    pub baseline_path: Option<String>,
+    pub baseline_peak_bytes: Option<u64>,
+    /// Tolerance over the baseline, in percent.
+    pub tolerance_percent: Option<f64>,
+    pub limits: Vec<Limit>,
+    pub passed: bool,
+    /// Against the baseline (at each one's peak), the groups that grew, largest first.
+    pub grew: Vec<GroupChange>,
+}

@@ -1,0 +1,126 @@
+//! Text rendering of a [`DiffReport`] and a [`CheckReport`].
+
+use super::Style;
+use super::names::{group_display, moment_text};
+use crate::analysis::diff::{Change, CheckReport, DiffReport, GroupChange, Metric};
+use crate::units::{bytes, bytes_signed};
+use std::io::{self, Write};
+
+fn change_rows(out: &mut dyn Write, groups: &[GroupChange], limit: usize) -> io::Result<()> {
+    writeln!(
+        out,
+        "  {:>11}  {:>10}  {:>10}  {:<7} {}",
+        "change", "base", "new", "", "group"
+    )?;
+    for g in groups.iter().take(limit) {
+        let what = match g.change {
+            Change::New => "new",
+            Change::Gone => "gone",
+            Change::Grew => "grew",
+            Change::Shrank => "shrank",
+            Change::Same => "same",
+        };
+        writeln!(
+            out,
+            "  {:>11}  {:>10}  {:>10}  {what:<7} {}  [{}]",
+            if g.delta_bytes > 0 {
+                format!("+{}", bytes_signed(g.delta_bytes))
+            } else {
+                bytes_signed(g.delta_bytes)
+            },
+            bytes(g.base_bytes),
+            bytes(g.new_bytes),
+            group_display(&g.name, g.kind),
+            g.category
+        )?;
+    }
+    if groups.len() > limit {
+        let rest: i64 = groups[limit..].iter().map(|g| g.delta_bytes).sum();
+        writeln!(
+            out,
+            "  {:>11}  ({} more groups)",
+            bytes_signed(rest),
+            groups.len() - limit
+        )?;
+    }
+    Ok(())
+}
+
+pub fn write_diff_text(
+    out: &mut dyn Write,
+    r: &DiffReport,
+    limit: usize,
+    style: Style,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!(
+            "base {} (device {}, {}): {}",
+            r.base.path,
+            r.base.device,
+            moment_text(&r.base.moment),
+            bytes(r.base.total_bytes)
+        ))
+    )?;
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!(
+            "new  {} (device {}, {}): {}",
+            r.new.path,
+            r.new.device,
+            moment_text(&r.new.moment),
+            bytes(r.new.total_bytes)
+        ))
+    )?;
+    writeln!(
+        out,
+        "  change {} requested; reserved {} -> {}",
+        bytes_signed(r.delta_bytes),
+        bytes(r.base.reserved_bytes.max(0) as u64),
+        bytes(r.new.reserved_bytes.max(0) as u64)
+    )?;
+    change_rows(out, &r.groups, limit)
+}
+
+pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> io::Result<()> {
+    let metric = match r.metric {
+        Metric::Allocated => "allocated",
+        Metric::Requested => "requested",
+        Metric::Reserved => "reserved",
+    };
+    let verdict = if r.passed { "PASS" } else { "FAIL" };
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!(
+            "{verdict}: {} device {}: peak {metric} {}",
+            r.path,
+            r.device,
+            bytes(r.peak_bytes)
+        ))
+    )?;
+    for l in &r.limits {
+        let what = match l.kind {
+            "max_peak" => "the budget (--max-peak)".to_string(),
+            _ => format!(
+                "the baseline {} ({}) + {}%",
+                r.baseline_path.as_deref().unwrap_or("?"),
+                bytes(r.baseline_peak_bytes.unwrap_or(0)),
+                r.tolerance_percent.unwrap_or(0.0)
+            ),
+        };
+        writeln!(
+            out,
+            "  {} {what}: {}",
+            if l.passed { "within" } else { "over" },
+            bytes(l.limit_bytes)
+        )?;
+    }
+    if !r.grew.is_empty() {
+        writeln!(out, "  grew since the baseline (at each one's peak):")?;
+        change_rows(out, &r.grew, 10)?;
+    }
+    Ok(())
+}
