@@ -9,8 +9,8 @@ use std::io::{self, Write};
 fn change_rows(out: &mut dyn Write, groups: &[GroupChange], limit: usize) -> io::Result<()> {
     writeln!(
         out,
-        "  {:>11}  {:>10}  {:>10}  {:<7} {}",
-        "change", "base", "new", "", "group"
+        "  {:>11}  {:>10}  {:>10}          group",
+        "change", "base", "new"
     )?;
     for g in groups.iter().take(limit) {
         let what = match g.change {
