@@ -174,9 +174,10 @@ pub struct AttributionArgs {
 
 #[derive(Args, Debug)]
 pub struct TopArgs {
-    /// Snapshot file.
-    #[arg(value_name = "SNAPSHOT")]
-    pub file: PathBuf,
+    /// Snapshot file; several files or a folder (the ranks of a job) give a table of ranks
+    /// with the outliers and what differs between the largest rank and the median one.
+    #[arg(required = true, value_name = "SNAPSHOT")]
+    pub files: Vec<PathBuf>,
     /// The moment: peak (default), oom, end, event:N, or time:T (a UTC date-time as
     /// printed, +1.5s after the first event, or Unix microseconds).
     #[arg(long, default_value = "peak", value_name = "MOMENT")]
@@ -203,7 +204,8 @@ pub struct TopArgs {
 
 #[derive(Args, Debug)]
 pub struct SummaryArgs {
-    /// Snapshot files (pickle from torch.cuda.memory._dump_snapshot, gzip or JSON).
+    /// Snapshot files (pickle from torch.cuda.memory._dump_snapshot, gzip or JSON), or
+    /// folders of them (every rank of a job). With several, a table of ranks follows.
     #[arg(required = true, value_name = "SNAPSHOT")]
     pub files: Vec<PathBuf>,
     /// Only this device.

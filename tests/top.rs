@@ -587,3 +587,83 @@ fn check_exits_1_over_budget_and_names_what_grew() {
         .assert()
         .code(2);
 }
+
+#[test]
+fn ranks_of_several_files() {
+    let out = vramlens()
+        .args([
+            "top",
+            "testdata/sample.pickle",
+            "testdata/gpu/ok/snapshot.pickle",
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "ranks");
+    let expected = |f: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(root().join(f)).unwrap()).unwrap()
+    };
+    // Each row's peak is the independent computation's.
+    for (row, exp) in v["rows"].as_array().unwrap().iter().zip([
+        "testdata/sample.pickle.expected.json",
+        "testdata/gpu/ok/snapshot.pickle.expected.json",
+        "testdata/gpu/oom/oom_snapshot.pickle.expected.json",
+    ]) {
+        assert_eq!(
+            row["peak_requested_bytes"],
+            expected(exp)["devices"][0]["peak_requested_bytes"]
+        );
+    }
+    // The median of the three is the run without the leak; the leak run is the outlier,
+    // and what differs is the leak's lines.
+    assert_eq!(v["median"], "testdata/gpu/ok/snapshot.pickle");
+    assert_eq!(v["largest"], "testdata/gpu/oom/oom_snapshot.pickle");
+    let outliers: Vec<bool> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outlier"].as_bool().unwrap())
+        .collect();
+    assert_eq!(outliers, [false, false, true]);
+    assert_eq!(v["differences"][0]["name"], "<string>:31:leaky_eval");
+    // summary of the same files ends with the same table (one more JSON line).
+    let out = vramlens()
+        .args([
+            "summary",
+            "testdata/sample.pickle",
+            "testdata/gpu/ok/snapshot.pickle",
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4);
+    let last: serde_json::Value = serde_json::from_str(lines[3]).unwrap();
+    assert_eq!(last, v);
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_folder_of_ranks() {
+    let data = common::require_shared_data();
+    let dir = data.join("ccl-bench-torchtitan-fsdp-oom");
+    let out = vramlens()
+        .arg("top")
+        .arg(&dir)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    // Rank 1 ran on device 1; each row on its own device.
+    assert_eq!(rows[0]["device"], 0);
+    assert_eq!(rows[1]["device"], 1);
+    assert!(rows.iter().all(|r| r["ooms"] == 1 && r["outlier"] == false));
+}

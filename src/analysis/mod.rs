@@ -11,6 +11,7 @@ pub mod leaks;
 pub mod live;
 pub mod moment;
 pub mod oom;
+pub mod ranks;
 pub mod reconcile;
 pub mod segment_map;
 pub mod summary;

@@ -84,3 +84,38 @@ fn attribution_options(
         rules,
     })
 }
+
+/// The files named: each folder stands for the snapshot files in it (`*.pickle`, `*.pkl`,
+/// `*.pickle.gz`, `*.json`, `*.html`), by name; other paths as given.
+fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            out.push(p.clone());
+            continue;
+        }
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(p)
+            .with_context(|| format!("cannot read folder {}", p.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|f| {
+                let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+                f.is_file()
+                    && name.is_some_and(|n| {
+                        !n.starts_with('.')
+                            && [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".json", ".html"]
+                                .iter()
+                                .any(|ext| n.ends_with(ext))
+                    })
+            })
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            anyhow::bail!(
+                "{}: a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html)",
+                p.display()
+            );
+        }
+        out.extend(files);
+    }
+    Ok(out)
+}

@@ -1,12 +1,16 @@
-//! `vramlens summary`: reads every file (in parallel), prints one report per good file in
-//! argument order, then one error line per bad file.
+//! `vramlens summary`: reads every file (in parallel; folders stand for their snapshot
+//! files), prints one report per good file in argument order, a table of ranks when there
+//! are several, then one error line per bad file.
 
 use crate::cli::SummaryArgs;
 use anyhow::Result;
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
+use vramlens::analysis::attribution::{Attributor, GroupBy};
+use vramlens::analysis::ranks::{analyze_ranks, rank_input};
 use vramlens::analysis::summary::{SummaryOptions, analyze_summary};
 use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::render::ranks::write_ranks_text;
 use vramlens::render::summary::write_summary_text;
 use vramlens::render::{Style, write_json};
 
@@ -15,24 +19,35 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
         device: args.device,
     };
     let read = ReadOptions { progress: true };
+    let files = super::expand_inputs(&args.files)?;
+    let ranks = files.len() > 1;
     // Every file is read (in parallel); the reports of the good ones are printed in
     // argument order, then each bad one gives an error line and the status is 2.
-    let results: Vec<Result<_, anyhow::Error>> = args
-        .files
+    let results: Vec<Result<_, anyhow::Error>> = files
         .par_iter()
         .map(|path| {
             let (snap, info) = read_snapshot(path, read)?;
             vramlens::analysis::device::check_device(&snap, args.device)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", info.path))?;
-            Ok(analyze_summary(&snap, &info, options))
+            let rank = ranks
+                .then(|| {
+                    let attr = Attributor::new(&snap.frames, &Default::default());
+                    rank_input(&snap, &info.path, &attr, GroupBy::Callsite)
+                })
+                .flatten();
+            Ok((analyze_summary(&snap, &info, options), rank))
         })
         .collect();
     let style = Style::detect(std::io::stdout().is_terminal());
     let mut errors = Vec::new();
     let mut printed = 0;
+    let mut inputs = Vec::new();
     for result in results {
         let report = match result {
-            Ok(report) => report,
+            Ok((report, rank)) => {
+                inputs.extend(rank);
+                report
+            }
             Err(e) => {
                 errors.push(e);
                 continue;
@@ -47,6 +62,15 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
             write_summary_text(out, &report, style)?;
         }
         printed += 1;
+    }
+    if inputs.len() > 1 {
+        let report = analyze_ranks(inputs, GroupBy::Callsite, 10);
+        if args.json {
+            write_json(out, &report)?;
+        } else {
+            writeln!(out)?;
+            write_ranks_text(out, &report, style)?;
+        }
     }
     match errors.len() {
         0 => Ok(()),

@@ -16,7 +16,11 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     let by: GroupBy = args.by.parse().map_err(|e| anyhow!("--by: {e}"))?;
     let moment: Moment = args.at.parse().map_err(|e| anyhow!("--at: {e}"))?;
     let options = attribution_options(&args.attribution)?;
-    let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
+    let files = super::expand_inputs(&args.files)?;
+    if files.len() > 1 {
+        return run_ranks(&files, by, &options, args, out);
+    }
+    let (snap, info) = read_snapshot(&files[0], ReadOptions { progress: true })?;
     let path = info.path.as_str();
     let choice = choose_device(&snap, args.device, moment == Moment::Oom)
         .map_err(|e| anyhow!("{path}: {e}"))?;
@@ -35,6 +39,34 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         let style = Style::detect(std::io::stdout().is_terminal());
         write_top_text(out, &report, &choice, style)?;
+    }
+    Ok(())
+}
+
+/// Several files: one row per rank, outliers, and what differs at the peaks.
+fn run_ranks(
+    files: &[std::path::PathBuf],
+    by: GroupBy,
+    options: &vramlens::analysis::attribution::AttributionOptions,
+    args: &TopArgs,
+    out: &mut dyn Write,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let inputs: Vec<_> = files
+        .par_iter()
+        .map(|path| -> Result<_> {
+            let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
+            let attr = Attributor::new(&snap.frames, options);
+            vramlens::analysis::ranks::rank_input(&snap, &info.path, &attr, by)
+                .ok_or_else(|| anyhow!("{}: the file has no device", info.path))
+        })
+        .collect::<Result<_>>()?;
+    let report = vramlens::analysis::ranks::analyze_ranks(inputs, by, args.limit);
+    if args.json {
+        write_json(out, &report)?;
+    } else {
+        let style = Style::detect(std::io::stdout().is_terminal());
+        vramlens::render::ranks::write_ranks_text(out, &report, style)?;
     }
     Ok(())
 }

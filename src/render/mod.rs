@@ -6,6 +6,7 @@ pub mod flame_svg;
 pub mod live;
 pub mod names;
 pub mod oom;
+pub mod ranks;
 pub mod reconcile;
 pub mod segments_svg;
 pub mod segments_text;

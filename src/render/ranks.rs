@@ -1,0 +1,82 @@
+//! Text rendering of a [`RanksReport`].
+
+use super::Style;
+use super::names::{group_display, tiny_frame};
+use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
+use crate::units::{bytes, bytes_signed};
+use std::io::{self, Write};
+
+pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!("{} snapshots side by side", r.rows.len()))
+    )?;
+    writeln!(
+        out,
+        "  {:>10}  {:>10}  {:>10}  {:>4}  {:<32}  file",
+        "peak", "reserved", "vs median", "OOMs", "largest group at the peak"
+    )?;
+    for row in &r.rows {
+        let group = match (&row.top_group, row.top_group_kind, row.top_group_bytes) {
+            (Some(g), Some(kind), Some(b)) => {
+                let name = match kind {
+                    "frame" | "stack" => tiny_frame(g),
+                    _ => group_display(g, kind),
+                };
+                format!("{} {}", bytes(b), name.chars().take(22).collect::<String>())
+            }
+            _ => "-".into(),
+        };
+        writeln!(
+            out,
+            "  {:>10}  {:>10}  {:>10}  {:>4}  {group:<32}  {}{}",
+            row.peak_requested_bytes.map_or("no trace".into(), bytes),
+            bytes(row.reserved_bytes),
+            row.peak_over_median
+                .map_or("-".into(), |x| format!("{:.1}%", (x - 1.0) * 100.0)),
+            row.ooms,
+            row.path,
+            if row.outlier {
+                style.warn("  <- outlier")
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    let outliers = r.rows.iter().filter(|x| x.outlier).count();
+    match outliers {
+        0 => writeln!(
+            out,
+            "  no rank's peak is more than {:.0}% above the median's",
+            OUTLIER_MARGIN * 100.0
+        )?,
+        n => writeln!(
+            out,
+            "  {n} rank(s) peak more than {:.0}% above the median's ({})",
+            OUTLIER_MARGIN * 100.0,
+            r.median_peak_bytes.map_or("?".into(), bytes)
+        )?,
+    }
+    if !r.differences.is_empty() {
+        writeln!(
+            out,
+            "  largest rank ({}) against the median rank ({}) at their peaks:",
+            r.largest.as_deref().unwrap_or("?"),
+            r.median.as_deref().unwrap_or("?")
+        )?;
+        for g in &r.differences {
+            writeln!(
+                out,
+                "    {:>11}  {}",
+                if g.delta_bytes > 0 {
+                    format!("+{}", bytes_signed(g.delta_bytes))
+                } else {
+                    bytes_signed(g.delta_bytes)
+                },
+                group_display(&g.name, g.kind)
+            )?;
+        }
+    }
+    Ok(())
+}
