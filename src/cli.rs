@@ -205,9 +205,12 @@ pub struct TopArgs {
 #[derive(Args, Debug)]
 pub struct SummaryArgs {
     /// Snapshot files (pickle from torch.cuda.memory._dump_snapshot, gzip or JSON), or
-    /// folders of them (every rank of a job). With several, a table of ranks follows.
+    /// folders of them (every rank of a job: a table of ranks follows).
     #[arg(required = true, value_name = "SNAPSHOT")]
     pub files: Vec<PathBuf>,
+    /// After the reports, a table of the files as ranks of one job (implied by a folder).
+    #[arg(long)]
+    pub ranks: bool,
     /// Only this device.
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,

@@ -258,7 +258,14 @@ fn memo_reference_never_stored() {
 
 #[test]
 fn directory() {
-    bad_input("testdata", "is a directory; expected a snapshot file");
+    // A folder stands for the snapshot files in it; one without any is an error.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a snapshot").unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    bad_input(
+        &path,
+        "a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html)",
+    );
 }
 
 #[test]

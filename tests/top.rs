@@ -629,10 +629,11 @@ fn ranks_of_several_files() {
         .collect();
     assert_eq!(outliers, [false, false, true]);
     assert_eq!(v["differences"][0]["name"], "<string>:31:leaky_eval");
-    // summary of the same files ends with the same table (one more JSON line).
+    // summary --ranks of the same files ends with the same table (one more JSON line).
     let out = vramlens()
         .args([
             "summary",
+            "--ranks",
             "testdata/sample.pickle",
             "testdata/gpu/ok/snapshot.pickle",
             "testdata/gpu/oom/oom_snapshot.pickle",

@@ -20,7 +20,7 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
     };
     let read = ReadOptions { progress: true };
     let files = super::expand_inputs(&args.files)?;
-    let ranks = files.len() > 1;
+    let ranks = (args.ranks || args.files.iter().any(|f| f.is_dir())) && files.len() > 1;
     // Every file is read (in parallel); the reports of the good ones are printed in
     // argument order, then each bad one gives an error line and the status is 2.
     let results: Vec<Result<_, anyhow::Error>> = files
