@@ -150,6 +150,8 @@ pub struct OomAnalysis {
     /// Rounded request size (what the allocator looked for); null when unknown.
     pub requested_bytes: Option<u64>,
     pub stream: u64,
+    /// The request's call site (see `top`), when its stack is known.
+    pub site: Option<String>,
     pub frames: Vec<String>,
     /// What `cudaMemGetInfo` reported when the allocation failed.
     pub device_free_bytes: Option<u64>,
@@ -525,6 +527,9 @@ fn analyze_at(
         oom_recorded: known.source == Source::OomEvent || known.message_line.is_some(),
         requested_bytes: known.requested,
         stream: known.stream,
+        site: known
+            .stack
+            .map(|s| attr.site_name(&attr.stack_site(Some(s)))),
         frames: super::frames::user_frames(&snap.frames, known.stack, 6),
         device_free_bytes: known.free,
         device_total_bytes: known.total.map(|t| t.0),
@@ -682,6 +687,7 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
                 oom_recorded: true,
                 requested_bytes: m.requested_bytes,
                 stream: 0,
+                site: None,
                 frames: Vec::new(),
                 device_free_bytes: m.free_bytes,
                 device_total_bytes: options.device_total_bytes.or(m.total_capacity_bytes),

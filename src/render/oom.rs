@@ -196,6 +196,20 @@ fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Res
         None if a.oom_recorded => writeln!(out, "  request            unknown")?,
         None => {}
     }
+    if let Some(site) = &a.site {
+        writeln!(
+            out,
+            "  from               {}",
+            group_display(
+                site,
+                if site.starts_with('(') {
+                    "cpp"
+                } else {
+                    "frame"
+                }
+            )
+        )?;
+    }
     for f in &a.frames {
         writeln!(out, "                     {f}")?;
     }

@@ -1,0 +1,41 @@
+//! The README's examples are real: every block that starts with `$ vramlens ...` and is not
+//! cut short (`...`) is what the command prints today.
+
+mod common;
+
+use assert_cmd::Command;
+use common::root;
+
+#[test]
+fn readme_examples_match_the_output() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut checked = 0;
+    for block in readme.split("```").skip(1).step_by(2) {
+        let body = block
+            .trim_start_matches(|c: char| c != '\n')
+            .trim_start_matches('\n');
+        let Some(first) = body.lines().next() else {
+            continue;
+        };
+        let Some(command) = first.strip_prefix("$ vramlens ") else {
+            continue;
+        };
+        if body.lines().any(|l| l.trim() == "...") {
+            continue;
+        }
+        let expected: String = body.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        let out = Command::cargo_bin("vramlens")
+            .unwrap()
+            .current_dir(root())
+            .args(command.split_whitespace())
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            expected,
+            "README example `vramlens {command}`"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 3, "{checked} examples checked");
+}
