@@ -132,11 +132,17 @@ fn refused(r: &Run, path: &str, needle: &str, secs: u64, mb: f64) {
     bounded(r, secs, mb);
 }
 
+/// The wall-clock limit is a guard against quadratic work (which takes hours on these
+/// inputs), not a speed claim: it is stretched for an unoptimised build on a loaded
+/// machine.
+const SLACK: u64 = 4;
+
 fn bounded(r: &Run, secs: u64, mb: f64) {
     assert!(
-        r.wall < Duration::from_secs(secs),
-        "took {:?} (limit {secs} s)",
-        r.wall
+        r.wall < Duration::from_secs(secs * SLACK),
+        "took {:?} (limit {} s)",
+        r.wall,
+        secs * SLACK
     );
     assert!(r.rss_mb < mb, "peak RSS {:.0} MB (limit {mb} MB)", r.rss_mb);
 }

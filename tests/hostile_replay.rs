@@ -2,13 +2,11 @@
 //! of thousands of OOM events, hundreds of thousands of segment events and annotations.
 //! Each must finish (linear or n log n work) with sane answers and no panic.
 
-use vramlens::analysis::attribution::{Attributor, AttributionOptions};
+use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::oom::{OomOptions, analyze_oom};
 use vramlens::analysis::timeline_view::{ViewError, ViewOptions, XAxis, build_view};
 use vramlens::model::trace::NewEvent;
-use vramlens::model::{
-    Action, Annotation, DeviceTrace, Features, FrameTable, Snapshot, Warnings,
-};
+use vramlens::model::{Action, Annotation, DeviceTrace, Features, FrameTable, Snapshot, Warnings};
 use vramlens::timeline::replay::DeviceReplay;
 use vramlens::timeline::state::allocator_state;
 
@@ -44,7 +42,12 @@ fn time_that_goes_backwards_draws_on_a_time_axis() {
     let mut trace = DeviceTrace::default();
     let times = [T0 + 1000, T0 + 10, T0 + 5000, T0 + 20, T0 + 7000, T0 + 30];
     for (i, &t) in times.iter().enumerate() {
-        trace.push(event(Action::Alloc, 0x1000 * (i as u64 + 1), 1 << 20, Some(t)));
+        trace.push(event(
+            Action::Alloc,
+            0x1000 * (i as u64 + 1),
+            1 << 20,
+            Some(t),
+        ));
     }
     let snap = snapshot(trace, Vec::new());
     let r = DeviceReplay::new(&snap, 0);
@@ -89,10 +92,20 @@ fn many_segment_events_rebuild_in_one_pass() {
     let mut trace = DeviceTrace::default();
     let n = 100_000u64;
     for i in 0..n {
-        trace.push(event(Action::SegmentAlloc, 0x1_0000_0000 + i * (2 << 20), 2 << 20, None));
+        trace.push(event(
+            Action::SegmentAlloc,
+            0x1_0000_0000 + i * (2 << 20),
+            2 << 20,
+            None,
+        ));
     }
     for i in n / 2..n {
-        trace.push(event(Action::SegmentFree, 0x1_0000_0000 + i * (2 << 20), 2 << 20, None));
+        trace.push(event(
+            Action::SegmentFree,
+            0x1_0000_0000 + i * (2 << 20),
+            2 << 20,
+            None,
+        ));
     }
     let mut snap = snapshot(trace, Vec::new());
     // The final state holds the first 50k segments.
@@ -155,7 +168,12 @@ fn many_oom_events_are_counted_past_the_first_ones() {
 fn many_annotations_keep_the_widest_spans() {
     let mut trace = DeviceTrace::default();
     for i in 0..1000u64 {
-        trace.push(event(Action::Alloc, 0x1000 * (i + 1), 512, Some(T0 + i as i64 * 100)));
+        trace.push(event(
+            Action::Alloc,
+            0x1000 * (i + 1),
+            512,
+            Some(T0 + i as i64 * 100),
+        ));
     }
     trace.keys.time_us = true;
     // 100k START/END pairs of one name, nested and repeated, plus STARTs never closed.

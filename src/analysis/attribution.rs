@@ -310,7 +310,10 @@ impl<'f> Attributor<'f> {
         ids.iter()
             .zip(texts)
             .find_map(|(&id, t)| {
-                let rules = if is_python(self.frames.str(self.frames.frame(id).filename)) {
+                let file = self.frames.str(self.frames.frame(id).filename);
+                // FX-generated code (`<eval_with_key>`) is Python for the rules, though
+                // never a call site.
+                let rules = if is_python(file) || file.starts_with("<eval_with_key>") {
                     python
                 } else {
                     &self.cpp_rules[..]

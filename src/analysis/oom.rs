@@ -96,9 +96,9 @@ pub struct Verdict {
     /// memory outside the allocator, pending frees, free memory in segments
     /// (fragmentation), free memory in private pools, the cap.
     pub bytes: u64,
-    /// The share of the shortfall this cause alone would have covered (4 decimals); null
-    /// when there was no shortfall.
-    pub share_of_shortfall: Option<f64>,
+    /// bytes / deficit_bytes, at most 1 (4 decimals): how much of what the request lacked
+    /// this cause alone would have freed; null for verdicts given when the memory was there.
+    pub share_of_deficit: Option<f64>,
     /// The call sites a leak verdict names, largest first.
     pub sites: Vec<String>,
     /// Settings and changes that apply; none that the snapshot shows already on.
@@ -265,11 +265,11 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    let verdict = |cause, role, bytes, share_of_shortfall, knobs| Verdict {
+    let verdict = |cause, role, bytes, share_of_deficit, knobs| Verdict {
         cause,
         role,
         bytes,
-        share_of_shortfall,
+        share_of_deficit,
         sites: Vec::new(),
         knobs,
     };

@@ -96,6 +96,7 @@ pub fn segment_map(
     }
     let mut group_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut groups: Vec<MapGroup> = Vec::new();
+    let mut largest: Vec<u64> = Vec::new();
     let mut segments = Vec::with_capacity(state.len());
     for s in &state {
         let holes = s.holes();
@@ -115,10 +116,16 @@ pub fn segment_map(
                             blocks: 0,
                             category: attr.categories[attr.category(l) as usize].clone(),
                         });
+                        largest.push(0);
                         groups.len() - 1
                     });
                     groups[i].bytes += b.size;
                     groups[i].blocks += 1;
+                    // The category of the group's largest block, as `top` gives it.
+                    if b.size > largest[i] {
+                        largest[i] = b.size;
+                        groups[i].category = attr.categories[attr.category(l) as usize].clone();
+                    }
                     i
                 });
                 // The allocation's own stack; the block's, when the replay has none.

@@ -172,7 +172,11 @@ pub fn limit_groups(mut groups: Vec<Group>, limit: usize, total: u64) -> Vec<Gro
     let bytes: u64 = rest.iter().map(|g| g.bytes).sum();
     let largest = rest.iter().max_by_key(|g| g.largest_bytes).cloned();
     groups.push(Group {
-        name: format!("({} more groups)", rest.len()),
+        name: format!(
+            "({} more group{})",
+            rest.len(),
+            if rest.len() == 1 { "" } else { "s" }
+        ),
         kind: "rest",
         bytes,
         allocated_bytes: rest.iter().map(|g| g.allocated_bytes).sum(),

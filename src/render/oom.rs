@@ -61,7 +61,7 @@ pub fn knob_text(k: Knob) -> &'static str {
 
 fn share_text(a: &OomAnalysis, v: &Verdict) -> String {
     let deficit = opt(a.deficit_bytes);
-    match (v.share_of_shortfall, v.role) {
+    match (v.share_of_deficit, v.role) {
         (Some(s), Role::Primary) if s >= 1.0 => {
             format!("; it is more than the {deficit} the request lacked")
         }
