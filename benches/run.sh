@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# End-to-end benchmark: vramlens vs Python pickle.load (vs torch's _memory_viz stats).
+# End-to-end benchmark: vramlens commands vs Python's pickle.load and torch's
+# _memory_viz.py stats, on two shapes of large snapshot.
 #
-#   benches/run.sh [extra bench.py options, e.g. --json --repeat 3]
+#   benches/run.sh [bench.py options, e.g. --repeat 5 --cmd 'timeline=timeline -o {out}.svg {file}']
 #
-# How long it takes (2-core VM, warm cargo cache, files absent):
-#   cargo build --release              up to a few minutes on a cold target/, ~1 s warm
-#   generate snap_300m.pickle           ~7 s   (23 MB RSS; skipped when present)
-#   generate snap_1g.pickle             ~22 s  (23 MB RSS; skipped when present)
-#   bench 300 MB: pickle.load ~6 s (~1.2 GB RSS) + vramlens
-#   bench 1 GB:   pickle.load ~28 s (~4.0 GB RSS) + vramlens
-#   => about 1.5 minutes plus the cargo build; needs ~5 GB free RAM and 1.4 GB disk.
-#   With torch importable (or VRAMLENS_MEMORY_VIZ=/path/to/_memory_viz.py) the
-#   memory_viz leg adds roughly one more pickle.load per file (plus `import torch`).
+# Files (made once under bench-data/, which git ignores; delete them to remake them):
+#   gen_300m.pickle, gen_1g.pickle    scripts/bench_gen.py: a modelled training step, tiled;
+#                                     176 bytes per trace entry, each entry with its own
+#                                     frames list of ~30 frame references
+#   tiled_280.pickle, tiled_940.pickle  scripts/bench_tile.py: a real recorded training step
+#                                     (../shared/data/cs336-kkaitlyn111/memory_ctx128_fullstep.pickle)
+#                                     tiled 280 and 940 times (305 MiB and 1 GB), fresh
+#                                     addresses and shifted times, frames lists shared
+#                                     between tiles: 60 bytes per entry
+# The memory_viz leg runs bench-data/_memory_viz.py when present (a copy of
+# torch/cuda/_memory_viz.py from the pytorch/pytorch repository; only the standard library
+# is needed for `stats`), or VRAMLENS_MEMORY_VIZ, or torch's module if torch is installed.
+#
+# How long it takes (2-core VM, warm cargo cache, files absent): cargo build --release a
+# few minutes on a cold target/; generating the four files about 3 minutes; each round
+# about 2.5 minutes, mostly the Python legs (pickle.load of 1 GB takes ~30 s and 4 GB of
+# memory); default 3 rounds. Needs ~5 GB free RAM and 2.8 GB disk.
 #
 # Environment: PYTHON (default python3), VRAMLENS (default target/release/vramlens),
 #              VRAMLENS_MEMORY_VIZ (see scripts/bench.py).
@@ -20,16 +29,23 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VRAMLENS=${VRAMLENS:-target/release/vramlens}
+REAL=../shared/data/cs336-kkaitlyn111/memory_ctx128_fullstep.pickle
 
 cargo build --release
 
 mkdir -p bench-data
-if [ ! -f bench-data/snap_300m.pickle ]; then
-    "$PYTHON" scripts/bench_gen.py --size-mb 300 -o bench-data/snap_300m.pickle
+[ -f bench-data/gen_300m.pickle ] || "$PYTHON" scripts/bench_gen.py --size-mb 300 -o bench-data/gen_300m.pickle
+[ -f bench-data/gen_1g.pickle ] || "$PYTHON" scripts/bench_gen.py --size-mb 1024 -o bench-data/gen_1g.pickle
+files=(bench-data/gen_300m.pickle bench-data/gen_1g.pickle)
+if [ -f "$REAL" ]; then
+    [ -f bench-data/tiled_280.pickle ] || "$PYTHON" scripts/bench_tile.py --tiles 280 -o bench-data/tiled_280.pickle "$REAL"
+    [ -f bench-data/tiled_940.pickle ] || "$PYTHON" scripts/bench_tile.py --tiles 940 -o bench-data/tiled_940.pickle "$REAL"
+    files+=(bench-data/tiled_280.pickle bench-data/tiled_940.pickle)
+else
+    echo "bench: $REAL is absent: the tiled real-snapshot files are skipped" >&2
 fi
-if [ ! -f bench-data/snap_1g.pickle ]; then
-    "$PYTHON" scripts/bench_gen.py --size-mb 1024 -o bench-data/snap_1g.pickle
+if [ -z "${VRAMLENS_MEMORY_VIZ:-}" ] && [ -f bench-data/_memory_viz.py ]; then
+    export VRAMLENS_MEMORY_VIZ=bench-data/_memory_viz.py
 fi
 
-exec "$PYTHON" scripts/bench.py --python "$PYTHON" --vramlens "$VRAMLENS" "$@" \
-    bench-data/snap_300m.pickle bench-data/snap_1g.pickle
+exec "$PYTHON" scripts/bench.py --python "$PYTHON" --vramlens "$VRAMLENS" "$@" "${files[@]}"

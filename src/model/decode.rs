@@ -3,6 +3,9 @@
 //! [`SnapshotBuilder`] plugs into the pickle reader so that trace entries are decoded into
 //! compact events while the file is read and never exist as a value tree.
 
+#[path = "fast.rs"]
+mod fast;
+
 use super::frames::{FrameId, FxMap};
 use super::trace::{NewEvent, UNKNOWN_FREE};
 use super::*;
@@ -969,6 +972,12 @@ pub struct SnapshotBuilder {
     /// Segments lists and annotations lists being read, decoded item by item.
     segment_lists: Lists<Taken<Segment>>,
     annotation_lists: Lists<Taken<Option<Annotation>>>,
+    /// The fast path's classes of memo values (by memo value) and pending stores.
+    classes: Vec<(u64, fast::Class)>,
+    stores: Vec<fast::Store>,
+    /// Whether trace entries may be decoded straight from the bytes, and how many were.
+    fast: bool,
+    fast_entries: u64,
     /// Frames lists being read: their frames so far, or the first error.
     frames_lists: Lists<Result<Vec<FrameId>, DecodeError>>,
 }
@@ -1013,6 +1022,29 @@ impl pickle::Builder for SnapshotBuilder {
 
     fn reached(&mut self, offset: u64) {
         self.dec.set_content_bytes(offset);
+    }
+
+    fn fast_list(&mut self, list: Option<ListId>, taking: Option<bool>) -> bool {
+        self.fast
+            && match (list, taking) {
+                (_, None) => true,
+                (Some(l), Some(true)) => self.pending.contains(&l),
+                _ => false,
+            }
+    }
+
+    fn take_items(
+        &mut self,
+        list: ListId,
+        taking: Option<bool>,
+        bytes: &[u8],
+        offset: u64,
+        memo: &mut pickle::Memo,
+    ) -> pickle::FastTake {
+        if !self.fast {
+            return pickle::FastTake::default();
+        }
+        self.take_entries(list, taking, bytes, offset, memo)
     }
 
     fn close_list(&mut self, list: ListId, len: u64) -> Value {
@@ -1080,7 +1112,22 @@ impl SnapshotBuilder {
             frames_lists: Lists::default(),
             segment_lists: Lists::default(),
             annotation_lists: Lists::default(),
+            classes: Vec::new(),
+            stores: Vec::new(),
+            fast: true,
+            fast_entries: 0,
         }
+    }
+
+    /// Turns the fast path for trace entries off (on by default): every entry is then
+    /// decoded from pickle values. The result is the same; tests compare the two.
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast = on;
+    }
+
+    /// Trace entries decoded by the fast path so far.
+    pub fn fast_entries(&self) -> u64 {
+        self.fast_entries
     }
 
     /// Decodes the root value read from `content_bytes` bytes of pickle (or JSON): the

@@ -11,6 +11,7 @@
 //! opcode at most.
 
 use super::ops::{Input, Op, ReadInput, SliceInput, next_op, text_index};
+use super::vm::SharedKey;
 use super::{Error, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -256,6 +257,9 @@ pub struct Memo {
     stored_count: u64,
     store_ops: u64,
     stamps: u64,
+    /// Every store so far was at the next index (MEMOIZE, or PUT of the next index, as
+    /// both Python's and PyTorch's C++ pickler write): indices are then predictable.
+    sequential: bool,
 }
 
 impl Memo {
@@ -272,6 +276,7 @@ impl Memo {
             stored_count: 0,
             store_ops: 0,
             stamps: 0,
+            sequential: true,
         }
     }
 
@@ -283,6 +288,7 @@ impl Memo {
     /// Records a store at `index`; returns the slot when the value must be kept.
     #[inline]
     pub fn store_slot(&mut self, index: u64) -> Option<usize> {
+        self.sequential &= index == self.stored_count;
         self.store_ops += 1;
         if self.stored.insert(index, self.store_ops + 1) {
             self.stored_count += 1;
@@ -366,6 +372,49 @@ impl Memo {
             Slot::Pending(pos) => MemoRead::Pending(pos),
             Slot::Released if self.remaining[slot] == 0 => MemoRead::Exhausted,
             Slot::Empty | Slot::Released => MemoRead::Missing,
+        }
+    }
+
+    /// The value stored at `index` with its key, without counting a read: for a builder
+    /// that decodes straight from the bytes ([`super::Builder::take_items`]). None unless
+    /// the slot holds a value. Values read this way stay until the end of the read.
+    #[inline]
+    pub fn peek_index(&self, index: u64) -> Option<(SharedKey, &Value)> {
+        match self.slots[self.refs.slot(index)?] {
+            Slot::Full(e) => {
+                let entry = &self.entries[e as usize];
+                Some((
+                    SharedKey {
+                        slot: e,
+                        stamp: entry.stamp,
+                    },
+                    &entry.value,
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a value stored at `index` is read back later (then it must be kept).
+    #[inline]
+    pub fn is_read_back(&self, index: u64) -> bool {
+        self.refs.slot(index).is_some()
+    }
+
+    /// The index of the next store, while every store so far went to the next index
+    /// (None once a file has stored out of order).
+    #[inline]
+    pub fn next_sequential(&self) -> Option<u64> {
+        self.sequential.then_some(self.stored_count)
+    }
+
+    /// A store made by a builder that decoded a value straight from the bytes: `value`
+    /// is kept when the index is read back (it must then be given).
+    pub fn store(&mut self, index: u64, value: Option<Value>, depth: u32) {
+        if let Some(slot) = self.store_slot(index)
+            && let Some(v) = value
+        {
+            self.set(slot, v, depth);
         }
     }
 

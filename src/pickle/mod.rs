@@ -18,8 +18,8 @@ pub use memo::{MemoReferences, scan_references, scan_slice};
 pub use ops::MAX_STREAM_ARGUMENT;
 pub use value::{ListId, Value};
 pub use vm::{
-    Builder, HELD_VALUES_FLOOR, MAX_DECIMAL_DIGITS, MAX_DEPTH, ParseInfo, PlainBuilder, SharedKey,
-    parse_slice, parse_with,
+    Builder, FastTake, HELD_VALUES_FLOOR, MAX_DECIMAL_DIGITS, MAX_DEPTH, Memo, ParseInfo,
+    PlainBuilder, SharedKey, parse_slice, parse_with,
 };
 
 /// Why a pickle could not be read.

@@ -6,7 +6,8 @@
 //! [`Builder`] that takes over the elements of a list as they are appended (a snapshot's
 //! trace entries and frames lists), so those never exist as a value tree.
 
-use super::memo::{Memo, MemoRead, MemoReferences};
+pub use super::memo::Memo;
+use super::memo::{MemoRead, MemoReferences};
 use super::ops::{Input, Op, ReadInput, SliceInput, next_op, text_index};
 use super::value::ListId;
 use super::{Error, Value};
@@ -65,6 +66,40 @@ pub trait Builder {
     fn reached(&mut self, offset: u64) {
         let _ = offset;
     }
+    /// A fast path: `bytes` (unread input at absolute `offset`) starts with an EMPTY_DICT
+    /// that would become the next element of `list`, in a batch opened directly above
+    /// it; `taking` is whether the builder already takes that list over (None: not
+    /// decided yet). The builder may decode elements straight from the bytes, as long as
+    /// the result is what taking over the same elements would give, recording memo
+    /// stores through `memo` (values read back must be given). It returns the bytes
+    /// and elements it took (it may also pass batch ends, `APPENDS MARK`, between
+    /// elements); zero leaves everything to the reader. Taking elements of a list
+    /// not decided yet decides it.
+    fn take_items(
+        &mut self,
+        list: ListId,
+        taking: Option<bool>,
+        bytes: &[u8],
+        offset: u64,
+        memo: &mut Memo,
+    ) -> FastTake {
+        let _ = (list, taking, bytes, offset, memo);
+        FastTake::default()
+    }
+    /// Whether [`Builder::take_items`] may take elements of this list (`list` is None
+    /// while the list is still empty): if so, the reader hands over the dicts it made
+    /// above the open batch when a sibling dict starts, before asking.
+    fn fast_list(&mut self, list: Option<ListId>, taking: Option<bool>) -> bool {
+        let _ = (list, taking);
+        false
+    }
+}
+
+/// What [`Builder::take_items`] took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastTake {
+    pub bytes: usize,
+    pub items: u64,
 }
 
 /// Identifies one stored memo value: `slot` is small and dense (usable as an index),
@@ -122,6 +157,9 @@ enum Kind {
     Dict,
     Set,
 }
+
+/// Bytes of lookahead a stream's window is given before a builder's fast path looks at it.
+const FAST_LOOKAHEAD: usize = 1 << 16;
 
 /// Shared empty containers: an empty list, dict or set costs no allocation.
 struct Empties {
@@ -268,6 +306,74 @@ impl<B: Builder> Machine<'_, B> {
         }
     }
 
+    /// At an EMPTY_DICT directly above an open batch of a list: lets the builder take
+    /// elements straight from the bytes. True when it took some.
+    fn try_fast<I: Input>(&mut self, input: &mut I) -> Result<bool, Error> {
+        let len = self.stack.len();
+        let Some(&mark) = self.marks.last() else {
+            return Ok(false);
+        };
+        if mark == 0 || mark > len {
+            return Ok(false);
+        }
+        match &self.stack[mark - 1] {
+            Item::Empty(Kind::List, _) => {}
+            Item::Open(o)
+                if matches!(o.contents, Contents::List(_)) && o.absorbing != Some(false) => {}
+            _ => return Ok(false),
+        }
+        let (id, taking) = match &self.stack[mark - 1] {
+            Item::Open(o) => (Some(o.id), o.absorbing),
+            _ => (None, None),
+        };
+        if !self.builder.fast_list(id, taking) {
+            return Ok(false);
+        }
+        if len > mark {
+            // Dicts the reader made (elements the fast path left to it) are finished now
+            // that a sibling starts: hand them over first, in order, as APPENDS would.
+            // (Only a tuple of such dicts would have used them otherwise.)
+            let dicts = self.stack[mark..].iter().all(|i| match i {
+                Item::Open(o) => matches!(o.contents, Contents::Dict(_)),
+                Item::Empty(k, _) => *k == Kind::Dict,
+                Item::Val(v, _) => matches!(v, Value::Dict(_)),
+                Item::Ref(_) => false,
+            });
+            if !dicts {
+                return Ok(false);
+            }
+            self.fill_batch(mark)?;
+            if let Item::Open(o) = &self.stack[mark - 1]
+                && o.absorbing == Some(false)
+            {
+                return Ok(false);
+            }
+        }
+        let len = mark;
+        if input.window().len() < FAST_LOOKAHEAD {
+            input.fill(FAST_LOOKAHEAD, "lookahead")?;
+        }
+        let Some(o) = self.open_at(len - 1) else {
+            return Ok(false);
+        };
+        let (id, taking) = (o.id, o.absorbing);
+        let offset = input.offset();
+        let taken = self
+            .builder
+            .take_items(id, taking, input.window(), offset, &mut self.memo);
+        if taken.bytes == 0 {
+            return Ok(false);
+        }
+        if taken.items > 0
+            && let Item::Open(o) = &mut self.stack[len - 1]
+        {
+            o.absorbing = Some(true);
+            o.absorbed += taken.items;
+        }
+        input.advance(taken.bytes);
+        Ok(true)
+    }
+
     fn close(&mut self, item: Item) -> (Value, u32) {
         close_item(
             item,
@@ -324,6 +430,22 @@ impl<B: Builder> Machine<'_, B> {
     /// Moves the items at `stack[start..]` into the open container at `stack[start - 1]`
     /// (APPEND(S), SETITEM(S), ADDITEMS), freezing each item on the way.
     fn fill(&mut self, start: usize, kind: Kind, what: &str) -> Result<(), Error> {
+        self.fill_inner(start, kind, what, false)
+    }
+
+    /// Hands the elements above the open batch at `mark` to the list below it, keeping
+    /// the batch open.
+    fn fill_batch(&mut self, mark: usize) -> Result<(), Error> {
+        self.fill_inner(mark, Kind::List, "APPENDS", true)
+    }
+
+    fn fill_inner(
+        &mut self,
+        start: usize,
+        kind: Kind,
+        what: &str,
+        keep_mark: bool,
+    ) -> Result<(), Error> {
         let offset = self.offset;
         let fail = |message: String| Error::Invalid { offset, message };
         let target_ok = match start.checked_sub(1).and_then(|i| self.stack.get(i)) {
@@ -350,7 +472,7 @@ impl<B: Builder> Machine<'_, B> {
             None => Err(format!("{what} with no container to fill")),
         };
         target_ok.map_err(fail)?;
-        if self.marks.last().is_some_and(|&m| m >= start) {
+        if !keep_mark && self.marks.last().is_some_and(|&m| m >= start) {
             return Err(fail(format!("{what} across a MARK")));
         }
         let count = self.stack.len() - start;
@@ -726,6 +848,9 @@ fn parse_input<I: Input, B: Builder>(
                 offset: m.offset,
                 values: m.held,
             });
+        }
+        if input.window().first() == Some(&b'}') && m.try_fast(input)? {
+            continue;
         }
         let op = next_op(input, &mut m.offset)?;
         match op {

@@ -1,0 +1,144 @@
+//! The fast path for trace entries (decoded straight from the bytes) gives exactly what
+//! decoding them from pickle values gives: every event, stack, string and warning, with
+//! the same ids, on every fixture and every real snapshot.
+
+mod common;
+
+use common::{root, shared_data};
+use std::fmt::Write;
+use std::path::Path;
+use vramlens::model::{Snapshot, SnapshotBuilder};
+use vramlens::pickle::{parse_slice, scan_slice};
+
+/// Everything decoded, as text: events with their side fields and resolved stacks,
+/// segments, settings, annotations, features, warnings.
+fn dump(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let f = &s.frames;
+    for id in 0..f.stack_count() {
+        let frames: Vec<String> = f
+            .stack(vramlens::model::StackId(id as u32))
+            .iter()
+            .map(|&fr| {
+                let fr = f.frame(fr);
+                format!("{}:{}:{}", f.str(fr.filename), f.str(fr.name), fr.line)
+            })
+            .collect();
+        writeln!(out, "stack {id}: {}", frames.join(" | ")).unwrap();
+    }
+    for (d, t) in s.device_traces.iter().chain([&s.host_trace]).enumerate() {
+        writeln!(out, "trace {d}: {:?}", t.keys).unwrap();
+        for i in 0..t.len() {
+            let str_of = |x: Option<vramlens::model::StrId>| x.map(|x| f.str(x).to_string());
+            writeln!(
+                out,
+                "{i} {:?} pool {:?} cc {:?} um {:?} other {:?} ff {:?}",
+                t.get(i),
+                t.pool_id(i),
+                str_of(t.compile_context(i)),
+                str_of(t.user_metadata(i)),
+                str_of(t.other_action(i)),
+                t.forward_frames(i)
+            )
+            .unwrap();
+        }
+    }
+    for seg in s.segments.iter().chain(&s.host_segments) {
+        writeln!(out, "{seg:?}").unwrap();
+    }
+    writeln!(out, "{:?}", s.allocator_settings).unwrap();
+    writeln!(out, "{:?}", s.external_annotations).unwrap();
+    writeln!(out, "{:?}", s.features).unwrap();
+    writeln!(out, "{:?}", s.warnings).unwrap();
+    out
+}
+
+/// Decodes a pickle both ways; returns the entries the fast path took.
+fn both_ways(name: &str, bytes: &[u8]) -> u64 {
+    let decode = |fast: bool| {
+        let mut b = SnapshotBuilder::new();
+        b.set_fast_path(fast);
+        let r = scan_slice(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|refs| parse_slice(bytes, refs, &mut b).map_err(|e| e.to_string()));
+        let taken = b.fast_entries();
+        let snap =
+            r.and_then(|(root, info)| b.finish_sized(&root, info.bytes).map_err(|e| e.to_string()));
+        (snap.map(|s| dump(&s)), taken)
+    };
+    let (fast, taken) = decode(true);
+    let (plain, none) = decode(false);
+    assert_eq!(none, 0);
+    assert!(fast == plain, "{name}: the fast path differs");
+    taken
+}
+
+fn content(path: &Path) -> Vec<u8> {
+    let raw = std::fs::read(path).unwrap();
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&raw[..]), &mut out)
+            .unwrap();
+        out
+    } else {
+        raw
+    }
+}
+
+#[test]
+fn every_fixture_decodes_the_same_on_both_paths() {
+    let mut taken = 0;
+    let mut files = 0;
+    for dir in [
+        "testdata",
+        "testdata/gpu/ok",
+        "testdata/gpu/oom",
+        "testdata/gpu/oom_exp",
+        "testdata/gpu/oom_cap",
+    ] {
+        let mut paths: Vec<_> = std::fs::read_dir(root().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let n = p.to_string_lossy();
+                n.ends_with(".pickle") || n.ends_with(".pickle.gz") || n.ends_with(".bin")
+            })
+            .collect();
+        paths.sort();
+        for p in paths {
+            taken += both_ways(&p.display().to_string(), &content(&p));
+            files += 1;
+        }
+    }
+    assert!(files >= 20, "{files} files");
+    assert!(taken > 1000, "the fast path took only {taken} entries");
+}
+
+#[test]
+fn every_real_snapshot_decodes_the_same_on_both_paths() {
+    let Some(data) = shared_data() else {
+        eprintln!("SKIPPED: ../shared/data not found; real-snapshot checks did not run");
+        return;
+    };
+    let mut taken = 0;
+    let mut files = 0;
+    let mut stack = vec![data];
+    while let Some(dir) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "pickle" || e == "pkl") {
+                taken += both_ways(&p.display().to_string(), &content(&p));
+                files += 1;
+            }
+        }
+    }
+    assert!(files > 0);
+    assert!(taken > 10_000, "the fast path took only {taken} entries");
+    eprintln!("{files} real snapshots, {taken} entries on the fast path");
+}
