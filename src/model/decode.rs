@@ -3,6 +3,7 @@
 //! [`SnapshotBuilder`] plugs into the pickle reader so that trace entries are decoded into
 //! compact events while the file is read and never exist as a value tree.
 
+use super::extras::{BlockHistory, HistoryRecord};
 use super::frames::{FrameId, FxMap};
 use super::trace::NewEvent;
 use super::*;
@@ -152,6 +153,9 @@ struct Decoder {
     scratch: Vec<FrameId>,
     warnings: Warnings,
     features: Features,
+    extras: Extras,
+    /// The segment being decoded: (in host_segments, index), for placing extras.
+    at_segment: (bool, u32),
 }
 
 impl Decoder {
@@ -163,6 +167,8 @@ impl Decoder {
             scratch: Vec::new(),
             warnings: Warnings::default(),
             features: Features::default(),
+            extras: Extras::default(),
+            at_segment: (false, 0),
         }
     }
 
@@ -317,11 +323,18 @@ impl Decoder {
                         keys.forward_frames = true;
                         e.forward_frames = Some(self.str_list(val)?);
                     }
-                    // Written only by the profiler-to-snapshot converter; not used.
-                    "category" => {}
-                    other => self
-                        .warnings
-                        .add(format!("unknown trace entry key '{other}'")),
+                    // Written only by the profiler-to-snapshot converter; kept, not used.
+                    "category" => e
+                        .extra_keys
+                        .get_or_insert_with(Vec::new)
+                        .push((key.to_string(), Extra::from_value(val))),
+                    other => {
+                        self.warnings
+                            .add(format!("unknown trace entry key '{other}'"));
+                        e.extra_keys
+                            .get_or_insert_with(Vec::new)
+                            .push((key.to_string(), Extra::from_value(val)));
+                    }
                 }
                 Ok(())
             })();
@@ -359,10 +372,46 @@ impl Decoder {
         }
     }
 
-    fn block(&mut self, v: &Value, address: u64) -> Result<Block, DecodeError> {
+    /// One record of a 1.13/2.0 block `history`.
+    fn history_record(&mut self, v: &Value) -> Result<HistoryRecord, DecodeError> {
+        let d = as_dict(v, "a history dict")?;
+        let mut record = HistoryRecord {
+            addr: 0,
+            real_size: None,
+            stack: None,
+            cpp_frames: None,
+            extra: Vec::new(),
+        };
+        for (k, val) in d.iter() {
+            let Some(key) = k.as_str() else { continue };
+            let r: Result<(), DecodeError> = (|| {
+                match key {
+                    "addr" => record.addr = as_u64_wrapping(val)?,
+                    "real_size" => record.real_size = Some(as_u64(val)?),
+                    "frames" => record.stack = Some(self.stack(val)?),
+                    "cpp_frames" => record.cpp_frames = Some(self.frames.intern_str(as_str(val)?)),
+                    other => record
+                        .extra
+                        .push((other.to_string(), Extra::from_value(val))),
+                }
+                Ok(())
+            })();
+            r.map_err(|err| err.under(&field(key)))?;
+        }
+        Ok(record)
+    }
+
+    fn block(&mut self, v: &Value, address: u64, index: u32) -> Result<Block, DecodeError> {
         let d = as_dict(v, "a block dict")?;
         let (mut size, mut state, mut requested, mut stored_address) = (None, None, None, None);
         let (mut stack, mut has_frames, mut history_first) = (None, false, None);
+        let (host, segment) = self.at_segment;
+        let place = Place::Block {
+            host,
+            segment,
+            block: index,
+        };
+        let mut history: Option<BlockHistory> = None;
         for (k, val) in d.iter() {
             let Some(key) = k.as_str() else { continue };
             let r: Result<(), DecodeError> = (|| {
@@ -388,24 +437,27 @@ impl Decoder {
                     "history" => {
                         self.features.block_history = true;
                         let items = val.as_seq().ok_or_else(|| expected("a list", val))?;
-                        if let Some(first) = items.first() {
-                            let real = first
-                                .get("real_size")
-                                .map(as_u64)
-                                .transpose()
-                                .map_err(|e| e.under("[0].real_size"))?;
-                            let frames = match first.get("frames") {
-                                Some(f) => Some(self.stack(f).map_err(|e| e.under("[0].frames"))?),
-                                None => None,
-                            };
-                            history_first = Some((real, frames));
+                        let mut records = Vec::with_capacity(items.len());
+                        for (i, item) in items.iter().enumerate() {
+                            let record = self
+                                .history_record(item)
+                                .map_err(|e| e.under(&format!("[{i}]")))?;
+                            records.push(record);
                         }
+                        if let Some(first) = records.first() {
+                            history_first = Some((first.real_size, first.stack));
+                        }
+                        history.get_or_insert_with(BlockHistory::default).records = records;
                     }
                     "forward_frames" => {
                         self.features.forward_frames = true;
-                        self.str_list(val)?;
+                        let strings = self.str_list(val)?;
+                        self.extras.forward_frames.insert(place, strings);
                     }
-                    other => self.warnings.add(format!("unknown block key '{other}'")),
+                    other => {
+                        self.warnings.add(format!("unknown block key '{other}'"));
+                        self.extras.add_key(place, other, val);
+                    }
                 }
                 Ok(())
             })();
@@ -423,6 +475,10 @@ impl Decoder {
                 .add("block address differs from segment address plus preceding block sizes");
         }
         // 2.1+: requested_size; 1.13/2.0: the newest history record (spec 2.3, 6.1).
+        if let Some(mut h) = history {
+            h.requested_size = requested;
+            self.extras.history.insert(place, h);
+        }
         let requested_size = if has_frames {
             requested.unwrap_or(size)
         } else {
@@ -461,6 +517,10 @@ impl Decoder {
         };
         let (mut has_address, mut has_total, mut has_device) = (false, false, false);
         let mut blocks_value = None;
+        let segment_place = Place::Segment {
+            host: self.at_segment.0,
+            segment: self.at_segment.1,
+        };
         for (k, val) in d.iter() {
             let Some(key) = k.as_str() else { continue };
             let r: Result<(), DecodeError> = (|| {
@@ -490,6 +550,7 @@ impl Decoder {
                             "small" => SegmentType::Small,
                             other => {
                                 self.warnings.add(format!("unknown segment_type '{other}'"));
+                                self.extras.add_key(segment_place, key, val);
                                 SegmentType::Other
                             }
                         }
@@ -504,10 +565,14 @@ impl Decoder {
                     "frames" => s.stack = Some(self.stack(val)?),
                     "forward_frames" => {
                         self.features.forward_frames = true;
-                        self.str_list(val)?;
+                        let strings = self.str_list(val)?;
+                        self.extras.forward_frames.insert(segment_place, strings);
                     }
                     "blocks" => blocks_value = Some(val.clone()),
-                    other => self.warnings.add(format!("unknown segment key '{other}'")),
+                    other => {
+                        self.warnings.add(format!("unknown segment key '{other}'"));
+                        self.extras.add_key(segment_place, other, val);
+                    }
                 }
                 Ok(())
             })();
@@ -529,7 +594,7 @@ impl Decoder {
             let mut address = s.address;
             for (i, b) in items.iter().enumerate() {
                 let block = self
-                    .block(b, address)
+                    .block(b, address, i as u32)
                     .map_err(|e| e.under(&format!(".blocks[{i}]")))?;
                 address = address.wrapping_add(block.size);
                 s.blocks.push(block);
@@ -551,6 +616,7 @@ impl Decoder {
             .iter()
             .enumerate()
             .map(|(i, s)| {
+                self.at_segment = (name == "host_segments", i as u32);
                 self.segment(s)
                     .map_err(|e| e.under(&format!("{name}[{i}]")))
             })
@@ -583,7 +649,11 @@ impl Decoder {
                         Some("time_us") => {
                             ann.time_us = as_i64(val).map_err(|e| e.under(".time_us"))?
                         }
-                        _ => self.warnings.add("unknown external_annotations key"),
+                        Some(other) => {
+                            self.warnings.add("unknown external_annotations key");
+                            self.extras.add_key(Place::Annotation(i as u32), other, val);
+                        }
+                        None => self.warnings.add("unknown external_annotations key"),
                     }
                 }
                 Ok(ann)
@@ -740,6 +810,7 @@ impl SnapshotBuilder {
             frames: FrameTable::new(),
             features: Features::default(),
             warnings: Warnings::default(),
+            extras: Extras::default(),
         };
         match root {
             Value::List(items) => {
@@ -821,7 +892,10 @@ impl SnapshotBuilder {
                                 .annotations(v)
                                 .map_err(|e| e.under("external_annotations"))?;
                         }
-                        other => dec.warnings.add(format!("unknown top-level key '{other}'")),
+                        other => {
+                            dec.warnings.add(format!("unknown top-level key '{other}'"));
+                            dec.extras.add_key(Place::Root, other, v);
+                        }
                     }
                 }
             }
@@ -841,6 +915,7 @@ impl SnapshotBuilder {
         snap.frames = std::mem::take(&mut dec.frames);
         snap.features = std::mem::take(&mut dec.features);
         snap.warnings = std::mem::take(&mut dec.warnings);
+        snap.extras = std::mem::take(&mut dec.extras);
         Ok(snap)
     }
 }

@@ -7,12 +7,15 @@
 //! `device_traces[0][17].size`). It computes no statistics: that is `analysis`.
 
 mod decode;
+pub mod encode;
+pub mod extras;
 pub mod frames;
 pub mod trace;
 
 pub use decode::{DecodeError, SnapshotBuilder, decode_json, decode_value};
+pub use extras::{Extra, Extras, Place};
 pub use frames::{Frame, FrameId, FrameTable, StackId, StrId};
-pub use trace::{Action, DeviceTrace, EntryKeys, TraceEvent};
+pub use trace::{Action, DeviceTrace, EntryKeys, TraceEvent, TraceString};
 
 use std::collections::BTreeMap;
 
@@ -127,6 +130,8 @@ pub struct Snapshot {
     pub frames: FrameTable,
     pub features: Features,
     pub warnings: Warnings,
+    /// What the file holds beyond the fields above, for writing it back.
+    pub extras: Extras,
 }
 
 impl Snapshot {
