@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         cli::Command::Segments(args) => cmd::segments::run(args, &mut out),
         cli::Command::Oom(args) => cmd::oom::run(args, &mut out),
         cli::Command::Reconcile(args) => cmd::reconcile::run(args, &mut out),
+        cli::Command::Redact(args) => cmd::redact::run(args, &mut out),
     }
     .and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {

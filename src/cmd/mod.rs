@@ -2,6 +2,7 @@
 
 pub mod oom;
 pub mod reconcile;
+pub mod redact;
 pub mod segments;
 pub mod summary;
 pub mod timeline;

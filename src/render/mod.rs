@@ -3,6 +3,7 @@
 
 pub mod live;
 pub mod oom;
+pub mod redact;
 pub mod segments_svg;
 pub mod summary;
 pub mod svg;
