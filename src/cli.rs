@@ -218,7 +218,8 @@ pub struct RedactArgs {
     /// (repeatable).
     #[arg(long, value_name = "WORD")]
     pub scrub: Vec<String>,
-    /// List each string that would change, with its replacement and count; write nothing.
+    /// List each string that would change, with its replacement and count; write nothing
+    /// (not even the -o file).
     #[arg(long)]
     pub show: bool,
     /// JSON instead of text (schema in docs/json.md).
