@@ -14,9 +14,11 @@ Independently of vramlens, it checks that:
   annotation names, user_metadata, compile_context, internal_metadata, cpp_frames,
   forward_frames, and values of keys PyTorch does not write);
 - the frames map one to one: equal frames stay equal and distinct frames distinct;
-- no home folder survives anywhere in the bytes (/home/, /Users/, X:/Users/), no frame
-  file name is an absolute path, and no user name seen in the original's home folders
-  (or torchinductor_NAME folders) appears as a whole word in any string, nor in the bytes.
+- no home folder survives anywhere in the bytes (/home/, /Users/, X:/Users/, /homes/,
+  /homestud/, /scratch/, /pscratch/), nor the first two folders of any absolute file name
+  of the original (/home/NAME, /pscratch/sd, D:/Dev, ...); no frame file name is an
+  absolute path; and no user name seen in the original's home folders (or
+  torchinductor_NAME folders) appears as a whole word in any string, nor in the bytes.
 
 Prints one JSON line with what was checked; exits 1 with a message on the first failure.
 """
@@ -153,7 +155,7 @@ def strings_of(v, out):
     return out
 
 
-HOME = re.compile(r"(?:/home/|/Users/|[A-Za-z]:[/\\]Users[/\\])([^/\\\s\"']+)")
+HOME = re.compile(r"(?:/home/|/Users/|[A-Za-z]:[/\\]Users[/\\]|/homestud/|/homes/(?:[^/]{1,2}/)*)([^/\\\s\"']{3,})")
 INDUCTOR = re.compile(r"torchinductor_([A-Za-z0-9][^/\\\s\"']*)")
 
 
@@ -179,9 +181,21 @@ def main():
                 users.add(m.group(1))
         users = sorted(u for u in users if u.lower() not in GENERIC and len(u) >= 2)
         text = raw.decode("latin-1")
-        for home in ("/home/", "/Users/", ":/Users/", ":\\Users\\"):
+        for home in ("/home/", "/Users/", ":/Users/", ":\\Users\\", "/homes/", "/homestud/",
+                     "/scratch/", "/pscratch/"):
             if home in text:
                 raise Failed(f"a home folder ({home}) is left in the bytes")
+        prefixes = set()
+        for s in w.frame_map:
+            name = s[0]
+            if isinstance(name, str) and re.match(r"^(/|\\|[A-Za-z]:[/\\])", name):
+                parts = [p for p in re.split(r"[/\\]", name) if p]
+                if len(parts) >= 3:
+                    prefixes.add("/".join(parts[:2]))
+                    prefixes.add("\\".join(parts[:2]))
+        for prefix in sorted(prefixes):
+            if prefix in text:
+                raise Failed(f"the folder {prefix!r} of an original file name is left in the bytes")
         redacted_strings = strings_of(redacted, [])
         for u in users:
             word = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(u) + r"(?![A-Za-z0-9_])", re.I)
@@ -190,7 +204,7 @@ def main():
                     raise Failed(f"user name {u!r} is left in {s[:200]!r}")
             if len(u) >= 4 and word.search(text):
                 raise Failed(f"user name {u!r} is left in the bytes")
-        print(json.dumps({"ok": True, "users": users, "frames": w.frames,
+        print(json.dumps({"ok": True, "users": users, "folders": len(prefixes), "frames": w.frames,
                           "distinct_frames": len(w.frame_map), "numbers": w.numbers,
                           "strings_changed": w.strings_changed}))
     except Failed as e:
