@@ -888,7 +888,10 @@ impl<'o> Redactor<'o> {
             let name = table.intern_str(&self.id_out[&(Field::Function, f.name)]);
             let line = if self.options.strip_code && f.line > 0 {
                 let used = lines_used.entry((f.filename, f.name)).or_default();
-                let mut h = self.line_hash(old.str(f.filename), old.str(f.name), f.line);
+                // The cut file name, so that a frame of an installed package gets the
+                // same hash on every machine.
+                let file = &self.id_out[&(Field::Filename, f.filename)];
+                let mut h = self.line_hash(file, old.str(f.name), f.line);
                 while used.contains(&h) {
                     h = h % (i32::MAX as i64) + 1;
                 }
@@ -1130,6 +1133,117 @@ mod tests {
             ["/home/a/x.py", "/opt/lib/libtorch.so", r"C:\Users\b\y.py"]
         );
         assert!(paths_in_text("Torch-Compiled Region: 0/0").is_empty());
+    }
+
+    fn snapshot(user: &str) -> Snapshot {
+        let frame = |name: &str, file: &str, line: i64| serde_json::json!({"name": name, "filename": file, "line": line});
+        let site = "lib/python3.10/site-packages/torch/nn/modules/module.py";
+        let frames = serde_json::json!([
+            frame("forward", &format!("/home/{user}/envA/{site}"), 10),
+            frame("forward", &format!("/home/{user}/envB/{site}"), 10),
+            frame("train", &format!("/home/{user}/proj/train.py"), 5),
+            frame("train", &format!("/home/{user}/proj/train.py"), 6),
+            frame("??", "", 0),
+        ]);
+        let json = serde_json::json!({
+            "segments": [{"device": 0, "address": 1048576, "total_size": 1024,
+                "allocated_size": 512, "active_size": 512, "requested_size": 500, "stream": 0,
+                "segment_type": "small", "segment_pool_id": [0, 0], "is_expandable": false,
+                "frames": frames,
+                "blocks": [
+                    {"address": 1048576, "size": 512, "requested_size": 500,
+                     "state": "active_allocated", "frames": frames},
+                    {"address": 1049088, "size": 512, "requested_size": 0,
+                     "state": "inactive", "frames": []}]}],
+            "device_traces": [[{"action": "alloc", "addr": 1048576, "size": 500, "stream": 0,
+                "time_us": 1,
+                "compile_context": format!("Torch-Compiled Region: 0/0 (/home/{user}/proj/train.py)"),
+                "user_metadata": format!("run by {user}@gpu7.example.org"), "frames": frames}]],
+            "external_annotations": [{"name": format!("step of {user}"), "stage": "START",
+                "device": 0, "time_us": 1}],
+        });
+        crate::model::decode_json(&json).unwrap()
+    }
+
+    fn frame_strings(snap: &Snapshot) -> Vec<(String, String, i64)> {
+        (0..snap.frames.frame_count())
+            .map(|i| {
+                let f = snap.frames.frame(crate::model::FrameId(i as u32));
+                (
+                    snap.frames.str(f.filename).to_string(),
+                    snap.frames.str(f.name).to_string(),
+                    f.line,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn apply_cuts_paths_removes_names_everywhere_and_keeps_frames_distinct() {
+        let mut snap = snapshot("alice");
+        let report = apply(&mut snap, &RedactOptions::default());
+        let module = "torch/nn/modules/module.py";
+        assert_eq!(
+            frame_strings(&snap),
+            [
+                (module.to_string(), "forward".to_string(), 10),
+                (format!("{module} [2]"), "forward".to_string(), 10),
+                ("train.py".to_string(), "train".to_string(), 5),
+                ("train.py".to_string(), "train".to_string(), 6),
+                (String::new(), "??".to_string(), 0),
+            ]
+        );
+        let t = &snap.device_traces[0];
+        assert_eq!(
+            snap.frames.str(t.compile_context(0).unwrap()),
+            "Torch-Compiled Region: 0/0 (train.py)"
+        );
+        assert_eq!(
+            snap.frames.str(t.user_metadata(0).unwrap()),
+            "run by <user>@<host>"
+        );
+        assert_eq!(snap.external_annotations[0].name, "step of <user>");
+        assert_eq!(report.names.users, ["alice"]);
+        assert_eq!(report.names.hosts, ["gpu7.example.org"]);
+        let fields: Vec<(Field, u64)> = report.changes.iter().map(|c| (c.field, c.count)).collect();
+        assert_eq!(
+            fields,
+            [
+                (Field::Filename, 1),
+                (Field::Filename, 1),
+                (Field::Filename, 2),
+                (Field::Annotation, 1),
+                (Field::UserMetadata, 1),
+                (Field::CompileContext, 1),
+            ]
+        );
+        assert_eq!(report.lines_replaced, 0);
+    }
+
+    #[test]
+    fn strip_code_and_drop_modes() {
+        let mut snap = snapshot("alice");
+        let options = RedactOptions {
+            strip_code: true,
+            annotations: TextMode::Drop,
+            metadata: TextMode::Drop,
+            ..Default::default()
+        };
+        let report = apply(&mut snap, &options);
+        let frames = frame_strings(&snap);
+        let forward = Hasher24::new(None).label("f_", "forward");
+        assert_eq!(frames[0].1, forward);
+        assert_eq!(frames[1].1, forward);
+        assert_ne!(frames[2].2, frames[3].2, "distinct lines stay distinct");
+        assert!(frames[2].2 > 0 && frames[3].2 > 0);
+        assert_eq!(frames[4], (String::new(), "??".to_string(), 0));
+        assert_eq!(report.lines_replaced, 4);
+        assert_eq!(snap.device_traces[0].user_metadata(0), None);
+        assert_eq!(snap.external_annotations[0].name, "");
+        // The same frames recorded by another user on another machine hash the same.
+        let mut other = snapshot("bob");
+        apply(&mut other, &options);
+        assert_eq!(frame_strings(&other), frames);
     }
 
     #[test]
