@@ -69,6 +69,10 @@ pub enum Command {
     /// --tolerance of a --baseline snapshot's, 1 when over (listing the groups that
     /// grew), 2 on bad input.
     Check(CheckArgs),
+    /// Write a copy of a snapshot to share: every number kept, file paths cut, user and host
+    /// names removed (and function names and code hashed with --strip-code). Runs locally;
+    /// nothing is uploaded.
+    Redact(RedactArgs),
 }
 
 #[derive(Args, Debug)]
@@ -364,6 +368,57 @@ pub struct ReconcileArgs {
     /// (without using them).
     #[arg(long)]
     pub allow_no_overlap: bool,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum TextModeArg {
+    /// Keep the text (paths cut, names removed).
+    Keep,
+    /// Replace it by a keyed hash.
+    Hash,
+    /// Replace it by the empty string.
+    Drop,
+}
+
+#[derive(Args, Debug)]
+pub struct RedactArgs {
+    /// Snapshot file (pickle, gzip, JSON, or a torch.cuda._memory_viz HTML page).
+    #[arg(value_name = "SNAPSHOT")]
+    pub file: PathBuf,
+    /// Write the redacted snapshot (a pickle PyTorch's tools open) to this file.
+    #[arg(short, long, value_name = "FILE", required_unless_present = "show")]
+    pub output: Option<PathBuf>,
+    /// Overwrite the output file if it exists (never the input).
+    #[arg(long)]
+    pub force: bool,
+    /// Also replace function names, line numbers and code text by keyed hashes (equal
+    /// frames stay equal, distinct frames stay distinct).
+    #[arg(long)]
+    pub strip_code: bool,
+    /// Secret mixed into the hashes; without it anyone can check a guessed name against
+    /// a hash. The same salt gives the same hashes in every file.
+    #[arg(long, value_name = "TEXT")]
+    pub salt: Option<String>,
+    /// What to do with external annotation names (record_function regions).
+    #[arg(long, value_enum, default_value = "keep", value_name = "MODE")]
+    pub annotations: TextModeArg,
+    /// What to do with user_metadata of trace entries.
+    #[arg(long, value_enum, default_value = "keep", value_name = "MODE")]
+    pub metadata: TextModeArg,
+    /// Leave strings matching this regular expression untouched (repeatable).
+    #[arg(long, value_name = "REGEX")]
+    pub keep: Vec<String>,
+    /// Also remove this word wherever it appears, e.g. a host or project name
+    /// (repeatable).
+    #[arg(long, value_name = "WORD")]
+    pub scrub: Vec<String>,
+    /// List each string that would change, with its replacement and count; write nothing
+    /// (not even the -o file).
+    #[arg(long)]
+    pub show: bool,
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

@@ -9,6 +9,7 @@ pub mod input;
 pub mod model;
 pub mod oom_log;
 pub mod pickle;
+pub mod redact;
 pub mod render;
 pub mod timeline;
 pub mod units;

@@ -21,6 +21,7 @@ fn snapshot(trace: DeviceTrace, annotations: Vec<Annotation>) -> Snapshot {
         frames: FrameTable::new(),
         features: Features::default(),
         warnings: Warnings::default(),
+        extras: Default::default(),
     }
 }
 

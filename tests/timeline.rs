@@ -209,6 +209,7 @@ fn snapshot(events: &[(Action, u64, u64)], slots: &[SlotState]) -> Snapshot {
         frames: FrameTable::new(),
         features: Features::default(),
         warnings: Warnings::default(),
+        extras: Default::default(),
     }
 }
 

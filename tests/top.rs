@@ -205,6 +205,7 @@ fn lifetime_with(stack: StackId) -> vramlens::timeline::Lifetime {
         frames: FrameTable::new(),
         features: Features::default(),
         warnings: Warnings::default(),
+        extras: Default::default(),
     };
     let tl = vramlens::timeline::build(&snap, 0);
     tl.lifetimes[0]

@@ -190,6 +190,7 @@ pub fn to_snapshot(trace: &ProfileTrace) -> Converted {
             frames,
             features,
             warnings,
+            extras: Default::default(),
         },
         kind: trace.kind,
         clock: trace.clock,

@@ -6,6 +6,7 @@
 #[path = "fast.rs"]
 mod fast;
 
+use super::extras::{BlockHistory, HistoryRecord};
 use super::frames::{FrameId, FxMap};
 use super::trace::{NewEvent, UNKNOWN_FREE};
 use super::*;
@@ -239,6 +240,11 @@ struct Decoder {
     spent: u64,
     budget: u64,
     sizes: SizeTotals,
+    extras: Extras,
+    /// The segment being decoded: (in host_segments, index), for placing extras.
+    at_segment: (bool, u32),
+    /// The annotation being decoded (its place in its list), for placing extras.
+    at_annotation: u32,
 }
 
 /// A frames list shared through the memo (kept alive by the entry) and what it decoded to.
@@ -261,6 +267,9 @@ impl Decoder {
             spent: 0,
             budget: MODEL_BUDGET_FLOOR,
             sizes: SizeTotals::default(),
+            extras: Extras::default(),
+            at_segment: (false, 0),
+            at_annotation: 0,
         }
     }
 
@@ -506,11 +515,18 @@ impl Decoder {
                         keys.forward_frames = true;
                         e.forward_frames = Some(self.str_list(val)?);
                     }
-                    // Written only by the profiler-to-snapshot converter; not used.
-                    "category" => {}
-                    other => self
-                        .warnings
-                        .add(format!("unknown trace entry key '{}'", shown(other))),
+                    // Written only by the profiler-to-snapshot converter; kept, not used.
+                    "category" => e
+                        .extra_keys
+                        .get_or_insert_with(Vec::new)
+                        .push((key.to_string(), Extra::from_value(val))),
+                    other => {
+                        self.warnings
+                            .add(format!("unknown trace entry key '{}'", shown(other)));
+                        e.extra_keys
+                            .get_or_insert_with(Vec::new)
+                            .push((key.to_string(), Extra::from_value(val)));
+                    }
                 }
                 Ok(())
             })();
@@ -571,10 +587,46 @@ impl Decoder {
         }
     }
 
-    fn block(&mut self, v: &Value, address: u64) -> Result<Block, DecodeError> {
+    /// One record of a 1.13/2.0 block `history`.
+    fn history_record(&mut self, v: &Value) -> Result<HistoryRecord, DecodeError> {
+        let d = as_dict(v, "a history dict")?;
+        let mut record = HistoryRecord {
+            addr: 0,
+            real_size: None,
+            stack: None,
+            cpp_frames: None,
+            extra: Vec::new(),
+        };
+        for (k, val) in d.iter() {
+            let Some(key) = k.as_str() else { continue };
+            let r: Result<(), DecodeError> = (|| {
+                match key {
+                    "addr" => record.addr = as_u64_wrapping(val)?,
+                    "real_size" => record.real_size = Some(as_size(val)?),
+                    "frames" => record.stack = Some(self.stack(val)?),
+                    "cpp_frames" => record.cpp_frames = Some(self.frames.intern_str(as_str(val)?)),
+                    other => record
+                        .extra
+                        .push((other.to_string(), Extra::from_value(val))),
+                }
+                Ok(())
+            })();
+            r.map_err(|err| err.under(&field(key)))?;
+        }
+        Ok(record)
+    }
+
+    fn block(&mut self, v: &Value, address: u64, index: u32) -> Result<Block, DecodeError> {
         let d = as_dict(v, "a block dict")?;
         let (mut size, mut state, mut requested, mut stored_address) = (None, None, None, None);
         let (mut stack, mut has_frames, mut history_first) = (None, false, None);
+        let (host, segment) = self.at_segment;
+        let place = Place::Block {
+            host,
+            segment,
+            block: index,
+        };
+        let mut history: Option<BlockHistory> = None;
         for (k, val) in d.iter() {
             let Some(key) = k.as_str() else { continue };
             let r: Result<(), DecodeError> = (|| {
@@ -601,26 +653,28 @@ impl Decoder {
                     "history" => {
                         self.features.block_history = true;
                         let items = val.as_seq().ok_or_else(|| expected("a list", val))?;
-                        if let Some(first) = items.first() {
-                            let real = first
-                                .get("real_size")
-                                .map(as_size)
-                                .transpose()
-                                .map_err(|e| e.under("[0].real_size"))?;
-                            let frames = match first.get("frames") {
-                                Some(f) => Some(self.stack(f).map_err(|e| e.under("[0].frames"))?),
-                                None => None,
-                            };
-                            history_first = Some((real, frames));
+                        let mut records = Vec::with_capacity(items.len());
+                        for (i, item) in items.iter().enumerate() {
+                            let record = self
+                                .history_record(item)
+                                .map_err(|e| e.under(&format!("[{i}]")))?;
+                            records.push(record);
                         }
+                        if let Some(first) = records.first() {
+                            history_first = Some((first.real_size, first.stack));
+                        }
+                        history.get_or_insert_with(BlockHistory::default).records = records;
                     }
                     "forward_frames" => {
                         self.features.forward_frames = true;
-                        self.str_list(val)?;
+                        let strings = self.str_list(val)?;
+                        self.extras.forward_frames.insert(place, strings);
                     }
-                    other => self
-                        .warnings
-                        .add(format!("unknown block key '{}'", shown(other))),
+                    other => {
+                        self.warnings
+                            .add(format!("unknown block key '{}'", shown(other)));
+                        self.extras.add_key(place, other, val);
+                    }
                 }
                 Ok(())
             })();
@@ -638,6 +692,10 @@ impl Decoder {
                 .add("block address differs from segment address plus preceding block sizes");
         }
         // 2.1+: requested_size; 1.13/2.0: the newest history record (spec 2.3, 6.1).
+        if let Some(mut h) = history {
+            h.requested_size = requested;
+            self.extras.history.insert(place, h);
+        }
         let requested_size = if has_frames {
             requested.unwrap_or(size)
         } else {
@@ -677,6 +735,10 @@ impl Decoder {
         };
         let (mut has_address, mut has_total, mut has_device) = (false, false, false);
         let mut blocks_value = None;
+        let segment_place = Place::Segment {
+            host: self.at_segment.0,
+            segment: self.at_segment.1,
+        };
         for (k, val) in d.iter() {
             let Some(key) = k.as_str() else { continue };
             let r: Result<(), DecodeError> = (|| {
@@ -707,6 +769,7 @@ impl Decoder {
                             other => {
                                 self.warnings
                                     .add(format!("unknown segment_type '{}'", shown(other)));
+                                self.extras.add_key(segment_place, key, val);
                                 SegmentType::Other
                             }
                         }
@@ -721,12 +784,15 @@ impl Decoder {
                     "frames" => s.stack = Some(self.stack(val)?),
                     "forward_frames" => {
                         self.features.forward_frames = true;
-                        self.str_list(val)?;
+                        let strings = self.str_list(val)?;
+                        self.extras.forward_frames.insert(segment_place, strings);
                     }
                     "blocks" => blocks_value = Some(val.clone()),
-                    other => self
-                        .warnings
-                        .add(format!("unknown segment key '{}'", shown(other))),
+                    other => {
+                        self.warnings
+                            .add(format!("unknown segment key '{}'", shown(other)));
+                        self.extras.add_key(segment_place, other, val);
+                    }
                 }
                 Ok(())
             })();
@@ -758,7 +824,7 @@ impl Decoder {
             let mut address = s.address;
             for (i, b) in items.iter().enumerate() {
                 let block = self
-                    .block(b, address)
+                    .block(b, address, i as u32)
                     .map_err(|e| e.under(&format!(".blocks[{i}]")))?;
                 address = address.wrapping_add(block.size);
                 s.blocks.push(block);
@@ -819,6 +885,7 @@ impl Decoder {
                     .iter()
                     .enumerate()
                     .map(|(i, s)| {
+                        self.at_segment = (name == "host_segments", i as u32);
                         self.segment(s)
                             .map_err(|e| e.under(&format!("{name}[{i}]")))
                     })
@@ -859,7 +926,12 @@ impl Decoder {
                     Some(t) => ann.time_us = t,
                     None => time_ok = false,
                 },
-                _ => self.warnings.add("unknown external_annotations key"),
+                Some(other) => {
+                    self.warnings.add("unknown external_annotations key");
+                    self.extras
+                        .add_key(Place::Annotation(self.at_annotation), other, val);
+                }
+                None => self.warnings.add("unknown external_annotations key"),
             }
         }
         self.spend(std::mem::size_of::<Annotation>() as u64)?;
@@ -886,7 +958,10 @@ impl Decoder {
                 items
                     .iter()
                     .enumerate()
-                    .map(|(i, a)| self.annotation(a).map_err(|e| e.under(&format!("[{i}]"))))
+                    .map(|(i, a)| {
+                        self.at_annotation = i as u32;
+                        self.annotation(a).map_err(|e| e.under(&format!("[{i}]")))
+                    })
                     .collect::<Result<Vec<_>, _>>()?
             }
         };
@@ -971,6 +1046,9 @@ pub struct SnapshotBuilder {
     pending: Pending,
     /// Segments lists and annotations lists being read, decoded item by item.
     segment_lists: Lists<Taken<Segment>>,
+    /// Whether a segments list taken over is `host_segments`.
+    segment_list_host: Lists<bool>,
+    segment_lists_seen: u32,
     annotation_lists: Lists<Taken<Option<Annotation>>>,
     /// The fast path's classes of memo values (by memo value) and pending stores.
     classes: Vec<(u64, fast::Class)>,
@@ -1004,6 +1082,11 @@ impl pickle::Builder for SnapshotBuilder {
             self.frames_lists.insert(list, Ok(Vec::new()));
         } else if first.get("total_size").is_some() {
             self.segment_lists.insert(list, Taken::default());
+            // `segments` comes before `host_segments` in every release that writes both:
+            // a second segments list read is the host's (for placing extras).
+            self.segment_list_host
+                .insert(list, self.segment_lists_seen > 0);
+            self.segment_lists_seen += 1;
         } else if first.get("stage").is_some() && first.get("name").is_some() {
             self.annotation_lists.insert(list, Taken::default());
         } else {
@@ -1086,6 +1169,8 @@ impl SnapshotBuilder {
         }
         if let Some(t) = self.segment_lists.get_mut(&list) {
             if t.error.is_none() {
+                let host = self.segment_list_host.get_mut(&list).is_some_and(|h| *h);
+                self.dec.at_segment = (host, index as u32);
                 match self.dec.segment(item) {
                     Ok(s) => t.items.push(s),
                     Err(e) => t.error = Some((index, e)),
@@ -1096,6 +1181,7 @@ impl SnapshotBuilder {
         if let Some(t) = self.annotation_lists.get_mut(&list)
             && t.error.is_none()
         {
+            self.dec.at_annotation = index as u32;
             match self.dec.annotation(item) {
                 Ok(a) => t.items.push(a),
                 Err(e) => t.error = Some((index, e)),
@@ -1111,6 +1197,8 @@ impl SnapshotBuilder {
             pending: Pending::default(),
             frames_lists: Lists::default(),
             segment_lists: Lists::default(),
+            segment_list_host: Lists::default(),
+            segment_lists_seen: 0,
             annotation_lists: Lists::default(),
             classes: Vec::new(),
             stores: Vec::new(),
@@ -1155,6 +1243,7 @@ impl SnapshotBuilder {
             frames: FrameTable::new(),
             features: Features::default(),
             warnings: Warnings::default(),
+            extras: Extras::default(),
         };
         match root {
             Value::List(items) => {
@@ -1257,9 +1346,11 @@ impl SnapshotBuilder {
                                 .annotations(v, &mut self.annotation_lists)
                                 .map_err(|e| e.under("external_annotations"))?;
                         }
-                        other => dec
-                            .warnings
-                            .add(format!("unknown top-level key '{}'", shown(other))),
+                        other => {
+                            dec.warnings
+                                .add(format!("unknown top-level key '{}'", shown(other)));
+                            dec.extras.add_key(Place::Root, other, v);
+                        }
                     }
                 }
             }
@@ -1291,6 +1382,7 @@ impl SnapshotBuilder {
         snap.frames = std::mem::take(&mut dec.frames);
         snap.features = std::mem::take(&mut dec.features);
         snap.warnings = std::mem::take(&mut dec.warnings);
+        snap.extras = std::mem::take(&mut dec.extras);
         Ok(snap)
     }
 }

@@ -7,14 +7,17 @@
 //! `device_traces[0][17].size`). It computes no statistics: that is `analysis`.
 
 mod decode;
+pub mod encode;
+pub mod extras;
 pub mod frames;
 pub mod trace;
 
 pub use decode::{
     DecodeError, MAX_DEVICES, MODEL_BUDGET_FLOOR, SnapshotBuilder, decode_json, decode_value,
 };
+pub use extras::{Extra, Extras, Place};
 pub use frames::{Frame, FrameId, FrameTable, StackId, StrId};
-pub use trace::{Action, DeviceTrace, EntryKeys, TraceEvent, UNKNOWN_FREE};
+pub use trace::{Action, DeviceTrace, EntryKeys, TraceEvent, TraceString, UNKNOWN_FREE};
 
 use std::collections::BTreeMap;
 
@@ -146,6 +149,8 @@ pub struct Snapshot {
     pub frames: FrameTable,
     pub features: Features,
     pub warnings: Warnings,
+    /// What the file holds beyond the fields above, for writing it back.
+    pub extras: Extras,
 }
 
 impl Snapshot {

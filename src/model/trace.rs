@@ -5,6 +5,7 @@
 //! time and stack id. Fields that are almost always at their default (pool ids, compile
 //! context, user metadata, forward frames) live in sparse side tables keyed by event index.
 
+use super::extras::ExtraKeys;
 use super::frames::{FxMap, StackId, StrId};
 
 /// What a trace entry records (spec section 3.2).
@@ -181,6 +182,19 @@ struct Rare {
     internal_metadata: Vec<(u32, StrId)>,
     cpp_frames: Vec<(u32, StrId)>,
     forward_frames: Vec<(u32, Vec<StrId>)>,
+    /// Keys the model does not interpret (and `category`), kept for writing back.
+    extra_keys: Vec<(u32, ExtraKeys)>,
+}
+
+/// Which side table a string id of [`DeviceTrace::strings_mut`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceString {
+    OtherAction,
+    CompileContext,
+    UserMetadata,
+    InternalMetadata,
+    CppFrames,
+    ForwardFrames,
 }
 
 fn sparse_get<T>(table: &[(u32, T)], index: u32) -> Option<&T> {
@@ -206,6 +220,7 @@ pub struct NewEvent {
     pub internal_metadata: Option<StrId>,
     pub cpp_frames: Option<StrId>,
     pub forward_frames: Option<Vec<StrId>>,
+    pub extra_keys: Option<ExtraKeys>,
 }
 
 impl DeviceTrace {
@@ -290,6 +305,9 @@ impl DeviceTrace {
         }
         if let Some(f) = e.forward_frames {
             self.rare().forward_frames.push((index, f));
+        }
+        if let Some(k) = e.extra_keys {
+            self.rare().extra_keys.push((index, k));
         }
         self.events.push(Packed {
             addr: e.addr,
@@ -378,6 +396,57 @@ impl DeviceTrace {
 
     pub fn forward_frames(&self, i: usize) -> Option<&[StrId]> {
         self.side(|r| &r.forward_frames, i).map(|v| v.as_slice())
+    }
+
+    pub fn cpp_frames(&self, i: usize) -> Option<StrId> {
+        self.side(|r| &r.cpp_frames, i).copied()
+    }
+
+    /// Keys of the entry that the model does not interpret, in file order.
+    pub fn extra_keys(&self, i: usize) -> &[(String, super::extras::Extra)] {
+        self.side(|r| &r.extra_keys, i)
+            .map_or(&[], |v| v.as_slice())
+    }
+
+    /// Every string id held beside the events, with the table it comes from, for
+    /// rewriting (redaction).
+    pub fn strings_mut(&mut self) -> impl Iterator<Item = (TraceString, &mut StrId)> + '_ {
+        fn tagged(
+            table: &mut [(u32, StrId)],
+            tag: TraceString,
+        ) -> impl Iterator<Item = (TraceString, &mut StrId)> + '_ {
+            table.iter_mut().map(move |(_, s)| (tag, s))
+        }
+        self.rare.iter_mut().flat_map(|r| {
+            let r = &mut **r;
+            tagged(&mut r.other_actions, TraceString::OtherAction)
+                .chain(tagged(&mut r.compile_context, TraceString::CompileContext))
+                .chain(tagged(&mut r.user_metadata, TraceString::UserMetadata))
+                .chain(tagged(
+                    &mut r.internal_metadata,
+                    TraceString::InternalMetadata,
+                ))
+                .chain(tagged(&mut r.cpp_frames, TraceString::CppFrames))
+                .chain(
+                    r.forward_frames
+                        .iter_mut()
+                        .flat_map(|(_, v)| v.iter_mut().map(|s| (TraceString::ForwardFrames, s))),
+                )
+        })
+    }
+
+    /// The extra keys of every entry that has some, for rewriting.
+    pub fn extra_keys_mut(&mut self) -> impl Iterator<Item = &mut ExtraKeys> + '_ {
+        self.rare
+            .iter_mut()
+            .flat_map(|r| r.extra_keys.iter_mut().map(|(_, k)| k))
+    }
+
+    /// Removes every `user_metadata` value (all entries then hold the empty default).
+    pub fn clear_user_metadata(&mut self) {
+        if let Some(r) = self.rare.as_mut() {
+            r.user_metadata.clear();
+        }
     }
 
     /// Distinct raw stream values, in order of first appearance.

@@ -7,12 +7,16 @@
 //! memo indices that are read back, then [`parse_with`] builds values and keeps only those.
 //! Every error carries the byte offset of the opcode at fault.
 //!
+//! [`PickleWriter`] goes the other way: it writes data-only protocol 4 pickles laid out as
+//! CPython's pickler lays them out.
+//!
 //! This module knows nothing of PyTorch: it imports no other module of the crate.
 
 mod memo;
 mod ops;
 mod value;
 mod vm;
+mod write;
 
 pub use memo::{MemoReferences, scan_references, scan_slice};
 pub use ops::MAX_STREAM_ARGUMENT;
@@ -21,6 +25,7 @@ pub use vm::{
     Builder, FastTake, HELD_VALUES_FLOOR, MAX_DECIMAL_DIGITS, MAX_DEPTH, Memo, ParseInfo,
     PlainBuilder, SharedKey, parse_slice, parse_with,
 };
+pub use write::{FRAME_SIZE_TARGET, MemoId, PickleWriter};
 
 /// Why a pickle could not be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -8,6 +8,7 @@ pub mod names;
 pub mod oom;
 pub mod ranks;
 pub mod reconcile;
+pub mod redact;
 pub mod segments_svg;
 pub mod segments_text;
 pub mod summary;

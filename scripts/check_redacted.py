@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Checks a redacted snapshot against its original, with Python's own pickle (stdlib only).
+
+Usage: check_redacted.py ORIGINAL REDACTED [--strip-code] [--metadata keep|hash|drop]
+                         [--annotations keep|hash|drop]
+
+Independently of vramlens, it checks that:
+- REDACTED opens with pickle.load;
+- both have the same structure: the same dict keys at every place (frames may lose
+  their FX keys), the same list lengths, the same types, and every number, bool and None
+  equal (a frame line of 2**64 - 1, PyTorch's unsigned -1, may come back as -1; with
+  --strip-code positive frame lines may differ);
+- strings differ only where redaction may change them (frame file and function names,
+  annotation names, user_metadata, compile_context, internal_metadata, cpp_frames,
+  forward_frames, and values of keys PyTorch does not write);
+- the frames map one to one: equal frames stay equal and distinct frames distinct;
+- no home folder survives anywhere in the bytes (/home/, /Users/, X:/Users/, /homes/,
+  /homestud/, /scratch/, /pscratch/), nor the first two folders of any absolute file name
+  of the original (/home/NAME, /pscratch/sd, D:/Dev, ...); no frame file name is an
+  absolute path; and no user name seen in the original's home folders (or
+  torchinductor_NAME folders) appears as a whole word in any string, nor in the bytes.
+
+Prints one JSON line with what was checked; exits 1 with a message on the first failure.
+"""
+
+import argparse
+import base64
+import gzip
+import json
+import pickle
+import re
+import sys
+
+GENERIC = {"root", "conda", "user", "users", "ubuntu", "admin", "runner", "jovyan",
+           "ec2-user", "jenkins", "build", "builder", "shared", "public", "default",
+           "guest", "nobody", "data", "work", "home", "src", "test", "tmp", "localhost"}
+
+# Keys whose string values redaction may change.
+FREE_TEXT_KEYS = {"filename", "name", "user_metadata", "compile_context",
+                  "internal_metadata", "cpp_frames", "forward_frames", "category"}
+# Keys PyTorch writes; string values under any other key may change too.
+KNOWN_KEYS = {
+    "segments", "device_traces", "allocator_settings", "external_annotations",
+    "host_segments", "host_traces", "device", "address", "total_size", "allocated_size",
+    "active_size", "requested_size", "stream", "segment_type", "segment_pool_id",
+    "is_expandable", "frames", "forward_frames", "blocks", "size", "state", "history",
+    "addr", "real_size", "cpp_frames", "action", "device_free", "time_us",
+    "compile_context", "user_metadata", "internal_metadata", "pool_id", "category",
+    "filename", "line", "name", "stage", "PYTORCH_CUDA_ALLOC_CONF", "max_split_size",
+    "garbage_collection_threshold", "expandable_segments", "pinned_num_register_threads",
+    "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
+    "graph_capture_record_stream_reuse", "max_round_threshold", "max_cached_size",
+    "roundup_power2_divisions",
+}
+FX_KEYS = {"fx_node_op", "fx_node_name", "fx_node_target", "fx_original_trace"}
+
+
+class Failed(Exception):
+    pass
+
+
+def load(path):
+    raw = open(path, "rb").read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    text_start = raw.lstrip()[:1]
+    if text_start in (b"{", b"["):
+        return json.loads(raw), True
+    if raw.lstrip()[:1] == b"<":
+        html = raw.decode("utf-8", "replace")
+        start = html.index('"base64"', html.index("local_files")) + len('"base64"')
+        start = html.index('"', start) + 1
+        return pickle.loads(base64.b64decode(html[start:html.index('"', start)])), False
+    return pickle.loads(raw), False
+
+
+def is_frame(d):
+    return isinstance(d, dict) and "line" in d and ("filename" in d or "name" in d)
+
+
+class Walker:
+    def __init__(self, strip_code, from_json):
+        self.strip_code = strip_code
+        self.from_json = from_json
+        self.frame_map = {}
+        self.frame_back = {}
+        self.frames = 0
+        self.numbers = 0
+        self.strings_changed = 0
+
+    def fail(self, path, message):
+        raise Failed(f"{path}: {message}")
+
+    def same_type(self, a, b, path):
+        ta, tb = type(a), type(b)
+        if self.from_json and {ta, tb} <= {list, tuple}:
+            return
+        if ta is not tb:
+            self.fail(path, f"type {ta.__name__} became {tb.__name__}")
+
+    def walk(self, a, b, path, key=None, free=False):
+        self.same_type(a, b, path)
+        if isinstance(a, dict):
+            if is_frame(a):
+                self.frame(a, b, path)
+            ka, kb = set(a), set(b)
+            missing = ka - kb - (FX_KEYS if is_frame(a) else set())
+            if missing or kb - ka:
+                self.fail(path, f"keys differ: lost {sorted(missing)}, gained {sorted(kb - ka)}")
+            for k in kb:
+                self.walk(a[k], b[k], f"{path}.{k}", k,
+                          free or k not in KNOWN_KEYS or k in FREE_TEXT_KEYS)
+        elif isinstance(a, (list, tuple)):
+            if len(a) != len(b):
+                self.fail(path, f"length {len(a)} became {len(b)}")
+            for i, (x, y) in enumerate(zip(a, b)):
+                self.walk(x, y, f"{path}[{i}]", key, free)
+        elif isinstance(a, str):
+            if a != b:
+                if not free:
+                    self.fail(path, f"string {a!r} became {b!r}")
+                self.strings_changed += 1
+        else:
+            self.numbers += 1
+            if a == b:
+                return
+            if key == "line" and a == 2**64 - 1 and b == -1:
+                return
+            if key == "line" and self.strip_code and isinstance(a, int) and a > 0:
+                return
+            self.fail(path, f"{a!r} became {b!r}")
+
+    def frame(self, a, b, path):
+        self.frames += 1
+        ka = (a.get("filename"), a.get("name"), a.get("line"))
+        kb = (b.get("filename"), b.get("name"), b.get("line"))
+        if self.frame_map.setdefault(ka, kb) != kb:
+            self.fail(path, f"one frame {ka} became two: {self.frame_map[ka]} and {kb}")
+        if self.frame_back.setdefault(kb, ka) != ka:
+            self.fail(path, f"two frames {self.frame_back[kb]} and {ka} became one: {kb}")
+        if isinstance(kb[0], str) and re.match(r"^(/|\\|[A-Za-z]:[/\\]|~/)", kb[0]):
+            self.fail(path, f"absolute file name left: {kb[0]!r}")
+
+
+def strings_of(v, out):
+    if isinstance(v, str):
+        out.append(v)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            strings_of(k, out)
+            strings_of(x, out)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            strings_of(x, out)
+    return out
+
+
+HOME = re.compile(r"(?:/home/|/Users/|[A-Za-z]:[/\\]Users[/\\]|/homestud/|/homes/(?:[^/]{1,2}/)*)([^/\\\s\"']{3,})")
+INDUCTOR = re.compile(r"torchinductor_([A-Za-z0-9][^/\\\s\"']*)")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("original")
+    ap.add_argument("redacted")
+    ap.add_argument("--strip-code", action="store_true")
+    args = ap.parse_args()
+    try:
+        original, from_json = load(args.original)
+        raw = open(args.redacted, "rb").read()
+        with open(args.redacted, "rb") as f:
+            redacted = pickle.load(f)
+        w = Walker(args.strip_code, from_json)
+        w.walk(original, redacted, "(root)")
+
+        users = set()
+        for s in strings_of(original, []):
+            for m in HOME.finditer(s):
+                users.add(m.group(1))
+            for m in INDUCTOR.finditer(s):
+                users.add(m.group(1))
+        users = sorted(u for u in users if u.lower() not in GENERIC and len(u) >= 2)
+        text = raw.decode("latin-1")
+        for home in ("/home/", "/Users/", ":/Users/", ":\\Users\\", "/homes/", "/homestud/",
+                     "/scratch/", "/pscratch/"):
+            if home in text:
+                raise Failed(f"a home folder ({home}) is left in the bytes")
+        prefixes = set()
+        for s in w.frame_map:
+            name = s[0]
+            if isinstance(name, str) and re.match(r"^(/|\\|[A-Za-z]:[/\\])", name):
+                parts = [p for p in re.split(r"[/\\]", name) if p]
+                if len(parts) >= 3:
+                    prefixes.add("/".join(parts[:2]))
+                    prefixes.add("\\".join(parts[:2]))
+        for prefix in sorted(prefixes):
+            if prefix in text:
+                raise Failed(f"the folder {prefix!r} of an original file name is left in the bytes")
+        redacted_strings = strings_of(redacted, [])
+        for u in users:
+            word = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(u) + r"(?![A-Za-z0-9_])", re.I)
+            for s in redacted_strings:
+                if word.search(s):
+                    raise Failed(f"user name {u!r} is left in {s[:200]!r}")
+            if len(u) >= 4 and word.search(text):
+                raise Failed(f"user name {u!r} is left in the bytes")
+        print(json.dumps({"ok": True, "users": users, "folders": len(prefixes), "frames": w.frames,
+                          "distinct_frames": len(w.frame_map), "numbers": w.numbers,
+                          "strings_changed": w.strings_changed}))
+    except Failed as e:
+        print(f"check_redacted: {args.redacted}: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,531 @@
+//! `vramlens redact` end to end: every fixture (and, when present, every real snapshot in
+//! `../shared/data`) is redacted, then
+//! (a) `scripts/check_redacted.py` opens the result with Python's own pickle and checks,
+//!     independently of vramlens, that every number and every key is where it was, that
+//!     frames map one to one, and that no home folder or user name it finds in the
+//!     original is left;
+//! (b) `summary --json` gives the same figures as for the original (only `source`, the
+//!     file's own description, differs);
+//! (c) `--strip-code` hashes function names and line numbers and keeps frames distinct;
+//! (d) `--show` lists the changes and writes nothing;
+//! and the output is never written over the input or over a file without `--force`.
+
+mod common;
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::model::FrameId;
+
+fn vramlens() -> Command {
+    Command::cargo_bin("vramlens").unwrap()
+}
+
+/// The fixtures that are snapshots (testdata/README.md), in every input form.
+fn fixtures() -> Vec<PathBuf> {
+    let root = common::root().join("testdata");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            p.is_file() && !name.ends_with(".expected.json") && name != "README.md"
+        })
+        .collect();
+    for job in ["ok", "oom", "oom_cap", "oom_exp"] {
+        for entry in std::fs::read_dir(root.join("gpu").join(job)).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "pickle") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 20, "fixtures not found: {files:?}");
+    files
+}
+
+fn real_snapshots() -> Vec<PathBuf> {
+    let data = common::shared_data().expect("../shared/data is missing");
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(&data).unwrap() {
+        let dir = dir.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            let name = f.to_string_lossy().to_string();
+            if name.ends_with(".pickle") || name.ends_with(".pkl") {
+                files.push(f);
+            }
+        }
+    }
+    files.sort();
+    assert!(!files.is_empty(), "no snapshot in ../shared/data");
+    files
+}
+
+fn python3() -> bool {
+    let found = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        println!("SKIPPED: python3 not found; redacted files were not opened with Python");
+    }
+    found
+}
+
+/// Runs the independent Python check; gives its JSON line.
+fn python_check(original: &Path, redacted: &Path, strip_code: bool) -> Value {
+    let script = common::root().join("scripts/check_redacted.py");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script).arg(original).arg(redacted);
+    if strip_code {
+        cmd.arg("--strip-code");
+    }
+    let out = cmd.output().expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{} -> {}: {}",
+        original.display(),
+        redacted.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The summary without `source`, and `source` apart.
+fn figures(path: &Path) -> (Value, Value) {
+    let mut s = common::summary_json(path);
+    let source = s.as_object_mut().unwrap().remove("source").unwrap();
+    (s, source)
+}
+
+/// Redacts `input` into `dir` with `args`, runs checks (a) and (b), gives the output
+/// path and the Python check's report (null without python3).
+fn redact_and_check(input: &Path, dir: &Path, args: &[&str], python: bool) -> (PathBuf, Value) {
+    // Fixtures in different folders share names: the parent folder goes in too.
+    let parent = input
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy();
+    let name = input.file_name().unwrap().to_string_lossy();
+    let out = dir.join(format!("{parent}-{name}.redacted.pickle"));
+    vramlens()
+        .arg("redact")
+        .arg(input)
+        .arg("-o")
+        .arg(&out)
+        .args(args)
+        .assert()
+        .success();
+    let checked = if python {
+        python_check(input, &out, args.contains(&"--strip-code"))
+    } else {
+        Value::Null
+    };
+    let (before, _) = figures(input);
+    let (after, source) = figures(&out);
+    assert_eq!(
+        before,
+        after,
+        "{}: summary figures differ after redaction",
+        input.display()
+    );
+    assert_eq!(source["format"], "pickle");
+    assert_eq!(source["gzip"], false);
+    assert_eq!(source["pickle_protocol"], 4);
+    (out, checked)
+}
+
+#[test]
+fn fixtures_redact_to_files_python_opens_with_the_same_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = python3();
+    let mut with_users = 0;
+    for f in fixtures() {
+        let (_, checked) = redact_and_check(&f, dir.path(), &[], python);
+        if python && !checked["users"].as_array().unwrap().is_empty() {
+            with_users += 1;
+            assert!(checked["strings_changed"].as_u64().unwrap() > 0);
+            // The hostile-strings fixture's frames also live under /home/eve.
+            let users = if f.to_string_lossy().contains("hostile_strings") {
+                serde_json::json!(["alice", "eve"])
+            } else {
+                serde_json::json!(["alice"])
+            };
+            assert_eq!(checked["users"], users, "{}", f.display());
+        }
+    }
+    if python {
+        assert!(
+            with_users >= 15,
+            "the fixtures' /home/alice paths were not seen"
+        );
+    }
+}
+
+/// Frame by frame (ids are kept): function names hashed, file names as without
+/// --strip-code, some line numbers changed, none merged.
+fn assert_code_stripped(original: &Path, plain: &Path, stripped: &Path) {
+    let read = |p: &Path| read_snapshot(p, ReadOptions::default()).unwrap().0;
+    let (o, p, s) = (read(original), read(plain), read(stripped));
+    assert_eq!(o.frames.frame_count(), s.frames.frame_count());
+    let mut lines_changed = 0;
+    for i in 0..o.frames.frame_count() {
+        let id = FrameId(i as u32);
+        let (fo, fp, fs) = (o.frames.frame(id), p.frames.frame(id), s.frames.frame(id));
+        assert_eq!(p.frames.str(fp.filename), s.frames.str(fs.filename));
+        let name = s.frames.str(fs.name);
+        let original_name = o.frames.str(fo.name);
+        if original_name.chars().any(|c| c.is_alphanumeric()) {
+            assert!(
+                name.len() == 18
+                    && name.starts_with("f_")
+                    && name[2..].chars().all(|c| c.is_ascii_hexdigit()),
+                "{}: function {original_name:?} became {name:?}",
+                original.display()
+            );
+        } else {
+            assert_eq!(name, original_name);
+        }
+        if fo.line <= 0 {
+            assert_eq!(fs.line, fo.line);
+        } else {
+            assert!(fs.line > 0 && fs.line <= i32::MAX as i64);
+            lines_changed += (fs.line != fo.line) as usize;
+        }
+    }
+    if o.frames.frame_count() > 0 {
+        assert!(
+            lines_changed > 0,
+            "{}: no line number changed",
+            original.display()
+        );
+    }
+}
+
+#[test]
+fn strip_code_hashes_names_and_lines_and_keeps_frames_distinct() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = python3();
+    for f in fixtures() {
+        let (plain, _) = redact_and_check(&f, dir.path(), &[], false);
+        let plain_copy = dir.path().join("plain.pickle");
+        std::fs::rename(&plain, &plain_copy).unwrap();
+        let (stripped, checked) = redact_and_check(&f, dir.path(), &["--strip-code"], python);
+        if python {
+            // The Python check maps original frames to redacted ones one to one.
+            assert_eq!(
+                checked["distinct_frames"].as_u64().unwrap() as usize,
+                read_snapshot(&f, ReadOptions::default())
+                    .unwrap()
+                    .0
+                    .frames
+                    .frame_count(),
+                "{}",
+                f.display()
+            );
+        }
+        assert_code_stripped(&f, &plain_copy, &stripped);
+    }
+}
+
+#[test]
+fn hashes_are_stable_and_follow_the_salt() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = common::root().join("testdata/sample.pickle");
+    let run = |name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        vramlens()
+            .arg("redact")
+            .arg(&input)
+            .arg("--strip-code")
+            .args(extra)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .success();
+        std::fs::read(out).unwrap()
+    };
+    let a = run("a.pickle", &[]);
+    let b = run("b.pickle", &["--threads", "1"]);
+    let c = run("c.pickle", &["--salt", "s3cret"]);
+    let d = run("d.pickle", &["--salt", "s3cret"]);
+    assert_eq!(a, b, "same options must give the same bytes");
+    assert_eq!(c, d, "the same salt must give the same bytes");
+    assert_ne!(a, c, "a salt must change the hashes");
+}
+
+#[test]
+fn show_lists_each_change_with_counts_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = common::root().join("testdata/sample.pickle");
+    let out = dir.path().join("never.pickle");
+    let text = vramlens()
+        .args(["redact", "--show", "-o"])
+        .arg(&out)
+        .arg(&input)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(text).unwrap();
+    assert!(!out.exists(), "--show must not write");
+    assert!(text.contains("nothing written"), "{text}");
+    assert!(text.contains("user names removed     alice"), "{text}");
+    assert!(
+        text.contains("/home/alice/nanogpt/model.py -> model.py"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    let json = vramlens()
+        .args(["redact", "--show", "--json"])
+        .arg(&input)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["written"], false);
+    assert_eq!(v["output"], Value::Null);
+    assert_eq!(v["names"]["users"], serde_json::json!(["alice"]));
+    let change = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["original"] == "/home/alice/nanogpt/model.py")
+        .expect("the model file is listed");
+    assert_eq!(change["field"], "filename");
+    assert_eq!(change["redacted"], "model.py");
+    // Independently: the distinct frames of that file, counted with Python's pickle.
+    if python3() {
+        let count = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import pickle,sys\n\
+                 d=pickle.load(open(sys.argv[1],'rb'))\n\
+                 seen=set()\n\
+                 def walk(o):\n\
+                 \x20   if isinstance(o,dict):\n\
+                 \x20       if 'line' in o and 'filename' in o: seen.add((o['filename'],o['name'],o['line']))\n\
+                 \x20       [walk(v) for v in o.values()]\n\
+                 \x20   elif isinstance(o,(list,tuple)): [walk(v) for v in o]\n\
+                 walk(d)\n\
+                 print(sum(1 for f in seen if f[0]=='/home/alice/nanogpt/model.py'))",
+            )
+            .arg(&input)
+            .output()
+            .unwrap();
+        let n: u64 = String::from_utf8_lossy(&count.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(change["count"], n);
+    }
+    let totals = &v["totals"];
+    assert_eq!(
+        totals["filename"].as_u64().unwrap() as usize,
+        v["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["field"] == "filename")
+            .count()
+    );
+}
+
+#[test]
+fn never_writes_over_the_input_or_an_existing_file_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pickle");
+    std::fs::copy(common::root().join("testdata/sample.pickle"), &input).unwrap();
+    let original = std::fs::read(&input).unwrap();
+
+    // Onto the input, however it is spelled, even with --force.
+    let spelled = dir.path().join(".").join("in.pickle");
+    for target in [&input, &spelled] {
+        vramlens()
+            .arg("redact")
+            .arg(&input)
+            .arg("-o")
+            .arg(target)
+            .arg("--force")
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("is the input snapshot"));
+    }
+    assert_eq!(std::fs::read(&input).unwrap(), original);
+
+    // An existing file: refused, then replaced with --force.
+    let out = dir.path().join("out.pickle");
+    std::fs::write(&out, b"keep me").unwrap();
+    vramlens()
+        .arg("redact")
+        .arg(&input)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "already exists; use --force to overwrite it",
+        ));
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    vramlens()
+        .arg("redact")
+        .arg(&input)
+        .arg("-o")
+        .arg(&out)
+        .arg("--force")
+        .assert()
+        .success();
+    assert!(std::fs::read(&out).unwrap().starts_with(&[0x80, 4, 0x95]));
+
+    // A bad input leaves nothing behind, not even the temporary file.
+    let bad = common::root().join("testdata/bad/truncated.pickle");
+    let out2 = dir.path().join("out2.pickle");
+    vramlens()
+        .arg("redact")
+        .arg(&bad)
+        .arg("-o")
+        .arg(&out2)
+        .assert()
+        .code(2);
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["in.pickle", "out.pickle"]);
+
+    // -o is required without --show; a bad --keep pattern is an error.
+    vramlens().arg("redact").arg(&input).assert().code(2);
+    vramlens()
+        .arg("redact")
+        .arg(&input)
+        .args(["--show", "--keep", "("])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "--keep \"(\": not a valid regular expression",
+        ));
+}
+
+/// The strings of one kind in a redacted file, read with our reader.
+fn annotation_names(path: &Path) -> Vec<String> {
+    let snap = read_snapshot(path, ReadOptions::default()).unwrap().0;
+    snap.external_annotations
+        .iter()
+        .map(|a| a.name.clone())
+        .collect()
+}
+
+#[test]
+fn annotations_metadata_keep_and_scrub_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = python3();
+    let sample = common::root().join("testdata/sample.pickle");
+    let before = annotation_names(&sample);
+    assert!(before.iter().any(|n| n == "ProfilerStep#0"));
+
+    let (out, _) = redact_and_check(&sample, dir.path(), &["--annotations", "drop"], python);
+    assert!(annotation_names(&out).iter().all(|n| n.is_empty()));
+    std::fs::remove_file(&out).unwrap();
+    let (out, _) = redact_and_check(&sample, dir.path(), &["--annotations", "hash"], python);
+    let hashed = annotation_names(&out);
+    assert_eq!(hashed.len(), before.len());
+    assert!(hashed.iter().all(|n| n.len() == 18 && n.starts_with("a_")));
+    std::fs::remove_file(&out).unwrap();
+
+    // user_metadata (PyTorch 2.10): hashed, or dropped to the empty default.
+    let meta = common::root().join("testdata/v2_10_meta.pickle");
+    let values = |p: &Path| {
+        let snap = read_snapshot(p, ReadOptions::default()).unwrap().0;
+        let t = &snap.device_traces[0];
+        (0..t.len())
+            .filter_map(|i| t.user_metadata(i).map(|s| snap.frames.str(s).to_string()))
+            .collect::<Vec<_>>()
+    };
+    let original = values(&meta);
+    assert!(!original.is_empty());
+    let (out, _) = redact_and_check(&meta, dir.path(), &["--metadata", "hash"], python);
+    let hashed = values(&out);
+    assert_eq!(hashed.len(), original.len());
+    assert!(hashed.iter().all(|m| m.starts_with("m_")));
+    std::fs::remove_file(&out).unwrap();
+    let (out, _) = redact_and_check(&meta, dir.path(), &["--metadata", "drop"], python);
+    assert!(values(&out).is_empty());
+    std::fs::remove_file(&out).unwrap();
+
+    // --keep leaves matching strings as they are; --scrub removes a word everywhere.
+    let out = dir.path().join("kept.pickle");
+    let json = vramlens()
+        .arg("redact")
+        .arg(&sample)
+        .args([
+            "--keep",
+            "functional[.]py$",
+            "--scrub",
+            "AdamW",
+            "--json",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(v["kept_by_pattern"], 1);
+    assert_eq!(v["names"]["words"], serde_json::json!(["AdamW"]));
+    let snap = read_snapshot(&out, ReadOptions::default()).unwrap().0;
+    let files: Vec<&str> = (0..snap.frames.frame_count())
+        .map(|i| {
+            snap.frames
+                .str(snap.frames.frame(FrameId(i as u32)).filename)
+        })
+        .collect();
+    assert!(files.contains(&"/opt/conda/lib/python3.11/site-packages/torch/nn/functional.py"));
+    assert!(files.contains(&"torch/optim/<redacted>.py"));
+    assert!(files.contains(&"model.py"));
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.contains("alice") || f.contains("/home/"))
+    );
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn every_real_snapshot_redacts_with_the_same_figures_and_no_names_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = python3();
+    let mut users = 0;
+    for f in real_snapshots() {
+        let (plain, checked) = redact_and_check(&f, dir.path(), &[], python);
+        users += checked["users"].as_array().map_or(0, |u| u.len());
+        let plain_copy = dir.path().join("plain.pickle");
+        std::fs::rename(&plain, &plain_copy).unwrap();
+        // Frames stay distinct: checked through our reader (equal frames are interned
+        // once, so a merge would lower the count) and by the summary's distinct_frames.
+        let (stripped, _) = redact_and_check(&f, dir.path(), &["--strip-code"], false);
+        assert_code_stripped(&f, &plain_copy, &stripped);
+        std::fs::remove_file(&stripped).unwrap();
+    }
+    if python {
+        assert!(
+            users >= 15,
+            "the Python check found too few user names: {users}"
+        );
+    }
+}
