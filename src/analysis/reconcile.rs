@@ -166,8 +166,10 @@ pub enum SuspectKind {
     /// Triton kernels (compiled modules loaded into device memory).
     Triton,
     /// TensorRT engines.
+    #[serde(rename = "tensorrt")]
     TensorRt,
     /// CuPy's own memory pool.
+    #[serde(rename = "cupy")]
     CuPy,
     /// JAX/XLA's preallocation.
     Jax,
