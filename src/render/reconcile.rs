@@ -122,7 +122,7 @@ fn ledger_lines(l: &Ledger) -> Vec<String> {
     }
     if let Some(a) = l.trace_allocated_bytes {
         lines.push(format!(
-            "profiler trace at the same moment: allocated {}, reserved {}",
+            "profiler trace at the same moment: allocated {} (whole blocks, where the line above counts requested bytes), reserved {}",
             bytes(a),
             l.trace_reserved_bytes.map_or("unknown".into(), bytes)
         ));
@@ -279,7 +279,7 @@ fn clock_text(t: &TraceFindings) -> String {
 fn alignment_text(a: &Alignment) -> String {
     let offset = if a.metadata_offset_us != 0 {
         format!(
-            "its metadata places it at {} (baseTimeNanoseconds)",
+            "its times count from baseTimeNanoseconds ({})",
             utc_time(a.metadata_offset_us)
         )
     } else {
@@ -293,7 +293,13 @@ fn alignment_text(a: &Alignment) -> String {
     }
     let residual = a
         .residual_us
-        .map(|r| format!(", the two clocks {} apart", duration_us(r)))
+        .map(|r| {
+            format!(
+                ", the profiler's clock {} {} the allocator's",
+                duration_us(r.abs()),
+                if r >= 0 { "ahead of" } else { "behind" }
+            )
+        })
         .unwrap_or_default();
     format!(
         "lined up with snapshot device {}: {offset}{residual}; {} of its {} allocations in the snapshot's time span match one of the snapshot's (same address and size at nearly the same time)",
