@@ -249,6 +249,9 @@ pub(crate) struct Chunks<R> {
     /// be negative: the line started in an earlier chunk).
     line: usize,
     line_start: isize,
+    /// Bytes asked of the reader next: 64 KiB at first, doubling to [`CHUNK`], so small
+    /// inputs cost little.
+    step: usize,
 }
 
 /// Where a syntax problem is, and what was expected.
@@ -272,15 +275,16 @@ impl<R: std::io::Read> Chunks<R> {
     pub(crate) fn new(reader: R) -> Self {
         Chunks {
             reader,
-            buf: Vec::with_capacity(CHUNK),
+            buf: Vec::new(),
             pos: 0,
             eof: false,
             line: 1,
             line_start: 0,
+            step: 64 << 10,
         }
     }
 
-    /// Reads more text (up to a chunk, fewer only at the end); false at the end of the
+    /// Reads more text (a full step, less only at the end); false at the end of the
     /// stream.
     fn more(&mut self) -> Result<bool, CutError> {
         if self.eof {
@@ -292,7 +296,8 @@ impl<R: std::io::Read> Chunks<R> {
             self.pos = 0;
         }
         let len = self.buf.len();
-        self.buf.resize(len + CHUNK, 0);
+        self.buf.resize(len + self.step, 0);
+        self.step = (self.step * 2).min(CHUNK);
         let mut filled = len;
         while filled < self.buf.len() {
             match self.reader.read(&mut self.buf[filled..]) {
