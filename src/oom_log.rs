@@ -149,12 +149,19 @@ pub fn parse_oom_messages_from<R: std::io::BufRead>(reader: R) -> std::io::Resul
     let mut window = LineWindow::new(reader);
     let mut found = Vec::new();
     let mut col = 0usize;
-    while window.fill(WINDOW_LINES + 1)? > 0 {
+    loop {
+        if window.lines.is_empty() {
+            window.skip_lines_without_marker()?;
+        }
+        if window.fill(1)? == 0 {
+            break;
+        }
         let Some(marker) = find_marker(&window.lines[0], col) else {
             window.advance(1);
             col = 0;
             continue;
         };
+        window.fill(WINDOW_LINES + 1)?;
         let view: Vec<&str> = window.lines.iter().map(String::as_str).collect();
         match read_message(&view, 0, marker) {
             Some((mut message, (end_line, end_col))) => {
@@ -185,6 +192,8 @@ struct LineWindow<R> {
     in_long_line: bool,
     done: bool,
     buf: Vec<u8>,
+    /// Lines moved out of the window, kept to be filled again (no allocation per line).
+    spare: Vec<String>,
 }
 
 impl<R: std::io::BufRead> LineWindow<R> {
@@ -197,6 +206,7 @@ impl<R: std::io::BufRead> LineWindow<R> {
             in_long_line: false,
             done: false,
             buf: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -225,16 +235,48 @@ impl<R: std::io::BufRead> LineWindow<R> {
                     self.buf.pop();
                 }
             }
-            self.lines
-                .push_back(String::from_utf8_lossy(&self.buf).into_owned());
+            let mut line = self.spare.pop().unwrap_or_default();
+            line.clear();
+            match std::str::from_utf8(&self.buf) {
+                Ok(text) => line.push_str(text),
+                Err(_) => line.push_str(&String::from_utf8_lossy(&self.buf)),
+            }
+            self.lines.push_back(line);
             self.numbers.push_back(number);
         }
         Ok(self.lines.len())
     }
 
+    /// Moves past whole lines that cannot hold a message (no " out of memory" in them),
+    /// a buffer at a time, only counting them.
+    fn skip_lines_without_marker(&mut self) -> std::io::Result<()> {
+        loop {
+            let buf = self.reader.fill_buf()?;
+            let Some(last) = memchr::memrchr(b'\n', buf) else {
+                return Ok(());
+            };
+            let region = &buf[..=last];
+            if memchr::memmem::find(region, b" out of memory").is_some() {
+                return Ok(());
+            }
+            let newlines = memchr::memchr_iter(b'\n', region).count();
+            // The first newline ends a line already numbered when a long line continues.
+            let begun = if self.in_long_line {
+                newlines - 1
+            } else {
+                newlines
+            };
+            self.next_number += begun;
+            self.in_long_line = false;
+            self.reader.consume(last + 1);
+        }
+    }
+
     fn advance(&mut self, by: usize) {
         for _ in 0..by.min(self.lines.len()) {
-            self.lines.pop_front();
+            if let Some(line) = self.lines.pop_front() {
+                self.spare.push(line);
+            }
             self.numbers.pop_front();
         }
     }

@@ -99,7 +99,7 @@ fn files_under(dir: &Path, skip: &[&str]) -> Vec<PathBuf> {
 /// The committed fixtures are exactly what `scripts/gen_fixtures.py` writes: it is run
 /// into a temporary folder and every file is compared byte for byte, and no file in
 /// `testdata/` is left over from an older generator (`gpu/` and `logs/` are recordings,
-/// not generated).
+/// `profile/` is written by `scripts/gen_profile_pair.py`).
 #[test]
 fn committed_fixtures_are_what_the_generator_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -114,7 +114,7 @@ fn committed_fixtures_are_what_the_generator_writes() {
         String::from_utf8_lossy(&out.stderr)
     );
     let generated = files_under(dir.path(), &[]);
-    let committed = files_under(&root().join("testdata"), &["gpu", "logs"]);
+    let committed = files_under(&root().join("testdata"), &["gpu", "logs", "profile"]);
     assert_eq!(generated, committed, "generated vs committed file lists");
     let differ: Vec<_> = generated
         .iter()

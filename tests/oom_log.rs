@@ -788,6 +788,18 @@ fn a_line_longer_than_a_piece_keeps_its_number() {
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].line, 3);
     assert_eq!(found[0].requested_bytes, Some(23_068_672));
+    // Read through a small buffer, the long line is skipped in pieces: same numbers.
+    for capacity in [7, 4096, 1 << 16] {
+        let streamed =
+            parse_oom_messages_from(std::io::BufReader::with_capacity(capacity, log.as_bytes()))
+                .unwrap();
+        assert_eq!(streamed, found, "buffer of {capacity} bytes");
+    }
+    // Blank lines before it are counted as lines.
+    let blank = format!("{}{NEW_CUDA}\n", "\n".repeat(100_000));
+    let m =
+        parse_oom_messages_from(std::io::BufReader::with_capacity(1000, blank.as_bytes())).unwrap();
+    assert_eq!(m[0].line, 100_001);
 }
 
 #[test]

@@ -5,10 +5,10 @@
 //! its clock and confirmed by matching allocations.
 //!
 //! Takes a [`Snapshot`], its replayed [`DeviceTimeline`]s (used only through
-//! `requested_at`, `reserved_at`, `time_us` and the peaks), a [`DeviceLog`] and optionally
-//! a converted profiler trace; gives a [`Reconciliation`] of numbers and kinds. Every word
-//! is in `render::reconcile`. A log or trace whose times do not overlap the snapshot's is
-//! a [`ReconcileError`] unless the caller allows it.
+//! `requested_at`, `reserved_at` and the peaks; event times come from the model's trace),
+//! a [`DeviceLog`] and optionally a converted profiler trace; gives a [`Reconciliation`] of
+//! numbers and kinds. Every word is in `render::reconcile`. A log or trace whose times do
+//! not overlap the snapshot's is a [`ReconcileError`] unless the caller allows it.
 
 use crate::devlog::clock::whole_hour_shifts;
 use crate::devlog::convert::{Converted, DeviceSource};
@@ -166,8 +166,10 @@ pub enum SuspectKind {
     /// Triton kernels (compiled modules loaded into device memory).
     Triton,
     /// TensorRT engines.
+    #[serde(rename = "tensorrt")]
     TensorRt,
     /// CuPy's own memory pool.
+    #[serde(rename = "cupy")]
     CuPy,
     /// JAX/XLA's preallocation.
     Jax,

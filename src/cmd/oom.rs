@@ -47,7 +47,7 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
         Some(path) => {
             let file = std::fs::File::open(path)
                 .with_context(|| format!("cannot read log {}", path.display()))?;
-            let found = parse_oom_messages_from(std::io::BufReader::new(file))
+            let found = parse_oom_messages_from(std::io::BufReader::with_capacity(1 << 16, file))
                 .with_context(|| format!("cannot read log {}", path.display()))?;
             if let Some(m) = found.iter().find(|m| m.oversized) {
                 bail!(

@@ -173,28 +173,34 @@ impl<'de> Visitor<'de> for NumVisitor {
     }
 }
 
-/// Reads a string value into a reused buffer (no allocation per value); any other value is
-/// skipped and leaves the buffer empty. Returns whether it was a string.
-pub(crate) struct StrInto<'a>(pub &'a mut String);
+/// Reads a string value's bytes into a reused buffer (no allocation, and no UTF-8 check,
+/// per value: callers check what they keep); any other value is skipped and leaves the
+/// buffer empty. Returns whether it was a string.
+pub(crate) struct BytesInto<'a>(pub &'a mut Vec<u8>);
 
-impl<'de> DeserializeSeed<'de> for StrInto<'_> {
+impl<'de> DeserializeSeed<'de> for BytesInto<'_> {
     type Value = bool;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
         self.0.clear();
-        d.deserialize_any(self)
+        d.deserialize_bytes(self)
     }
 }
 
-impl<'de> Visitor<'de> for StrInto<'_> {
+impl<'de> Visitor<'de> for BytesInto<'_> {
     type Value = bool;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a string")
     }
 
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<bool, E> {
+        self.0.extend_from_slice(v);
+        Ok(true)
+    }
+
     fn visit_str<E>(self, v: &str) -> Result<bool, E> {
-        self.0.push_str(v);
+        self.0.extend_from_slice(v.as_bytes());
         Ok(true)
     }
 
@@ -226,5 +232,264 @@ impl<'de> Visitor<'de> for StrInto<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(false)
+    }
+}
+
+/// A JSON text read in chunks and cut into values without parsing them: the reader of
+/// large traces takes the top level apart here and hands each event's bytes to
+/// `serde_json::from_slice`, which is several times faster than parsing from a reader byte
+/// by byte. Memory holds one chunk and the value being cut, never the whole text.
+pub(crate) struct Chunks<R> {
+    reader: R,
+    buf: Vec<u8>,
+    /// Start of the unread text in `buf`.
+    pos: usize,
+    eof: bool,
+    /// 1-based line of `buf[pos]`, and the offset in `buf` where that line starts (it may
+    /// be negative: the line started in an earlier chunk).
+    line: usize,
+    line_start: isize,
+    /// Bytes asked of the reader next: 64 KiB at first, doubling to [`CHUNK`], so small
+    /// inputs cost little.
+    step: usize,
+}
+
+/// Where a syntax problem is, and what was expected.
+#[derive(Debug)]
+pub(crate) struct SyntaxError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// A failure of the cutting: the stream could not be read, or its text is not JSON.
+#[derive(Debug)]
+pub(crate) enum CutError {
+    Io(std::io::Error),
+    Syntax(SyntaxError),
+}
+
+const CHUNK: usize = 1 << 20;
+
+impl<R: std::io::Read> Chunks<R> {
+    pub(crate) fn new(reader: R) -> Self {
+        Chunks {
+            reader,
+            buf: Vec::new(),
+            pos: 0,
+            eof: false,
+            line: 1,
+            line_start: 0,
+            step: 64 << 10,
+        }
+    }
+
+    /// Reads more text (a full step, less only at the end); false at the end of the
+    /// stream.
+    fn more(&mut self) -> Result<bool, CutError> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.line_start -= self.pos as isize;
+            self.pos = 0;
+        }
+        let len = self.buf.len();
+        self.buf.resize(len + self.step, 0);
+        self.step = (self.step * 2).min(CHUNK);
+        let mut filled = len;
+        while filled < self.buf.len() {
+            match self.reader.read(&mut self.buf[filled..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.buf.truncate(filled);
+                    return Err(CutError::Io(e));
+                }
+            }
+        }
+        self.buf.truncate(filled);
+        Ok(filled > len)
+    }
+
+    /// The position of `buf[at]` as (line, column), both from 1.
+    fn place(&self, at: usize) -> (usize, usize) {
+        let mut line = self.line;
+        let mut start = self.line_start;
+        for (i, &b) in self.buf[self.pos..at].iter().enumerate() {
+            if b == b'\n' {
+                line += 1;
+                start = (self.pos + i + 1) as isize;
+            }
+        }
+        (line, (at as isize - start) as usize + 1)
+    }
+
+    pub(crate) fn error_here(&self, message: impl Into<String>) -> CutError {
+        let at = self.pos.min(self.buf.len());
+        let (line, column) = self.place(at);
+        CutError::Syntax(SyntaxError {
+            line,
+            column,
+            message: message.into(),
+        })
+    }
+
+    /// Moves past `n` bytes, keeping the line count.
+    fn consume(&mut self, n: usize) {
+        let end = self.pos + n;
+        let part = &self.buf[self.pos..end];
+        if let Some(last) = memchr::memrchr(b'\n', part) {
+            self.line += memchr::memchr_iter(b'\n', part).count();
+            self.line_start = (self.pos + last + 1) as isize;
+        }
+        self.pos = end;
+    }
+
+    /// The next byte that is not white space, without consuming it; None at the end.
+    pub(crate) fn peek(&mut self) -> Result<Option<u8>, CutError> {
+        loop {
+            while self.pos < self.buf.len() {
+                let b = self.buf[self.pos];
+                if !matches!(b, b' ' | b'\t' | b'\r' | b'\n') {
+                    return Ok(Some(b));
+                }
+                self.consume(1);
+            }
+            if !self.more()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Consumes the next non-blank byte, which must be `want`.
+    pub(crate) fn expect(&mut self, want: u8, what: &str) -> Result<(), CutError> {
+        match self.peek()? {
+            Some(b) if b == want => {
+                self.consume(1);
+                Ok(())
+            }
+            Some(_) => Err(self.error_here(format!("expected {what}"))),
+            None => Err(self.error_here(format!("EOF while parsing a value, expected {what}"))),
+        }
+    }
+
+    /// Consumes `want` if it is the next non-blank byte.
+    pub(crate) fn eat(&mut self, want: u8) -> Result<bool, CutError> {
+        if self.peek()? == Some(want) {
+            self.consume(1);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The next value (after white space), cut out whole: its bytes, and the (line,
+    /// column) where it starts. The bytes are valid until the next call.
+    pub(crate) fn value(&mut self) -> Result<(&[u8], (usize, usize)), CutError> {
+        if self.peek()?.is_none() {
+            return Err(self.error_here("EOF while parsing a value"));
+        }
+        let start_place = (
+            self.line,
+            (self.pos as isize - self.line_start) as usize + 1,
+        );
+        let first = self.buf[self.pos];
+        let (open, close) = match first {
+            b'{' => (b'{', b'}'),
+            b'[' => (b'[', b']'),
+            _ => (0, 0),
+        };
+        let mut at = self.pos;
+        if open == 0 {
+            // A string or a scalar: up to its closing quote, or to a delimiter.
+            let in_string = first == b'"';
+            if in_string {
+                at += 1;
+            }
+            loop {
+                if at >= self.buf.len() {
+                    let offset = at - self.pos;
+                    let got = self.more()?;
+                    at = self.pos + offset;
+                    if !got {
+                        if in_string {
+                            return Err(self.error_here("EOF while parsing a string"));
+                        }
+                        break;
+                    }
+                    continue;
+                }
+                let b = self.buf[at];
+                if in_string {
+                    match memchr::memchr2(b'"', b'\\', &self.buf[at..]) {
+                        Some(k) if self.buf[at + k] == b'\\' => {
+                            at += k + 2;
+                        }
+                        Some(k) => {
+                            at += k + 1;
+                            break;
+                        }
+                        None => at = self.buf.len(),
+                    }
+                    continue;
+                }
+                if matches!(b, b',' | b' ' | b'\t' | b'\r' | b'\n' | b':' | b'}' | b']') {
+                    break;
+                }
+                at += 1;
+            }
+        } else {
+            // A container: only its own brackets and strings matter for finding its end
+            // (the other kind of bracket balances inside it).
+            let mut depth = 0usize;
+            let mut in_string = false;
+            loop {
+                if at >= self.buf.len() {
+                    let offset = at - self.pos;
+                    let got = self.more()?;
+                    at = self.pos + offset;
+                    if !got {
+                        return Err(self.error_here("EOF while parsing a value"));
+                    }
+                    continue;
+                }
+                if in_string {
+                    match memchr::memchr2(b'"', b'\\', &self.buf[at..]) {
+                        Some(k) if self.buf[at + k] == b'\\' => at += k + 2,
+                        Some(k) => {
+                            at += k + 1;
+                            in_string = false;
+                        }
+                        None => at = self.buf.len(),
+                    }
+                    continue;
+                }
+                match memchr::memchr3(b'"', open, close, &self.buf[at..]) {
+                    None => at = self.buf.len(),
+                    Some(k) => {
+                        let b = self.buf[at + k];
+                        at += k + 1;
+                        if b == b'"' {
+                            in_string = true;
+                        } else if b == open {
+                            depth += 1;
+                        } else {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let start = self.pos;
+        self.consume(at - start);
+        Ok((&self.buf[start..at], start_place))
     }
 }

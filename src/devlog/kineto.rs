@@ -14,7 +14,7 @@
 //! nanoseconds here ([`TraceClock`] says which was found).
 
 use super::DevlogError;
-use super::json::{Num, OtherKind, StrInto, serde_message};
+use super::json::{BytesInto, Chunks, CutError, Num, OtherKind, SyntaxError, serde_message};
 use super::memory_timeline::{self, Rows};
 use serde::Serialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -239,31 +239,136 @@ fn read_plain<R: BufRead>(mut r: R, gzip: bool) -> Result<ProfileTrace, DevlogEr
         _ => {}
     }
     let mut sink = Sink::default();
-    let mut de = serde_json::Deserializer::from_reader(r);
-    let result = TopSeed(&mut sink)
-        .deserialize(&mut de)
-        .and_then(|()| de.end());
+    let mut chunks = Chunks::new(r);
+    let result = cut(&mut chunks, &mut sink);
     if let Some(e) = sink.error.take() {
         return Err(e);
     }
-    if let Err(e) = result {
-        return Err(match e.classify() {
-            serde_json::error::Category::Io => io(std::io::Error::other(serde_message(&e))),
-            serde_json::error::Category::Data => DevlogError::Json {
-                path: sink.path(),
-                message: serde_message(&e),
-            },
-            _ => DevlogError::Line {
-                line: e.line(),
-                message: format!(
-                    "column {}: expected {TRACE_KIND}, found invalid JSON ({})",
-                    e.column(),
-                    serde_message(&e)
-                ),
-            },
-        });
+    match result {
+        Ok(()) => sink.finish(),
+        Err(CutError::Io(e)) => Err(io(e)),
+        Err(CutError::Syntax(e)) => Err(DevlogError::Line {
+            line: e.line,
+            message: format!(
+                "column {}: expected {TRACE_KIND}, found invalid JSON ({})",
+                e.column, e.message
+            ),
+        }),
     }
-    sink.finish()
+}
+
+/// Takes the top level apart: an object whose `traceEvents` list is read element by
+/// element (and `baseTimeNanoseconds` kept, other keys skipped), or a list of events or
+/// rows. Each element is parsed on its own bytes.
+fn cut<R: Read>(chunks: &mut Chunks<R>, sink: &mut Sink) -> Result<(), CutError> {
+    match chunks.peek()? {
+        Some(b'{') => {
+            chunks.expect(b'{', "an object")?;
+            if !chunks.eat(b'}')? {
+                loop {
+                    let key = {
+                        let (bytes, place) = chunks.value()?;
+                        parse::<String>(bytes, place)?
+                    };
+                    chunks.expect(b':', "`:`")?;
+                    match key.as_str() {
+                        "traceEvents" if chunks.peek()? == Some(b'[') => {
+                            sink.saw_trace_events = true;
+                            sink.list = "traceEvents";
+                            elements(chunks, sink)?;
+                        }
+                        "traceEvents" => {
+                            sink.saw_trace_events = true;
+                            sink.list = "traceEvents";
+                            let (bytes, place) = chunks.value()?;
+                            let v = parse::<Num>(bytes, place)?;
+                            sink.error = Some(DevlogError::Json {
+                                path: "traceEvents".into(),
+                                message: format!("expected a list, found {}", v.kind()),
+                            });
+                            return Ok(());
+                        }
+                        "baseTimeNanoseconds" => {
+                            let (bytes, place) = chunks.value()?;
+                            sink.base_time_ns = parse::<Num>(bytes, place)?.int();
+                        }
+                        _ => {
+                            let (bytes, place) = chunks.value()?;
+                            serde_json::from_slice::<IgnoredAny>(bytes)
+                                .map_err(|e| syntax(&e, place))?;
+                            if key == "segments" || key == "device_traces" {
+                                sink.saw_snapshot_keys = true;
+                            }
+                            if sink.top_keys.len() < 8 {
+                                sink.top_keys.push(key);
+                            }
+                        }
+                    }
+                    if chunks.eat(b',')? {
+                        continue;
+                    }
+                    chunks.expect(b'}', "`,` or `}`")?;
+                    break;
+                }
+            }
+        }
+        Some(b'[') => {
+            sink.list = "";
+            elements(chunks, sink)?;
+        }
+        Some(_) => return Err(chunks.error_here("expected value")),
+        None => return Err(chunks.error_here("EOF while parsing a value")),
+    }
+    match chunks.peek()? {
+        None => Ok(()),
+        Some(_) => Err(chunks.error_here("trailing characters")),
+    }
+}
+
+/// The elements of a list, each parsed by [`Element`] on its own bytes.
+fn elements<R: Read>(chunks: &mut Chunks<R>, sink: &mut Sink) -> Result<(), CutError> {
+    chunks.expect(b'[', "a list")?;
+    sink.index = 0;
+    if chunks.eat(b']')? {
+        return Ok(());
+    }
+    loop {
+        let (bytes, place) = chunks.value()?;
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        match Element(sink).deserialize(&mut de).and_then(|()| de.end()) {
+            Ok(()) => {}
+            Err(_) if sink.error.is_some() => return Ok(()),
+            Err(e) => return Err(syntax(&e, place)),
+        }
+        sink.index += 1;
+        if chunks.eat(b',')? {
+            continue;
+        }
+        chunks.expect(b']', "`,` or `]`")?;
+        return Ok(());
+    }
+}
+
+/// A value of its own bytes.
+fn parse<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    place: (usize, usize),
+) -> Result<T, CutError> {
+    serde_json::from_slice(bytes).map_err(|e| syntax(&e, place))
+}
+
+/// A serde error in a value that starts at `place`, placed in the whole text.
+fn syntax(e: &serde_json::Error, place: (usize, usize)) -> CutError {
+    let (line, column) = if e.line() <= 1 {
+        (place.0, place.1 + e.column().saturating_sub(1))
+    } else {
+        (place.0 + e.line() - 1, e.column())
+    };
+    CutError::Syntax(SyntaxError {
+        line,
+        column,
+        message: serde_message(e),
+    })
 }
 
 /// A pid or tid: a number, or a string (interned).
@@ -299,12 +404,12 @@ struct Sink {
     events: u64,
     rows: Rows,
     error: Option<DevlogError>,
-    ph: String,
-    name: String,
-    cat: String,
-    pid: String,
-    tid: String,
-    call_stack: String,
+    ph: Vec<u8>,
+    name: Vec<u8>,
+    cat: Vec<u8>,
+    pid: Vec<u8>,
+    tid: Vec<u8>,
+    call_stack: Vec<u8>,
 }
 
 impl Sink {
@@ -326,12 +431,13 @@ impl Sink {
             PendingId::None => Id::None,
             PendingId::Int(i) => Id::Int(i),
             PendingId::Str => {
-                let text = if which_pid { &self.pid } else { &self.tid };
-                if let Some(&i) = self.strings.get(text.as_str()) {
+                let raw = if which_pid { &self.pid } else { &self.tid };
+                let text = String::from_utf8_lossy(raw);
+                if let Some(&i) = self.strings.get(text.as_ref()) {
                     return Id::Str(i);
                 }
                 let i = self.strings.len() as u32;
-                self.strings.insert(text.clone(), i);
+                self.strings.insert(text.into_owned(), i);
                 Id::Str(i)
             }
         }
@@ -357,10 +463,8 @@ impl Sink {
     }
 
     fn name_id(&mut self) -> u32 {
-        if let Some(&i) = self.name_ids.get(self.name.as_str()) {
-            return i;
-        }
-        self.intern_name(self.name.clone())
+        let text = String::from_utf8_lossy(&self.name).into_owned();
+        self.intern_name(text)
     }
 
     fn intern_name(&mut self, text: String) -> u32 {
@@ -376,12 +480,12 @@ impl Sink {
     /// Takes one event object; Err(message) stops the reading.
     fn take_event(&mut self, e: RawEvent) -> Result<(), DevlogError> {
         self.events += 1;
-        let path = format!("{}[{}]", self.list, self.index);
-        if e.has_name && self.name == "[OutOfMemory]" {
+        if e.has_name && self.name == b"[OutOfMemory]" {
             self.out_of_memory += 1;
             return Ok(());
         }
-        if e.has_name && self.name == "[memory]" {
+        if e.has_name && self.name == b"[memory]" {
+            let path = format!("{}[{}]", self.list, self.index);
             let ts = match e.ts {
                 Some(v) => rel_ns(v).ok_or_else(|| DevlogError::Json {
                     path: format!("{path}.ts"),
@@ -475,7 +579,7 @@ impl Sink {
             let name = self.name_id();
             let call_stack = match &e.args {
                 Some(Args::Object(a)) if a.call_stack && !self.call_stack.is_empty() => {
-                    Some(self.intern_name(self.call_stack.clone()))
+                    Some(self.intern_name(String::from_utf8_lossy(&self.call_stack).into_owned()))
                 }
                 _ => None,
             };
@@ -613,124 +717,6 @@ enum Args {
     Not(Num),
 }
 
-/// The top level: an object (with `traceEvents`) or a list (Chrome's bare events, or
-/// memory-timeline rows).
-struct TopSeed<'a>(&'a mut Sink);
-
-impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TopSeed<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "{TRACE_KIND}")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let sink = self.0;
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "traceEvents" => {
-                    sink.saw_trace_events = true;
-                    sink.list = "traceEvents";
-                    map.next_value_seed(EventList(sink))?;
-                }
-                "baseTimeNanoseconds" => {
-                    sink.base_time_ns = map.next_value::<Num>()?.int();
-                }
-                _ => {
-                    if key == "segments" || key == "device_traces" {
-                        sink.saw_snapshot_keys = true;
-                    }
-                    if sink.top_keys.len() < 8 {
-                        sink.top_keys.push(key);
-                    }
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
-        self.0.list = "";
-        EventList(self.0).visit_seq(seq)
-    }
-}
-
-/// A list of events (or, at the top level, of memory-timeline rows).
-struct EventList<'a>(&'a mut Sink);
-
-impl<'de> DeserializeSeed<'de> for EventList<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for EventList<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a list")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let sink = self.0;
-        sink.index = 0;
-        while seq.next_element_seed(Element(sink))?.is_some() {
-            sink.index += 1;
-        }
-        Ok(())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Err(self.0.fail(
-            self.0.list.to_string(),
-            "expected a list, found an object".into(),
-        ))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
-        Err(self.wrong("a number"))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
-        Err(self.wrong("a number"))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
-        Err(self.wrong("a number"))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
-        Err(self.wrong("a string"))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        Err(self.wrong("a boolean"))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Err(self.wrong("null"))
-    }
-}
-
-impl EventList<'_> {
-    fn wrong<E: de::Error>(self, found: &str) -> E {
-        let path = self.0.list.to_string();
-        self.0.fail(path, format!("expected a list, found {found}"))
-    }
-}
-
 /// One element of the event list: an event object, or a memory-timeline row.
 struct Element<'a>(&'a mut Sink);
 
@@ -776,16 +762,16 @@ impl<'de> Visitor<'de> for Element<'_> {
         while let Some(key) = map.next_key_seed(KeySeed)? {
             match key {
                 Key::Ph => {
-                    map.next_value_seed(StrInto(&mut s.ph))?;
-                    e.ph_x = s.ph == "X";
+                    map.next_value_seed(BytesInto(&mut s.ph))?;
+                    e.ph_x = s.ph == b"X";
                 }
-                Key::Name => e.has_name = map.next_value_seed(StrInto(&mut s.name))?,
+                Key::Name => e.has_name = map.next_value_seed(BytesInto(&mut s.name))?,
                 Key::Cat => {
-                    map.next_value_seed(StrInto(&mut s.cat))?;
-                    e.span_kind = match s.cat.as_str() {
-                        "cpu_op" | "Operator" | "operator" => Some(SpanKind::Operator),
-                        "python_function" => Some(SpanKind::PythonFunction),
-                        "user_annotation" => Some(SpanKind::Annotation),
+                    map.next_value_seed(BytesInto(&mut s.cat))?;
+                    e.span_kind = match s.cat.as_slice() {
+                        b"cpu_op" | b"Operator" | b"operator" => Some(SpanKind::Operator),
+                        b"python_function" => Some(SpanKind::PythonFunction),
+                        b"user_annotation" => Some(SpanKind::Annotation),
                         _ => None,
                     };
                 }
@@ -942,7 +928,8 @@ impl<'de> DeserializeSeed<'de> for KeySeed {
     type Value = Key;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
-        d.deserialize_str(self)
+        // Bytes: keys are matched without a UTF-8 check.
+        d.deserialize_bytes(self)
     }
 }
 
@@ -953,23 +940,27 @@ impl<'de> Visitor<'de> for KeySeed {
         f.write_str("a key")
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+        self.visit_bytes(v.as_bytes())
+    }
+
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
         Ok(match v {
-            "ph" => Key::Ph,
-            "name" => Key::Name,
-            "cat" => Key::Cat,
-            "pid" => Key::Pid,
-            "tid" => Key::Tid,
-            "ts" => Key::Ts,
-            "dur" => Key::Dur,
-            "args" => Key::Args,
+            b"ph" => Key::Ph,
+            b"name" => Key::Name,
+            b"cat" => Key::Cat,
+            b"pid" => Key::Pid,
+            b"tid" => Key::Tid,
+            b"ts" => Key::Ts,
+            b"dur" => Key::Dur,
+            b"args" => Key::Args,
             _ => Key::Other,
         })
     }
 }
 
 /// A pid or tid: numbers kept, strings copied into a reused buffer.
-struct IdSeed<'a>(&'a mut String);
+struct IdSeed<'a>(&'a mut Vec<u8>);
 
 impl<'de> DeserializeSeed<'de> for IdSeed<'_> {
     type Value = PendingId;
@@ -984,7 +975,7 @@ impl<'de> DeserializeSeed<'de> for IdSeed<'_> {
     }
 }
 
-struct IdVisitor<'a>(&'a mut String);
+struct IdVisitor<'a>(&'a mut Vec<u8>);
 
 impl<'de> Visitor<'de> for IdVisitor<'_> {
     type Value = Option<i64>;
@@ -1014,7 +1005,8 @@ impl<'de> Visitor<'de> for IdVisitor<'_> {
         if let Ok(i) = v.trim().parse::<i64>() {
             return Ok(Some(i));
         }
-        self.0.push_str(if v.is_empty() { " " } else { v });
+        self.0
+            .extend_from_slice(if v.is_empty() { b" " } else { v.as_bytes() });
         Ok(None)
     }
 
@@ -1043,7 +1035,7 @@ impl<'de> Visitor<'de> for IdVisitor<'_> {
 
 /// An event's `args`: the six keys `[memory]` events carry and an operator's `Call stack`
 /// (into the buffer), everything else skipped.
-struct ArgsSeed<'a>(&'a mut String);
+struct ArgsSeed<'a>(&'a mut Vec<u8>);
 
 impl<'de> DeserializeSeed<'de> for ArgsSeed<'_> {
     type Value = Args;
@@ -1066,7 +1058,7 @@ impl<'de> Visitor<'de> for ArgsSeed<'_> {
         while let Some(key) = map.next_key_seed(ArgKeySeed)? {
             let slot = match key {
                 ArgKey::CallStack => {
-                    a.call_stack = map.next_value_seed(StrInto(self.0))?;
+                    a.call_stack = map.next_value_seed(BytesInto(self.0))?;
                     continue;
                 }
                 ArgKey::DeviceType => &mut a.device_type,
@@ -1132,7 +1124,7 @@ impl<'de> DeserializeSeed<'de> for ArgKeySeed {
     type Value = ArgKey;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ArgKey, D::Error> {
-        d.deserialize_str(self)
+        d.deserialize_bytes(self)
     }
 }
 
@@ -1143,15 +1135,19 @@ impl<'de> Visitor<'de> for ArgKeySeed {
         f.write_str("a key")
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<ArgKey, E> {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<ArgKey, E> {
+        self.visit_bytes(v.as_bytes())
+    }
+
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<ArgKey, E> {
         Ok(match v {
-            "Device Type" => ArgKey::DeviceType,
-            "Device Id" => ArgKey::DeviceId,
-            "Addr" => ArgKey::Addr,
-            "Bytes" => ArgKey::Bytes,
-            "Total Allocated" => ArgKey::TotalAllocated,
-            "Total Reserved" => ArgKey::TotalReserved,
-            "Call stack" => ArgKey::CallStack,
+            b"Device Type" => ArgKey::DeviceType,
+            b"Device Id" => ArgKey::DeviceId,
+            b"Addr" => ArgKey::Addr,
+            b"Bytes" => ArgKey::Bytes,
+            b"Total Allocated" => ArgKey::TotalAllocated,
+            b"Total Reserved" => ArgKey::TotalReserved,
+            b"Call stack" => ArgKey::CallStack,
             _ => ArgKey::Other,
         })
     }

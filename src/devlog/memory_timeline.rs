@@ -224,7 +224,10 @@ fn categories(
                 });
             }
         };
-        for (c, slot) in current.iter_mut().enumerate() {
+        // The row's new totals; all the old blocks of changed categories go first, so no
+        // moment between two rows holds more than either row.
+        let mut changed: Vec<(usize, i64)> = Vec::new();
+        for (c, slot) in current.iter().enumerate() {
             let v = row[c + offset];
             let bytes = v
                 .float()
@@ -234,29 +237,34 @@ fn categories(
                     path: format!("[1][{i}][{}]", c + offset),
                     message: format!("expected a byte count, found {}", v.describe()),
                 })? as i64;
-            if bytes == *slot {
-                continue;
+            if bytes != *slot {
+                changed.push((c, bytes));
             }
+        }
+        let event = |c: usize, bytes: i64| {
             let category = Category::ALL[c];
-            let addr = Some(category_address(category));
-            let event = |bytes: i64| MemoryEvent {
+            MemoryEvent {
                 time_ns: time,
                 device_type: -1,
                 device_id: -1,
                 bytes,
                 total_allocated: None,
                 total_reserved: None,
-                addr,
+                addr: Some(category_address(category)),
                 thread: None,
                 category: Some(category),
-            };
-            if *slot > 0 {
-                memory.push(event(-*slot));
             }
+        };
+        for &(c, _) in &changed {
+            if current[c] > 0 {
+                memory.push(event(c, -current[c]));
+            }
+        }
+        for &(c, bytes) in &changed {
             if bytes > 0 {
-                memory.push(event(bytes));
+                memory.push(event(c, bytes));
             }
-            *slot = bytes;
+            current[c] = bytes;
         }
     }
     memory.sort_by_key(|m| m.time_ns);

@@ -4,9 +4,10 @@
 //! A side entrance beside the snapshot flow, like [`crate::oom_log`]: each reader takes a
 //! byte stream and gives plain, sorted samples, reading it line by line (text formats) or
 //! event by event (JSON traces), so memory follows what is kept, not the file's size.
-//! Only [`convert`] imports another module of the crate (the model), to turn a profiler
-//! trace into a [`Snapshot`](crate::model::Snapshot). Nothing here analyses, pairs or
-//! resamples.
+//! Only [`convert`] imports other modules of the crate (the model, and units for the
+//! wording of its warnings), to turn a profiler trace into a
+//! [`Snapshot`](crate::model::Snapshot). Nothing here analyses or resamples; the converter
+//! pairs frees with allocations only where a trace has no addresses.
 //!
 //! - [`nvsmi`]: `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]` and
 //!   `--query-compute-apps=...` logs (spec 8.3).

@@ -5,8 +5,10 @@
 //! or of the value (`1234 MiB`) is applied, and memory without any unit is MiB, the only
 //! unit nvidia-smi prints for it. Unavailable values (`[N/A]`, `[Not Supported]`,
 //! `[Insufficient Permissions]`, ...) become `None`. Header-less files are read when their
-//! columns have one of the common layouts (see [`read`]). A hand-written header may call the
-//! GPU number `gpu`; when it also has an `index` column, `gpu` wins (a warning says so).
+//! columns have one of the common layouts: `timestamp, index, uuid, memory.used,
+//! memory.total`, `timestamp, gpu_uuid, pid, used_memory` or `timestamp, index,
+//! memory.used, memory.total`. A hand-written header may call the GPU number `gpu`; when
+//! it also has an `index` column, `gpu` wins (a warning says so).
 //!
 //! GPU numbers: nvidia-smi's `index` when the log has it; else the order in which uuids
 //! first appear; else, for logs with neither, rows sharing a timestamp are one reading of

@@ -78,28 +78,36 @@ fn suspect_line(s: &Suspect) -> String {
 }
 
 fn ledger_lines(l: &Ledger) -> Vec<String> {
-    let opt = |v: Option<u64>| v.map_or("?".to_string(), bytes);
-    let mut lines = vec![format!(
-        "device used {} of {} | PyTorch reserved {} (allocated {})",
-        opt(l.device_used_bytes),
-        opt(l.device_total_bytes),
+    let pytorch = format!(
+        "PyTorch reserved {} (allocated {})",
         bytes(l.reserved_bytes),
-        bytes(l.allocated_bytes),
-    )];
-    match (l.split, l.gap_bytes) {
-        (Split::Measured, _) => lines.push(format!(
-            "outside the allocator {} | other processes and driver {}",
-            l.outside_allocator_bytes
-                .map_or("?".to_string(), bytes_signed),
-            l.other_processes_bytes
-                .map_or("?".to_string(), bytes_signed),
-        )),
-        (_, Some(gap)) => lines.push(format!(
-            "outside the allocator or other processes {} ({})",
-            bytes_signed(gap),
-            split_reason(l.split)
-        )),
-        (_, None) => lines.push("no device reading within 5 s: nothing to compare".into()),
+        bytes(l.allocated_bytes)
+    );
+    let mut lines = Vec::new();
+    match (l.device_used_bytes, l.gap_bytes) {
+        (Some(used), Some(gap)) => {
+            let total = l
+                .device_total_bytes
+                .map(|t| format!(" of {}", bytes(t)))
+                .unwrap_or_default();
+            lines.push(format!("device used {}{total} | {pytorch}", bytes(used)));
+            if l.split == Split::Measured {
+                lines.push(format!(
+                    "outside the allocator {} | other processes and driver {}",
+                    l.outside_allocator_bytes
+                        .map_or("unknown".to_string(), bytes_signed),
+                    l.other_processes_bytes
+                        .map_or("unknown".to_string(), bytes_signed),
+                ));
+            } else {
+                lines.push(format!(
+                    "outside the allocator or other processes {} ({})",
+                    bytes_signed(gap),
+                    split_reason(l.split)
+                ));
+            }
+        }
+        _ => lines.push(format!("{pytorch} | no device reading within 5 s")),
     }
     if let Some((lo, hi)) = l.device_used_range_bytes {
         lines.push(format!(
@@ -122,7 +130,7 @@ fn ledger_lines(l: &Ledger) -> Vec<String> {
     }
     if let Some(a) = l.trace_allocated_bytes {
         lines.push(format!(
-            "profiler trace at the same moment: allocated {}, reserved {}",
+            "profiler trace at the same moment: allocated {} (whole blocks, where the line above counts requested bytes), reserved {}",
             bytes(a),
             l.trace_reserved_bytes.map_or("unknown".into(), bytes)
         ));
@@ -279,7 +287,7 @@ fn clock_text(t: &TraceFindings) -> String {
 fn alignment_text(a: &Alignment) -> String {
     let offset = if a.metadata_offset_us != 0 {
         format!(
-            "its metadata places it at {} (baseTimeNanoseconds)",
+            "its times count from baseTimeNanoseconds ({})",
             utc_time(a.metadata_offset_us)
         )
     } else {
@@ -293,7 +301,13 @@ fn alignment_text(a: &Alignment) -> String {
     }
     let residual = a
         .residual_us
-        .map(|r| format!(", the two clocks {} apart", duration_us(r)))
+        .map(|r| {
+            format!(
+                ", the profiler's clock {} {} the allocator's",
+                duration_us(r.abs()),
+                if r >= 0 { "ahead of" } else { "behind" }
+            )
+        })
         .unwrap_or_default();
     format!(
         "lined up with snapshot device {}: {offset}{residual}; {} of its {} allocations in the snapshot's time span match one of the snapshot's (same address and size at nearly the same time)",
@@ -382,10 +396,10 @@ fn write_trace(out: &mut dyn Write, t: &TraceFindings, style: Style) -> io::Resu
 fn no_overlap_advice(t: &TimeCheck) -> String {
     let shifts = &t.whole_hour_shifts;
     if !t.zoneless_times {
-        return "the log's timestamps carry their time zone, so this is not a time-zone slip: is the log from the same run?".into();
+        return "the log's timestamps carry their time zone, so this is not a time-zone slip: the log may be from another run".into();
     }
     match shifts.as_slice() {
-        [] => "no time-zone shift makes them overlap: is the log from the same run?".into(),
+        [] => "no time-zone shift makes them overlap: the log may be from another run".into(),
         [h] => {
             let minutes = t.utc_offset_minutes as i64 + h * 60;
             let zone = -minutes;
