@@ -16,6 +16,9 @@ pub const SCHEMA_VERSION: u32 = 2;
 pub struct Summary {
     pub schema_version: u32,
     pub source: SourceInfo,
+    /// True for a profiler output read as a snapshot: its segments are made up from the
+    /// trace's reserved totals, and `layout` says nothing about a release.
+    pub converted: bool,
     pub layout: Layout,
     pub devices: Vec<DeviceSummary>,
     /// Pinned host memory (PyTorch 2.14+), when the file has any.
@@ -546,6 +549,7 @@ pub fn analyze_summary(snap: &Snapshot, source: &SourceInfo, options: SummaryOpt
     Summary {
         schema_version: SCHEMA_VERSION,
         source: source.clone(),
+        converted: snap.features.converted_from.is_some(),
         layout: layout(snap),
         devices,
         host,

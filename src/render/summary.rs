@@ -79,8 +79,19 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
     Ok(())
 }
 
-fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Result<()> {
+fn write_device(
+    out: &mut dyn Write,
+    d: &DeviceSummary,
+    converted: bool,
+    style: Style,
+) -> io::Result<()> {
     writeln!(out, "{}", style.heading(&format!("device {}", d.device)))?;
+    if converted {
+        // A profiler trace has no segments or blocks: only its totals and peaks.
+        row(out, "reserved at the end", bytes(d.reserved_bytes))?;
+        write_peaks(out, d)?;
+        return write_trace(out, &d.trace, style);
+    }
     row(
         out,
         "segments",
@@ -173,6 +184,29 @@ fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Res
         ),
     )?;
     row(out, "largest free block", bytes(d.largest_free_block_bytes))?;
+    write_peaks(out, d)?;
+    write_trace(out, &d.trace, style)?;
+    for o in &d.ooms {
+        let when = o
+            .time_us
+            .filter(|&t| t > 0)
+            .map(|t| format!(" at {}", utc_time(t)))
+            .unwrap_or_default();
+        row(
+            out,
+            "OOM",
+            style.warn(&format!(
+                "event {}: requested {}, device had {} free{when}",
+                o.index,
+                bytes(o.size),
+                o.device_free.map_or("an unknown amount".into(), bytes)
+            )),
+        )?;
+    }
+    Ok(())
+}
+
+fn write_peaks(out: &mut dyn Write, d: &DeviceSummary) -> io::Result<()> {
     let at = |event: Option<u32>, time: Option<i64>| match (event, time) {
         (None, _) => " (before the first event)".to_string(),
         (Some(e), Some(t)) if t > 0 => format!(" at event {e}, {}", utc_time(t)),
@@ -211,24 +245,6 @@ fn write_device(out: &mut dyn Write, d: &DeviceSummary, style: Style) -> io::Res
             ),
         )?;
     }
-    write_trace(out, &d.trace, style)?;
-    for o in &d.ooms {
-        let when = o
-            .time_us
-            .filter(|&t| t > 0)
-            .map(|t| format!(" at {}", utc_time(t)))
-            .unwrap_or_default();
-        row(
-            out,
-            "OOM",
-            style.warn(&format!(
-                "event {}: requested {}, device had {} free{when}",
-                o.index,
-                bytes(o.size),
-                o.device_free.map_or("an unknown amount".into(), bytes)
-            )),
-        )?;
-    }
     Ok(())
 }
 
@@ -238,9 +254,14 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
     let format = match (src.format, src.pickle_protocol) {
         ("pickle", Some(p)) => format!("pickle protocol {p}"),
         ("html", Some(p)) => format!("memory_viz HTML page, pickle protocol {p}"),
+        ("kineto_trace", _) => "profiler trace: its [memory] events replayed".to_string(),
+        ("memory_timeline", _) => {
+            "export_memory_timeline file, by PyTorch's categories".to_string()
+        }
         (f, _) => f.to_string(),
     };
     let release = match s.layout.max_release {
+        _ if s.converted => "no snapshot layout".to_string(),
         Some(max) if max == s.layout.min_release => format!("PyTorch {max} layout"),
         Some(max) => format!("PyTorch {}-{max} layout", s.layout.min_release),
         None => format!("PyTorch {}+ layout", s.layout.min_release),
@@ -260,7 +281,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         writeln!(out, "  no device has a segment or a trace entry")?;
     }
     for d in &s.devices {
-        write_device(out, d, style)?;
+        write_device(out, d, s.converted, style)?;
     }
     if let Some(h) = &s.host {
         writeln!(out, "{}", style.heading("pinned host memory"))?;
@@ -270,7 +291,9 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         write_trace(out, &h.trace, style)?;
     }
     writeln!(out, "{}", style.heading("allocator"))?;
-    if s.allocator_settings.is_none() {
+    if s.converted {
+        row(out, "settings", "not in a profiler trace")?;
+    } else if s.allocator_settings.is_none() {
         row(out, "settings", "not recorded (PyTorch before 2.3)")?;
     } else {
         let st = &s.settings;
