@@ -946,3 +946,65 @@ fn device_readings_are_drawn_beside_pytorch_lines() {
     assert!(svg.contains("other processes and driver"));
     assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));
 }
+
+#[test]
+fn timelines_and_windows_that_cannot_be_drawn_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.svg");
+    for (args, message) in [
+        (
+            vec!["timeline", "testdata/v1_13_list.pickle", "-o"],
+            "device 0 has no trace: there is no timeline to draw",
+        ),
+        (
+            vec![
+                "timeline",
+                "testdata/sample.pickle",
+                "--window",
+                "5..3",
+                "-o",
+            ],
+            "--window \"5..3\": the end must be after the start",
+        ),
+        (
+            vec![
+                "timeline",
+                "testdata/sample.pickle",
+                "--window",
+                "500..900",
+                "-o",
+            ],
+            "--window 500..900: the trace spans 0..330 on this axis (events)",
+        ),
+        (
+            vec![
+                "timeline",
+                "testdata/sample.pickle",
+                "--window",
+                "NaN..5",
+                "-o",
+            ],
+            "--window \"NaN..5\": expected numbers, found \"NaN\"",
+        ),
+    ] {
+        vramlens()
+            .args(&args)
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(message));
+        assert!(!out.exists());
+    }
+    // A window without a chart is not silently ignored.
+    vramlens()
+        .args(["timeline", "testdata/sample.pickle", "--window", "5..30"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("give -o FILE.svg with it"));
+    // The replay in numbers of a file without a trace says how to record one.
+    vramlens()
+        .args(["timeline", "testdata/v1_13_list.pickle"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("_record_memory_history"));
+}
