@@ -107,6 +107,7 @@ frame = {"filename": "/x/y.py", "name": "f", "line": 3}
 frames = [frame, {"filename": "/x/z.py", "name": "g", "line": -1}]
 ints = [0, 1, 255, 256, 65535, 65536, -1, -129, 2**31 - 1, 2**31, -2**31, -2**31 - 1,
         2**47 + 5, 2**63 - 1, 2**63, 2**64 - 1, -2**63, 2**100, -2**100, 2**2100]
+empty = []
 big = "b" * 70000 + "\u00e9\u4e2d"
 root = {
     "segments": [{key: i, "frames": frames, "t": (i, -i), "s": str(i) * (i % 7)} for i in range(3000)],
@@ -122,6 +123,7 @@ root = {
     "bytes": [b"", b"ab", b"c" * 300, b"d" * 70000],
     "unicode": ["caf\u00e9", "\U0001F600" * 100],
     "tail": [[frame] * 3 for _ in range(20000)],
+    "empties": [[], [], {}, {}, empty, empty, {"e": empty}],
 }
 with open(sys.argv[1], "wb") as f:
     pickle.dump(root, f, protocol=4)

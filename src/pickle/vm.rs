@@ -161,19 +161,12 @@ enum Kind {
 /// Bytes of lookahead a stream's window is given before a builder's fast path looks at it.
 const FAST_LOOKAHEAD: usize = 1 << 16;
 
-/// Shared empty containers: an empty list, dict or set costs no allocation.
-struct Empties {
-    list: Rc<Vec<Value>>,
-    dict: Rc<Vec<(Value, Value)>>,
-}
-
-impl Empties {
-    fn value(&self, kind: Kind) -> Value {
-        match kind {
-            Kind::List => Value::List(self.list.clone()),
-            Kind::Dict => Value::Dict(self.dict.clone()),
-            Kind::Set => Value::Set(self.list.clone()),
-        }
+/// A new empty container of a kind: each has an identity of its own, as in Python.
+fn empty_value(kind: Kind) -> Value {
+    match kind {
+        Kind::List => Value::List(Rc::new(Vec::new())),
+        Kind::Dict => Value::Dict(Rc::new(Vec::new())),
+        Kind::Set => Value::Set(Rc::new(Vec::new())),
     }
 }
 
@@ -187,14 +180,13 @@ fn close_item<B: Builder>(
     item: Item,
     memo: &mut Memo,
     spare: &mut Vec<Box<Open>>,
-    empties: &Empties,
     builder: &mut B,
 ) -> (Value, u32) {
     match item {
         Item::Val(v, d) => (v, d),
         Item::Ref(e) => memo.consume(e),
         Item::Empty(kind, slot) => {
-            let value = empties.value(kind);
+            let value = empty_value(kind);
             if slot != NO_SLOT {
                 memo.set(slot as usize, value.clone(), 1);
             }
@@ -243,7 +235,6 @@ struct Machine<'b, B: Builder> {
     held: u64,
     marks: Vec<usize>,
     memo: Memo,
-    empties: Empties,
     /// Boxes of finished containers, reused for new ones (stack items hold `Box<Open>`).
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Open>>,
@@ -375,13 +366,7 @@ impl<B: Builder> Machine<'_, B> {
     }
 
     fn close(&mut self, item: Item) -> (Value, u32) {
-        close_item(
-            item,
-            &mut self.memo,
-            &mut self.spare,
-            &self.empties,
-            self.builder,
-        )
+        close_item(item, &mut self.memo, &mut self.spare, self.builder)
     }
 
     /// Turns a reference on top of the stack into a value (before DUP or a memo store).
@@ -487,7 +472,6 @@ impl<B: Builder> Machine<'_, B> {
             stack,
             memo,
             spare,
-            empties,
             builder,
             held,
             ..
@@ -502,7 +486,7 @@ impl<B: Builder> Machine<'_, B> {
             Item::Ref(s) => memo.consume(*s),
             Item::Open(_) | Item::Empty(..) => {
                 let item = std::mem::replace(slot, Item::Val(Value::None, 0));
-                close_item(item, memo, spare, empties, builder)
+                close_item(item, memo, spare, builder)
             }
         };
         match &mut o.contents {
@@ -832,10 +816,6 @@ fn parse_input<I: Input, B: Builder>(
         held: 0,
         marks: Vec::new(),
         memo: Memo::new(refs),
-        empties: Empties {
-            list: Rc::new(Vec::new()),
-            dict: Rc::new(Vec::new()),
-        },
         spare: Vec::new(),
         builder,
         next_id: 0,
