@@ -5,6 +5,7 @@ pub mod flamegraph;
 pub mod oom;
 pub mod output;
 pub mod reconcile;
+pub mod report;
 pub mod segments;
 pub mod summary;
 pub mod timeline;
