@@ -13,16 +13,16 @@ use vramlens::analysis::ranks::{analyze_ranks, rank_input};
 use vramlens::analysis::report::{Readings, ReportError, ReportOptions, analyze_report_file};
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::model::Snapshot;
-use vramlens::render::html::{MAX_FILES, write_report_html};
+use vramlens::render::html::{MAX_FILES, MAX_REPORT_BYTES, PageStats, write_report_html};
 use vramlens::render::reconcile::error_text;
-use vramlens::units::parse_size_arg;
+use vramlens::units::{bytes, parse_size_arg};
 
 /// Where redaction of names and paths would apply to each snapshot, before any analysis:
 /// everything in the report is computed from the snapshot as it leaves this function.
 /// The report has no redaction yet; it shows file and function names as recorded.
 fn apply_redaction(_snap: &mut Snapshot) {}
 
-pub fn run(args: &ReportArgs, _out: &mut dyn Write) -> Result<()> {
+pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let device_total_bytes = args
         .device_total
         .as_deref()
@@ -116,7 +116,27 @@ pub fn run(args: &ReportArgs, _out: &mut dyn Write) -> Result<()> {
         _ => return Err(super::Failures(errors).into()),
     }
     let ranks = several.then(|| analyze_ranks(inputs, GroupBy::Callsite, 10));
+    let mut stats = PageStats::default();
     write_new_file(&args.output, args.force, |w| {
-        write_report_html(w, &reports, ranks.as_ref())
-    })
+        stats = write_report_html(w, &reports, ranks.as_ref())?;
+        Ok(())
+    })?;
+    write!(
+        out,
+        "{}: {} ({} snapshot{})",
+        args.output.display(),
+        bytes(stats.bytes),
+        reports.len(),
+        if reports.len() == 1 { "" } else { "s" }
+    )?;
+    match stats.left_out {
+        0 => writeln!(out)?,
+        n => writeln!(
+            out,
+            "; {n} part{} left out to stay under {}, each with the command that draws it",
+            if n == 1 { "" } else { "s" },
+            bytes(MAX_REPORT_BYTES as u64)
+        )?,
+    }
+    Ok(())
 }

@@ -147,8 +147,9 @@ impl Section {
         });
     }
 
-    /// The section within `budget` bytes: optional parts in priority order while they fit.
-    fn finish(self, budget: usize) -> String {
+    /// The section within `budget` bytes (optional parts in priority order while they
+    /// fit), and how many parts were left out.
+    fn finish(self, budget: usize) -> (String, usize) {
         let fixed: usize = self
             .pieces
             .iter()
@@ -170,6 +171,7 @@ impl Section {
             }
         }
         let mut out = String::with_capacity(budget.min(1 << 24));
+        let left_out = keep.iter().filter(|k| !**k).count();
         for p in self.pieces {
             match p {
                 Piece::Fixed(s) => out.push_str(&s),
@@ -177,7 +179,7 @@ impl Section {
                 Piece::Optional(i) => out.push_str(&self.optional[i].note),
             }
         }
-        out
+        (out, left_out)
     }
 }
 
@@ -360,7 +362,7 @@ fn timeline_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()>
     };
     let _ = writeln!(
         out,
-        "<div class=\"picker\" data-picker=\"{id}-view\"><button type=\"button\" data-value=\"callsite\">By call site</button><button type=\"button\" data-value=\"category\">By category</button><span class=\"sep\"></span><button type=\"button\" data-zoom=\"in\" data-scope=\"{id}-timeline\">Zoom in</button><button type=\"button\" data-zoom=\"out\" data-scope=\"{id}-timeline\">Zoom out</button><button type=\"button\" data-zoom=\"reset\" data-scope=\"{id}-timeline\">Reset</button></div>\n<p class=\"hint\">Memory over the events of the trace, stacked by where it was allocated; the peak and any OOM are marked. Hover a band for its size and call site; click it for its stack. Scroll to zoom, drag to pan, double-click to reset.</p>"
+        "<div class=\"picker\" data-picker=\"{id}-view\"><button type=\"button\" data-value=\"callsite\">By call site</button><button type=\"button\" data-value=\"category\">By category</button><span class=\"sep\"></span><button type=\"button\" data-zoom=\"in\" data-scope=\"{id}-timeline\">Zoom in</button><button type=\"button\" data-zoom=\"out\" data-scope=\"{id}-timeline\">Zoom out</button><button type=\"button\" data-zoom=\"reset\" data-scope=\"{id}-timeline\">Reset</button></div>\n<p class=\"hint\">Memory over the events of the trace, stacked by where it was allocated; the peak and any OOM are marked. Hover a band for its size and call site.<span class=\"js-only\"> Click it for its stack; scroll to zoom, drag to pan, double-click to reset.</span></p>"
     );
     let device = f.choice.device;
     let path = shell_word(&f.path);
@@ -519,7 +521,8 @@ fn moments_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()> 
         );
         s.optional(table, note, (2, k));
         s.text().push_str("<h5>Flame graph</h5>\n");
-        let heading = format!("{}: {}", f.path, device_line(&f.choice));
+        // The section names the device and the others; the chart only which one.
+        let heading = format!("{}: device {}", f.path, f.choice.device);
         let subtitle = format!(
             "{}: {} requested by {} live allocations",
             moment_text(&m.moment),
@@ -542,7 +545,7 @@ fn moments_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()> 
             &format!("vramlens flamegraph {path} --device {device} --at {at} -o flame.svg"),
         );
         let html = format!(
-            "<div class=\"chart\" data-chart=\"flame\" data-caption=\"the frames below it, outermost first\">\n{flame}</div>\n<p class=\"hint\">Click a box for its frame and the frames that called it.</p>\n"
+            "<div class=\"chart\" data-chart=\"flame\" data-caption=\"the frames below it, outermost first\">\n{flame}</div>\n<p class=\"hint\">Hover a box for its bytes.<span class=\"js-only\"> Click it for its frame and the frames that called it.</span></p>\n"
         );
         s.optional(html, note, (3, k));
         s.text().push_str("<h5>Segments</h5>\n");
@@ -606,8 +609,13 @@ fn warnings_section(f: &FileReport, id: &str) -> String {
     out
 }
 
-/// One file's section within `budget` bytes.
-fn file_section(f: &FileReport, index: usize, budget: usize, several: bool) -> io::Result<String> {
+/// One file's section within `budget` bytes, and how many parts were left out.
+fn file_section(
+    f: &FileReport,
+    index: usize,
+    budget: usize,
+    several: bool,
+) -> io::Result<(String, usize)> {
     let id = format!("f{index}");
     let mut s = Section::default();
     {
@@ -737,12 +745,20 @@ fn ranks_section(out: &mut String, r: &RanksReport) {
     out.push_str("</section>\n");
 }
 
+/// What was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageStats {
+    pub bytes: u64,
+    /// Charts, tables and texts replaced by a note to stay under [`MAX_REPORT_BYTES`].
+    pub left_out: usize,
+}
+
 /// Writes the page for the files (in order) and, for several, their table of ranks.
 pub fn write_report_html(
     out: &mut dyn Write,
     files: &[FileReport],
     ranks: Option<&RanksReport>,
-) -> io::Result<()> {
+) -> io::Result<PageStats> {
     let several = files.len() > 1;
     let title = match files {
         [one] => format!("vramlens report: {}", one.path),
@@ -772,15 +788,24 @@ pub fn write_report_html(
         ranks_section(&mut head, r);
     }
     out.write_all(head.as_bytes())?;
+    let mut stats = PageStats {
+        bytes: head.len() as u64,
+        left_out: 0,
+    };
     let budget = FILES_BUDGET / files.len().max(1);
     for (i, f) in files.iter().enumerate() {
-        out.write_all(file_section(f, i, budget, several)?.as_bytes())?;
+        let (section, left_out) = file_section(f, i, budget, several)?;
+        out.write_all(section.as_bytes())?;
+        stats.bytes += section.len() as u64;
+        stats.left_out += left_out;
     }
-    write!(
-        out,
+    let tail = format!(
         "</main>\n<aside id=\"panel\" aria-live=\"polite\"><button type=\"button\" id=\"panel-close\" aria-label=\"Close\">&#215;</button><h3 id=\"panel-title\"></h3><pre id=\"panel-body\"></pre></aside>\n<footer>Written by vramlens {}. Hover any shape for its figures; with JavaScript off, every view is shown in turn.</footer>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n",
         env!("CARGO_PKG_VERSION")
-    )
+    );
+    out.write_all(tail.as_bytes())?;
+    stats.bytes += tail.len() as u64;
+    Ok(stats)
 }
 
 #[cfg(test)]
@@ -820,7 +845,8 @@ mod tests {
         s.optional("B".repeat(50), "(b)".into(), (1, 0));
         s.optional("C".repeat(30), "(c)".into(), (3, 0));
         // 6 + 5 + 9 fixed and notes; room for B (47 more) and C (27 more), not A.
-        let out = s.finish(6 + 5 + 9 + 47 + 27);
+        let (out, left_out) = s.finish(6 + 5 + 9 + 47 + 27);
+        assert_eq!(left_out, 1);
         assert_eq!(
             out,
             format!("[head](a)[mid]{}{}", "B".repeat(50), "C".repeat(30))
