@@ -366,6 +366,115 @@ fn a_file_without_a_trace_has_its_final_state() {
     assert_eq!(html.matches("data-chart=\"segments\">\n<svg ").count(), 1);
 }
 
+#[test]
+fn a_file_without_a_device_keeps_its_summary_and_the_rows_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = report(
+        &["testdata/empty.pickle", "testdata/sample.pickle"],
+        &dir.path().join("r.html"),
+    );
+    assert_eq!(
+        attrs(&html, r#"section class="file""#, "path"),
+        ["testdata/empty.pickle", "testdata/sample.pickle"]
+    );
+    assert_eq!(attrs(&html, r#"section class="file""#, "device"), ["0"]);
+    assert!(html.contains("no device: the file has no segment and no trace entry"));
+    assert!(html.contains("no device has a segment or a trace entry"));
+    // The one rank row is the sample's, and points at its section.
+    assert_eq!(attrs(&html, "tr data-show-file", "show-file"), ["1"]);
+    assert!(html.contains(r##"<a href="#f1">testdata/sample.pickle</a>"##));
+}
+
+#[test]
+fn a_bad_file_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.html");
+    vramlens()
+        .args([
+            "report",
+            "testdata/sample.pickle",
+            "testdata/bad/truncated.pickle",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicates::str::starts_with(
+            "vramlens: error: testdata/bad/truncated.pickle: ",
+        ));
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn stdout_says_what_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.html");
+    let stdout = vramlens()
+        .args(["report", "testdata/sample.pickle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap()
+        .stdout;
+    let size = std::fs::metadata(&out).unwrap().len();
+    assert_eq!(
+        String::from_utf8(stdout).unwrap(),
+        format!(
+            "{}: {} (1 snapshot)\n",
+            out.display(),
+            vramlens::units::bytes(size)
+        )
+    );
+}
+
+/// Every real snapshot gives a page under 10 MB that loads nothing, whose headline
+/// figures are the ones `scripts/expected.py --real` computed with Python's pickle.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn every_real_snapshot_gives_a_page_with_the_independent_figures() {
+    let data = require_shared_data();
+    let expected: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/data/real_expected.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for (rel, e) in &expected {
+        let path = data.join(rel);
+        assert!(path.exists(), "{rel}: not in ../shared/data");
+        let out = dir.path().join(format!("{checked}.html"));
+        let html = report(&[path.to_str().unwrap()], &out);
+        assert!(html.len() < 10_000_000, "{rel}: {} bytes", html.len());
+        assert_self_contained(&html);
+        let file = |name: &str| attrs(&html, r#"section class="file""#, name);
+        let devices = e["devices"].as_array().unwrap();
+        match file("device").first() {
+            None => assert!(devices.is_empty(), "{rel}: no device shown"),
+            Some(d) => {
+                let d: i64 = d.parse().unwrap();
+                let want = devices.iter().find(|x| x["device"] == d).unwrap();
+                for (attr, key) in [
+                    ("reserved-bytes", "reserved_bytes"),
+                    ("allocated-bytes", "allocated_bytes"),
+                    ("requested-bytes", "requested_bytes"),
+                    ("peak-requested-bytes", "peak_requested_bytes"),
+                    ("peak-allocated-bytes", "peak_allocated_bytes"),
+                    ("peak-reserved-bytes", "peak_reserved_bytes"),
+                ] {
+                    let got = file(attr).first().cloned();
+                    let want = (!want[key].is_null()).then(|| want[key].to_string());
+                    assert_eq!(got, want, "{rel}: {attr}");
+                }
+                let ooms = want["ooms"].as_array().unwrap().len();
+                assert_eq!(file("ooms"), [ooms.to_string()], "{rel}");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 0);
+}
+
 // --- In a browser -----------------------------------------------------------------
 
 fn chromium() -> &'static str {

@@ -92,8 +92,15 @@ pub struct Timelines {
 pub struct FileReport {
     pub path: String,
     pub summary: Summary,
+    /// The device shown; None when the file has no device (no segment, no trace entry).
+    pub device: Option<DeviceReport>,
+}
+
+/// Everything the report shows about the device of a file.
+#[derive(Debug, Clone)]
+pub struct DeviceReport {
     pub choice: DeviceChoice,
-    /// Events in the chosen device's trace.
+    /// Events in the device's trace.
     pub events: usize,
     /// The timeline, or why there is none.
     pub timelines: Result<Timelines, ViewError>,
@@ -106,12 +113,13 @@ pub struct FileReport {
 }
 
 impl FileReport {
-    /// The summary of the chosen device.
-    pub fn device(&self) -> Option<&super::summary::DeviceSummary> {
+    /// The summary of the device shown.
+    pub fn device_summary(&self) -> Option<&super::summary::DeviceSummary> {
+        let d = self.device.as_ref()?;
         self.summary
             .devices
             .iter()
-            .find(|d| d.device == self.choice.device)
+            .find(|s| s.device == d.choice.device)
     }
 }
 
@@ -182,9 +190,20 @@ pub fn analyze_report_file(
     options: ReportOptions,
 ) -> Result<FileReport, ReportError> {
     let path = source.path.as_str();
-    let choice = choose_device(snap, options.device, true).map_err(ReportError::Device)?;
-    let device = choice.device;
     let summary = analyze_summary(snap, source, SummaryOptions::default());
+    let choice = match choose_device(snap, options.device, true) {
+        Ok(c) => c,
+        // A file without a device still has its summary (and its warnings) to show.
+        Err(DeviceError::NoDevice) if options.device.is_none() => {
+            return Ok(FileReport {
+                path: path.to_string(),
+                summary,
+                device: None,
+            });
+        }
+        Err(e) => return Err(ReportError::Device(e)),
+    };
+    let device = choice.device;
     let r = DeviceReplay::new(snap, device);
     // An attributor caches per frame and is not shared between threads: one per task.
     let attr = || Attributor::new(&snap.frames, options.attribution);
@@ -258,13 +277,15 @@ pub fn analyze_report_file(
     };
     Ok(FileReport {
         path: path.to_string(),
-        events: r.len(),
         summary,
-        choice,
-        timelines,
-        moments,
-        more_ooms,
-        oom,
-        reconcile,
+        device: Some(DeviceReport {
+            choice,
+            events: r.len(),
+            timelines,
+            moments,
+            more_ooms,
+            oom,
+            reconcile,
+        }),
     })
 }

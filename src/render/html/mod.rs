@@ -23,7 +23,7 @@ use super::summary::write_summary_text;
 use super::timeline_svg::{ChartTitle, write_timeline_svg};
 use crate::analysis::oom::Role;
 use crate::analysis::ranks::RanksReport;
-use crate::analysis::report::{FileReport, MomentReport};
+use crate::analysis::report::{DeviceReport, FileReport, MomentReport};
 use crate::analysis::summary::DeviceSummary;
 use crate::analysis::timeline_view::TimelineView;
 use crate::units::{bytes, percent};
@@ -263,7 +263,7 @@ fn figure_attributes(d: Option<&DeviceSummary>) -> String {
 }
 
 fn headline(out: &mut String, f: &FileReport) {
-    let d = f.device();
+    let d = f.device_summary();
     out.push_str("<div class=\"figures\">\n");
     match d.and_then(|d| d.peak_requested_bytes.map(|b| (d, b))) {
         Some((d, b)) => {
@@ -333,23 +333,23 @@ fn headline(out: &mut String, f: &FileReport) {
     out.push_str("</div>\n");
 }
 
-fn timeline_chart(f: &FileReport, view: &TimelineView) -> io::Result<String> {
-    let d = f.device();
+fn timeline_chart(f: &FileReport, d: &DeviceReport, view: &TimelineView) -> io::Result<String> {
+    let summary = f.device_summary();
     let title = ChartTitle {
         path: &f.path,
-        device: &f.choice,
-        events: f.events,
-        peak_requested: d.and_then(|d| d.peak_requested_bytes).unwrap_or(0),
-        peak_event: d.and_then(|d| d.peak_requested_event),
-        peak_reserved: d.and_then(|d| d.peak_reserved_bytes).unwrap_or(0),
+        device: &d.choice,
+        events: d.events,
+        peak_requested: summary.and_then(|s| s.peak_requested_bytes).unwrap_or(0),
+        peak_event: summary.and_then(|s| s.peak_requested_event),
+        peak_reserved: summary.and_then(|s| s.peak_reserved_bytes).unwrap_or(0),
     };
     inline_svg(|w| write_timeline_svg(w, view, &title))
 }
 
-fn timeline_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()> {
+fn timeline_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
     let out = s.text();
     let _ = writeln!(out, "<section id=\"{id}-timeline\">\n<h3>Timeline</h3>");
-    let timelines = match &f.timelines {
+    let timelines = match &d.timelines {
         Ok(t) => t,
         Err(e) => {
             let _ = writeln!(
@@ -364,7 +364,7 @@ fn timeline_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()>
         out,
         "<div class=\"picker\" data-picker=\"{id}-view\"><button type=\"button\" data-value=\"callsite\">By call site</button><button type=\"button\" data-value=\"category\">By category</button><span class=\"sep\"></span><button type=\"button\" data-zoom=\"in\" data-scope=\"{id}-timeline\">Zoom in</button><button type=\"button\" data-zoom=\"out\" data-scope=\"{id}-timeline\">Zoom out</button><button type=\"button\" data-zoom=\"reset\" data-scope=\"{id}-timeline\">Reset</button></div>\n<p class=\"hint\">Memory over the events of the trace, stacked by where it was allocated; the peak and any OOM are marked. Hover a band for its size and call site.<span class=\"js-only\"> Click it for its stack; scroll to zoom, drag to pan, double-click to reset.</span></p>"
     );
-    let device = f.choice.device;
+    let device = d.choice.device;
     let path = shell_word(&f.path);
     for (k, (value, heading, view)) in [
         ("callsite", "By call site", &timelines.by_callsite),
@@ -373,7 +373,7 @@ fn timeline_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()>
     .into_iter()
     .enumerate()
     {
-        let chart = timeline_chart(f, view)?;
+        let chart = timeline_chart(f, d, view)?;
         let out = s.text();
         let _ = writeln!(
             out,
@@ -446,13 +446,13 @@ fn live_table(m: &MomentReport) -> String {
     out
 }
 
-fn moments_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()> {
+fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
     let out = s.text();
     let _ = writeln!(
         out,
         "<section id=\"{id}-live\">\n<h3>What was live</h3>\n<div class=\"picker\" data-picker=\"{id}-moment\">"
     );
-    for (k, m) in f.moments.iter().enumerate() {
+    for (k, m) in d.moments.iter().enumerate() {
         let _ = write!(
             out,
             "<button type=\"button\" data-value=\"{k}\">{}</button>",
@@ -460,17 +460,17 @@ fn moments_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()> 
         );
     }
     out.push_str("</div>\n");
-    if f.more_ooms > 0 {
+    if d.more_ooms > 0 {
         let _ = writeln!(
             out,
             "<p class=\"hint\">{} more OOM events are not offered here; see them with <code>vramlens oom {}</code>.</p>",
-            f.more_ooms,
+            d.more_ooms,
             escape_html(&shell_word(&f.path))
         );
     }
     let path = shell_word(&f.path);
-    let device = f.choice.device;
-    for (k, m) in f.moments.iter().enumerate() {
+    let device = d.choice.device;
+    for (k, m) in d.moments.iter().enumerate() {
         let at = moment_arg(m);
         let heading = {
             let t = moment_text(&m.moment);
@@ -522,7 +522,7 @@ fn moments_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()> 
         s.optional(table, note, (2, k));
         s.text().push_str("<h5>Flame graph</h5>\n");
         // The section names the device and the others; the chart only which one.
-        let heading = format!("{}: device {}", f.path, f.choice.device);
+        let heading = format!("{}: device {}", f.path, d.choice.device);
         let subtitle = format!(
             "{}: {} requested by {} live allocations",
             moment_text(&m.moment),
@@ -549,7 +549,7 @@ fn moments_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()> 
         );
         s.optional(html, note, (3, k));
         s.text().push_str("<h5>Segments</h5>\n");
-        let map = inline_svg(|w| write_segments_svg(w, &m.segments, &f.choice))?;
+        let map = inline_svg(|w| write_segments_svg(w, &m.segments, &d.choice))?;
         let note = left_out(
             "segment map",
             map.len(),
@@ -563,9 +563,9 @@ fn moments_section(s: &mut Section, f: &FileReport, id: &str) -> io::Result<()> 
     Ok(())
 }
 
-fn oom_section(f: &FileReport, id: &str) -> io::Result<String> {
+fn oom_section(d: &DeviceReport, id: &str) -> io::Result<String> {
     let mut out = format!("<section id=\"{id}-oom\">\n<h3>OOM verdicts</h3>\n");
-    for a in &f.oom.analyses {
+    for a in &d.oom.analyses {
         if let Some(v) = a.verdicts.iter().find(|v| v.role == Role::Primary) {
             let _ = writeln!(
                 out,
@@ -576,10 +576,10 @@ fn oom_section(f: &FileReport, id: &str) -> io::Result<String> {
         let text = text_of(|w| write_analysis(w, a, Style::default()))?;
         let _ = writeln!(out, "<pre>{text}</pre>");
     }
-    if f.oom.analyses.is_empty() {
+    if d.oom.analyses.is_empty() {
         out.push_str("<p class=\"verdict none\">No OOM to analyse.</p>\n");
     }
-    for (device, n) in &f.oom.more_oom_events {
+    for (device, n) in &d.oom.more_oom_events {
         let _ = writeln!(
             out,
             "<p class=\"hint\">Device {device}: {n} more OOM events, not analysed one by one.</p>"
@@ -622,25 +622,37 @@ fn file_section(
         let out = s.text();
         let _ = writeln!(
             out,
-            "<section class=\"file\" id=\"{id}\" data-pane=\"file\" data-value=\"{index}\" data-path=\"{}\" data-device=\"{}\"{}>",
+            "<section class=\"file\" id=\"{id}\" data-pane=\"file\" data-value=\"{index}\" data-path=\"{}\"{}{}>",
             escape_html(&f.path),
-            f.choice.device,
-            figure_attributes(f.device())
+            f.device
+                .as_ref()
+                .map(|d| format!(" data-device=\"{}\"", d.choice.device))
+                .unwrap_or_default(),
+            figure_attributes(f.device_summary())
         );
         let _ = writeln!(
             out,
             "<h2>{}</h2>\n<p class=\"device-line\">{}</p>",
             escape_html(&f.path),
-            escape_html(&device_line(&f.choice))
+            escape_html(&match &f.device {
+                Some(d) => device_line(&d.choice),
+                None => "no device: the file has no segment and no trace entry".to_string(),
+            })
         );
         headline(out, f);
         let _ = writeln!(
             out,
-            "<nav class=\"toc\"><a href=\"#{id}-timeline\">Timeline</a><a href=\"#{id}-live\">What was live</a><a href=\"#{id}-oom\">OOM verdicts</a>{}<a href=\"#{id}-summary\">Summary</a><a href=\"#{id}-warnings\">Warnings</a>{}</nav>",
-            if f.reconcile.is_some() {
-                format!("<a href=\"#{id}-reconcile\">Device readings</a>")
-            } else {
-                String::new()
+            "<nav class=\"toc\">{}<a href=\"#{id}-summary\">Summary</a><a href=\"#{id}-warnings\">Warnings</a>{}</nav>",
+            match &f.device {
+                Some(d) => format!(
+                    "<a href=\"#{id}-timeline\">Timeline</a><a href=\"#{id}-live\">What was live</a><a href=\"#{id}-oom\">OOM verdicts</a>{}",
+                    if d.reconcile.is_some() {
+                        format!("<a href=\"#{id}-reconcile\">Device readings</a>")
+                    } else {
+                        String::new()
+                    }
+                ),
+                None => String::new(),
             },
             if several {
                 "<a href=\"#ranks\">All files</a>"
@@ -649,32 +661,8 @@ fn file_section(
             }
         );
     }
-    timeline_section(&mut s, f, &id)?;
-    moments_section(&mut s, f, &id)?;
-    let oom = oom_section(f, &id)?;
-    let note = format!(
-        "<section id=\"{id}-oom\"><h3>OOM verdicts</h3>{}</section>\n",
-        left_out(
-            "OOM analysis",
-            oom.len(),
-            &format!("vramlens oom {}", shell_word(&f.path))
-        )
-    );
-    s.optional(oom, note, (0, 1));
-    if let Some(r) = &f.reconcile {
-        let text = text_of(|w| write_reconcile_text(w, r, Style::default()))?;
-        let html = format!(
-            "<section id=\"{id}-reconcile\">\n<h3>Device readings against PyTorch</h3>\n<pre>{text}</pre>\n</section>\n"
-        );
-        let note = format!(
-            "<section id=\"{id}-reconcile\"><h3>Device readings against PyTorch</h3>{}</section>\n",
-            left_out(
-                "reconciliation",
-                html.len(),
-                &format!("vramlens reconcile {} --nvml LOG", shell_word(&f.path))
-            )
-        );
-        s.optional(html, note, (0, 3));
+    if let Some(d) = &f.device {
+        device_sections(&mut s, f, d, &id)?;
     }
     let summary = text_of(|w| write_summary_text(w, &f.summary, Style::default()))?;
     let html = format!(
@@ -703,9 +691,49 @@ fn file_section(
     Ok(s.finish(budget))
 }
 
-fn ranks_section(out: &mut String, r: &RanksReport) {
+/// The sections about the file's device: timeline, moments, OOM verdicts, readings.
+fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
+    timeline_section(s, f, d, id)?;
+    moments_section(s, f, d, id)?;
+    let oom = oom_section(d, id)?;
+    let note = format!(
+        "<section id=\"{id}-oom\"><h3>OOM verdicts</h3>{}</section>\n",
+        left_out(
+            "OOM analysis",
+            oom.len(),
+            &format!("vramlens oom {}", shell_word(&f.path))
+        )
+    );
+    s.optional(oom, note, (0, 1));
+    if let Some(r) = &d.reconcile {
+        let text = text_of(|w| write_reconcile_text(w, r, Style::default()))?;
+        let html = format!(
+            "<section id=\"{id}-reconcile\">\n<h3>Device readings against PyTorch</h3>\n<pre>{text}</pre>\n</section>\n"
+        );
+        let note = format!(
+            "<section id=\"{id}-reconcile\"><h3>Device readings against PyTorch</h3>{}</section>\n",
+            left_out(
+                "reconciliation",
+                html.len(),
+                &format!("vramlens reconcile {} --nvml LOG", shell_word(&f.path))
+            )
+        );
+        s.optional(html, note, (0, 3));
+    }
+    Ok(())
+}
+
+/// The table of ranks; `files` are the paths of the files' sections, in order (a file
+/// without a device has no row).
+fn ranks_section(out: &mut String, r: &RanksReport, files: &[&str]) {
     out.push_str("<section id=\"ranks\">\n<h2>All files</h2>\n<table class=\"ranks\">\n<thead><tr><th>file</th><th class=\"num\">device</th><th class=\"num\">peak</th><th class=\"num\">vs median</th><th class=\"num\">reserved at the end</th><th class=\"num\">OOMs</th><th>largest group at the peak</th></tr></thead>\n<tbody>\n");
-    for (i, row) in r.rows.iter().enumerate() {
+    let mut next = 0;
+    for row in &r.rows {
+        // Rows follow the files' order.
+        let i = (next..files.len())
+            .find(|&i| files[i] == row.path)
+            .unwrap_or(next);
+        next = i + 1;
         let group = match (&row.top_group, row.top_group_kind, row.top_group_bytes) {
             (Some(g), Some(kind), Some(b)) => {
                 format!("{} {}", bytes(b), group_display(g, kind))
@@ -785,7 +813,8 @@ pub fn write_report_html(
     }
     head.push_str("</header>\n<main>\n");
     if let Some(r) = ranks {
-        ranks_section(&mut head, r);
+        let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        ranks_section(&mut head, r, &paths);
     }
     out.write_all(head.as_bytes())?;
     let mut stats = PageStats {
