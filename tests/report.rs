@@ -579,9 +579,18 @@ fn sample_report_works_in_chromium_without_a_network() {
     assert_eq!(panel["title"], "nanogpt/model.py:192 in forward");
     let body = panel["body"].as_str().unwrap();
     assert!(body.contains(&format!("({} bytes)", s["band"]["bytes"].as_str().unwrap())));
-    assert!(
-        body.contains("/home/alice/nanogpt/train.py:251:<module>"),
-        "{body}"
+    // The tooltip's first frames, then the whole stack, outermost frame last.
+    let whole = body
+        .split_once("the whole stack of its largest allocation, innermost first:\n")
+        .unwrap_or_else(|| panic!("no whole stack: {body}"))
+        .1;
+    assert_eq!(
+        whole.lines().next(),
+        Some("/opt/conda/lib/python3.11/site-packages/torch/nn/functional.py:3494:cross_entropy")
+    );
+    assert_eq!(
+        whole.lines().last(),
+        Some("/home/alice/nanogpt/train.py:251:<module>")
     );
     // A flame box of the top row: the frames under it, root first.
     let flame = s["flame"]["panel"]["body"].as_str().unwrap();
@@ -694,6 +703,11 @@ fn a_real_oom_report_works_in_chromium() {
         assert_eq!(r["violations"], serde_json::json!([]), "{name}: {r}");
         assert_eq!(r["resources"], 0, "{name}: {r}");
         assert_eq!(r["steps"]["band"]["panel"]["open"], true, "{name}: {r}");
+        let body = r["steps"]["band"]["panel"]["body"].as_str().unwrap();
+        assert!(
+            body.contains("the whole stack of its largest allocation, innermost first:\n"),
+            "{name}: {body}"
+        );
         // Each file's OOM is a moment.
         assert!(attrs(&html, r#"div class="moment""#, "kind").contains(&"oom".to_string()));
         screenshot(

@@ -10,6 +10,7 @@
 use super::attribution::{AttributionOptions, Attributor, GroupBy};
 use super::device::{DeviceChoice, DeviceError, choose_device};
 use super::flame::{FlameNode, flame};
+use super::frames::user_frames;
 use super::moment::{Moment, ResolvedMoment, resolve};
 use super::oom::{OomOptions, OomReport, analyze_oom};
 use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile};
@@ -24,6 +25,7 @@ use crate::model::Snapshot;
 use crate::oom_log::OomMessage;
 use crate::timeline::replay::DeviceReplay;
 use rayon::prelude::*;
+use std::collections::BTreeMap;
 
 /// Groups listed per moment; the rest are merged into one row.
 pub const MAX_GROUPS: usize = 200;
@@ -80,11 +82,17 @@ pub struct MomentReport {
     pub segments: SegmentMap,
 }
 
+/// Python frames listed for a band's whole stack at most.
+pub const MAX_STACK_FRAMES: usize = 200;
+
 /// The timeline of the device, as two views.
 #[derive(Debug, Clone)]
 pub struct Timelines {
     pub by_callsite: TimelineView,
     pub by_category: TimelineView,
+    /// Each band's name (of either view) with the whole stack of its largest allocation:
+    /// its Python frames, innermost first (the bands' tooltips hold the first few).
+    pub stacks: BTreeMap<String, Vec<String>>,
 }
 
 /// Everything the report shows about one file.
@@ -235,9 +243,21 @@ pub fn analyze_report_file(
         },
     );
     let mut timelines = by_callsite.and_then(|c| {
-        by_category.map(|k| Timelines {
-            by_callsite: c,
-            by_category: k,
+        by_category.map(|k| {
+            let stacks = c
+                .bands
+                .iter()
+                .chain(&k.bands)
+                .map(|b| {
+                    let frames = user_frames(&snap.frames, b.stack, MAX_STACK_FRAMES);
+                    (b.name.clone(), frames)
+                })
+                .collect();
+            Timelines {
+                by_callsite: c,
+                by_category: k,
+                stacks,
+            }
         })
     });
     let oom = analyze_oom(

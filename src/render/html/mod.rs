@@ -384,13 +384,34 @@ fn timeline_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str)
             chart.len(),
             &format!("vramlens timeline {path} --device {device} --by {value} -o timeline.svg"),
         );
-        let html =
+        let mut html =
             format!("<div class=\"chart zoomable\" data-chart=\"timeline\">\n{chart}</div>\n");
+        if k == 0 {
+            html.push_str(&band_stacks(&timelines.stacks));
+        }
         s.optional(html, note, (if k == 0 { 1 } else { 4 }, 0));
         s.text().push_str("</div>\n");
     }
     s.text().push_str("</section>\n");
     Ok(())
+}
+
+/// The whole stack of each band, hidden: the panel shows it when a band is clicked.
+fn band_stacks(stacks: &std::collections::BTreeMap<String, Vec<String>>) -> String {
+    let mut out = String::from("<div class=\"stacks\" hidden>\n");
+    for (name, frames) in stacks.iter().filter(|(_, f)| !f.is_empty()) {
+        let _ = write!(
+            out,
+            "<ol data-label=\"{}\" data-caption=\"the whole stack of its largest allocation, innermost first\">",
+            escape_html(name)
+        );
+        for f in frames {
+            let _ = write!(out, "<li>{}</li>", escape_html(f));
+        }
+        out.push_str("</ol>\n");
+    }
+    out.push_str("</div>\n");
+    out
 }
 
 fn live_table(m: &MomentReport) -> String {

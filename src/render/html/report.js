@@ -203,6 +203,18 @@
           body += '\n\n' + chart.getAttribute('data-caption') + ':\n' + under.join('\n');
         }
       }
+      var band = e.target.closest('[data-label]');
+      var file = chart.closest('.file');
+      if (band && file && chart.getAttribute('data-chart') === 'timeline') {
+        var label = band.getAttribute('data-label');
+        var stack = all('.stacks ol', file).filter(function (ol) {
+          return ol.getAttribute('data-label') === label;
+        })[0];
+        if (stack) {
+          body += '\n\n' + stack.getAttribute('data-caption') + ':\n' +
+            all('li', stack).map(function (li) { return li.textContent; }).join('\n');
+        }
+      }
       show(lines[0], body);
       return;
     }
