@@ -646,6 +646,10 @@ fn the_file_picker_switches_files_in_chromium() {
     assert_eq!(r["files"], 2);
     assert_eq!(r["visibleFiles"], serde_json::json!(["0"]));
     assert_eq!(r["steps"]["file"]["shown"], serde_json::json!(["1"]));
+    // The link of the first row of the table of ranks shows the first file again.
+    assert_eq!(r["steps"]["rankLink"]["shown"], serde_json::json!(["0"]));
+    assert_eq!(r["steps"]["rankLink"]["picker"], "0");
+    assert_eq!(r["steps"]["rankLink"]["hash"], "#f0");
 }
 
 /// Screenshots of the page in Chromium, to look at (kept when VRAMLENS_SCREENSHOTS names

@@ -48,9 +48,9 @@
       if (first) { choose(group, first.getAttribute('data-value')); }
     }
   });
+  // A row of the table of ranks shows its file (a link in it then scrolls there).
   all('[data-show-file]').forEach(function (el) {
-    el.addEventListener('click', function (e) {
-      if (e.target.closest('a')) { return; }
+    el.addEventListener('click', function () {
       choose('file', el.getAttribute('data-show-file'));
     });
   });
@@ -98,6 +98,7 @@
     }, { passive: false });
     svg.addEventListener('mousedown', function (e) {
       if (e.button !== 0) { return; }
+      e.preventDefault();
       drag = { svg: svg, x: e.clientX, y: e.clientY, b: box(svg) };
       dragged = false;
     });
@@ -303,6 +304,11 @@
       files.value = value;
       files.dispatchEvent(new Event('change', { bubbles: true }));
       out.steps.file = { chosen: value, shown: visibleValues('file') };
+      var link = doc.querySelector('tr[data-show-file="0"] a');
+      if (link) {
+        click(link);
+        out.steps.rankLink = { shown: visibleValues('file'), picker: files.value, hash: location.hash };
+      }
     }
     out.errors = seen.errors;
     out.violations = seen.violations;
