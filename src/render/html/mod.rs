@@ -214,11 +214,14 @@ fn moment_label(m: &MomentReport) -> String {
     };
     let mut names = vec![name(m.moment.kind)];
     names.extend(m.also.iter().map(|k| name(k)));
-    let label = names.join(" = ");
-    let mut chars = label.chars();
+    capitalized(&names.join(" = "))
+}
+
+fn capitalized(s: &str) -> String {
+    let mut chars = s.chars();
     match chars.next() {
         Some(c) => c.to_uppercase().chain(chars).collect(),
-        None => label,
+        None => String::new(),
     }
 }
 
@@ -494,12 +497,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
     for (k, m) in d.moments.iter().enumerate() {
         let at = moment_arg(m);
         let heading = {
-            let t = moment_text(&m.moment);
-            let mut c = t.chars();
-            let t: String = match c.next() {
-                Some(x) => x.to_uppercase().chain(c).collect(),
-                None => t,
-            };
+            let t = capitalized(&moment_text(&m.moment));
             let also: Vec<&str> = m
                 .also
                 .iter()
