@@ -73,6 +73,54 @@ pub enum Command {
     /// names removed (and function names and code hashed with --strip-code). Runs locally;
     /// nothing is uploaded.
     Redact(RedactArgs),
+    /// One self-contained HTML file to share an analysis: summary, timeline, what was
+    /// live at the peak and at each OOM, segments, verdicts; nothing loaded when viewed.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Snapshot files, or folders of them (the ranks of a job: one section per file and a
+    /// table of ranks).
+    #[arg(required = true, value_name = "SNAPSHOT")]
+    pub files: Vec<PathBuf>,
+    /// Write the report to this HTML file.
+    #[arg(short, long, value_name = "FILE", required = true)]
+    pub output: PathBuf,
+    /// Replace the output file if it exists (a regular file only).
+    #[arg(long)]
+    pub force: bool,
+    /// Device (default: the one with the OOM, else the most active).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    /// Device readings (nvidia-smi CSV or NVML JSON lines): drawn on the timeline, and the
+    /// reconciliation ledger added.
+    #[arg(long, value_name = "FILE")]
+    pub nvml: Vec<PathBuf>,
+    /// A profiler trace of the same run (Kineto/Chrome JSON or an export_memory_timeline
+    /// file) for the reconciliation ledger (with --nvml).
+    #[arg(long, value_name = "FILE", requires = "nvml")]
+    pub trace: Option<PathBuf>,
+    /// A log with "CUDA out of memory" messages, for the OOM verdicts.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Minutes to add to nvidia-smi's local timestamps to get UTC.
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "MINUTES",
+        allow_hyphen_values = true
+    )]
+    pub utc_offset: i32,
+    /// Go on when the device log's or the trace's times do not overlap the snapshot's
+    /// (without using them).
+    #[arg(long)]
+    pub allow_no_overlap: bool,
+    /// Memory of the device for the OOM verdicts: a byte count, or 80G / 80GiB (binary).
+    #[arg(long, value_name = "SIZE")]
+    pub device_total: Option<String>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
 }
 
 #[derive(Args, Debug)]

@@ -13,6 +13,7 @@ pub mod moment;
 pub mod oom;
 pub mod ranks;
 pub mod reconcile;
+pub mod report;
 pub mod segment_map;
 pub mod summary;
 pub mod timeline_report;

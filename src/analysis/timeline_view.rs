@@ -128,6 +128,9 @@ pub struct Band {
     pub category: String,
     /// Python frames of its largest allocation, innermost first.
     pub frames: Vec<String>,
+    /// The stack of its largest allocation, for a listing of every frame.
+    #[serde(skip)]
+    pub stack: Option<crate::model::StackId>,
     pub allocation: Option<AllocationBand>,
     /// Runs of consecutive buckets where it holds bytes: (first bucket, per bucket
     /// (bottom, height) in bytes).
@@ -485,6 +488,7 @@ pub fn build_view(
                                 Attributor::allocation_stack(largest),
                                 8,
                             ),
+                            stack: Attributor::allocation_stack(largest),
                             allocation: None,
                             runs: Vec::new(),
                         },
@@ -514,6 +518,7 @@ pub fn build_view(
                             count: 1,
                             category: attr.categories[attr.category(l) as usize].clone(),
                             frames: user_frames(attr.frames(), Attributor::allocation_stack(l), 8),
+                            stack: Attributor::allocation_stack(l),
                             allocation: Some(AllocationBand {
                                 label: l.label(),
                                 origin: l.origin,

@@ -6,6 +6,7 @@ pub mod oom;
 pub mod output;
 pub mod reconcile;
 pub mod redact;
+pub mod report;
 pub mod segments;
 pub mod summary;
 pub mod timeline;

@@ -33,6 +33,29 @@ fn check_total(report: &OomReport, path: &str) -> Result<()> {
     Ok(())
 }
 
+/// The OOM messages of a log (`--log`): at least one, none damaged.
+pub(super) fn read_oom_log(path: &std::path::Path) -> Result<Vec<vramlens::oom_log::OomMessage>> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read log {}", path.display()))?;
+    let found = parse_oom_messages_from(std::io::BufReader::with_capacity(1 << 16, file))
+        .with_context(|| format!("cannot read log {}", path.display()))?;
+    if let Some(m) = found.iter().find(|m| m.oversized) {
+        bail!(
+            "{}: line {}: the out-of-memory message gives a size above 16 EiB, more than any device holds, so the log is damaged or edited: {:?}",
+            path.display(),
+            m.line,
+            m.text.chars().take(160).collect::<String>()
+        );
+    }
+    if found.is_empty() {
+        bail!(
+            "{}: no CUDA out-of-memory message found; expected a log with \"CUDA out of memory\"",
+            path.display()
+        );
+    }
+    Ok(found)
+}
+
 pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
     if args.snapshots.is_empty() && args.log.is_none() {
         bail!("give a SNAPSHOT, a --log FILE with OOM messages, or both");
@@ -44,27 +67,7 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
         .transpose()?;
     let attribution = attribution_options(&args.attribution)?;
     let messages = match &args.log {
-        Some(path) => {
-            let file = std::fs::File::open(path)
-                .with_context(|| format!("cannot read log {}", path.display()))?;
-            let found = parse_oom_messages_from(std::io::BufReader::with_capacity(1 << 16, file))
-                .with_context(|| format!("cannot read log {}", path.display()))?;
-            if let Some(m) = found.iter().find(|m| m.oversized) {
-                bail!(
-                    "{}: line {}: the out-of-memory message gives a size above 16 EiB, more than any device holds, so the log is damaged or edited: {:?}",
-                    path.display(),
-                    m.line,
-                    m.text.chars().take(160).collect::<String>()
-                );
-            }
-            if found.is_empty() {
-                bail!(
-                    "{}: no CUDA out-of-memory message found; expected a log with \"CUDA out of memory\"",
-                    path.display()
-                );
-            }
-            found
-        }
+        Some(path) => read_oom_log(path)?,
         None => Vec::new(),
     };
     let options = OomOptions { device_total_bytes };

@@ -101,8 +101,23 @@ fn check_svg_name(path: &Path) -> Result<()> {
     }
 }
 
+/// Reports are HTML: a name with another extension is refused.
+fn check_html_name(path: &Path) -> Result<()> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm") => Ok(()),
+        Some(e) => bail!(
+            "{}: vramlens writes the report as HTML, not .{e}; name the file .html",
+            path.display()
+        ),
+        None => bail!(
+            "{}: expected a file name ending in .html (the report is one HTML file)",
+            path.display()
+        ),
+    }
+}
+
 /// The same file (device and inode on Unix; the resolved path elsewhere).
-fn same_file(a: &Path, b: &Path) -> bool {
+pub fn same_file(a: &Path, b: &Path) -> bool {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
@@ -177,6 +192,14 @@ pub fn check_command_output(command: &Command) -> Result<()> {
             Some(o) => check_output_path(o, a.force, &[&a.file], !a.folded),
             None => Ok(()),
         },
+        Command::Report(a) => {
+            check_html_name(&a.output)?;
+            let mut inputs: Vec<&Path> = a.files.iter().map(PathBuf::as_path).collect();
+            inputs.extend(a.nvml.iter().map(PathBuf::as_path));
+            inputs.extend(a.trace.as_deref());
+            inputs.extend(a.log.as_deref());
+            check_output_path(&a.output, a.force, &inputs, false)
+        }
         // redact checks its output itself (refusing the input in its own words).
         Command::Redact(_)
         | Command::Summary(_)

@@ -3,6 +3,7 @@
 
 pub mod diff;
 pub mod flame_svg;
+pub mod html;
 pub mod live;
 pub mod names;
 pub mod oom;

@@ -77,7 +77,7 @@ fn share_text(a: &OomAnalysis, v: &Verdict) -> String {
 }
 
 /// One verdict in words, from the analysis figures.
-fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
+pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
     let request = opt(a.requested_bytes);
     let short = opt(a.shortfall_bytes);
     match v.cause {
@@ -158,7 +158,8 @@ fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
     }
 }
 
-fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
+/// One analysis (the figures at one OOM, then its verdicts with what to try).
+pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
     let when = match (a.event, a.time_us) {
         (Some(e), Some(t)) => format!("event {e}, {}", utc_time(t)),
         (Some(e), None) => format!("event {e}"),

@@ -292,10 +292,15 @@ pub fn write_timeline_svg(
             )),
         )?;
     }
-    // The bands, bottom to top.
+    // The bands, bottom to top. A band in several runs has one tooltip for all of them,
+    // so its stack is written once.
     for (i, band) in view.bands.iter().enumerate() {
         let fill = band_color(view, i);
         let tip = band_title(band);
+        let grouped = band.runs.len() > 1;
+        if grouped {
+            writeln!(svg.out, "<g><title>{}</title>", escape(&tip))?;
+        }
         for (start, cells) in &band.runs {
             let segs: Vec<(f64, f64, u64, u64)> = cells
                 .iter()
@@ -320,8 +325,11 @@ pub fn write_timeline_svg(
                     band.max_bytes,
                     escape(&band.name)
                 ),
-                Some(&tip),
+                (!grouped).then_some(tip.as_str()),
             )?;
+        }
+        if grouped {
+            writeln!(svg.out, "</g>")?;
         }
     }
     // The peak of requested memory.

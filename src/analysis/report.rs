@@ -1,0 +1,311 @@
+//! Everything a shared report shows about one snapshot, gathered from the other analyses:
+//! the summary, the timeline grouped by call site and by category, the moments a reader
+//! picks between (the peak, each OOM, the end) with what was live there (groups, the
+//! flame tree, the allocator's segments), the OOM verdicts and, with device readings,
+//! the reconciliation. Plain data; `render::html` writes it.
+//!
+//! Each moment is one state of the replay: moments that fall on the same event (an OOM
+//! that is also the last event) are one, under every name it has.
+
+use super::attribution::{AttributionOptions, Attributor, GroupBy};
+use super::device::{DeviceChoice, DeviceError, choose_device};
+use super::flame::{FlameNode, flame};
+use super::frames::user_frames;
+use super::moment::{Moment, ResolvedMoment, resolve};
+use super::oom::{OomOptions, OomReport, analyze_oom};
+use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile};
+use super::segment_map::{SegmentMap, segment_map};
+use super::summary::{Summary, SummaryOptions, analyze_summary};
+use super::timeline_view::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, build_view};
+use super::top::{Group, add_times, group_live, limit_groups, live_state};
+use crate::devlog::DeviceLog;
+use crate::devlog::convert::Converted;
+use crate::input::SourceInfo;
+use crate::model::Snapshot;
+use crate::oom_log::OomMessage;
+use crate::timeline::replay::DeviceReplay;
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+
+/// Groups listed per moment; the rest are merged into one row.
+pub const MAX_GROUPS: usize = 200;
+/// OOM events offered as moments; the rest are counted.
+pub const MAX_OOM_MOMENTS: usize = 8;
+/// Bands per timeline.
+pub const TIMELINE_BANDS: usize = 20;
+
+/// Device readings (and a profiler trace) of the run, for the timeline and the ledger.
+#[derive(Clone, Copy)]
+pub struct Readings<'a> {
+    pub log: &'a DeviceLog,
+    pub utc_offset_minutes: i32,
+    /// The trace's path and what it converted to.
+    pub profile: Option<(&'a str, &'a Converted)>,
+    pub allow_no_overlap: bool,
+}
+
+/// What the report is asked to cover.
+#[derive(Clone, Copy)]
+pub struct ReportOptions<'a> {
+    /// The device (default: the one with an OOM, else the most active).
+    pub device: Option<i64>,
+    pub attribution: &'a AttributionOptions,
+    /// OOM messages of a log (`--log`).
+    pub messages: &'a [OomMessage],
+    pub oom: OomOptions,
+    pub readings: Option<Readings<'a>>,
+}
+
+/// Why a file cannot be reported (worded by the command: the reconciliation's words
+/// need the logs' names).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReportError {
+    Device(DeviceError),
+    Reconcile(ReconcileError),
+}
+
+/// One state a reader can pick, and what was live there.
+#[derive(Debug, Clone)]
+pub struct MomentReport {
+    pub moment: ResolvedMoment,
+    /// The other names of the same state ("oom", "end"), after the first.
+    pub also: Vec<&'static str>,
+    /// Requested bytes alive: the groups sum to this.
+    pub total_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: i64,
+    pub count: usize,
+    /// By call site, largest first, at most [`MAX_GROUPS`] and a merged rest.
+    pub groups: Vec<Group>,
+    /// The live bytes as a tree of stacks.
+    pub flame: FlameNode,
+    pub segments: SegmentMap,
+}
+
+/// Python frames listed for a band's whole stack at most.
+pub const MAX_STACK_FRAMES: usize = 200;
+
+/// The timeline of the device, as two views.
+#[derive(Debug, Clone)]
+pub struct Timelines {
+    pub by_callsite: TimelineView,
+    pub by_category: TimelineView,
+    /// Each band's name (of either view) with the whole stack of its largest allocation:
+    /// its Python frames, innermost first (the bands' tooltips hold the first few).
+    pub stacks: BTreeMap<String, Vec<String>>,
+}
+
+/// Everything the report shows about one file.
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    pub path: String,
+    pub summary: Summary,
+    /// The device shown; None when the file has no device (no segment, no trace entry).
+    pub device: Option<DeviceReport>,
+}
+
+/// Everything the report shows about the device of a file.
+#[derive(Debug, Clone)]
+pub struct DeviceReport {
+    pub choice: DeviceChoice,
+    /// Events in the device's trace.
+    pub events: usize,
+    /// The timeline, or why there is none.
+    pub timelines: Result<Timelines, ViewError>,
+    /// Peak first, then the OOMs, then the end; at least one (the end).
+    pub moments: Vec<MomentReport>,
+    /// OOM events past the ones offered as moments.
+    pub more_ooms: usize,
+    pub oom: OomReport,
+    pub reconcile: Option<Reconciliation>,
+}
+
+impl FileReport {
+    /// The summary of the device shown.
+    pub fn device_summary(&self) -> Option<&super::summary::DeviceSummary> {
+        let d = self.device.as_ref()?;
+        self.summary
+            .devices
+            .iter()
+            .find(|s| s.device == d.choice.device)
+    }
+}
+
+/// What was live at one state.
+fn moment_report(
+    snap: &Snapshot,
+    path: &str,
+    r: &DeviceReplay,
+    attr: &Attributor,
+    moment: ResolvedMoment,
+    also: Vec<&'static str>,
+) -> MomentReport {
+    let live = live_state(r, moment.event.map(|e| e as usize));
+    let mut groups = limit_groups(
+        group_live(attr, &live, GroupBy::Callsite),
+        MAX_GROUPS,
+        live.requested_bytes,
+    );
+    add_times(&mut groups, r.trace);
+    let (tree, _) = flame(attr, &live);
+    MomentReport {
+        moment,
+        also,
+        total_bytes: live.requested_bytes,
+        allocated_bytes: live.allocated_bytes,
+        reserved_bytes: live.reserved_bytes,
+        count: live.lifetimes.len(),
+        groups,
+        flame: tree,
+        segments: segment_map(snap, path, r, attr, GroupBy::Callsite, moment),
+    }
+}
+
+/// The moments to offer: the peak, the first OOMs, the end; one per state.
+fn moments(
+    r: &DeviceReplay,
+    peak_event: Option<u32>,
+    ooms: &[usize],
+) -> (Vec<(ResolvedMoment, Vec<&'static str>)>, usize) {
+    let mut list: Vec<ResolvedMoment> = Vec::new();
+    if !r.is_empty()
+        && let Ok(m) = resolve(r, Moment::Peak, || peak_event.map(|e| e as usize))
+    {
+        list.push(m);
+    }
+    for &i in ooms.iter().take(MAX_OOM_MOMENTS) {
+        if let Ok(m) = resolve(r, Moment::Event(i), || None) {
+            list.push(ResolvedMoment { kind: "oom", ..m });
+        }
+    }
+    if let Ok(m) = resolve(r, Moment::End, || None) {
+        list.push(m);
+    }
+    let mut out: Vec<(ResolvedMoment, Vec<&'static str>)> = Vec::new();
+    for m in list {
+        match out.iter_mut().find(|(o, _)| o.event == m.event) {
+            Some((_, also)) => also.push(m.kind),
+            None => out.push((m, Vec::new())),
+        }
+    }
+    (out, ooms.len().saturating_sub(MAX_OOM_MOMENTS))
+}
+
+/// Gathers the report of one snapshot.
+pub fn analyze_report_file(
+    snap: &Snapshot,
+    source: &SourceInfo,
+    options: ReportOptions,
+) -> Result<FileReport, ReportError> {
+    let path = source.path.as_str();
+    let summary = analyze_summary(snap, source, SummaryOptions::default());
+    let choice = match choose_device(snap, options.device, true) {
+        Ok(c) => c,
+        // A file without a device still has its summary (and its warnings) to show.
+        Err(DeviceError::NoDevice) if options.device.is_none() => {
+            return Ok(FileReport {
+                path: path.to_string(),
+                summary,
+                device: None,
+            });
+        }
+        Err(e) => return Err(ReportError::Device(e)),
+    };
+    let device = choice.device;
+    let r = DeviceReplay::new(snap, device);
+    // An attributor caches per frame and is not shared between threads: one per task.
+    let attr = || Attributor::new(&snap.frames, options.attribution);
+    let d = summary.devices.iter().find(|d| d.device == device);
+    let peak_event = d.and_then(|d| d.peak_requested_event);
+    let ooms: Vec<usize> = d.map_or(Vec::new(), |d| d.ooms.iter().map(|o| o.index).collect());
+    let (wanted, more_ooms) = moments(&r, peak_event, &ooms);
+    let view = |by: GroupBy| {
+        build_view(
+            snap,
+            &r,
+            &attr(),
+            ViewOptions {
+                x: XAxis::Events,
+                by: BandBy::Group(by),
+                top: TIMELINE_BANDS,
+                buckets: (60_000 / TIMELINE_BANDS).clamp(200, 1000),
+                window: None,
+            },
+        )
+    };
+    let ((by_callsite, by_category), moments) = rayon::join(
+        || rayon::join(|| view(GroupBy::Callsite), || view(GroupBy::Category)),
+        || {
+            wanted
+                .into_par_iter()
+                .map(|(m, also)| moment_report(snap, path, &r, &attr(), m, also))
+                .collect::<Vec<_>>()
+        },
+    );
+    let mut timelines = by_callsite.and_then(|c| {
+        by_category.map(|k| {
+            let stacks = c
+                .bands
+                .iter()
+                .chain(&k.bands)
+                .map(|b| {
+                    let frames = user_frames(&snap.frames, b.stack, MAX_STACK_FRAMES);
+                    (b.name.clone(), frames)
+                })
+                .collect();
+            Timelines {
+                by_callsite: c,
+                by_category: k,
+                stacks,
+            }
+        })
+    });
+    let oom = analyze_oom(
+        snap,
+        path,
+        Some(device),
+        options.messages.to_vec(),
+        options.oom,
+        options.attribution,
+    );
+    let reconcile = match options.readings {
+        Some(readings) => {
+            if let Ok(t) = &mut timelines {
+                let tl = crate::timeline::build(snap, device);
+                let samples = super::reconcile::gpu_samples(readings.log, device);
+                let rows = super::reconcile::over_time(&tl, readings.log, &samples);
+                super::timeline_view::add_device_readings(&mut t.by_callsite, &rows);
+                super::timeline_view::add_device_readings(&mut t.by_category, &rows);
+            }
+            Some(
+                analyze_reconcile(
+                    snap,
+                    path,
+                    readings.log,
+                    readings.utc_offset_minutes,
+                    readings.profile,
+                    ReconcileOptions {
+                        device: Some(device),
+                        gpu: None,
+                        allow_no_overlap: readings.allow_no_overlap,
+                    },
+                )
+                .map_err(ReportError::Reconcile)?,
+            )
+        }
+        None => None,
+    };
+    Ok(FileReport {
+        path: path.to_string(),
+        summary,
+        device: Some(DeviceReport {
+            choice,
+            events: r.len(),
+            timelines,
+            moments,
+            more_ooms,
+            oom,
+            reconcile,
+        }),
+    })
+}

@@ -1,0 +1,142 @@
+//! `vramlens report`: one self-contained HTML file with the analyses of one snapshot, or
+//! of several (the ranks of a job) with a table of them.
+
+use super::attribution_options;
+use super::output::{same_file, write_new_file};
+use crate::cli::ReportArgs;
+use anyhow::{Context, Result, anyhow, bail};
+use rayon::prelude::*;
+use std::io::Write;
+use vramlens::analysis::attribution::{Attributor, GroupBy};
+use vramlens::analysis::oom::OomOptions;
+use vramlens::analysis::ranks::{analyze_ranks, rank_input};
+use vramlens::analysis::report::{Readings, ReportError, ReportOptions, analyze_report_file};
+use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::model::Snapshot;
+use vramlens::render::html::{MAX_FILES, MAX_REPORT_BYTES, PageStats, write_report_html};
+use vramlens::render::reconcile::error_text;
+use vramlens::units::{bytes, parse_size_arg};
+
+/// Where redaction of names and paths would apply to each snapshot, before any analysis:
+/// everything in the report is computed from the snapshot as it leaves this function.
+/// The report has no redaction yet; it shows file and function names as recorded.
+fn apply_redaction(_snap: &mut Snapshot) {}
+
+pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
+    let device_total_bytes = args
+        .device_total
+        .as_deref()
+        .map(|s| parse_size_arg(s).map_err(|e| anyhow!("--device-total: {e}")))
+        .transpose()?;
+    let attribution = attribution_options(&args.attribution)?;
+    let mut files = super::expand_inputs(&args.files)?;
+    // A report written into the folder of snapshots is not one of them.
+    files.retain(|f| !same_file(f, &args.output));
+    if files.is_empty() {
+        bail!("no snapshot to report on");
+    }
+    if files.len() > MAX_FILES {
+        bail!(
+            "{} snapshots: a report holds at most {MAX_FILES}; give fewer files",
+            files.len()
+        );
+    }
+    let messages = match &args.log {
+        Some(path) => super::oom::read_oom_log(path)?,
+        None => Vec::new(),
+    };
+    let log = if args.nvml.is_empty() {
+        None
+    } else {
+        Some(super::read_device_logs(&args.nvml, args.utc_offset)?)
+    };
+    let trace_path = args.trace.as_ref().map(|p| p.display().to_string());
+    let converted = match &args.trace {
+        Some(path) => {
+            let file = std::fs::File::open(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            Some(
+                vramlens::devlog::read_profile_snapshot(file)
+                    .with_context(|| format!("failed to read trace {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let readings = log.as_ref().map(|log| Readings {
+        log,
+        utc_offset_minutes: args.utc_offset,
+        profile: trace_path.as_deref().zip(converted.as_ref()),
+        allow_no_overlap: args.allow_no_overlap,
+    });
+    let options = ReportOptions {
+        device: args.device,
+        attribution: &attribution,
+        messages: &messages,
+        oom: OomOptions { device_total_bytes },
+        readings,
+    };
+    let logs: Vec<String> = args.nvml.iter().map(|p| p.display().to_string()).collect();
+    let several = files.len() > 1;
+    let results: Vec<Result<_>> = files
+        .par_iter()
+        .map(|path| {
+            let (mut snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
+            apply_redaction(&mut snap);
+            let report = analyze_report_file(&snap, &info, options).map_err(|e| match e {
+                ReportError::Device(e) => anyhow!("{}: {e}", info.path),
+                ReportError::Reconcile(e) => anyhow!(
+                    "{}",
+                    error_text(&e, &logs.join(", "), trace_path.as_deref())
+                ),
+            })?;
+            let rank = several
+                .then(|| {
+                    let attr = Attributor::new(&snap.frames, &attribution);
+                    rank_input(&snap, &info.path, &attr, GroupBy::Callsite)
+                })
+                .flatten();
+            Ok((report, rank))
+        })
+        .collect();
+    let mut reports = Vec::new();
+    let mut inputs = Vec::new();
+    let mut errors = Vec::new();
+    for r in results {
+        match r {
+            Ok((report, rank)) => {
+                reports.push(report);
+                inputs.extend(rank);
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    match errors.len() {
+        0 => {}
+        1 => return Err(errors.remove(0)),
+        _ => return Err(super::Failures(errors).into()),
+    }
+    let ranks = several.then(|| analyze_ranks(inputs, GroupBy::Callsite, 10));
+    let mut stats = PageStats::default();
+    write_new_file(&args.output, args.force, |w| {
+        stats = write_report_html(w, &reports, ranks.as_ref())?;
+        Ok(())
+    })?;
+    write!(
+        out,
+        "{}: {} ({} snapshot{})",
+        args.output.display(),
+        bytes(stats.bytes),
+        reports.len(),
+        if reports.len() == 1 { "" } else { "s" }
+    )?;
+    match stats.left_out {
+        0 => writeln!(out)?,
+        n => writeln!(
+            out,
+            "; {n} part{} left out to stay under {}, each with the command that draws it",
+            if n == 1 { "" } else { "s" },
+            bytes(MAX_REPORT_BYTES as u64)
+        )?,
+    }
+    Ok(())
+}

@@ -1,0 +1,723 @@
+//! `vramlens report`: one self-contained HTML page. Its bytes hold no address and nothing
+//! that loads, its figures are the ones computed independently for the fixtures, it is the
+//! same for any number of threads, it never replaces a file without `--force`, and it
+//! stays under 10 MB. The tests marked "needs chromium" load it in headless Chromium with
+//! networking off and act on it (`#selftest` makes the page's script click, zoom and pick,
+//! and write what happened into the page).
+
+mod common;
+
+use assert_cmd::Command;
+use common::{require_shared_data, root};
+use regex::Regex;
+use std::path::{Path, PathBuf};
+
+fn vramlens() -> Command {
+    let mut c = Command::cargo_bin("vramlens").unwrap();
+    c.current_dir(root()).env_remove("NO_COLOR");
+    c
+}
+
+/// Writes the report of `args` to `out` and returns its text.
+fn report(args: &[&str], out: &Path) -> String {
+    vramlens()
+        .arg("report")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .assert()
+        .success();
+    std::fs::read_to_string(out).unwrap()
+}
+
+/// Every value of `data-NAME` in elements matching `tag` with `class`, in page order.
+fn attrs(html: &str, open_tag: &str, name: &str) -> Vec<String> {
+    let tag = Regex::new(&format!(r#"<{open_tag}[^>]*>"#)).unwrap();
+    let attr = Regex::new(&format!(r#"\sdata-{name}="([^"]*)""#)).unwrap();
+    tag.find_iter(html)
+        .filter_map(|m| attr.captures(m.as_str()).map(|c| c[1].to_string()))
+        .collect()
+}
+
+/// Text as the page writes it.
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+fn expected(name: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(root().join(name)).unwrap()).unwrap()
+}
+
+/// What a page may not hold if it is to load nothing: addresses, and every element or
+/// attribute that fetches.
+fn assert_self_contained(html: &str) {
+    let lower = html.to_ascii_lowercase();
+    for banned in [
+        "http://",
+        "https://",
+        "ftp://",
+        "file://",
+        "//cdn",
+        "url(",
+        "@import",
+        "<link",
+        "<img",
+        "<iframe",
+        "<object",
+        "<embed",
+        "<video",
+        "<audio",
+        "<source",
+        " src=",
+        "srcset=",
+        "<base",
+        "xlink:href",
+        "fetch(",
+        "xmlhttprequest",
+        "websocket",
+        "eventsource",
+        "import(",
+    ] {
+        assert!(!lower.contains(banned), "the page holds {banned:?}");
+    }
+    // The only links go to places in the page.
+    for href in Regex::new(r#"href="([^"]*)""#)
+        .unwrap()
+        .captures_iter(&lower)
+    {
+        assert!(href[1].starts_with('#'), "link to {:?}", &href[1]);
+    }
+    assert!(lower.contains(
+        r#"<meta http-equiv="content-security-policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'">"#
+    ));
+    // One script, inline.
+    assert_eq!(lower.matches("<script").count(), 1);
+    assert!(lower.contains("<script>\n"));
+}
+
+#[test]
+fn sample_report_is_self_contained_with_the_independent_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.html");
+    let html = report(&["testdata/sample.pickle"], &out);
+    assert!(html.starts_with("<!DOCTYPE html>\n"));
+    assert_self_contained(&html);
+    assert!(html.len() < 10_000_000);
+    // Figures of the device computed by scripts/expected.py (stdlib pickle).
+    let e = &expected("testdata/sample.pickle.expected.json")["devices"][0];
+    let file = |name: &str| attrs(&html, r#"section class="file""#, name);
+    assert_eq!(file("path"), ["testdata/sample.pickle"]);
+    assert_eq!(file("device"), ["0"]);
+    for (attr, key) in [
+        ("peak-requested-bytes", "peak_requested_bytes"),
+        ("peak-allocated-bytes", "peak_allocated_bytes"),
+        ("peak-reserved-bytes", "peak_reserved_bytes"),
+        ("reserved-bytes", "reserved_bytes"),
+        ("allocated-bytes", "allocated_bytes"),
+        ("requested-bytes", "requested_bytes"),
+    ] {
+        assert_eq!(file(attr), [e[key].to_string()], "{attr}");
+    }
+    assert_eq!(file("events"), ["330"]);
+    assert_eq!(file("ooms"), ["1"]);
+    // The moments: the peak (event 71), the OOM (event 325), the end (event 329).
+    let moment = |name: &str| attrs(&html, r#"div class="moment""#, name);
+    assert_eq!(moment("kind"), ["peak", "oom", "end"]);
+    assert_eq!(moment("event"), ["71", "325", "329"]);
+    // At the peak the live requests add up to the peak; the table's rows to that total.
+    assert_eq!(
+        moment("total-bytes")[0],
+        e["peak_requested_bytes"].to_string()
+    );
+    let peak = &html[html.find(r#"data-kind="peak""#).unwrap()..];
+    let peak = &peak[..peak.find("</table>").unwrap()];
+    let rows: u64 = attrs(peak, "tr data-name", "bytes")
+        .iter()
+        .map(|b| b.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(rows, 468296708);
+    // Each chart of the other renderers is inline, without its XML prolog.
+    assert_eq!(html.matches("<svg ").count(), 2 + 3 * 2);
+    assert!(!html.contains("<?xml"));
+    let charts = |kind: &str| {
+        Regex::new(&format!(
+            r#"<div class="chart[^"]*" data-chart="{kind}"[^>]*>\n<svg "#
+        ))
+        .unwrap()
+        .find_iter(&html)
+        .count()
+    };
+    assert_eq!(charts("timeline"), 2);
+    assert_eq!(charts("flame"), 3);
+    assert_eq!(charts("segments"), 3);
+    // The OOM verdict in the oom command's words, and the summary's.
+    let oom = String::from_utf8(
+        vramlens()
+            .args(["oom", "testdata/sample.pickle"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let verdict = oom
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("verdict: "))
+        .unwrap();
+    assert!(verdict.starts_with("capacity: "), "{verdict}");
+    assert!(
+        html.contains(&format!("<p class=\"verdict\">{}</p>", escape(verdict))),
+        "{verdict}"
+    );
+    assert!(html.contains("reserved             138.0 MiB"));
+    assert!(html.contains("Warnings while reading"));
+}
+
+#[test]
+fn same_bytes_for_one_thread_and_many() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = ["testdata/sample.pickle", "testdata/multi_device.pickle"];
+    let mut pages = Vec::new();
+    for threads in ["1", "4"] {
+        let out = dir.path().join(format!("r{threads}.html"));
+        vramlens()
+            .args(["--threads", threads, "report"])
+            .args(files)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .success();
+        pages.push(std::fs::read(&out).unwrap());
+    }
+    assert!(pages[0] == pages[1], "the pages differ");
+}
+
+#[test]
+fn an_existing_file_is_kept_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.html");
+    std::fs::write(&out, "mine").unwrap();
+    vramlens()
+        .args(["report", "testdata/sample.pickle", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(format!(
+            "vramlens: error: {}: already exists; use --force to overwrite it\n",
+            out.display()
+        ));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "mine");
+    vramlens()
+        .args(["report", "testdata/sample.pickle", "--force", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    assert!(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .starts_with("<!DOCTYPE html>")
+    );
+}
+
+#[test]
+fn the_report_is_named_html() {
+    vramlens()
+        .args(["report", "testdata/sample.pickle", "-o", "report.svg"])
+        .assert()
+        .code(2)
+        .stderr(
+            "vramlens: error: report.svg: vramlens writes the report as HTML, not .svg; name the file .html\n",
+        );
+}
+
+#[test]
+fn several_files_give_a_table_of_ranks_and_a_file_picker() {
+    let dir = tempfile::tempdir().unwrap();
+    let ranks = dir.path().join("ranks");
+    std::fs::create_dir(&ranks).unwrap();
+    for (i, f) in ["testdata/sample.pickle", "testdata/v2_2.pickle"]
+        .iter()
+        .enumerate()
+    {
+        std::fs::copy(root().join(f), ranks.join(format!("rank{i}.pickle"))).unwrap();
+    }
+    // Written into the folder: a second run does not take the report for a snapshot.
+    let out = ranks.join("report.html");
+    let first = report(&[ranks.to_str().unwrap()], &out);
+    vramlens()
+        .arg("report")
+        .arg(&ranks)
+        .arg("--force")
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(html, first);
+    assert_self_contained(&html);
+    let paths = attrs(&html, r#"section class="file""#, "path");
+    assert_eq!(paths.len(), 2);
+    assert!(paths[0].ends_with("rank0.pickle") && paths[1].ends_with("rank1.pickle"));
+    assert_eq!(attrs(&html, "tr data-show-file", "show-file"), ["0", "1"]);
+    assert_eq!(html.matches("<option value=").count(), 2);
+    // The rows carry each file's peak, as summary gives it.
+    let peaks: Vec<String> = ["testdata/sample.pickle", "testdata/v2_2.pickle"]
+        .iter()
+        .map(|f| {
+            expected(&format!("{f}.expected.json"))["devices"][0]["peak_requested_bytes"]
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        attrs(&html, "tr data-show-file", "peak-requested-bytes"),
+        peaks
+    );
+    assert_eq!(
+        attrs(&html, r#"section class="file""#, "peak-requested-bytes"),
+        peaks
+    );
+}
+
+#[test]
+fn many_files_stay_under_ten_megabytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ranks = dir.path().join("ranks");
+    std::fs::create_dir(&ranks).unwrap();
+    let snapshot = "testdata/gpu/oom/snapshot.pickle";
+    let n = 4;
+    for i in 0..n {
+        std::fs::copy(root().join(snapshot), ranks.join(format!("rank{i}.pickle"))).unwrap();
+    }
+    let one = report(&[snapshot], &dir.path().join("one.html"));
+    let html = report(&[ranks.to_str().unwrap()], &dir.path().join("all.html"));
+    // One file's report times the files would be over the bound; parts are left out.
+    assert!(one.len() * n > 10_000_000, "{} bytes", one.len());
+    assert!(!one.contains("is left out to keep this report under"));
+    assert!(html.len() < 10_000_000, "{} bytes", html.len());
+    assert_eq!(
+        attrs(&html, r#"section class="file""#, "peak-requested-bytes").len(),
+        n
+    );
+    let notes = html
+        .matches("is left out to keep this report under")
+        .count();
+    assert!(notes >= n, "{notes} notes");
+    // The largest parts go first; the timeline by call site and the tables stay.
+    assert!(html.contains("Draw it with <code>vramlens segments "));
+    assert_eq!(
+        html.matches(concat!(
+            r#"data-value="callsite">"#,
+            "\n<h4 class=\"nojs-only\">By call site</h4>\n",
+            r#"<div class="chart zoomable" data-chart="timeline">"#
+        ))
+        .count(),
+        n
+    );
+    assert_self_contained(&html);
+}
+
+#[test]
+fn device_readings_add_the_ledger_and_the_device_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.html");
+    let html = report(
+        &[
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--nvml",
+            "testdata/gpu/oom/nvml.jsonl",
+            "--log",
+            "testdata/gpu/oom/oom.log",
+        ],
+        &out,
+    );
+    assert_self_contained(&html);
+    let ledger = String::from_utf8(
+        vramlens()
+            .args([
+                "reconcile",
+                "testdata/gpu/oom/oom_snapshot.pickle",
+                "--nvml",
+                "testdata/gpu/oom/nvml.jsonl",
+            ])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    // The reconcile command's words, escaped for the page.
+    assert!(
+        html.contains(&format!("<pre>{}</pre>", escape(&ledger))),
+        "{ledger}"
+    );
+    assert!(html.contains("device used (nvidia-smi / NVML)"));
+    // The OOM message of the log gives the device's total to the verdicts.
+    assert!(html.contains("(from the OOM message)"));
+}
+
+#[test]
+fn a_file_without_a_trace_has_its_final_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = report(&["testdata/v1_13_list.pickle"], &dir.path().join("r.html"));
+    assert_eq!(attrs(&html, r#"div class="moment""#, "kind"), ["end"]);
+    assert!(html.contains("has no trace: there is no timeline to draw"));
+    assert_eq!(html.matches("data-chart=\"segments\">\n<svg ").count(), 1);
+}
+
+#[test]
+fn a_file_without_a_device_keeps_its_summary_and_the_rows_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = report(
+        &["testdata/empty.pickle", "testdata/sample.pickle"],
+        &dir.path().join("r.html"),
+    );
+    assert_eq!(
+        attrs(&html, r#"section class="file""#, "path"),
+        ["testdata/empty.pickle", "testdata/sample.pickle"]
+    );
+    assert_eq!(attrs(&html, r#"section class="file""#, "device"), ["0"]);
+    assert!(html.contains("no device: the file has no segment and no trace entry"));
+    assert!(html.contains("no device has a segment or a trace entry"));
+    // The one rank row is the sample's, and points at its section.
+    assert_eq!(attrs(&html, "tr data-show-file", "show-file"), ["1"]);
+    assert!(html.contains(r##"<a href="#f1">testdata/sample.pickle</a>"##));
+}
+
+#[test]
+fn a_bad_file_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.html");
+    vramlens()
+        .args([
+            "report",
+            "testdata/sample.pickle",
+            "testdata/bad/truncated.pickle",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicates::str::starts_with(
+            "vramlens: error: testdata/bad/truncated.pickle: ",
+        ));
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn stdout_says_what_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.html");
+    let stdout = vramlens()
+        .args(["report", "testdata/sample.pickle", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap()
+        .stdout;
+    let size = std::fs::metadata(&out).unwrap().len();
+    assert_eq!(
+        String::from_utf8(stdout).unwrap(),
+        format!(
+            "{}: {} (1 snapshot)\n",
+            out.display(),
+            vramlens::units::bytes(size)
+        )
+    );
+}
+
+/// Every real snapshot gives a page under 10 MB that loads nothing, whose headline
+/// figures are the ones `scripts/expected.py --real` computed with Python's pickle.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn every_real_snapshot_gives_a_page_with_the_independent_figures() {
+    let data = require_shared_data();
+    let expected: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/data/real_expected.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for (rel, e) in &expected {
+        let path = data.join(rel);
+        assert!(path.exists(), "{rel}: not in ../shared/data");
+        let out = dir.path().join(format!("{checked}.html"));
+        let html = report(&[path.to_str().unwrap()], &out);
+        assert!(html.len() < 10_000_000, "{rel}: {} bytes", html.len());
+        assert_self_contained(&html);
+        let file = |name: &str| attrs(&html, r#"section class="file""#, name);
+        let devices = e["devices"].as_array().unwrap();
+        match file("device").first() {
+            None => assert!(devices.is_empty(), "{rel}: no device shown"),
+            Some(d) => {
+                let d: i64 = d.parse().unwrap();
+                let want = devices.iter().find(|x| x["device"] == d).unwrap();
+                for (attr, key) in [
+                    ("reserved-bytes", "reserved_bytes"),
+                    ("allocated-bytes", "allocated_bytes"),
+                    ("requested-bytes", "requested_bytes"),
+                    ("peak-requested-bytes", "peak_requested_bytes"),
+                    ("peak-allocated-bytes", "peak_allocated_bytes"),
+                    ("peak-reserved-bytes", "peak_reserved_bytes"),
+                ] {
+                    let got = file(attr).first().cloned();
+                    let want = (!want[key].is_null()).then(|| want[key].to_string());
+                    assert_eq!(got, want, "{rel}: {attr}");
+                }
+                let ooms = want["ooms"].as_array().unwrap().len();
+                assert_eq!(file("ooms"), [ooms.to_string()], "{rel}");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 0);
+}
+
+// --- In a browser -----------------------------------------------------------------
+
+fn chromium() -> &'static str {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("chromium not found in /usr/bin: this test needs it (apt-get install chromium)")
+}
+
+/// Chromium's flags: headless, no network (names resolve nowhere, no proxy lookup), no
+/// background traffic, a fresh profile.
+fn browser(profile: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(chromium());
+    c.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        "--no-first-run",
+        "--no-proxy-server",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()));
+    c
+}
+
+/// Loads the page with `#selftest`, returns what its script recorded and the console
+/// lines Chromium printed.
+fn selftest(page: &Path, profile: &Path) -> (serde_json::Value, Vec<String>) {
+    let out = browser(profile)
+        .args([
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1400,1000",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}#selftest", page.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chromium failed");
+    let dom = String::from_utf8(out.stdout).unwrap();
+    let console: Vec<String> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(str::to_string)
+        .collect();
+    let result = Regex::new(r#"(?s)<pre id="selftest-result">(.*?)</pre>"#)
+        .unwrap()
+        .captures(&dom)
+        .unwrap_or_else(|| panic!("no self-test result in the page; console: {console:?}"))[1]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    (serde_json::from_str(&result).unwrap(), console)
+}
+
+fn view_box(v: &serde_json::Value) -> Vec<f64> {
+    v.as_str()
+        .unwrap()
+        .split(' ')
+        .map(|x| x.parse().unwrap())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs chromium"]
+fn sample_report_works_in_chromium_without_a_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("r.html");
+    let html = report(&["testdata/sample.pickle"], &page);
+    let (r, console) = selftest(&page, &dir.path().join("profile"));
+    assert!(console.is_empty(), "console: {console:?}");
+    assert_eq!(r["errors"], serde_json::json!([]), "{r}");
+    // Nothing was fetched, and nothing tried to be.
+    assert_eq!(r["violations"], serde_json::json!([]), "{r}");
+    assert_eq!(r["resources"], 0, "{r}");
+    let s = &r["steps"];
+    // The wheel zooms in around the pointer; a drag pans; reset restores the picture.
+    let before = view_box(&s["zoom"]["before"]);
+    let zoomed = view_box(&s["zoom"]["zoomed"]);
+    let panned = view_box(&s["zoom"]["panned"]);
+    assert_eq!(before, [0.0, 0.0, 1280.0, 640.0]);
+    assert!(zoomed[2] < 0.6 * before[2], "{zoomed:?}");
+    assert!((zoomed[2] / zoomed[3] - 2.0).abs() < 1e-3);
+    assert!(
+        panned[0] < zoomed[0] && panned[2] == zoomed[2],
+        "{panned:?}"
+    );
+    assert_eq!(view_box(&s["zoom"]["reset"]), before);
+    // The largest band is the call site with the most at the peak (196.5 MiB at
+    // model.py:192); its panel gives its size and whole stack.
+    assert_eq!(
+        s["band"]["label"],
+        "/home/alice/nanogpt/model.py:192:forward"
+    );
+    let panel = &s["band"]["panel"];
+    assert_eq!(panel["open"], true);
+    assert_eq!(panel["title"], "nanogpt/model.py:192 in forward");
+    let body = panel["body"].as_str().unwrap();
+    assert!(body.contains(&format!("({} bytes)", s["band"]["bytes"].as_str().unwrap())));
+    // The tooltip's first frames, then the whole stack, outermost frame last.
+    let whole = body
+        .split_once("the whole stack of its largest allocation, innermost first:\n")
+        .unwrap_or_else(|| panic!("no whole stack: {body}"))
+        .1;
+    assert_eq!(
+        whole.lines().next(),
+        Some("/opt/conda/lib/python3.11/site-packages/torch/nn/functional.py:3494:cross_entropy")
+    );
+    assert_eq!(
+        whole.lines().last(),
+        Some("/home/alice/nanogpt/train.py:251:<module>")
+    );
+    // A flame box of the top row: the frames under it, root first.
+    let flame = s["flame"]["panel"]["body"].as_str().unwrap();
+    let under: Vec<&str> = flame
+        .split_once("outermost first:\n")
+        .unwrap()
+        .1
+        .lines()
+        .collect();
+    assert_eq!(under[0], "all");
+    assert_eq!(under[1], "/home/alice/nanogpt/train.py:251:<module>");
+    assert_eq!(s["flame"]["panel"]["title"], s["flame"]["box"]);
+    // The first row of the table at the peak, with its stack.
+    assert_eq!(
+        s["row"]["panel"]["title"],
+        "nanogpt/model.py:192 in forward"
+    );
+    assert!(
+        s["row"]["panel"]["body"]
+            .as_str()
+            .unwrap()
+            .starts_with("196.5 MiB requested (206045188 bytes) in 2 allocations")
+    );
+    // The pickers show one moment and one grouping at a time.
+    assert_eq!(s["moment"]["before"], serde_json::json!(["0"]));
+    assert_eq!(s["moment"]["shown"], serde_json::json!(["2"]));
+    assert_eq!(s["view"]["before"], serde_json::json!(["callsite"]));
+    assert_eq!(s["view"]["shown"], serde_json::json!(["category"]));
+    // The page as loaded holds the summary's figures.
+    let summary: serde_json::Value = serde_json::from_slice(
+        &vramlens()
+            .args(["summary", "--json", "testdata/sample.pickle"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        attrs(&html, r#"section class="file""#, "peak-requested-bytes"),
+        [summary["devices"][0]["peak_requested_bytes"].to_string()]
+    );
+}
+
+#[test]
+#[ignore = "needs chromium"]
+fn the_file_picker_switches_files_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("r.html");
+    report(&["testdata/sample.pickle", "testdata/v2_2.pickle"], &page);
+    let (r, console) = selftest(&page, &dir.path().join("profile"));
+    assert!(console.is_empty(), "console: {console:?}");
+    assert_eq!(r["errors"], serde_json::json!([]), "{r}");
+    assert_eq!(r["files"], 2);
+    assert_eq!(r["visibleFiles"], serde_json::json!(["0"]));
+    assert_eq!(r["steps"]["file"]["shown"], serde_json::json!(["1"]));
+    // The link of the first row of the table of ranks shows the first file again.
+    assert_eq!(r["steps"]["rankLink"]["shown"], serde_json::json!(["0"]));
+    assert_eq!(r["steps"]["rankLink"]["picker"], "0");
+    assert_eq!(r["steps"]["rankLink"]["hash"], "#f0");
+}
+
+/// Screenshots of the page in Chromium, to look at (kept when VRAMLENS_SCREENSHOTS names
+/// a folder).
+fn screenshot(page: &Path, png: &Path, profile: &Path) {
+    let status = browser(profile)
+        .args(["--hide-scrollbars", "--window-size=1400,2400"])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", page.display()))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let decoder = png::Decoder::new(std::fs::File::open(png).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1400, 2400));
+    let channels = info.color_type.samples();
+    let colored = buf[..info.buffer_size()]
+        .chunks(channels)
+        .filter(|p| {
+            let (r, g, b) = (p[0] as i32, p[1] as i32, p[2] as i32);
+            (r - g).abs() > 40 || (g - b).abs() > 40 || (r - b).abs() > 40
+        })
+        .count();
+    assert!(colored > 50_000, "only {colored} coloured pixels");
+}
+
+#[test]
+#[ignore = "needs chromium and ../shared/data"]
+fn a_real_oom_report_works_in_chromium() {
+    let data = require_shared_data();
+    let dir = tempfile::tempdir().unwrap();
+    let keep = std::env::var_os("VRAMLENS_SCREENSHOTS").map(PathBuf::from);
+    let shots = keep.clone().unwrap_or_else(|| dir.path().to_path_buf());
+    for (name, files) in [
+        (
+            "ccl-bench",
+            vec![data.join("ccl-bench-torchtitan-fsdp-oom")],
+        ),
+        (
+            "expandable",
+            vec![data.join("code-location-expandable-oom/memory_snapshot.pickle")],
+        ),
+    ] {
+        let page = dir.path().join(format!("{name}.html"));
+        let args: Vec<&str> = files.iter().map(|f| f.to_str().unwrap()).collect();
+        let html = report(&args, &page);
+        assert!(html.len() < 10_000_000);
+        assert_self_contained(&html);
+        let (r, console) = selftest(&page, &dir.path().join(format!("profile-{name}")));
+        assert!(console.is_empty(), "{name}: console: {console:?}");
+        assert_eq!(r["errors"], serde_json::json!([]), "{name}: {r}");
+        assert_eq!(r["violations"], serde_json::json!([]), "{name}: {r}");
+        assert_eq!(r["resources"], 0, "{name}: {r}");
+        assert_eq!(r["steps"]["band"]["panel"]["open"], true, "{name}: {r}");
+        let body = r["steps"]["band"]["panel"]["body"].as_str().unwrap();
+        assert!(
+            body.contains("the whole stack of its largest allocation, innermost first:\n"),
+            "{name}: {body}"
+        );
+        // Each file's OOM is a moment.
+        assert!(attrs(&html, r#"div class="moment""#, "kind").contains(&"oom".to_string()));
+        screenshot(
+            &page,
+            &shots.join(format!("{name}.png")),
+            &dir.path().join(format!("shot-{name}")),
+        );
+    }
+}
