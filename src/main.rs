@@ -51,6 +51,7 @@ fn main() -> ExitCode {
             cli::Command::Flamegraph(args) => cmd::flamegraph::run(args, &mut out),
             cli::Command::Diff(args) => cmd::diff::run_diff(args, &mut out),
             cli::Command::Check(args) => cmd::diff::run_check(args, &mut out),
+            cli::Command::Export(args) => cmd::export::run(args, &mut out),
         })
         .and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {

@@ -177,6 +177,7 @@ pub fn check_command_output(command: &Command) -> Result<()> {
             Some(o) => check_output_path(o, a.force, &[&a.file], !a.folded),
             None => Ok(()),
         },
+        Command::Export(a) => super::export::check_output_dir(&a.output, a.force, a.events),
         Command::Summary(_)
         | Command::Oom(_)
         | Command::Reconcile(_)
