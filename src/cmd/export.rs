@@ -115,13 +115,15 @@ pub fn check_output_dir(out: &Path, force: bool, events: bool) -> Result<()> {
 struct Staging {
     out: PathBuf,
     dir: PathBuf,
+    /// OUTDIR was made by this run (removed again when nothing is published).
+    created: bool,
     done: bool,
 }
 
 impl Staging {
     fn create(out: &Path) -> Result<Staging> {
-        match fs::create_dir(out) {
-            Ok(()) => {}
+        let created = match fs::create_dir(out) {
+            Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 // Checked before: a real folder. Checked again: not a link planted since.
                 let meta = fs::symlink_metadata(out)
@@ -133,9 +135,10 @@ impl Staging {
                         kind_of(&meta)
                     );
                 }
+                false
             }
             Err(e) => return Err(e).with_context(|| format!("cannot create {}", out.display())),
-        }
+        };
         let pid = std::process::id();
         let mut last = None;
         for _ in 0..64 {
@@ -147,6 +150,7 @@ impl Staging {
                     return Ok(Staging {
                         out: out.to_path_buf(),
                         dir,
+                        created,
                         done: false,
                     });
                 }
@@ -214,6 +218,10 @@ impl Drop for Staging {
     fn drop(&mut self) {
         if !self.done {
             let _ = fs::remove_dir_all(&self.dir);
+            if self.created {
+                // Only if still empty: nothing else is ever removed.
+                let _ = fs::remove_dir(&self.out);
+            }
         }
     }
 }
