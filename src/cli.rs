@@ -76,6 +76,10 @@ pub enum Command {
     /// One self-contained HTML file to share an analysis: summary, timeline, what was
     /// live at the peak and at each OOM, segments, verdicts; nothing loaded when viewed.
     Report(ReportArgs),
+    /// Tables for query engines (DuckDB, Spark, Polars): one row per file and device,
+    /// per allocation, per stack frame and (--events) per trace entry, as Parquet or JSON
+    /// Lines in a folder partitioned by file (schema in docs/export.md).
+    Export(ExportArgs),
 }
 
 #[derive(Args, Debug)]
@@ -119,6 +123,38 @@ pub struct ReportArgs {
     /// Memory of the device for the OOM verdicts: a byte count, or 80G / 80GiB (binary).
     #[arg(long, value_name = "SIZE")]
     pub device_total: Option<String>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
+}
+
+/// The file format of `export`'s tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    Parquet,
+    Jsonl,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Snapshot files, or folders of them.
+    #[arg(required = true, value_name = "SNAPSHOT")]
+    pub files: Vec<PathBuf>,
+    /// The folder the tables go to (OUTDIR/<table>/file=<name>/part-0.<format>).
+    #[arg(short, long, required = true, value_name = "OUTDIR")]
+    pub output: PathBuf,
+    /// parquet or jsonl (JSON Lines).
+    #[arg(long, value_enum, default_value = "parquet", value_name = "FORMAT")]
+    pub format: ExportFormat,
+    /// Write into a folder that is not empty, replacing the tables this export writes
+    /// (other files and tables there are left alone).
+    #[arg(long)]
+    pub force: bool,
+    /// Also the events table: one row per trace entry (as large as the trace).
+    #[arg(long)]
+    pub events: bool,
+    /// Only this device.
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
     #[command(flatten)]
     pub attribution: AttributionArgs,
 }

@@ -5,6 +5,7 @@
 
 pub mod analysis;
 pub mod devlog;
+pub mod export;
 pub mod input;
 pub mod model;
 pub mod oom_log;

@@ -1,6 +1,7 @@
 //! Glue for each subcommand: read inputs, run an analysis, render.
 
 pub mod diff;
+pub mod export;
 pub mod flamegraph;
 pub mod oom;
 pub mod output;

@@ -200,6 +200,7 @@ pub fn check_command_output(command: &Command) -> Result<()> {
             inputs.extend(a.log.as_deref());
             check_output_path(&a.output, a.force, &inputs, false)
         }
+        Command::Export(a) => super::export::check_output_dir(&a.output, a.force, a.events),
         // redact checks its output itself (refusing the input in its own words).
         Command::Redact(_)
         | Command::Summary(_)

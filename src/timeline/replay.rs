@@ -232,6 +232,16 @@ impl<'a> DeviceReplay<'a> {
             .flatten()
     }
 
+    /// The pool of the allocation or free at event `i`: the entry's `pool_id` (2.12 and
+    /// later), else the final segment holding its address.
+    pub fn event_pool(&self, i: usize) -> PoolId {
+        if self.trace.keys.pool_id {
+            Some(self.trace.pool_id(i))
+        } else {
+            self.pool_of(self.trace.get(i).addr)
+        }
+    }
+
     /// Reserved bytes at the end: the final segments.
     pub fn final_reserved(&self) -> i64 {
         self.segments.iter().map(|s| s.1 as i64).sum()
@@ -240,7 +250,6 @@ impl<'a> DeviceReplay<'a> {
     /// Replays every event into `agg`.
     pub fn run<A: Aggregator>(&self, mut agg: A) -> Start {
         let trace = self.trace;
-        let has_pool_ids = trace.keys.pool_id;
         let mut streams: Vec<u64> = Vec::new();
         let mut stream_ix: FxMap<u64, u16> = FxMap::default();
         let mut pools: Vec<PoolId> = Vec::new();
@@ -258,11 +267,7 @@ impl<'a> DeviceReplay<'a> {
             match action {
                 Action::Alloc => {
                     let e = trace.get(i);
-                    let pool = if has_pool_ids {
-                        Some(trace.pool_id(i))
-                    } else {
-                        self.pool_of(e.addr)
-                    };
+                    let pool = self.event_pool(i);
                     let l = Lifetime {
                         addr: e.addr,
                         size: e.size,
@@ -298,11 +303,7 @@ impl<'a> DeviceReplay<'a> {
                             l
                         }
                         None => {
-                            let pool = if has_pool_ids {
-                                Some(trace.pool_id(i))
-                            } else {
-                                self.pool_of(e.addr)
-                            };
+                            let pool = self.event_pool(i);
                             orphans.requested += e.size;
                             orphans.allocated += block_bytes(e.size);
                             Lifetime {

@@ -1,0 +1,766 @@
+//! Tables for query engines: snapshots, allocation lifetimes, trace events and stacks as
+//! rows, written as Parquet or JSON Lines (the schema is in `docs/export.md`).
+//!
+//! Takes a decoded [`Snapshot`] with its [`Summary`] and gives rows to a [`TableWriter`],
+//! one table at a time. Lifetimes come from the replay engine ([`DeviceReplay`]): a row is
+//! written when an allocation's memory goes back to the allocator, the ones still alive
+//! and the survivors when the pass ends, so no table is ever held whole. Call sites and
+//! categories are the attribution's ([`Attributor`]), computed once per stack.
+//!
+//! It does not choose files, folders or names on disk (that is the command's), and it
+//! writes no file itself: a writer owns the bytes.
+
+pub mod jsonl;
+#[cfg(feature = "parquet")]
+pub mod parquet;
+
+use crate::analysis::attribution::{Attributor, GroupKey, Site};
+use crate::analysis::summary::{DeviceSummary, Summary};
+use crate::model::{Action, Snapshot, StackId};
+use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, Running};
+use crate::timeline::{Lifetime, Origin, block_bytes};
+use std::io;
+use std::path::{Component, Path};
+
+/// Version of the tables' schema (columns, types, meanings). Raised on any change that
+/// could break a query; added columns raise it too.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The type of a column, as engines see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A signed 64-bit integer (bytes, event indices, times in microseconds).
+    I64,
+    /// An unsigned 64-bit integer (addresses and stream handles, which may reach 2^63).
+    U64,
+    F64,
+    Bool,
+    /// UTF-8 text.
+    Str,
+}
+
+impl Kind {
+    /// The name `docs/export.md` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::I64 => "int64",
+            Kind::U64 => "uint64",
+            Kind::F64 => "double",
+            Kind::Bool => "boolean",
+            Kind::Str => "string",
+        }
+    }
+}
+
+/// One column of a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub nullable: bool,
+}
+
+const fn col(name: &'static str, kind: Kind) -> Column {
+    Column {
+        name,
+        kind,
+        nullable: false,
+    }
+}
+
+const fn opt(name: &'static str, kind: Kind) -> Column {
+    Column {
+        name,
+        kind,
+        nullable: true,
+    }
+}
+
+/// One value of a row, in the order of the table's columns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cell<'a> {
+    I64(Option<i64>),
+    U64(Option<u64>),
+    F64(Option<f64>),
+    Bool(Option<bool>),
+    Str(Option<&'a str>),
+}
+
+impl Cell<'_> {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Cell::I64(_) => Kind::I64,
+            Cell::U64(_) => Kind::U64,
+            Cell::F64(_) => Kind::F64,
+            Cell::Bool(_) => Kind::Bool,
+            Cell::Str(_) => Kind::Str,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        match self {
+            Cell::I64(v) => v.is_none(),
+            Cell::U64(v) => v.is_none(),
+            Cell::F64(v) => v.is_none(),
+            Cell::Bool(v) => v.is_none(),
+            Cell::Str(v) => v.is_none(),
+        }
+    }
+}
+
+/// Bytes, event indices and times: below 2^63 by construction (the decoder checks sizes
+/// and their sums; event indices are below 2^32).
+fn int(v: u64) -> Cell<'static> {
+    Cell::I64(Some(v.min(i64::MAX as u64) as i64))
+}
+
+fn int_opt(v: Option<u64>) -> Cell<'static> {
+    Cell::I64(v.map(|v| v.min(i64::MAX as u64) as i64))
+}
+
+/// The tables, in the order they are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Table {
+    Snapshots,
+    Lifetimes,
+    Events,
+    Stacks,
+}
+
+impl Table {
+    pub const ALL: [Table; 4] = [
+        Table::Snapshots,
+        Table::Lifetimes,
+        Table::Events,
+        Table::Stacks,
+    ];
+
+    /// The folder name of the table in the output folder.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Snapshots => "snapshots",
+            Table::Lifetimes => "lifetimes",
+            Table::Events => "events",
+            Table::Stacks => "stacks",
+        }
+    }
+
+    /// The columns of the table's files. The partition column `file` is not among them:
+    /// it is the name of the folder each file's rows are in (`file=<name>`).
+    pub fn columns(self) -> &'static [Column] {
+        match self {
+            Table::Snapshots => &SNAPSHOT_COLUMNS,
+            Table::Lifetimes => &LIFETIME_COLUMNS,
+            Table::Events => &EVENT_COLUMNS,
+            Table::Stacks => &STACK_COLUMNS,
+        }
+    }
+}
+
+/// The partition column: every table is split into one folder per input file.
+pub const PARTITION_COLUMN: &str = "file";
+
+use Kind::{Bool, F64, I64, Str, U64};
+
+const SNAPSHOT_COLUMNS: [Column; 36] = [
+    col("schema_version", I64),
+    col("source_path", Str),
+    opt("source_sha256", Str),
+    col("source_size_bytes", I64),
+    col("source_format", Str),
+    col("gzip", Bool),
+    col("layout_min_release", Str),
+    opt("layout_max_release", Str),
+    opt("expandable_segments", Bool),
+    opt("max_split_size_bytes", I64),
+    opt("garbage_collection_threshold", F64),
+    opt("alloc_conf", Str),
+    col("warnings", I64),
+    opt("device", I64),
+    col("segments", I64),
+    col("reserved_bytes", I64),
+    col("allocated_bytes", I64),
+    col("requested_bytes", I64),
+    col("trace_events", I64),
+    opt("trace_first_time_us", I64),
+    opt("trace_last_time_us", I64),
+    col("trace_looks_truncated", Bool),
+    opt("peak_requested_bytes", I64),
+    opt("peak_requested_event", I64),
+    opt("peak_requested_time_us", I64),
+    opt("peak_allocated_bytes", I64),
+    opt("peak_allocated_event", I64),
+    opt("peak_allocated_time_us", I64),
+    opt("peak_reserved_bytes", I64),
+    opt("peak_reserved_event", I64),
+    opt("peak_reserved_time_us", I64),
+    col("oom_count", I64),
+    opt("first_oom_event", I64),
+    opt("first_oom_request_bytes", I64),
+    opt("first_oom_device_free_bytes", I64),
+    opt("first_oom_time_us", I64),
+];
+
+const LIFETIME_COLUMNS: [Column; 19] = [
+    col("device", I64),
+    col("addr", U64),
+    col("version", I64),
+    col("requested_bytes", I64),
+    col("block_bytes", I64),
+    col("stream", U64),
+    opt("pool_id", Str),
+    col("origin", Str),
+    opt("alloc_event", I64),
+    opt("alloc_time_us", I64),
+    opt("free_requested_event", I64),
+    opt("free_requested_time_us", I64),
+    opt("free_completed_event", I64),
+    opt("free_completed_time_us", I64),
+    col("callsite", Str),
+    col("callsite_kind", Str),
+    col("category", Str),
+    opt("stack_id", I64),
+    opt("free_stack_id", I64),
+];
+
+const EVENT_COLUMNS: [Column; 10] = [
+    col("device", I64),
+    col("event", I64),
+    col("action", Str),
+    opt("addr", U64),
+    col("size_bytes", I64),
+    col("stream", U64),
+    opt("pool_id", Str),
+    opt("time_us", I64),
+    opt("stack_id", I64),
+    opt("device_free_bytes", I64),
+];
+
+const STACK_COLUMNS: [Column; 5] = [
+    col("stack_id", I64),
+    col("frame", I64),
+    col("filename", Str),
+    col("line", I64),
+    col("name", Str),
+];
+
+/// Receives the rows of one table of one file.
+pub trait TableWriter {
+    /// One row: a cell per column, in the table's order.
+    fn write_row(&mut self, cells: &[Cell]) -> io::Result<()>;
+    /// Writes what is buffered and ends the file; gives the number of rows.
+    fn finish(self: Box<Self>) -> io::Result<u64>;
+}
+
+/// A row that does not fit the table is a bug in this module, not bad input.
+pub(crate) fn check_row(columns: &[Column], cells: &[Cell]) -> io::Result<()> {
+    let fits = columns.len() == cells.len()
+        && columns
+            .iter()
+            .zip(cells)
+            .all(|(c, v)| c.kind == v.kind() && (c.nullable || !v.is_null()));
+    if fits {
+        Ok(())
+    } else {
+        Err(io::Error::other(
+            "internal error: a row does not fit the table's columns",
+        ))
+    }
+}
+
+/// What export writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExportOptions {
+    /// Also the `events` table (one row per trace entry).
+    pub events: bool,
+}
+
+/// Where a snapshot came from, beside what the reader reported.
+#[derive(Debug, Clone)]
+pub struct Source<'a> {
+    /// SHA-256 of the file's bytes as stored, in lowercase hex (None for standard input).
+    pub sha256: Option<&'a str>,
+}
+
+/// Rows written per table of one file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowCounts {
+    pub snapshots: u64,
+    pub lifetimes: u64,
+    pub events: u64,
+    pub stacks: u64,
+}
+
+impl RowCounts {
+    pub fn rows(&self, table: Table) -> u64 {
+        match table {
+            Table::Snapshots => self.snapshots,
+            Table::Lifetimes => self.lifetimes,
+            Table::Events => self.events,
+            Table::Stacks => self.stacks,
+        }
+    }
+
+    pub fn add(&mut self, table: Table, rows: u64) {
+        match table {
+            Table::Snapshots => self.snapshots += rows,
+            Table::Lifetimes => self.lifetimes += rows,
+            Table::Events => self.events += rows,
+            Table::Stacks => self.stacks += rows,
+        }
+    }
+}
+
+/// The `pool_id` pair as one value, such as `0,0` (the default pool) or `1,0`.
+fn pool_text(pool: PoolId) -> Option<String> {
+    pool.map(|(a, b)| format!("{a},{b}"))
+}
+
+/// A stack id as exported: None for an absent or empty stack (nothing in `stacks`).
+fn stack_cell(snap: &Snapshot, stack: Option<StackId>) -> Cell<'static> {
+    Cell::I64(
+        stack
+            .filter(|&s| !snap.frames.stack(s).is_empty())
+            .map(|s| s.0 as i64),
+    )
+}
+
+/// The `snapshots` rows of a file: one per device of the summary, or one with a null
+/// device when the file has none.
+pub fn write_snapshot_rows(
+    summary: &Summary,
+    source: &Source,
+    out: &mut dyn TableWriter,
+) -> io::Result<()> {
+    let empty = DeviceSummary::default();
+    let no_device = [None];
+    let devices: Vec<Option<&DeviceSummary>> = if summary.devices.is_empty() {
+        no_device.to_vec()
+    } else {
+        summary.devices.iter().map(Some).collect()
+    };
+    let warnings: u64 = summary.warnings.iter().map(|w| w.count).sum();
+    for d in devices {
+        let dev = d.unwrap_or(&empty);
+        let first_oom = dev.ooms.first();
+        let event = |e: Option<u32>| Cell::I64(e.map(i64::from));
+        let row = [
+            int(SCHEMA_VERSION as u64),
+            Cell::Str(Some(&summary.source.path)),
+            Cell::Str(source.sha256),
+            int(summary.source.size_bytes),
+            Cell::Str(Some(summary.source.format)),
+            Cell::Bool(Some(summary.source.gzip)),
+            Cell::Str(Some(summary.layout.min_release)),
+            Cell::Str(summary.layout.max_release),
+            Cell::Bool(summary.settings.expandable_segments),
+            int_opt(summary.settings.max_split_size_bytes),
+            Cell::F64(
+                summary
+                    .settings
+                    .garbage_collection_threshold
+                    .filter(|v| v.is_finite()),
+            ),
+            Cell::Str(summary.settings.alloc_conf.as_deref()),
+            int(warnings),
+            Cell::I64(d.map(|d| d.device)),
+            int(dev.segments as u64),
+            int(dev.reserved_bytes),
+            int(dev.allocated_bytes),
+            int(dev.requested_bytes),
+            int(dev.trace.events as u64),
+            Cell::I64(dev.trace.first_time_us),
+            Cell::I64(dev.trace.last_time_us),
+            Cell::Bool(Some(dev.trace.looks_truncated)),
+            int_opt(dev.peak_requested_bytes),
+            event(dev.peak_requested_event),
+            Cell::I64(dev.peak_requested_time_us),
+            int_opt(dev.peak_allocated_bytes),
+            event(dev.peak_allocated_event),
+            Cell::I64(dev.peak_allocated_time_us),
+            int_opt(dev.peak_reserved_bytes),
+            event(dev.peak_reserved_event),
+            Cell::I64(dev.peak_reserved_time_us),
+            int(dev.ooms.len() as u64),
+            int_opt(first_oom.map(|o| o.index as u64)),
+            int_opt(first_oom.map(|o| o.size)),
+            int_opt(first_oom.and_then(|o| o.device_free)),
+            Cell::I64(first_oom.and_then(|o| o.time_us)),
+        ];
+        out.write_row(&row)?;
+    }
+    Ok(())
+}
+
+/// Call site, its kind and category of one stack, as written.
+#[derive(Clone)]
+struct Names {
+    callsite: String,
+    kind: &'static str,
+    category: String,
+}
+
+/// Attribution names, computed once per stack.
+struct SiteNames<'f> {
+    attr: &'f Attributor<'f>,
+    /// One slot per stack id, then one for "no stack" and one for "before recording".
+    slots: Vec<Option<Names>>,
+}
+
+impl<'f> SiteNames<'f> {
+    fn new(attr: &'f Attributor<'f>) -> Self {
+        SiteNames {
+            attr,
+            slots: vec![None; attr.frames().stack_count() + 2],
+        }
+    }
+
+    fn compute(&self, l: &Lifetime) -> Names {
+        let site = self.attr.site(l);
+        let category = self.attr.category(l) as usize;
+        Names {
+            callsite: self.attr.site_name(&site),
+            kind: Attributor::kind(&GroupKey::Site(site)),
+            category: self
+                .attr
+                .categories
+                .get(category)
+                .cloned()
+                .unwrap_or_else(|| "other".into()),
+        }
+    }
+
+    fn slot(&self, l: &Lifetime) -> usize {
+        let stacks = self.slots.len() - 2;
+        match Attributor::allocation_stack(l) {
+            Some(s) if (s.0 as usize) < stacks => s.0 as usize,
+            _ if self.attr.site(l) == Site::BeforeRecording => stacks + 1,
+            _ => stacks,
+        }
+    }
+
+    fn of(&mut self, l: &Lifetime) -> &Names {
+        let i = self.slot(l);
+        if self.slots[i].is_none() {
+            self.slots[i] = Some(self.compute(l));
+        }
+        self.slots[i].as_ref().expect("filled above")
+    }
+}
+
+/// The lifetime rows of one device, written as the replay closes each allocation.
+struct LifetimeRows<'a, 'f> {
+    snap: &'a Snapshot,
+    replay: &'a DeviceReplay<'a>,
+    names: &'a mut SiteNames<'f>,
+    out: &'a mut dyn TableWriter,
+    /// The first write error; nothing is written after it.
+    error: Option<io::Error>,
+}
+
+impl LifetimeRows<'_, '_> {
+    fn write(&mut self, l: &Lifetime, survivor_table: Option<&End>) {
+        if self.error.is_some() {
+            return;
+        }
+        let trace = self.replay.trace;
+        // Stream and pool: the alloc's (or, from before the trace, the free's); a
+        // survivor's are its segment's.
+        let (stream, pool) = match (survivor_table, l.alloc.or(l.free_completed)) {
+            (Some(end), _) => (
+                end.streams.get(l.stream as usize).copied().unwrap_or(0),
+                end.pools.get(l.pool as usize).copied().flatten(),
+            ),
+            (None, Some(e)) => (
+                trace.get(e.index()).stream,
+                self.replay.event_pool(e.index()),
+            ),
+            (None, None) => (0, None),
+        };
+        let time = |e: Option<crate::timeline::EventIdx>| {
+            Cell::I64(e.and_then(|e| trace.time_us(e.index())))
+        };
+        let event = |e: Option<crate::timeline::EventIdx>| Cell::I64(e.map(|e| e.index() as i64));
+        let origin = match l.origin {
+            Origin::Traced => "traced",
+            Origin::BeforeTrace => "before_trace",
+            Origin::Survivor => "survivor",
+        };
+        let pool = pool_text(pool);
+        let free_stack = match l.origin {
+            Origin::BeforeTrace => l.stack(),
+            _ => None,
+        };
+        let snap = self.snap;
+        let device = self.replay.device;
+        let names = self.names.of(l);
+        let row = [
+            Cell::I64(Some(device)),
+            Cell::U64(Some(l.addr)),
+            int(l.version as u64),
+            int(l.size),
+            int(block_bytes(l.size)),
+            Cell::U64(Some(stream)),
+            Cell::Str(pool.as_deref()),
+            Cell::Str(Some(origin)),
+            event(l.alloc),
+            time(l.alloc),
+            event(l.free_requested),
+            time(l.free_requested),
+            event(l.free_completed),
+            time(l.free_completed),
+            Cell::Str(Some(&names.callsite)),
+            Cell::Str(Some(names.kind)),
+            Cell::Str(Some(&names.category)),
+            stack_cell(snap, Attributor::allocation_stack(l)),
+            stack_cell(snap, free_stack),
+        ];
+        if let Err(e) = self.out.write_row(&row) {
+            self.error = Some(e);
+        }
+    }
+}
+
+impl Aggregator for LifetimeRows<'_, '_> {
+    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        self.write(l, None);
+    }
+
+    fn finish(&mut self, end: &End) {
+        for l in end.open {
+            self.write(l, None);
+        }
+        for l in end.survivors {
+            self.write(l, Some(end));
+        }
+    }
+}
+
+/// The `lifetimes` rows of the given devices: allocations whose free completed, in the
+/// order of those frees, then the ones still alive at the end by allocation, then the
+/// survivors from before the trace.
+pub fn write_lifetimes(
+    snap: &Snapshot,
+    devices: &[i64],
+    attr: &Attributor,
+    out: &mut dyn TableWriter,
+) -> io::Result<()> {
+    let mut names = SiteNames::new(attr);
+    for &device in devices {
+        let replay = DeviceReplay::new(snap, device);
+        let mut rows = LifetimeRows {
+            snap,
+            replay: &replay,
+            names: &mut names,
+            out: &mut *out,
+            error: None,
+        };
+        replay.run(&mut rows);
+        if let Some(e) = rows.error {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The `events` rows of the given devices: every trace entry in file order.
+pub fn write_events(snap: &Snapshot, devices: &[i64], out: &mut dyn TableWriter) -> io::Result<()> {
+    for &device in devices {
+        let replay = DeviceReplay::new(snap, device);
+        let trace = replay.trace;
+        let mut pool = String::new();
+        for i in 0..trace.len() {
+            let e = trace.get(i);
+            let action = match e.action {
+                Action::Other => trace
+                    .other_action(i)
+                    .map_or("other", |s| snap.frames.str(s)),
+                a => a.name(),
+            };
+            let oom = e.action == Action::Oom;
+            // Pools are told for allocations and frees only.
+            let has_pool = matches!(
+                e.action,
+                Action::Alloc | Action::FreeRequested | Action::FreeCompleted
+            );
+            let pool_cell = if has_pool {
+                pool.clear();
+                if let Some((a, b)) = replay.event_pool(i) {
+                    use std::fmt::Write;
+                    let _ = write!(pool, "{a},{b}");
+                    Cell::Str(Some(&pool))
+                } else {
+                    Cell::Str(None)
+                }
+            } else {
+                Cell::Str(None)
+            };
+            let row = [
+                Cell::I64(Some(device)),
+                int(i as u64),
+                Cell::Str(Some(action)),
+                Cell::U64((!oom).then_some(e.addr)),
+                int(e.size),
+                Cell::U64(Some(e.stream)),
+                pool_cell,
+                Cell::I64(e.time_us),
+                stack_cell(snap, e.stack),
+                int_opt(e.device_free()),
+            ];
+            out.write_row(&row)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `stacks` rows: every frame of every stack of the file, innermost first (frame 0).
+pub fn write_stacks(snap: &Snapshot, out: &mut dyn TableWriter) -> io::Result<()> {
+    let frames = &snap.frames;
+    for id in 0..frames.stack_count() {
+        let stack = StackId(id as u32);
+        for (k, &f) in frames.stack(stack).iter().enumerate() {
+            let frame = frames.frame(f);
+            let row = [
+                int(id as u64),
+                int(k as u64),
+                Cell::Str(Some(frames.str(frame.filename))),
+                Cell::I64(Some(frame.line)),
+                Cell::Str(Some(frames.str(frame.name))),
+            ];
+            out.write_row(&row)?;
+        }
+    }
+    Ok(())
+}
+
+/// Characters kept in a partition name; others become `_`, so the folder name needs no
+/// escaping in any engine.
+fn safe_name(s: &str) -> String {
+    let name: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // Engines skip names starting with `.` or `_` (hidden and metadata files).
+    match name.chars().next() {
+        None => "snapshot".into(),
+        Some('.' | '_') => format!("f{name}"),
+        Some(_) => name,
+    }
+}
+
+/// The parts of a path that can tell files apart, last first.
+fn name_parts(path: &Path) -> Vec<String> {
+    if path.as_os_str() == "-" {
+        return vec!["stdin".into()];
+    }
+    let mut parts: Vec<String> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(p) => Some(p.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    if parts.is_empty() {
+        parts.push("snapshot".into());
+    }
+    parts.reverse();
+    parts
+}
+
+/// The partition name (`file=<name>`) of each input: its file name, with as many parent
+/// folders as it takes to tell it from the other inputs (`rank0__memory.pickle`), only
+/// letters, digits, `.`, `_` and `-`; a name that is still taken gets `-2`, `-3`, ... in
+/// input order.
+pub fn partition_names(paths: &[&Path]) -> Vec<String> {
+    let parts: Vec<Vec<String>> = paths.iter().map(|p| name_parts(p)).collect();
+    let name = |i: usize, depth: usize| -> String {
+        let p = &parts[i];
+        let n = depth.min(p.len());
+        let mut chosen: Vec<&str> = p[..n].iter().map(String::as_str).collect();
+        chosen.reverse();
+        safe_name(&chosen.join("__"))
+    };
+    let mut depth = vec![1usize; paths.len()];
+    loop {
+        let names: Vec<String> = (0..paths.len()).map(|i| name(i, depth[i])).collect();
+        let mut grew = false;
+        for i in 0..paths.len() {
+            let clash = names
+                .iter()
+                .enumerate()
+                .any(|(j, n)| j != i && *n == names[i]);
+            if clash && depth[i] < parts[i].len() {
+                depth[i] += 1;
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    let mut out: Vec<String> = Vec::with_capacity(paths.len());
+    let mut taken = std::collections::BTreeSet::new();
+    for (i, &d) in depth.iter().enumerate() {
+        let base = name(i, d);
+        let mut candidate = base.clone();
+        let mut n = 2;
+        while taken.contains(&candidate) {
+            candidate = format!("{base}-{n}");
+            n += 1;
+        }
+        taken.insert(candidate.clone());
+        out.push(candidate);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(paths: &[&str]) -> Vec<String> {
+        let p: Vec<&Path> = paths.iter().map(Path::new).collect();
+        partition_names(&p)
+    }
+
+    #[test]
+    fn partition_names_are_file_names_told_apart_by_folders() {
+        assert_eq!(
+            names(&["a/rank0.pickle", "a/rank1.pickle"]),
+            ["rank0.pickle", "rank1.pickle"]
+        );
+        assert_eq!(
+            names(&["job/r0/memory.pickle", "job/r1/memory.pickle", "x.pkl"]),
+            ["r0__memory.pickle", "r1__memory.pickle", "x.pkl"]
+        );
+        assert_eq!(
+            names(&["s.pickle", "s.pickle", "./s.pickle"]),
+            ["s.pickle", "s.pickle-2", "s.pickle-3"]
+        );
+        assert_eq!(
+            names(&["/tmp/my snap=1%.pickle", "-", ".hidden.json"]),
+            ["my_snap_1_.pickle", "stdin", "f.hidden.json"]
+        );
+    }
+
+    #[test]
+    fn partition_names_do_not_collide_after_cleaning() {
+        let n = names(&["a b.pickle", "a_b.pickle", "a+b.pickle"]);
+        assert_eq!(n, ["a_b.pickle", "a_b.pickle-2", "a_b.pickle-3"]);
+    }
+
+    #[test]
+    fn rows_are_checked_against_columns() {
+        let cols = [col("a", I64), opt("b", Str)];
+        assert!(check_row(&cols, &[Cell::I64(Some(1)), Cell::Str(None)]).is_ok());
+        assert!(check_row(&cols, &[Cell::I64(None), Cell::Str(None)]).is_err());
+        assert!(check_row(&cols, &[Cell::U64(Some(1)), Cell::Str(None)]).is_err());
+        assert!(check_row(&cols, &[Cell::I64(Some(1))]).is_err());
+    }
+}
