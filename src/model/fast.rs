@@ -494,7 +494,7 @@ const FAST_RUN: usize = 1 << 20;
 const WORKERS_AFTER: u64 = 1024;
 
 /// Size of the direct-mapped caches by memo index.
-const CACHE: usize = 1 << 14;
+const CACHE: usize = 1 << 16;
 
 /// Caches by memo index. The fast path runs only while every store went to the next
 /// index, so an index is stored once and its value never changes (values read back are
@@ -667,42 +667,45 @@ impl SnapshotBuilder {
             _ => None,
         };
         let (stack, cc, um) = (id(e.stack)?, id(e.compile_context)?, id(e.user_metadata)?);
-        let new = NewEvent {
-            action: Some(e.action),
-            addr: e.addr,
-            size: e.size,
-            stream: e.stream,
-            time_us: e.time_us,
-            stack: stack.map(StackId),
-            compile_context: cc.map(StrId),
-            user_metadata: um.map(StrId),
-            ..NewEvent::default()
-        };
         let p = self.pending.get_mut(&list)?;
-        let total = checked_entry(&new, p.trace.size_total)?;
+        let total = checked_entry(e.action, e.addr, e.size, p.trace.size_total)?;
         let per_event = DeviceTrace::bytes_per_event() as u64;
         if self.dec.spent + per_event > self.dec.budget {
             return None;
         }
         self.dec.spent += per_event;
         for s in stores.drain(..) {
-            // A key or action name written in place and read back: known by its index
-            // from now on (the workers start from these caches).
-            if let StoreVal::Str(name) = &s.value {
-                let class = classify_str(name);
-                if class != Class::Other {
-                    self.cache.classes[s.index as usize & (CACHE - 1)] = (s.index, class);
+            match s.value {
+                StoreVal::Unread => memo.store_unread(s.index),
+                value => {
+                    // A key or action name written in place and read back: known by its
+                    // index from now on (the workers start from these caches).
+                    if let StoreVal::Str(name) = &value {
+                        let class = classify_str(name);
+                        if class != Class::Other {
+                            self.cache.classes[s.index as usize & (CACHE - 1)] = (s.index, class);
+                        }
+                    }
+                    let v = store_value(value, |r| match r {
+                        Ref::Id(i) => Some(i),
+                        _ => None,
+                    })?;
+                    memo.store(s.index, v, 2);
                 }
             }
-            let v = store_value(s.value, |r| match r {
-                Ref::Id(i) => Some(i),
-                _ => None,
-            })?;
-            memo.store(s.index, v, 2);
         }
         p.trace.size_total = total;
         p.trace.keys.merge(e.keys);
-        p.trace.push(new);
+        p.trace.push_common(
+            e.action,
+            e.addr,
+            e.size,
+            e.stream,
+            e.time_us,
+            stack.map(StackId),
+            cc.map(StrId),
+            um.map(StrId),
+        );
         self.fast_entries += 1;
         Some(())
     }
@@ -792,16 +795,16 @@ impl SnapshotBuilder {
 
 /// The checks the decoder makes on an entry (a segment lies below 2^64; the trace's sizes
 /// stay below 2^63): the new size total, or None.
-fn checked_entry(e: &NewEvent, total: u64) -> Option<u64> {
-    let action = e.action?;
+#[inline]
+fn checked_entry(action: Action, addr: u64, size: u64, total: u64) -> Option<u64> {
     let segment_action = matches!(
         action,
         Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap
     );
-    if segment_action && e.addr.checked_add(e.size).is_none() {
+    if segment_action && addr.checked_add(size).is_none() {
         return None;
     }
-    total.checked_add(e.size).filter(|&t| t <= MAX_SIZE)
+    total.checked_add(size).filter(|&t| t <= MAX_SIZE)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -824,8 +827,10 @@ struct Worker<'a> {
     strings: Vec<Box<str>>,
     /// Frames lists the run stored and reads back, by memo index.
     defs: FxMap<u64, Ref>,
-    /// Memo indices to resolve (with their use), numbered in order of first use.
+    /// Memo indices to resolve (with their use), numbered in order of first use, with a
+    /// direct-mapped cache in front.
     deferred: FxMap<(u64, Role), u32>,
+    recent: Box<[((u64, Role), u32)]>,
     deferred_list: Vec<(u64, Role)>,
     /// What the reader must intern, in the order the sequential path would.
     order: Vec<Use>,
@@ -852,13 +857,27 @@ enum Use {
 }
 
 impl Worker<'_> {
+    #[inline]
     fn defer(&mut self, index: u64, role: Role) -> u32 {
+        let at = index as usize & (CACHE - 1);
+        let (key, n) = self.recent[at];
+        if key == (index, role) {
+            return n;
+        }
+        self.defer_miss(index, role)
+    }
+
+    #[cold]
+    fn defer_miss(&mut self, index: u64, role: Role) -> u32 {
+        let at = index as usize & (CACHE - 1);
         if let Some(&n) = self.deferred.get(&(index, role)) {
+            self.recent[at] = ((index, role), n);
             return n;
         }
         let n = self.deferred_list.len() as u32;
         self.deferred_list.push((index, role));
         self.deferred.insert((index, role), n);
+        self.recent[at] = ((index, role), n);
         self.order.push(Use::Deferred(n));
         n
     }
@@ -881,6 +900,10 @@ impl Worker<'_> {
         self.strings.truncate(strings);
         for d in self.deferred_list.drain(deferred..) {
             self.deferred.remove(&d);
+            let at = d.0 as usize & (CACHE - 1);
+            if self.recent[at].0 == d {
+                self.recent[at] = ((u64::MAX, Role::Frame), 0);
+            }
         }
     }
 }
@@ -1100,6 +1123,7 @@ fn decode_run(
         strings: Vec::new(),
         defs: FxMap::default(),
         deferred: FxMap::default(),
+        recent: vec![((u64::MAX, Role::Frame), 0); CACHE].into_boxed_slice(),
         deferred_list: Vec::new(),
         order: Vec::new(),
     };
@@ -1214,7 +1238,7 @@ fn append(run: &mut Run, e: Entry) -> Option<()> {
         },
         ..NewEvent::default()
     };
-    let total = checked_entry(&new, run.trace.size_total)?;
+    let total = checked_entry(e.action, e.addr, e.size, run.trace.size_total)?;
     if let Some(n) = e.action_at {
         run.actions.push((run.trace.len() as u32, n as u32));
     }

@@ -71,6 +71,7 @@ impl Action {
         }
     }
 
+    #[inline]
     fn from_bits(bits: u8) -> Action {
         Action::KNOWN
             .get(bits as usize)
@@ -274,6 +275,55 @@ impl DeviceTrace {
         if let Some(name) = e.other_action {
             self.rare().other_actions.push((index, name));
         }
+        if let Some(p) = e.pool.filter(|&p| p != (0, 0)) {
+            self.rare().pools.push((index, p));
+        }
+        if let Some(s) = e.internal_metadata {
+            self.rare().internal_metadata.push((index, s));
+        }
+        if let Some(s) = e.cpp_frames {
+            self.rare().cpp_frames.push((index, s));
+        }
+        if let Some(f) = e.forward_frames {
+            self.rare().forward_frames.push((index, f));
+        }
+        self.push_common(
+            action,
+            e.addr,
+            e.size,
+            e.stream,
+            e.time_us,
+            e.stack,
+            e.compile_context,
+            e.user_metadata,
+        );
+    }
+
+    /// An event with none of the rare fields but compile context and user metadata.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn push_common(
+        &mut self,
+        action: Action,
+        addr: u64,
+        size: u64,
+        stream: u64,
+        time_us: Option<i64>,
+        stack: Option<StackId>,
+        compile_context: Option<StrId>,
+        user_metadata: Option<StrId>,
+    ) {
+        let index = self.events.len() as u32;
+        let e = NewEvent {
+            addr,
+            size,
+            stream,
+            time_us,
+            stack,
+            compile_context,
+            user_metadata,
+            ..NewEvent::default()
+        };
         let size_bits = if e.size >= SIZE_ESCAPE {
             self.rare().big_sizes.push((index, e.size));
             SIZE_ESCAPE
@@ -287,23 +337,11 @@ impl DeviceTrace {
                 STREAM_ESCAPE
             }
         };
-        if let Some(p) = e.pool.filter(|&p| p != (0, 0)) {
-            self.rare().pools.push((index, p));
-        }
         if let Some(s) = e.compile_context {
             self.rare().compile_context.push((index, s));
         }
         if let Some(s) = e.user_metadata {
             self.rare().user_metadata.push((index, s));
-        }
-        if let Some(s) = e.internal_metadata {
-            self.rare().internal_metadata.push((index, s));
-        }
-        if let Some(s) = e.cpp_frames {
-            self.rare().cpp_frames.push((index, s));
-        }
-        if let Some(f) = e.forward_frames {
-            self.rare().forward_frames.push((index, f));
         }
         let block = (index >> TIME_BLOCK_BITS) as usize;
         if block == self.time_base.len() {
@@ -350,34 +388,42 @@ impl DeviceTrace {
         }
     }
 
+    #[inline]
     pub fn get(&self, i: usize) -> TraceEvent {
         let p = self.events[i];
         let bits = p.size_action_stream;
         let size = match bits & SIZE_ESCAPE {
-            SIZE_ESCAPE => *self
-                .rare
-                .as_ref()
-                .and_then(|r| sparse_get(&r.big_sizes, i as u32))
-                .unwrap_or(&SIZE_ESCAPE),
+            SIZE_ESCAPE => self.escaped_size(i),
             s => s,
         };
         let stream = match bits >> STREAM_SHIFT {
-            STREAM_ESCAPE => *self
-                .rare
-                .as_ref()
-                .and_then(|r| sparse_get(&r.big_streams, i as u32))
-                .unwrap_or(&0),
+            STREAM_ESCAPE => self.escaped_stream(i),
             s => self.streams[s as usize],
+        };
+        let time_us = match p.time {
+            NO_TIME => None,
+            TIME_ESCAPE => self.side(|r| &r.big_times, i).copied(),
+            d => Some(self.time_base[i >> TIME_BLOCK_BITS] + d as i64),
         };
         let stack = p.stack;
         TraceEvent {
-            action: self.action(i),
+            action: Action::from_bits(((bits >> ACTION_SHIFT) & 0xf) as u8),
             addr: p.addr,
             size,
             stream,
-            time_us: self.time_us(i),
+            time_us,
             stack: (stack != NO_STACK).then_some(StackId(stack)),
         }
+    }
+
+    #[cold]
+    fn escaped_size(&self, i: usize) -> u64 {
+        *self.side(|r| &r.big_sizes, i).unwrap_or(&SIZE_ESCAPE)
+    }
+
+    #[cold]
+    fn escaped_stream(&self, i: usize) -> u64 {
+        *self.side(|r| &r.big_streams, i).unwrap_or(&0)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = TraceEvent> + '_ {

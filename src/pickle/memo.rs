@@ -50,6 +50,18 @@ impl IndexSet {
         }
     }
 
+    /// The set `0..n`.
+    pub fn first(n: u64) -> IndexSet {
+        let mut words = vec![u64::MAX; (n / 64) as usize];
+        if !n.is_multiple_of(64) {
+            words.push((1u64 << (n % 64)) - 1);
+        }
+        IndexSet {
+            words,
+            sparse: BTreeSet::new(),
+        }
+    }
+
     /// Adds every index of `other`.
     pub fn union(&mut self, other: &IndexSet) {
         if self.words.len() < other.words.len() {
@@ -589,12 +601,33 @@ impl Memo {
     /// Records a store at `index`; returns the slot when the value must be kept.
     #[inline]
     pub fn store_slot(&mut self, index: u64) -> Option<usize> {
-        self.sequential &= index == self.stored_count;
+        self.count_store(index);
+        self.refs.slot(index)
+    }
+
+    /// Counts a store. While every store went to the next index, the stored indices are
+    /// `0..stored_count` and need no set; the set is made at the first other store.
+    #[inline]
+    fn count_store(&mut self, index: u64) {
         self.store_ops += 1;
+        if self.sequential && index == self.stored_count {
+            self.stored_count += 1;
+            return;
+        }
+        if self.sequential {
+            self.sequential = false;
+            self.stored = IndexSet::first(self.stored_count);
+        }
         if self.stored.insert(index, self.store_ops + 1) {
             self.stored_count += 1;
         }
-        self.refs.slot(index)
+    }
+
+    /// A store a builder decoded straight from the bytes, of a value nothing reads back
+    /// (it checked [`Memo::is_read_back`]).
+    #[inline]
+    pub fn store_unread(&mut self, index: u64) {
+        self.count_store(index);
     }
 
     /// Stack position of the open container a slot waits for, if any.
