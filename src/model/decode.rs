@@ -1006,7 +1006,6 @@ pub struct SnapshotBuilder {
     classes: Vec<(u64, fast::Class)>,
     cache: Box<fast::IndexCache>,
     stores: Vec<fast::Store>,
-    refs_scratch: Vec<fast::Ref>,
     /// Workers decoding stretches ahead: what they may use, then the running ones.
     parallel: Option<fast::Parallel>,
     workers: Option<fast::Workers>,
@@ -1151,7 +1150,6 @@ impl SnapshotBuilder {
             classes: Vec::new(),
             cache: Box::default(),
             stores: Vec::new(),
-            refs_scratch: Vec::new(),
             parallel: None,
             workers: None,
             fast: true,

@@ -108,15 +108,28 @@ impl<'a> Cur<'a> {
     /// Skips FRAME opcodes (protocol 4 frames start between any two objects).
     #[inline(always)]
     fn frames(&mut self) -> Option<()> {
+        if *self.b.get(self.p)? == 0x95 {
+            self.skip_frames()?;
+        }
+        Some(())
+    }
+
+    #[cold]
+    fn skip_frames(&mut self) -> Option<()> {
         while *self.b.get(self.p)? == 0x95 {
             self.p += 9;
         }
         Some(())
     }
 
+    /// The next opcode byte (after any FRAMEs).
     #[inline(always)]
     fn peek(&mut self) -> Option<u8> {
-        self.frames()?;
+        let b = *self.b.get(self.p)?;
+        if b != 0x95 {
+            return Some(b);
+        }
+        self.skip_frames()?;
         self.b.get(self.p).copied()
     }
 
@@ -288,10 +301,14 @@ trait Resolve {
     }
     /// A frames list read back from the memo.
     fn stack_at(&mut self, index: u64) -> Option<Ref>;
-    /// A frame dict read back from the memo.
-    fn frame_at(&mut self, index: u64) -> Option<Ref>;
-    /// A frames list of these frames (not empty).
-    fn stack(&mut self, frames: &[Ref]) -> Option<Ref>;
+    /// Starts a frames list.
+    fn frames_start(&mut self);
+    /// Adds the frame dict read back from the memo at `index` to the list.
+    fn frame_push(&mut self, index: u64) -> Option<()>;
+    /// Frames in the list so far.
+    fn frames_len(&self) -> usize;
+    /// The frames list (not empty).
+    fn frames_end(&mut self) -> Option<Ref>;
     /// A string value of `key` read back from the memo: None stops, Some(None) is the
     /// key's default.
     fn text_at(&mut self, index: u64, key: Key) -> Option<Option<Ref>>;
@@ -307,7 +324,6 @@ fn decode_entry<R: Resolve>(
     c: &mut Cur,
     next: &mut u64,
     stores: &mut Vec<Store>,
-    scratch: &mut Vec<Ref>,
 ) -> Option<Entry> {
     c.expect(b'}')?;
     // The entry dict itself: kept only if nothing reads it back.
@@ -388,7 +404,7 @@ fn decode_entry<R: Resolve>(
             Key::Frames => {
                 e.keys.frames = true;
                 e.stack = Some(if c.peek()? == b']' {
-                    frames_list(r, c, next, stores, scratch)?
+                    frames_list(r, c, next, stores)?
                 } else {
                     r.stack_at(c.get()?)?
                 });
@@ -443,35 +459,52 @@ fn frames_list<R: Resolve>(
     c: &mut Cur,
     next: &mut u64,
     stores: &mut Vec<Store>,
-    frames: &mut Vec<Ref>,
 ) -> Option<Ref> {
     c.expect(b']')?;
     let list_store = c.store(*next)?;
     if list_store.is_some() {
         *next += 1;
     }
-    frames.clear();
+    r.frames_start();
     loop {
         match c.peek()? {
             b'(' => {
                 c.p += 1;
-                while c.peek()? != b'e' {
-                    frames.push(r.frame_at(c.get()?)?);
+                // Batches of BINGET/LONG_BINGET up to APPENDS (FRAMEs may come between).
+                loop {
+                    c.frames()?;
+                    let (b, p) = (c.b, c.p);
+                    match *b.get(p)? {
+                        b'j' => {
+                            let x = b.get(p + 1..p + 5)?;
+                            c.p = p + 5;
+                            r.frame_push(u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as u64)?;
+                        }
+                        b'h' => {
+                            let i = *b.get(p + 1)?;
+                            c.p = p + 2;
+                            r.frame_push(i as u64)?;
+                        }
+                        b'e' => {
+                            c.p = p + 1;
+                            break;
+                        }
+                        _ => return None,
+                    }
                 }
-                c.p += 1;
             }
-            b'h' | b'j' if frames.is_empty() => {
-                frames.push(r.frame_at(c.get()?)?);
+            b'h' | b'j' if r.frames_len() == 0 => {
+                r.frame_push(c.get()?)?;
                 c.expect(b'a')?;
                 break;
             }
             _ => break,
         }
     }
-    let stack = if frames.is_empty() {
+    let stack = if r.frames_len() == 0 {
         None
     } else {
-        Some(r.stack(frames)?)
+        Some(r.frames_end()?)
     };
     if let Some(index) = list_store {
         let value = if r.read_back(index) {
@@ -501,14 +534,18 @@ const CACHE: usize = 1 << 16;
 /// kept to the end): what an index holds can be remembered by the index.
 pub(super) struct IndexCache {
     classes: Box<[(u64, Class)]>,
-    frames: Box<[(u64, FrameId)]>,
+    /// Frames by memo index (below 2^32; u32::MAX: none).
+    frames: Box<[(u32, FrameId)]>,
 }
+
+/// Size of the direct-mapped cache of frames by memo index.
+const FRAME_CACHE: usize = 1 << 14;
 
 impl Default for IndexCache {
     fn default() -> Self {
         IndexCache {
             classes: vec![(u64::MAX, Class::Other); CACHE].into_boxed_slice(),
-            frames: vec![(u64::MAX, FrameId(0)); CACHE].into_boxed_slice(),
+            frames: vec![(u32::MAX, FrameId(0)); FRAME_CACHE].into_boxed_slice(),
         }
     }
 }
@@ -545,8 +582,18 @@ impl Main<'_> {
     fn frame_miss(&mut self, index: u64) -> Option<FrameId> {
         let (key, v) = self.memo.peek_index(index)?;
         let id = self.dec.shared_frame(key, v).ok()?;
-        self.cache.frames[index as usize & (CACHE - 1)] = (index, id);
+        if let Ok(i) = u32::try_from(index) {
+            self.cache.frames[index as usize & (FRAME_CACHE - 1)] = (i, id);
+        }
         Some(id)
+    }
+
+    fn frame_id(&mut self, index: u64) -> Option<FrameId> {
+        let (i, id) = self.cache.frames[index as usize & (FRAME_CACHE - 1)];
+        if i as u64 == index {
+            return Some(id);
+        }
+        self.frame_miss(index)
     }
 
     fn intern_text(&mut self, v: &Value) -> Option<Ref> {
@@ -571,24 +618,27 @@ impl Resolve for Main<'_> {
         }
     }
 
-    #[inline(always)]
-    fn frame_at(&mut self, index: u64) -> Option<Ref> {
-        let (i, id) = self.cache.frames[index as usize & (CACHE - 1)];
-        if i == index {
-            return Some(Ref::Id(id.0));
-        }
-        Some(Ref::Id(self.frame_miss(index)?.0))
+    fn frames_start(&mut self) {
+        self.dec.scratch.clear();
     }
 
-    fn stack(&mut self, frames: &[Ref]) -> Option<Ref> {
-        let ids = &mut self.dec.scratch;
-        ids.clear();
-        for f in frames {
-            match *f {
-                Ref::Id(id) => ids.push(FrameId(id)),
-                _ => return None,
-            }
-        }
+    #[inline(always)]
+    fn frame_push(&mut self, index: u64) -> Option<()> {
+        let (i, id) = self.cache.frames[index as usize & (FRAME_CACHE - 1)];
+        let id = if i as u64 == index {
+            id
+        } else {
+            self.frame_miss(index)?
+        };
+        self.dec.scratch.push(id);
+        Some(())
+    }
+
+    fn frames_len(&self) -> usize {
+        self.dec.scratch.len()
+    }
+
+    fn frames_end(&mut self) -> Option<Ref> {
         let ids = std::mem::take(&mut self.dec.scratch);
         let id = self.dec.frames.intern_stack(&ids);
         self.dec.scratch = ids;
@@ -633,7 +683,6 @@ impl SnapshotBuilder {
         let mut c = Cur { b, p: 0 };
         let mut next = memo.next_sequential()?;
         let mut stores = std::mem::take(&mut self.stores);
-        let mut scratch = std::mem::take(&mut self.refs_scratch);
         stores.clear();
         let entry = {
             let mut r = Main {
@@ -642,14 +691,13 @@ impl SnapshotBuilder {
                 classes: &mut self.classes,
                 memo,
             };
-            decode_entry(&mut r, &mut c, &mut next, &mut stores, &mut scratch)
+            decode_entry(&mut r, &mut c, &mut next, &mut stores)
         };
         let done = match entry {
             Some(e) if e.action_at.is_none() => self.commit(e, memo, &mut stores, list),
             _ => None,
         };
         self.stores = stores;
-        self.refs_scratch = scratch;
         done.map(|()| c.p)
     }
 
@@ -814,7 +862,7 @@ fn checked_entry(action: Action, addr: u64, size: u64, total: u64) -> Option<u64
 /// actions, frames lists) and frames, by index (a copy of its caches).
 struct Known {
     classes: Box<[(u64, Class)]>,
-    frames: Box<[(u64, FrameId)]>,
+    frames: Box<[(u32, FrameId)]>,
 }
 
 /// A worker's resolver: what it knows, what it made, and what it left for later.
@@ -834,6 +882,8 @@ struct Worker<'a> {
     deferred_list: Vec<(u64, Role)>,
     /// What the reader must intern, in the order the sequential path would.
     order: Vec<Use>,
+    /// The frames list being read.
+    frames: Vec<Ref>,
 }
 
 /// How a deferred memo index was used.
@@ -933,22 +983,33 @@ impl Resolve for Worker<'_> {
         Some(Ref::Deferred(self.defer(index, Role::Stack) as u64))
     }
 
-    #[inline(always)]
-    fn frame_at(&mut self, index: u64) -> Option<Ref> {
-        let (i, id) = self.known.frames[index as usize & (CACHE - 1)];
-        if i == index {
-            return Some(Ref::Id(id.0));
-        }
-        Some(Ref::Deferred(self.defer(index, Role::Frame) as u64))
+    fn frames_start(&mut self) {
+        self.frames.clear();
     }
 
-    fn stack(&mut self, frames: &[Ref]) -> Option<Ref> {
-        if let Some(&n) = self.stacks.get(frames) {
+    #[inline(always)]
+    fn frame_push(&mut self, index: u64) -> Option<()> {
+        let (i, id) = self.known.frames[index as usize & (FRAME_CACHE - 1)];
+        let r = if i as u64 == index {
+            Ref::Id(id.0)
+        } else {
+            Ref::Deferred(self.defer(index, Role::Frame) as u64)
+        };
+        self.frames.push(r);
+        Some(())
+    }
+
+    fn frames_len(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn frames_end(&mut self) -> Option<Ref> {
+        if let Some(&n) = self.stacks.get(&self.frames) {
             return Some(Ref::Local(n));
         }
         let n = self.stack_list.len() as u32;
-        self.stack_list.push(frames.to_vec());
-        self.stacks.insert(frames.to_vec(), n);
+        self.stack_list.push(self.frames.clone());
+        self.stacks.insert(self.frames.clone(), n);
         self.order.push(Use::Stack(n));
         Some(Ref::Local(n))
     }
@@ -1126,9 +1187,9 @@ fn decode_run(
         recent: vec![((u64::MAX, Role::Frame), 0); CACHE].into_boxed_slice(),
         deferred_list: Vec::new(),
         order: Vec::new(),
+        frames: Vec::new(),
     };
     let mut stores = Vec::new();
-    let mut scratch = Vec::new();
     // Find the first entry: walk opcodes from the stretch's start, counting stores.
     let mut p = start;
     let mut next = base;
@@ -1141,7 +1202,7 @@ fn decode_run(
             let mut c = Cur { b: bytes, p };
             let mut n = next;
             stores.clear();
-            let ok = decode_entry(&mut w, &mut c, &mut n, &mut stores, &mut scratch).is_some();
+            let ok = decode_entry(&mut w, &mut c, &mut n, &mut stores).is_some();
             w.undo(mark);
             if ok {
                 break;
@@ -1177,8 +1238,8 @@ fn decode_run(
             let mark = w.mark();
             let mut n = next;
             stores.clear();
-            let done = decode_entry(&mut w, &mut c, &mut n, &mut stores, &mut scratch)
-                .and_then(|e| append(&mut run, e));
+            let done =
+                decode_entry(&mut w, &mut c, &mut n, &mut stores).and_then(|e| append(&mut run, e));
             if done.is_none() {
                 w.undo(mark);
                 break;
@@ -1403,10 +1464,7 @@ impl SnapshotBuilder {
                     Use::Deferred(n) => {
                         let (index, role) = run.deferred_list[n as usize];
                         resolved[n as usize] = match role {
-                            Role::Frame => match r.frame_at(index)? {
-                                Ref::Id(f) => Resolved::Frame(FrameId(f)),
-                                _ => return None,
-                            },
+                            Role::Frame => Resolved::Frame(r.frame_id(index)?),
                             Role::Stack => match r.stack_at(index)? {
                                 Ref::Id(s) => Resolved::Stack(StackId(s)),
                                 _ => return None,

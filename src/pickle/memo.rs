@@ -166,12 +166,28 @@ impl MemoReferences {
 }
 
 /// What one stretch of opcodes reads back, and how many stores it makes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ScanCounts {
     pub read: IndexSet,
     /// PUT and MEMOIZE opcodes met, and of those the PUTs (explicit indices).
     pub stores: u64,
     pub puts: u64,
+    /// Indices read recently (direct-mapped, +1; 0 is empty): most reads are of a few
+    /// thousand shared values, and the set is large, so this saves a cache miss per read.
+    recent: Box<[u32]>,
+}
+
+const RECENT: usize = 1 << 14;
+
+impl Default for ScanCounts {
+    fn default() -> Self {
+        ScanCounts {
+            read: IndexSet::default(),
+            stores: 0,
+            puts: 0,
+            recent: vec![0; RECENT].into_boxed_slice(),
+        }
+    }
 }
 
 impl ScanCounts {
@@ -180,7 +196,13 @@ impl ScanCounts {
     /// apart) go to a sorted set.
     #[inline(always)]
     fn get(&mut self, index: u64, bound: u64) {
-        // Most reads are of indices read before (dict keys): one bit test.
+        let at = index as usize & (RECENT - 1);
+        if self.recent[at] as u64 == index + 1 {
+            return;
+        }
+        if index < u32::MAX as u64 {
+            self.recent[at] = index as u32 + 1;
+        }
         if let Some(w) = self.read.words.get((index / 64) as usize)
             && w & (1u64 << (index % 64)) != 0
         {
@@ -230,31 +252,6 @@ pub fn scan<I: Input>(
     }
 }
 
-/// Bytes of the argument after the opcode byte, for opcodes of fixed size.
-const FIXED: [u8; 256] = {
-    let mut t = [u8::MAX; 256];
-    let mut i = 0;
-    let ones = b"(012N])aeltdsu}";
-    while i < ones.len() {
-        t[ones[i] as usize] = 0;
-        i += 1;
-    }
-    t[0x85] = 0;
-    t[0x86] = 0;
-    t[0x87] = 0;
-    t[0x88] = 0;
-    t[0x89] = 0;
-    t[0x8f] = 0;
-    t[0x90] = 0;
-    t[0x91] = 0;
-    t[b'K' as usize] = 1;
-    t[0x80] = 1;
-    t[b'M' as usize] = 2;
-    t[b'J' as usize] = 4;
-    t[b'G' as usize] = 8;
-    t
-};
-
 /// [`scan`] over `data[start..end]` (whole opcodes), with the opcodes of snapshots read
 /// by a table and anything else by [`next_op`] (which also makes every error).
 /// Returns the counts and where STOP was, if it was.
@@ -283,40 +280,64 @@ fn scan_range_inner(
     let d = &data[..end];
     let mut p = start;
     let mut released = start;
+    let mut next_release = if release.is_some() {
+        start + RELEASE_STEP
+    } else {
+        usize::MAX
+    };
+    // The opcodes of snapshots, each with its argument inside `d` (else the general
+    // decoder below takes the opcode and makes any error).
     while p < end {
-        if p - released >= RELEASE_STEP
-            && let Some(f) = release
-        {
-            f(released, p);
+        if p >= next_release {
+            if let Some(f) = release {
+                f(released, p);
+            }
             released = p;
+            next_release = p + RELEASE_STEP;
         }
         let op = d[p];
-        let fixed = FIXED[op as usize];
-        if fixed != u8::MAX && p + 1 + fixed as usize <= end {
-            p += 1 + fixed as usize;
-            continue;
-        }
-        let get = |n: usize| d.get(p + 1..p + 1 + n);
         let step = match op {
+            b'h' if p + 2 <= end => {
+                counts.get(d[p + 1] as u64, stores_before + counts.stores + 1);
+                2
+            }
+            b'j' if p + 5 <= end => {
+                let i = u32::from_le_bytes([d[p + 1], d[p + 2], d[p + 3], d[p + 4]]) as u64;
+                counts.get(i, stores_before + counts.stores + 1);
+                5
+            }
             0x94 => {
                 counts.stores += 1;
                 1
             }
-            b'h' => match get(1) {
-                Some(b) => {
-                    counts.get(b[0] as u64, stores_before + counts.stores + 1);
-                    2
-                }
-                None => 0,
-            },
-            b'j' => match get(4) {
-                Some(b) => {
-                    let i = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64;
-                    counts.get(i, stores_before + counts.stores + 1);
-                    5
-                }
-                None => 0,
-            },
+            b'('
+            | b'}'
+            | b']'
+            | b')'
+            | b'u'
+            | b'e'
+            | b'a'
+            | b's'
+            | b'N'
+            | b't'
+            | b'l'
+            | b'd'
+            | b'0'
+            | b'1'
+            | b'2'
+            | 0x85..=0x89
+            | 0x8f..=0x91 => 1,
+            b'K' | 0x80 if p + 2 <= end => 2,
+            b'M' if p + 3 <= end => 3,
+            b'J' if p + 5 <= end => 5,
+            b'G' | 0x95 if p + 9 <= end => 9,
+            0x8c | 0x8a | b'U' | b'C' if p + 2 <= end && p + 2 + d[p + 1] as usize <= end => {
+                2 + d[p + 1] as usize
+            }
+            b'X' | b'T' | b'B' if p + 5 <= end => {
+                let n = u32::from_le_bytes([d[p + 1], d[p + 2], d[p + 3], d[p + 4]]) as usize;
+                if end - p - 5 >= n { 5 + n } else { 0 }
+            }
             b'q' if p + 2 <= end => {
                 counts.stores += 1;
                 counts.puts += 1;
@@ -327,18 +348,6 @@ fn scan_range_inner(
                 counts.puts += 1;
                 5
             }
-            0x8c | 0x8a | b'U' | b'C' => match get(1) {
-                Some(b) if p + 2 + b[0] as usize <= end => 2 + b[0] as usize,
-                _ => 0,
-            },
-            b'X' | b'T' | b'B' => match get(4) {
-                Some(b) => {
-                    let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
-                    if end - p - 5 >= n { 5 + n } else { 0 }
-                }
-                None => 0,
-            },
-            0x95 if p + 9 <= end => 9,
             b'.' => return Ok((counts, Some(p + 1))),
             _ => 0,
         };
