@@ -1013,6 +1013,7 @@ pub struct SnapshotBuilder {
     fast: bool,
     fast_entries: u64,
     spliced_entries: u64,
+    workers_after: u64,
     /// Frames lists being read: their frames so far, or the first error.
     frames_lists: Lists<Result<Vec<FrameId>, DecodeError>>,
 }
@@ -1155,6 +1156,7 @@ impl SnapshotBuilder {
             fast: true,
             fast_entries: 0,
             spliced_entries: 0,
+            workers_after: fast::WORKERS_AFTER,
         }
     }
 
@@ -1194,6 +1196,12 @@ impl SnapshotBuilder {
             refs: std::sync::Arc::new(refs),
             workers,
         });
+    }
+
+    /// Starts the workers after this many entries (1024 by default, once the reader has
+    /// met the keys and actions workers need; tests and the fuzz target use fewer).
+    pub fn set_workers_after(&mut self, entries: u64) {
+        self.workers_after = entries;
     }
 
     /// Trace entries decoded by the fast path so far.

@@ -471,27 +471,29 @@ fn frames_list<R: Resolve>(
             b'(' => {
                 c.p += 1;
                 // Batches of BINGET/LONG_BINGET up to APPENDS (FRAMEs may come between).
+                let b = c.b;
+                let mut p = c.p;
                 loop {
-                    c.frames()?;
-                    let (b, p) = (c.b, c.p);
                     match *b.get(p)? {
                         b'j' => {
                             let x = b.get(p + 1..p + 5)?;
-                            c.p = p + 5;
+                            p += 5;
                             r.frame_push(u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as u64)?;
                         }
                         b'h' => {
                             let i = *b.get(p + 1)?;
-                            c.p = p + 2;
+                            p += 2;
                             r.frame_push(i as u64)?;
                         }
                         b'e' => {
-                            c.p = p + 1;
+                            p += 1;
                             break;
                         }
+                        0x95 => p += 9,
                         _ => return None,
                     }
                 }
+                c.p = p;
             }
             b'h' | b'j' if r.frames_len() == 0 => {
                 r.frame_push(c.get()?)?;
@@ -523,8 +525,8 @@ fn frames_list<R: Resolve>(
 /// Bytes the fast path decodes per call, at most (it stops at the entry boundary after).
 const FAST_RUN: usize = 1 << 20;
 
-/// Entries the reader decodes before workers start.
-const WORKERS_AFTER: u64 = 1024;
+/// Entries the reader decodes before workers start (by default).
+pub(super) const WORKERS_AFTER: u64 = 1024;
 
 /// Size of the direct-mapped caches by memo index.
 const CACHE: usize = 1 << 16;
@@ -797,7 +799,7 @@ impl SnapshotBuilder {
         self.dec.set_content_bytes(offset);
         // Workers start once the reader has met the keys, actions and frames of the
         // first entries: what they know comes from its caches.
-        if self.parallel.is_some() && self.fast_entries >= WORKERS_AFTER {
+        if self.parallel.is_some() && self.fast_entries >= self.workers_after {
             self.start_workers(offset);
         }
         let mut pos = taken.bytes;
@@ -1154,12 +1156,18 @@ fn work(job: Job) {
             return;
         }
         let (start, end, base) = chunks[k];
-        let run = decode_run(bytes, start, end, base, &known, &refs, &shelf.cancel);
+        // A run is only ever a speed-up: should decoding one fail in any way, the reader
+        // decodes that stretch itself.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            decode_run(bytes, start, end, base, &known, &refs, &shelf.cancel)
+        }))
+        .ok()
+        .flatten();
 
         if let (Some(f), Some(r)) = (&release, &run) {
             f(start, r.end as usize);
         }
-        let mut runs = shelf.runs.lock().unwrap();
+        let mut runs = shelf.runs.lock().unwrap_or_else(|e| e.into_inner());
         runs[k] = Some(run);
         shelf.ready.notify_all();
     }
@@ -1403,9 +1411,9 @@ impl SnapshotBuilder {
                 // The reader decodes this stretch itself; the workers stop here.
                 continue;
             }
-            let mut runs = w.shelf.runs.lock().unwrap();
+            let mut runs = w.shelf.runs.lock().unwrap_or_else(|e| e.into_inner());
             while runs[k].is_none() {
-                runs = w.shelf.ready.wait(runs).unwrap();
+                runs = w.shelf.ready.wait(runs).unwrap_or_else(|e| e.into_inner());
             }
             w.ahead = runs[k].take().flatten();
         }
