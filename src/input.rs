@@ -88,6 +88,15 @@ enum Data {
     Owned(Vec<u8>),
 }
 
+impl AsRef<[u8]> for Data {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+/// Files at least this large are read with workers on every thread but one.
+const PARALLEL_MIN_BYTES: usize = 16 << 20;
+
 impl std::ops::Deref for Data {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -551,27 +560,92 @@ pub fn read_snapshot(
 
 /// Decodes a snapshot from bytes held in memory, as [`read_snapshot`] reads a file's.
 pub fn read_snapshot_bytes(bytes: &[u8]) -> Result<(Snapshot, SourceInfo), InputError> {
-    decode_data(bytes, "(bytes)".into(), ReadOptions::default())
+    let held = Held {
+        release: None,
+        shared: None,
+        worker_release: None,
+    };
+    decode_data(bytes, "(bytes)".into(), ReadOptions::default(), held)
 }
 
 fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo), InputError> {
-    let data = open(path)?;
-    decode_data(&data, path.display().to_string(), options)
+    let data = std::sync::Arc::new(open(path)?);
+    let label = path.display().to_string();
+    let shared: pickle_shared::Shared = data.clone();
+    match &*data {
+        Data::Mapped(map) => {
+            // Pages already read go back to the page cache, so the mapping does not add
+            // the file's size to the process's memory.
+            let release = |start: usize, end: usize| give_back(map, start, end);
+            let mapped = data.clone();
+            let worker_release: pickle_shared::WorkerRelease =
+                std::sync::Arc::new(move |start, end| {
+                    if let Data::Mapped(map) = &*mapped {
+                        give_back(map, start, end)
+                    }
+                });
+            let held = Held {
+                release: Some(&release),
+                shared: Some(shared),
+                worker_release: Some(worker_release),
+            };
+            decode_data(&data, label, options, held)
+        }
+        Data::Owned(_) => {
+            let held = Held {
+                release: None,
+                shared: Some(shared),
+                worker_release: None,
+            };
+            decode_data(&data, label, options, held)
+        }
+    }
 }
 
-/// The pickle passes over the content, with the trailing bytes checked.
+mod pickle_shared {
+    /// The bytes of an input, shared with the reader's workers.
+    pub type Shared = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
+    /// Gives back the pages of the bytes a worker has read.
+    pub type WorkerRelease = std::sync::Arc<dyn Fn(usize, usize) + Send + Sync>;
+}
+
+/// Where the input's bytes are, for the reader and its workers.
+struct Held<'a> {
+    release: Option<pickle::Release<'a>>,
+    shared: Option<pickle_shared::Shared>,
+    worker_release: Option<pickle_shared::WorkerRelease>,
+}
+
+/// The pickle passes over the content, with the trailing bytes checked. `release` gives
+/// the pages of a mapped file back once read.
 fn decode_pickle(
     content: &Content,
     info: &mut SourceInfo,
     padded: bool,
+    release: Option<pickle::Release>,
+    shared: Option<pickle_shared::Shared>,
+    worker_release: Option<pickle_shared::WorkerRelease>,
 ) -> Result<Snapshot, InputError> {
     let mut builder = SnapshotBuilder::new();
     let (root, parse_info) = if content.gzip {
         let refs = pickle::scan_references(content.stream(Some("scanning")))?;
         pickle::parse_with(content.stream(Some("reading")), refs, &mut builder)?
     } else {
-        let refs = pickle::scan_slice(content.raw)?;
-        pickle::parse_slice(content.raw, refs, &mut builder)?
+        let threads = rayon::current_num_threads();
+        let (refs, stretches) = pickle::scan_slice_chunks(content.raw, threads * 16, release)?;
+        if let (Some(stretches), Some(data)) = (stretches, shared)
+            && threads > 1
+            && content.raw.len() >= PARALLEL_MIN_BYTES
+        {
+            builder.set_parallel_releasing(
+                data,
+                worker_release,
+                stretches,
+                refs.clone(),
+                threads - 1,
+            );
+        }
+        pickle::parse_slice_releasing(content.raw, refs, &mut builder, release)?
     };
     info.pickle_protocol = parse_info.protocol;
     let mut snapshot = builder.finish_sized(&root, parse_info.bytes)?;
@@ -587,10 +661,25 @@ fn decode_pickle(
     Ok(snapshot)
 }
 
+/// Gives the pages of `[start, end)` of a mapped file back to the page cache.
+fn give_back(map: &memmap2::Mmap, start: usize, end: usize) {
+    // SAFETY: DONTNEED on a read-only mapping of a file drops this process's copy of the
+    // pages; reading them again faults them back in from the file, with the same bytes.
+    // The range lies within the mapping.
+    let _ = unsafe {
+        map.unchecked_advise_range(
+            memmap2::UncheckedAdvice::DontNeed,
+            start,
+            end.saturating_sub(start),
+        )
+    };
+}
+
 fn decode_data(
     raw: &[u8],
     label: String,
     options: ReadOptions,
+    held: Held,
 ) -> Result<(Snapshot, SourceInfo), InputError> {
     if raw.is_empty() {
         return Err(empty());
@@ -661,9 +750,16 @@ fn decode_data(
                 progress: false,
                 label: String::new(),
             };
-            decode_pickle(&inner, &mut info, true)?
+            decode_pickle(&inner, &mut info, true, None, None, None)?
         }
-        Kind::Pickle => decode_pickle(&content, &mut info, false)?,
+        Kind::Pickle => decode_pickle(
+            &content,
+            &mut info,
+            false,
+            held.release,
+            held.shared,
+            held.worker_release,
+        )?,
     };
     Ok((snapshot, info))
 }

@@ -7,8 +7,9 @@ mod common;
 use common::{root, shared_data};
 use std::fmt::Write;
 use std::path::Path;
+use std::sync::Arc;
 use vramlens::model::{Snapshot, SnapshotBuilder};
-use vramlens::pickle::{parse_slice, scan_slice};
+use vramlens::pickle::{parse_slice, scan_slice, scan_slice_chunks};
 
 /// Everything decoded, as text: events with their side fields and resolved stacks,
 /// segments, settings, annotations, features, warnings.
@@ -70,8 +71,33 @@ fn both_ways(name: &str, bytes: &[u8]) -> u64 {
     let (plain, none) = decode(false);
     assert_eq!(none, 0);
     assert!(fast == plain, "{name}: the fast path differs");
+    // With workers decoding stretches ahead (many small stretches, so that small files
+    // have some), the same again.
+    let data: Arc<Vec<u8>> = Arc::new(bytes.to_vec());
+    for (stretches, workers, after) in [(64, 1, 1024), (16, 3, 1), (256, 1, 0)] {
+        let mut b = SnapshotBuilder::new();
+        b.set_workers_after(after);
+        let r = scan_slice_chunks(&data, stretches, None)
+            .map_err(|e| e.to_string())
+            .and_then(|(refs, chunks)| {
+                if let Some(chunks) = chunks {
+                    b.set_parallel(data.clone(), chunks, refs.clone(), workers);
+                }
+                parse_slice(&data, refs, &mut b).map_err(|e| e.to_string())
+            });
+        SPLICED.fetch_add(b.spliced_entries(), std::sync::atomic::Ordering::Relaxed);
+        let snap =
+            r.and_then(|(root, info)| b.finish_sized(&root, info.bytes).map_err(|e| e.to_string()));
+        assert!(
+            snap.map(|s| dump(&s)) == plain,
+            "{name}: with {workers} workers over {stretches} stretches, the result differs"
+        );
+    }
     taken
 }
+
+/// Entries workers decoded ahead, over all files of a test.
+static SPLICED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn content(path: &Path) -> Vec<u8> {
     let raw = std::fs::read(path).unwrap();
@@ -140,5 +166,54 @@ fn every_real_snapshot_decodes_the_same_on_both_paths() {
     }
     assert!(files > 0);
     assert!(taken > 10_000, "the fast path took only {taken} entries");
-    eprintln!("{files} real snapshots, {taken} entries on the fast path");
+    let spliced = SPLICED.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        spliced > 10_000,
+        "workers decoded only {spliced} entries ahead"
+    );
+    eprintln!("{files} real snapshots, {taken} entries on the fast path, {spliced} decoded ahead");
+}
+
+/// The binary on a generated snapshot large enough for the reader's workers (20 MB, 110k
+/// entries; scripts/bench_gen.py, standard library only): every command's output is the
+/// same bytes with 1 and 3 threads. Skipped, with a note, without `python3`.
+#[test]
+fn the_binary_prints_the_same_bytes_with_one_and_many_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gen.pickle");
+    let gen = std::process::Command::new("python3")
+        .args(["scripts/bench_gen.py", "--size-mb", "20", "-o"])
+        .arg(&file)
+        .current_dir(root())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output();
+    match gen {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("SKIPPED: python3 not found; the multi-thread comparison did not run");
+            return;
+        }
+        Err(e) => panic!("python3: {e}"),
+        Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
+    }
+    let f = file.to_str().unwrap();
+    for args in [
+        vec!["summary", "--json", f],
+        vec!["summary", f],
+        vec!["timeline", "--at", "peak", f],
+        vec!["segments", "--json", f],
+        vec!["oom", "--json", f],
+    ] {
+        let run = |threads: &str| {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_vramlens"))
+                .args(["--threads", threads])
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            o.stdout
+        };
+        let one = run("1");
+        assert!(!one.is_empty());
+        assert!(one == run("3"), "{args:?}: output differs between 1 and 3 threads");
+    }
 }

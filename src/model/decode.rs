@@ -366,6 +366,28 @@ impl Decoder {
         }))
     }
 
+    /// Whether [`Decoder::frame`] would decode this value without an error (it does not
+    /// intern): the most budget interning it may spend, or None.
+    fn frame_checks(&self, v: &Value) -> Option<u64> {
+        let Value::Dict(d) = v else {
+            return None;
+        };
+        let mut spend = 0;
+        for (k, val) in d.iter() {
+            match k.as_str() {
+                Some("filename" | "name") => match val {
+                    Value::Str(s) => spend += s.len() as u64,
+                    _ => return None,
+                },
+                Some("line") => {
+                    as_u64_wrapping(val).ok()?;
+                }
+                _ => {}
+            }
+        }
+        Some(spend)
+    }
+
     /// A frame dict read back from the memo: decoded once per stored value.
     fn shared_frame(&mut self, key: SharedKey, v: &Value) -> Result<FrameId, DecodeError> {
         let slot = key.slot as usize;
@@ -1027,6 +1049,14 @@ impl<T> Lists<T> {
         }
     }
 
+    fn get(&self, list: &ListId) -> Option<&T> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(id, _)| id == list)
+            .map(|(_, t)| t)
+    }
+
     fn contains(&self, list: &ListId) -> bool {
         self.0.iter().any(|(id, _)| id == list)
     }
@@ -1052,10 +1082,16 @@ pub struct SnapshotBuilder {
     annotation_lists: Lists<Taken<Option<Annotation>>>,
     /// The fast path's classes of memo values (by memo value) and pending stores.
     classes: Vec<(u64, fast::Class)>,
+    cache: Box<fast::IndexCache>,
     stores: Vec<fast::Store>,
+    /// Workers decoding stretches ahead: what they may use, then the running ones.
+    parallel: Option<fast::Parallel>,
+    workers: Option<fast::Workers>,
     /// Whether trace entries may be decoded straight from the bytes, and how many were.
     fast: bool,
     fast_entries: u64,
+    spliced_entries: u64,
+    workers_after: u64,
     /// Frames lists being read: their frames so far, or the first error.
     frames_lists: Lists<Result<Vec<FrameId>, DecodeError>>,
 }
@@ -1201,9 +1237,14 @@ impl SnapshotBuilder {
             segment_lists_seen: 0,
             annotation_lists: Lists::default(),
             classes: Vec::new(),
+            cache: Box::default(),
             stores: Vec::new(),
+            parallel: None,
+            workers: None,
             fast: true,
             fast_entries: 0,
+            spliced_entries: 0,
+            workers_after: fast::WORKERS_AFTER,
         }
     }
 
@@ -1213,9 +1254,52 @@ impl SnapshotBuilder {
         self.fast = on;
     }
 
+    /// Lets `workers` threads decode stretches of `data` (the bytes the reader reads)
+    /// ahead of the reader; `stretches` and `refs` come from the first pass
+    /// ([`pickle::scan_slice_chunks`]). The result is the same as without.
+    pub fn set_parallel(
+        &mut self,
+        data: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
+        stretches: pickle::Stretches,
+        refs: pickle::MemoReferences,
+        workers: usize,
+    ) {
+        self.set_parallel_releasing(data, None, stretches, refs, workers);
+    }
+
+    /// [`SnapshotBuilder::set_parallel`], with `release` told the bytes each worker has
+    /// read (so that a mapped file's pages go back).
+    pub fn set_parallel_releasing(
+        &mut self,
+        data: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
+        release: Option<std::sync::Arc<dyn Fn(usize, usize) + Send + Sync>>,
+        stretches: pickle::Stretches,
+        refs: pickle::MemoReferences,
+        workers: usize,
+    ) {
+        self.set_parallel_inner(fast::Parallel {
+            data,
+            release,
+            chunks: std::sync::Arc::new(stretches),
+            refs: std::sync::Arc::new(refs),
+            workers,
+        });
+    }
+
+    /// Starts the workers after this many entries (1024 by default, once the reader has
+    /// met the keys and actions workers need; tests and the fuzz target use fewer).
+    pub fn set_workers_after(&mut self, entries: u64) {
+        self.workers_after = entries;
+    }
+
     /// Trace entries decoded by the fast path so far.
     pub fn fast_entries(&self) -> u64 {
         self.fast_entries
+    }
+
+    /// Of those, entries decoded ahead by workers.
+    pub fn spliced_entries(&self) -> u64 {
+        self.spliced_entries
     }
 
     /// Decodes the root value read from `content_bytes` bytes of pickle (or JSON): the

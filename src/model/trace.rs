@@ -1,9 +1,10 @@
 //! Trace events of one device, stored compactly.
 //!
 //! A large snapshot holds tens of millions of trace entries of about 60 bytes each in the
-//! file. Each is kept in 28 bytes: address, size with action and stream packed beside it,
-//! time and stack id. Fields that are almost always at their default (pool ids, compile
-//! context, user metadata, forward frames) live in sparse side tables keyed by event index.
+//! file. Each is kept in 24 bytes: address, size with action and stream packed beside it,
+//! time (an offset from a base per block of 4096 events) and stack id. Fields that are
+//! almost always at their default (pool ids, compile context, user metadata, forward
+//! frames, keys vramlens does not know) live in sparse side tables keyed by event index.
 
 use super::extras::ExtraKeys;
 use super::frames::{FxMap, StackId, StrId};
@@ -72,6 +73,7 @@ impl Action {
         }
     }
 
+    #[inline]
     fn from_bits(bits: u8) -> Action {
         Action::KNOWN
             .get(bits as usize)
@@ -86,13 +88,18 @@ const ACTION_SHIFT: u32 = SIZE_BITS;
 const STREAM_SHIFT: u32 = SIZE_BITS + 4;
 const STREAM_ESCAPE: u64 = (1 << 12) - 1;
 const NO_STACK: u32 = u32::MAX;
-const NO_TIME: i64 = i64::MIN;
+/// Times are kept as offsets from a base per block of events.
+const TIME_BLOCK_BITS: u32 = 12;
+const NO_TIME: u32 = u32::MAX;
+/// An offset that does not fit (or goes back before the block's base): in a side table.
+const TIME_ESCAPE: u32 = u32::MAX - 1;
+const NO_BASE: i64 = i64::MIN;
 /// `device_free` of an `oom` entry that is not a size (stored in place of `addr`).
 pub const UNKNOWN_FREE: u64 = u64::MAX;
 /// Streams looked up by a linear scan below this many, by a hash map above.
 const STREAM_SCAN: usize = 8;
 
-/// One event as stored: 28 bytes, 4-byte aligned.
+/// One event as stored: 24 bytes, 4-byte aligned.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, packed(4))]
 struct Packed {
@@ -100,7 +107,8 @@ struct Packed {
     addr: u64,
     /// size (48 bits) | action (4 bits) | stream index (12 bits).
     size_action_stream: u64,
-    time_us: i64,
+    /// `time_us` minus the base of the event's block of 4096 events.
+    time: u32,
     stack: u32,
 }
 
@@ -161,6 +169,8 @@ pub struct DeviceTrace {
     streams: Vec<u64>,
     /// Index of each stream, once there are more than a few.
     stream_index: FxMap<u64, u32>,
+    /// `time_us` of the first timed event of each block of 4096 events.
+    time_base: Vec<i64>,
     /// Fields almost always at their default, kept apart so an empty trace stays small.
     rare: Option<Box<Rare>>,
     pub keys: EntryKeys,
@@ -171,6 +181,7 @@ pub struct DeviceTrace {
 #[derive(Default, Debug)]
 struct Rare {
     big_sizes: Vec<(u32, u64)>,
+    big_times: Vec<(u32, i64)>,
     big_streams: Vec<(u32, u64)>,
     other_actions: Vec<(u32, StrId)>,
     /// Pool ids other than the default `(0, 0)`.
@@ -232,6 +243,11 @@ impl DeviceTrace {
         self.events.is_empty()
     }
 
+    /// Makes room for `n` more events.
+    pub fn reserve(&mut self, n: usize) {
+        self.events.reserve(n);
+    }
+
     /// Bytes of memory held per event, for the benchmark notes.
     pub const fn bytes_per_event() -> usize {
         std::mem::size_of::<Packed>()
@@ -275,27 +291,8 @@ impl DeviceTrace {
         if let Some(name) = e.other_action {
             self.rare().other_actions.push((index, name));
         }
-        let size_bits = if e.size >= SIZE_ESCAPE {
-            self.rare().big_sizes.push((index, e.size));
-            SIZE_ESCAPE
-        } else {
-            e.size
-        };
-        let stream_index = match self.stream_slot(e.stream) {
-            Some(p) => p,
-            None => {
-                self.rare().big_streams.push((index, e.stream));
-                STREAM_ESCAPE
-            }
-        };
         if let Some(p) = e.pool.filter(|&p| p != (0, 0)) {
             self.rare().pools.push((index, p));
-        }
-        if let Some(s) = e.compile_context {
-            self.rare().compile_context.push((index, s));
-        }
-        if let Some(s) = e.user_metadata {
-            self.rare().user_metadata.push((index, s));
         }
         if let Some(s) = e.internal_metadata {
             self.rare().internal_metadata.push((index, s));
@@ -309,12 +306,88 @@ impl DeviceTrace {
         if let Some(k) = e.extra_keys {
             self.rare().extra_keys.push((index, k));
         }
+        self.push_common(
+            action,
+            e.addr,
+            e.size,
+            e.stream,
+            e.time_us,
+            e.stack,
+            e.compile_context,
+            e.user_metadata,
+        );
+    }
+
+    /// An event with none of the rare fields but compile context and user metadata.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn push_common(
+        &mut self,
+        action: Action,
+        addr: u64,
+        size: u64,
+        stream: u64,
+        time_us: Option<i64>,
+        stack: Option<StackId>,
+        compile_context: Option<StrId>,
+        user_metadata: Option<StrId>,
+    ) {
+        let index = self.events.len() as u32;
+        let e = NewEvent {
+            addr,
+            size,
+            stream,
+            time_us,
+            stack,
+            compile_context,
+            user_metadata,
+            ..NewEvent::default()
+        };
+        let size_bits = if e.size >= SIZE_ESCAPE {
+            self.rare().big_sizes.push((index, e.size));
+            SIZE_ESCAPE
+        } else {
+            e.size
+        };
+        let stream_index = match self.stream_slot(e.stream) {
+            Some(p) => p,
+            None => {
+                self.rare().big_streams.push((index, e.stream));
+                STREAM_ESCAPE
+            }
+        };
+        if let Some(s) = e.compile_context {
+            self.rare().compile_context.push((index, s));
+        }
+        if let Some(s) = e.user_metadata {
+            self.rare().user_metadata.push((index, s));
+        }
+        let block = (index >> TIME_BLOCK_BITS) as usize;
+        if block == self.time_base.len() {
+            self.time_base.push(NO_BASE);
+        }
+        let time = match e.time_us {
+            None => NO_TIME,
+            Some(t) => {
+                let base = &mut self.time_base[block];
+                if *base == NO_BASE {
+                    *base = t;
+                }
+                match t.checked_sub(*base).and_then(|d| u32::try_from(d).ok()) {
+                    Some(d) if d < TIME_ESCAPE => d,
+                    _ => {
+                        self.rare().big_times.push((index, t));
+                        TIME_ESCAPE
+                    }
+                }
+            }
+        };
         self.events.push(Packed {
             addr: e.addr,
             size_action_stream: size_bits
                 | ((action as u64) << ACTION_SHIFT)
                 | (stream_index << STREAM_SHIFT),
-            time_us: e.time_us.unwrap_or(NO_TIME),
+            time,
             stack: e.stack.map_or(NO_STACK, |s| s.0),
         });
     }
@@ -327,39 +400,49 @@ impl DeviceTrace {
 
     #[inline]
     pub fn time_us(&self, i: usize) -> Option<i64> {
-        let t = self.events[i].time_us;
-        (t != NO_TIME).then_some(t)
+        match self.events[i].time {
+            NO_TIME => None,
+            TIME_ESCAPE => self.side(|r| &r.big_times, i).copied(),
+            d => Some(self.time_base[i >> TIME_BLOCK_BITS] + d as i64),
+        }
     }
 
+    #[inline]
     pub fn get(&self, i: usize) -> TraceEvent {
         let p = self.events[i];
         let bits = p.size_action_stream;
         let size = match bits & SIZE_ESCAPE {
-            SIZE_ESCAPE => *self
-                .rare
-                .as_ref()
-                .and_then(|r| sparse_get(&r.big_sizes, i as u32))
-                .unwrap_or(&SIZE_ESCAPE),
+            SIZE_ESCAPE => self.escaped_size(i),
             s => s,
         };
         let stream = match bits >> STREAM_SHIFT {
-            STREAM_ESCAPE => *self
-                .rare
-                .as_ref()
-                .and_then(|r| sparse_get(&r.big_streams, i as u32))
-                .unwrap_or(&0),
+            STREAM_ESCAPE => self.escaped_stream(i),
             s => self.streams[s as usize],
         };
+        let time_us = match p.time {
+            NO_TIME => None,
+            TIME_ESCAPE => self.side(|r| &r.big_times, i).copied(),
+            d => Some(self.time_base[i >> TIME_BLOCK_BITS] + d as i64),
+        };
         let stack = p.stack;
-        let time_us = p.time_us;
         TraceEvent {
-            action: self.action(i),
+            action: Action::from_bits(((bits >> ACTION_SHIFT) & 0xf) as u8),
             addr: p.addr,
             size,
             stream,
-            time_us: (time_us != NO_TIME).then_some(time_us),
+            time_us,
             stack: (stack != NO_STACK).then_some(StackId(stack)),
         }
+    }
+
+    #[cold]
+    fn escaped_size(&self, i: usize) -> u64 {
+        *self.side(|r| &r.big_sizes, i).unwrap_or(&SIZE_ESCAPE)
+    }
+
+    #[cold]
+    fn escaped_stream(&self, i: usize) -> u64 {
+        *self.side(|r| &r.big_streams, i).unwrap_or(&0)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = TraceEvent> + '_ {
@@ -466,7 +549,7 @@ mod tests {
 
     #[test]
     fn packing_round_trips_every_field() {
-        assert_eq!(DeviceTrace::bytes_per_event(), 28);
+        assert_eq!(DeviceTrace::bytes_per_event(), 24);
         let mut t = DeviceTrace::default();
         let cases = [
             (
@@ -503,6 +586,34 @@ mod tests {
         assert_eq!(t.get(1).device_free(), Some(123));
         assert_eq!(t.pool_id(2), (1, 2));
         assert_eq!(t.pool_id(0), (0, 0));
+    }
+
+    #[test]
+    fn times_round_trip_across_blocks_and_escapes() {
+        let t0 = 1_700_000_000_000_000i64;
+        let times: Vec<Option<i64>> = (0..10_000i64)
+            .map(|i| match i % 7 {
+                0 => None,
+                1 => Some(-5),
+                2 => Some(i64::MAX),
+                3 => Some(t0 + i * 1000),
+                4 => Some(t0 + (1 << 40)),
+                5 => Some(t0 - i),
+                _ => Some(t0 + i),
+            })
+            .collect();
+        let mut t = DeviceTrace::default();
+        for &time_us in &times {
+            t.push(NewEvent {
+                action: Some(Action::Alloc),
+                time_us,
+                ..Default::default()
+            });
+        }
+        for (i, &time_us) in times.iter().enumerate() {
+            assert_eq!(t.time_us(i), time_us, "event {i}");
+            assert_eq!(t.get(i).time_us, time_us, "event {i}");
+        }
     }
 
     #[test]

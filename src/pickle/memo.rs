@@ -10,7 +10,7 @@
 //! picklers never exceed; anything else goes to a sorted set that grows by one entry per
 //! opcode at most.
 
-use super::ops::{Input, Op, ReadInput, SliceInput, next_op, text_index};
+use super::ops::{Input, Op, RELEASE_STEP, ReadInput, Release, SliceInput, next_op, text_index};
 use super::vm::SharedKey;
 use super::{Error, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +50,43 @@ impl IndexSet {
         }
     }
 
+    /// The set `0..n`.
+    pub fn first(n: u64) -> IndexSet {
+        let mut words = vec![u64::MAX; (n / 64) as usize];
+        if !n.is_multiple_of(64) {
+            words.push((1u64 << (n % 64)) - 1);
+        }
+        IndexSet {
+            words,
+            sparse: BTreeSet::new(),
+        }
+    }
+
+    /// Adds every index of `other`.
+    pub fn union(&mut self, other: &IndexSet) {
+        if self.words.len() < other.words.len() {
+            self.words.resize(other.words.len(), 0);
+        }
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= b;
+        }
+        for &i in &other.sparse {
+            let word = (i / 64) as usize;
+            if word < self.words.len() {
+                self.words[word] |= 1u64 << (i % 64);
+            } else {
+                self.sparse.insert(i);
+            }
+        }
+        // An index of `self`'s sparse part may now be in the dense part too.
+        let words = &self.words;
+        self.sparse.retain(|&i| {
+            words
+                .get((i / 64) as usize)
+                .is_none_or(|w| w & (1u64 << (i % 64)) == 0)
+        });
+    }
+
     #[inline]
     pub fn contains(&self, index: u64) -> bool {
         let word = (index / 64) as usize;
@@ -63,9 +100,9 @@ impl IndexSet {
 /// Reads of one index, saturating: `MANY` means "never release".
 const MANY: u8 = u8::MAX;
 
-/// What the first pass learns: the indices that GET opcodes read (with a slot number
-/// and whether they are read once or more), and how many stores the file makes.
-#[derive(Debug, Default)]
+/// What the first pass learns: the indices that GET opcodes read, each with a slot
+/// number.
+#[derive(Debug, Default, Clone)]
 pub struct MemoReferences {
     read: IndexSet,
     /// Slot of each read index: reads per slot (1 or `MANY`).
@@ -77,33 +114,22 @@ pub struct MemoReferences {
 }
 
 impl MemoReferences {
-    /// Builds the slot table from the indices read at least once and those read again.
-    pub fn from_sets(read: IndexSet, many: &IndexSet) -> Self {
+    /// Builds the slot table from the indices read back (each kept to the end).
+    pub fn from_read(read: IndexSet) -> Self {
         let mut rank = Vec::with_capacity(read.words.len());
-        let mut reads = Vec::new();
         let mut total = 0u32;
-        for (w, &word) in read.words.iter().enumerate() {
+        for &word in &read.words {
             rank.push(total);
             total += word.count_ones();
-            let mut bits = word;
-            while bits != 0 {
-                let index = (w * 64) as u64 + bits.trailing_zeros() as u64;
-                reads.push(if many.contains(index) { MANY } else { 1 });
-                bits &= bits - 1;
-            }
         }
         let dense_count = total as usize;
-        let sparse_slots = read
+        let sparse_slots: BTreeMap<u64, usize> = read
             .sparse
             .iter()
             .enumerate()
             .map(|(i, &idx)| (idx, dense_count + i))
             .collect();
-        reads.extend(
-            read.sparse
-                .iter()
-                .map(|&idx| if many.contains(idx) { MANY } else { 1 }),
-        );
+        let reads = vec![MANY; dense_count + sparse_slots.len()];
         MemoReferences {
             read,
             reads,
@@ -139,25 +165,63 @@ impl MemoReferences {
     }
 }
 
-/// What one stretch of opcodes reads back: indices read once, and read more than once.
-#[derive(Debug, Default)]
+/// What one stretch of opcodes reads back, and how many stores it makes.
+#[derive(Debug)]
 pub struct ScanCounts {
     pub read: IndexSet,
-    pub many: IndexSet,
-    /// PUT and MEMOIZE opcodes met.
+    /// PUT and MEMOIZE opcodes met, and of those the PUTs (explicit indices).
     pub stores: u64,
+    pub puts: u64,
+    /// Indices read recently (direct-mapped, +1; 0 is empty): most reads are of a few
+    /// thousand shared values, and the set is large, so this saves a cache miss per read.
+    recent: Box<[u32]>,
+}
+
+const RECENT: usize = 1 << 14;
+
+impl Default for ScanCounts {
+    fn default() -> Self {
+        ScanCounts {
+            read: IndexSet::default(),
+            stores: 0,
+            puts: 0,
+            recent: vec![0; RECENT].into_boxed_slice(),
+        }
+    }
 }
 
 impl ScanCounts {
-    #[inline]
+    /// A GET of `index`. An index read back must have been stored before: below the
+    /// stores so far for any real pickler (`bound`); others (explicit PUT indices far
+    /// apart) go to a sorted set.
+    #[inline(always)]
     fn get(&mut self, index: u64, bound: u64) {
-        if !self.read.insert(index, bound) {
-            self.many.insert(index, bound);
+        let at = index as usize & (RECENT - 1);
+        if self.recent[at] as u64 == index + 1 {
+            return;
         }
+        if index < u32::MAX as u64 {
+            self.recent[at] = index as u32 + 1;
+        }
+        if let Some(w) = self.read.words.get((index / 64) as usize)
+            && w & (1u64 << (index % 64)) != 0
+        {
+            return;
+        }
+        self.read.insert(index, bound);
     }
 
+    /// Adds the counts of a later stretch.
+    fn merge(&mut self, other: ScanCounts) {
+        self.read.union(&other.read);
+        self.stores += other.stores;
+        self.puts += other.puts;
+    }
+
+    /// Values read back are kept until the end of the read (they are the shared parts of
+    /// a snapshot: strings, frames, frames lists), so reads are not counted.
     pub fn finish(self) -> MemoReferences {
-        MemoReferences::from_sets(self.read, &self.many)
+        MemoReferences::from_read(self.read)
     }
 }
 
@@ -184,10 +248,210 @@ pub fn scan<I: Input>(
             Op::TextGet(arg) => text_index(arg, start)?,
             _ => continue,
         };
-        // An index read back must have been stored before: below the stores so far for
-        // any real pickler. Others (explicit PUT indices far apart) go to a sorted set.
         counts.get(index, stores_before + counts.stores + 1);
     }
+}
+
+/// [`scan`] over `data[start..end]` (whole opcodes), with the opcodes of snapshots read
+/// by a table and anything else by [`next_op`] (which also makes every error).
+/// Returns the counts and where STOP was, if it was.
+fn scan_range(
+    data: &[u8],
+    start: usize,
+    end: usize,
+    stores_before: u64,
+    release: Option<Release>,
+) -> Result<(ScanCounts, Option<usize>), Error> {
+    let r = scan_range_inner(data, start, end, stores_before, release);
+    if let Some(f) = release {
+        f(start, end);
+    }
+    r
+}
+
+fn scan_range_inner(
+    data: &[u8],
+    start: usize,
+    end: usize,
+    stores_before: u64,
+    release: Option<Release>,
+) -> Result<(ScanCounts, Option<usize>), Error> {
+    let mut counts = ScanCounts::default();
+    let d = &data[..end];
+    let mut p = start;
+    let mut released = start;
+    let mut next_release = if release.is_some() {
+        start + RELEASE_STEP
+    } else {
+        usize::MAX
+    };
+    // The opcodes of snapshots, each with its argument inside `d` (else the general
+    // decoder below takes the opcode and makes any error).
+    while p < end {
+        if p >= next_release {
+            if let Some(f) = release {
+                f(released, p);
+            }
+            released = p;
+            next_release = p + RELEASE_STEP;
+        }
+        let op = d[p];
+        let step = match op {
+            b'h' if p + 2 <= end => {
+                counts.get(d[p + 1] as u64, stores_before + counts.stores + 1);
+                2
+            }
+            b'j' if p + 5 <= end => {
+                let i = u32::from_le_bytes([d[p + 1], d[p + 2], d[p + 3], d[p + 4]]) as u64;
+                counts.get(i, stores_before + counts.stores + 1);
+                5
+            }
+            0x94 => {
+                counts.stores += 1;
+                1
+            }
+            b'('
+            | b'}'
+            | b']'
+            | b')'
+            | b'u'
+            | b'e'
+            | b'a'
+            | b's'
+            | b'N'
+            | b't'
+            | b'l'
+            | b'd'
+            | b'0'
+            | b'1'
+            | b'2'
+            | 0x85..=0x89
+            | 0x8f..=0x91 => 1,
+            b'K' | 0x80 if p + 2 <= end => 2,
+            b'M' if p + 3 <= end => 3,
+            b'J' if p + 5 <= end => 5,
+            b'G' | 0x95 if p + 9 <= end => 9,
+            0x8c | 0x8a | b'U' | b'C' if p + 2 <= end && p + 2 + d[p + 1] as usize <= end => {
+                2 + d[p + 1] as usize
+            }
+            b'X' | b'T' | b'B' if p + 5 <= end => {
+                let n = u32::from_le_bytes([d[p + 1], d[p + 2], d[p + 3], d[p + 4]]) as usize;
+                if end - p - 5 >= n { 5 + n } else { 0 }
+            }
+            b'q' if p + 2 <= end => {
+                counts.stores += 1;
+                counts.puts += 1;
+                2
+            }
+            b'r' if p + 5 <= end => {
+                counts.stores += 1;
+                counts.puts += 1;
+                5
+            }
+            b'.' => return Ok((counts, Some(p + 1))),
+            _ => 0,
+        };
+        if step > 0 {
+            p += step;
+            continue;
+        }
+        // Anything else, and every error, through the general decoder.
+        let mut input = SliceInput::new_at(d, p);
+        let mut at = 0u64;
+        let index = match next_op(&mut input, &mut at)? {
+            Op::Stop => return Ok((counts, Some(input.pos()))),
+            Op::Memoize => {
+                counts.stores += 1;
+                None
+            }
+            Op::Put(_) | Op::TextPut(_) => {
+                counts.stores += 1;
+                counts.puts += 1;
+                None
+            }
+            Op::Get(i) => Some(i),
+            Op::TextGet(arg) => Some(text_index(arg, at)?),
+            _ => None,
+        };
+        if let Some(i) = index {
+            counts.get(i, stores_before + counts.stores + 1);
+        }
+        p = input.pos();
+    }
+    Ok((counts, None))
+}
+
+/// Where the FRAMEs of a protocol 4+ pickle start (frames hold whole opcodes, so a
+/// reader may start at any of them), or None when the bytes are not framed.
+pub fn frame_starts(data: &[u8], release: Option<Release>) -> Option<Vec<usize>> {
+    let mut p = if data.starts_with(&[0x80]) && data.len() >= 2 {
+        2
+    } else {
+        0
+    };
+    let mut starts = Vec::new();
+    let mut unframed = 0;
+    let mut released = 0;
+    while p < data.len() {
+        // Reading a header per frame brings in the pages around it.
+        if p - released >= RELEASE_STEP
+            && let Some(f) = release
+        {
+            f(released, p);
+            released = p;
+        }
+        if data[p] == 0x95 {
+            let n = data.get(p + 1..p + 9)?;
+            let n = usize::try_from(u64::from_le_bytes(n.try_into().ok()?)).ok()?;
+            let next = p.checked_add(9)?.checked_add(n)?;
+            if next > data.len() {
+                return None;
+            }
+            starts.push(p);
+            p = next;
+            unframed = 0;
+            continue;
+        }
+        // An opcode between frames (Python writes payloads of 64 KiB and more unframed).
+        unframed += 1;
+        if unframed > 64 {
+            return None;
+        }
+        let mut input = SliceInput::new_at(data, p);
+        let mut at = 0u64;
+        if matches!(next_op(&mut input, &mut at), Ok(Op::Stop) | Err(_)) {
+            break;
+        }
+        p = input.pos();
+    }
+    (!starts.is_empty()).then_some(starts)
+}
+
+/// Stretches of whole opcodes to scan or read in parallel: `[start, end)` ranges at
+/// frame starts, about `n` of them.
+pub fn chunks(data: &[u8], n: usize, release: Option<Release>) -> Vec<(usize, usize)> {
+    if n <= 1 {
+        return vec![(0, data.len())];
+    }
+    let starts = frame_starts(data, release);
+    if let Some(f) = release {
+        f(0, data.len());
+    }
+    let Some(starts) = starts else {
+        return vec![(0, data.len())];
+    };
+    let mut bounds = vec![0];
+    for k in 1..n {
+        let target = data.len() / n * k;
+        let i = starts.partition_point(|&s| s < target);
+        if let Some(&s) = starts.get(i)
+            && s > *bounds.last().unwrap()
+        {
+            bounds.push(s);
+        }
+    }
+    bounds.push(data.len());
+    bounds.windows(2).map(|w| (w[0], w[1])).collect()
 }
 
 /// First pass: walks every opcode up to STOP and records the memo indices read back.
@@ -197,10 +461,68 @@ pub fn scan_references<R: Read>(reader: R) -> Result<MemoReferences, Error> {
     Ok(scan(&mut input, 0, true)?.0.finish())
 }
 
-/// [`scan_references`] over bytes held in memory.
+/// [`scan_references`] over bytes held in memory: stretches between frames are scanned
+/// in parallel (rayon), then merged in order, so the result and the first error are
+/// those of a scan from the start.
 pub fn scan_slice(bytes: &[u8]) -> Result<MemoReferences, Error> {
-    let mut input = SliceInput::new(bytes);
-    Ok(scan(&mut input, 0, true)?.0.finish())
+    scan_slice_releasing(bytes, None)
+}
+
+/// [`scan_slice`], telling `release` which bytes it has read.
+pub fn scan_slice_releasing(
+    bytes: &[u8],
+    release: Option<Release>,
+) -> Result<MemoReferences, Error> {
+    Ok(scan_slice_chunks(bytes, rayon::current_num_threads() * 4, release)?.0)
+}
+
+/// Stretches of whole opcodes, `(start, end, stores before start)`, from which a reader
+/// can start with a known memo count.
+pub type Stretches = Vec<(usize, usize, u64)>;
+
+/// [`scan_slice`] over about `n` stretches between frames, scanned in parallel (rayon)
+/// and merged in order, so the result and the first error are those of a scan from the
+/// start. Also gives the stretches up to STOP with the stores before each, when the
+/// bytes are framed and every store is a MEMOIZE (then a memo index is the count of
+/// stores before it).
+pub fn scan_slice_chunks(
+    bytes: &[u8],
+    n: usize,
+    release: Option<Release>,
+) -> Result<(MemoReferences, Option<Stretches>), Error> {
+    use rayon::prelude::*;
+    let parts = chunks(bytes, n, release);
+    let results: Vec<_> = parts
+        .par_iter()
+        .map(|&(a, b)| scan_range(bytes, a, b, a as u64, release))
+        .collect();
+    let mut total = ScanCounts::default();
+    let mut stretches = Vec::new();
+    for (r, &(a, b)) in results.into_iter().zip(&parts) {
+        let (counts, stop) = r?;
+        stretches.push((a, stop.unwrap_or(b), total.stores));
+        total.merge(counts);
+        if stop.is_some() {
+            let sequential = total.puts == 0 && stretches.len() > 1;
+            return Ok((total.finish(), sequential.then_some(stretches)));
+        }
+    }
+    // No STOP: the sequential scan names what is missing.
+    let mut input = SliceInput::releasing(bytes, release);
+    Ok((scan(&mut input, 0, true)?.0.finish(), None))
+}
+
+/// One opcode at `pos`: the position after it, and whether it stores in the memo (1) or
+/// not (0). None at STOP or an error (which the reader will meet and report).
+pub fn step(bytes: &[u8], pos: usize) -> Option<(usize, u64)> {
+    let mut input = SliceInput::new_at(bytes, pos);
+    let mut at = 0u64;
+    let stored = match next_op(&mut input, &mut at).ok()? {
+        Op::Stop => return None,
+        Op::Memoize | Op::Put(_) | Op::TextPut(_) => 1,
+        _ => 0,
+    };
+    Some((input.pos(), stored))
 }
 
 /// What a memo slot holds.
@@ -288,12 +610,33 @@ impl Memo {
     /// Records a store at `index`; returns the slot when the value must be kept.
     #[inline]
     pub fn store_slot(&mut self, index: u64) -> Option<usize> {
-        self.sequential &= index == self.stored_count;
+        self.count_store(index);
+        self.refs.slot(index)
+    }
+
+    /// Counts a store. While every store went to the next index, the stored indices are
+    /// `0..stored_count` and need no set; the set is made at the first other store.
+    #[inline]
+    fn count_store(&mut self, index: u64) {
         self.store_ops += 1;
+        if self.sequential && index == self.stored_count {
+            self.stored_count += 1;
+            return;
+        }
+        if self.sequential {
+            self.sequential = false;
+            self.stored = IndexSet::first(self.stored_count);
+        }
         if self.stored.insert(index, self.store_ops + 1) {
             self.stored_count += 1;
         }
-        self.refs.slot(index)
+    }
+
+    /// A store a builder decoded straight from the bytes, of a value nothing reads back
+    /// (it checked [`Memo::is_read_back`]).
+    #[inline]
+    pub fn store_unread(&mut self, index: u64) {
+        self.count_store(index);
     }
 
     /// Stack position of the open container a slot waits for, if any.
@@ -415,6 +758,24 @@ impl Memo {
             && let Some(v) = value
         {
             self.set(slot, v, depth);
+        }
+    }
+
+    /// Stores at `n` indices from `first` on, as `n` MEMOIZEs would (a builder decoded
+    /// the values straight from the bytes); `values` are those of indices read back, in
+    /// order of index.
+    pub fn store_run(&mut self, first: u64, n: u64, values: Vec<(u64, Value)>) {
+        let mut values = values.into_iter().peekable();
+        for index in first..first + n {
+            let slot = self.store_slot(index);
+            if let Some(&(i, _)) = values.peek()
+                && i == index
+            {
+                let (_, v) = values.next().expect("peeked");
+                if let Some(slot) = slot {
+                    self.set(slot, v, 2);
+                }
+            }
         }
     }
 

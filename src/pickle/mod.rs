@@ -18,12 +18,15 @@ mod value;
 mod vm;
 mod write;
 
-pub use memo::{MemoReferences, scan_references, scan_slice};
-pub use ops::MAX_STREAM_ARGUMENT;
+pub use memo::{
+    MemoReferences, Stretches, chunks, frame_starts, scan_references, scan_slice,
+    scan_slice_chunks, scan_slice_releasing, step,
+};
+pub use ops::{MAX_STREAM_ARGUMENT, RELEASE_STEP, Release};
 pub use value::{ListId, Value};
 pub use vm::{
     Builder, FastTake, HELD_VALUES_FLOOR, MAX_DECIMAL_DIGITS, MAX_DEPTH, Memo, ParseInfo,
-    PlainBuilder, SharedKey, parse_slice, parse_with,
+    PlainBuilder, SharedKey, parse_slice, parse_slice_releasing, parse_with,
 };
 pub use write::{FRAME_SIZE_TARGET, MemoId, PickleWriter};
 

@@ -100,11 +100,22 @@ pub trait Input {
     }
 }
 
+/// Told that the bytes `[start, end)` of a slice being read are behind the reader, so a
+/// mapping of a file can give their pages back (they are read again if needed).
+pub type Release<'a> = &'a (dyn Fn(usize, usize) + Sync);
+
+/// Bytes read between two [`Release`] calls, and bytes kept behind the reader.
+pub const RELEASE_STEP: usize = 32 << 20;
+const RELEASE_MARGIN: usize = 1 << 20;
+
 /// Input held in memory: the window is the whole rest of the slice.
 pub struct SliceInput<'a> {
     data: &'a [u8],
     pos: usize,
     base: u64,
+    release: Option<Release<'a>>,
+    released: usize,
+    next_release: usize,
 }
 
 impl<'a> SliceInput<'a> {
@@ -113,7 +124,47 @@ impl<'a> SliceInput<'a> {
             data,
             pos: 0,
             base: 0,
+            release: None,
+            released: 0,
+            next_release: usize::MAX,
         }
+    }
+
+    /// Input that calls `release` for the bytes it has read, every [`RELEASE_STEP`].
+    pub fn releasing(data: &'a [u8], release: Option<Release<'a>>) -> Self {
+        let mut input = SliceInput::new(data);
+        if release.is_some() {
+            input.release = release;
+            input.next_release = RELEASE_STEP;
+        }
+        input
+    }
+
+    #[cold]
+    fn release_behind(&mut self) {
+        if let Some(f) = self.release {
+            let upto = self.pos.saturating_sub(RELEASE_MARGIN);
+            if upto > self.released {
+                f(self.released, upto);
+                self.released = upto;
+            }
+        }
+        self.next_release = self.pos + RELEASE_STEP;
+    }
+}
+
+impl<'a> SliceInput<'a> {
+    /// Input at position `pos` of `data` (offsets count from the start of `data`).
+    pub fn new_at(data: &'a [u8], pos: usize) -> Self {
+        let mut input = SliceInput::new(data);
+        input.pos = pos;
+        input
+    }
+
+    /// Position in the slice.
+    #[inline]
+    pub fn pos(&self) -> usize {
+        self.pos
     }
 }
 
@@ -125,6 +176,9 @@ impl Input for SliceInput<'_> {
     #[inline]
     fn advance(&mut self, n: usize) {
         self.pos += n;
+        if self.pos >= self.next_release {
+            self.release_behind();
+        }
     }
     #[inline]
     fn fill(&mut self, n: usize, _what: &'static str) -> Result<bool, Error> {

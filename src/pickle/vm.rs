@@ -8,7 +8,7 @@
 
 pub use super::memo::Memo;
 use super::memo::{MemoRead, MemoReferences};
-use super::ops::{Input, Op, ReadInput, SliceInput, next_op, text_index};
+use super::ops::{Input, Op, ReadInput, Release, SliceInput, next_op, text_index};
 use super::value::ListId;
 use super::{Error, Value};
 use std::io::Read;
@@ -804,6 +804,16 @@ pub fn parse_slice<B: Builder>(
     builder: &mut B,
 ) -> Result<(Value, ParseInfo), Error> {
     parse_input(&mut SliceInput::new(bytes), refs, builder)
+}
+
+/// [`parse_slice`], telling `release` which bytes it has read.
+pub fn parse_slice_releasing<B: Builder>(
+    bytes: &[u8],
+    refs: MemoReferences,
+    builder: &mut B,
+    release: Option<Release>,
+) -> Result<(Value, ParseInfo), Error> {
+    parse_input(&mut SliceInput::releasing(bytes, release), refs, builder)
 }
 
 fn parse_input<I: Input, B: Builder>(
