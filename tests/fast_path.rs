@@ -181,13 +181,13 @@ fn every_real_snapshot_decodes_the_same_on_both_paths() {
 fn the_binary_prints_the_same_bytes_with_one_and_many_threads() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("gen.pickle");
-    let gen = std::process::Command::new("python3")
+    let generated = std::process::Command::new("python3")
         .args(["scripts/bench_gen.py", "--size-mb", "20", "-o"])
         .arg(&file)
         .current_dir(root())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output();
-    match gen {
+    match generated {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             println!("SKIPPED: python3 not found; the multi-thread comparison did not run");
             return;
@@ -209,11 +209,18 @@ fn the_binary_prints_the_same_bytes_with_one_and_many_threads() {
                 .args(&args)
                 .output()
                 .unwrap();
-            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             o.stdout
         };
         let one = run("1");
         assert!(!one.is_empty());
-        assert!(one == run("3"), "{args:?}: output differs between 1 and 3 threads");
+        assert!(
+            one == run("3"),
+            "{args:?}: output differs between 1 and 3 threads"
+        );
     }
 }
