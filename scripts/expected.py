@@ -33,7 +33,10 @@ Rules (per device d), see also tests/ and testdata/README.md:
     in the original device_traces[d] of the entry after which it is first reached
     (null when the peak is the state before any event); see `_peak_figures`.
   * peak_allocated_bytes / peak_allocated_index: the same timeline counted in block
-    bytes (each size rounded up to a multiple of 512, at least 512).
+    bytes: an allocation that holds a block of the final segments (an active block at
+    its address whose requested size is the allocation's, and, for one made in the
+    trace, the last alloc at that address) counts that block's size; every other
+    size is rounded up to a multiple of 512, at least 512.
   * peak_reserved_bytes: the highest reserved total, replaying segment events
     backwards from the final reserved bytes and then forwards; see `_peak_figures`.
   Every peak is null when the device has no trace entries (only the final state is
@@ -156,7 +159,7 @@ def _peak_figures(segs, trace):
             "peak_reserved_bytes": None,
         }
     requested, requested_index, reserved = _timeline_peak(segs, trace, lambda n: n)
-    allocated, allocated_index, _ = _timeline_peak(segs, trace, _block)
+    allocated, allocated_index, _ = _timeline_peak(segs, trace, _block, real_blocks=True)
     return {
         "peak_requested_bytes": requested,
         "peak_requested_index": requested_index,
@@ -166,7 +169,19 @@ def _peak_figures(segs, trace):
     }
 
 
-def _timeline_peak(segs, trace, size_of):
+def _final_blocks(segs):
+    """{address: (size, requested size)} of the active blocks of the final segments."""
+    blocks = {}
+    for s in segs:
+        addr = s["address"]
+        for b in s.get("blocks", []):
+            if b["state"] in ("active_allocated", "active_pending_free"):
+                blocks[addr] = (b["size"], _viewer_requested(b))
+            addr += b["size"]
+    return blocks
+
+
+def _timeline_peak(segs, trace, size_of, real_blocks=False):
     """(peak, index, peak_reserved) of one device, sizes counted by `size_of`.
 
     `segs`: the segments of the device; `trace`: its original device_traces[d] list
@@ -181,6 +196,18 @@ def _timeline_peak(segs, trace, size_of):
     # Phase 1 (section 6.2): pair events over the merged trace.  An element is
     # [size, original index]; `actions` lists element ids in order, the first
     # occurrence of an id is its alloc and the second its free.
+    final = _final_blocks(segs) if real_blocks else {}
+    last_alloc = {}
+    for index, e in enumerate(trace):
+        if e["action"] == "alloc":
+            last_alloc[e["addr"]] = index
+
+    def alloc_size(index, e):
+        block = final.get(e["addr"])
+        if block and block[1] == e["size"] and block[0] >= e["size"] and last_alloc[e["addr"]] == index:
+            return block[0]
+        return size_of(e["size"])
+
     elements = []
     actions = []
     initially_allocated = []
@@ -189,7 +216,7 @@ def _timeline_peak(segs, trace, size_of):
         if action == "alloc":
             # An alloc at an address that is already open replaces the open entry;
             # the old element is never freed (it stays on the stack to the end).
-            elements.append((size_of(e["size"]), index))
+            elements.append((alloc_size(index, e), index))
             open_allocs[e["addr"]] = len(elements) - 1
             actions.append(len(elements) - 1)
         elif action in ("free", "free_completed"):
@@ -214,7 +241,11 @@ def _timeline_peak(segs, trace, size_of):
         addr = s["address"]
         for b in s.get("blocks", []):
             if b["state"] == "active_allocated" and addr not in open_allocs:
-                survivors_total += size_of(_viewer_requested(b))
+                requested = _viewer_requested(b)
+                if real_blocks and b["size"] >= requested:
+                    survivors_total += b["size"]
+                else:
+                    survivors_total += size_of(requested)
             addr += b["size"]
     # (The viewer moves one survivor into `actions` when there are no actions at all,
     # to draw a flat plot; that changes neither the peak nor its index: the peak is

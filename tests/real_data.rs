@@ -29,3 +29,31 @@ fn every_real_snapshot_matches_an_independent_computation() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
     eprintln!("checked {checked} real snapshots");
 }
+
+/// The replay counts an allocation that holds a block of the final segments at that
+/// block's real size, so the peak of allocated block bytes is never below what the
+/// final segments hold (a peak lower than the end would read as a contradiction). The
+/// figures are the independent ones the test above holds the binary to.
+#[test]
+fn no_peak_of_allocated_bytes_is_below_the_final_blocks() {
+    let expected: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/data/real_expected.json")).unwrap(),
+    )
+    .unwrap();
+    let mut peaks = 0;
+    for (rel, exp) in &expected {
+        for d in exp["devices"].as_array().unwrap() {
+            let Some(peak) = d["peak_allocated_bytes"].as_u64() else {
+                continue;
+            };
+            let allocated = d["allocated_bytes"].as_u64().unwrap();
+            assert!(
+                peak >= allocated,
+                "{rel} device {}: peak allocated {peak} below the final {allocated}",
+                d["device"]
+            );
+            peaks += 1;
+        }
+    }
+    assert!(peaks > 20, "only {peaks} devices with a trace");
+}

@@ -5,7 +5,7 @@ use super::attribution::{Attributor, GroupBy, GroupKey};
 use super::frames::user_frames;
 use super::moment::ResolvedMoment;
 use crate::timeline::Lifetime;
-use crate::timeline::replay::{DeviceReplay, LiveAt, PoolId, TotalsAt, block_bytes};
+use crate::timeline::replay::{DeviceReplay, LiveAt, PoolId, TotalsAt};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -17,6 +17,8 @@ pub struct LiveState {
     /// In allocation order: traced ones by alloc event, then those from before the
     /// trace by free event, then survivors.
     pub lifetimes: Vec<Lifetime>,
+    /// Block bytes of each of `lifetimes` ([`DeviceReplay::block_bytes_of`]).
+    pub block_bytes: Vec<u64>,
     pub streams: Vec<u64>,
     pub pools: Vec<PoolId>,
     pub requested_bytes: u64,
@@ -39,9 +41,11 @@ pub fn live_state(r: &DeviceReplay, at: Option<usize>) -> LiveState {
     let mut totals = TotalsAt::new(vec![at]);
     let start = r.run((&mut live, &mut totals));
     let run = totals.values.first().copied().unwrap_or_default();
+    let lifetimes = live.set(at).to_vec();
     LiveState {
         at,
-        lifetimes: live.set(at).to_vec(),
+        block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
+        lifetimes,
         streams: live.streams,
         pools: live.pools,
         requested_bytes: start.requested_after(&run),
@@ -61,7 +65,8 @@ pub struct Group {
     pub kind: &'static str,
     /// Requested bytes.
     pub bytes: u64,
-    /// Block bytes (requests rounded up to 512 bytes).
+    /// Block bytes (the real blocks of allocations alive at the end; requests rounded up
+    /// to 512 bytes for the others).
     pub allocated_bytes: u64,
     pub count: usize,
     /// bytes / the moment's total, rounded to 4 decimals.
@@ -106,19 +111,20 @@ pub struct TopReport {
 /// Groups the live allocations; the whole list, largest first, ties by name.
 pub fn group_live(attr: &Attributor, live: &LiveState, by: GroupBy) -> Vec<Group> {
     let mut index: HashMap<GroupKey, usize> = HashMap::new();
-    let mut acc: Vec<(GroupKey, Vec<&Lifetime>)> = Vec::new();
-    for l in &live.lifetimes {
+    let mut acc: Vec<(GroupKey, Vec<&Lifetime>, u64)> = Vec::new();
+    for (l, &block) in live.lifetimes.iter().zip(&live.block_bytes) {
         let key = attr.key(l, by);
         let i = *index.entry(key).or_insert_with(|| {
-            acc.push((key, Vec::new()));
+            acc.push((key, Vec::new(), 0));
             acc.len() - 1
         });
         acc[i].1.push(l);
+        acc[i].2 += block;
     }
     let total = live.requested_bytes.max(1);
     let mut groups: Vec<Group> = acc
         .into_iter()
-        .map(|(key, members)| {
+        .map(|(key, members, allocated_bytes)| {
             let bytes: u64 = members.iter().map(|l| l.size).sum();
             let largest = members
                 .iter()
@@ -140,7 +146,7 @@ pub fn group_live(attr: &Attributor, live: &LiveState, by: GroupBy) -> Vec<Group
                 name: attr.name(&key),
                 kind: Attributor::kind(&key),
                 bytes,
-                allocated_bytes: members.iter().map(|l| block_bytes(l.size)).sum(),
+                allocated_bytes,
                 count: members.len(),
                 share: share(bytes, total),
                 first_alloc_event: first,

@@ -18,7 +18,7 @@ use crate::analysis::attribution::{Attributor, GroupKey, Site};
 use crate::analysis::summary::{DeviceSummary, Summary};
 use crate::model::{Action, Snapshot, StackId};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, Running};
-use crate::timeline::{Lifetime, Origin, block_bytes};
+use crate::timeline::{Lifetime, Origin};
 use std::io;
 use std::path::{Component, Path};
 
@@ -499,7 +499,7 @@ impl LifetimeRows<'_, '_> {
             Cell::U64(Some(l.addr)),
             int(l.version as u64),
             int(l.size),
-            int(block_bytes(l.size)),
+            int(self.replay.block_bytes_of(l)),
             Cell::U64(Some(stream)),
             Cell::Str(pool.as_deref()),
             Cell::Str(Some(origin)),

@@ -407,6 +407,12 @@ impl DeviceTrace {
         }
     }
 
+    /// The address of event `i`.
+    #[inline]
+    pub fn addr(&self, i: usize) -> u64 {
+        self.events[i].addr
+    }
+
     #[inline]
     pub fn get(&self, i: usize) -> TraceEvent {
         let p = self.events[i];

@@ -17,7 +17,7 @@
 use super::{EventIdx, Lifetime, Origin};
 use crate::model::frames::FxMap;
 use crate::model::{Action, BlockState, DeviceTrace, Segment, Snapshot};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 /// The trace of a device that has none.
 static NO_TRACE: LazyLock<DeviceTrace> = LazyLock::new(DeviceTrace::default);
@@ -27,7 +27,9 @@ pub type PoolId = Option<(i64, i64)>;
 
 /// Bytes the caching allocator hands out for a request: at least 512, in multiples of
 /// 512 (CUDACachingAllocator `round_size`; `roundup_power2_divisions` and unsplit
-/// remainders are not modelled, so this is a lower bound of the real block).
+/// remainders are not modelled, so this is a lower bound of the real block). Allocations
+/// alive in the final segments have their real block size instead
+/// ([`DeviceReplay::block_bytes_of`]).
 pub fn block_bytes(requested: u64) -> u64 {
     requested.max(1).div_ceil(512) * 512
 }
@@ -177,6 +179,11 @@ pub struct DeviceReplay<'a> {
     /// Final segments (start, size, pool), by address: the pool of an allocation whose
     /// entry carries none.
     segments: Vec<(u64, u64, PoolId)>,
+    /// Blocks held in the final segments (allocated, or waiting for their free on other
+    /// streams), by address: (block size, requested size).
+    final_blocks: FxMap<u64, (u64, u64)>,
+    /// For each address of `final_blocks`, the last `alloc` at it in the trace.
+    last_alloc: OnceLock<FxMap<u64, usize>>,
 }
 
 impl<'a> DeviceReplay<'a> {
@@ -206,12 +213,74 @@ impl<'a> DeviceReplay<'a> {
             .map(|s| (s.address, s.total_size, s.pool_id))
             .collect();
         segments.sort_unstable();
+        let final_blocks = final_segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state.is_active())
+            .map(|b| (b.address, (b.size, b.requested_size)))
+            .collect();
         DeviceReplay {
             snap,
             device,
             trace,
             final_segments,
             segments,
+            final_blocks,
+            last_alloc: OnceLock::new(),
+        }
+    }
+
+    /// The last `alloc` at each address that holds a block at the end.
+    fn last_alloc(&self) -> &FxMap<u64, usize> {
+        self.last_alloc.get_or_init(|| {
+            let mut last = FxMap::default();
+            if self.final_blocks.is_empty() {
+                return last;
+            }
+            for i in (0..self.trace.len()).rev() {
+                if self.trace.action(i) != Action::Alloc {
+                    continue;
+                }
+                let addr = self.trace.addr(i);
+                if self.final_blocks.contains_key(&addr) {
+                    last.entry(addr).or_insert(i);
+                    if last.len() == self.final_blocks.len() {
+                        break;
+                    }
+                }
+            }
+            last
+        })
+    }
+
+    /// Block bytes of the allocation of `size` bytes made at `alloc` (None: before the
+    /// trace) at `addr`: its block's real size when it is the block the final segments
+    /// hold, else [`block_bytes`].
+    fn block_bytes_at(&self, alloc: Option<usize>, addr: u64, size: u64) -> u64 {
+        match self.final_blocks.get(&addr) {
+            Some(&(block, requested))
+                if requested == size
+                    && block >= size
+                    && (alloc.is_none() || self.last_alloc().get(&addr).copied() == alloc) =>
+            {
+                block
+            }
+            _ => block_bytes(size),
+        }
+    }
+
+    /// Block bytes of an allocation: what `torch.cuda.memory_allocated()` counts for it.
+    /// Exact for allocations alive at the end (their blocks are in the final segments);
+    /// the request rounded as the allocator rounds it ([`block_bytes`], a lower bound)
+    /// for those freed during the trace.
+    pub fn block_bytes_of(&self, l: &Lifetime) -> u64 {
+        match l.origin {
+            Origin::Survivor => self.block_bytes_at(None, l.addr, l.size),
+            Origin::Traced => match l.alloc {
+                Some(a) => self.block_bytes_at(Some(a.index()), l.addr, l.size),
+                None => block_bytes(l.size),
+            },
+            Origin::BeforeTrace => block_bytes(l.size),
         }
     }
 
@@ -281,7 +350,7 @@ impl<'a> DeviceReplay<'a> {
                         stack: e.stack.map_or(u32::MAX, |s| s.0),
                     };
                     run.requested += e.size as i64;
-                    run.allocated += block_bytes(e.size) as i64;
+                    run.allocated += self.block_bytes_at(Some(i), e.addr, e.size) as i64;
                     agg.alloc(i, &l, &run);
                     if let Some(old) = open.insert(e.addr, l) {
                         never_freed.push(old);
@@ -324,7 +393,7 @@ impl<'a> DeviceReplay<'a> {
                     };
                     *version += 1;
                     run.requested -= l.size as i64;
-                    run.allocated -= block_bytes(l.size) as i64;
+                    run.allocated -= self.block_bytes_of(&l) as i64;
                     agg.free_completed(i, &l, &run);
                 }
                 Action::SegmentAlloc
@@ -368,7 +437,7 @@ impl<'a> DeviceReplay<'a> {
         let mut open: Vec<Lifetime> = open.into_values().chain(never_freed).collect();
         open.sort_unstable_by_key(|l| l.alloc);
         let survivor_requested: u64 = survivors.iter().map(|l| l.size).sum();
-        let survivor_allocated: u64 = survivors.iter().map(|l| block_bytes(l.size)).sum();
+        let survivor_allocated: u64 = survivors.iter().map(|l| self.block_bytes_of(l)).sum();
         let start = Start {
             requested: orphans.requested + survivor_requested,
             allocated: orphans.allocated + survivor_allocated,
