@@ -255,6 +255,24 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
         let r = vramlens::timeline::replay::DeviceReplay::new(&snap, device);
         let at = dev["peak_requested_index"].as_u64().map(|i| i as usize);
         let live = vramlens::analysis::top::live_state(&r, at);
+        // The one-pass live set at the peak is the two-pass one, in the same order.
+        let one_pass = vramlens::analysis::top::live_state_at_peak(&r);
+        assert_eq!(one_pass.at, at, "{} device {device}", info.path);
+        assert_eq!(
+            one_pass.lifetimes, live.lifetimes,
+            "{} device {device}",
+            info.path
+        );
+        assert_eq!(one_pass.block_bytes, live.block_bytes);
+        assert_eq!(
+            (one_pass.requested_bytes, one_pass.allocated_bytes),
+            (live.requested_bytes, live.allocated_bytes)
+        );
+        assert_eq!(one_pass.reserved_bytes, live.reserved_bytes);
+        assert_eq!(
+            (&one_pass.streams, &one_pass.pools),
+            (&live.streams, &live.pools)
+        );
         let (root, folded) = vramlens::analysis::flame::flame(&attr, &live);
         assert_eq!(folded.iter().map(|(_, b)| b).sum::<u64>(), peak);
         assert_eq!(root.bytes, peak);
@@ -552,14 +570,31 @@ fn check_exits_1_over_budget_and_names_what_grew() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["passed"], false);
     assert_eq!(v["grew"][0]["name"], "<string>:31:leaky_eval");
-    // Peak allocated of the sample is 468297216 bytes (expected.json): a budget at that
+    // At the sample's peak of allocated bytes (its expected.json): a budget at that
     // passes, one byte less fails.
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("testdata/sample.pickle.expected.json")).unwrap(),
+    )
+    .unwrap();
+    let peak = expected["devices"][0]["peak_allocated_bytes"]
+        .as_u64()
+        .unwrap();
     vramlens()
-        .args(["check", "testdata/sample.pickle", "--max-peak", "468297216"])
+        .args([
+            "check",
+            "testdata/sample.pickle",
+            "--max-peak",
+            &peak.to_string(),
+        ])
         .assert()
         .code(0);
     vramlens()
-        .args(["check", "testdata/sample.pickle", "--max-peak", "468297215"])
+        .args([
+            "check",
+            "testdata/sample.pickle",
+            "--max-peak",
+            &(peak - 1).to_string(),
+        ])
         .assert()
         .code(1)
         .stdout(predicates::str::contains("FAIL"));

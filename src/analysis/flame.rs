@@ -69,20 +69,35 @@ impl Building {
 /// The tree of the live set (the root is "all", its bytes the moment's total) and the
 /// folded lines, sorted.
 pub fn flame(attr: &Attributor, live: &LiveState) -> (FlameNode, Vec<(String, u64)>) {
+    // Allocations with the same stack and origin share a path: work out each once.
+    let mut index: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
+    let mut distinct: Vec<(&crate::timeline::Lifetime, u64, usize)> = Vec::new();
+    for l in &live.lifetimes {
+        let key = (
+            Attributor::allocation_stack(l),
+            std::mem::discriminant(&l.origin),
+        );
+        let i = *index.entry(key).or_insert_with(|| {
+            distinct.push((l, 0, 0));
+            distinct.len() - 1
+        });
+        distinct[i].1 += l.size;
+        distinct[i].2 += 1;
+    }
     let mut root = Building::default();
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    for l in &live.lifetimes {
+    for (l, bytes, count) in distinct {
         let frames = path(attr, l);
-        root.bytes += l.size;
-        root.count += 1;
+        root.bytes += bytes;
+        root.count += count;
         let mut node = &mut root;
         for f in &frames {
             node = node.children.entry(f.clone()).or_default();
-            node.bytes += l.size;
-            node.count += 1;
+            node.bytes += bytes;
+            node.count += count;
         }
-        node.self_bytes += l.size;
-        *folded.entry(frames.join(";")).or_insert(0) += l.size;
+        node.self_bytes += bytes;
+        *folded.entry(frames.join(";")).or_insert(0) += bytes;
     }
     (
         root.finish("all".into()),

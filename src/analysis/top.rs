@@ -54,6 +54,38 @@ pub fn live_state(r: &DeviceReplay, at: Option<usize>) -> LiveState {
     }
 }
 
+/// What was alive at the peak of requested bytes, from the one replay that finds it.
+pub fn live_state_at_peak(r: &DeviceReplay) -> LiveState {
+    let mut peak = crate::timeline::replay::LiveAtPeak::default();
+    let start = r.run(&mut peak);
+    let lifetimes = std::mem::take(&mut peak.set);
+    LiveState {
+        at: peak.at,
+        block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
+        lifetimes,
+        streams: peak.streams,
+        pools: peak.pools,
+        requested_bytes: start.requested_after(&peak.totals),
+        allocated_bytes: start.allocated_after(&peak.totals),
+        reserved_bytes: start.reserved_after(&peak.totals),
+    }
+}
+
+/// A moment resolved, and what was alive there (for the peak, one replay finds both).
+pub fn resolve_live(
+    r: &DeviceReplay,
+    moment: super::moment::Moment,
+) -> Result<(super::moment::ResolvedMoment, LiveState), super::moment::MomentError> {
+    if moment == super::moment::Moment::Peak && !r.is_empty() {
+        let live = live_state_at_peak(r);
+        let resolved = super::moment::resolve(r, moment, || live.at)?;
+        return Ok((resolved, live));
+    }
+    let resolved = super::moment::resolve(r, moment, || peak_event(r))?;
+    let live = live_state(r, resolved.event.map(|e| e as usize));
+    Ok((resolved, live))
+}
+
 /// One group of live allocations.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Group {
@@ -227,8 +259,7 @@ pub fn analyze_top(
     attr: &Attributor,
 ) -> Result<TopReport, super::moment::MomentError> {
     let r = DeviceReplay::new(snap, choice.device);
-    let resolved = super::moment::resolve(&r, moment, || peak_event(&r))?;
-    let live = live_state(&r, resolved.event.map(|e| e as usize));
+    let (resolved, live) = resolve_live(&r, moment)?;
     let mut groups = limit_groups(
         group_live(attr, &live, by),
         limit.max(1),

@@ -7,8 +7,8 @@ use std::io::Write;
 use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::flame::flame;
-use vramlens::analysis::moment::{Moment, resolve};
-use vramlens::analysis::top::{live_state, peak_event};
+use vramlens::analysis::moment::Moment;
+use vramlens::analysis::top::resolve_live;
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::render::flame_svg::{FlameTitle, write_flame_svg};
 use vramlens::render::names::{device_line, moment_text};
@@ -34,8 +34,7 @@ pub fn run(args: &FlamegraphArgs, out: &mut dyn Write) -> Result<()> {
     let choice = choose_device(&snap, args.device, moment == Moment::Oom)
         .map_err(|e| anyhow!("{path}: {e}"))?;
     let r = DeviceReplay::new(&snap, choice.device);
-    let resolved = resolve(&r, moment, || peak_event(&r)).map_err(|e| anyhow!("{path}: {e}"))?;
-    let live = live_state(&r, resolved.event.map(|e| e as usize));
+    let (resolved, live) = resolve_live(&r, moment).map_err(|e| anyhow!("{path}: {e}"))?;
     let attr = Attributor::new(&snap.frames, &options);
     let (root, folded) = flame(&attr, &live);
     match (&args.output, args.folded) {

@@ -7,9 +7,9 @@ use std::io::{IsTerminal, Write};
 use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::live::live_set;
-use vramlens::analysis::moment::{Moment, resolve};
+use vramlens::analysis::moment::Moment;
 use vramlens::analysis::timeline_view::{BandBy, ViewOptions, XAxis, build_view};
-use vramlens::analysis::top::{live_state, peak_event};
+use vramlens::analysis::top::resolve_live;
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::render::live::write_live_text;
 use vramlens::render::timeline_svg::{ChartTitle, write_timeline_svg};
@@ -104,8 +104,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         write_new_file(o, args.force, |w| write_timeline_svg(w, &view, &title))?;
     }
     if let Some(m) = moment {
-        let resolved = resolve(&r, m, || peak_event(&r)).map_err(|e| anyhow!("{path}: {e}"))?;
-        let live = live_state(&r, resolved.event.map(|e| e as usize));
+        let (resolved, live) = resolve_live(&r, m).map_err(|e| anyhow!("{path}: {e}"))?;
         let listing = live_set(&snap, path, &choice, resolved, &live, r.trace, args.frames);
         if args.json {
             write_json(out, &listing)?;

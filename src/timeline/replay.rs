@@ -607,6 +607,71 @@ impl Aggregator for TotalsAt {
     }
 }
 
+/// The allocations alive at the peak of requested bytes (the event [`Peaks`] names), found
+/// in the same pass that finds the peak: each free after the latest peak of an allocation
+/// made by then is kept (at most the live set at that peak), and at the end those and
+/// the allocations still open that were made by then are the set. Ordered as [`LiveAt`]
+/// orders its sets.
+#[derive(Debug, Default)]
+pub struct LiveAtPeak {
+    max: i64,
+    /// The peak's event (None: before the first event).
+    pub at: Option<usize>,
+    /// Totals just after the peak (relative, as [`Running`]).
+    pub totals: Running,
+    freed: Vec<Lifetime>,
+    pub set: Vec<Lifetime>,
+    pub streams: Vec<u64>,
+    pub pools: Vec<PoolId>,
+}
+
+impl LiveAtPeak {
+    fn made_by_peak(&self, l: &Lifetime) -> bool {
+        match (l.alloc, self.at) {
+            (None, _) => true,
+            (Some(a), Some(p)) => a.index() <= p,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+impl Aggregator for LiveAtPeak {
+    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        if self.made_by_peak(l) {
+            self.freed.push(*l);
+        }
+    }
+    fn event(&mut self, i: usize, _action: Action, run: &Running) {
+        if run.requested > self.max {
+            self.max = run.requested;
+            self.at = Some(i);
+            self.totals = *run;
+            self.freed.clear();
+        }
+    }
+    fn finish(&mut self, end: &End) {
+        let freed = std::mem::take(&mut self.freed);
+        let mut traced: Vec<Lifetime> = end
+            .open
+            .iter()
+            .chain(freed.iter().filter(|l| l.alloc.is_some()))
+            .filter(|l| self.made_by_peak(l))
+            // As [`LiveAt`] keeps them: the allocation as it was made.
+            .map(|l| Lifetime {
+                free_requested: None,
+                free_completed: None,
+                ..*l
+            })
+            .collect();
+        traced.sort_unstable_by_key(|l| l.alloc);
+        traced.extend(freed.iter().filter(|l| l.alloc.is_none()));
+        traced.extend_from_slice(end.survivors);
+        self.set = traced;
+        self.streams = end.streams.to_vec();
+        self.pools = end.pools.to_vec();
+    }
+}
+
 /// The allocations alive just after each of a few chosen events (None: before the
 /// first), each list in allocation order: traced ones by alloc event, then those from
 /// before the trace by free event, then survivors.
