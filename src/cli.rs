@@ -21,6 +21,11 @@ pub struct Cli {
         display_order = 900
     )]
     pub threads: Option<usize>,
+    /// Redact what the output shows of the snapshots' strings, with the rules and defaults
+    /// of `vramlens redact`: file paths cut to the package, home folders, user and host
+    /// names removed; every number is kept (the input paths you give are shown as given).
+    #[arg(long, global = true, display_order = 901)]
+    pub redact: bool,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -38,6 +38,9 @@ fn main() -> ExitCode {
             .num_threads(n)
             .build_global();
     }
+    if cli.redact {
+        cmd::redact_reads();
+    }
     let stdout = io::stdout();
     let mut out = TerminalText::new(BufWriter::new(stdout.lock()));
     let result = cmd::output::check_command_output(&cli.command)

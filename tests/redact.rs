@@ -529,3 +529,55 @@ fn every_real_snapshot_redacts_with_the_same_figures_and_no_names_left() {
         );
     }
 }
+
+/// `--redact` on any command: what it shows of the snapshot's strings is redacted (the
+/// sample's frames live under /home/alice), every figure is the same as without it, and
+/// the output equals the same command on the file `vramlens redact` writes.
+#[test]
+fn the_redact_option_redacts_what_every_command_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let redacted = dir.path().join("redacted.pickle");
+    vramlens()
+        .args(["redact", "testdata/sample.pickle", "-o"])
+        .arg(&redacted)
+        .assert()
+        .success();
+    let run = |args: &[&str], file: &Path| -> String {
+        let out = vramlens().args(args).arg(file).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let sample = Path::new("testdata/sample.pickle");
+    for args in [
+        &["top", "--json"][..],
+        &["top", "--at", "oom", "--by", "stack", "--json"],
+        &["flamegraph", "--folded"],
+        &["timeline", "--at", "peak", "--json"],
+        &["oom", "--json"],
+        &["segments", "--json"],
+    ] {
+        let plain = run(args, sample);
+        assert!(plain.contains("alice"), "{args:?} shows no path to redact");
+        let with_option: Vec<&str> = args.iter().copied().chain(["--redact"]).collect();
+        let shown = run(&with_option, sample);
+        assert!(!shown.contains("alice"), "{args:?} --redact: {shown}");
+        // The same as the command on the redacted file, but for the file's own path.
+        let on_file =
+            run(args, &redacted).replace(redacted.to_str().unwrap(), "testdata/sample.pickle");
+        assert_eq!(shown, on_file, "{args:?}");
+    }
+    // A report: no name in the page, the same figures.
+    let page = dir.path().join("r.html");
+    vramlens()
+        .args(["report", "--redact", "testdata/sample.pickle", "-o"])
+        .arg(&page)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(!html.contains("alice"));
+    assert!(html.contains("model.py"));
+}

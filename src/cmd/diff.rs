@@ -1,6 +1,7 @@
 //! `vramlens diff` and `vramlens check`: two snapshots by group, and a budget gate.
 
 use super::attribution_options;
+use super::read_snapshot;
 use crate::cli::{AttributionArgs, CheckArgs, DiffArgs};
 use anyhow::{Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
@@ -10,7 +11,7 @@ use vramlens::analysis::device::choose_device;
 use vramlens::analysis::diff::{CheckReport, Limit, Metric, diff};
 use vramlens::analysis::moment::Moment;
 use vramlens::analysis::top::{TopReport, analyze_top};
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::render::diff::{write_check_text, write_diff_text};
 use vramlens::render::{Style, write_json};
 use vramlens::timeline::replay::DeviceReplay;

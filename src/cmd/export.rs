@@ -8,6 +8,7 @@
 //! empty is written into only with `--force`, which replaces just the tables written.
 
 use super::attribution_options;
+use super::read_snapshot;
 use crate::cli::{ExportArgs, ExportFormat};
 use anyhow::{Context, Result, anyhow, bail};
 use rayon::prelude::*;
@@ -23,7 +24,7 @@ use vramlens::export::{
     PARTITION_COLUMN, RowCounts, Source, Table, TableWriter, partition_names, write_events,
     write_lifetimes, write_snapshot_rows, write_stacks,
 };
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::model::Snapshot;
 
 /// The tables an export writes.

@@ -1,5 +1,6 @@
 //! `vramlens flamegraph`: the live set at a moment as a flame graph or folded stacks.
 
+use super::read_snapshot;
 use super::{attribution_options, check_output, write_new_file};
 use crate::cli::FlamegraphArgs;
 use anyhow::{Result, anyhow, bail};
@@ -9,7 +10,7 @@ use vramlens::analysis::device::choose_device;
 use vramlens::analysis::flame::flame;
 use vramlens::analysis::moment::Moment;
 use vramlens::analysis::top::resolve_live;
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::render::flame_svg::{FlameTitle, write_flame_svg};
 use vramlens::render::names::{device_line, moment_text};
 use vramlens::timeline::replay::DeviceReplay;

@@ -14,6 +14,26 @@ pub mod timeline;
 pub mod top;
 
 use anyhow::{Context, Result, anyhow};
+
+/// Set by `--redact`: every snapshot read is redacted before any analysis.
+static REDACT: std::sync::OnceLock<vramlens::redact::RedactOptions> = std::sync::OnceLock::new();
+
+/// Makes [`read_snapshot`] redact what it reads (`--redact`).
+pub fn redact_reads() {
+    let _ = REDACT.set(vramlens::redact::RedactOptions::default());
+}
+
+/// Reads a snapshot for a command, redacted when `--redact` was given.
+pub fn read_snapshot(
+    path: &std::path::Path,
+    options: vramlens::input::ReadOptions,
+) -> Result<(vramlens::model::Snapshot, vramlens::input::SourceInfo), vramlens::input::ReadError> {
+    let (mut snap, info) = vramlens::input::read_snapshot(path, options)?;
+    if let Some(options) = REDACT.get() {
+        vramlens::redact::apply(&mut snap, options);
+    }
+    Ok((snap, info))
+}
 use output::{check_output, write_new_file};
 /// Reads and merges device logs (nvidia-smi CSV or NVML JSON lines).
 fn read_device_logs(

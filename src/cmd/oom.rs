@@ -1,12 +1,13 @@
 //! `vramlens oom`: post-mortem of the OOMs in snapshots and/or a log.
 
 use super::attribution_options;
+use super::read_snapshot;
 use crate::cli::OomArgs;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::device::check_device;
 use vramlens::analysis::oom::{OomOptions, OomReport, analyze_messages, analyze_oom};
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::oom_log::parse_oom_messages_from;
 use vramlens::render::oom::write_oom_text;
 use vramlens::render::{Style, write_json};

@@ -1,12 +1,13 @@
 //! `vramlens reconcile`: PyTorch's numbers against the device's (and a profiler trace's).
 
+use super::read_snapshot;
 use crate::cli::ReconcileArgs;
 use anyhow::{Context, Result, anyhow};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::reconcile::{
     LOG_MARGIN_US, ReconcileOptions, analyze_reconcile, snapshot_range,
 };
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::render::reconcile::{error_text, write_reconcile_text};
 use vramlens::render::{Style, write_json};
 

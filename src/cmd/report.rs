@@ -3,6 +3,7 @@
 
 use super::attribution_options;
 use super::output::{same_file, write_new_file};
+use super::read_snapshot;
 use crate::cli::ReportArgs;
 use anyhow::{Context, Result, anyhow, bail};
 use rayon::prelude::*;
@@ -11,16 +12,10 @@ use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::oom::OomOptions;
 use vramlens::analysis::ranks::{analyze_ranks, rank_input};
 use vramlens::analysis::report::{Readings, ReportError, ReportOptions, analyze_report_file};
-use vramlens::input::{ReadOptions, read_snapshot};
-use vramlens::model::Snapshot;
+use vramlens::input::ReadOptions;
 use vramlens::render::html::{MAX_FILES, MAX_REPORT_BYTES, PageStats, write_report_html};
 use vramlens::render::reconcile::error_text;
 use vramlens::units::{bytes, parse_size_arg};
-
-/// Where redaction of names and paths would apply to each snapshot, before any analysis:
-/// everything in the report is computed from the snapshot as it leaves this function.
-/// The report has no redaction yet; it shows file and function names as recorded.
-fn apply_redaction(_snap: &mut Snapshot) {}
 
 pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let device_total_bytes = args
@@ -80,8 +75,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let results: Vec<Result<_>> = files
         .par_iter()
         .map(|path| {
-            let (mut snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
-            apply_redaction(&mut snap);
+            let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
             let report = analyze_report_file(&snap, &info, options).map_err(|e| match e {
                 ReportError::Device(e) => anyhow!("{}: {e}", info.path),
                 ReportError::Reconcile(e) => anyhow!(

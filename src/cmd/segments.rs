@@ -1,5 +1,6 @@
 //! `vramlens segments`: the allocator's segments and blocks at one moment.
 
+use super::read_snapshot;
 use super::{attribution_options, check_output, write_new_file};
 use crate::cli::SegmentsArgs;
 use anyhow::{Result, anyhow};
@@ -9,7 +10,7 @@ use vramlens::analysis::device::choose_device;
 use vramlens::analysis::moment::{Moment, resolve};
 use vramlens::analysis::segment_map::segment_map;
 use vramlens::analysis::top::peak_event;
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::render::segments_svg::write_segments_svg;
 use vramlens::render::segments_text::write_segments_text;
 use vramlens::render::{Style, write_json};

@@ -2,6 +2,7 @@
 //! files), prints one report per good file in argument order, a table of ranks when there
 //! are several, then one error line per bad file.
 
+use super::read_snapshot;
 use crate::cli::SummaryArgs;
 use anyhow::Result;
 use rayon::prelude::*;
@@ -9,7 +10,7 @@ use std::io::{IsTerminal, Write};
 use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::ranks::{analyze_ranks, rank_input};
 use vramlens::analysis::summary::{SummaryOptions, analyze_summary};
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::render::ranks::write_ranks_text;
 use vramlens::render::summary::write_summary_text;
 use vramlens::render::{Style, write_json};

@@ -1,5 +1,6 @@
 //! `vramlens timeline`: replay one device, then draw it, list a live set, or print peaks.
 
+use super::read_snapshot;
 use super::{attribution_options, check_output, read_device_logs, write_new_file};
 use crate::cli::{TimelineArgs, XArg};
 use anyhow::{Result, anyhow, bail};
@@ -10,7 +11,7 @@ use vramlens::analysis::live::live_set;
 use vramlens::analysis::moment::Moment;
 use vramlens::analysis::timeline_view::{BandBy, ViewOptions, XAxis, build_view};
 use vramlens::analysis::top::resolve_live;
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::render::live::write_live_text;
 use vramlens::render::timeline_svg::{ChartTitle, write_timeline_svg};
 use vramlens::render::{Style, write_json};

@@ -1,6 +1,7 @@
 //! `vramlens top`: what was live at a moment, grouped.
 
 use super::attribution_options;
+use super::read_snapshot;
 use crate::cli::TopArgs;
 use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
@@ -8,7 +9,7 @@ use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::moment::Moment;
 use vramlens::analysis::top::analyze_top;
-use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::input::ReadOptions;
 use vramlens::render::top::write_top_text;
 use vramlens::render::{Style, write_json};
 
