@@ -15,7 +15,6 @@ use vramlens::input::ReadOptions;
 use vramlens::render::diff::{write_check_text, write_diff_text};
 use vramlens::render::{Style, write_json};
 use vramlens::timeline::replay::DeviceReplay;
-use vramlens::units::parse_size_arg;
 
 /// A check whose peak is over a limit: its report is printed, the exit status is 1.
 #[derive(Debug)]
@@ -72,11 +71,7 @@ pub fn run_check(args: &CheckArgs, out: &mut dyn Write) -> Result<()> {
         .metric
         .parse()
         .map_err(|e: String| anyhow!("--metric: {e}"))?;
-    let max_peak = args
-        .max_peak
-        .as_deref()
-        .map(|s| parse_size_arg(s).map_err(|e| anyhow!("--max-peak: {e}")))
-        .transpose()?;
+    let max_peak = super::size_option("--max-peak", args.max_peak.as_deref())?;
     if max_peak.is_none() && args.baseline.is_none() {
         bail!("give --max-peak SIZE, --baseline SNAPSHOT, or both");
     }

@@ -142,3 +142,25 @@ fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>
     }
     Ok(out)
 }
+
+/// A size option (`--device-total`, `--max-peak`): a byte count or 80G / 80GiB (binary).
+pub fn size_option(flag: &str, value: Option<&str>) -> Result<Option<u64>> {
+    value
+        .map(|s| vramlens::units::parse_size_arg(s).map_err(|e| anyhow!("{flag}: {e}")))
+        .transpose()
+}
+
+/// `--trace FILE`: a profiler trace (Kineto/Chrome JSON or an export_memory_timeline
+/// file) read as a snapshot.
+pub fn read_profile_trace(
+    path: Option<&std::path::Path>,
+) -> Result<Option<vramlens::devlog::Converted>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    vramlens::devlog::read_profile_snapshot(file)
+        .map(Some)
+        .with_context(|| format!("failed to read trace {}", path.display()))
+}

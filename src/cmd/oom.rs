@@ -11,7 +11,7 @@ use vramlens::input::ReadOptions;
 use vramlens::oom_log::parse_oom_messages_from;
 use vramlens::render::oom::write_oom_text;
 use vramlens::render::{Style, write_json};
-use vramlens::units::{bytes, parse_size_arg};
+use vramlens::units::bytes;
 
 /// A total given with --device-total must hold what PyTorch reserved plus what was free.
 fn check_total(report: &OomReport, path: &str) -> Result<()> {
@@ -61,11 +61,7 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
     if args.snapshots.is_empty() && args.log.is_none() {
         bail!("give a SNAPSHOT, a --log FILE with OOM messages, or both");
     }
-    let device_total_bytes = args
-        .device_total
-        .as_deref()
-        .map(|s| parse_size_arg(s).map_err(|e| anyhow!("--device-total: {e}")))
-        .transpose()?;
+    let device_total_bytes = super::size_option("--device-total", args.device_total.as_deref())?;
     let attribution = attribution_options(&args.attribution)?;
     let messages = match &args.log {
         Some(path) => read_oom_log(path)?,

@@ -2,7 +2,7 @@
 
 use super::read_snapshot;
 use crate::cli::ReconcileArgs;
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::reconcile::{
     LOG_MARGIN_US, ReconcileOptions, analyze_reconcile, snapshot_range,
@@ -17,17 +17,7 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
     let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
     let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep)?;
     let trace_path = args.trace.as_ref().map(|p| p.display().to_string());
-    let converted = match &args.trace {
-        Some(path) => {
-            let file = std::fs::File::open(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            Some(
-                vramlens::devlog::read_profile_snapshot(file)
-                    .with_context(|| format!("failed to read trace {}", path.display()))?,
-            )
-        }
-        None => None,
-    };
+    let converted = super::read_profile_trace(args.trace.as_deref())?;
     let profile = trace_path.as_deref().zip(converted.as_ref());
     let options = ReconcileOptions {
         device: args.device,

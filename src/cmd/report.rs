@@ -5,7 +5,7 @@ use super::attribution_options;
 use super::output::{same_file, write_new_file};
 use super::read_snapshot;
 use crate::cli::ReportArgs;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;
 use std::io::Write;
 use vramlens::analysis::attribution::{Attributor, GroupBy};
@@ -15,14 +15,10 @@ use vramlens::analysis::report::{Readings, ReportError, ReportOptions, analyze_r
 use vramlens::input::ReadOptions;
 use vramlens::render::html::{MAX_FILES, MAX_REPORT_BYTES, PageStats, write_report_html};
 use vramlens::render::reconcile::error_text;
-use vramlens::units::{bytes, parse_size_arg};
+use vramlens::units::bytes;
 
 pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
-    let device_total_bytes = args
-        .device_total
-        .as_deref()
-        .map(|s| parse_size_arg(s).map_err(|e| anyhow!("--device-total: {e}")))
-        .transpose()?;
+    let device_total_bytes = super::size_option("--device-total", args.device_total.as_deref())?;
     let attribution = attribution_options(&args.attribution)?;
     let mut files = super::expand_inputs(&args.files)?;
     // A report written into the folder of snapshots is not one of them.
@@ -46,17 +42,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
         Some(super::read_device_logs(&args.nvml, args.utc_offset)?)
     };
     let trace_path = args.trace.as_ref().map(|p| p.display().to_string());
-    let converted = match &args.trace {
-        Some(path) => {
-            let file = std::fs::File::open(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            Some(
-                vramlens::devlog::read_profile_snapshot(file)
-                    .with_context(|| format!("failed to read trace {}", path.display()))?,
-            )
-        }
-        None => None,
-    };
+    let converted = super::read_profile_trace(args.trace.as_deref())?;
     let readings = log.as_ref().map(|log| Readings {
         log,
         utc_offset_minutes: args.utc_offset,
