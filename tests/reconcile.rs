@@ -632,3 +632,61 @@ fn traces_say_what_they_held_and_whether_they_were_used() {
 fn oom_or_peak(v: &serde_json::Value) -> serde_json::Value {
     v["devices"][0]["ledgers"][0].clone()
 }
+
+#[test]
+fn a_device_the_snapshot_lacks_is_refused_naming_the_ones_it_has() {
+    // sample.pickle has device 0 only; multi_device.pickle has devices 0 and 2.
+    let (code, stdout, stderr) = run(&[
+        "reconcile",
+        "testdata/sample.pickle",
+        "--nvml",
+        "testdata/gpu/ok/nvml.jsonl",
+        "--device",
+        "99",
+    ]);
+    assert_eq!(code, 2, "{stdout}");
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr.trim_end(),
+        "vramlens: error: testdata/sample.pickle: device 99 has no segment and no trace entry in this file; it has device 0"
+    );
+    let (code, stdout, stderr) = run(&[
+        "reconcile",
+        "testdata/multi_device.pickle",
+        "--nvml",
+        "testdata/gpu/ok/nvml.jsonl",
+        "--device",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(code, 2, "{stdout}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(
+            "device 5 has no segment and no trace entry in this file; it has devices 0, 2"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn the_rank_1_file_has_no_device_0_to_reconcile() {
+    let rank1 = shared("ccl-bench-torchtitan-fsdp-oom/rank1_memory_snapshot.pickle");
+    let (code, stdout, stderr) = run(&[
+        "reconcile",
+        &rank1,
+        "--nvml",
+        "testdata/gpu/oom/nvml.jsonl",
+        "--device",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{stdout}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(
+            "rank1_memory_snapshot.pickle: device 0 has no segment and no trace entry in this file; it has device 1"
+        ),
+        "{stderr}"
+    );
+}
