@@ -28,6 +28,30 @@ fn oom_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// `vramlens oom ARGS` as text; it must succeed.
+fn oom_text(args: &[&str]) -> String {
+    let out = vramlens().arg("oom").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The verdicts' shares of the deficit, in order; they add up to at most 1.
+fn shares(a: &serde_json::Value) -> Vec<Option<f64>> {
+    let s: Vec<Option<f64>> = a["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["share_of_deficit"].as_f64())
+        .collect();
+    let sum: f64 = s.iter().flatten().sum();
+    assert!(sum <= 1.0 + 1e-9, "shares add up to {sum}: {s:?}");
+    s
+}
+
 /// The causes of the verdicts, primary first (and only the first is primary).
 fn kinds(a: &serde_json::Value) -> Vec<String> {
     let roles: Vec<&str> = a["verdicts"]
@@ -127,14 +151,44 @@ fn torchtitan_fsdp_ranks_run_out_of_capacity_with_fragmentation() {
         assert_eq!(a["reserved_bytes"], reserved);
         assert_eq!(a["requested_live_bytes"], allocated);
         // Live memory and the request are 98% of what the A100 could give: capacity. The
-        // CUDA context and NCCL outside the allocator, and the holes inside segments, each
-        // would have let the request fit: they contributed.
+        // holes inside segments (806.6 MiB) would have held the 165.9 MiB the request
+        // lacked: they contributed all of it, leaving no part to the CUDA context and
+        // NCCL outside the allocator.
+        assert_eq!(kinds(a), ["capacity", "fragmentation"], "{rank}");
+        assert_eq!(shares(a), [None, Some(1.0)], "{rank}");
+        assert_eq!(a["shortfall_bytes"], 0);
+        // Capacity does not say that settings cannot help while fragmentation proposes
+        // them.
         assert_eq!(
-            kinds(a),
-            ["capacity", "outside_allocator", "fragmentation"],
+            a["verdicts"][0]["knobs"],
+            serde_json::json!([
+                "smaller_batch",
+                "activation_checkpointing",
+                "precision_sharding_offload"
+            ]),
             "{rank}"
         );
-        assert_eq!(a["shortfall_bytes"], 0);
+        assert_eq!(
+            a["verdicts"][1]["knobs"],
+            serde_json::json!([
+                "expandable_segments",
+                "max_split_size",
+                "gc_threshold",
+                "empty_cache_between_phases"
+            ]),
+            "{rank}"
+        );
+        // Without the device total, the same verdicts and words.
+        let text = oom_text(&[path.to_str().unwrap()]);
+        assert!(!text.contains("cannot help"), "{rank}: {text}");
+        assert!(
+            text.contains("contributing: fragmentation: 806.6 MiB sat free inside segments in holes of at most 112.0 MiB; in one piece, they would have covered the 165.9 MiB the request lacked\n"),
+            "{rank}: {text}"
+        );
+        assert!(
+            text.contains(": enough in total (640.7 MiB to spare), but no free space held the request (it lacked 165.9 MiB)\n"),
+            "{rank}: {text}"
+        );
         // The request lacked what the largest free space (the device's) did not hold.
         assert_eq!(
             a["deficit_bytes"],
@@ -305,9 +359,14 @@ fn leak_until_the_device_is_full_is_named() {
         assert_eq!(a["device_free_bytes"], free);
         assert_eq!(a["reserved_bytes"], reserved);
         assert_eq!(a["requested_live_bytes"], allocated);
-        // A leak, not fragmentation: 131.9 MiB free in all for a 128 MiB request.
-        let k = kinds(a);
-        assert_eq!(k[0], "leak", "{job}: {k:?}");
+        // A leak, not fragmentation: 131.9 MiB free in all for a 128 MiB request. The
+        // leak alone frees far more than the request lacked: nothing else contributes
+        // (not the 100.8 MiB of holes on a 139 GiB device).
+        assert_eq!(kinds(a), ["leak"], "{job}");
+        assert_eq!(shares(a), [Some(1.0)], "{job}");
+        let lacked = a["deficit_bytes"].as_u64().unwrap();
+        assert!(a["verdicts"][0]["bytes"].as_u64().unwrap() > 1000 * lacked);
+        assert_eq!(a["verdicts"][0]["knobs"], serde_json::json!(["fix_leak"]));
         assert_eq!(
             a["verdicts"][0]["sites"][0], "<string>:31:leaky_eval",
             "{job}"
@@ -406,4 +465,161 @@ fn several_files_devices_and_totals() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("is less than what device 0 held"));
+}
+
+/// Sizes as `x.yyy GiB`, computed here rather than with vramlens' formatting.
+fn gib(n: u64, decimals: usize) -> String {
+    format!("{:.*} GiB", decimals, n as f64 / (1u64 << 30) as f64)
+}
+
+#[test]
+fn a_log_alone_gives_no_size_it_cannot_know() {
+    // Our H200 log: the message gives the device's free memory and PyTorch's totals,
+    // but no hole sizes, no requested bytes of live tensors, no pending frees.
+    let v = oom_json(&["--log", "testdata/gpu/oom/oom.log"]);
+    let a = &v["analyses"][0];
+    let m = &v["messages"][0];
+    for key in [
+        "largest_hole_bytes",
+        "largest_hole_same_stream_bytes",
+        "requested_live_bytes",
+        "rounding_waste_bytes",
+        "pending_free_bytes",
+    ] {
+        assert_eq!(a[key], serde_json::Value::Null, "{key}");
+    }
+    let request = m["requested_bytes"].as_u64().unwrap();
+    let free = m["free_bytes"].as_u64().unwrap();
+    let allocated = m["allocated_by_pytorch_bytes"].as_u64().unwrap();
+    let reserved = m["reserved_by_pytorch_bytes"].as_u64().unwrap();
+    // Without hole sizes, what the request lacked is what the device's free memory did
+    // not hold.
+    assert_eq!(a["deficit_bytes"], request - free);
+    assert_eq!(a["needed_bytes"], allocated + request);
+    assert_eq!(a["available_bytes"], reserved + free);
+    assert_eq!(kinds(a), ["capacity", "fragmentation"]);
+    assert_eq!(shares(a), [None, Some(1.0)]);
+    let text = oom_text(&["--log", "testdata/gpu/oom/oom.log"]);
+    assert!(
+        text.contains("contributing: fragmentation: 100.8 MiB sat free inside segments (reserved but unallocated), in pieces the message does not give the sizes of; in one piece, they would have covered the 96.9 MiB the request needed beyond the device's free memory\n"),
+        "{text}"
+    );
+    // The message does not name the request's stream.
+    assert!(text.contains("  request            128.0 MiB\n"), "{text}");
+    // No figure the log does not give is printed as 0, and no line says that settings
+    // cannot help while another proposes them.
+    for line in text.lines() {
+        assert!(!line.contains(" 0 B"), "{line}");
+        assert!(!line.contains("cannot help"), "{line}");
+    }
+    // 149.32 GB needed of 149.32 GB: both printed apart, with the room to spare, and the
+    // share shown below 100%.
+    let (needed, could) = (allocated + request, reserved + free);
+    assert_eq!(gib(needed, 1), gib(could, 1));
+    assert_eq!(gib(needed, 2), gib(could, 2));
+    let line = format!(
+        "  needed             {} (live blocks + request); PyTorch could have {} (reserved + free): enough in total (4.0 MiB to spare), but no free space held the request (it was 96.9 MiB more than the device had free)\n",
+        gib(needed, 3),
+        gib(could, 3)
+    );
+    assert!(text.contains(&line), "{line}\n{text}");
+    let pct = format!("{:.3}%", needed as f64 * 100.0 / could as f64);
+    assert_eq!(pct, "99.997%");
+    assert!(text.contains(&format!("are {pct} of the")), "{text}");
+}
+
+#[test]
+fn needed_and_available_read_apart_when_they_round_alike() {
+    let v = oom_json(&["testdata/gpu/oom/oom_snapshot.pickle"]);
+    let a = &v["analyses"][0];
+    let needed = a["needed_bytes"].as_u64().unwrap();
+    let could = a["available_bytes"].as_u64().unwrap();
+    assert_eq!(gib(needed, 1), "139.1 GiB");
+    assert_eq!(gib(could, 1), "139.1 GiB");
+    let spare = could - needed;
+    let text = oom_text(&["testdata/gpu/oom/oom_snapshot.pickle"]);
+    let line = format!(
+        "  needed             {} (live blocks + request); PyTorch could have {} (reserved + free): enough in total ({:.1} MiB to spare), but no free space held the request (it lacked 96.0 MiB)\n",
+        gib(needed, 2),
+        gib(could, 2),
+        spare as f64 / (1u64 << 20) as f64
+    );
+    assert_eq!(gib(needed, 2), "139.06 GiB");
+    assert!(text.contains(&line), "{line}\n{text}");
+}
+
+#[test]
+fn the_device_analysed_and_the_others_are_named() {
+    // multi_device.pickle has devices 0 and 2; the OOM is on device 2.
+    let text = oom_text(&["testdata/multi_device.pickle"]);
+    assert_eq!(
+        text.lines().next().unwrap(),
+        "testdata/multi_device.pickle: device 2 (the device with the OOM; the file also has device 0: choose with --device N)"
+    );
+    let v = oom_json(&["testdata/multi_device.pickle"]);
+    assert_eq!(v["devices"], serde_json::json!([0, 2]));
+    assert_eq!(v["device_reason"], "oom");
+    // Device 0 has no OOM: its final state, with no request and so no request's stream.
+    let text = oom_text(&["testdata/multi_device.pickle", "--device", "0"]);
+    assert_eq!(
+        text.lines().next().unwrap(),
+        "testdata/multi_device.pickle: device 0 (the file also has device 2: choose with --device N)"
+    );
+    assert!(text.contains("no OOM is recorded"), "{text}");
+    assert!(!text.contains("request's stream"), "{text}");
+    // A file with one device names none; an OOM entry gives the request's stream.
+    let text = oom_text(&["testdata/sample.pickle"]);
+    assert_eq!(text.lines().next().unwrap(), "testdata/sample.pickle");
+    assert!(
+        text.contains("largest hole 14.0 MiB (14.0 MiB on the request's stream)\n"),
+        "{text}"
+    );
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn real_files_name_their_devices_and_no_stream_without_a_request() {
+    let data = require_shared_data();
+    let path = |rel: &str| data.join(rel).to_str().unwrap().to_string();
+    // Three GPUs, the OOM on device 1.
+    let f = path("code-location-expandable-oom/memory_snapshot.pickle");
+    let text = oom_text(&[&f]);
+    assert_eq!(
+        text.lines().next().unwrap(),
+        format!(
+            "{f}: device 1 (the device with the OOM; the file also has devices 0, 2: choose with --device N)"
+        )
+    );
+    // Two GPUs, no OOM: the device `timeline` and `segments` pick.
+    let f = path("text2sql-expandable-tiny/dump_snapshot.pickle");
+    let text = oom_text(&[&f]);
+    assert_eq!(
+        text.lines().next().unwrap(),
+        format!(
+            "{f}: device 0 (the most active device; the file also has device 1: choose with --device N)"
+        )
+    );
+    let v = oom_json(&[&f]);
+    assert_eq!(v["devices"], serde_json::json!([0, 1]));
+    assert_eq!(v["device_reason"], "most_activity");
+    assert!(
+        text.contains("  free in segments   33.9 MiB; largest hole 16.5 MiB\n"),
+        "{text}"
+    );
+    // No OOM, one device: holes without a request's stream.
+    for rel in [
+        "cs336-kkaitlyn111/memory_ctx128_fullstep.pickle",
+        "attention-2dev-notrace/memory.pickle",
+    ] {
+        let f = path(rel);
+        let text = oom_text(&[&f]);
+        assert_eq!(text.lines().next().unwrap(), f, "one device");
+        assert!(text.contains("no OOM is recorded"), "{rel}: {text}");
+        assert!(!text.contains("request's stream"), "{rel}: {text}");
+    }
+    let text = oom_text(&[&path("cs336-kkaitlyn111/memory_ctx128_fullstep.pickle")]);
+    assert!(
+        text.contains("  free in segments   5.8 GiB; largest hole 100.0 MiB\n"),
+        "{text}"
+    );
 }

@@ -632,3 +632,108 @@ fn traces_say_what_they_held_and_whether_they_were_used() {
 fn oom_or_peak(v: &serde_json::Value) -> serde_json::Value {
     v["devices"][0]["ledgers"][0].clone()
 }
+
+#[test]
+fn a_device_the_snapshot_lacks_is_refused_naming_the_ones_it_has() {
+    // sample.pickle has device 0 only; multi_device.pickle has devices 0 and 2.
+    let (code, stdout, stderr) = run(&[
+        "reconcile",
+        "testdata/sample.pickle",
+        "--nvml",
+        "testdata/gpu/ok/nvml.jsonl",
+        "--device",
+        "99",
+    ]);
+    assert_eq!(code, 2, "{stdout}");
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr.trim_end(),
+        "vramlens: error: testdata/sample.pickle: device 99 has no segment and no trace entry in this file; it has device 0"
+    );
+    let (code, stdout, stderr) = run(&[
+        "reconcile",
+        "testdata/multi_device.pickle",
+        "--nvml",
+        "testdata/gpu/ok/nvml.jsonl",
+        "--device",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(code, 2, "{stdout}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(
+            "device 5 has no segment and no trace entry in this file; it has devices 0, 2"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn the_rank_1_file_has_no_device_0_to_reconcile() {
+    let rank1 = shared("ccl-bench-torchtitan-fsdp-oom/rank1_memory_snapshot.pickle");
+    let (code, stdout, stderr) = run(&[
+        "reconcile",
+        &rank1,
+        "--nvml",
+        "testdata/gpu/oom/nvml.jsonl",
+        "--device",
+        "0",
+    ]);
+    assert_eq!(code, 2, "{stdout}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains(
+            "rank1_memory_snapshot.pickle: device 0 has no segment and no trace entry in this file; it has device 1"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_ledger_counts_requested_bytes_and_calls_them_so() {
+    // scripts/expected.py (stdlib pickle) on the final state, which is the state after
+    // the OOM entry: the last event of the trace.
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("testdata/gpu/oom/oom_snapshot.pickle.expected.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let requested = expected["devices"][0]["requested_bytes"].as_u64().unwrap();
+    let blocks = expected["devices"][0]["allocated_bytes"].as_u64().unwrap();
+    assert_eq!((requested, blocks), (149_184_151_828, 149_184_222_208));
+    let v = reconcile(&["testdata/gpu/oom/nvml.jsonl"]);
+    assert_eq!(v["schema_version"], 3);
+    let d = &v["devices"][0];
+    for l in d["ledgers"].as_array().unwrap() {
+        assert!(l.get("allocated_bytes").is_none(), "{l}");
+        if l["moment"] != "peak" {
+            assert_eq!(l["requested_bytes"], requested, "{}", l["moment"]);
+        }
+    }
+    // Each reading over time is against a state of the trace: requested bytes, at most
+    // the requested peak (which is the final state here).
+    let peak = expected["devices"][0]["peak_requested_bytes"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(peak, requested);
+    let rows = d["over_time"].as_array().unwrap();
+    assert!(rows.len() > 10, "{}", rows.len());
+    for r in rows {
+        assert!(r.get("allocated_bytes").is_none(), "{r}");
+        assert!(r["requested_bytes"].as_u64().unwrap() <= peak, "{r}");
+    }
+    let text = run(&[
+        "reconcile",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--nvml",
+        "testdata/gpu/oom/nvml.jsonl",
+    ])
+    .1;
+    assert!(
+        text.contains("| PyTorch reserved 139.0 GiB (requested 138.9 GiB)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("(allocated "), "{text}");
+}

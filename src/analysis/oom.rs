@@ -14,6 +14,7 @@
 //! device refused with room to spare (a cap).
 
 use super::attribution::{AttributionOptions, Attributor, GroupBy};
+use super::device::{DeviceReason, choose_device};
 use super::leaks::{LeakReport, find_leaks};
 use super::top::{LiveState, group_live, live_state};
 use crate::model::{Action, Snapshot};
@@ -23,7 +24,7 @@ use crate::timeline::state::allocator_state;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Memory outside the allocator worth naming: this many bytes or this share of the device.
 const OUTSIDE_BYTES: u64 = 1 << 30;
@@ -96,8 +97,10 @@ pub struct Verdict {
     /// memory outside the allocator, pending frees, free memory in segments
     /// (fragmentation), free memory in private pools, the cap.
     pub bytes: u64,
-    /// bytes / deficit_bytes, at most 1 (4 decimals): how much of what the request lacked
-    /// this cause alone would have freed; null for verdicts given when the memory was there.
+    /// The part of what the request lacked (`deficit_bytes`) this cause accounts for, 4
+    /// decimals: counted in rank order, each cause from what the ones above it left, so
+    /// the shares of an analysis add up to at most 1. Null for capacity (the deficit
+    /// itself, not a part of it) and for verdicts given when the memory was there.
     pub share_of_deficit: Option<f64>,
     /// The call sites a leak verdict names, largest first.
     pub sites: Vec<String>,
@@ -163,18 +166,21 @@ pub struct OomAnalysis {
     /// A per-process limit from the OOM message ("X allowed"), when it names one.
     pub allowed_bytes: Option<u64>,
     pub reserved_bytes: u64,
-    /// Requested bytes of live allocations (the official viewer's count).
-    pub requested_live_bytes: u64,
+    /// Requested bytes of live allocations (the official viewer's count); null for a
+    /// message, which does not give them.
+    pub requested_live_bytes: Option<u64>,
     /// Bytes of the blocks in segments (live allocations, pending frees included).
     pub allocated_bytes: u64,
     /// Free memory inside segments (reserved − allocated).
     pub cached_free_bytes: u64,
-    /// Of the live block bytes, what rounding added to the requests.
-    pub rounding_waste_bytes: u64,
-    pub pending_free_bytes: u64,
-    pub largest_hole_bytes: u64,
-    /// Largest hole in segments of the request's stream.
-    pub largest_hole_same_stream_bytes: u64,
+    /// Of the live block bytes, what rounding added to the requests (null for a message).
+    pub rounding_waste_bytes: Option<u64>,
+    /// Blocks freed but waiting on other streams (null for a message).
+    pub pending_free_bytes: Option<u64>,
+    /// Largest free range in any segment (null for a message, which gives no hole sizes).
+    pub largest_hole_bytes: Option<u64>,
+    /// Largest hole in segments of the request's stream (null for a message).
+    pub largest_hole_same_stream_bytes: Option<u64>,
     pub free_by_pool: Vec<PoolFree>,
     /// Device total − device free − reserved, when both are known.
     pub outside_allocator_bytes: Option<u64>,
@@ -185,7 +191,8 @@ pub struct OomAnalysis {
     /// needed − available when positive; 0 when the memory was there; null when unknown.
     pub shortfall_bytes: Option<u64>,
     /// What the request lacked: the shortfall when there is one, else the request minus
-    /// the largest free space it could have used (device free, or a hole on its stream).
+    /// the largest free space it could have used (device free, or a hole on its stream;
+    /// for a message, whose hole sizes are unknown, device free only).
     /// Verdict shares are of this.
     pub deficit_bytes: Option<u64>,
     /// Live memory by call site, largest first (at most 10).
@@ -199,6 +206,10 @@ pub struct OomAnalysis {
 pub struct OomReport {
     pub schema_version: u32,
     pub path: Option<String>,
+    /// Every device of the snapshot, ascending (empty for a log alone).
+    pub devices: Vec<i64>,
+    /// Why the analysed devices were chosen; null for a log alone.
+    pub device_reason: Option<DeviceReason>,
     pub analyses: Vec<OomAnalysis>,
     /// `oom` events past the ones analysed, per device.
     pub more_oom_events: BTreeMap<i64, usize>,
@@ -256,7 +267,19 @@ fn fragmentation_knobs(s: Settings) -> Vec<Knob> {
 }
 
 fn share(part: u64, whole: u64) -> f64 {
-    (part.min(whole) as f64 / whole.max(1) as f64 * 10_000.0).round() / 10_000.0
+    ten_thousandths(part, whole) as f64 / 10_000.0
+}
+
+/// part / whole in units of 1/10000, rounded, at most 10000.
+fn ten_thousandths(part: u64, whole: u64) -> u64 {
+    let whole = whole.max(1) as u128;
+    ((part as u128).min(whole) * 10_000 * 2 + whole).div_euclid(whole * 2) as u64
+}
+
+/// The share of bytes `from..from + part` of the whole: the difference of the rounded
+/// running totals, so the shares of consecutive parts add up to the rounded sum.
+fn share_between(from: u64, part: u64, whole: u64) -> f64 {
+    (ten_thousandths(from + part, whole) - ten_thousandths(from, whole)) as f64 / 10_000.0
 }
 
 /// The ranked verdicts of an analysis whose figures are filled in.
@@ -295,6 +318,7 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
         .map(|p| p.free_bytes)
         .sum();
     let shortfall = a.shortfall_bytes.unwrap_or(0);
+    let pending = a.pending_free_bytes.unwrap_or(0);
     // Nearly full: short of memory, or with so little free (in segments and on the device)
     // that holes are not the story.
     let tight = shortfall > 0 || request.saturating_mul(2) > a.cached_free_bytes + free;
@@ -324,11 +348,11 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
                 ],
             ));
         }
-        if a.pending_free_bytes > 0 {
+        if pending > 0 {
             candidates.push((
                 Cause::PendingFrees,
-                a.pending_free_bytes,
-                shortfall > 0 && a.pending_free_bytes as f64 >= 0.05 * total as f64,
+                pending,
+                shortfall > 0 && pending as f64 >= 0.05 * total as f64,
                 vec![Knob::AvoidRecordStream],
             ));
         }
@@ -343,9 +367,16 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
         let primary = candidates
             .iter()
             .position(|(_, bytes, may, _)| *may && *bytes >= deficit);
+        // Shares split the deficit in rank order: a primary cause covers all of it (it
+        // alone explains the OOM and leaves nothing for others to contribute); under
+        // capacity, each contributing cause takes what the ones before it left, the ones
+        // a user can act on first (memory outside the allocator is mostly the CUDA
+        // context and NCCL), and counts when that is at least CONTRIBUTES of the deficit.
+        let mut left = deficit;
         match primary {
             Some(p) => {
                 let (cause, bytes, _, knobs) = candidates.remove(p);
+                left = left.saturating_sub(bytes);
                 out.push(verdict(
                     cause,
                     Role::Primary,
@@ -358,25 +389,37 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
                 Cause::Capacity,
                 Role::Primary,
                 deficit,
-                Some(1.0),
+                None,
                 vec![
                     Knob::SmallerBatch,
                     Knob::ActivationCheckpointing,
                     Knob::PrecisionShardingOffload,
-                    Knob::CachedMemoryCannotHelp,
                 ],
             )),
         }
+        candidates.sort_by_key(|c| match c.0 {
+            Cause::Leak => 0,
+            Cause::PendingFrees => 1,
+            Cause::Fragmentation => 2,
+            _ => 3,
+        });
         for (cause, bytes, _, knobs) in candidates {
-            if bytes as f64 >= CONTRIBUTES * deficit as f64 {
+            let part = bytes.min(left);
+            if part > 0 && part as f64 >= CONTRIBUTES * deficit as f64 {
                 out.push(verdict(
                     cause,
                     Role::Contributing,
                     bytes,
-                    Some(share(bytes, deficit)),
+                    Some(share_between(deficit - left, part, deficit)),
                     knobs,
                 ));
+                left -= part;
             }
+        }
+        // Under capacity, allocator settings and empty_cache() cannot help unless free
+        // memory inside segments (holes) could have covered part of the deficit.
+        if out[0].cause == Cause::Capacity && !out.iter().any(|v| v.cause == Cause::Fragmentation) {
+            out[0].knobs.push(Knob::CachedMemoryCannotHelp);
         }
     } else {
         // The memory was there: in holes too small, or in pools the request cannot use.
@@ -407,11 +450,11 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
                 vec![Knob::ReleaseGraphPools],
             ));
         }
-        if a.pending_free_bytes as f64 >= CONTRIBUTES * request as f64 {
+        if pending as f64 >= CONTRIBUTES * request as f64 {
             out.push(verdict(
                 Cause::PendingFrees,
                 Role::Contributing,
-                a.pending_free_bytes,
+                pending,
                 None,
                 vec![Knob::AvoidRecordStream],
             ));
@@ -448,7 +491,9 @@ fn derive(a: &mut OomAnalysis) {
     };
     a.deficit_bytes = match (a.shortfall_bytes, a.requested_bytes, a.device_free_bytes) {
         (Some(s), _, _) if s > 0 => Some(s),
-        (_, Some(r), Some(f)) => Some(r.saturating_sub(f.max(a.largest_hole_same_stream_bytes))),
+        (_, Some(r), Some(f)) => {
+            Some(r.saturating_sub(f.max(a.largest_hole_same_stream_bytes.unwrap_or(0))))
+        }
         _ => None,
     };
 }
@@ -537,13 +582,13 @@ fn analyze_at(
         message_line: known.message_line,
         allowed_bytes: known.allowed,
         reserved_bytes: reserved,
-        requested_live_bytes: live.requested_bytes,
+        requested_live_bytes: Some(live.requested_bytes),
         allocated_bytes: block_bytes,
         cached_free_bytes: reserved.saturating_sub(block_bytes),
-        rounding_waste_bytes: block_bytes.saturating_sub(live.requested_bytes),
-        pending_free_bytes: pending,
-        largest_hole_bytes: largest,
-        largest_hole_same_stream_bytes: largest_same,
+        rounding_waste_bytes: Some(block_bytes.saturating_sub(live.requested_bytes)),
+        pending_free_bytes: Some(pending),
+        largest_hole_bytes: Some(largest),
+        largest_hole_same_stream_bytes: Some(largest_same),
         free_by_pool: pools.into_values().collect(),
         outside_allocator_bytes: None,
         available_bytes: None,
@@ -597,9 +642,10 @@ pub fn analyze_oom(
     let settings = settings(snap);
     let mut analyses = Vec::new();
     let mut more = BTreeMap::new();
-    let devices: Vec<i64> = snap
-        .devices()
-        .into_iter()
+    let all = snap.devices();
+    let devices: Vec<i64> = all
+        .iter()
+        .copied()
         .filter(|d| device.is_none_or(|w| w == *d))
         .collect();
     for &d in &devices {
@@ -626,19 +672,27 @@ pub fn analyze_oom(
             analyses.push(analyze_at(snap, &r, &attr, Some(i), known, settings));
         }
     }
+    let mut reason = match (device, all.len()) {
+        (Some(_), _) => Some(DeviceReason::Asked),
+        (None, 1) => Some(DeviceReason::Only),
+        (None, 0) => None,
+        (None, _) => Some(DeviceReason::Oom),
+    };
     if analyses.is_empty() {
         // No oom entry: the final state of the device the question is about (the one a
-        // message names, else the one with the most reserved memory).
-        let d = devices
+        // message names, else the one `timeline` and `segments` pick: the most active).
+        let named = devices
             .iter()
             .copied()
-            .find(|d| messages.iter().any(|m| m.gpu == Some(*d)))
-            .or_else(|| {
-                devices
-                    .iter()
-                    .copied()
-                    .max_by_key(|&d| snap.segments_of(d).map(|s| s.total_size).sum::<u64>())
-            });
+            .find(|d| messages.iter().any(|m| m.gpu == Some(*d)));
+        let d = match named {
+            Some(d) => Some(d),
+            None if device.is_some() || devices.len() <= 1 => devices.first().copied(),
+            None => choose_device(snap, None, false).ok().map(|c| {
+                reason = Some(c.reason);
+                c.device
+            }),
+        };
         if let Some(d) = d {
             let r = DeviceReplay::new(snap, d);
             let message = message_for(&messages, d);
@@ -665,6 +719,8 @@ pub fn analyze_oom(
     OomReport {
         schema_version: SCHEMA_VERSION,
         path: Some(path.to_string()),
+        devices: all,
+        device_reason: reason,
         analyses,
         more_oom_events: more,
         messages,
@@ -699,13 +755,13 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
                 message_line: Some(m.line),
                 allowed_bytes: m.allowed_bytes,
                 reserved_bytes: reserved,
-                requested_live_bytes: allocated,
+                requested_live_bytes: None,
                 allocated_bytes: allocated,
                 cached_free_bytes: reserved.saturating_sub(allocated),
-                rounding_waste_bytes: 0,
-                pending_free_bytes: 0,
-                largest_hole_bytes: 0,
-                largest_hole_same_stream_bytes: 0,
+                rounding_waste_bytes: None,
+                pending_free_bytes: None,
+                largest_hole_bytes: None,
+                largest_hole_same_stream_bytes: None,
                 free_by_pool: Vec::new(),
                 outside_allocator_bytes: None,
                 available_bytes: None,
@@ -724,6 +780,8 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
     OomReport {
         schema_version: SCHEMA_VERSION,
         path: None,
+        devices: Vec::new(),
+        device_reason: None,
         analyses,
         more_oom_events: BTreeMap::new(),
         messages,
@@ -737,4 +795,172 @@ pub fn leak_sites(a: &OomAnalysis) -> Vec<&str> {
         .filter(|v| v.cause == Cause::Leak)
         .flat_map(|v| v.sites.iter().map(String::as_str))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    /// The figures of a snapshot's OOM, derived as `analyze_at` does.
+    fn figures(
+        request: u64,
+        free: u64,
+        total: u64,
+        reserved: u64,
+        allocated: u64,
+        pending: u64,
+        hole: u64,
+    ) -> OomAnalysis {
+        let mut a = OomAnalysis {
+            device: 0,
+            source: Source::OomEvent,
+            event: Some(9),
+            time_us: None,
+            oom_recorded: true,
+            requested_bytes: Some(request),
+            stream: 0,
+            site: None,
+            frames: Vec::new(),
+            device_free_bytes: Some(free),
+            device_total_bytes: Some(total),
+            device_total_source: Some("option"),
+            message_line: None,
+            allowed_bytes: None,
+            reserved_bytes: reserved,
+            requested_live_bytes: Some(allocated),
+            allocated_bytes: allocated,
+            cached_free_bytes: reserved - allocated,
+            rounding_waste_bytes: Some(0),
+            pending_free_bytes: Some(pending),
+            largest_hole_bytes: Some(hole),
+            largest_hole_same_stream_bytes: Some(hole),
+            free_by_pool: Vec::new(),
+            outside_allocator_bytes: None,
+            available_bytes: None,
+            needed_bytes: None,
+            shortfall_bytes: None,
+            deficit_bytes: None,
+            top_sites: Vec::new(),
+            leaks: None,
+            verdicts: Vec::new(),
+        };
+        derive(&mut a);
+        a.verdicts = verdicts(&a, Settings::default());
+        a
+    }
+
+    fn summary(a: &OomAnalysis) -> Vec<(Cause, Role, Option<f64>)> {
+        a.verdicts
+            .iter()
+            .map(|v| (v.cause, v.role, v.share_of_deficit))
+            .collect()
+    }
+
+    #[test]
+    fn contributing_causes_split_the_deficit_in_order() {
+        // 80 GiB device: 70 GiB reserved, all live; 6 GiB pending frees inside it; 1 GiB
+        // free; 9 GiB outside. A 10 GiB request lacks 9 GiB (70 + 10 − 71).
+        let a = figures(10 * GIB, GIB, 80 * GIB, 70 * GIB, 70 * GIB, 6 * GIB, 0);
+        assert_eq!(a.outside_allocator_bytes, Some(9 * GIB));
+        assert_eq!(a.deficit_bytes, Some(9 * GIB));
+        // Outside memory is 11% of the device and covers the deficit alone: primary.
+        assert_eq!(
+            summary(&a),
+            [(Cause::OutsideAllocator, Role::Primary, Some(1.0))]
+        );
+        // 4 GiB outside (5% of the device, as usual for a process): no cause alone covers
+        // the 9 GiB; pending frees take 6/9, outside memory the remaining 3/9.
+        let a = figures(10 * GIB, GIB, 75 * GIB, 70 * GIB, 70 * GIB, 6 * GIB, 0);
+        assert_eq!(a.outside_allocator_bytes, Some(4 * GIB));
+        assert_eq!(
+            summary(&a),
+            [
+                (Cause::Capacity, Role::Primary, None),
+                (Cause::PendingFrees, Role::Contributing, Some(0.6667)),
+                (Cause::OutsideAllocator, Role::Contributing, Some(0.3333)),
+            ]
+        );
+        // With no hole to speak of, the allocator's settings cannot help.
+        assert!(a.verdicts[0].knobs.contains(&Knob::CachedMemoryCannotHelp));
+        // Smaller parts: each its own share (3/9, then 4/9 as the rounded running total
+        // 7/9 = 0.7778 less 0.3333), adding up to less than 1.
+        let a = figures(10 * GIB, GIB, 75 * GIB, 70 * GIB, 70 * GIB, 3 * GIB, 0);
+        assert_eq!(
+            summary(&a),
+            [
+                (Cause::Capacity, Role::Primary, None),
+                (Cause::PendingFrees, Role::Contributing, Some(0.3333)),
+                (Cause::OutsideAllocator, Role::Contributing, Some(0.4445)),
+            ]
+        );
+        // A cause under 10% of the deficit is left out: 512 MiB of 9 GiB.
+        let a = figures(10 * GIB, GIB, 75 * GIB, 70 * GIB, 70 * GIB, 512 * MIB, 0);
+        assert_eq!(
+            summary(&a),
+            [
+                (Cause::Capacity, Role::Primary, None),
+                (Cause::OutsideAllocator, Role::Contributing, Some(0.4444)),
+            ]
+        );
+    }
+
+    #[test]
+    fn shares_never_add_up_to_more_than_one() {
+        // Three parts of a third each round to 0.3333 + 0.3334 + 0.3333.
+        let parts = [1u64, 1, 1];
+        let mut from = 0;
+        let mut sum = 0.0;
+        for p in parts {
+            sum += share_between(from, p, 3);
+            from += p;
+        }
+        assert_eq!((sum * 10_000.0f64).round(), 10_000.0);
+        assert_eq!(share_between(0, 2, 3), 0.6667);
+        assert_eq!(share_between(2, 1, 3), 0.3333);
+        assert_eq!(share(5, 3), 1.0);
+    }
+
+    #[test]
+    fn holes_that_would_hold_the_request_contribute_and_settings_can_help() {
+        // 38 GiB reserved, 37.2 GiB live (800 MiB in holes of at most 112 MiB), 3.8 GiB
+        // free: a 3.9 GiB request fits in total but lacks ~102 MiB of one free range.
+        let reserved = 38 * GIB;
+        let allocated = reserved - 800 * MIB;
+        let free = 3 * GIB + 819 * MIB;
+        let request = 3 * GIB + 921 * MIB;
+        let a = figures(request, free, 48 * GIB, reserved, allocated, 0, 112 * MIB);
+        assert_eq!(a.shortfall_bytes, Some(0));
+        // 6.2 GiB outside the allocator would also have made room, but the holes come
+        // first: a user can act on them; the outside memory is left with no part.
+        assert_eq!(a.outside_allocator_bytes, Some(6 * GIB + 205 * MIB));
+        assert_eq!(a.deficit_bytes, Some(102 * MIB));
+        assert_eq!(
+            summary(&a),
+            [
+                (Cause::Capacity, Role::Primary, None),
+                (Cause::Fragmentation, Role::Contributing, Some(1.0)),
+            ]
+        );
+        // Capacity does not say that settings cannot help when fragmentation proposes them.
+        assert!(!a.verdicts[0].knobs.contains(&Knob::CachedMemoryCannotHelp));
+        assert!(a.verdicts[1].knobs.contains(&Knob::ExpandableSegments));
+        // With 20 MiB in holes the request does not fit even in total (short by 82 MiB):
+        // holes are no cause, and no setting can help.
+        let total = reserved + free + 512 * MIB;
+        let a = figures(
+            request,
+            free,
+            total,
+            reserved,
+            reserved - 20 * MIB,
+            0,
+            8 * MIB,
+        );
+        assert_eq!(a.shortfall_bytes, Some(82 * MIB));
+        assert_eq!(summary(&a), [(Cause::Capacity, Role::Primary, None)]);
+        assert!(a.verdicts[0].knobs.contains(&Knob::CachedMemoryCannotHelp));
+    }
 }

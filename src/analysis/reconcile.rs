@@ -20,7 +20,7 @@ use crate::timeline::{self, DeviceTimeline};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Readings farther than this from a moment are not used for it.
 pub const MAX_SKEW_US: i64 = 5_000_000;
@@ -49,7 +49,7 @@ pub struct ReconcileOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Moment {
-    /// The peak of allocated memory.
+    /// The peak of requested memory (the official viewer's count).
     Peak,
     /// An `oom` trace entry.
     Oom,
@@ -88,7 +88,8 @@ pub struct Ledger {
     pub process_pid: Option<u64>,
     pub process_used_bytes: Option<u64>,
     pub reserved_bytes: u64,
-    pub allocated_bytes: u64,
+    /// Requested bytes alive (the official viewer's count, not block bytes).
+    pub requested_bytes: u64,
     /// device used − reserved: memory outside the allocator and other processes' together.
     pub gap_bytes: Option<i64>,
     /// Whether the gap is split into the two parts below, or why not.
@@ -103,8 +104,8 @@ pub struct Ledger {
     /// samples); readings lag the allocator, and nvidia-smi rounds to MiB.
     pub outside_allocator_range_bytes: Option<(i64, i64)>,
     pub other_processes_range_bytes: Option<(i64, i64)>,
-    /// The profiler trace's allocated and reserved bytes at the same moment, when a trace
-    /// of the same run was given.
+    /// The profiler trace's allocated (block bytes, its Total Allocated) and reserved
+    /// bytes at the same moment, when a trace of the same run was given.
     pub trace_allocated_bytes: Option<u64>,
     pub trace_reserved_bytes: Option<u64>,
 }
@@ -118,7 +119,8 @@ pub struct OverTime {
     /// This process's use, when per-process rows exist.
     pub process_used_bytes: Option<u64>,
     pub reserved_bytes: i64,
-    pub allocated_bytes: u64,
+    /// Requested bytes alive (the official viewer's count).
+    pub requested_bytes: u64,
 }
 
 /// Why a GPU of the log was read for a device of the snapshot.
@@ -581,7 +583,7 @@ fn ledger(c: &DeviceCtx, moment: Moment, at: usize) -> Option<Ledger> {
     let time_us = c.trace?.time_us(at).filter(|&t| t > 0)?;
     let tl = c.tl;
     let reserved = tl.reserved_at(Some(at)).max(0) as u64;
-    let allocated = tl.requested_at(Some(at));
+    let requested = tl.requested_at(Some(at));
     let sample = nearest(&c.samples, time_us);
     let window: Vec<&GpuSample> = {
         let lo = c
@@ -635,7 +637,7 @@ fn ledger(c: &DeviceCtx, moment: Moment, at: usize) -> Option<Ledger> {
         process_pid: process.map(|p| p.0),
         process_used_bytes: process.map(|p| p.1),
         reserved_bytes: reserved,
-        allocated_bytes: allocated,
+        requested_bytes: requested,
         gap_bytes: used.map(|u| u as i64 - reserved as i64),
         split,
         outside_allocator_bytes: process.map(|(_, p)| p as i64 - reserved as i64),
@@ -682,7 +684,7 @@ pub fn over_time(tl: &DeviceTimeline, log: &DeviceLog, samples: &[&GpuSample]) -
                 )
                 .map(|p| p.1),
                 reserved_bytes: reserved,
-                allocated_bytes: tl.requested_at(at),
+                requested_bytes: tl.requested_at(at),
             });
         }
     }

@@ -4,6 +4,7 @@ use super::read_snapshot;
 use crate::cli::ReconcileArgs;
 use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
+use vramlens::analysis::device::check_device;
 use vramlens::analysis::reconcile::{
     LOG_MARGIN_US, ReconcileOptions, analyze_reconcile, snapshot_range,
 };
@@ -13,6 +14,7 @@ use vramlens::render::{Style, write_json};
 
 pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
     let (snap, info) = read_snapshot(&args.snapshot, ReadOptions { progress: true })?;
+    check_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
     // Only the readings near the snapshot's trace are kept; the log is streamed.
     let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
     let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep)?;

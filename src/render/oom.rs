@@ -2,6 +2,7 @@
 
 use super::Style;
 use super::names::group_display;
+use crate::analysis::device::DeviceReason;
 use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Verdict};
 use crate::units::{bytes, percent, utc_time};
 use std::io::{self, Write};
@@ -59,20 +60,95 @@ pub fn knob_text(k: Knob) -> &'static str {
     }
 }
 
+/// What a verdict's share of the deficit says, in words.
 fn share_text(a: &OomAnalysis, v: &Verdict) -> String {
-    let deficit = opt(a.deficit_bytes);
-    match (v.share_of_deficit, v.role) {
-        (Some(s), Role::Primary) if s >= 1.0 => {
-            format!("; it is more than the {deficit} the request lacked")
+    let Some(s) = v.share_of_deficit else {
+        return String::new();
+    };
+    let deficit = a.deficit_bytes.unwrap_or(0);
+    let lacked = match a.source {
+        Source::Message => format!(
+            "{} the request needed beyond the device's free memory",
+            opt(a.deficit_bytes)
+        ),
+        _ => format!("{} the request lacked", opt(a.deficit_bytes)),
+    };
+    // What the cause alone covers; a smaller share means causes above took the rest.
+    let alone = v.bytes.min(deficit) as f64 / deficit.max(1) as f64;
+    if s >= 1.0 {
+        return match (v.role, v.cause) {
+            (Role::Primary, _) => format!("; it is more than the {lacked}"),
+            (_, Cause::OutsideAllocator) => format!(
+                "; without it the request would have fit (it is more than the {lacked}), but this much is usual for a process"
+            ),
+            (_, Cause::Fragmentation) => {
+                format!("; in one piece, they would have covered the {lacked}")
+            }
+            _ => format!("; without it the request would have fit (it is more than the {lacked})"),
+        };
+    }
+    let pct = format!("{:.0}%", s * 100.0);
+    if s + 1e-4 < alone {
+        format!("; with the causes above, it covers the rest of the {lacked} ({pct})")
+    } else {
+        format!("; it is {pct} of the {lacked}")
+    }
+}
+
+/// Two sizes that read differently: one decimal, else more, else exact bytes.
+fn distinct_sizes(a: u64, b: u64) -> (String, String) {
+    let (ta, tb) = (bytes(a), bytes(b));
+    if ta != tb || a == b {
+        return (ta, tb);
+    }
+    // Same unit for both (they printed the same), so only the decimals change.
+    let unit = ta.rsplit(' ').next().unwrap_or("B").to_string();
+    let scale = match unit.as_str() {
+        "KiB" => 1u64 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "PiB" => 1 << 50,
+        _ => 1 << 60,
+    } as f64;
+    for decimals in 2..=3 {
+        let (x, y) = (
+            format!("{:.*} {unit}", decimals, a as f64 / scale),
+            format!("{:.*} {unit}", decimals, b as f64 / scale),
+        );
+        if x != y {
+            return (x, y);
         }
-        (Some(s), Role::Contributing) if s >= 1.0 => format!(
-            "; without it the request would have fit (it is more than the {deficit} lacked), but this much is usual for a process"
-        ),
-        (Some(s), _) => format!(
-            "; it is {:.0}% of the {deficit} the request lacked",
-            s * 100.0
-        ),
-        (None, _) => String::new(),
+    }
+    (format!("{a} B"), format!("{b} B"))
+}
+
+/// A share that is below the whole but would print as 100.0%.
+fn percent_below(part: u64, whole: u64) -> String {
+    let p = percent(part, whole);
+    if part < whole && p == "100.0%" {
+        let exact = part as f64 * 100.0 / whole as f64;
+        for decimals in 2..=4 {
+            let t = format!("{exact:.decimals$}%");
+            if !t.starts_with("100.") {
+                return t;
+            }
+        }
+        return "99.9999%".into();
+    }
+    p
+}
+
+/// How much more the request was than its largest usable free space: for a message the
+/// device's free memory only, since a message gives no hole sizes.
+fn lacked_text(a: &OomAnalysis) -> String {
+    if a.source == Source::Message {
+        format!(
+            "it was {} more than the device had free",
+            opt(a.deficit_bytes)
+        )
+    } else {
+        format!("it lacked {}", opt(a.deficit_bytes))
     }
 }
 
@@ -82,23 +158,27 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
     let short = opt(a.shortfall_bytes);
     match v.cause {
         Cause::Capacity if a.shortfall_bytes == Some(0) => format!(
-            "capacity: the device was nearly full: the live blocks ({}) plus the request ({request}) are {} of the {} PyTorch could have, and no free space held the request (it lacked {})",
+            "capacity: the device was nearly full: the live blocks ({}) plus the request ({request}) are {} of the {} PyTorch could have, and no free space held the request ({})",
             bytes(a.allocated_bytes),
-            percent(a.needed_bytes.unwrap_or(0), a.available_bytes.unwrap_or(0)),
+            percent_below(a.needed_bytes.unwrap_or(0), a.available_bytes.unwrap_or(0)),
             opt(a.available_bytes),
-            opt(a.deficit_bytes)
+            lacked_text(a)
         ),
-        Cause::Capacity => format!(
-            "capacity: the live blocks ({}) plus the request ({request}) need {}, but PyTorch could have at most {} (reserved {} + free on the device {}{}): short by {short}",
-            bytes(a.allocated_bytes),
-            opt(a.needed_bytes),
-            opt(a.available_bytes),
-            bytes(a.reserved_bytes),
-            opt(a.device_free_bytes),
-            a.allowed_bytes
-                .map(|c| format!(", within the process limit of {}", bytes(c)))
-                .unwrap_or_default()
-        ),
+        Cause::Capacity => {
+            let (needed, could) = match (a.needed_bytes, a.available_bytes) {
+                (Some(n), Some(h)) => distinct_sizes(n, h),
+                (n, h) => (opt(n), opt(h)),
+            };
+            format!(
+                "capacity: the live blocks ({}) plus the request ({request}) need {needed}, but PyTorch could have at most {could} (reserved {} + free on the device {}{}): short by {short}",
+                bytes(a.allocated_bytes),
+                bytes(a.reserved_bytes),
+                opt(a.device_free_bytes),
+                a.allowed_bytes
+                    .map(|c| format!(", within the process limit of {}", bytes(c)))
+                    .unwrap_or_default()
+            )
+        }
         Cause::Leak => {
             let sites: Vec<String> = v.sites.iter().map(|s| group_display(s, "frame")).collect();
             format!(
@@ -122,11 +202,19 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
             bytes(v.bytes),
             share_text(a, v)
         ),
-        Cause::Fragmentation if v.role == Role::Contributing => format!(
-            "fragmentation: {} sat free inside segments in holes of at most {}",
-            bytes(a.cached_free_bytes),
-            bytes(a.largest_hole_bytes)
-        ),
+        Cause::Fragmentation if v.role == Role::Contributing => match a.largest_hole_bytes {
+            Some(hole) => format!(
+                "fragmentation: {} sat free inside segments in holes of at most {}{}",
+                bytes(a.cached_free_bytes),
+                bytes(hole),
+                share_text(a, v)
+            ),
+            None => format!(
+                "fragmentation: {} sat free inside segments (reserved but unallocated), in pieces the message does not give the sizes of{}",
+                bytes(a.cached_free_bytes),
+                share_text(a, v)
+            ),
+        },
         Cause::Fragmentation if a.source == Source::Message => format!(
             "fragmentation: {} reserved but unallocated plus {} free on the device would cover the request ({request}), yet it failed: that memory was in pieces smaller than the request (the message does not give their sizes)",
             bytes(a.cached_free_bytes),
@@ -136,9 +224,9 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
             "fragmentation: {} free inside segments plus {} free on the device would cover the request ({request}), but the largest hole is {} ({} on the request's stream); rounding added {} to live blocks",
             bytes(a.cached_free_bytes),
             opt(a.device_free_bytes),
-            bytes(a.largest_hole_bytes),
-            bytes(a.largest_hole_same_stream_bytes),
-            bytes(a.rounding_waste_bytes)
+            opt(a.largest_hole_bytes),
+            opt(a.largest_hole_same_stream_bytes),
+            opt(a.rounding_waste_bytes)
         ),
         Cause::PrivatePools => format!(
             "private pools (CUDA graphs) hold {} free that other allocations cannot use",
@@ -193,7 +281,11 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
         format!("stream 0x{:x}", a.stream)
     };
     match a.requested_bytes {
-        Some(r) => writeln!(out, "  request            {} on the {stream}", bytes(r))?,
+        // Only an oom entry gives the request's stream; a message does not.
+        Some(r) if a.source == Source::OomEvent => {
+            writeln!(out, "  request            {} on the {stream}", bytes(r))?
+        }
+        Some(r) => writeln!(out, "  request            {}", bytes(r))?,
         None if a.oom_recorded => writeln!(out, "  request            unknown")?,
         None => {}
     }
@@ -240,16 +332,23 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
             out,
             "  live               {} in blocks ({} requested, {} rounding), {} pending free",
             bytes(a.allocated_bytes),
-            bytes(a.requested_live_bytes),
-            bytes(a.rounding_waste_bytes),
-            bytes(a.pending_free_bytes)
+            opt(a.requested_live_bytes),
+            opt(a.rounding_waste_bytes),
+            opt(a.pending_free_bytes)
         )?;
+        // The request's stream is known only with a request from an oom entry.
+        let same_stream = match a.source {
+            Source::OomEvent => format!(
+                " ({} on the request's stream)",
+                opt(a.largest_hole_same_stream_bytes)
+            ),
+            _ => String::new(),
+        };
         writeln!(
             out,
-            "  free in segments   {}; largest hole {} ({} on the request's stream)",
+            "  free in segments   {}; largest hole {}{same_stream}",
             bytes(a.cached_free_bytes),
-            bytes(a.largest_hole_bytes),
-            bytes(a.largest_hole_same_stream_bytes)
+            opt(a.largest_hole_bytes),
         )?;
     } else {
         writeln!(
@@ -260,11 +359,10 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
         )?;
     }
     if let (Some(n), Some(h)) = (a.needed_bytes, a.available_bytes) {
+        let (needed, could) = distinct_sizes(n, h);
         writeln!(
             out,
-            "  needed             {} (live blocks + request); PyTorch could have {} (reserved + free{}){}",
-            bytes(n),
-            bytes(h),
+            "  needed             {needed} (live blocks + request); PyTorch could have {could} (reserved + free{}){}",
             if a.allowed_bytes.is_some() {
                 ", within the process limit"
             } else {
@@ -272,8 +370,9 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
             },
             match (a.shortfall_bytes, a.deficit_bytes) {
                 (Some(0), Some(d)) if d > 0 => format!(
-                    ": enough in total, but no free space held the request ({} short)",
-                    bytes(d)
+                    ": enough in total ({} to spare), but no free space held the request ({})",
+                    bytes(h - n),
+                    lacked_text(a)
                 ),
                 (Some(0) | None, _) => ": the memory was there".to_string(),
                 (Some(s), _) => format!(": short by {}", bytes(s)),
@@ -343,9 +442,65 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
     Ok(())
 }
 
+/// The devices analysed, why, and the file's others, when it has several:
+/// "device 1 (the device with the OOM; the file also has devices 0, 2: choose with --device N)".
+fn devices_text(r: &OomReport) -> Option<String> {
+    if r.devices.len() < 2 {
+        return None;
+    }
+    let mut analysed: Vec<i64> = r.analyses.iter().map(|a| a.device).collect();
+    analysed.dedup();
+    let list = |ds: &[i64]| {
+        ds.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let many = analysed.len() > 1;
+    let why = match r.device_reason {
+        Some(DeviceReason::Oom) if r.analyses.iter().all(|a| a.source == Source::FinalState) => {
+            Some("the GPU the OOM message names")
+        }
+        Some(DeviceReason::Oom) if many => Some("the devices with an OOM"),
+        Some(DeviceReason::Oom) => Some("the device with the OOM"),
+        Some(DeviceReason::MostActivity) => Some("the most active device"),
+        _ => None,
+    };
+    let others: Vec<i64> = r
+        .devices
+        .iter()
+        .copied()
+        .filter(|d| !analysed.contains(d))
+        .collect();
+    let others = (!others.is_empty()).then(|| {
+        format!(
+            "the file also has {} {}: choose with --device N",
+            if others.len() == 1 {
+                "device"
+            } else {
+                "devices"
+            },
+            list(&others)
+        )
+    });
+    let notes: Vec<String> = why.map(str::to_string).into_iter().chain(others).collect();
+    let head = format!(
+        "{} {}",
+        if many { "devices" } else { "device" },
+        list(&analysed)
+    );
+    Some(match notes.is_empty() {
+        true => head,
+        false => format!("{head} ({})", notes.join("; ")),
+    })
+}
+
 pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::Result<()> {
     if let Some(p) = &r.path {
-        writeln!(out, "{}", style.heading(p))?;
+        match devices_text(r) {
+            Some(d) => writeln!(out, "{}", style.heading(&format!("{p}: {d}")))?,
+            None => writeln!(out, "{}", style.heading(p))?,
+        }
     }
     for a in &r.analyses {
         write_analysis(out, a, style)?;

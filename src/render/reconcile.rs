@@ -79,9 +79,9 @@ fn suspect_line(s: &Suspect) -> String {
 
 fn ledger_lines(l: &Ledger) -> Vec<String> {
     let pytorch = format!(
-        "PyTorch reserved {} (allocated {})",
+        "PyTorch reserved {} (requested {})",
         bytes(l.reserved_bytes),
-        bytes(l.allocated_bytes)
+        bytes(l.requested_bytes)
     );
     let mut lines = Vec::new();
     match (l.device_used_bytes, l.gap_bytes) {
@@ -130,7 +130,7 @@ fn ledger_lines(l: &Ledger) -> Vec<String> {
     }
     if let Some(a) = l.trace_allocated_bytes {
         lines.push(format!(
-            "profiler trace at the same moment: allocated {} (whole blocks, where the line above counts requested bytes), reserved {}",
+            "profiler trace at the same moment: allocated {} (block bytes, where the line above counts requested bytes), reserved {}",
             bytes(a),
             l.trace_reserved_bytes.map_or("unknown".into(), bytes)
         ));
