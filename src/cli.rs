@@ -405,7 +405,8 @@ pub struct SegmentsArgs {
 
 #[derive(Args, Debug)]
 pub struct OomArgs {
-    /// Snapshots dumped at or after the OOM (several: one report each, e.g. every rank).
+    /// Snapshots dumped at or after the OOM, or folders of them (several: one report
+    /// each, e.g. every rank).
     #[arg(value_name = "SNAPSHOT")]
     pub snapshots: Vec<PathBuf>,
     /// A log with "CUDA out of memory" messages (both forms PyTorch has printed).

@@ -623,3 +623,29 @@ fn real_files_name_their_devices_and_no_stream_without_a_request() {
         "{text}"
     );
 }
+
+/// A folder of snapshots is read as its files, in name order, one report each.
+#[test]
+fn a_folder_of_ranks_gives_one_report_per_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["rank1.pickle", "rank0.pickle"] {
+        std::fs::copy("testdata/sample.pickle", dir.path().join(name)).unwrap();
+    }
+    let run = |args: Vec<std::path::PathBuf>| {
+        let out = Command::cargo_bin("vramlens")
+            .unwrap()
+            .arg("oom")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let folder = run(vec![dir.path().to_path_buf()]);
+    let files = run(vec![
+        dir.path().join("rank0.pickle"),
+        dir.path().join("rank1.pickle"),
+    ]);
+    assert_eq!(folder, files);
+    assert_eq!(folder.matches("verdict").count(), 2, "{folder}");
+}

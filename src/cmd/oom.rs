@@ -85,7 +85,7 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
     }
     let mut errors = Vec::new();
     let mut printed = 0;
-    for path in &args.snapshots {
+    for path in &super::expand_inputs(&args.snapshots)? {
         let result = (|| -> Result<OomReport> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
             check_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
