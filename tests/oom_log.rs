@@ -673,7 +673,10 @@ fn check_invariants(log: &str) {
         assert!(!m.text.is_empty() && m.text.contains(" out of memory"));
         last = (m.line, m.end_line);
     }
-    assert_eq!(found, parse_oom_messages(log), "not deterministic");
+    // The streaming reader (logs read piece by piece) finds exactly the same.
+    let streamed =
+        vramlens::oom_log::parse_oom_messages_from(std::io::Cursor::new(log.as_bytes())).unwrap();
+    assert_eq!(found, streamed, "the streaming reader differs");
 }
 
 proptest! {
