@@ -173,6 +173,10 @@ fn every_real_trace_replays_to_its_own_peak() {
             peaks.requested.bytes, peak_allocated,
             "{rel}: peak allocated"
         );
+        // A trace's sizes are what the allocator handed out: no rounding on top, so the
+        // block-bytes peak is the same (the CPU allocator's sizes are not 512-byte
+        // multiples).
+        assert_eq!(peaks.allocated.bytes, peak_allocated, "{rel}: block bytes");
         if let Some(r) = peak_reserved {
             assert_eq!(peaks.reserved.bytes, r, "{rel}: peak reserved");
         }

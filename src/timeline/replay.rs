@@ -265,7 +265,18 @@ impl<'a> DeviceReplay<'a> {
             {
                 block
             }
-            _ => block_bytes(size),
+            _ => self.rounded(size),
+        }
+    }
+
+    /// Block bytes of a request that holds no final block: the allocator's rounding, but
+    /// for a profiler trace, whose sizes are already what the allocator handed out (and,
+    /// for the CPU allocator, not rounded to 512 bytes).
+    fn rounded(&self, size: u64) -> u64 {
+        if self.snap.features.converted_from.is_some() {
+            size
+        } else {
+            block_bytes(size)
         }
     }
 
@@ -278,9 +289,9 @@ impl<'a> DeviceReplay<'a> {
             Origin::Survivor => self.block_bytes_at(None, l.addr, l.size),
             Origin::Traced => match l.alloc {
                 Some(a) => self.block_bytes_at(Some(a.index()), l.addr, l.size),
-                None => block_bytes(l.size),
+                None => self.rounded(l.size),
             },
-            Origin::BeforeTrace => block_bytes(l.size),
+            Origin::BeforeTrace => self.rounded(l.size),
         }
     }
 
@@ -374,7 +385,7 @@ impl<'a> DeviceReplay<'a> {
                         None => {
                             let pool = self.event_pool(i);
                             orphans.requested += e.size;
-                            orphans.allocated += block_bytes(e.size);
+                            orphans.allocated += self.rounded(e.size);
                             Lifetime {
                                 addr: e.addr,
                                 size: e.size,
