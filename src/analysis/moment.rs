@@ -3,6 +3,7 @@
 
 use crate::model::{Action, DeviceTrace};
 use crate::timeline::replay::DeviceReplay;
+use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
 use crate::units::{parse_duration_us, parse_utc_time};
 use serde::Serialize;
 
@@ -85,10 +86,8 @@ impl std::str::FromStr for Moment {
 /// Why a moment cannot be found in a trace.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MomentError {
-    #[error(
-        "device {device} has no trace, so no moment but its final state; record one with torch.cuda.memory._record_memory_history()"
-    )]
-    NoTrace { device: i64 },
+    #[error("{0}, so no moment but its final state; {how}", how = HOW_TO_RECORD)]
+    NoTrace(NoTimeline),
     #[error("device {device} has no oom event in its trace")]
     NoOom { device: i64 },
     #[error("event {event} is out of range; device {device} has {events} events (0..{last})", last = events.saturating_sub(1))]
@@ -146,8 +145,10 @@ pub fn resolve(
     let trace = r.trace;
     let n = trace.len();
     let device = r.device;
-    if n == 0 && moment != Moment::End {
-        return Err(MomentError::NoTrace { device });
+    if moment != Moment::End
+        && let Some(none) = r.no_timeline()
+    {
+        return Err(MomentError::NoTrace(none));
     }
     let (kind, event) = match moment {
         Moment::Peak => ("peak", peak()),

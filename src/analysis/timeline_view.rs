@@ -13,6 +13,7 @@ use super::frames::user_frames;
 use super::group_series::{GroupSeries, GroupValues};
 use crate::model::{Action, DeviceTrace, Snapshot};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, Running, TotalsAt};
+use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -65,9 +66,10 @@ impl Default for ViewOptions {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ViewError {
     #[error(
-        "device {device} has no trace: there is no timeline to draw, only the final state (see `vramlens segments`); record one with torch.cuda.memory._record_memory_history(max_entries=100000)"
+        "{0}: nothing to draw, only the final state is known (see `vramlens segments`); {how}",
+        how = HOW_TO_RECORD
     )]
-    NoTrace { device: i64 },
+    NoTrace(NoTimeline),
     #[error("this trace has no time_us (PyTorch before 2.2); use --x events")]
     NoTimes,
     #[error("--window {start}..{end}: the trace spans {min}..{max} on this axis{unit}")]
@@ -336,8 +338,8 @@ pub fn build_view(
 ) -> Result<TimelineView, ViewError> {
     let trace = r.trace;
     let n = trace.len();
-    if n == 0 {
-        return Err(ViewError::NoTrace { device: r.device });
+    if let Some(none) = r.no_timeline() {
+        return Err(ViewError::NoTrace(none));
     }
     let origin = time_origin(trace);
     if options.x == XAxis::Time && origin.is_none() {

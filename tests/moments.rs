@@ -1,0 +1,274 @@
+//! Moments and timelines as users name them: which traces have a timeline at all, the
+//! final state of a file without one, times and windows inside and outside the trace.
+
+mod common;
+
+use assert_cmd::Command;
+use common::require_shared_data;
+use std::path::{Path, PathBuf};
+use vramlens::model::trace::NewEvent;
+use vramlens::model::{
+    Action, Block, BlockState, DeviceTrace, Features, FrameTable, Segment, SegmentType, Snapshot,
+    Warnings,
+};
+
+fn vramlens() -> Command {
+    Command::cargo_bin("vramlens").unwrap()
+}
+
+const BASE: u64 = 0x7f00_0000_0000;
+const MIB: u64 = 1 << 20;
+
+/// One 8 MiB segment holding a live 2 MiB block, and a trace of `events`
+/// (action, address, size), 10 µs apart.
+fn snapshot(events: &[(Action, u64, u64)]) -> Snapshot {
+    let mut trace = DeviceTrace::default();
+    trace.keys.time_us = true;
+    let trace_keys = trace.keys;
+    for (i, &(action, addr, size)) in events.iter().enumerate() {
+        trace.push(NewEvent {
+            action: Some(action),
+            addr,
+            size,
+            time_us: Some(1_750_000_000_000_000 + 10 * i as i64),
+            ..Default::default()
+        });
+    }
+    Snapshot {
+        segments: vec![Segment {
+            device: 0,
+            address: BASE,
+            total_size: 8 * MIB,
+            allocated_size: 2 * MIB,
+            active_size: 2 * MIB,
+            requested_size: Some(2 * MIB),
+            stream: 0,
+            segment_type: SegmentType::Large,
+            pool_id: Some((0, 0)),
+            is_expandable: false,
+            stack: None,
+            blocks: vec![
+                Block {
+                    address: BASE,
+                    size: 2 * MIB,
+                    requested_size: 2 * MIB,
+                    state: BlockState::ActiveAllocated,
+                    stack: None,
+                },
+                Block {
+                    address: BASE + 2 * MIB,
+                    size: 6 * MIB,
+                    requested_size: 0,
+                    state: BlockState::Inactive,
+                    stack: None,
+                },
+            ],
+        }],
+        device_traces: vec![trace],
+        host_segments: Vec::new(),
+        host_trace: DeviceTrace::default(),
+        allocator_settings: None,
+        external_annotations: Vec::new(),
+        frames: FrameTable::new(),
+        features: Features {
+            device_traces: true,
+            block_frames: true,
+            segment_pool_id: true,
+            segment_requested_size: true,
+            entries: trace_keys,
+            ..Features::default()
+        },
+        warnings: Warnings::default(),
+        extras: Default::default(),
+    }
+}
+
+/// Writes `snap` as a pickle into `dir`.
+fn write(dir: &Path, name: &str, snap: &Snapshot) -> PathBuf {
+    let path = dir.join(name);
+    let file = std::fs::File::create(&path).unwrap();
+    vramlens::model::encode::write_snapshot(snap, std::io::BufWriter::new(file)).unwrap();
+    path
+}
+
+fn stdout_of(args: &[&str], file: &Path) -> String {
+    let out = vramlens().args(args).arg(file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn summary_json(file: &Path) -> serde_json::Value {
+    serde_json::from_str(&stdout_of(&["summary", "--json"], file)).unwrap()
+}
+
+/// A trace of one event (recording switched on just before the dump) reads as a file
+/// without a trace: no peaks, no timeline, no moment but the final state, and the advice
+/// to record one; its event is still counted.
+#[test]
+fn a_trace_of_one_event_reads_as_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 1 MiB block freed just before the dump: its alloc is not in the trace.
+    let one = write(
+        dir.path(),
+        "one.pickle",
+        &snapshot(&[(Action::FreeCompleted, BASE + 2 * MIB, MIB)]),
+    );
+    let v = summary_json(&one);
+    let d = &v["devices"][0];
+    assert_eq!(d["trace"]["events"], 1);
+    assert_eq!(d["trace"]["actions"]["free_completed"], 1);
+    assert_eq!(d["trace"]["has_timeline"], false);
+    for peak in [
+        "peak_requested_bytes",
+        "peak_allocated_bytes",
+        "peak_reserved_bytes",
+    ] {
+        assert!(d[peak].is_null(), "{peak}: {}", d[peak]);
+    }
+    let text = stdout_of(&["summary"], &one);
+    assert!(
+        text.contains(
+            "trace                1 event (free_completed), too few to show memory over time: only the final state is known (no timeline, no peaks)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("_record_memory_history(max_entries=100000)"));
+    assert!(!text.contains("peak requested"), "{text}");
+    assert!(!text.contains("\n  history "), "{text}");
+
+    let head = "device 0 has no timeline (its trace holds just 1 event: free_completed)";
+    let out = dir.path().join("t.svg");
+    for args in [
+        vec!["timeline"],
+        vec!["timeline", "--json"],
+        vec!["top"],
+        vec!["top", "--at", "event:0"],
+        vec!["segments", "--at", "peak"],
+        vec!["flamegraph", "--folded"],
+    ] {
+        vramlens()
+            .args(&args)
+            .arg(&one)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(head))
+            .stderr(predicates::str::contains("max_entries="));
+    }
+    vramlens()
+        .args(["timeline", "-o"])
+        .arg(&out)
+        .arg(&one)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(format!(
+            "{head}: nothing to draw, only the final state is known"
+        )));
+    assert!(!out.exists());
+    // The final state is there: the 2 MiB block.
+    let top: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["top", "--json", "--at", "end"], &one)).unwrap();
+    assert_eq!(top["total_bytes"], 2 * MIB);
+    assert_eq!(top["reserved_bytes"], 8 * MIB);
+
+    // A lone snapshot entry is the same; two changes of memory make a timeline.
+    let snap = write(
+        dir.path(),
+        "snap.pickle",
+        &snapshot(&[(Action::Snapshot, 0, 0)]),
+    );
+    assert_eq!(
+        summary_json(&snap)["devices"][0]["trace"]["has_timeline"],
+        false
+    );
+    assert!(
+        !stdout_of(&["summary"], &snap).contains("\n  history "),
+        "no history is claimed for a trace without allocations"
+    );
+    let two = write(
+        dir.path(),
+        "two.pickle",
+        &snapshot(&[
+            (Action::Alloc, BASE + 2 * MIB, MIB),
+            (Action::FreeCompleted, BASE + 2 * MIB, MIB),
+        ]),
+    );
+    let v = summary_json(&two);
+    assert_eq!(v["devices"][0]["trace"]["has_timeline"], true);
+    // 2 MiB before, 3 MiB after the alloc, 2 MiB at the end.
+    assert_eq!(v["devices"][0]["peak_requested_bytes"], 3 * MIB);
+    assert_eq!(v["devices"][0]["peak_requested_event"], 0);
+    vramlens().arg("timeline").arg(&two).assert().success();
+}
+
+/// The eight device traces of one event among the real files read as no trace.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn real_traces_of_one_event_read_as_no_trace() {
+    let data = require_shared_data();
+    for (file, device, action) in [
+        ("flexgen-pt20/1.3b_snapshot.pickle", 0, "free_completed"),
+        (
+            "flexgen-pt20/1.3b_snapshot__4bf3cd41.pickle",
+            0,
+            "free_completed",
+        ),
+        ("flexgen-pt20/oom_snapshot.pickle", 0, "snapshot"),
+        ("sketchkv-pt23/my_snapshot.pickle", 0, "free_completed"),
+        ("blockzero/cuda_snapshot.pickle", 0, "segment_free"),
+        (
+            "diffusion-course-pt22/my_snapshot.pickle",
+            0,
+            "free_completed",
+        ),
+        (
+            "layoutediting-diffusers/dump_snapshot.pickle",
+            0,
+            "snapshot",
+        ),
+        (
+            "layoutediting-diffusers/dump_snapshot.pickle",
+            1,
+            "free_completed",
+        ),
+    ] {
+        let path = data.join(file);
+        let v = summary_json(&path);
+        let d = v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["device"] == device)
+            .unwrap_or_else(|| panic!("{file}: no device {device}"));
+        assert_eq!(d["trace"]["events"], 1, "{file}");
+        assert_eq!(d["trace"]["actions"][action], 1, "{file}");
+        assert_eq!(d["trace"]["has_timeline"], false, "{file}");
+        assert!(d["peak_requested_bytes"].is_null(), "{file}");
+        let device = device.to_string();
+        let head =
+            format!("device {device} has no timeline (its trace holds just 1 event: {action})");
+        vramlens()
+            .args(["timeline", "--device", &device])
+            .arg(&path)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(&head));
+        vramlens()
+            .args(["top", "--device", &device])
+            .arg(&path)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(&head));
+    }
+    // The words a user read before: a peak "before the first event" and a complete
+    // history of no allocation at all.
+    let sketch = stdout_of(&["summary"], &data.join("sketchkv-pt23/my_snapshot.pickle"));
+    assert!(!sketch.contains("before the first event"), "{sketch}");
+    assert!(sketch.contains("1 event (free_completed), too few to show memory over time"));
+    let flexgen = stdout_of(&["summary"], &data.join("flexgen-pt20/oom_snapshot.pickle"));
+    assert!(!flexgen.contains("history complete"), "{flexgen}");
+    assert!(flexgen.contains("1 event (snapshot), too few to show memory over time"));
+}
