@@ -272,3 +272,140 @@ fn real_traces_of_one_event_read_as_no_trace() {
     assert!(!flexgen.contains("history complete"), "{flexgen}");
     assert!(flexgen.contains("1 event (snapshot), too few to show memory over time"));
 }
+
+/// The heading line of a command's text output.
+fn heading(args: &[&str], file: &Path) -> String {
+    stdout_of(args, file).lines().next().unwrap().to_string()
+}
+
+/// A file without a trace is at its final state, said as such, everywhere a moment is
+/// named; asking for another moment points to `--at end` and says how to record a trace.
+#[test]
+fn the_final_state_of_a_file_without_a_trace_is_named_so() {
+    let file = Path::new("testdata/v1_13_list.pickle");
+    for args in [
+        &["segments"][..],
+        &["segments", "--at", "end"],
+        &["top", "--at", "end"],
+        &["timeline", "--at", "end"],
+    ] {
+        let h = heading(args, file);
+        assert_eq!(
+            h, "testdata/v1_13_list.pickle: device 0, final state (no trace recorded)",
+            "{args:?}"
+        );
+    }
+    let top: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["top", "--json", "--at", "end"], file)).unwrap();
+    assert_eq!(top["moment"]["kind"], "end");
+    assert!(top["moment"]["event"].is_null());
+    assert_eq!(top["moment"]["has_timeline"], false);
+    let text = stdout_of(&["top", "--at", "end"], file);
+    assert!(
+        text.contains("(only the final state is known, as no trace was recorded: record one with torch.cuda.memory._record_memory_history(max_entries=100000)"),
+        "{text}"
+    );
+    vramlens()
+        .arg("top")
+        .arg(file)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::diff(
+            "vramlens: error: testdata/v1_13_list.pickle: device 0 has no trace, so no moment but its final state, which --at end shows; record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the work, then torch.cuda.memory._dump_snapshot(path)\n",
+        ));
+    // A trace of one event: the final state, with its one event said.
+    let dir = tempfile::tempdir().unwrap();
+    let one = write(
+        dir.path(),
+        "one.pickle",
+        &snapshot(&[(Action::FreeCompleted, BASE + 2 * MIB, MIB)]),
+    );
+    let h = heading(&["segments"], &one);
+    assert!(
+        h.ends_with("device 0, final state (no timeline: the trace holds just 1 event)"),
+        "{h}"
+    );
+    // With a timeline the end is still "at the end".
+    let h = heading(&["segments"], Path::new("testdata/sample.pickle"));
+    assert!(
+        h.ends_with("at the end (after event 329, 2025-06-15 15:06:40.030 UTC)"),
+        "{h}"
+    );
+}
+
+/// The same on a real file without a trace (two devices, no trace entry).
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_real_file_without_a_trace_has_only_its_final_state() {
+    let data = require_shared_data();
+    let file = data.join("attention-2dev-notrace/memory.pickle");
+    let summary = stdout_of(&["summary"], &file);
+    assert!(
+        summary.contains(
+            "trace                none recorded: only the final state is known (no timeline, no peaks)"
+        ),
+        "{summary}"
+    );
+    assert!(summary.contains("_record_memory_history(max_entries=100000)"));
+    assert!(!summary.contains("peak requested"));
+    let v = summary_json(&file);
+    for d in v["devices"].as_array().unwrap() {
+        assert_eq!(d["trace"]["events"], 0);
+        assert_eq!(d["trace"]["has_timeline"], false);
+        assert!(d["peak_requested_bytes"].is_null());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("t.svg");
+    for (args, message) in [
+        (
+            vec!["timeline"],
+            "device 0 has no trace: only its final state is known",
+        ),
+        (
+            vec!["timeline", "-o", svg.to_str().unwrap()],
+            "device 0 has no trace: nothing to draw, only the final state is known",
+        ),
+        (
+            vec!["top"],
+            "device 0 has no trace, so no moment but its final state, which --at end shows",
+        ),
+        (
+            vec!["flamegraph", "--folded"],
+            "device 0 has no trace, so no moment but its final state, which --at end shows",
+        ),
+    ] {
+        vramlens()
+            .args(&args)
+            .arg(&file)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(message))
+            .stderr(predicates::str::contains(
+                "_record_memory_history(max_entries=100000)",
+            ));
+    }
+    assert!(!svg.exists());
+    for args in [
+        &["segments"][..],
+        &["top", "--at", "end"],
+        &["timeline", "--at", "end"],
+    ] {
+        let h = heading(args, &file);
+        assert!(
+            h.ends_with(", final state (no trace recorded)"),
+            "{args:?}: {h}"
+        );
+        assert!(!h.contains("before the first event"));
+    }
+    // What top lists at the end adds up to the summary's requested bytes of that device.
+    let top: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["top", "--json", "--at", "end"], &file)).unwrap();
+    let device = top["device"].clone();
+    let d = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["device"] == device)
+        .unwrap();
+    assert_eq!(top["total_bytes"], d["requested_bytes"]);
+}

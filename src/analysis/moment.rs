@@ -86,7 +86,10 @@ impl std::str::FromStr for Moment {
 /// Why a moment cannot be found in a trace.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MomentError {
-    #[error("{0}, so no moment but its final state; {how}", how = HOW_TO_RECORD)]
+    #[error(
+        "{0}, so no moment but its final state, which --at end shows; {how}",
+        how = HOW_TO_RECORD
+    )]
     NoTrace(NoTimeline),
     #[error("device {device} has no oom event in its trace")]
     NoOom { device: i64 },
@@ -114,6 +117,9 @@ pub struct ResolvedMoment {
     /// The state is taken just after this event; null: before the first event.
     pub event: Option<u32>,
     pub time_us: Option<i64>,
+    /// Whether the device's trace shows memory over time; false: the moment is the final
+    /// state, the only one known (see [`crate::timeline::traced`]).
+    pub has_timeline: bool,
 }
 
 /// The last event at or before `time_us`, scanning as time runs (events without a time
@@ -191,6 +197,7 @@ pub fn resolve(
         kind,
         event: event.map(|i| i as u32),
         time_us: event.and_then(|i| trace.time_us(i)).filter(|&t| t > 0),
+        has_timeline: r.has_timeline(),
     })
 }
 

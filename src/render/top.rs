@@ -78,10 +78,16 @@ pub fn write_top_text(
     if let Some(l) = &r.leaks {
         write_leaks(out, l, style)?;
     }
-    if r.groups.iter().any(|g| g.kind == "before_recording") {
+    if !r.moment.has_timeline {
         writeln!(
             out,
-            "  (memory allocated before recording began has no allocation stack in the file: start _record_memory_history earlier to see it)"
+            "  (only the final state is known, as no trace was recorded: {})",
+            crate::timeline::traced::HOW_TO_RECORD
+        )?;
+    } else if r.groups.iter().any(|g| g.kind == "before_recording") {
+        writeln!(
+            out,
+            "  (memory allocated before recording began has no allocation stack in the file: start torch.cuda.memory._record_memory_history(max_entries=100000) earlier to see it)"
         )?;
     }
     Ok(())
