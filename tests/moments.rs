@@ -409,3 +409,102 @@ fn a_real_file_without_a_trace_has_only_its_final_state() {
         .unwrap();
     assert_eq!(top["total_bytes"], d["requested_bytes"]);
 }
+
+fn moment_json(args: &[&str]) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(&stdout_of(
+        &[&["top", "--json"][..], args].concat(),
+        Path::new("testdata/sample.pickle"),
+    ))
+    .unwrap();
+    v["moment"].clone()
+}
+
+/// Times outside the trace are errors naming its range and echoing what was typed and
+/// what it was read as; inside, a printed time finds the event it was printed for.
+#[test]
+fn times_outside_the_trace_are_refused_and_printed_times_find_their_event() {
+    // The sample's events run from 15:06:40.000108 to 15:06:40.030903 (30795 us).
+    let range = "its trace runs from 2025-06-15 15:06:40.000 UTC to 2025-06-15 15:06:40.030 UTC (+0us to +30795us)";
+    for (at, message) in [
+        (
+            "time:+1.5s",
+            format!(
+                "testdata/sample.pickle: time:+1.5s (read as 2025-06-15 15:06:41.500108 UTC, 1.50 s after the first event) is after the last event of device 0: {range}; --at end is the state after its last event"
+            ),
+        ),
+        (
+            "time:2030-01-01 00:00:00 UTC",
+            format!(
+                "testdata/sample.pickle: time:2030-01-01 00:00:00 UTC (read as 2030-01-01 00:00:00 UTC, the whole second) is after the last event of device 0: {range}; --at end is the state after its last event"
+            ),
+        ),
+        (
+            "time:+30796us",
+            format!(
+                "time:+30796us (read as 2025-06-15 15:06:40.030904 UTC, 30.8 ms after the first event) is after the last event of device 0: {range}"
+            ),
+        ),
+        (
+            "time:2020-01-01 00:00:00",
+            format!(
+                "testdata/sample.pickle: time:2020-01-01 00:00:00 (read as 2020-01-01 00:00:00 UTC, the whole second) is before the first event of device 0: {range}\n"
+            ),
+        ),
+        (
+            "time:1750000000000107",
+            format!(
+                "time:1750000000000107 (read as 2025-06-15 15:06:40.000107 UTC) is before the first event of device 0: {range}\n"
+            ),
+        ),
+    ] {
+        for command in ["timeline", "top", "segments"] {
+            vramlens()
+                .args([command, "testdata/sample.pickle", "--at", at])
+                .assert()
+                .code(2)
+                .stderr(predicates::str::contains(message.as_str()));
+        }
+    }
+    // The first and the last event are inside.
+    assert_eq!(moment_json(&["--at", "time:+30795us"])["event"], 329);
+    assert_eq!(moment_json(&["--at", "time:1750000000000108"])["event"], 0);
+    // The printed peak time: 12 events (65 to 76) are stamped within 15:06:40.006; the
+    // most memory is requested after event 71, the peak.
+    let m = moment_json(&["--at", "time:2025-06-15 15:06:40.006 UTC"]);
+    assert_eq!(m["event"], 71);
+    assert_eq!(m["kind"], "time");
+    assert_eq!(
+        m["same_time"],
+        serde_json::json!({"events": 12, "first_event": 65, "last_event": 76})
+    );
+    assert_eq!(moment_json(&["--at", "peak"])["event"], 71);
+    // The same written as ISO and as the peak's own microsecond.
+    assert_eq!(
+        moment_json(&["--at", "time:2025-06-15T15:06:40.006Z"])["event"],
+        71
+    );
+    let m = moment_json(&["--at", "time:1750000000006586"]);
+    assert_eq!(m["event"], 71);
+    assert!(m["same_time"].is_null());
+    // Between two events (71 at .006586, 72 at .006635): the last one before.
+    let m = moment_json(&["--at", "time:1750000000006600"]);
+    assert_eq!(m["event"], 71);
+    assert!(m["same_time"].is_null());
+    // Text says which events share the time and how to take another.
+    for command in ["top", "timeline", "segments"] {
+        let out = stdout_of(
+            &[command, "--at", "time:2025-06-15 15:06:40.006 UTC"],
+            Path::new("testdata/sample.pickle"),
+        );
+        let mut lines = out.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "testdata/sample.pickle: device 0, after event 71, 2025-06-15 15:06:40.006 UTC"
+        );
+        assert_eq!(
+            lines.next().unwrap(),
+            "  (12 events, 65 to 76, fall within the time given; this is event 71, the one after which the most memory is requested; --at event:N takes another)",
+            "{command}"
+        );
+    }
+}

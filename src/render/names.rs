@@ -126,6 +126,19 @@ pub fn moment_text(m: &ResolvedMoment) -> String {
     }
 }
 
+/// A note under a moment's heading when several events share the time asked for: which
+/// one was taken and how to take another.
+pub fn moment_note(m: &ResolvedMoment) -> Option<String> {
+    let same = m.same_time?;
+    Some(format!(
+        "  ({} events, {} to {}, fall within the time given; this is event {}, the one after which the most memory is requested; --at event:N takes another)",
+        same.events,
+        same.first_event,
+        same.last_event,
+        m.event.unwrap_or(same.last_event)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

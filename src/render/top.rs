@@ -1,7 +1,7 @@
 //! Text rendering of a [`TopReport`].
 
 use super::Style;
-use super::names::{device_line, group_display, moment_text};
+use super::names::{device_line, group_display, moment_note, moment_text};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::leaks::LeakReport;
 use crate::analysis::top::TopReport;
@@ -33,6 +33,9 @@ pub fn write_top_text(
             moment_text(&r.moment)
         ))
     )?;
+    if let Some(note) = moment_note(&r.moment) {
+        writeln!(out, "{note}")?;
+    }
     writeln!(
         out,
         "  {} requested by {} live allocations ({} in allocator blocks); reserved {}",
