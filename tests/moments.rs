@@ -508,3 +508,56 @@ fn times_outside_the_trace_are_refused_and_printed_times_find_their_event() {
         );
     }
 }
+
+/// A chart window reaching past either end of the trace is refused, naming the trace's
+/// range in the units it was given in; a window inside it is drawn.
+#[test]
+fn windows_beyond_the_trace_are_refused_in_the_units_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.svg");
+    let events = "the trace spans 0..330 on this axis (events); give a window inside it";
+    let time = "the trace spans 0..30.795 on this axis (milliseconds since the first event); give a window inside it";
+    for (args, message) in [
+        (
+            vec!["--window", "0..999999999"],
+            format!("--window 0..999999999: {events}"),
+        ),
+        (
+            vec!["--window", "300..331"],
+            format!("--window 300..331: {events}"),
+        ),
+        (vec!["--window=-1..5"], format!("--window -1..5: {events}")),
+        (
+            vec!["--x", "time", "--window", "40..999"],
+            format!("--window 40..999: {time}"),
+        ),
+        (
+            vec!["--x", "time", "--window", "0..30.8"],
+            format!("--window 0..30.8: {time}"),
+        ),
+    ] {
+        vramlens()
+            .args(["timeline", "testdata/sample.pickle", "-o"])
+            .arg(&out)
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::diff(format!(
+                "vramlens: error: testdata/sample.pickle: {message}\n"
+            )));
+        assert!(!out.exists(), "{args:?}");
+    }
+    for args in [
+        vec!["--window", "0..330"],
+        vec!["--window", "300..330"],
+        vec!["--x", "time", "--window", "0..30.795"],
+    ] {
+        vramlens()
+            .args(["timeline", "testdata/sample.pickle", "--force", "-o"])
+            .arg(&out)
+            .args(&args)
+            .assert()
+            .success();
+        assert!(std::fs::read_to_string(&out).unwrap().ends_with("</svg>\n"));
+    }
+}

@@ -979,7 +979,7 @@ fn timelines_and_windows_that_cannot_be_drawn_are_refused() {
                 "500..900",
                 "-o",
             ],
-            "--window 500..900: the trace spans 0..330 on this axis (events)",
+            "--window 500..900: the trace spans 0..330 on this axis (events); give a window inside it",
         ),
         (
             vec![
