@@ -561,3 +561,20 @@ fn windows_beyond_the_trace_are_refused_in_the_units_given() {
         assert!(std::fs::read_to_string(&out).unwrap().ends_with("</svg>\n"));
     }
 }
+
+/// Counts of allocations from before the trace read as what they are.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn allocations_from_before_the_trace_are_counted_in_words_that_agree() {
+    let data = require_shared_data();
+    let text = stdout_of(
+        &["timeline"],
+        &data.join("cs336-kkaitlyn111/memory_ctx128_fullstep.pickle"),
+    );
+    assert!(
+        text.contains(
+            "  allocations      6770 allocated in the trace; allocated before it: 0 freed during it, 325 still alive at the end"
+        ),
+        "{text}"
+    );
+}

@@ -26,6 +26,12 @@ pub fn write_segments_text(
     if let Some(note) = moment_note(&map.moment) {
         writeln!(out, "{note}")?;
     }
+    if !map.segments.is_empty() {
+        writeln!(
+            out,
+            "  (s'<address> is a segment, named by its start address as the official viewer names it; holes are runs of free bytes inside it)"
+        )?;
+    }
     for s in &map.segments {
         let used: u64 = s.blocks.iter().map(|b| b.size_bytes).sum();
         let largest = s.holes.iter().map(|h| h.1).max().unwrap_or(0);
