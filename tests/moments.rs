@@ -578,3 +578,123 @@ fn allocations_from_before_the_trace_are_counted_in_words_that_agree() {
         "{text}"
     );
 }
+
+/// Without `--device`, a file with several GPUs is looked at on the device the question
+/// is about: the one with the OOM for `--at oom`, else the most active one; the heading
+/// says which and names the others.
+#[test]
+fn the_default_device_is_the_one_the_question_is_about() {
+    let file = Path::new("testdata/multi_device.pickle");
+    let most_active = "testdata/multi_device.pickle: device 0 (the most active device; the file also has device 2: choose with --device N)";
+    let with_oom = "testdata/multi_device.pickle: device 2 (the device with the OOM; the file also has device 0: choose with --device N), at the OOM (after event 24, 2025-06-15 15:06:40.006 UTC)";
+    assert_eq!(heading(&["timeline"], file), most_active);
+    assert!(heading(&["segments"], file).starts_with(&format!("{most_active}, at the end")));
+    assert!(heading(&["top"], file).starts_with(&format!("{most_active}, at the peak")));
+    for args in [
+        &["timeline", "--at", "oom"][..],
+        &["segments", "--at", "oom"],
+        &["top", "--at", "oom"],
+    ] {
+        assert_eq!(heading(args, file), with_oom, "{args:?}");
+    }
+    for (args, device) in [
+        (&["timeline", "--json"][..], 0),
+        (&["segments", "--json"], 0),
+        (&["timeline", "--json", "--at", "oom"], 2),
+        (&["segments", "--json", "--at", "oom"], 2),
+    ] {
+        let v: serde_json::Value = serde_json::from_str(&stdout_of(args, file)).unwrap();
+        assert_eq!(v["device"], device, "{args:?}");
+    }
+}
+
+/// The same on a real three-GPU file whose OOM is on device 1.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_real_oom_on_device_1_is_looked_at_there() {
+    let data = require_shared_data();
+    let file = data.join("code-location-expandable-oom/memory_snapshot.pickle");
+    let path = file.display().to_string();
+    let most_active = format!(
+        "{path}: device 0 (the most active device; the file also has devices 1, 2: choose with --device N)"
+    );
+    let with_oom = format!(
+        "{path}: device 1 (the device with the OOM; the file also has devices 0, 2: choose with --device N), at the OOM (after event 421, 2025-09-07 13:54:17.949 UTC)"
+    );
+    assert_eq!(heading(&["timeline"], &file), most_active);
+    assert!(heading(&["segments"], &file).starts_with(&format!("{most_active}, at the end")));
+    for args in [
+        &["timeline", "--at", "oom"][..],
+        &["segments", "--at", "oom"],
+        &["top", "--at", "oom"],
+    ] {
+        assert_eq!(heading(args, &file), with_oom, "{args:?}");
+    }
+    // The OOM event is device 1's: the summary lists it there.
+    let v = summary_json(&file);
+    let ooms: Vec<(i64, usize)> = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["device"].as_i64().unwrap(),
+                d["ooms"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(ooms, [(0, 0), (1, 1), (2, 0)]);
+    assert_eq!(v["devices"][1]["ooms"][0]["index"], 421);
+}
+
+/// `summary --device N` for a device the file lacks names the devices it has.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn summary_of_a_device_the_file_lacks_names_the_ones_it_has() {
+    let data = require_shared_data();
+    let file = data.join("ccl-bench-torchtitan-fsdp-oom/rank1_memory_snapshot.pickle");
+    vramlens()
+        .args(["summary", "--device", "0"])
+        .arg(&file)
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicates::str::diff(format!(
+            "vramlens: error: {}: device 0 has no segment and no trace entry in this file; it has device 1\n",
+            file.display()
+        )));
+    vramlens()
+        .args(["summary", "--device", "1"])
+        .arg(&file)
+        .assert()
+        .success();
+}
+
+/// `timeline --at end` lists the final state, as `segments` does by default.
+#[test]
+fn timeline_at_the_end_is_the_final_state() {
+    let file = Path::new("testdata/sample.pickle");
+    assert_eq!(
+        heading(&["timeline", "--at", "end"], file),
+        "testdata/sample.pickle: device 0, at the end (after event 329, 2025-06-15 15:06:40.030 UTC)"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["timeline", "--json", "--at", "end"], file)).unwrap();
+    assert_eq!(v["moment"]["kind"], "end");
+    assert_eq!(v["moment"]["event"], 329);
+    // testdata/sample.pickle.expected.json (Python's pickle): reserved 144703488 and
+    // requested 119768064 at the end, plus the 8192-byte block whose free is still
+    // pending (the timeline counts an allocation until its free completes).
+    assert_eq!(v["reserved_bytes"], 144_703_488u64);
+    assert_eq!(v["requested_bytes"], 119_768_064u64 + 8192);
+    let sizes: u64 = v["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["size_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sizes, 119_768_064 + 8192);
+    let segments: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["segments", "--json"], file)).unwrap();
+    assert_eq!(segments["moment"], v["moment"]);
+}
