@@ -39,8 +39,9 @@ Rules (per device d), see also tests/ and testdata/README.md:
     size is rounded up to a multiple of 512, at least 512.
   * peak_reserved_bytes: the highest reserved total, replaying segment events
     backwards from the final reserved bytes and then forwards; see `_peak_figures`.
-  Every peak is null when the device has no trace entries (only the final state is
-  known).
+  Every peak is null when the device's trace shows nothing over time: fewer than two
+  entries that change memory (alloc, free_completed, segment_alloc / _free / _map /
+  _unmap); only the final state is known then.
 A list root is the list of segments (no traces).  Input may be gzip-compressed
 (sniffed by magic bytes, whatever the name) and may be JSON instead of pickle.
 """
@@ -148,9 +149,15 @@ def _block(size):
     return max(1, size + 511) // 512 * 512 if size > 0 else 512
 
 
+# Trace actions that change requested or reserved memory.
+_CHANGES_MEMORY = ("alloc", "free_completed", "segment_alloc", "segment_free",
+                   "segment_map", "segment_unmap")
+
+
 def _peak_figures(segs, trace):
     """Peaks of one device: requested and allocated (block bytes) and reserved."""
-    if not trace:
+    changes = sum(1 for e in trace if e.get("action") in _CHANGES_MEMORY)
+    if changes < 2:
         return {
             "peak_requested_bytes": None,
             "peak_requested_index": None,

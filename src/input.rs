@@ -324,18 +324,45 @@ impl<'a> Content<'a> {
     }
 }
 
+/// The commands that read device logs, for messages about them.
+const DEVICE_LOG_COMMANDS: &str = "expected a PyTorch memory snapshot (read the log beside one with `vramlens reconcile SNAPSHOT --nvml FILE`, or draw it on a chart with `vramlens timeline SNAPSHOT -o chart.svg --nvml FILE`)";
+
+/// Whether a line is one reading of an NVML log (`vramlens_capture.py`'s `nvml.jsonl`):
+/// a JSON object with a time and the device's used bytes, which no snapshot has at its
+/// root.
+fn is_nvml_line(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line.trim())
+        .is_ok_and(|o| o.contains_key("time_us") && o.contains_key("used_bytes"))
+}
+
+/// Whether a first line is an nvidia-smi CSV's: its header, or (`--format=csv,noheader`)
+/// a row of values with memory in MiB, starting with a timestamp or an index (a digit,
+/// which no pickle starts with).
+fn is_nvidia_smi_line(line: &str) -> bool {
+    line.contains("memory.used")
+        || line.starts_with("timestamp")
+        || (line.starts_with(|c: char| c.is_ascii_digit())
+            && line.matches(',').count() >= 2
+            && line.contains(" MiB"))
+}
+
 /// Names inputs that are not snapshots, from the first bytes of the content.
 fn sniff(head: &[u8]) -> Result<Kind, InputError> {
     let text = String::from_utf8_lossy(&head[..head.len().min(4096)]);
     let trimmed = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
+    let first_line = trimmed.lines().next().unwrap_or("");
+    if trimmed.starts_with('{') && is_nvml_line(first_line) {
+        return Err(InputError::WrongKind(format!(
+            "this is an NVML device log (JSON lines of GPU memory readings, as vramlens_capture.py writes), not a memory snapshot; {DEVICE_LOG_COMMANDS}"
+        )));
+    }
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         return Ok(Kind::Json);
     }
-    let first_line = trimmed.lines().next().unwrap_or("");
-    if first_line.contains("memory.used") || first_line.starts_with("timestamp") {
-        return Err(InputError::WrongKind(
-            "this is an nvidia-smi CSV log, not a memory snapshot; expected a PyTorch memory snapshot (read device logs beside a snapshot with `vramlens reconcile SNAPSHOT --nvml FILE`)".into(),
-        ));
+    if is_nvidia_smi_line(first_line) {
+        return Err(InputError::WrongKind(format!(
+            "this is an nvidia-smi CSV log, not a memory snapshot; {DEVICE_LOG_COMMANDS}"
+        )));
     }
     let lower = trimmed
         .get(..trimmed.len().min(16))

@@ -60,6 +60,37 @@ pub fn utc_time(us: i64) -> String {
     )
 }
 
+/// Unix-epoch microseconds as a UTC date-time written to the digit of `unit_us` (a minute,
+/// a second, or a power of ten of microseconds below it): `2025-06-15 15:06 UTC`,
+/// `2025-06-15 15:06:40 UTC`, `2025-06-15 15:06:40.006 UTC`, `… 15:06:40.006586 UTC`.
+pub fn utc_time_to(us: i64, unit_us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let micros = us.rem_euclid(1_000_000);
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    let minute = format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        (rem / 60) % 60
+    );
+    if unit_us >= 60_000_000 {
+        return format!("{minute} UTC");
+    }
+    let second = format!("{minute}:{:02}", rem % 60);
+    if unit_us >= 1_000_000 {
+        return format!("{second} UTC");
+    }
+    // Digits of the fraction: 1 for a tenth of a second ... 6 for a microsecond.
+    let mut digits = 6;
+    let mut unit = unit_us.max(1);
+    while unit >= 10 && digits > 1 {
+        unit /= 10;
+        digits -= 1;
+    }
+    let fraction = format!("{micros:06}");
+    format!("{second}.{} UTC", &fraction[..digits])
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -254,6 +285,18 @@ mod tests {
             Some(1_748_729_100_000_000)
         );
         assert_eq!(parse_utc_time("2025-13-01 00:00"), None);
+        let t = 1_750_000_000_006_586;
+        assert_eq!(utc_time_to(t, 1), "2025-06-15 15:06:40.006586 UTC");
+        assert_eq!(utc_time_to(t, 1000), "2025-06-15 15:06:40.006 UTC");
+        assert_eq!(utc_time_to(t, 100_000), "2025-06-15 15:06:40.0 UTC");
+        assert_eq!(utc_time_to(t, 1_000_000), "2025-06-15 15:06:40 UTC");
+        assert_eq!(utc_time_to(t, 60_000_000), "2025-06-15 15:06 UTC");
+        for unit in [1, 10, 1000, 100_000, 1_000_000, 60_000_000] {
+            assert_eq!(
+                parse_utc_time(&utc_time_to(t - t % unit, unit)),
+                Some(t - t % unit)
+            );
+        }
         assert_eq!(parse_utc_time("yesterday"), None);
         assert_eq!(parse_duration_us("1.5s"), Some(1_500_000));
         assert_eq!(parse_duration_us("300ms"), Some(300_000));

@@ -168,6 +168,30 @@ fn empty_file() {
 }
 
 #[test]
+fn device_logs_given_as_snapshots_name_the_commands_that_read_them() {
+    let read = "expected a PyTorch memory snapshot (read the log beside one with `vramlens reconcile SNAPSHOT --nvml FILE`, or draw it on a chart with `vramlens timeline SNAPSHOT -o chart.svg --nvml FILE`)";
+    // The capture helper's own NVML log.
+    bad_input(
+        "testdata/gpu/oom/nvml.jsonl",
+        &format!(
+            "this is an NVML device log (JSON lines of GPU memory readings, as vramlens_capture.py writes), not a memory snapshot; {read}"
+        ),
+    );
+    // nvidia-smi --format=csv,noheader: no header to give it away.
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("gpu.csv");
+    std::fs::write(
+        &csv,
+        "2024/01/01 00:00:00.000, 0, 1234 MiB, 81559 MiB\n2024/01/01 00:00:01.000, 0, 1300 MiB, 81559 MiB\n",
+    )
+    .unwrap();
+    bad_input(
+        csv.to_str().unwrap(),
+        &format!("this is an nvidia-smi CSV log, not a memory snapshot; {read}"),
+    );
+}
+
+#[test]
 fn truncated_pickle() {
     bad_input(
         "testdata/bad/truncated.pickle",

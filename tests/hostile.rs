@@ -1093,7 +1093,7 @@ fn pages_json_with_a_bom_and_logs_are_told_apart() {
     refused(
         &run(&["summary", s(&f)]),
         s(&f),
-        "this is an nvidia-smi CSV log, not a memory snapshot; expected a PyTorch memory snapshot (read device logs beside a snapshot with `vramlens reconcile SNAPSHOT --nvml FILE`)",
+        "this is an nvidia-smi CSV log, not a memory snapshot; expected a PyTorch memory snapshot (read the log beside one with `vramlens reconcile SNAPSHOT --nvml FILE`, or draw it on a chart with `vramlens timeline SNAPSHOT -o chart.svg --nvml FILE`)",
         5,
         50.0,
     );

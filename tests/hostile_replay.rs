@@ -72,6 +72,7 @@ fn time_that_goes_backwards_draws_on_a_time_axis() {
     // A trace without times cannot be drawn on a time axis: said, not a panic.
     let mut untimed = DeviceTrace::default();
     untimed.push(event(Action::Alloc, 0x1000, 512, None));
+    untimed.push(event(Action::Alloc, 0x2000, 512, None));
     let snap = snapshot(untimed, Vec::new());
     let r = DeviceReplay::new(&snap, 0);
     let err = build_view(

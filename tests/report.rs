@@ -362,7 +362,7 @@ fn a_file_without_a_trace_has_its_final_state() {
     let dir = tempfile::tempdir().unwrap();
     let html = report(&["testdata/v1_13_list.pickle"], &dir.path().join("r.html"));
     assert_eq!(attrs(&html, r#"div class="moment""#, "kind"), ["end"]);
-    assert!(html.contains("has no trace: there is no timeline to draw"));
+    assert!(html.contains("has no trace: nothing to draw, only the final state is known"));
     assert_eq!(html.matches("data-chart=\"segments\">\n<svg ").count(), 1);
 }
 

@@ -420,9 +420,10 @@ fn moments_by_time_accept_what_the_outputs_print() {
     assert_eq!(peak, 71);
     let t = by_time("event:71");
     assert_eq!(t, Some(71));
-    // A printed UTC time resolves to the last event at or before it.
+    // The printed peak time resolves to the peak: of the events stamped within that
+    // millisecond, the one after which the most memory is requested.
     let at_time = by_time("time:2025-06-15 15:06:40.006 UTC").unwrap();
-    assert!(at_time >= 71);
+    assert_eq!(at_time, 71);
     assert!(by_time("time:+0us").is_some());
     assert_eq!(by_time("end"), Some(329));
 }

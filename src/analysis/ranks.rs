@@ -38,7 +38,7 @@ pub fn rank_input(
     let r = DeviceReplay::new(snap, choice.device);
     let mut peaks = Peaks::default();
     r.run(&mut peaks);
-    let traced = !r.is_empty();
+    let traced = r.has_timeline();
     Some(RankInput {
         path: path.to_string(),
         device: choice.device,

@@ -168,7 +168,7 @@ fn moments(
     ooms: &[usize],
 ) -> (Vec<(ResolvedMoment, Vec<&'static str>)>, usize) {
     let mut list: Vec<ResolvedMoment> = Vec::new();
-    if !r.is_empty()
+    if r.has_timeline()
         && let Ok(m) = resolve(r, Moment::Peak, || peak_event.map(|e| e as usize))
     {
         list.push(m);

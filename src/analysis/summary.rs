@@ -125,6 +125,9 @@ pub struct DeviceSummary {
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
 pub struct TraceSummary {
     pub events: usize,
+    /// Whether the trace shows memory over time (see [`crate::timeline::traced`]): false
+    /// with no events, or too few to change memory, and then every peak is null.
+    pub has_timeline: bool,
     pub actions: BTreeMap<String, u64>,
     pub first_time_us: Option<i64>,
     pub last_time_us: Option<i64>,
@@ -266,6 +269,7 @@ impl<'a> TraceStats<'a> {
         }
         TraceSummary {
             events: trace.len(),
+            has_timeline: crate::timeline::traced::has_timeline(trace),
             actions,
             first_time_us: self.first_time_us,
             last_time_us: self.last_time_us,
@@ -479,7 +483,7 @@ fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
         .collect();
     let r = DeviceReplay::new(snap, device);
     let (trace, peaks, ooms) = replay_trace(snap, &r);
-    if !r.is_empty() {
+    if trace.has_timeline {
         let set = |p: &crate::timeline::Peak| {
             (Some(p.bytes), p.event.map(|e| e.index() as u32), p.time_us)
         };

@@ -2,6 +2,7 @@
 
 use crate::model::Action;
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, Running};
+use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
 
@@ -59,15 +60,14 @@ impl Aggregator for Counts {
 /// Why there is no replay to report.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "device {device} has no trace: only its final state is known (see `vramlens summary` and `vramlens segments`); record one with torch.cuda.memory._record_memory_history(max_entries=100000)"
+    "{0}: only its final state is known (see `vramlens summary` and `vramlens segments`); {how}",
+    how = HOW_TO_RECORD
 )]
-pub struct NoTrace {
-    pub device: i64,
-}
+pub struct NoTrace(pub NoTimeline);
 
 pub fn report(path: &str, r: &DeviceReplay) -> Result<TimelineReport, NoTrace> {
-    if r.is_empty() {
-        return Err(NoTrace { device: r.device });
+    if let Some(none) = r.no_timeline() {
+        return Err(NoTrace(none));
     }
     let mut counts = Counts::default();
     let mut peaks = Peaks::default();

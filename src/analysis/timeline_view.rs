@@ -13,6 +13,7 @@ use super::frames::user_frames;
 use super::group_series::{GroupSeries, GroupValues};
 use crate::model::{Action, DeviceTrace, Snapshot};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, Running, TotalsAt};
+use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -65,12 +66,21 @@ impl Default for ViewOptions {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ViewError {
     #[error(
-        "device {device} has no trace: there is no timeline to draw, only the final state (see `vramlens segments`); record one with torch.cuda.memory._record_memory_history(max_entries=100000)"
+        "{0}: nothing to draw, only the final state is known (see `vramlens segments`); {how}",
+        how = HOW_TO_RECORD
     )]
-    NoTrace { device: i64 },
+    NoTrace(NoTimeline),
     #[error("this trace has no time_us (PyTorch before 2.2); use --x events")]
     NoTimes,
-    #[error("--window {start}..{end}: the trace spans {min}..{max} on this axis{unit}")]
+    /// A window reaching past either end of the trace (numbers in the units of the
+    /// command line: events, or milliseconds since the first event).
+    #[error(
+        "--window {}..{}: the trace spans {}..{} on this axis{unit}; give a window inside it",
+        axis_number(*start),
+        axis_number(*end),
+        axis_number(*min),
+        axis_number(*max)
+    )]
     WindowOutside {
         start: f64,
         end: f64,
@@ -322,6 +332,13 @@ impl Aggregator for LargestAllocations<'_> {
     }
 }
 
+/// A position on the axis as the command line writes it: at most three decimals.
+fn axis_number(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.to_string() }
+}
+
 /// The first timed event's time (events stamped 0 have no time).
 fn time_origin(trace: &DeviceTrace) -> Option<i64> {
     (0..trace.len()).find_map(|i| trace.time_us(i).filter(|&t| t > 0))
@@ -336,8 +353,8 @@ pub fn build_view(
 ) -> Result<TimelineView, ViewError> {
     let trace = r.trace;
     let n = trace.len();
-    if n == 0 {
-        return Err(ViewError::NoTrace { device: r.device });
+    if let Some(none) = r.no_timeline() {
+        return Err(ViewError::NoTrace(none));
     }
     let origin = time_origin(trace);
     if options.x == XAxis::Time && origin.is_none() {
@@ -354,20 +371,26 @@ pub fn build_view(
         };
         (0..n).map(|i| axis.after(i)).fold(0.0, f64::max)
     };
-    let unit = match options.x {
-        XAxis::Events => " (events)",
-        XAxis::Time => " (microseconds since the first event)",
+    // The command line gives time windows in milliseconds.
+    let (unit, per_unit) = match options.x {
+        XAxis::Events => (" (events)", 1.0),
+        XAxis::Time => (" (milliseconds since the first event)", 1e3),
     };
+    // A window is inside the trace, or refused: clipping it would draw another window
+    // than the one asked for. The slack absorbs decimal milliseconds read as floats.
+    let slack = 1e-9 * full_max.max(1.0);
     let (x_min, x_max) = match options.window {
-        Some((a, b)) if a.is_finite() && b.is_finite() && a < b && a <= full_max && b >= 0.0 => {
+        Some((a, b))
+            if a.is_finite() && b.is_finite() && a < b && a >= -slack && b <= full_max + slack =>
+        {
             (a.max(0.0), b.min(full_max))
         }
         Some((start, end)) => {
             return Err(ViewError::WindowOutside {
-                start,
-                end,
+                start: start / per_unit,
+                end: end / per_unit,
                 min: 0.0,
-                max: full_max,
+                max: full_max / per_unit,
                 unit,
             });
         }

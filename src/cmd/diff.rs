@@ -53,7 +53,13 @@ fn groups_of(
 pub fn run_diff(args: &DiffArgs, out: &mut dyn Write) -> Result<()> {
     let by: GroupBy = args.by.parse().map_err(|e| anyhow!("--by: {e}"))?;
     let moment: Moment = args.at.parse().map_err(|e: String| anyhow!("--at: {e}"))?;
-    let (base, _) = groups_of(&args.base, args.device, moment, by, &args.attribution)?;
+    let (base, _) = groups_of(
+        &args.base,
+        args.device,
+        moment.clone(),
+        by,
+        &args.attribution,
+    )?;
     let (new, _) = groups_of(&args.new, args.device, moment, by, &args.attribution)?;
     let report = diff(&base, &new);
     if args.json {

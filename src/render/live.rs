@@ -1,7 +1,7 @@
 //! Text rendering of a [`LiveSet`].
 
 use super::Style;
-use super::names::{device_line, moment_text};
+use super::names::{device_line, moment_note, moment_text};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::live::LiveSet;
 use crate::timeline::Origin;
@@ -24,6 +24,9 @@ pub fn write_live_text(
             moment_text(&live.moment)
         ))
     )?;
+    if let Some(note) = moment_note(&live.moment) {
+        writeln!(out, "{note}")?;
+    }
     writeln!(
         out,
         "  {} requested in {} live allocations ({} in allocator blocks); reserved {}",

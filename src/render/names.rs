@@ -94,8 +94,20 @@ pub fn device_line(choice: &DeviceChoice) -> String {
     }
 }
 
-/// "at the peak (after event 71, 2025-06-15 15:06:40.006 UTC)".
+/// "at the peak (after event 71, 2025-06-15 15:06:40.006 UTC)"; "final state (no trace
+/// recorded)" for a device without a timeline.
 pub fn moment_text(m: &ResolvedMoment) -> String {
+    if !m.has_timeline {
+        // Only the final state is known: no "before the first event" or "after event 0".
+        return match m.event {
+            None => "final state (no trace recorded)".into(),
+            Some(e) => format!(
+                "final state (no timeline: the trace holds just {} event{})",
+                e + 1,
+                if e == 0 { "" } else { "s" }
+            ),
+        };
+    }
     let what = match m.kind {
         "peak" => "at the peak",
         "oom" => "at the OOM",
@@ -112,6 +124,19 @@ pub fn moment_text(m: &ResolvedMoment) -> String {
     } else {
         format!("{what} ({when})")
     }
+}
+
+/// A note under a moment's heading when several events share the time asked for: which
+/// one was taken and how to take another.
+pub fn moment_note(m: &ResolvedMoment) -> Option<String> {
+    let same = m.same_time?;
+    Some(format!(
+        "  ({} events, {} to {}, fall within the time given; this is event {}, the one after which the most memory is requested; --at event:N takes another)",
+        same.events,
+        same.first_event,
+        same.last_event,
+        m.event.unwrap_or(same.last_event)
+    ))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Text rendering of a [`SegmentMap`]: one line per segment.
 
 use super::Style;
-use super::names::{device_line, group_display, moment_text};
+use super::names::{device_line, group_display, moment_note, moment_text};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::segment_map::SegmentMap;
 use crate::units::bytes;
@@ -23,6 +23,15 @@ pub fn write_segments_text(
             moment_text(&map.moment)
         ))
     )?;
+    if let Some(note) = moment_note(&map.moment) {
+        writeln!(out, "{note}")?;
+    }
+    if !map.segments.is_empty() {
+        writeln!(
+            out,
+            "  (s'<address> is a segment, named by its start address as the official viewer names it; holes are runs of free bytes inside it)"
+        )?;
+    }
     for s in &map.segments {
         let used: u64 = s.blocks.iter().map(|b| b.size_bytes).sum();
         let largest = s.holes.iter().map(|h| h.1).max().unwrap_or(0);

@@ -39,8 +39,7 @@ fn truncation_text(e: &TruncationEvidence) -> String {
     }
 }
 
-/// How to record a trace, for files that have none.
-pub const HOW_TO_RECORD: &str = "record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the work, then torch.cuda.memory._dump_snapshot(path)";
+pub use crate::timeline::traced::HOW_TO_RECORD;
 
 fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Result<()> {
     if t.events == 0 {
@@ -48,6 +47,24 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
             out,
             "trace",
             "none recorded: only the final state is known (no timeline, no peaks)",
+        )?;
+        return row(out, "", HOW_TO_RECORD);
+    }
+    if !t.has_timeline {
+        // Counted honestly, but read as a file without a trace: nothing over time.
+        let actions: Vec<String> = match t.actions.iter().next() {
+            Some((a, _)) if t.events == 1 => vec![a.clone()],
+            _ => t.actions.iter().map(|(a, n)| format!("{a} {n}")).collect(),
+        };
+        row(
+            out,
+            "trace",
+            format!(
+                "{} event{} ({}), too few to show memory over time: only the final state is known (no timeline, no peaks)",
+                t.events,
+                if t.events == 1 { "" } else { "s" },
+                actions.join(", ")
+            ),
         )?;
         return row(out, "", HOW_TO_RECORD);
     }

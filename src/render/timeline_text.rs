@@ -33,7 +33,7 @@ pub fn write_timeline_text(
         (
             "allocations",
             format!(
-                "{} traced, {} allocated before the trace, {} alive from before to the end",
+                "{} allocated in the trace; allocated before it: {} freed during it, {} still alive at the end",
                 r.traced_allocations, r.allocated_before_trace, r.survivors
             ),
         ),

@@ -1,7 +1,7 @@
 //! Text rendering of a [`TopReport`].
 
 use super::Style;
-use super::names::{device_line, group_display, moment_text};
+use super::names::{device_line, group_display, moment_note, moment_text};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::leaks::LeakReport;
 use crate::analysis::top::TopReport;
@@ -33,6 +33,9 @@ pub fn write_top_text(
             moment_text(&r.moment)
         ))
     )?;
+    if let Some(note) = moment_note(&r.moment) {
+        writeln!(out, "{note}")?;
+    }
     writeln!(
         out,
         "  {} requested by {} live allocations ({} in allocator blocks); reserved {}",
@@ -78,10 +81,16 @@ pub fn write_top_text(
     if let Some(l) = &r.leaks {
         write_leaks(out, l, style)?;
     }
-    if r.groups.iter().any(|g| g.kind == "before_recording") {
+    if !r.moment.has_timeline {
         writeln!(
             out,
-            "  (memory allocated before recording began has no allocation stack in the file: start _record_memory_history earlier to see it)"
+            "  (only the final state is known, as no trace was recorded: {})",
+            crate::timeline::traced::HOW_TO_RECORD
+        )?;
+    } else if r.groups.iter().any(|g| g.kind == "before_recording") {
+        writeln!(
+            out,
+            "  (memory allocated before recording began has no allocation stack in the file: start torch.cuda.memory._record_memory_history(max_entries=100000) earlier to see it)"
         )?;
     }
     Ok(())

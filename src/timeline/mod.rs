@@ -10,6 +10,7 @@
 
 pub mod replay;
 pub mod state;
+pub mod traced;
 
 use crate::model::{DeviceTrace, Snapshot, StackId};
 use std::num::NonZeroU32;

@@ -322,10 +322,12 @@ fn headline(out: &mut String, f: &FileReport) {
             out,
             "trace",
             &format!("{} events", d.trace.events),
-            if d.trace.looks_truncated {
-                "incomplete: it does not start at the beginning"
-            } else if d.trace.events == 0 {
+            if d.trace.events == 0 {
                 "none recorded"
+            } else if !d.trace.has_timeline {
+                "too few to show memory over time"
+            } else if d.trace.looks_truncated {
+                "incomplete: it does not start at the beginning"
             } else {
                 "complete"
             },
