@@ -649,3 +649,20 @@ fn a_folder_of_ranks_gives_one_report_per_file() {
     assert_eq!(folder, files);
     assert_eq!(folder.matches("verdict").count(), 2, "{folder}");
 }
+
+/// A file without a trace is analysed as its final state, named so.
+#[test]
+fn a_file_without_a_trace_is_its_final_state_named_so() {
+    let out = Command::cargo_bin("vramlens")
+        .unwrap()
+        .args(["oom", "testdata/v1_13_list.pickle"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(": final state (no trace recorded)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("after the start"), "{text}");
+}

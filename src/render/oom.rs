@@ -255,6 +255,9 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
     };
     let heading = match a.source {
         Source::OomEvent => format!("device {}: OOM at {when}", a.device),
+        Source::FinalState if a.event.is_none() => {
+            format!("device {}: final state (no trace recorded)", a.device)
+        }
         Source::FinalState => format!("device {}: final state (after {when})", a.device),
         Source::Message => format!(
             "GPU {}: OOM message on log line {}",
