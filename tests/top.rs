@@ -705,3 +705,17 @@ fn a_folder_of_ranks() {
     assert_eq!(rows[1]["device"], 1);
     assert!(rows.iter().all(|r| r["ooms"] == 1 && r["outlier"] == false));
 }
+
+/// Ranks without a trace have no peak to compare, and the table says so.
+#[test]
+fn ranks_without_peaks_say_there_is_nothing_to_compare() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["rank0.pickle", "rank1.pickle"] {
+        std::fs::copy("testdata/v1_13_list.pickle", dir.path().join(name)).unwrap();
+    }
+    let out = vramlens().arg("summary").arg(dir.path()).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("no peaks to compare"), "{text}");
+    assert!(!text.contains("above the median"), "{text}");
+}

@@ -46,6 +46,10 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
     }
     let outliers = r.rows.iter().filter(|x| x.outlier).count();
     match outliers {
+        _ if r.median_peak_bytes.is_none() => writeln!(
+            out,
+            "  no file has a trace that shows memory over time: no peaks to compare"
+        )?,
         0 => writeln!(
             out,
             "  no rank's peak is more than {:.0}% above the median's",
