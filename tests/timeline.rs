@@ -140,13 +140,33 @@ fn run_script(ops: &[Op], complete_all: bool) -> Script {
     }
 }
 
-/// Σ 512-rounded sizes of the allocations held after event `i`, from the script alone.
+/// Block bytes of the allocations held after event `i`, from the script alone: an
+/// allocation that still holds its slot's block at the end (the last alloc at that
+/// address, the slot live or pending at the end) counts the block (`SLOT` bytes, the size
+/// `snapshot` gives every final block); every other one its size rounded up to 512 bytes.
 fn script_held_blocks(script: &Script, i: usize) -> u64 {
+    let mut last_alloc: std::collections::BTreeMap<u64, usize> = Default::default();
+    for (k, &(action, addr, _)) in script.events.iter().enumerate() {
+        if action == Action::Alloc {
+            last_alloc.insert(addr, k);
+        }
+    }
+    let held_at_end = |addr: u64| {
+        !matches!(
+            script.slots[((addr - BASE) / SLOT) as usize],
+            SlotState::Free
+        )
+    };
     let mut held: std::collections::BTreeMap<u64, u64> = Default::default();
-    for &(action, addr, size) in &script.events[..=i] {
+    for (k, &(action, addr, size)) in script.events[..=i].iter().enumerate() {
         match action {
             Action::Alloc => {
-                held.insert(addr, size);
+                let block = if last_alloc[&addr] == k && held_at_end(addr) && SLOT >= size {
+                    SLOT
+                } else {
+                    size.div_ceil(512).max(1) * 512
+                };
+                held.insert(addr, block);
             }
             Action::FreeCompleted => {
                 held.remove(&addr);
@@ -154,7 +174,7 @@ fn script_held_blocks(script: &Script, i: usize) -> u64 {
             _ => {}
         }
     }
-    held.values().map(|s| s.div_ceil(512).max(1) * 512).sum()
+    held.values().sum()
 }
 
 fn snapshot(events: &[(Action, u64, u64)], slots: &[SlotState]) -> Snapshot {
@@ -292,7 +312,8 @@ proptest! {
             .collect();
         blocks.sort();
         prop_assert_eq!(live, blocks);
-        // Active bytes: every held allocation rounded up to whole 512-byte units.
+        // Block bytes: the final block of each allocation that holds one at the end,
+        // every other held allocation rounded up to whole 512-byte units.
         let states: Vec<Option<usize>> = (0..script.events.len()).map(Some).collect();
         let active = timeline::allocated_at(&tl, &snap, &states);
         for (i, a) in active.iter().enumerate() {
