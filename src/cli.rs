@@ -359,6 +359,11 @@ pub struct TimelineArgs {
     /// Device readings to draw beside PyTorch's lines (nvidia-smi CSV or NVML JSON lines).
     #[arg(long, value_name = "FILE")]
     pub nvml: Vec<PathBuf>,
+    /// A profiler trace of the same run (Kineto/Chrome JSON, profile_memory=True): lined
+    /// up with the snapshot, its record_function ranges and operators are drawn in lanes
+    /// under the chart (with -o). A trace given as SNAPSHOT draws its own spans.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Minutes to add to nvidia-smi's local timestamps to get UTC.
     #[arg(
         long,

@@ -541,6 +541,27 @@ pub fn apply(snap: &mut Snapshot, options: &RedactOptions) -> RedactReport {
     r.report
 }
 
+/// Redacts names from outside a snapshot (a profiler trace's `record_function` ranges) by
+/// the rules for annotation names.
+pub fn annotation_names(names: &mut [String], options: &RedactOptions) {
+    let mut snap = Snapshot {
+        external_annotations: names
+            .iter()
+            .map(|n| crate::model::Annotation {
+                name: n.clone(),
+                stage: "START".into(),
+                device: 0,
+                time_us: 0,
+            })
+            .collect(),
+        ..Snapshot::default()
+    };
+    apply(&mut snap, options);
+    for (n, a) in names.iter_mut().zip(snap.external_annotations) {
+        *n = a.name;
+    }
+}
+
 /// Where a distinct string was seen.
 type Seen = BTreeMap<(Field, StrId), u64>;
 

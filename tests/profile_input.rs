@@ -507,3 +507,299 @@ fn a_trace_draws_a_timeline() {
     // A stack of the trace names the Python function of the model that asked.
     assert!(text.contains("model.py"), "no Python frame in the chart");
 }
+
+// ---------------------------------------------------------------------------------------
+// Spans under the timeline (`timeline --trace`)
+// ---------------------------------------------------------------------------------------
+
+/// `(name, start ns, end ns, tid)` of the X events of `cat` (in file time, ns).
+fn x_events(trace: &Value, cat: &str) -> Vec<(String, i128, i128, String)> {
+    trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+        .map(|e| {
+            let start = ts_ns(&e["ts"]);
+            (
+                e["name"].as_str().unwrap().to_string(),
+                start,
+                start + ts_ns(&e["dur"]),
+                tid_of(e),
+            )
+        })
+        .collect()
+}
+
+/// A thread id as text: 2021 traces write it as a number on memory events and as a
+/// string on operators.
+fn tid_of(e: &Value) -> String {
+    match &e["tid"] {
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+/// The spans of one thread inside no other of them, in time order.
+fn outermost_on(
+    spans: &[(String, i128, i128, String)],
+    tid: &str,
+) -> Vec<(String, i128, i128, String)> {
+    let mut mine: Vec<_> = spans.iter().filter(|s| s.3 == tid).cloned().collect();
+    mine.sort_by_key(|s| (s.1, std::cmp::Reverse(s.2)));
+    let mut out: Vec<(String, i128, i128, String)> = Vec::new();
+    for s in mine {
+        if out.last().is_none_or(|o| s.1 >= o.2) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// `(title's first line, lane)` of every span rectangle of a chart, in file order.
+fn drawn_spans(svg: &str) -> Vec<(String, String)> {
+    svg.split(r#"class="span"><title>"#)
+        .skip(1)
+        .map(|rest| {
+            let title = &rest[..rest.find("</title>").unwrap()];
+            let (name, lane) = title.split_once('\n').unwrap();
+            let lane = lane.split(": from ").next().unwrap().to_string();
+            (name.replace("&amp;", "&").replace("&apos;", "'"), lane)
+        })
+        .collect()
+}
+
+#[test]
+fn a_trace_of_the_same_run_draws_its_operators_under_the_chart() {
+    use vramlens::analysis::align::line_up;
+    use vramlens::analysis::attribution::{AttributionOptions, Attributor};
+    use vramlens::analysis::timeline_view::{ViewOptions, XAxis, build_view};
+    use vramlens::analysis::trace_lanes::{LaneKind, build_lanes};
+    use vramlens::timeline::replay::DeviceReplay;
+
+    let snap = snapshot(&profile("run.pickle"));
+    let trace_path = profile("run.trace.json");
+    let file = std::fs::File::open(&trace_path).unwrap();
+    let trace = vramlens::devlog::read_profile(std::io::BufReader::new(file)).unwrap();
+    let converted = vramlens::devlog::to_snapshot(&trace);
+    let lined = line_up(&snap, 0, &converted).unwrap();
+    // The generator's profiler clock runs 730 µs ahead of the allocator's.
+    assert_eq!(lined.alignment.residual_us, Some(730));
+    let options = AttributionOptions::default();
+    let attr = Attributor::new(&snap.frames, &options);
+    let r = DeviceReplay::new(&snap, 0);
+    let view = build_view(
+        &snap,
+        &r,
+        &attr,
+        ViewOptions {
+            x: XAxis::Time,
+            ..ViewOptions::default()
+        },
+    )
+    .unwrap();
+    let lanes = build_lanes(
+        &trace,
+        "run.trace.json",
+        Some(lined.alignment),
+        &view,
+        r.trace,
+    );
+
+    // Expected from the JSON: the outermost cpu_op spans of its one thread, their times
+    // put on the snapshot's clock (base + ts, less 730 µs), as µs since the first event.
+    let json = json_file(&trace_path);
+    let base = json["baseTimeNanoseconds"].as_i64().unwrap() as i128;
+    let ops = outermost_on(&x_events(&json, "cpu_op"), "4242");
+    assert_eq!(ops.len(), 93, "one aten::linear around each aten::empty");
+    let origin = (0..r.trace.len())
+        .find_map(|i| r.trace.time_us(i).filter(|&t| t > 0))
+        .unwrap();
+    assert_eq!(
+        lanes.lanes.len(),
+        1,
+        "no record_function range in this trace"
+    );
+    let lane = &lanes.lanes[0];
+    assert_eq!(lane.kind, LaneKind::Operators);
+    assert_eq!(lane.thread.as_deref(), Some("4242/4242"));
+    assert_eq!(lane.dropped, 0);
+    assert_eq!(lane.spans.len(), ops.len());
+    for (got, (name, start, end, _)) in lane.spans.iter().zip(&ops) {
+        let start_us = ((base + start).div_euclid(1000) - 730) as i64;
+        assert_eq!(&got.name, name);
+        assert_eq!(got.start_us, start_us, "{name}");
+        assert_eq!(got.duration_ns as i128, end - start, "{name}");
+        assert_eq!(got.x0, (start_us - origin) as f64, "{name}");
+    }
+
+    // The command draws the same spans, and says how it lined the trace up.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lanes.svg");
+    vramlens()
+        .args([
+            "timeline",
+            "testdata/profile/run.pickle",
+            "--trace",
+            "testdata/profile/run.trace.json",
+            "--x",
+            "time",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let drawn = drawn_spans(&svg);
+    let names: Vec<&str> = drawn.iter().map(|d| d.0.as_str()).collect();
+    let expected: Vec<&str> = ops.iter().map(|o| o.0.as_str()).collect();
+    assert_eq!(names, expected);
+    assert!(drawn.iter().all(|d| d.1 == "operators, thread 4242/4242"));
+    assert!(
+        svg.contains("the profiler&apos;s clock 730 us ahead of the allocator&apos;s; 93 of its 93 allocations here match the snapshot&apos;s"),
+        "the chart says how the trace was placed"
+    );
+}
+
+#[test]
+fn spans_of_another_run_or_process_are_refused_and_need_a_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.svg");
+    let run = |trace: &str, with_output: bool| {
+        let mut c = vramlens();
+        c.args(["timeline", "testdata/profile/run.pickle", "--trace", trace]);
+        if with_output {
+            c.arg("-o").arg(&out);
+        }
+        let o = c.output().unwrap();
+        (o.status.code(), String::from_utf8(o.stderr).unwrap())
+    };
+    let (code, err) = run("testdata/profile/other_run.trace.json", true);
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        err.trim(),
+        "vramlens: error: testdata/profile/other_run.trace.json: its memory events span 2025-06-18 15:06:40.000 UTC .. 2025-06-18 15:06:40.022 UTC, the snapshot's trace (device 0) spans 2025-06-15 15:06:40.000 UTC .. 2025-06-15 15:06:40.022 UTC: they do not overlap, so the trace is from another run"
+    );
+    let (code, err) = run("testdata/profile/other_process.trace.json", true);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("other_process.trace.json: none of its 93 allocations in the snapshot's time span matches one of the snapshot's on device 0"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing is written for a refused trace");
+    let (code, err) = run("testdata/profile/run.trace.json", false);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("--trace draws the trace's spans under the chart: give -o FILE.svg"),
+        "{err}"
+    );
+}
+
+#[test]
+fn record_function_ranges_get_a_lane_and_are_redacted_with_the_rest() {
+    // The generated trace with one range around the whole run, named with a home path.
+    let mut json = json_file(&profile("run.trace.json"));
+    let events = json["traceEvents"].as_array_mut().unwrap();
+    let (first, last) =
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .fold((f64::MAX, f64::MIN), |(a, b), e| {
+                let t = e["ts"].as_f64().unwrap();
+                (a.min(t), b.max(t + e["dur"].as_f64().unwrap()))
+            });
+    events.push(serde_json::json!({
+        "ph": "X", "cat": "user_annotation", "name": "step /home/alice/secret/train.py",
+        "pid": 4242, "tid": 4242, "ts": first - 1.0, "dur": last - first + 2.0,
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("annotated.trace.json");
+    std::fs::write(&trace, serde_json::to_vec(&json).unwrap()).unwrap();
+    let draw = |redact: bool| {
+        let out = dir.path().join(format!("r{redact}.svg"));
+        let mut c = vramlens();
+        if redact {
+            c.arg("--redact");
+        }
+        c.args(["timeline", "testdata/profile/run.pickle", "--trace"])
+            .arg(&trace)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .success();
+        drawn_spans(&std::fs::read_to_string(&out).unwrap())
+    };
+    let plain = draw(false);
+    let ranges: Vec<&(String, String)> = plain
+        .iter()
+        .filter(|d| d.1 == "record_function ranges")
+        .collect();
+    assert_eq!(ranges.len(), 1);
+    assert_eq!(ranges[0].0, "step /home/alice/secret/train.py");
+    let redacted = draw(true);
+    let range = redacted
+        .iter()
+        .find(|d| d.1 == "record_function ranges")
+        .unwrap();
+    assert!(!range.0.contains("alice"), "{}", range.0);
+    // Operators are PyTorch's names, kept.
+    assert!(redacted.iter().any(|d| d.0 == "aten::linear"));
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_real_trace_draws_its_profiler_steps_under_its_own_chart() {
+    let rel = "kineto-tb-plugin-samples-2021/worker0.1623143566756.pt.trace.json.gz";
+    let path = shared(rel);
+    let json = json_file(&path);
+    // The thread with most [memory] events, and its outermost operators (the 2021 shape
+    // names the category "Operator") that overlap the GPU memory events' time span.
+    let mut per_thread: std::collections::BTreeMap<String, usize> = Default::default();
+    let (mut lo, mut hi) = (i128::MAX, i128::MIN);
+    for e in json["traceEvents"].as_array().unwrap() {
+        if e["name"] == "[memory]" {
+            *per_thread.entry(tid_of(e)).or_default() += 1;
+            // The chart is of the GPU (Device Type 1), whose events set its time span.
+            if e["args"]["Device Type"] == 1 {
+                let t = ts_ns(&e["ts"]);
+                lo = lo.min(t);
+                hi = hi.max(t);
+            }
+        }
+    }
+    let (tid, _) = per_thread
+        .iter()
+        .max_by_key(|(t, n)| (**n, std::cmp::Reverse(*t)))
+        .unwrap();
+    let expected: Vec<String> = outermost_on(&x_events(&json, "Operator"), tid)
+        .into_iter()
+        .filter(|s| s.2 >= lo && s.1 <= hi)
+        .map(|s| s.0)
+        .collect();
+    assert!(
+        expected
+            .iter()
+            .filter(|n| n.starts_with("ProfilerStep#"))
+            .count()
+            >= 6
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tb.svg");
+    vramlens()
+        .arg("timeline")
+        .arg(&path)
+        .args(["--x", "time", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let drawn = drawn_spans(&svg);
+    let first_lane = &drawn[0].1;
+    let got: Vec<String> = drawn
+        .iter()
+        .filter(|d| &d.1 == first_lane)
+        .map(|d| d.0.clone())
+        .collect();
+    assert_eq!(got, expected, "lane {first_lane}");
+    assert!(svg.contains("the chart&apos;s own trace"));
+}

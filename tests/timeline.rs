@@ -741,7 +741,7 @@ fn real_snapshots_draw_within_limits() {
                     peak_event: None,
                     peak_reserved: peaks.reserved.bytes,
                 };
-                vramlens::render::timeline_svg::write_timeline_svg(&mut svg, &view, &title)
+                vramlens::render::timeline_svg::write_timeline_svg(&mut svg, &view, &title, None)
                     .unwrap();
                 let svg = String::from_utf8(svg).unwrap();
                 assert!(svg.len() < 2 << 20, "{}: {} bytes", info.path, svg.len());

@@ -1,6 +1,7 @@
 //! Analyses: each takes a [`crate::model::Snapshot`] and gives a plain report struct
 //! (serialisable, no formatting).
 
+pub mod align;
 pub mod attribution;
 pub mod device;
 pub mod diff;
@@ -19,3 +20,4 @@ pub mod summary;
 pub mod timeline_report;
 pub mod timeline_view;
 pub mod top;
+pub mod trace_lanes;

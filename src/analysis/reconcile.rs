@@ -10,6 +10,8 @@
 //! numbers and kinds. Every word is in `render::reconcile`. A log or trace whose times do
 //! not overlap the snapshot's is a [`ReconcileError`] unless the caller allows it.
 
+pub use crate::analysis::align::Alignment;
+use crate::analysis::align::{LineUpError, Times, line_up, unusable};
 use crate::devlog::clock::whole_hour_shifts;
 use crate::devlog::convert::{Converted, DeviceSource};
 use crate::devlog::{
@@ -28,11 +30,6 @@ pub const MAX_SKEW_US: i64 = 5_000_000;
 pub const RANGE_US: i64 = 500_000;
 /// Device-log rows farther than this outside the snapshot's trace are not kept.
 pub const LOG_MARGIN_US: i64 = 60_000_000;
-/// A trace allocation matches a snapshot allocation at most this far from the typical
-/// offset between the two clocks.
-pub const MATCH_TOLERANCE_US: i64 = 2_000;
-/// How far apart the two clocks may be before any match is looked for.
-const MATCH_SEARCH_US: i64 = 5_000_000;
 
 /// What to reconcile.
 #[derive(Debug, Clone, Copy, Default)]
@@ -297,23 +294,6 @@ pub struct TraceDevice {
     pub alignment: Option<Alignment>,
 }
 
-/// How a trace's clock lines up with a snapshot's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Alignment {
-    pub snapshot_device: i64,
-    /// Added to the trace's times from its own metadata (`baseTimeNanoseconds`, in µs);
-    /// 0 for traces with absolute times.
-    pub metadata_offset_us: i64,
-    /// The typical (median) trace time minus snapshot time of matched allocations: how
-    /// far the two clocks are apart after the metadata offset. None without matches.
-    pub residual_us: Option<i64>,
-    /// Trace allocations with an address inside the snapshot's time span.
-    pub trace_allocations: u64,
-    /// Of them, those matching a snapshot allocation: same address, a block size that
-    /// holds the requested size, within 2 ms of the typical offset.
-    pub matched: u64,
-}
-
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Reconciliation {
     pub schema_version: u32,
@@ -339,14 +319,9 @@ pub enum ReconcileError {
     GpuNeedsDevice { devices: Vec<i64> },
     /// The log's readings of the GPU do not overlap the snapshot's trace.
     LogNoOverlap { device: i64, times: TimeCheck },
-    /// The profiler trace's times do not overlap the snapshot's trace.
-    TraceNoOverlap {
-        device: i64,
-        trace: TimeRange,
-        snapshot: TimeRange,
-    },
-    /// Overlapping times, but no allocation of the trace matches the snapshot's.
-    TraceNoMatches { device: i64, trace_allocations: u64 },
+    /// The profiler trace is from another run (its times do not overlap the snapshot's)
+    /// or another process (no allocation matches).
+    TraceNotLinedUp { device: i64, error: LineUpError },
 }
 
 /// Readings of one GPU with a memory value, in time order.
@@ -355,40 +330,6 @@ pub fn gpu_samples(log: &DeviceLog, gpu: i64) -> Vec<&GpuSample> {
         .iter()
         .filter(|s| s.gpu == gpu && s.used_bytes.is_some())
         .collect()
-}
-
-/// The snapshot device's times after each event, carried forward over events without
-/// one; the binary search for a time runs on it.
-struct Times {
-    /// (time, event index) of every event with a time, in event order.
-    at: Vec<(i64, usize)>,
-}
-
-impl Times {
-    fn new(trace: Option<&DeviceTrace>) -> Times {
-        let mut at = Vec::new();
-        let mut last = i64::MIN;
-        if let Some(t) = trace {
-            for i in 0..t.len() {
-                if let Some(time) = t.time_us(i).filter(|&t| t > 0) {
-                    // Times are monotonic in practice; a step back keeps the latest.
-                    last = last.max(time);
-                    at.push((last, i));
-                }
-            }
-        }
-        Times { at }
-    }
-
-    fn range(&self) -> Option<TimeRange> {
-        Some(TimeRange::new(self.at.first()?.0, self.at.last()?.0))
-    }
-
-    /// The last event at or before time `t` (None: before the first).
-    fn event_at(&self, t: i64) -> Option<usize> {
-        let i = self.at.partition_point(|&(time, _)| time <= t);
-        i.checked_sub(1).map(|k| self.at[k].1)
-    }
 }
 
 fn nearest<'a>(samples: &[&'a GpuSample], t: i64) -> Option<&'a GpuSample> {
@@ -792,7 +733,7 @@ pub fn analyze_reconcile(
             });
         }
         if let (Some(findings), Some((_, conv))) = (trace_findings.as_mut(), profile) {
-            align_trace(snap, d, &ctx, conv, findings, &mut ledgers, options)?;
+            align_trace(snap, d, conv, findings, &mut ledgers, options)?;
         }
         let over_time = over_time(&tl, log, &ctx.samples);
         let gaps: Vec<i64> = over_time
@@ -866,14 +807,11 @@ fn trace_findings(path: &str, conv: &Converted) -> TraceFindings {
         });
     }
     let clock = conv.clock;
-    let used = if devices.is_empty() {
-        TraceUse::NoMemoryEvents
-    } else if devices.iter().all(|d| d.source == DeviceSource::Cpu) {
-        TraceUse::OnlyCpuEvents
-    } else if clock == TraceClock::Unknown {
-        TraceUse::ClockUnknown
-    } else {
-        TraceUse::Used
+    let used = match unusable(conv) {
+        None => TraceUse::Used,
+        Some(LineUpError::NoMemoryEvents) => TraceUse::NoMemoryEvents,
+        Some(LineUpError::OnlyCpuEvents) => TraceUse::OnlyCpuEvents,
+        Some(_) => TraceUse::ClockUnknown,
     };
     TraceFindings {
         path: path.to_string(),
@@ -893,7 +831,6 @@ fn trace_findings(path: &str, conv: &Converted) -> TraceFindings {
 fn align_trace(
     snap: &Snapshot,
     d: i64,
-    ctx: &DeviceCtx,
     conv: &Converted,
     findings: &mut TraceFindings,
     ledgers: &mut [Ledger],
@@ -902,75 +839,40 @@ fn align_trace(
     if findings.used != TraceUse::Used {
         return Ok(());
     }
-    let Some(snapshot_range) = ctx.times.range() else {
-        findings.used = TraceUse::SnapshotWithoutTimes;
-        return Ok(());
-    };
-    // The trace's device of the same number, else its only one.
-    let pick = findings
-        .devices
-        .iter()
-        .position(|t| t.device == d)
-        .or_else(|| (findings.devices.len() == 1).then_some(0));
-    let Some(k) = pick else {
-        return Ok(());
-    };
-    let slot = findings.devices[k].device;
-    let trace = conv.snapshot.trace(slot);
-    let trace_times = Times::new(trace);
-    let Some(trace_range) = trace_times.range() else {
-        return Ok(());
-    };
-    if !trace_range.widen(MAX_SKEW_US).overlaps(snapshot_range) {
-        if options.allow_no_overlap {
-            findings.used = TraceUse::NoOverlap;
+    let lined = match line_up(snap, d, conv) {
+        Ok(l) => l,
+        Err(LineUpError::SnapshotWithoutTimes) => {
+            findings.used = TraceUse::SnapshotWithoutTimes;
             return Ok(());
         }
-        return Err(ReconcileError::TraceNoOverlap {
-            device: d,
-            trace: trace_range,
-            snapshot: snapshot_range,
-        });
-    }
-    let paired_by_size = conv
-        .devices
-        .iter()
-        .find(|c| c.device == slot)
-        .is_some_and(|c| c.paired_by_size);
-    let metadata_offset_us = match findings.clock {
-        TraceClock::RelativeToBase => findings.base_time_ns.unwrap_or(0).div_euclid(1000),
-        _ => 0,
-    };
-    let alignment = if paired_by_size {
-        Alignment {
-            snapshot_device: d,
-            metadata_offset_us,
-            residual_us: None,
-            trace_allocations: 0,
-            matched: 0,
+        Err(error @ LineUpError::NoOverlap { .. }) => {
+            if options.allow_no_overlap {
+                findings.used = TraceUse::NoOverlap;
+                return Ok(());
+            }
+            return Err(ReconcileError::TraceNotLinedUp { device: d, error });
         }
-    } else {
-        match_allocations(snap, d, trace, snapshot_range, metadata_offset_us)
-    };
-    if !paired_by_size && alignment.trace_allocations > 0 && alignment.matched == 0 {
-        if options.allow_no_overlap {
-            findings.used = TraceUse::NoMatches;
-            findings.devices[k].alignment = Some(alignment);
-            return Ok(());
+        Err(error @ LineUpError::NoMatches { alignment, index }) => {
+            if options.allow_no_overlap {
+                findings.used = TraceUse::NoMatches;
+                findings.devices[index].alignment = Some(alignment);
+                return Ok(());
+            }
+            return Err(ReconcileError::TraceNotLinedUp { device: d, error });
         }
-        return Err(ReconcileError::TraceNoMatches {
-            device: d,
-            trace_allocations: alignment.trace_allocations,
-        });
-    }
-    findings.devices[k].alignment = Some(alignment);
+        // No device to line up (or one without times): nothing to add.
+        Err(_) => return Ok(()),
+    };
+    let k = lined.index;
+    findings.devices[k].alignment = Some(lined.alignment);
     // The trace's totals at each ledger's moment, on the trace's clock.
-    let tl = timeline::build(&conv.snapshot, slot);
+    let trace_times = Times::new(conv.snapshot.trace(lined.trace_device));
+    let tl = timeline::build(&conv.snapshot, lined.trace_device);
     let has_reserved = findings.devices[k].peak_reserved_bytes.is_some();
-    let residual = alignment.residual_us.unwrap_or(0);
+    let residual = lined.alignment.residual_us.unwrap_or(0);
     for l in ledgers.iter_mut() {
         let t = l.time_us + residual;
-        if !trace_range.contains(t) {
+        if !lined.trace_range.contains(t) {
             continue;
         }
         let at = trace_times.event_at(t);
@@ -980,69 +882,4 @@ fn align_trace(
         }
     }
     Ok(())
-}
-
-/// Allocations of the trace matched with the snapshot's: same address, a block size that
-/// holds the requested size (the trace records blocks, the snapshot requests), at nearly
-/// the same time once the typical offset between the clocks is taken out.
-fn match_allocations(
-    snap: &Snapshot,
-    d: i64,
-    trace: Option<&DeviceTrace>,
-    snapshot_range: TimeRange,
-    metadata_offset_us: i64,
-) -> Alignment {
-    let mut by_addr: BTreeMap<u64, Vec<(i64, u64)>> = BTreeMap::new();
-    if let Some(t) = snap.trace(d) {
-        for e in t.iter().filter(|e| e.action == Action::Alloc) {
-            if let Some(time) = e.time_us.filter(|&t| t > 0) {
-                by_addr.entry(e.addr).or_default().push((time, e.size));
-            }
-        }
-    }
-    let fits = |requested: u64, block: u64| {
-        // The caching allocator rounds requests up to 512 bytes and may hand out a block
-        // up to 1 MiB larger than that when the rest is too small to split.
-        block >= requested && block <= requested.div_ceil(512) * 512 + (1 << 20)
-    };
-    let window = snapshot_range.widen(MAX_SKEW_US);
-    let mut diffs: Vec<i64> = Vec::new();
-    let mut candidates = 0u64;
-    if let Some(t) = trace {
-        for e in t.iter().filter(|e| e.action == Action::Alloc) {
-            let Some(time) = e.time_us else { continue };
-            if !window.contains(time) {
-                continue;
-            }
-            candidates += 1;
-            let Some(list) = by_addr.get(&e.addr) else {
-                continue;
-            };
-            let best = list
-                .iter()
-                .filter(|(_, size)| fits(*size, e.size))
-                .map(|(st, _)| time - st)
-                .filter(|diff| diff.abs() <= MATCH_SEARCH_US)
-                .min_by_key(|diff| (diff.abs(), *diff));
-            if let Some(diff) = best {
-                diffs.push(diff);
-            }
-        }
-    }
-    let mut sorted = diffs;
-    sorted.sort_unstable();
-    let residual = (!sorted.is_empty()).then(|| sorted[sorted.len() / 2]);
-    let matched = residual.map_or(0, |r| {
-        sorted
-            .iter()
-            .filter(|&&d| (d - r).abs() <= MATCH_TOLERANCE_US)
-            .count() as u64
-    });
-    Alignment {
-        snapshot_device: d,
-        metadata_offset_us,
-        residual_us: residual.filter(|_| matched > 0),
-        trace_allocations: candidates,
-        matched,
-    }
 }

@@ -3,15 +3,21 @@
 use super::read_snapshot;
 use super::{attribution_options, check_output, read_device_logs, write_new_file};
 use crate::cli::{TimelineArgs, XArg};
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
+use vramlens::analysis::align::line_up;
 use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::live::live_set;
 use vramlens::analysis::moment::Moment;
-use vramlens::analysis::timeline_view::{BandBy, ViewOptions, XAxis, build_view};
+use vramlens::analysis::timeline_view::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
 use vramlens::analysis::top::resolve_live;
+use vramlens::analysis::trace_lanes::{LaneKind, TraceLanes, build_lanes};
+use vramlens::devlog::{read_profile, to_snapshot};
 use vramlens::input::ReadOptions;
+use vramlens::input::SourceInfo;
+use vramlens::model::{DeviceTrace, Snapshot};
+use vramlens::render::align::line_up_error_text;
 use vramlens::render::live::write_live_text;
 use vramlens::render::timeline_svg::{ChartTitle, write_timeline_svg};
 use vramlens::render::{Style, write_json};
@@ -58,6 +64,9 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     if window.is_some() && args.output.is_none() {
         bail!("--window selects what the chart draws: give -o FILE.svg with it");
     }
+    if args.trace.is_some() && args.output.is_none() {
+        bail!("--trace draws the trace's spans under the chart: give -o FILE.svg with it");
+    }
     let by = parse_by(&args.by)?;
     let moment: Option<Moment> = args
         .at
@@ -102,7 +111,10 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             peak_event: peaks.requested.event.map(|e| e.index() as u32),
             peak_reserved: peaks.reserved.bytes,
         };
-        write_new_file(o, args.force, |w| write_timeline_svg(w, &view, &title))?;
+        let lanes = trace_lanes(args, &snap, &info, device, &view, r.trace)?;
+        write_new_file(o, args.force, |w| {
+            write_timeline_svg(w, &view, &title, lanes.as_ref())
+        })?;
     }
     if let Some(m) = moment {
         let (resolved, live) = resolve_live(&r, m).map_err(|e| anyhow!("{path}: {e}"))?;
@@ -122,4 +134,48 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The spans of `--trace` lined up with the snapshot, or those of the input itself when it
+/// is a profiler trace; None otherwise.
+fn trace_lanes(
+    args: &TimelineArgs,
+    snap: &Snapshot,
+    info: &SourceInfo,
+    device: i64,
+    view: &TimelineView,
+    trace: &DeviceTrace,
+) -> Result<Option<TraceLanes>> {
+    let (path, alignment) = match &args.trace {
+        Some(p) => (p.as_path(), true),
+        None if info.format == "kineto_trace" && args.file.as_os_str() != "-" => {
+            (args.file.as_path(), false)
+        }
+        None => return Ok(None),
+    };
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {shown}"))?;
+    let profile = read_profile(std::io::BufReader::new(file))
+        .with_context(|| format!("failed to read trace {shown}"))?;
+    let alignment = if alignment {
+        let converted = to_snapshot(&profile);
+        let lined = line_up(snap, device, &converted)
+            .map_err(|e| anyhow!(line_up_error_text(&e, &shown, &info.path, device)))?;
+        Some(lined.alignment)
+    } else {
+        None
+    };
+    let mut lanes = build_lanes(&profile, &shown, alignment, view, trace);
+    if let Some(options) = super::REDACT.get() {
+        for lane in lanes.lanes.iter_mut() {
+            if lane.kind == LaneKind::Annotations {
+                let mut names: Vec<String> = lane.spans.iter().map(|s| s.name.clone()).collect();
+                vramlens::redact::annotation_names(&mut names, options);
+                for (s, n) in lane.spans.iter_mut().zip(names) {
+                    s.name = n;
+                }
+            }
+        }
+    }
+    Ok(Some(lanes))
 }

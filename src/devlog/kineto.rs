@@ -433,6 +433,11 @@ impl Sink {
             PendingId::Str => {
                 let raw = if which_pid { &self.pid } else { &self.tid };
                 let text = String::from_utf8_lossy(raw);
+                // 2021 traces write a thread's id as a string on operators and as a number
+                // on memory events: one thread.
+                if let Some(i) = text.parse::<i64>().ok().filter(|i| i.to_string() == text) {
+                    return Id::Int(i);
+                }
                 if let Some(&i) = self.strings.get(text.as_ref()) {
                     return Id::Str(i);
                 }

@@ -1317,18 +1317,7 @@ impl SnapshotBuilder {
     /// the budget of the bytes seen while reading (at least [`MODEL_BUDGET_FLOOR`]).
     pub fn finish(mut self, root: &Value) -> Result<Snapshot, DecodeError> {
         let dec = &mut self.dec;
-        let mut snap = Snapshot {
-            segments: Vec::new(),
-            device_traces: Vec::new(),
-            host_segments: Vec::new(),
-            host_trace: DeviceTrace::default(),
-            allocator_settings: None,
-            external_annotations: Vec::new(),
-            frames: FrameTable::new(),
-            features: Features::default(),
-            warnings: Warnings::default(),
-            extras: Extras::default(),
-        };
+        let mut snap = Snapshot::default();
         match root {
             Value::List(items) => {
                 if let Some(first) = items.first()

@@ -153,6 +153,24 @@ pub struct Snapshot {
     pub extras: Extras,
 }
 
+impl Default for Snapshot {
+    /// A snapshot holding nothing.
+    fn default() -> Self {
+        Snapshot {
+            segments: Vec::new(),
+            device_traces: Vec::new(),
+            host_segments: Vec::new(),
+            host_trace: DeviceTrace::default(),
+            allocator_settings: None,
+            external_annotations: Vec::new(),
+            frames: FrameTable::new(),
+            features: Features::default(),
+            warnings: Warnings::default(),
+            extras: Extras::default(),
+        }
+    }
+}
+
 impl Snapshot {
     /// Devices that have a segment or a non-empty trace, ascending.
     pub fn devices(&self) -> Vec<i64> {

@@ -1,6 +1,7 @@
 //! Renderers: report structs to text for people or JSON for scripts, written to any
 //! `io::Write`. No analysis happens here.
 
+pub mod align;
 pub mod diff;
 pub mod flame_svg;
 pub mod html;

@@ -26,6 +26,10 @@ pub fn short_path(path: &str) -> String {
 
 /// `filename:line:name` as `short/path.py:42 in name`; other names unchanged.
 pub fn short_frame(frame: &str) -> String {
+    // Frames without a file (C++ frames, a profiler trace's operators) by their name.
+    if let Some(name) = frame.strip_prefix("??:0:") {
+        return name.to_string();
+    }
     let mut parts = frame.rsplitn(3, ':');
     let (Some(name), Some(line), Some(file)) = (parts.next(), parts.next(), parts.next()) else {
         return frame.to_string();

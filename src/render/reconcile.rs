@@ -471,20 +471,9 @@ pub fn error_text(e: &ReconcileError, log_paths: &str, trace_path: Option<&str>)
                 no_overlap_advice(times)
             )
         }
-        ReconcileError::TraceNoOverlap {
-            device,
-            trace: t,
-            snapshot,
-        } => format!(
-            "{trace}: its memory events span {}, the snapshot's trace (device {device}) spans {}: they do not overlap, so the trace is from another run; --allow-no-overlap shows it without using it",
-            range_text(*t),
-            range_text(*snapshot)
-        ),
-        ReconcileError::TraceNoMatches {
-            device,
-            trace_allocations,
-        } => format!(
-            "{trace}: none of its {trace_allocations} allocations in the snapshot's time span matches one of the snapshot's on device {device} (same address and size at nearly the same time), so it is from another process or run; --allow-no-overlap shows it without using it"
+        ReconcileError::TraceNotLinedUp { device, error } => format!(
+            "{}; --allow-no-overlap shows it without using it",
+            super::align::line_up_error_text(error, trace, "the snapshot", *device)
         ),
     }
 }

@@ -7,6 +7,7 @@ use super::names::{device_line, group_display, tiny_frame};
 use super::svg::{PALETTE, Svg, category_color, escape, num};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::timeline_view::{Band, BandBy, MarkerKind, TimelineView, XAxis};
+use crate::analysis::trace_lanes::{Lane, LaneKind, TraceLanes};
 use crate::units::{bytes, duration_us, utc_time};
 use std::io::{self, Write};
 
@@ -16,6 +17,9 @@ const LEFT: f64 = 80.0;
 const RIGHT: f64 = 330.0;
 const TOP: f64 = 78.0;
 const BOTTOM: f64 = 56.0;
+/// Height of one lane of profiler spans under the chart, and of a span in it.
+const LANE_H: f64 = 24.0;
+const SPAN_H: f64 = 18.0;
 
 /// What the title says.
 pub struct ChartTitle<'a> {
@@ -162,6 +166,7 @@ pub fn write_timeline_svg(
     out: &mut dyn Write,
     view: &TimelineView,
     title: &ChartTitle,
+    lanes: Option<&TraceLanes>,
 ) -> io::Result<()> {
     let y_max = (view.max_bytes as f64 * 1.08).max(1.0);
     let f = Frame {
@@ -171,7 +176,8 @@ pub fn write_timeline_svg(
     };
     let mut svg = Svg { out };
     let heading = format!("{}: {}", title.path, device_line(title.device));
-    svg.begin(WIDTH, HEIGHT, &format!("vramlens timeline of {heading}"))?;
+    let height = HEIGHT + lanes.map_or(0.0, lanes_height);
+    svg.begin(WIDTH, height, &format!("vramlens timeline of {heading}"))?;
     svg.text(
         LEFT,
         22.0,
@@ -538,7 +544,7 @@ pub fn write_timeline_svg(
                 .to_string(),
             _ => group_display(&band.name, band.kind),
         };
-        let name: String = name.chars().take(34).collect();
+        let name = fit_label(&name, 34.0 * 6.0 + 4.0).unwrap_or_default();
         svg.text(
             lx + 24.0,
             ly + 4.0,
@@ -584,5 +590,154 @@ pub fn write_timeline_svg(
             ),
         )?;
     }
+    if let Some(l) = lanes {
+        write_lanes(&mut svg, &f, l)?;
+    }
     svg.end()
+}
+
+fn lanes_height(l: &TraceLanes) -> f64 {
+    8.0 + l.lanes.len() as f64 * LANE_H + 24.0
+}
+
+/// The trace's spans in lanes under the x axis label, each named on the right, and a line
+/// saying how the trace was placed.
+fn write_lanes(svg: &mut Svg, f: &Frame, l: &TraceLanes) -> io::Result<()> {
+    let plot_right = WIDTH - RIGHT;
+    let mut y = HEIGHT + 4.0;
+    for lane in &l.lanes {
+        svg.line(
+            LEFT,
+            y + LANE_H - 2.0,
+            plot_right,
+            y + LANE_H - 2.0,
+            r##" stroke="#eeeeee""##,
+        )?;
+        for (i, s) in lane.spans.iter().enumerate() {
+            let (x0, x1) = (f.px(s.x0), f.px(s.x1));
+            let fill = match lane.kind {
+                LaneKind::Annotations if i % 2 == 0 => "#dfe7f2",
+                LaneKind::Annotations => "#c9d6ea",
+                LaneKind::Operators => PALETTE[name_colour(&s.name)],
+            };
+            let tip = format!(
+                "{}\n{}: from {}, {}",
+                s.name,
+                lane_name(lane),
+                utc_time(s.start_us),
+                duration_ns(s.duration_ns)
+            );
+            svg.rect(
+                x0,
+                y,
+                (x1 - x0).max(1.0),
+                SPAN_H,
+                &format!(r#" fill="{fill}" fill-opacity="0.75" class="span""#),
+                Some(&tip),
+            )?;
+            if let Some(label) = fit_label(short_op(&s.name), x1 - x0) {
+                svg.text(
+                    (x0 + x1) / 2.0,
+                    y + 13.0,
+                    "middle",
+                    r#" font-size="10""#,
+                    &label,
+                )?;
+            }
+        }
+        let mut label = lane_name(lane);
+        if lane.dropped > 0 {
+            label.push_str(&format!(" ({} short not drawn)", lane.dropped));
+        }
+        svg.text(
+            plot_right + 10.0,
+            y + 13.0,
+            "start",
+            r#" font-size="11""#,
+            &label,
+        )?;
+        y += LANE_H;
+    }
+    let placed = match &l.alignment {
+        None => format!("spans of {}, the chart's own trace", l.path),
+        Some(a) => {
+            let clock = match a.residual_us {
+                Some(r) => format!(
+                    "the profiler's clock {} {} the allocator's",
+                    duration_us(r.abs()),
+                    if r >= 0 { "ahead of" } else { "behind" }
+                ),
+                None => "by its clock".to_string(),
+            };
+            if a.trace_allocations == 0 {
+                format!(
+                    "spans of {} lined up {clock}; no addresses to confirm it by",
+                    l.path
+                )
+            } else {
+                format!(
+                    "spans of {} lined up: {clock}; {} of its {} allocations here match the snapshot's",
+                    l.path, a.matched, a.trace_allocations
+                )
+            }
+        }
+    };
+    let placed = if l.lanes.is_empty() {
+        format!("{placed}: no operator or record_function span in this range")
+    } else {
+        placed
+    };
+    svg.text(
+        LEFT,
+        y + 16.0,
+        "start",
+        r##" font-size="11" fill="#555555""##,
+        &placed,
+    )
+}
+
+fn lane_name(lane: &Lane) -> String {
+    match (lane.kind, &lane.thread) {
+        (LaneKind::Annotations, _) => "record_function ranges".to_string(),
+        (LaneKind::Operators, Some(t)) => format!("operators, thread {t}"),
+        (LaneKind::Operators, None) => "operators".to_string(),
+    }
+}
+
+/// An operator's name without its namespace (`aten::linear` reads `linear`).
+fn short_op(name: &str) -> &str {
+    match name.rsplit_once("::") {
+        Some((ns, op)) if !ns.contains(' ') && !op.is_empty() => op,
+        _ => name,
+    }
+}
+
+/// The label cut to fit `width` pixels (about 6 per character at size 10), or None when
+/// not even a few characters fit.
+fn fit_label(label: &str, width: f64) -> Option<String> {
+    let room = ((width - 4.0) / 6.0).floor() as usize;
+    let n = label.chars().count();
+    if n <= room {
+        Some(label.to_string())
+    } else if room >= 4 {
+        Some(label.chars().take(room - 1).chain(['…']).collect())
+    } else {
+        None
+    }
+}
+
+/// One palette colour per operator name, the same in every chart.
+fn name_colour(name: &str) -> usize {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    (h % PALETTE.len() as u64) as usize
+}
+
+fn duration_ns(ns: i64) -> String {
+    if ns.unsigned_abs() < 1000 {
+        format!("lasted {ns} ns")
+    } else {
+        format!("lasted {}", duration_us(ns / 1000))
+    }
 }
