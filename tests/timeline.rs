@@ -292,6 +292,12 @@ proptest! {
             prop_assert_eq!(l.origin, Origin::Traced);
             let a = l.alloc.unwrap().index();
             prop_assert_eq!(script.events[a], (Action::Alloc, l.addr, l.size));
+            // The viewer's version: frees completed at the address before this alloc.
+            let freed_before = script.events[..a]
+                .iter()
+                .filter(|e| e.0 == Action::FreeCompleted && e.1 == l.addr)
+                .count();
+            prop_assert_eq!(l.version as usize, freed_before);
             if let Some(f) = l.free_completed {
                 let f = f.index();
                 prop_assert!(f > a);
@@ -342,6 +348,9 @@ proptest! {
                 let options = ViewOptions { x: XAxis::Events, by, top: 3, buckets, window: None };
                 let view = build_view(&snap, &r, &attr, options).unwrap();
                 prop_assert_eq!(view.buckets.iter().map(|b| b.requested_bytes).max().unwrap(), max);
+                // The chart's exact peaks come from its own pass, as the full replay's.
+                prop_assert_eq!(view.requested_peak, tl.peak_requested);
+                prop_assert_eq!(view.reserved_peak, tl.peak_reserved);
                 check_columns(&view)?;
             }
         }

@@ -12,7 +12,9 @@ use super::attribution::{Attributor, GroupBy};
 use super::frames::user_frames;
 use super::group_series::{GroupSeries, GroupValues};
 use crate::model::{Action, DeviceTrace, Snapshot};
-use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, Running, TotalsAt};
+use crate::timeline::replay::{
+    Aggregator, DeviceReplay, End, Peak, Peaks, PoolId, Running, TotalsAt,
+};
 use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
@@ -213,6 +215,9 @@ pub struct TimelineView {
     /// highest use of each kept.
     pub device: Vec<DevicePoint>,
     pub max_bytes: u64,
+    /// The exact peaks of the whole trace (the buckets keep each column's highest state).
+    pub requested_peak: Peak,
+    pub reserved_peak: Peak,
 }
 
 const MAX_ANNOTATIONS: usize = 300;
@@ -320,6 +325,9 @@ impl LargestAllocations<'_> {
 }
 
 impl Aggregator for LargestAllocations<'_> {
+    fn wants_versions(&self) -> bool {
+        true
+    }
     fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
         self.add(l);
     }
@@ -415,7 +423,9 @@ pub fn build_view(
         before: None,
     };
     scan.state(0, 0.0, &Running::default());
-    let start = r.run(&mut scan);
+    let mut peaks = Peaks::default();
+    let start = r.run((&mut scan, &mut peaks));
+    let peaks = peaks.with_times(trace);
     let mut shown = Vec::with_capacity(nb);
     let mut rel = Vec::with_capacity(nb);
     let mut reserved_rel = Vec::with_capacity(nb);
@@ -638,6 +648,8 @@ pub fn build_view(
         annotations_dropped,
         device: Vec::new(),
         max_bytes,
+        requested_peak: peaks.requested,
+        reserved_peak: peaks.reserved,
     })
 }
 

@@ -95,7 +95,6 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         let attr = Attributor::new(&snap.frames, &options);
         let mut view =
             build_view(&snap, &r, &attr, view_options).map_err(|e| anyhow!("{path}: {e}"))?;
-        let peaks = vramlens::timeline::peaks(&snap, device);
         if !args.nvml.is_empty() {
             let log = read_device_logs(&args.nvml, args.utc_offset)?;
             let tl = vramlens::timeline::build(&snap, device);
@@ -107,9 +106,9 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             path,
             device: &choice,
             events: r.len(),
-            peak_requested: peaks.requested.bytes,
-            peak_event: peaks.requested.event.map(|e| e.index() as u32),
-            peak_reserved: peaks.reserved.bytes,
+            peak_requested: view.requested_peak.bytes,
+            peak_event: view.requested_peak.event.map(|e| e.index() as u32),
+            peak_reserved: view.reserved_peak.bytes,
         };
         let lanes = trace_lanes(args, &snap, &info, device, &view, r.trace)?;
         write_new_file(o, args.force, |w| {

@@ -522,6 +522,9 @@ impl LifetimeRows<'_, '_> {
 }
 
 impl Aggregator for LifetimeRows<'_, '_> {
+    fn wants_versions(&self) -> bool {
+        true
+    }
     fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
         self.write(l, None);
     }

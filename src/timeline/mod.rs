@@ -55,7 +55,8 @@ pub struct Lifetime {
     pub addr: u64,
     /// Requested bytes (what the viewer stacks).
     pub size: u64,
-    /// Per-address version, as the viewer labels blocks: `b'<hex addr>_<version>`.
+    /// Per-address version, as the viewer labels blocks: `b'<hex addr>_<version>`; 0 in
+    /// a replay whose aggregators do not ask for it ([`replay::Aggregator::wants_versions`]).
     pub version: u32,
     pub origin: Origin,
     /// The `alloc` event; None when it happened before the trace.

@@ -95,6 +95,12 @@ pub trait Aggregator {
     fn event(&mut self, _i: usize, _action: Action, _run: &Running) {}
     /// The pass is over.
     fn finish(&mut self, _end: &End) {}
+    /// Whether it reads [`Lifetime::version`] (labels, export, orderings of lifetimes
+    /// kept). Counting versions costs a look-up per event in a map of every address the
+    /// trace used, so a pass whose aggregators all say no leaves every version 0.
+    fn wants_versions(&self) -> bool {
+        false
+    }
 }
 
 impl Aggregator for () {}
@@ -119,6 +125,9 @@ macro_rules! tuple_aggregator {
             }
             fn finish(&mut self, end: &End) {
                 $(self.$idx.finish(end);)+
+            }
+            fn wants_versions(&self) -> bool {
+                false $(|| self.$idx.wants_versions())+
             }
         }
     };
@@ -149,24 +158,49 @@ impl<A: Aggregator + ?Sized> Aggregator for &mut A {
     fn finish(&mut self, end: &End) {
         (**self).finish(end)
     }
+    fn wants_versions(&self) -> bool {
+        (**self).wants_versions()
+    }
 }
 
-/// Index of `value` in a small table of distinct values, added when new. Past 65535
+/// A small table of distinct values (streams, pools) and their indices. Past 65535
 /// distinct values the last index, which no value holds, stands for "unknown".
-fn small_index<T>(table: &mut Vec<T>, index: &mut FxMap<T, u16>, value: T) -> u16
-where
-    T: std::hash::Hash + Eq + Copy,
-{
-    if let Some(&i) = index.get(&value) {
-        return i;
+struct SmallTable<T> {
+    values: Vec<T>,
+    index: FxMap<T, u16>,
+    /// The value met last and its index: events come in runs of one stream and pool.
+    last: Option<(T, u16)>,
+}
+
+impl<T: std::hash::Hash + Eq + Copy> SmallTable<T> {
+    fn new() -> Self {
+        SmallTable {
+            values: Vec::new(),
+            index: FxMap::default(),
+            last: None,
+        }
     }
-    if table.len() >= u16::MAX as usize {
-        return u16::MAX;
+
+    /// Index of `value`, added when new.
+    fn index(&mut self, value: T) -> u16 {
+        if let Some((v, i)) = self.last
+            && v == value
+        {
+            return i;
+        }
+        let i = match self.index.get(&value) {
+            Some(&i) => i,
+            None if self.values.len() >= u16::MAX as usize => return u16::MAX,
+            None => {
+                self.values.push(value);
+                let i = (self.values.len() - 1) as u16;
+                self.index.insert(value, i);
+                i
+            }
+        };
+        self.last = Some((value, i));
+        i
     }
-    table.push(value);
-    let i = (table.len() - 1) as u16;
-    index.insert(value, i);
-    i
 }
 
 /// One device of a snapshot, ready to be replayed any number of times.
@@ -330,10 +364,9 @@ impl<'a> DeviceReplay<'a> {
     /// Replays every event into `agg`.
     pub fn run<A: Aggregator>(&self, mut agg: A) -> Start {
         let trace = self.trace;
-        let mut streams: Vec<u64> = Vec::new();
-        let mut stream_ix: FxMap<u64, u16> = FxMap::default();
-        let mut pools: Vec<PoolId> = Vec::new();
-        let mut pool_ix: FxMap<PoolId, u16> = FxMap::default();
+        let mut streams: SmallTable<u64> = SmallTable::new();
+        let mut pools: SmallTable<PoolId> = SmallTable::new();
+        let track_versions = agg.wants_versions();
         let mut versions: FxMap<u64, u32> = FxMap::default();
         // address -> the open allocation
         let mut open: FxMap<u64, Lifetime> = FxMap::default();
@@ -351,13 +384,17 @@ impl<'a> DeviceReplay<'a> {
                     let l = Lifetime {
                         addr: e.addr,
                         size: e.size,
-                        version: versions.get(&e.addr).copied().unwrap_or(0),
+                        version: if track_versions {
+                            versions.get(&e.addr).copied().unwrap_or(0)
+                        } else {
+                            0
+                        },
                         origin: Origin::Traced,
                         alloc: Some(EventIdx::new(i)),
                         free_requested: None,
                         free_completed: None,
-                        stream: small_index(&mut streams, &mut stream_ix, e.stream),
-                        pool: small_index(&mut pools, &mut pool_ix, pool),
+                        stream: streams.index(e.stream),
+                        pool: pools.index(pool),
                         stack: e.stack.map_or(u32::MAX, |s| s.0),
                     };
                     run.requested += e.size as i64;
@@ -376,7 +413,12 @@ impl<'a> DeviceReplay<'a> {
                 }
                 Action::FreeCompleted => {
                     let e = trace.get(i);
-                    let version = versions.entry(e.addr).or_insert(0);
+                    let mut untracked = 0;
+                    let version = if track_versions {
+                        versions.entry(e.addr).or_insert(0)
+                    } else {
+                        &mut untracked
+                    };
                     let l = match open.remove(&e.addr) {
                         Some(mut l) => {
                             l.free_completed = Some(EventIdx::new(i));
@@ -394,8 +436,8 @@ impl<'a> DeviceReplay<'a> {
                                 alloc: None,
                                 free_requested: None,
                                 free_completed: Some(EventIdx::new(i)),
-                                stream: small_index(&mut streams, &mut stream_ix, e.stream),
-                                pool: small_index(&mut pools, &mut pool_ix, pool),
+                                stream: streams.index(e.stream),
+                                pool: pools.index(pool),
                                 // The stack of the free: the viewer shows it as "alloc
                                 // not recorded, stack trace for free".
                                 stack: e.stack.map_or(u32::MAX, |s| s.0),
@@ -439,8 +481,8 @@ impl<'a> DeviceReplay<'a> {
                     alloc: None,
                     free_requested: None,
                     free_completed: None,
-                    stream: small_index(&mut streams, &mut stream_ix, s.stream),
-                    pool: small_index(&mut pools, &mut pool_ix, s.pool_id),
+                    stream: streams.index(s.stream),
+                    pool: pools.index(s.pool_id),
                     stack: b.stack.map_or(u32::MAX, |s| s.0),
                 });
             }
@@ -459,8 +501,8 @@ impl<'a> DeviceReplay<'a> {
             last: run,
             open: &open,
             survivors: &survivors,
-            streams: &streams,
-            pools: &pools,
+            streams: &streams.values,
+            pools: &pools.values,
         });
         start
     }
@@ -535,6 +577,9 @@ pub struct Lifetimes {
 }
 
 impl Aggregator for Lifetimes {
+    fn wants_versions(&self) -> bool {
+        true
+    }
     fn alloc(&mut self, i: usize, l: &Lifetime, _run: &Running) {
         self.open_at.insert(i as u32, self.all.len());
         self.all.push(*l);
@@ -647,6 +692,9 @@ impl LiveAtPeak {
 }
 
 impl Aggregator for LiveAtPeak {
+    fn wants_versions(&self) -> bool {
+        true
+    }
     fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
         if self.made_by_peak(l) {
             self.freed.push(*l);
@@ -730,6 +778,9 @@ impl LiveAt {
 }
 
 impl Aggregator for LiveAt {
+    fn wants_versions(&self) -> bool {
+        true
+    }
     fn alloc(&mut self, i: usize, l: &Lifetime, _run: &Running) {
         self.open.insert(i as u32, *l);
     }
