@@ -334,9 +334,20 @@ proptest! {
             prop_assert_eq!(active[e.index()], block_max);
             prop_assert!(active[..e.index()].iter().all(|&v| v < block_max));
         }
+        // The live set at any moment, as `top` and `oom` collect it in one pass, is the
+        // full replay's: the same allocations (made by then, not freed by then).
+        let r = DeviceReplay::new(&snap, 0);
+        let n = script.events.len();
+        for at in [None, Some(0), Some(n / 3), Some(n / 2), n.checked_sub(1)] {
+            let key = |l: &timeline::Lifetime| (l.addr, l.version, l.size, l.alloc);
+            let mut want: Vec<_> = tl.live_at(at).into_iter().map(key).collect();
+            want.sort();
+            let mut got: Vec<_> = vramlens::analysis::top::live_state(&r, at).lifetimes.iter().map(key).collect();
+            got.sort();
+            prop_assert_eq!(got, want, "live set at {:?}", at);
+        }
         // Downsampling keeps the peak, whatever the number of buckets.
         // and every byte of each column is in a band or the rest band.
-        let r = DeviceReplay::new(&snap, 0);
         let attr = Attributor::new(&snap.frames, &Default::default());
         if !r.has_timeline() {
             // Fewer than two changes of memory: nothing over time to draw.

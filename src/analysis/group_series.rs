@@ -26,7 +26,7 @@ pub struct GroupValues {
 pub struct GroupSeries<'a> {
     attr: &'a Attributor<'a>,
     by: GroupBy,
-    states: &'a [usize],
+    states: Vec<usize>,
     keys: HashMap<GroupKey, usize>,
     groups: Vec<(GroupKey, Vec<i64>, usize, Lifetime)>,
     /// Allocations alive in at least one state, grouped or not.
@@ -36,7 +36,7 @@ pub struct GroupSeries<'a> {
 }
 
 impl<'a> GroupSeries<'a> {
-    pub fn new(attr: &'a Attributor<'a>, by: GroupBy, states: &'a [usize]) -> Self {
+    pub fn new(attr: &'a Attributor<'a>, by: GroupBy, states: Vec<usize>) -> Self {
         GroupSeries {
             attr,
             by,
@@ -60,7 +60,7 @@ impl<'a> GroupSeries<'a> {
     }
 
     fn add(&mut self, l: &Lifetime) {
-        let (lo, hi) = Self::range(self.states, l);
+        let (lo, hi) = Self::range(&self.states, l);
         if lo >= hi {
             return;
         }

@@ -11,8 +11,9 @@
 use super::attribution::{Attributor, GroupBy};
 use super::frames::user_frames;
 use super::group_series::GroupSeries;
-use crate::model::Snapshot;
-use crate::timeline::replay::{DeviceReplay, TotalsAt};
+use crate::model::{Action, Snapshot};
+use crate::timeline::Lifetime;
+use crate::timeline::replay::{Aggregator, DeviceReplay, End, Running, Start, TotalsAt};
 use serde::Serialize;
 
 /// Samples of the replay up to the moment.
@@ -113,63 +114,122 @@ pub fn find_leaks(
     by: GroupBy,
     at: Option<usize>,
 ) -> LeakReport {
-    let last = at.or(r.len().checked_sub(1));
-    let end_state = last.map_or(0, |i| i + 1);
-    // Evenly spaced states from the first event to the moment, the moment last.
-    let mut states: Vec<usize> = (1..=SAMPLES)
-        .map(|j| (end_state * j).div_ceil(SAMPLES).max(1).min(end_state))
-        .collect();
-    states.dedup();
-    let mut groups = GroupSeries::new(attr, by, &states);
-    let mut totals = TotalsAt::new(states.iter().map(|&k| k.checked_sub(1)).collect());
-    let start = r.run((&mut groups, &mut totals));
-    let total: Vec<u64> = totals
-        .values
-        .iter()
-        .map(|v| start.requested_after(v))
-        .collect();
-    let steps = StepEvidence {
-        step_annotations: step_annotations(snap, r, last),
-        total_drops: drops(&total),
-    };
-    let n = states.len();
-    let moment_total = total.last().copied().unwrap_or(0);
-    let mut suspects = Vec::new();
-    if steps.repeated() && n >= 4 {
-        for g in groups.values() {
-            let v = &g.values;
-            let bytes = v[n - 1];
-            if bytes < MIN_BYTES || (bytes as f64) < MIN_SHARE * moment_total as f64 {
-                continue;
-            }
-            let Some(first) = v.iter().position(|&b| b > 0) else {
-                continue;
-            };
-            let tolerance = bytes / 100;
-            let steady = v[first..].windows(2).all(|w| w[1] + tolerance >= w[0]);
-            let rises = v[first..].windows(2).filter(|w| w[1] > w[0]).count();
-            if !steady || rises < MIN_RISES || (n - 1 - first) * 4 < n || bytes < 2 * v[first] {
-                continue;
-            }
-            suspects.push(LeakSuspect {
-                name: attr.name(&g.key),
-                kind: Attributor::kind(&g.key),
-                bytes,
-                first_bytes: v[first],
-                growth_bytes: bytes - v[first],
-                rises,
-                samples: n - first,
-                since_event: states[first].checked_sub(1).map(|i| i as u32),
-                category: attr.categories[attr.category(&g.largest) as usize].clone(),
-                frames: user_frames(attr.frames(), Attributor::allocation_stack(&g.largest), 8),
-            });
+    let mut sampler = LeakSampler::new(r, attr, by, at);
+    let start = r.run(&mut sampler);
+    sampler.finish(snap, r, start)
+}
+
+/// The samples the leak search takes, as an aggregator to run beside others in one
+/// replay; [`LeakSampler::finish`] gives the report.
+pub struct LeakSampler<'a> {
+    attr: &'a Attributor<'a>,
+    last: Option<usize>,
+    states: Vec<usize>,
+    groups: GroupSeries<'a>,
+    totals: TotalsAt,
+}
+
+impl<'a> LeakSampler<'a> {
+    pub fn new(r: &DeviceReplay, attr: &'a Attributor<'a>, by: GroupBy, at: Option<usize>) -> Self {
+        let last = at.or(r.len().checked_sub(1));
+        let end_state = last.map_or(0, |i| i + 1);
+        // Evenly spaced states from the first event to the moment, the moment last.
+        let mut states: Vec<usize> = (1..=SAMPLES)
+            .map(|j| (end_state * j).div_ceil(SAMPLES).max(1).min(end_state))
+            .collect();
+        states.dedup();
+        let groups = GroupSeries::new(attr, by, states.clone());
+        let totals = TotalsAt::new(states.iter().map(|&k| k.checked_sub(1)).collect());
+        LeakSampler {
+            attr,
+            last,
+            states,
+            groups,
+            totals,
         }
     }
-    suspects.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
-    LeakReport {
-        event: last.map(|i| i as u32),
-        total_bytes: moment_total,
-        steps,
-        suspects,
+
+    /// The report, from the replay's start.
+    pub fn finish(self, snap: &Snapshot, r: &DeviceReplay, start: Start) -> LeakReport {
+        let LeakSampler {
+            attr,
+            last,
+            states,
+            groups,
+            totals,
+        } = self;
+        let total: Vec<u64> = totals
+            .values
+            .iter()
+            .map(|v| start.requested_after(v))
+            .collect();
+        let steps = StepEvidence {
+            step_annotations: step_annotations(snap, r, last),
+            total_drops: drops(&total),
+        };
+        let n = states.len();
+        let moment_total = total.last().copied().unwrap_or(0);
+        let mut suspects = Vec::new();
+        if steps.repeated() && n >= 4 {
+            for g in groups.values() {
+                let v = &g.values;
+                let bytes = v[n - 1];
+                if bytes < MIN_BYTES || (bytes as f64) < MIN_SHARE * moment_total as f64 {
+                    continue;
+                }
+                let Some(first) = v.iter().position(|&b| b > 0) else {
+                    continue;
+                };
+                let tolerance = bytes / 100;
+                let steady = v[first..].windows(2).all(|w| w[1] + tolerance >= w[0]);
+                let rises = v[first..].windows(2).filter(|w| w[1] > w[0]).count();
+                if !steady || rises < MIN_RISES || (n - 1 - first) * 4 < n || bytes < 2 * v[first] {
+                    continue;
+                }
+                suspects.push(LeakSuspect {
+                    name: attr.name(&g.key),
+                    kind: Attributor::kind(&g.key),
+                    bytes,
+                    first_bytes: v[first],
+                    growth_bytes: bytes - v[first],
+                    rises,
+                    samples: n - first,
+                    since_event: states[first].checked_sub(1).map(|i| i as u32),
+                    category: attr.categories[attr.category(&g.largest) as usize].clone(),
+                    frames: user_frames(attr.frames(), Attributor::allocation_stack(&g.largest), 8),
+                });
+            }
+        }
+        suspects.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+        LeakReport {
+            event: last.map(|i| i as u32),
+            total_bytes: moment_total,
+            steps,
+            suspects,
+        }
+    }
+}
+
+impl Aggregator for LeakSampler<'_> {
+    fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (&mut self.groups, &mut self.totals).alloc(i, l, run)
+    }
+    fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (&mut self.groups, &mut self.totals).free_requested(i, l, run)
+    }
+    fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (&mut self.groups, &mut self.totals).free_completed(i, l, run)
+    }
+    fn segment(&mut self, i: usize, action: Action, delta: i64, run: &Running) {
+        (&mut self.groups, &mut self.totals).segment(i, action, delta, run)
+    }
+    fn event(&mut self, i: usize, action: Action, run: &Running) {
+        (&mut self.groups, &mut self.totals).event(i, action, run)
+    }
+    fn finish(&mut self, end: &End) {
+        (&mut self.groups, &mut self.totals).finish(end)
+    }
+    fn wants_versions(&self) -> bool {
+        self.groups.wants_versions() || self.totals.wants_versions()
     }
 }

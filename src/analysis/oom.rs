@@ -15,8 +15,8 @@
 
 use super::attribution::{AttributionOptions, Attributor, GroupBy};
 use super::device::{DeviceReason, choose_device};
-use super::leaks::{LeakReport, find_leaks};
-use super::top::{LiveState, group_live, live_state};
+use super::leaks::{LeakReport, LeakSampler};
+use super::top::{LiveState, LiveStateAt, group_live};
 use crate::model::{Action, Snapshot};
 use crate::oom_log::OomMessage;
 use crate::timeline::replay::DeviceReplay;
@@ -528,7 +528,12 @@ fn analyze_at(
         .filter(|b| b.pending_free)
         .map(|b| b.size)
         .sum();
-    let live: LiveState = live_state(r, at);
+    // What was alive at the moment and the leak search's samples, from one replay.
+    let mut live = LiveStateAt::new(at);
+    let mut sampler = (!r.is_empty()).then(|| LeakSampler::new(r, attr, GroupBy::Callsite, at));
+    let start = r.run((&mut live, sampler.as_mut()));
+    let live: LiveState = live.finish(r, start);
+    let leaks = sampler.map(|s| s.finish(snap, r, start));
     let mut pools: BTreeMap<(Option<(i64, i64)>, u64), PoolFree> = BTreeMap::new();
     let (mut largest, mut largest_same) = (0u64, 0u64);
     for s in &state {
@@ -563,7 +568,6 @@ fn analyze_at(
             category: g.category,
         })
         .collect();
-    let leaks = (!r.is_empty()).then(|| find_leaks(snap, r, attr, GroupBy::Callsite, at));
     let mut a = OomAnalysis {
         device: r.device,
         source: known.source,

@@ -452,7 +452,7 @@ pub fn build_view(
         BandBy::Group(by) => by,
         BandBy::Allocation => GroupBy::Callsite,
     };
-    let mut groups = GroupSeries::new(attr, by_group, &shown);
+    let mut groups = GroupSeries::new(attr, by_group, shown.clone());
     let mut largest = LargestAllocations {
         shown: &shown,
         allocations: Vec::new(),

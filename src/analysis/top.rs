@@ -4,8 +4,11 @@
 use super::attribution::{Attributor, GroupBy, GroupKey};
 use super::frames::user_frames;
 use super::moment::ResolvedMoment;
+use crate::model::Action;
 use crate::timeline::Lifetime;
-use crate::timeline::replay::{DeviceReplay, LiveAt, PoolId, TotalsAt};
+use crate::timeline::replay::{
+    Aggregator, DeviceReplay, End, LiveAt, PoolId, Running, Start, TotalsAt,
+};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -37,20 +40,66 @@ impl LiveState {
 
 /// Replays a device once to collect what was alive just after event `at`.
 pub fn live_state(r: &DeviceReplay, at: Option<usize>) -> LiveState {
-    let mut live = LiveAt::new(&[at]);
-    let mut totals = TotalsAt::new(vec![at]);
-    let start = r.run((&mut live, &mut totals));
-    let run = totals.values.first().copied().unwrap_or_default();
-    let lifetimes = live.set(at).to_vec();
-    LiveState {
-        at,
-        block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
-        lifetimes,
-        streams: live.streams,
-        pools: live.pools,
-        requested_bytes: start.requested_after(&run),
-        allocated_bytes: start.allocated_after(&run),
-        reserved_bytes: start.reserved_after(&run),
+    let mut live = LiveStateAt::new(at);
+    let start = r.run(&mut live);
+    live.finish(r, start)
+}
+
+/// What [`live_state`] collects, as an aggregator to run beside others in one replay;
+/// [`LiveStateAt::finish`] gives the state.
+pub struct LiveStateAt {
+    at: Option<usize>,
+    live: LiveAt,
+    totals: TotalsAt,
+}
+
+impl LiveStateAt {
+    pub fn new(at: Option<usize>) -> Self {
+        LiveStateAt {
+            at,
+            live: LiveAt::new(&[at]),
+            totals: TotalsAt::new(vec![at]),
+        }
+    }
+
+    pub fn finish(self, r: &DeviceReplay, start: Start) -> LiveState {
+        let at = self.at;
+        let run = self.totals.values.first().copied().unwrap_or_default();
+        let lifetimes = self.live.set(at).to_vec();
+        LiveState {
+            at,
+            block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
+            lifetimes,
+            streams: self.live.streams,
+            pools: self.live.pools,
+            requested_bytes: start.requested_after(&run),
+            allocated_bytes: start.allocated_after(&run),
+            reserved_bytes: start.reserved_after(&run),
+        }
+    }
+}
+
+impl Aggregator for LiveStateAt {
+    fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (&mut self.live, &mut self.totals).alloc(i, l, run)
+    }
+    fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (&mut self.live, &mut self.totals).free_requested(i, l, run)
+    }
+    fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        (&mut self.live, &mut self.totals).free_completed(i, l, run)
+    }
+    fn segment(&mut self, i: usize, action: Action, delta: i64, run: &Running) {
+        (&mut self.live, &mut self.totals).segment(i, action, delta, run)
+    }
+    fn event(&mut self, i: usize, action: Action, run: &Running) {
+        (&mut self.live, &mut self.totals).event(i, action, run)
+    }
+    fn finish(&mut self, end: &End) {
+        (&mut self.live, &mut self.totals).finish(end)
+    }
+    fn wants_versions(&self) -> bool {
+        self.live.wants_versions() || self.totals.wants_versions()
     }
 }
 

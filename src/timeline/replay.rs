@@ -139,6 +139,43 @@ tuple_aggregator!(A 0, B 1, C 2);
 tuple_aggregator!(A 0, B 1, C 2, D 3);
 tuple_aggregator!(A 0, B 1, C 2, D 3, E 4);
 
+/// An aggregator that may be absent (a search only some moments need).
+impl<A: Aggregator> Aggregator for Option<A> {
+    fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        if let Some(a) = self {
+            a.alloc(i, l, run)
+        }
+    }
+    fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        if let Some(a) = self {
+            a.free_requested(i, l, run)
+        }
+    }
+    fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        if let Some(a) = self {
+            a.free_completed(i, l, run)
+        }
+    }
+    fn segment(&mut self, i: usize, action: Action, delta: i64, run: &Running) {
+        if let Some(a) = self {
+            a.segment(i, action, delta, run)
+        }
+    }
+    fn event(&mut self, i: usize, action: Action, run: &Running) {
+        if let Some(a) = self {
+            a.event(i, action, run)
+        }
+    }
+    fn finish(&mut self, end: &End) {
+        if let Some(a) = self {
+            a.finish(end)
+        }
+    }
+    fn wants_versions(&self) -> bool {
+        self.as_ref().is_some_and(|a| a.wants_versions())
+    }
+}
+
 impl<A: Aggregator + ?Sized> Aggregator for &mut A {
     fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
         (**self).alloc(i, l, run)
@@ -683,11 +720,7 @@ pub struct LiveAtPeak {
 
 impl LiveAtPeak {
     fn made_by_peak(&self, l: &Lifetime) -> bool {
-        match (l.alloc, self.at) {
-            (None, _) => true,
-            (Some(a), Some(p)) => a.index() <= p,
-            (Some(_), None) => false,
-        }
+        made_by(l.alloc, self.at)
     }
 }
 
@@ -733,14 +766,15 @@ impl Aggregator for LiveAtPeak {
 
 /// The allocations alive just after each of a few chosen events (None: before the
 /// first), each list in allocation order: traced ones by alloc event, then those from
-/// before the trace by free event, then survivors.
+/// before the trace by free event, then survivors. Nothing is kept per open allocation:
+/// as [`LiveAtPeak`] does, each free of an allocation alive at a moment is kept, and the
+/// allocations still open at the end complete the sets.
 #[derive(Debug)]
 pub struct LiveAt {
     /// Moments, ascending (None first).
     moments: Vec<Option<usize>>,
-    next: usize,
-    /// alloc event -> lifetime of open traced allocations
-    open: std::collections::BTreeMap<u32, Lifetime>,
+    /// Per moment: allocations alive at it and freed after it.
+    freed: Vec<Vec<Lifetime>>,
     pub sets: Vec<Vec<Lifetime>>,
     pub streams: Vec<u64>,
     pub pools: Vec<PoolId>,
@@ -752,20 +786,13 @@ impl LiveAt {
         let mut m = moments.to_vec();
         m.sort_unstable();
         m.dedup();
-        let sets = vec![Vec::new(); m.len()];
-        let mut l = LiveAt {
+        LiveAt {
+            freed: vec![Vec::new(); m.len()],
+            sets: vec![Vec::new(); m.len()],
             moments: m,
-            next: 0,
-            open: Default::default(),
-            sets,
             streams: Vec::new(),
             pools: Vec::new(),
-        };
-        // Before the first event no traced allocation is open yet.
-        while l.next < l.moments.len() && l.moments[l.next].is_none() {
-            l.next += 1;
         }
-        l
     }
 
     /// The set at a moment given to [`LiveAt::new`].
@@ -777,44 +804,48 @@ impl LiveAt {
     }
 }
 
+/// Whether an allocation made at `alloc` (None: before the trace) exists just after
+/// `moment` (None: before the first event).
+fn made_by(alloc: Option<EventIdx>, moment: Option<usize>) -> bool {
+    match (alloc, moment) {
+        (None, _) => true,
+        (Some(a), Some(m)) => a.index() <= m,
+        (Some(_), None) => false,
+    }
+}
+
 impl Aggregator for LiveAt {
     fn wants_versions(&self) -> bool {
         true
     }
-    fn alloc(&mut self, i: usize, l: &Lifetime, _run: &Running) {
-        self.open.insert(i as u32, *l);
-    }
-    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
-        match l.alloc {
-            Some(a) => {
-                self.open.remove(&(a.index() as u32));
+    fn free_completed(&mut self, i: usize, l: &Lifetime, _run: &Running) {
+        for (k, &m) in self.moments.iter().enumerate() {
+            if made_by(l.alloc, m) && m.is_none_or(|m| m < i) {
+                self.freed[k].push(*l);
             }
-            None => {
-                // From before the trace: alive at every moment before its free.
-                let f = l.free_completed.map_or(0, |f| f.index());
-                for (k, m) in self.moments.iter().enumerate() {
-                    if m.is_none_or(|m| m < f) {
-                        self.sets[k].push(*l);
-                    }
-                }
-            }
-        }
-    }
-    fn event(&mut self, i: usize, _action: Action, _run: &Running) {
-        while self.next < self.moments.len() && self.moments[self.next] == Some(i) {
-            // Traced allocations go first (in alloc order), before-trace ones follow.
-            let mut set: Vec<Lifetime> = self.open.values().copied().collect();
-            set.append(&mut self.sets[self.next]);
-            self.sets[self.next] = set;
-            self.next += 1;
         }
     }
     fn finish(&mut self, end: &End) {
-        for set in &mut self.sets {
+        for (k, &m) in self.moments.iter().enumerate() {
+            let freed = std::mem::take(&mut self.freed[k]);
+            let mut set: Vec<Lifetime> = end
+                .open
+                .iter()
+                .chain(freed.iter().filter(|l| l.alloc.is_some()))
+                .filter(|l| made_by(l.alloc, m))
+                // The allocation as it was made.
+                .map(|l| Lifetime {
+                    free_requested: None,
+                    free_completed: None,
+                    ..*l
+                })
+                .collect();
+            set.sort_unstable_by_key(|l| l.alloc);
+            set.extend(freed.iter().filter(|l| l.alloc.is_none()));
             set.extend_from_slice(end.survivors);
+            self.sets[k] = set;
         }
         self.streams = end.streams.to_vec();
         self.pools = end.pools.to_vec();
-        self.open = Default::default();
     }
 }
