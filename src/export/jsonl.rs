@@ -65,36 +65,16 @@ impl<W: Write> TableWriter for JsonlWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::{Kind, Table};
+    use crate::export::{Kind, Table, col, opt};
 
     #[test]
     fn rows_are_json_objects_with_every_column() {
         const COLS: [Column; 5] = [
-            Column {
-                name: "a",
-                kind: Kind::I64,
-                nullable: false,
-            },
-            Column {
-                name: "b",
-                kind: Kind::Str,
-                nullable: true,
-            },
-            Column {
-                name: "c",
-                kind: Kind::U64,
-                nullable: false,
-            },
-            Column {
-                name: "d",
-                kind: Kind::F64,
-                nullable: true,
-            },
-            Column {
-                name: "e",
-                kind: Kind::Bool,
-                nullable: true,
-            },
+            col("a", Kind::I64),
+            opt("b", Kind::Str),
+            col("c", Kind::U64),
+            opt("d", Kind::F64),
+            opt("e", Kind::Bool),
         ];
         let mut out = Vec::new();
         let mut w = Box::new(JsonlWriter::new(&mut out, &COLS));

@@ -58,21 +58,35 @@ pub struct Column {
     pub name: &'static str,
     pub kind: Kind,
     pub nullable: bool,
+    /// Values are mostly distinct (addresses, event indices, times): a dictionary would
+    /// cost time and save nothing, so Parquet stores them plain.
+    pub distinct: bool,
 }
 
-const fn col(name: &'static str, kind: Kind) -> Column {
+pub(crate) const fn col(name: &'static str, kind: Kind) -> Column {
     Column {
         name,
         kind,
         nullable: false,
+        distinct: false,
     }
 }
 
-const fn opt(name: &'static str, kind: Kind) -> Column {
+pub(crate) const fn opt(name: &'static str, kind: Kind) -> Column {
     Column {
         name,
         kind,
         nullable: true,
+        distinct: false,
+    }
+}
+
+impl Column {
+    pub(crate) const fn distinct(self) -> Column {
+        Column {
+            distinct: true,
+            ..self
+        }
     }
 }
 
@@ -203,19 +217,19 @@ const SNAPSHOT_COLUMNS: [Column; 36] = [
 
 const LIFETIME_COLUMNS: [Column; 19] = [
     col("device", I64),
-    col("addr", U64),
+    col("addr", U64).distinct(),
     col("version", I64),
     col("requested_bytes", I64),
     col("block_bytes", I64),
     col("stream", U64),
     opt("pool_id", Str),
     col("origin", Str),
-    opt("alloc_event", I64),
-    opt("alloc_time_us", I64),
-    opt("free_requested_event", I64),
-    opt("free_requested_time_us", I64),
-    opt("free_completed_event", I64),
-    opt("free_completed_time_us", I64),
+    opt("alloc_event", I64).distinct(),
+    opt("alloc_time_us", I64).distinct(),
+    opt("free_requested_event", I64).distinct(),
+    opt("free_requested_time_us", I64).distinct(),
+    opt("free_completed_event", I64).distinct(),
+    opt("free_completed_time_us", I64).distinct(),
     col("callsite", Str),
     col("callsite_kind", Str),
     col("category", Str),
@@ -225,13 +239,13 @@ const LIFETIME_COLUMNS: [Column; 19] = [
 
 const EVENT_COLUMNS: [Column; 10] = [
     col("device", I64),
-    col("event", I64),
+    col("event", I64).distinct(),
     col("action", Str),
-    opt("addr", U64),
+    opt("addr", U64).distinct(),
     col("size_bytes", I64),
     col("stream", U64),
     opt("pool_id", Str),
-    opt("time_us", I64),
+    opt("time_us", I64).distinct(),
     opt("stack_id", I64),
     opt("device_free_bytes", I64),
 ];

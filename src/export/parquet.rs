@@ -15,9 +15,12 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::types::ColumnPath;
 use parquet::schema::types::Type;
 use std::io::{self, Write};
 use std::sync::Arc;
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::thread::JoinHandle;
 
 /// Rows per row group: a few MB of buffers for the widest table, and row groups large
 /// enough for engines to read in parallel.
@@ -124,48 +127,49 @@ impl ColumnBuffer {
             levels.push(present as i16);
         }
     }
+}
 
-    fn clear(&mut self) {
-        match &mut self.values {
-            Values::I64(v) => v.clear(),
-            Values::F64(v) => v.clear(),
-            Values::Bool(v) => v.clear(),
-            Values::Str(d, e) => {
-                d.clear();
-                e.clear();
-            }
-        }
-        if let Some(l) = &mut self.levels {
-            l.clear();
-        }
-    }
+/// Where row groups are encoded and written: here while the table is small, then on a
+/// thread of its own, so encoding overlaps with making the next rows.
+enum Sink<W: Write + Send + 'static> {
+    Here(SerializedFileWriter<W>),
+    Thread {
+        groups: SyncSender<Vec<ColumnBuffer>>,
+        worker: JoinHandle<io::Result<SerializedFileWriter<W>>>,
+    },
+    Closed,
 }
 
 /// Writes one table's rows to one Parquet file.
-pub struct ParquetWriter<W: Write + Send> {
-    writer: Option<SerializedFileWriter<W>>,
+pub struct ParquetWriter<W: Write + Send + 'static> {
+    sink: Sink<W>,
     columns: &'static [Column],
     buffers: Vec<ColumnBuffer>,
     buffered: usize,
     rows: u64,
 }
 
-impl<W: Write + Send> ParquetWriter<W> {
+impl<W: Write + Send + 'static> ParquetWriter<W> {
     pub fn new(out: W, table: &str, columns: &'static [Column]) -> io::Result<Self> {
-        let props = WriterProperties::builder()
+        let mut props = WriterProperties::builder()
             .set_created_by(format!("vramlens {}", env!("CARGO_PKG_VERSION")))
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_key_value_metadata(Some(vec![
                 KeyValue::new("vramlens.table".into(), table.to_string()),
                 KeyValue::new("vramlens.schema_version".into(), SCHEMA_VERSION.to_string()),
-            ]))
-            .build();
-        let writer =
-            SerializedFileWriter::new(out, Arc::new(schema(table, columns)?), Arc::new(props))
-                .map_err(parquet_error)?;
+            ]));
+        for c in columns.iter().filter(|c| c.distinct) {
+            props = props.set_column_dictionary_enabled(ColumnPath::from(c.name), false);
+        }
+        let writer = SerializedFileWriter::new(
+            out,
+            Arc::new(schema(table, columns)?),
+            Arc::new(props.build()),
+        )
+        .map_err(parquet_error)?;
         Ok(ParquetWriter {
-            writer: Some(writer),
+            sink: Sink::Here(writer),
             columns,
             buffers: columns.iter().map(ColumnBuffer::new).collect(),
             buffered: 0,
@@ -173,65 +177,107 @@ impl<W: Write + Send> ParquetWriter<W> {
         })
     }
 
-    fn flush_row_group(&mut self) -> io::Result<()> {
+    /// Hands the buffered rows over as a row group. A full group (more are coming)
+    /// moves the writing to its own thread; at most one group waits for it.
+    fn flush_row_group(&mut self, last: bool) -> io::Result<()> {
         if self.buffered == 0 {
             return Ok(());
         }
-        let writer = self
-            .writer
-            .as_mut()
-            .ok_or_else(|| io::Error::other("parquet file already closed"))?;
-        let mut group = writer.next_row_group().map_err(parquet_error)?;
-        for buffer in &self.buffers {
-            let mut column = group
-                .next_column()
-                .map_err(parquet_error)?
-                .ok_or_else(|| io::Error::other("parquet schema has fewer columns"))?;
-            let levels = buffer.levels.as_deref();
-            match &buffer.values {
-                Values::I64(v) => column
-                    .typed::<Int64Type>()
-                    .write_batch(v, levels, None)
-                    .map(drop),
-                Values::F64(v) => column
-                    .typed::<DoubleType>()
-                    .write_batch(v, levels, None)
-                    .map(drop),
-                Values::Bool(v) => column
-                    .typed::<BoolType>()
-                    .write_batch(v, levels, None)
-                    .map(drop),
-                Values::Str(data, ends) => {
-                    // One shared buffer; each value is a slice of it.
-                    let all = Bytes::copy_from_slice(data);
-                    let mut start = 0;
-                    let values: Vec<ByteArray> = ends
-                        .iter()
-                        .map(|&end| {
-                            let v = ByteArray::from(all.slice(start..end));
-                            start = end;
-                            v
-                        })
-                        .collect();
-                    column
-                        .typed::<ByteArrayType>()
-                        .write_batch(&values, levels, None)
-                        .map(drop)
-                }
-            }
-            .map_err(parquet_error)?;
-            column.close().map_err(parquet_error)?;
-        }
-        group.close().map_err(parquet_error)?;
-        for b in &mut self.buffers {
-            b.clear();
-        }
+        let fresh = self.columns.iter().map(ColumnBuffer::new).collect();
+        let group = std::mem::replace(&mut self.buffers, fresh);
         self.buffered = 0;
-        Ok(())
+        if !last && let Sink::Here(_) = self.sink {
+            let Sink::Here(mut writer) = std::mem::replace(&mut self.sink, Sink::Closed) else {
+                unreachable!("matched above")
+            };
+            let (groups, received) = sync_channel::<Vec<ColumnBuffer>>(1);
+            let worker = std::thread::Builder::new()
+                .name("vramlens-parquet".into())
+                .spawn(move || {
+                    for group in received {
+                        write_group(&mut writer, &group)?;
+                    }
+                    Ok(writer)
+                })?;
+            self.sink = Sink::Thread { groups, worker };
+        }
+        match &mut self.sink {
+            Sink::Here(writer) => write_group(writer, &group),
+            Sink::Thread { groups, .. } => match groups.send(group) {
+                Ok(()) => Ok(()),
+                // The thread stopped on an error: it tells which.
+                Err(_) => self.join().map(drop),
+            },
+            Sink::Closed => Err(io::Error::other("parquet file already closed")),
+        }
+    }
+
+    /// The file writer back from wherever it is, once every group is written.
+    fn join(&mut self) -> io::Result<SerializedFileWriter<W>> {
+        match std::mem::replace(&mut self.sink, Sink::Closed) {
+            Sink::Here(writer) => Ok(writer),
+            Sink::Thread { groups, worker } => {
+                drop(groups);
+                worker
+                    .join()
+                    .map_err(|_| io::Error::other("the parquet writer thread panicked"))?
+            }
+            Sink::Closed => Err(io::Error::other("parquet file already closed")),
+        }
     }
 }
 
-impl<W: Write + Send> TableWriter for ParquetWriter<W> {
+/// Encodes one row group's columns and writes them.
+fn write_group<W: Write + Send>(
+    writer: &mut SerializedFileWriter<W>,
+    buffers: &[ColumnBuffer],
+) -> io::Result<()> {
+    let mut group = writer.next_row_group().map_err(parquet_error)?;
+    for buffer in buffers {
+        let mut column = group
+            .next_column()
+            .map_err(parquet_error)?
+            .ok_or_else(|| io::Error::other("parquet schema has fewer columns"))?;
+        let levels = buffer.levels.as_deref();
+        match &buffer.values {
+            Values::I64(v) => column
+                .typed::<Int64Type>()
+                .write_batch(v, levels, None)
+                .map(drop),
+            Values::F64(v) => column
+                .typed::<DoubleType>()
+                .write_batch(v, levels, None)
+                .map(drop),
+            Values::Bool(v) => column
+                .typed::<BoolType>()
+                .write_batch(v, levels, None)
+                .map(drop),
+            Values::Str(data, ends) => {
+                // One shared buffer; each value is a slice of it.
+                let all = Bytes::copy_from_slice(data);
+                let mut start = 0;
+                let values: Vec<ByteArray> = ends
+                    .iter()
+                    .map(|&end| {
+                        let v = ByteArray::from(all.slice(start..end));
+                        start = end;
+                        v
+                    })
+                    .collect();
+                column
+                    .typed::<ByteArrayType>()
+                    .write_batch(&values, levels, None)
+                    .map(drop)
+            }
+        }
+        .map_err(parquet_error)?;
+        column.close().map_err(parquet_error)?;
+    }
+    group.close().map_err(parquet_error)?;
+    Ok(())
+}
+
+impl<W: Write + Send + 'static> TableWriter for ParquetWriter<W> {
     fn write_row(&mut self, cells: &[Cell]) -> io::Result<()> {
         check_row(self.columns, cells)?;
         for (b, cell) in self.buffers.iter_mut().zip(cells) {
@@ -240,19 +286,121 @@ impl<W: Write + Send> TableWriter for ParquetWriter<W> {
         self.buffered += 1;
         self.rows += 1;
         if self.buffered >= ROW_GROUP_ROWS {
-            self.flush_row_group()?;
+            self.flush_row_group(false)?;
         }
         Ok(())
     }
 
     fn finish(mut self: Box<Self>) -> io::Result<u64> {
-        self.flush_row_group()?;
-        let writer = self
-            .writer
-            .take()
-            .ok_or_else(|| io::Error::other("parquet file already closed"))?;
+        self.flush_row_group(true)?;
+        let writer = self.join()?;
         let mut out = writer.into_inner().map_err(parquet_error)?;
         out.flush()?;
         Ok(self.rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::{col, opt};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::Field;
+
+    const COLUMNS: [Column; 3] = [
+        col("n", Kind::I64).distinct(),
+        opt("even", Kind::Str),
+        col("half", Kind::F64),
+    ];
+
+    /// A file of `rows` rows, as the writer leaves it.
+    fn written(rows: usize) -> Vec<u8> {
+        let dir =
+            std::env::temp_dir().join(format!("vramlens-parquet-{}-{rows}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.parquet");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w: Box<dyn TableWriter> =
+            Box::new(ParquetWriter::new(file, "t", &COLUMNS).unwrap());
+        for i in 0..rows {
+            let even = (i % 2 == 0).then_some("even");
+            w.write_row(&[
+                Cell::I64(Some(i as i64)),
+                Cell::Str(even),
+                Cell::F64(Some(i as f64 / 2.0)),
+            ])
+            .unwrap();
+        }
+        assert_eq!(w.finish().unwrap(), rows as u64);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn rows_past_one_group_are_written_in_order_by_the_writer_thread() {
+        // Three full groups and a part: the full ones go through the thread.
+        let rows = 3 * ROW_GROUP_ROWS + 17;
+        let reader = SerializedFileReader::new(Bytes::from(written(rows))).unwrap();
+        assert_eq!(reader.metadata().num_row_groups(), 4);
+        assert_eq!(reader.metadata().file_metadata().num_rows(), rows as i64);
+        for (i, row) in reader.get_row_iter(None).unwrap().enumerate() {
+            let row = row.unwrap();
+            let cols: Vec<&Field> = row.get_column_iter().map(|(_, f)| f).collect();
+            assert_eq!(cols[0], &Field::Long(i as i64));
+            let even = if i % 2 == 0 {
+                Field::Str("even".into())
+            } else {
+                Field::Null
+            };
+            assert_eq!(cols[1], &even, "row {i}");
+            assert_eq!(cols[2], &Field::Double(i as f64 / 2.0));
+        }
+    }
+
+    #[test]
+    fn a_small_table_is_written_without_a_thread() {
+        let reader = SerializedFileReader::new(Bytes::from(written(5))).unwrap();
+        assert_eq!(reader.metadata().num_row_groups(), 1);
+        assert_eq!(reader.metadata().file_metadata().num_rows(), 5);
+    }
+
+    /// Fails every write after the first `ok` bytes.
+    struct Failing {
+        ok: usize,
+    }
+
+    impl Write for Failing {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.ok < buf.len() {
+                return Err(io::Error::other("disk full"));
+            }
+            self.ok -= buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_write_error_on_the_thread_comes_back_to_the_caller() {
+        let mut w: Box<dyn TableWriter> =
+            Box::new(ParquetWriter::new(Failing { ok: 1000 }, "t", &COLUMNS).unwrap());
+        let mut error = None;
+        for i in 0..4 * ROW_GROUP_ROWS {
+            if let Err(e) = w.write_row(&[
+                Cell::I64(Some(i as i64)),
+                Cell::Str(None),
+                Cell::F64(Some(0.0)),
+            ]) {
+                error = Some(e);
+                break;
+            }
+        }
+        let error = error
+            .or_else(|| w.finish().err())
+            .expect("the error is reported");
+        assert!(error.to_string().contains("disk full"), "{error}");
     }
 }
