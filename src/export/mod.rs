@@ -17,7 +17,7 @@ pub mod parquet;
 use crate::analysis::attribution::{Attributor, GroupKey, Site};
 use crate::analysis::summary::{DeviceSummary, Summary};
 use crate::model::{Action, Snapshot, StackId};
-use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, Running};
+use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, PoolLookup, Running};
 use crate::timeline::{Lifetime, Origin};
 use std::io;
 use std::path::{Component, Path};
@@ -466,6 +466,7 @@ impl<'f> SiteNames<'f> {
 struct LifetimeRows<'a, 'f> {
     snap: &'a Snapshot,
     replay: &'a DeviceReplay<'a>,
+    pools: PoolLookup,
     names: &'a mut SiteNames<'f>,
     out: &'a mut dyn TableWriter,
     /// The first write error; nothing is written after it.
@@ -487,7 +488,7 @@ impl LifetimeRows<'_, '_> {
             ),
             (None, Some(e)) => (
                 trace.get(e.index()).stream,
-                self.replay.event_pool(e.index()),
+                self.pools.pool(self.replay, e.index()),
             ),
             (None, None) => (0, None),
         };
@@ -568,6 +569,7 @@ pub fn write_lifetimes(
         let mut rows = LifetimeRows {
             snap,
             replay: &replay,
+            pools: replay.pools(),
             names: &mut names,
             out: &mut *out,
             error: None,
@@ -586,6 +588,7 @@ pub fn write_events(snap: &Snapshot, devices: &[i64], out: &mut dyn TableWriter)
         let replay = DeviceReplay::new(snap, device);
         let trace = replay.trace;
         let mut pool = String::new();
+        let mut pools = replay.pools();
         for i in 0..trace.len() {
             let e = trace.get(i);
             let action = match e.action {
@@ -602,7 +605,7 @@ pub fn write_events(snap: &Snapshot, devices: &[i64], out: &mut dyn TableWriter)
             );
             let pool_cell = if has_pool {
                 pool.clear();
-                if let Some((a, b)) = replay.event_pool(i) {
+                if let Some((a, b)) = pools.pool(&replay, i) {
                     use std::fmt::Write;
                     let _ = write!(pool, "{a},{b}");
                     Cell::Str(Some(&pool))

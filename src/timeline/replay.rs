@@ -240,6 +240,27 @@ impl<T: std::hash::Hash + Eq + Copy> SmallTable<T> {
     }
 }
 
+/// Pools of events, with the last segment found (see [`DeviceReplay::pools`]).
+pub struct PoolLookup {
+    last: Option<(u64, u64, PoolId)>,
+}
+
+impl PoolLookup {
+    pub fn pool(&mut self, r: &DeviceReplay, i: usize) -> PoolId {
+        if r.trace.keys.pool_id {
+            return Some(r.trace.pool_id(i));
+        }
+        let addr = r.trace.addr(i);
+        match self.last {
+            Some((start, end, pool)) if start <= addr && addr < end => pool,
+            _ => {
+                self.last = r.segment_of(addr);
+                self.last.and_then(|s| s.2)
+            }
+        }
+    }
+}
+
 /// One device of a snapshot, ready to be replayed any number of times.
 pub struct DeviceReplay<'a> {
     pub snap: &'a Snapshot,
@@ -375,22 +396,19 @@ impl<'a> DeviceReplay<'a> {
         self.trace.is_empty()
     }
 
-    fn pool_of(&self, addr: u64) -> PoolId {
+    /// The final segment holding `addr`, as (start, end, pool).
+    fn segment_of(&self, addr: u64) -> Option<(u64, u64, PoolId)> {
         let i = self.segments.partition_point(|s| s.0 <= addr);
         let (start, size, pool) = *self.segments.get(i.checked_sub(1)?)?;
-        (addr < start.saturating_add(size))
-            .then_some(pool)
-            .flatten()
+        let end = start.saturating_add(size);
+        (addr < end).then_some((start, end, pool))
     }
 
-    /// The pool of the allocation or free at event `i`: the entry's `pool_id` (2.12 and
-    /// later), else the final segment holding its address.
-    pub fn event_pool(&self, i: usize) -> PoolId {
-        if self.trace.keys.pool_id {
-            Some(self.trace.pool_id(i))
-        } else {
-            self.pool_of(self.trace.get(i).addr)
-        }
+    /// The pool of allocations and frees: the entry's `pool_id` (2.12 and later), else
+    /// the final segment holding its address. A pool look-up that remembers the last segment found: allocations come in runs
+    /// inside one segment, so a pass asks the segment list once per run.
+    pub fn pools(&self) -> PoolLookup {
+        PoolLookup { last: None }
     }
 
     /// Reserved bytes at the end: the final segments.
@@ -403,6 +421,7 @@ impl<'a> DeviceReplay<'a> {
         let trace = self.trace;
         let mut streams: SmallTable<u64> = SmallTable::new();
         let mut pools: SmallTable<PoolId> = SmallTable::new();
+        let mut pool_lookup = self.pools();
         let track_versions = agg.wants_versions();
         let mut versions: FxMap<u64, u32> = FxMap::default();
         // address -> the open allocation
@@ -417,7 +436,7 @@ impl<'a> DeviceReplay<'a> {
             match action {
                 Action::Alloc => {
                     let e = trace.get(i);
-                    let pool = self.event_pool(i);
+                    let pool = pool_lookup.pool(self, i);
                     let l = Lifetime {
                         addr: e.addr,
                         size: e.size,
@@ -462,7 +481,7 @@ impl<'a> DeviceReplay<'a> {
                             l
                         }
                         None => {
-                            let pool = self.event_pool(i);
+                            let pool = pool_lookup.pool(self, i);
                             orphans.requested += e.size;
                             orphans.allocated += self.rounded(e.size);
                             Lifetime {
