@@ -346,6 +346,15 @@ proptest! {
             got.sort();
             prop_assert_eq!(got, want, "live set at {:?}", at);
         }
+        // The set at the peak, from the pass that finds the peak.
+        let at_peak = vramlens::analysis::top::live_state_at_peak(&r);
+        prop_assert_eq!(at_peak.at, tl.peak_requested.event.map(|e| e.index()));
+        let key = |l: &timeline::Lifetime| (l.addr, l.version, l.size, l.alloc);
+        let mut want: Vec<_> = tl.live_at(at_peak.at).into_iter().map(key).collect();
+        want.sort();
+        let mut got: Vec<_> = at_peak.lifetimes.iter().map(key).collect();
+        got.sort();
+        prop_assert_eq!(got, want, "live set at the peak");
         // Downsampling keeps the peak, whatever the number of buckets.
         // and every byte of each column is in a band or the rest band.
         let attr = Attributor::new(&snap.frames, &Default::default());

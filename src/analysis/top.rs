@@ -65,7 +65,8 @@ impl LiveStateAt {
     pub fn finish(self, r: &DeviceReplay, start: Start) -> LiveState {
         let at = self.at;
         let run = self.totals.values.first().copied().unwrap_or_default();
-        let lifetimes = self.live.set(at).to_vec();
+        let mut lifetimes = self.live.set(at).to_vec();
+        r.fill_versions(&mut lifetimes);
         LiveState {
             at,
             block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
@@ -107,7 +108,8 @@ impl Aggregator for LiveStateAt {
 pub fn live_state_at_peak(r: &DeviceReplay) -> LiveState {
     let mut peak = crate::timeline::replay::LiveAtPeak::default();
     let start = r.run(&mut peak);
-    let lifetimes = std::mem::take(&mut peak.set);
+    let mut lifetimes = std::mem::take(&mut peak.set);
+    r.fill_versions(&mut lifetimes);
     LiveState {
         at: peak.at,
         block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),

@@ -387,6 +387,37 @@ impl<'a> DeviceReplay<'a> {
         }
     }
 
+    /// Sets the version of each lifetime ([`Lifetime::version`]: the frees completed at
+    /// its address before it was made; for a survivor, all of them), for sets collected
+    /// by a pass that did not count versions. One scan of the trace, looking up only the
+    /// frees at the lifetimes' addresses.
+    pub fn fill_versions(&self, lifetimes: &mut [Lifetime]) {
+        if lifetimes.is_empty() {
+            return;
+        }
+        let mut frees: FxMap<u64, Vec<usize>> =
+            lifetimes.iter().map(|l| (l.addr, Vec::new())).collect();
+        for i in 0..self.trace.len() {
+            if self.trace.action(i) == Action::FreeCompleted
+                && let Some(list) = frees.get_mut(&self.trace.addr(i))
+            {
+                list.push(i);
+            }
+        }
+        for l in lifetimes {
+            let list = &frees[&l.addr];
+            let made = match l.origin {
+                Origin::Traced => l.alloc,
+                Origin::BeforeTrace => l.free_completed,
+                Origin::Survivor => None,
+            };
+            l.version = match made {
+                Some(e) => list.partition_point(|&f| f < e.index()),
+                None => list.len(),
+            } as u32;
+        }
+    }
+
     /// Events in the trace.
     pub fn len(&self) -> usize {
         self.trace.len()
@@ -743,10 +774,8 @@ impl LiveAtPeak {
     }
 }
 
+/// Versions are not counted: [`DeviceReplay::fill_versions`] sets them on the set.
 impl Aggregator for LiveAtPeak {
-    fn wants_versions(&self) -> bool {
-        true
-    }
     fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
         if self.made_by_peak(l) {
             self.freed.push(*l);
@@ -833,10 +862,8 @@ fn made_by(alloc: Option<EventIdx>, moment: Option<usize>) -> bool {
     }
 }
 
+/// Versions are not counted: [`DeviceReplay::fill_versions`] sets them on the sets.
 impl Aggregator for LiveAt {
-    fn wants_versions(&self) -> bool {
-        true
-    }
     fn free_completed(&mut self, i: usize, l: &Lifetime, _run: &Running) {
         for (k, &m) in self.moments.iter().enumerate() {
             if made_by(l.alloc, m) && m.is_none_or(|m| m < i) {
