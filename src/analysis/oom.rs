@@ -202,6 +202,45 @@ pub struct OomAnalysis {
     pub verdicts: Vec<Verdict>,
 }
 
+impl OomAnalysis {
+    /// An analysis with no figure known yet, to be filled from a snapshot or a message.
+    fn blank(device: i64, source: Source) -> Self {
+        OomAnalysis {
+            device,
+            source,
+            event: None,
+            time_us: None,
+            oom_recorded: false,
+            requested_bytes: None,
+            stream: 0,
+            site: None,
+            frames: Vec::new(),
+            device_free_bytes: None,
+            device_total_bytes: None,
+            device_total_source: None,
+            message_line: None,
+            allowed_bytes: None,
+            reserved_bytes: 0,
+            requested_live_bytes: None,
+            allocated_bytes: 0,
+            cached_free_bytes: 0,
+            rounding_waste_bytes: None,
+            pending_free_bytes: None,
+            largest_hole_bytes: None,
+            largest_hole_same_stream_bytes: None,
+            free_by_pool: Vec::new(),
+            outside_allocator_bytes: None,
+            available_bytes: None,
+            needed_bytes: None,
+            shortfall_bytes: None,
+            deficit_bytes: None,
+            top_sites: Vec::new(),
+            leaks: None,
+            verdicts: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct OomReport {
     pub schema_version: u32,
@@ -530,7 +569,9 @@ fn analyze_at(
         .sum();
     // What was alive at the moment and the leak search's samples, from one replay.
     let mut live = LiveStateAt::new(at);
-    let mut sampler = (!r.is_empty()).then(|| LeakSampler::new(r, attr, GroupBy::Callsite, at));
+    let mut sampler = r
+        .has_timeline()
+        .then(|| LeakSampler::new(r, attr, GroupBy::Callsite, at));
     let start = r.run((&mut live, sampler.as_mut()));
     let live: LiveState = live.finish(r, start);
     let leaks = sampler.map(|s| s.finish(snap, r, start));
@@ -740,15 +781,8 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
             let reserved = m.reserved_by_pytorch_bytes.unwrap_or(0);
             let allocated = m.allocated_by_pytorch_bytes.unwrap_or(0);
             let mut a = OomAnalysis {
-                device: m.gpu.unwrap_or(0),
-                source: Source::Message,
-                event: None,
-                time_us: None,
                 oom_recorded: true,
                 requested_bytes: m.requested_bytes,
-                stream: 0,
-                site: None,
-                frames: Vec::new(),
                 device_free_bytes: m.free_bytes,
                 device_total_bytes: options.device_total_bytes.or(m.total_capacity_bytes),
                 device_total_source: if options.device_total_bytes.is_some() {
@@ -759,22 +793,9 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
                 message_line: Some(m.line),
                 allowed_bytes: m.allowed_bytes,
                 reserved_bytes: reserved,
-                requested_live_bytes: None,
                 allocated_bytes: allocated,
                 cached_free_bytes: reserved.saturating_sub(allocated),
-                rounding_waste_bytes: None,
-                pending_free_bytes: None,
-                largest_hole_bytes: None,
-                largest_hole_same_stream_bytes: None,
-                free_by_pool: Vec::new(),
-                outside_allocator_bytes: None,
-                available_bytes: None,
-                needed_bytes: None,
-                shortfall_bytes: None,
-                deficit_bytes: None,
-                top_sites: Vec::new(),
-                leaks: None,
-                verdicts: Vec::new(),
+                ..OomAnalysis::blank(m.gpu.unwrap_or(0), Source::Message)
             };
             derive(&mut a);
             a.verdicts = verdicts(&a, Settings::default());
@@ -819,20 +840,12 @@ mod tests {
         hole: u64,
     ) -> OomAnalysis {
         let mut a = OomAnalysis {
-            device: 0,
-            source: Source::OomEvent,
             event: Some(9),
-            time_us: None,
             oom_recorded: true,
             requested_bytes: Some(request),
-            stream: 0,
-            site: None,
-            frames: Vec::new(),
             device_free_bytes: Some(free),
             device_total_bytes: Some(total),
             device_total_source: Some("option"),
-            message_line: None,
-            allowed_bytes: None,
             reserved_bytes: reserved,
             requested_live_bytes: Some(allocated),
             allocated_bytes: allocated,
@@ -841,15 +854,7 @@ mod tests {
             pending_free_bytes: Some(pending),
             largest_hole_bytes: Some(hole),
             largest_hole_same_stream_bytes: Some(hole),
-            free_by_pool: Vec::new(),
-            outside_allocator_bytes: None,
-            available_bytes: None,
-            needed_bytes: None,
-            shortfall_bytes: None,
-            deficit_bytes: None,
-            top_sites: Vec::new(),
-            leaks: None,
-            verdicts: Vec::new(),
+            ..OomAnalysis::blank(0, Source::OomEvent)
         };
         derive(&mut a);
         a.verdicts = verdicts(&a, Settings::default());

@@ -157,7 +157,7 @@ fn moment_report(
         count: live.lifetimes.len(),
         groups,
         flame: tree,
-        segments: segment_map(snap, path, r, attr, GroupBy::Callsite, moment),
+        segments: segment_map(snap, path, r, attr, GroupBy::Callsite, moment, &live),
     }
 }
 

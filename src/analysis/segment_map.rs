@@ -4,7 +4,7 @@
 
 use super::attribution::{Attributor, GroupBy};
 use super::moment::ResolvedMoment;
-use super::top::live_state;
+use super::top::LiveState;
 use crate::model::Snapshot;
 use crate::timeline::Lifetime;
 use crate::timeline::replay::DeviceReplay;
@@ -77,10 +77,10 @@ pub fn segment_map(
     attr: &Attributor,
     by: GroupBy,
     moment: ResolvedMoment,
+    live: &LiveState,
 ) -> SegmentMap {
     let at = moment.event.map(|e| e as usize);
     let state = allocator_state(snap, r.device, at);
-    let live = live_state(r, at);
     // The allocation alive at each address (the latest, if the trace allocated an
     // address twice without freeing it).
     let mut by_addr: HashMap<u64, &Lifetime> = HashMap::new();

@@ -7,9 +7,9 @@ use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::device::choose_device;
-use vramlens::analysis::moment::{Moment, resolve};
+use vramlens::analysis::moment::Moment;
 use vramlens::analysis::segment_map::segment_map;
-use vramlens::analysis::top::peak_event;
+use vramlens::analysis::top::resolve_live;
 use vramlens::input::ReadOptions;
 use vramlens::render::segments_svg::write_segments_svg;
 use vramlens::render::segments_text::write_segments_text;
@@ -31,9 +31,9 @@ pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
     let choice = choose_device(&snap, args.device, moment == Moment::Oom)
         .map_err(|e| anyhow!("{path}: {e}"))?;
     let r = DeviceReplay::new(&snap, choice.device);
-    let resolved = resolve(&r, moment, || peak_event(&r)).map_err(|e| anyhow!("{path}: {e}"))?;
+    let (resolved, live) = resolve_live(&r, moment).map_err(|e| anyhow!("{path}: {e}"))?;
     let attr = Attributor::new(&snap.frames, &options);
-    let map = segment_map(&snap, path, &r, &attr, by, resolved);
+    let map = segment_map(&snap, path, &r, &attr, by, resolved, &live);
     if let Some(o) = &args.output {
         write_new_file(o, args.force, |w| write_segments_svg(w, &map, &choice))?;
     }

@@ -1,7 +1,7 @@
 //! Text rendering of a [`LiveSet`].
 
 use super::Style;
-use super::names::{device_line, moment_note, moment_text};
+use super::names::{MomentTotals, write_moment_heading};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::live::LiveSet;
 use crate::timeline::Origin;
@@ -14,26 +14,18 @@ pub fn write_live_text(
     choice: &DeviceChoice,
     style: Style,
 ) -> io::Result<()> {
-    writeln!(
+    write_moment_heading(
         out,
-        "{}",
-        style.heading(&format!(
-            "{}: {}, {}",
-            live.path,
-            device_line(choice),
-            moment_text(&live.moment)
-        ))
-    )?;
-    if let Some(note) = moment_note(&live.moment) {
-        writeln!(out, "{note}")?;
-    }
-    writeln!(
-        out,
-        "  {} requested in {} live allocations ({} in allocator blocks); reserved {}",
-        bytes(live.requested_bytes),
-        live.count,
-        bytes(live.allocated_bytes),
-        bytes(live.reserved_bytes.max(0) as u64),
+        &MomentTotals {
+            path: &live.path,
+            moment: &live.moment,
+            requested_bytes: live.requested_bytes,
+            count: live.count,
+            allocated_bytes: live.allocated_bytes,
+            reserved_bytes: live.reserved_bytes,
+        },
+        choice,
+        style,
     )?;
     if live.count > 0 {
         writeln!(

@@ -143,6 +143,46 @@ pub fn moment_note(m: &ResolvedMoment) -> Option<String> {
     ))
 }
 
+/// Totals of a live set at a moment, as `top` and `timeline --at` head their lists.
+pub struct MomentTotals<'a> {
+    pub path: &'a str,
+    pub moment: &'a ResolvedMoment,
+    pub requested_bytes: u64,
+    pub count: usize,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: i64,
+}
+
+/// The heading (file, device, moment), the moment's note, and the totals line.
+pub fn write_moment_heading(
+    out: &mut dyn std::io::Write,
+    t: &MomentTotals,
+    choice: &DeviceChoice,
+    style: super::Style,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!(
+            "{}: {}, {}",
+            t.path,
+            device_line(choice),
+            moment_text(t.moment)
+        ))
+    )?;
+    if let Some(note) = moment_note(t.moment) {
+        writeln!(out, "{note}")?;
+    }
+    writeln!(
+        out,
+        "  {} requested by {} live allocations ({} in allocator blocks); reserved {}",
+        crate::units::bytes(t.requested_bytes),
+        t.count,
+        crate::units::bytes(t.allocated_bytes),
+        crate::units::bytes(t.reserved_bytes.max(0) as u64)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! Text rendering of a [`TopReport`].
 
 use super::Style;
-use super::names::{device_line, group_display, moment_note, moment_text};
+use super::names::{MomentTotals, group_display, write_moment_heading};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::leaks::LeakReport;
 use crate::analysis::top::TopReport;
@@ -23,26 +23,18 @@ pub fn write_top_text(
     choice: &DeviceChoice,
     style: Style,
 ) -> io::Result<()> {
-    writeln!(
+    write_moment_heading(
         out,
-        "{}",
-        style.heading(&format!(
-            "{}: {}, {}",
-            r.path,
-            device_line(choice),
-            moment_text(&r.moment)
-        ))
-    )?;
-    if let Some(note) = moment_note(&r.moment) {
-        writeln!(out, "{note}")?;
-    }
-    writeln!(
-        out,
-        "  {} requested by {} live allocations ({} in allocator blocks); reserved {}",
-        bytes(r.total_bytes),
-        r.count,
-        bytes(r.allocated_bytes),
-        bytes(r.reserved_bytes.max(0) as u64)
+        &MomentTotals {
+            path: &r.path,
+            moment: &r.moment,
+            requested_bytes: r.total_bytes,
+            count: r.count,
+            allocated_bytes: r.allocated_bytes,
+            reserved_bytes: r.reserved_bytes,
+        },
+        choice,
+        style,
     )?;
     if r.groups.is_empty() {
         return writeln!(out, "  nothing was live");

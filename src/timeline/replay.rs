@@ -791,22 +791,7 @@ impl Aggregator for LiveAtPeak {
     }
     fn finish(&mut self, end: &End) {
         let freed = std::mem::take(&mut self.freed);
-        let mut traced: Vec<Lifetime> = end
-            .open
-            .iter()
-            .chain(freed.iter().filter(|l| l.alloc.is_some()))
-            .filter(|l| self.made_by_peak(l))
-            // As [`LiveAt`] keeps them: the allocation as it was made.
-            .map(|l| Lifetime {
-                free_requested: None,
-                free_completed: None,
-                ..*l
-            })
-            .collect();
-        traced.sort_unstable_by_key(|l| l.alloc);
-        traced.extend(freed.iter().filter(|l| l.alloc.is_none()));
-        traced.extend_from_slice(end.survivors);
-        self.set = traced;
+        self.set = live_set(end, &freed, self.at);
         self.streams = end.streams.to_vec();
         self.pools = end.pools.to_vec();
     }
@@ -852,6 +837,27 @@ impl LiveAt {
     }
 }
 
+/// The set alive just after `moment`, from the allocations open at the end and those
+/// kept as they were freed after it: traced ones by alloc event (as they were made), then
+/// those from before the trace by free event, then survivors.
+fn live_set(end: &End, freed: &[Lifetime], moment: Option<usize>) -> Vec<Lifetime> {
+    let mut set: Vec<Lifetime> = end
+        .open
+        .iter()
+        .chain(freed.iter().filter(|l| l.alloc.is_some()))
+        .filter(|l| made_by(l.alloc, moment))
+        .map(|l| Lifetime {
+            free_requested: None,
+            free_completed: None,
+            ..*l
+        })
+        .collect();
+    set.sort_unstable_by_key(|l| l.alloc);
+    set.extend(freed.iter().filter(|l| l.alloc.is_none()));
+    set.extend_from_slice(end.survivors);
+    set
+}
+
 /// Whether an allocation made at `alloc` (None: before the trace) exists just after
 /// `moment` (None: before the first event).
 fn made_by(alloc: Option<EventIdx>, moment: Option<usize>) -> bool {
@@ -874,22 +880,7 @@ impl Aggregator for LiveAt {
     fn finish(&mut self, end: &End) {
         for (k, &m) in self.moments.iter().enumerate() {
             let freed = std::mem::take(&mut self.freed[k]);
-            let mut set: Vec<Lifetime> = end
-                .open
-                .iter()
-                .chain(freed.iter().filter(|l| l.alloc.is_some()))
-                .filter(|l| made_by(l.alloc, m))
-                // The allocation as it was made.
-                .map(|l| Lifetime {
-                    free_requested: None,
-                    free_completed: None,
-                    ..*l
-                })
-                .collect();
-            set.sort_unstable_by_key(|l| l.alloc);
-            set.extend(freed.iter().filter(|l| l.alloc.is_none()));
-            set.extend_from_slice(end.survivors);
-            self.sets[k] = set;
+            self.sets[k] = live_set(end, &freed, m);
         }
         self.streams = end.streams.to_vec();
         self.pools = end.pools.to_vec();
