@@ -6,22 +6,15 @@ use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::oom::{OomOptions, analyze_oom};
 use vramlens::analysis::timeline_view::{ViewError, ViewOptions, XAxis, build_view};
 use vramlens::model::trace::NewEvent;
-use vramlens::model::{Action, Annotation, DeviceTrace, Features, FrameTable, Snapshot, Warnings};
+use vramlens::model::{Action, Annotation, DeviceTrace, Snapshot};
 use vramlens::timeline::replay::DeviceReplay;
 use vramlens::timeline::state::allocator_state;
 
 fn snapshot(trace: DeviceTrace, annotations: Vec<Annotation>) -> Snapshot {
     Snapshot {
-        segments: Vec::new(),
         device_traces: vec![trace],
-        host_segments: Vec::new(),
-        host_trace: DeviceTrace::default(),
-        allocator_settings: None,
         external_annotations: annotations,
-        frames: FrameTable::new(),
-        features: Features::default(),
-        warnings: Warnings::default(),
-        extras: Default::default(),
+        ..Snapshot::default()
     }
 }
 

@@ -8,8 +8,7 @@ use common::require_shared_data;
 use std::path::{Path, PathBuf};
 use vramlens::model::trace::NewEvent;
 use vramlens::model::{
-    Action, Block, BlockState, DeviceTrace, Features, FrameTable, Segment, SegmentType, Snapshot,
-    Warnings,
+    Action, Block, BlockState, DeviceTrace, Features, Segment, SegmentType, Snapshot,
 };
 
 fn vramlens() -> Command {
@@ -65,11 +64,6 @@ fn snapshot(events: &[(Action, u64, u64)]) -> Snapshot {
             ],
         }],
         device_traces: vec![trace],
-        host_segments: Vec::new(),
-        host_trace: DeviceTrace::default(),
-        allocator_settings: None,
-        external_annotations: Vec::new(),
-        frames: FrameTable::new(),
         features: Features {
             device_traces: true,
             block_frames: true,
@@ -78,8 +72,7 @@ fn snapshot(events: &[(Action, u64, u64)]) -> Snapshot {
             entries: trace_keys,
             ..Features::default()
         },
-        warnings: Warnings::default(),
-        extras: Default::default(),
+        ..Snapshot::default()
     }
 }
 

@@ -8,10 +8,7 @@ use proptest::prelude::*;
 use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::timeline_view::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
 use vramlens::model::trace::NewEvent;
-use vramlens::model::{
-    Action, Block, BlockState, DeviceTrace, Features, FrameTable, Segment, SegmentType, Snapshot,
-    Warnings,
-};
+use vramlens::model::{Action, Block, BlockState, DeviceTrace, Segment, SegmentType, Snapshot};
 use vramlens::timeline::replay::DeviceReplay;
 use vramlens::timeline::state::allocator_state;
 use vramlens::timeline::{self, Origin};
@@ -222,14 +219,7 @@ fn snapshot(events: &[(Action, u64, u64)], slots: &[SlotState]) -> Snapshot {
             blocks,
         }],
         device_traces: vec![trace],
-        host_segments: Vec::new(),
-        host_trace: DeviceTrace::default(),
-        allocator_settings: None,
-        external_annotations: Vec::new(),
-        frames: FrameTable::new(),
-        features: Features::default(),
-        warnings: Warnings::default(),
-        extras: Default::default(),
+        ..Snapshot::default()
     }
 }
 

@@ -186,7 +186,7 @@ fn call_sites_and_categories_of_hand_written_stacks() {
 /// A traced allocation with a stack, through the public replay of a one-event trace.
 fn lifetime_with(stack: StackId) -> vramlens::timeline::Lifetime {
     use vramlens::model::trace::NewEvent;
-    use vramlens::model::{Action, DeviceTrace, Features, Snapshot, Warnings};
+    use vramlens::model::{Action, DeviceTrace, Snapshot};
     let mut trace = DeviceTrace::default();
     trace.push(NewEvent {
         action: Some(Action::Alloc),
@@ -198,14 +198,7 @@ fn lifetime_with(stack: StackId) -> vramlens::timeline::Lifetime {
     let snap = Snapshot {
         segments: Vec::new(),
         device_traces: vec![trace],
-        host_segments: Vec::new(),
-        host_trace: DeviceTrace::default(),
-        allocator_settings: None,
-        external_annotations: Vec::new(),
-        frames: FrameTable::new(),
-        features: Features::default(),
-        warnings: Warnings::default(),
-        extras: Default::default(),
+        ..Snapshot::default()
     };
     let tl = vramlens::timeline::build(&snap, 0);
     tl.lifetimes[0]

@@ -11,9 +11,8 @@
 use super::attribution::{Attributor, GroupBy};
 use super::frames::user_frames;
 use super::group_series::GroupSeries;
-use crate::model::{Action, Snapshot};
-use crate::timeline::Lifetime;
-use crate::timeline::replay::{Aggregator, DeviceReplay, End, Running, Start, TotalsAt};
+use crate::model::Snapshot;
+use crate::timeline::replay::{DeviceReplay, Start, TotalsAt};
 use serde::Serialize;
 
 /// Samples of the replay up to the moment.
@@ -210,26 +209,4 @@ impl<'a> LeakSampler<'a> {
     }
 }
 
-impl Aggregator for LeakSampler<'_> {
-    fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
-        (&mut self.groups, &mut self.totals).alloc(i, l, run)
-    }
-    fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
-        (&mut self.groups, &mut self.totals).free_requested(i, l, run)
-    }
-    fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
-        (&mut self.groups, &mut self.totals).free_completed(i, l, run)
-    }
-    fn segment(&mut self, i: usize, action: Action, delta: i64, run: &Running) {
-        (&mut self.groups, &mut self.totals).segment(i, action, delta, run)
-    }
-    fn event(&mut self, i: usize, action: Action, run: &Running) {
-        (&mut self.groups, &mut self.totals).event(i, action, run)
-    }
-    fn finish(&mut self, end: &End) {
-        (&mut self.groups, &mut self.totals).finish(end)
-    }
-    fn wants_versions(&self) -> bool {
-        self.groups.wants_versions() || self.totals.wants_versions()
-    }
-}
+crate::aggregator_of_fields!(LeakSampler<'_>, groups, totals);

@@ -4,11 +4,8 @@
 use super::attribution::{Attributor, GroupBy, GroupKey};
 use super::frames::user_frames;
 use super::moment::ResolvedMoment;
-use crate::model::Action;
 use crate::timeline::Lifetime;
-use crate::timeline::replay::{
-    Aggregator, DeviceReplay, End, LiveAt, PoolId, Running, Start, TotalsAt,
-};
+use crate::timeline::replay::{DeviceReplay, LiveAt, PoolId, Start, TotalsAt};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -80,29 +77,7 @@ impl LiveStateAt {
     }
 }
 
-impl Aggregator for LiveStateAt {
-    fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
-        (&mut self.live, &mut self.totals).alloc(i, l, run)
-    }
-    fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
-        (&mut self.live, &mut self.totals).free_requested(i, l, run)
-    }
-    fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
-        (&mut self.live, &mut self.totals).free_completed(i, l, run)
-    }
-    fn segment(&mut self, i: usize, action: Action, delta: i64, run: &Running) {
-        (&mut self.live, &mut self.totals).segment(i, action, delta, run)
-    }
-    fn event(&mut self, i: usize, action: Action, run: &Running) {
-        (&mut self.live, &mut self.totals).event(i, action, run)
-    }
-    fn finish(&mut self, end: &End) {
-        (&mut self.live, &mut self.totals).finish(end)
-    }
-    fn wants_versions(&self) -> bool {
-        self.live.wants_versions() || self.totals.wants_versions()
-    }
-}
+crate::aggregator_of_fields!(LiveStateAt, live, totals);
 
 /// What was alive at the peak of requested bytes, from the one replay that finds it.
 pub fn live_state_at_peak(r: &DeviceReplay) -> LiveState {

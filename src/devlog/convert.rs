@@ -183,14 +183,11 @@ pub fn to_snapshot(trace: &ProfileTrace) -> Converted {
         snapshot: Snapshot {
             segments,
             device_traces,
-            host_segments: Vec::new(),
-            host_trace: DeviceTrace::default(),
-            allocator_settings: None,
             external_annotations: annotations,
             frames,
             features,
             warnings,
-            extras: Default::default(),
+            ..Snapshot::default()
         },
         kind: trace.kind,
         clock: trace.clock,

@@ -133,6 +133,63 @@ macro_rules! tuple_aggregator {
     };
 }
 
+/// Implements [`Aggregator`] for a struct by handing every call to a tuple of its fields
+/// (an aggregator made of others, with its own `finish` giving the result).
+#[macro_export]
+macro_rules! aggregator_of_fields {
+    ($ty:ty, $($field:ident),+) => {
+        impl $crate::timeline::replay::Aggregator for $ty {
+            fn alloc(
+                &mut self,
+                i: usize,
+                l: &$crate::timeline::Lifetime,
+                run: &$crate::timeline::replay::Running,
+            ) {
+                ($(&mut self.$field,)+).alloc(i, l, run)
+            }
+            fn free_requested(
+                &mut self,
+                i: usize,
+                l: &$crate::timeline::Lifetime,
+                run: &$crate::timeline::replay::Running,
+            ) {
+                ($(&mut self.$field,)+).free_requested(i, l, run)
+            }
+            fn free_completed(
+                &mut self,
+                i: usize,
+                l: &$crate::timeline::Lifetime,
+                run: &$crate::timeline::replay::Running,
+            ) {
+                ($(&mut self.$field,)+).free_completed(i, l, run)
+            }
+            fn segment(
+                &mut self,
+                i: usize,
+                action: $crate::model::Action,
+                delta: i64,
+                run: &$crate::timeline::replay::Running,
+            ) {
+                ($(&mut self.$field,)+).segment(i, action, delta, run)
+            }
+            fn event(
+                &mut self,
+                i: usize,
+                action: $crate::model::Action,
+                run: &$crate::timeline::replay::Running,
+            ) {
+                ($(&mut self.$field,)+).event(i, action, run)
+            }
+            fn finish(&mut self, end: &$crate::timeline::replay::End) {
+                ($(&mut self.$field,)+).finish(end)
+            }
+            fn wants_versions(&self) -> bool {
+                false $(|| self.$field.wants_versions())+
+            }
+        }
+    };
+}
+
 tuple_aggregator!(A 0);
 tuple_aggregator!(A 0, B 1);
 tuple_aggregator!(A 0, B 1, C 2);
