@@ -4,7 +4,8 @@ use crate::analysis::align::LineUpError;
 use crate::devlog::TimeRange;
 use crate::units::utc_time;
 
-fn range_text(r: TimeRange) -> String {
+/// A time range as two UTC times.
+pub(super) fn range_text(r: TimeRange) -> String {
     format!("{} .. {}", utc_time(r.first_us), utc_time(r.last_us))
 }
 

@@ -21,11 +21,7 @@ fn depth(n: &FlameNode) -> usize {
 
 /// Warm colours for the user's code, blue for torch's own frames, grey for tokens.
 fn frame_color(name: &str) -> String {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in name.bytes() {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x0100_0193);
-    }
+    let h = super::svg::name_hash(name);
     if name.starts_with('(') {
         return "hsl(0,0%,70%)".into();
     }

@@ -2,13 +2,14 @@
 //! JSON form is the analysis structs themselves (`render::write_json`).
 
 use super::Style;
+use super::align::range_text;
 use crate::analysis::reconcile::{
     Alignment, DeviceReconciliation, EvidenceSource, GpuReason, Ledger, Moment, Note, PeakSource,
     ReconcileError, Reconciliation, Split, Suspect, SuspectKind, TimeCheck, TraceFindings,
     TraceUse,
 };
 use crate::devlog::convert::DeviceSource;
-use crate::devlog::{GpuNumbering, ProfileKind, TimeRange, TraceClock};
+use crate::devlog::{GpuNumbering, ProfileKind, TraceClock};
 use crate::units::{bytes, bytes_signed, duration_us, utc_time};
 use std::io::{self, Write};
 
@@ -18,10 +19,6 @@ fn moment_name(m: Moment) -> &'static str {
         Moment::Oom => "oom",
         Moment::End => "end",
     }
-}
-
-fn range_text(r: TimeRange) -> String {
-    format!("{} .. {}", utc_time(r.first_us), utc_time(r.last_us))
 }
 
 fn list(values: &[i64]) -> String {

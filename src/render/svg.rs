@@ -46,13 +46,16 @@ pub fn points(pts: &[(f64, f64)]) -> String {
     s
 }
 
-/// Stable colour of a name: FNV-1a hash to a hue, fixed saturation and lightness.
+/// FNV-1a hash of a name: the same in every chart and every run.
+pub fn name_hash(name: &str) -> u32 {
+    name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Stable colour of a name: its hash to a hue, fixed saturation and lightness.
 pub fn color(name: &str) -> String {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in name.bytes() {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x0100_0193);
-    }
+    let h = name_hash(name);
     format!(
         "hsl({},{}%,{}%)",
         h % 360,

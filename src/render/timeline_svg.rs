@@ -4,7 +4,7 @@
 //! `data-bytes`.
 
 use super::names::{device_line, group_display, tiny_frame};
-use super::svg::{PALETTE, Svg, category_color, escape, num};
+use super::svg::{PALETTE, Svg, category_color, color, escape, num};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::timeline_view::{Band, BandBy, MarkerKind, TimelineView, XAxis};
 use crate::analysis::trace_lanes::{Lane, LaneKind, TraceLanes};
@@ -618,7 +618,7 @@ fn write_lanes(svg: &mut Svg, f: &Frame, l: &TraceLanes) -> io::Result<()> {
             let fill = match lane.kind {
                 LaneKind::Annotations if i % 2 == 0 => "#dfe7f2",
                 LaneKind::Annotations => "#c9d6ea",
-                LaneKind::Operators => PALETTE[name_colour(&s.name)],
+                LaneKind::Operators => &color(&s.name),
             };
             let tip = format!(
                 "{}\n{}: from {}, {}",
@@ -724,14 +724,6 @@ fn fit_label(label: &str, width: f64) -> Option<String> {
     } else {
         None
     }
-}
-
-/// One palette colour per operator name, the same in every chart.
-fn name_colour(name: &str) -> usize {
-    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
-    (h % PALETTE.len() as u64) as usize
 }
 
 fn duration_ns(ns: i64) -> String {
