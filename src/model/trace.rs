@@ -1,8 +1,9 @@
 //! Trace events of one device, stored compactly.
 //!
 //! A large snapshot holds tens of millions of trace entries of about 60 bytes each in the
-//! file. Each is kept in 24 bytes: address, size with action and stream packed beside it,
-//! time (an offset from a base per block of 4096 events) and stack id. Fields that are
+//! file. Each is kept in 20 bytes: address with action and stream packed beside it, size,
+//! time (an offset from a base per block of 4096 events) and stack id; the rare address
+//! above 2^48 and size of 4 GiB or more are kept beside the events. Fields that are
 //! almost always at their default (pool ids, compile context, user metadata, forward
 //! frames, keys vramlens does not know) live in sparse side tables keyed by event index.
 
@@ -82,10 +83,13 @@ impl Action {
     }
 }
 
-const SIZE_BITS: u32 = 48;
-const SIZE_ESCAPE: u64 = (1 << SIZE_BITS) - 1;
-const ACTION_SHIFT: u32 = SIZE_BITS;
-const STREAM_SHIFT: u32 = SIZE_BITS + 4;
+/// Addresses kept in place: below 2^48 (every x86-64 and arm64 user-space pointer).
+const ADDR_BITS: u32 = 48;
+const ADDR_ESCAPE: u64 = (1 << ADDR_BITS) - 1;
+const ACTION_SHIFT: u32 = ADDR_BITS;
+const STREAM_SHIFT: u32 = ADDR_BITS + 4;
+/// A size of 4 GiB or more: in a side table.
+const SIZE_ESCAPE: u32 = u32::MAX;
 const STREAM_ESCAPE: u64 = (1 << 12) - 1;
 const NO_STACK: u32 = u32::MAX;
 /// Times are kept as offsets from a base per block of events.
@@ -99,14 +103,14 @@ pub const UNKNOWN_FREE: u64 = u64::MAX;
 /// Streams looked up by a linear scan below this many, by a hash map above.
 const STREAM_SCAN: usize = 8;
 
-/// One event as stored: 24 bytes, 4-byte aligned.
+/// One event as stored: 20 bytes, 4-byte aligned.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, packed(4))]
 struct Packed {
-    /// `addr`, or `device_free` for an `oom` entry.
-    addr: u64,
-    /// size (48 bits) | action (4 bits) | stream index (12 bits).
-    size_action_stream: u64,
+    /// `addr` (or `device_free` for an `oom` entry; 48 bits) | action (4 bits) | stream
+    /// index (12 bits).
+    addr_action_stream: u64,
+    size: u32,
     /// `time_us` minus the base of the event's block of 4096 events.
     time: u32,
     stack: u32,
@@ -180,6 +184,7 @@ pub struct DeviceTrace {
 
 #[derive(Default, Debug)]
 struct Rare {
+    big_addrs: Vec<(u32, u64)>,
     big_sizes: Vec<(u32, u64)>,
     big_times: Vec<(u32, i64)>,
     big_streams: Vec<(u32, u64)>,
@@ -343,11 +348,18 @@ impl DeviceTrace {
             user_metadata,
             ..NewEvent::default()
         };
-        let size_bits = if e.size >= SIZE_ESCAPE {
-            self.rare().big_sizes.push((index, e.size));
-            SIZE_ESCAPE
+        let size = match u32::try_from(e.size) {
+            Ok(s) if s != SIZE_ESCAPE => s,
+            _ => {
+                self.rare().big_sizes.push((index, e.size));
+                SIZE_ESCAPE
+            }
+        };
+        let addr_bits = if e.addr >= ADDR_ESCAPE {
+            self.rare().big_addrs.push((index, e.addr));
+            ADDR_ESCAPE
         } else {
-            e.size
+            e.addr
         };
         let stream_index = match self.stream_slot(e.stream) {
             Some(p) => p,
@@ -383,10 +395,10 @@ impl DeviceTrace {
             }
         };
         self.events.push(Packed {
-            addr: e.addr,
-            size_action_stream: size_bits
+            addr_action_stream: addr_bits
                 | ((action as u64) << ACTION_SHIFT)
                 | (stream_index << STREAM_SHIFT),
+            size,
             time,
             stack: e.stack.map_or(NO_STACK, |s| s.0),
         });
@@ -394,7 +406,7 @@ impl DeviceTrace {
 
     #[inline]
     pub fn action(&self, i: usize) -> Action {
-        let bits = self.events[i].size_action_stream;
+        let bits = self.events[i].addr_action_stream;
         Action::from_bits(((bits >> ACTION_SHIFT) & 0xf) as u8)
     }
 
@@ -410,16 +422,23 @@ impl DeviceTrace {
     /// The address of event `i`.
     #[inline]
     pub fn addr(&self, i: usize) -> u64 {
-        self.events[i].addr
+        match self.events[i].addr_action_stream & ADDR_ESCAPE {
+            ADDR_ESCAPE => self.escaped_addr(i),
+            a => a,
+        }
     }
 
     #[inline]
     pub fn get(&self, i: usize) -> TraceEvent {
         let p = self.events[i];
-        let bits = p.size_action_stream;
-        let size = match bits & SIZE_ESCAPE {
+        let bits = p.addr_action_stream;
+        let addr = match bits & ADDR_ESCAPE {
+            ADDR_ESCAPE => self.escaped_addr(i),
+            a => a,
+        };
+        let size = match p.size {
             SIZE_ESCAPE => self.escaped_size(i),
-            s => s,
+            s => s as u64,
         };
         let stream = match bits >> STREAM_SHIFT {
             STREAM_ESCAPE => self.escaped_stream(i),
@@ -433,7 +452,7 @@ impl DeviceTrace {
         let stack = p.stack;
         TraceEvent {
             action: Action::from_bits(((bits >> ACTION_SHIFT) & 0xf) as u8),
-            addr: p.addr,
+            addr,
             size,
             stream,
             time_us,
@@ -443,7 +462,14 @@ impl DeviceTrace {
 
     #[cold]
     fn escaped_size(&self, i: usize) -> u64 {
-        *self.side(|r| &r.big_sizes, i).unwrap_or(&SIZE_ESCAPE)
+        *self
+            .side(|r| &r.big_sizes, i)
+            .unwrap_or(&(SIZE_ESCAPE as u64))
+    }
+
+    #[cold]
+    fn escaped_addr(&self, i: usize) -> u64 {
+        *self.side(|r| &r.big_addrs, i).unwrap_or(&ADDR_ESCAPE)
     }
 
     #[cold]
@@ -555,7 +581,7 @@ mod tests {
 
     #[test]
     fn packing_round_trips_every_field() {
-        assert_eq!(DeviceTrace::bytes_per_event(), 24);
+        assert_eq!(DeviceTrace::bytes_per_event(), 20);
         let mut t = DeviceTrace::default();
         let cases = [
             (
@@ -567,6 +593,16 @@ mod tests {
             ),
             (Action::Oom, 123, (1 << 48) + 5, 1u64 << 63, None),
             (Action::SegmentUnmap, u64::MAX, 0, 0x5555_0000_1234, Some(0)),
+            // At and around the in-place limits (48-bit addresses, 32-bit sizes).
+            (
+                Action::SegmentAlloc,
+                (1 << 48) - 1,
+                u32::MAX as u64,
+                0,
+                None,
+            ),
+            (Action::SegmentMap, 1 << 48, (u32::MAX - 1) as u64, 0, None),
+            (Action::FreeCompleted, (1 << 48) - 2, 8 << 30, 0, None),
         ];
         for (i, &(action, addr, size, stream, time_us)) in cases.iter().enumerate() {
             t.push(NewEvent {
@@ -586,6 +622,7 @@ mod tests {
                 (e.action, e.addr, e.size, e.stream, e.time_us),
                 (action, addr, size, stream, time_us)
             );
+            assert_eq!((t.action(i), t.addr(i)), (action, addr));
         }
         assert_eq!(t.get(1).stack, Some(StackId(7)));
         assert_eq!(t.get(0).stack, None);
