@@ -688,6 +688,45 @@ fn decode_pickle(
     Ok(snapshot)
 }
 
+/// Hands the bytes of a regular file to `each` in order, a few MiB at a time, from a
+/// mapping whose pages are given back after each piece: no copy, and the process never
+/// holds the file (the page cache does). Reads it in pieces where it cannot be mapped.
+pub fn for_each_piece(path: &Path, mut each: impl FnMut(&[u8])) -> io::Result<()> {
+    const PIECE: usize = 8 << 20;
+    let file = File::open(path)?;
+    if file.metadata()?.len() == 0 {
+        return Ok(());
+    }
+    // SAFETY: as in `open`: read-only, private; a file truncated while mapped is not
+    // supported.
+    match unsafe { memmap2::Mmap::map(&file) } {
+        Ok(map) => {
+            #[cfg(unix)]
+            let _ = map.advise(memmap2::Advice::Sequential);
+            let mut start = 0;
+            while start < map.len() {
+                let end = (start + PIECE).min(map.len());
+                each(&map[start..end]);
+                give_back(&map, start, end);
+                start = end;
+            }
+        }
+        Err(_) => {
+            let mut file = file;
+            let mut buf = vec![0u8; PIECE];
+            loop {
+                match file.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => each(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Gives the pages of `[start, end)` of a mapped file back to the page cache.
 fn give_back(map: &memmap2::Mmap, start: usize, end: usize) {
     // SAFETY: DONTNEED on a read-only mapping of a file drops this process's copy of the

@@ -15,6 +15,7 @@ mod common;
 use assert_cmd::Command;
 use common::root;
 use serde_json::{Map, Value, json};
+use sha2::Digest;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -138,6 +139,10 @@ fn fixtures_as_json_lines_add_up_to_the_independent_figures() {
             let what = format!("{name} device {d}");
             assert_eq!(&row["device"], d, "{what}");
             assert_eq!(row["schema_version"], json!(1));
+            // The file's SHA-256, as an independent hasher computes it from its bytes.
+            let digest = sha2::Sha256::digest(fs::read(source).unwrap());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(row["source_sha256"], json!(hex), "{what}");
             for f in ["reserved_bytes", "allocated_bytes", "requested_bytes"] {
                 assert_eq!(row[f], exp[f], "{what}: {f}");
             }

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::fs::{self, File, OpenOptions};
 use std::hash::{BuildHasher, RandomState};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::device::check_device;
@@ -227,23 +227,14 @@ impl Drop for Staging {
     }
 }
 
-/// SHA-256 of a regular file's bytes, read in small pieces (the page cache holds the
-/// file; this process does not). None for standard input, pipes and devices.
+/// SHA-256 of a regular file's bytes (the page cache holds the file; this process does
+/// not). None for standard input, pipes and devices.
 fn sha256_file(path: &Path) -> Option<String> {
     if path.as_os_str() == "-" || !fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return None;
     }
-    let mut file = File::open(path).ok()?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => hasher.update(&buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
+    vramlens::input::for_each_piece(path, |piece| hasher.update(piece)).ok()?;
     let digest = hasher.finalize();
     let mut hex = String::with_capacity(64);
     for b in digest {
@@ -308,7 +299,6 @@ fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
     check_device(&snap, job.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
     let summary = analyze_summary(&snap, &info, SummaryOptions { device: job.device });
     let devices: Vec<i64> = summary.devices.iter().map(|d| d.device).collect();
-    let attr = Attributor::new(&snap.frames, job.attribution);
     let mut counts = RowCounts::default();
     for &table in job.tables {
         let dir = job.staging.partition(table, name);
@@ -329,7 +319,12 @@ fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
                     },
                     &mut *w,
                 )?,
-                Table::Lifetimes => write_lifetimes(&snap, &devices, &attr, &mut *w)?,
+                Table::Lifetimes => write_lifetimes(
+                    &snap,
+                    &devices,
+                    Attributor::new(&snap.frames, job.attribution),
+                    &mut *w,
+                )?,
                 Table::Events => write_events(&snap, &devices, &mut *w)?,
                 Table::Stacks => write_stacks(&snap, &mut *w)?,
             }

@@ -35,7 +35,7 @@ fn write_value(line: &mut Vec<u8>, cell: &Cell) -> io::Result<()> {
     }
 }
 
-impl<W: Write> TableWriter for JsonlWriter<W> {
+impl<W: Write + Send> TableWriter for JsonlWriter<W> {
     fn write_row(&mut self, cells: &[Cell]) -> io::Result<()> {
         check_row(self.columns, cells)?;
         let line = &mut self.line;

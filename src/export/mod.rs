@@ -21,6 +21,7 @@ use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, PoolLookup,
 use crate::timeline::{Lifetime, Origin};
 use std::io;
 use std::path::{Component, Path};
+use std::sync::mpsc::{SyncSender, sync_channel};
 
 /// Version of the tables' schema (columns, types, meanings). Raised on any change that
 /// could break a query; added columns raise it too.
@@ -258,8 +259,8 @@ const STACK_COLUMNS: [Column; 5] = [
     col("name", Str),
 ];
 
-/// Receives the rows of one table of one file.
-pub trait TableWriter {
+/// Receives the rows of one table of one file (from any one thread).
+pub trait TableWriter: Send {
     /// One row: a cell per column, in the table's order.
     fn write_row(&mut self, cells: &[Cell]) -> io::Result<()>;
     /// Writes what is buffered and ends the file; gives the number of rows.
@@ -273,13 +274,11 @@ pub(crate) fn check_row(columns: &[Column], cells: &[Cell]) -> io::Result<()> {
             .iter()
             .zip(cells)
             .all(|(c, v)| c.kind == v.kind() && (c.nullable || !v.is_null()));
-    if fits {
-        Ok(())
-    } else {
-        Err(io::Error::other(
-            "internal error: a row does not fit the table's columns",
-        ))
-    }
+    if fits { Ok(()) } else { Err(row_misfit()) }
+}
+
+pub(crate) fn row_misfit() -> io::Error {
+    io::Error::other("internal error: a row does not fit the table's columns")
 }
 
 /// What export writes.
@@ -325,9 +324,23 @@ impl RowCounts {
     }
 }
 
-/// The `pool_id` pair as one value, such as `0,0` (the default pool) or `1,0`.
-fn pool_text(pool: PoolId) -> Option<String> {
-    pool.map(|(a, b)| format!("{a},{b}"))
+/// The `pool_id` pair as one value, such as `0,0` (the default pool) or `1,0`; each
+/// pool's text made once (a device has a handful).
+#[derive(Default)]
+struct PoolTexts(Vec<((i64, i64), String)>);
+
+impl PoolTexts {
+    fn of(&mut self, pool: PoolId) -> Option<&str> {
+        let pool = pool?;
+        let i = match self.0.iter().position(|(p, _)| *p == pool) {
+            Some(i) => i,
+            None => {
+                self.0.push((pool, format!("{},{}", pool.0, pool.1)));
+                self.0.len() - 1
+            }
+        };
+        Some(&self.0[i].1)
+    }
 }
 
 /// A stack id as exported: None for an absent or empty stack (nothing in `stacks`).
@@ -416,16 +429,16 @@ struct Names {
 
 /// Attribution names, computed once per stack.
 struct SiteNames<'f> {
-    attr: &'f Attributor<'f>,
+    attr: Attributor<'f>,
     /// One slot per stack id, then one for "no stack" and one for "before recording".
     slots: Vec<Option<Names>>,
 }
 
 impl<'f> SiteNames<'f> {
-    fn new(attr: &'f Attributor<'f>) -> Self {
+    fn new(attr: Attributor<'f>) -> Self {
         SiteNames {
-            attr,
             slots: vec![None; attr.frames().stack_count() + 2],
+            attr,
         }
     }
 
@@ -462,33 +475,97 @@ impl<'f> SiteNames<'f> {
     }
 }
 
-/// The lifetime rows of one device, written as the replay closes each allocation.
+/// A lifetime the replay closed (its free completed, or the pass ended with it alive),
+/// with what its row needs from that pass.
+struct Closed {
+    /// Index of the device among the replays.
+    device: usize,
+    lifetime: Lifetime,
+    /// A survivor's stream and pool: its segment's, known only to the pass.
+    segment: Option<(u64, PoolId)>,
+}
+
+/// Lifetimes handed from the replay to the row writer at a time.
+const BATCH: usize = 16_384;
+
+/// Collects the lifetimes of one device's replay in the order of the rows, and hands
+/// them over in batches.
+struct Collect<'s> {
+    device: usize,
+    batch: Vec<Closed>,
+    send: &'s SyncSender<Vec<Closed>>,
+    /// The writer stopped (on an error it reports): the rest is dropped.
+    stopped: bool,
+}
+
+impl Collect<'_> {
+    fn add(&mut self, lifetime: &Lifetime, segment: Option<(u64, PoolId)>) {
+        if self.stopped {
+            return;
+        }
+        self.batch.push(Closed {
+            device: self.device,
+            lifetime: *lifetime,
+            segment,
+        });
+        if self.batch.len() >= BATCH {
+            self.hand_over();
+        }
+    }
+
+    fn hand_over(&mut self) {
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        if !batch.is_empty() && self.send.send(batch).is_err() {
+            self.stopped = true;
+        }
+    }
+}
+
+impl Aggregator for Collect<'_> {
+    fn wants_versions(&self) -> bool {
+        true
+    }
+
+    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
+        self.add(l, None);
+    }
+
+    fn finish(&mut self, end: &End) {
+        for l in end.open {
+            self.add(l, None);
+        }
+        for l in end.survivors {
+            let stream = end.streams.get(l.stream as usize).copied().unwrap_or(0);
+            let pool = end.pools.get(l.pool as usize).copied().flatten();
+            self.add(l, Some((stream, pool)));
+        }
+        self.hand_over();
+    }
+}
+
+/// Makes and writes the rows of closed lifetimes.
 struct LifetimeRows<'a, 'f> {
     snap: &'a Snapshot,
-    replay: &'a DeviceReplay<'a>,
-    pools: PoolLookup,
-    names: &'a mut SiteNames<'f>,
+    replays: &'a [DeviceReplay<'a>],
+    /// One per replay.
+    pools: Vec<PoolLookup>,
+    pool_texts: PoolTexts,
+    names: SiteNames<'f>,
     out: &'a mut dyn TableWriter,
-    /// The first write error; nothing is written after it.
-    error: Option<io::Error>,
 }
 
 impl LifetimeRows<'_, '_> {
-    fn write(&mut self, l: &Lifetime, survivor_table: Option<&End>) {
-        if self.error.is_some() {
-            return;
-        }
-        let trace = self.replay.trace;
+    fn write(&mut self, closed: &Closed) -> io::Result<()> {
+        let l = &closed.lifetime;
+        let replay = &self.replays[closed.device];
+        let trace = replay.trace;
         // Stream and pool: the alloc's (or, from before the trace, the free's); a
         // survivor's are its segment's.
-        let (stream, pool) = match (survivor_table, l.alloc.or(l.free_completed)) {
-            (Some(end), _) => (
-                end.streams.get(l.stream as usize).copied().unwrap_or(0),
-                end.pools.get(l.pool as usize).copied().flatten(),
-            ),
+        let (stream, pool) = match (closed.segment, l.alloc.or(l.free_completed)) {
+            (Some(segment), _) => segment,
             (None, Some(e)) => (
                 trace.get(e.index()).stream,
-                self.pools.pool(self.replay, e.index()),
+                self.pools[closed.device].pool(replay, e.index()),
             ),
             (None, None) => (0, None),
         };
@@ -501,22 +578,21 @@ impl LifetimeRows<'_, '_> {
             Origin::BeforeTrace => "before_trace",
             Origin::Survivor => "survivor",
         };
-        let pool = pool_text(pool);
+        let pool = self.pool_texts.of(pool);
         let free_stack = match l.origin {
             Origin::BeforeTrace => l.stack(),
             _ => None,
         };
         let snap = self.snap;
-        let device = self.replay.device;
         let names = self.names.of(l);
         let row = [
-            Cell::I64(Some(device)),
+            Cell::I64(Some(replay.device)),
             Cell::U64(Some(l.addr)),
             int(l.version as u64),
             int(l.size),
-            int(self.replay.block_bytes_of(l)),
+            int(replay.block_bytes_of(l)),
             Cell::U64(Some(stream)),
-            Cell::Str(pool.as_deref()),
+            Cell::Str(pool),
             Cell::Str(Some(origin)),
             event(l.alloc),
             time(l.alloc),
@@ -530,56 +606,64 @@ impl LifetimeRows<'_, '_> {
             stack_cell(snap, Attributor::allocation_stack(l)),
             stack_cell(snap, free_stack),
         ];
-        if let Err(e) = self.out.write_row(&row) {
-            self.error = Some(e);
-        }
-    }
-}
-
-impl Aggregator for LifetimeRows<'_, '_> {
-    fn wants_versions(&self) -> bool {
-        true
-    }
-    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
-        self.write(l, None);
-    }
-
-    fn finish(&mut self, end: &End) {
-        for l in end.open {
-            self.write(l, None);
-        }
-        for l in end.survivors {
-            self.write(l, Some(end));
-        }
+        self.out.write_row(&row)
     }
 }
 
 /// The `lifetimes` rows of the given devices: allocations whose free completed, in the
 /// order of those frees, then the ones still alive at the end by allocation, then the
 /// survivors from before the trace.
+///
+/// The replay runs here while another thread makes the rows of the lifetimes it closed
+/// (names, pools, times looked up in the trace) and hands them to the writer.
 pub fn write_lifetimes(
     snap: &Snapshot,
     devices: &[i64],
-    attr: &Attributor,
+    attr: Attributor,
     out: &mut dyn TableWriter,
 ) -> io::Result<()> {
-    let mut names = SiteNames::new(attr);
-    for &device in devices {
-        let replay = DeviceReplay::new(snap, device);
-        let mut rows = LifetimeRows {
-            snap,
-            replay: &replay,
-            pools: replay.pools(),
-            names: &mut names,
-            out: &mut *out,
-            error: None,
-        };
-        replay.run(&mut rows);
-        if let Some(e) = rows.error {
-            return Err(e);
+    let replays: Vec<DeviceReplay> = devices
+        .iter()
+        .map(|&d| DeviceReplay::new(snap, d))
+        .collect();
+    let (send, batches) = sync_channel::<Vec<Closed>>(2);
+    std::thread::scope(|scope| {
+        let replays = &replays;
+        let writer = std::thread::Builder::new()
+            .name("vramlens-rows".into())
+            .spawn_scoped(scope, move || -> io::Result<()> {
+                let mut rows = LifetimeRows {
+                    snap,
+                    replays,
+                    pools: replays.iter().map(DeviceReplay::pools).collect(),
+                    pool_texts: PoolTexts::default(),
+                    names: SiteNames::new(attr),
+                    out,
+                };
+                for batch in batches {
+                    for closed in &batch {
+                        rows.write(closed)?;
+                    }
+                }
+                Ok(())
+            })?;
+        for (device, replay) in replays.iter().enumerate() {
+            let mut collect = Collect {
+                device,
+                batch: Vec::with_capacity(BATCH),
+                send: &send,
+                stopped: false,
+            };
+            replay.run(&mut collect);
+            if collect.stopped {
+                break;
+            }
         }
-    }
-    Ok(())
+        drop(send);
+        writer
+            .join()
+            .map_err(|_| io::Error::other("the lifetime row writer panicked"))?
+    })
 }
 
 /// The `events` rows of the given devices: every trace entry in file order.
@@ -773,6 +857,86 @@ mod tests {
     fn partition_names_do_not_collide_after_cleaning() {
         let n = names(&["a b.pickle", "a_b.pickle", "a+b.pickle"]);
         assert_eq!(n, ["a_b.pickle", "a_b.pickle-2", "a_b.pickle-3"]);
+    }
+
+    /// A device whose trace allocates and frees `n` blocks of 512 bytes, one after
+    /// another, at addresses 0x1000, 0x2000, ...
+    fn alloc_free_snapshot(n: usize) -> Snapshot {
+        use crate::model::trace::{DeviceTrace, NewEvent};
+        let mut trace = DeviceTrace::default();
+        for i in 0..n {
+            for action in [Action::Alloc, Action::FreeCompleted] {
+                trace.push(NewEvent {
+                    action: Some(action),
+                    addr: 0x1000 * (i as u64 + 1),
+                    size: 512,
+                    ..NewEvent::default()
+                });
+            }
+        }
+        Snapshot {
+            device_traces: vec![trace],
+            ..Snapshot::default()
+        }
+    }
+
+    /// Keeps the address of each row; fails every write after the first `ok`.
+    struct Rows {
+        addrs: Vec<u64>,
+        ok: usize,
+    }
+
+    impl TableWriter for &mut Rows {
+        fn write_row(&mut self, cells: &[Cell]) -> io::Result<()> {
+            check_row(Table::Lifetimes.columns(), cells)?;
+            if self.addrs.len() == self.ok {
+                return Err(io::Error::other("disk full"));
+            }
+            let Cell::U64(Some(addr)) = cells[1] else {
+                panic!("addr is the second column")
+            };
+            self.addrs.push(addr);
+            Ok(())
+        }
+        fn finish(self: Box<Self>) -> io::Result<u64> {
+            Ok(self.addrs.len() as u64)
+        }
+    }
+
+    fn lifetimes_of(snap: &Snapshot, rows: &mut Rows) -> io::Result<()> {
+        let options = crate::analysis::attribution::AttributionOptions::default();
+        let mut out = rows;
+        write_lifetimes(
+            snap,
+            &[0],
+            Attributor::new(&snap.frames, &options),
+            &mut out,
+        )
+    }
+
+    #[test]
+    fn lifetimes_of_many_batches_come_out_whole_and_in_the_order_of_their_frees() {
+        let n = 2 * BATCH + 5;
+        let snap = alloc_free_snapshot(n);
+        let mut rows = Rows {
+            addrs: Vec::new(),
+            ok: usize::MAX,
+        };
+        lifetimes_of(&snap, &mut rows).unwrap();
+        let expected: Vec<u64> = (1..=n as u64).map(|i| 0x1000 * i).collect();
+        assert_eq!(rows.addrs, expected);
+    }
+
+    #[test]
+    fn a_write_error_of_the_row_thread_is_returned_and_ends_the_table() {
+        let snap = alloc_free_snapshot(3 * BATCH);
+        let mut rows = Rows {
+            addrs: Vec::new(),
+            ok: BATCH + 7,
+        };
+        let error = lifetimes_of(&snap, &mut rows).unwrap_err();
+        assert_eq!(error.to_string(), "disk full");
+        assert_eq!(rows.addrs.len(), BATCH + 7);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! Spark, Polars and pyarrow read: `int64`, `int64` marked unsigned, `double`, `boolean`,
 //! UTF-8 strings. The file's key-value metadata names the table and the schema version.
 
-use super::{Cell, Column, Kind, SCHEMA_VERSION, TableWriter, check_row};
+use super::{Cell, Column, Kind, SCHEMA_VERSION, TableWriter, row_misfit};
 use bytes::Bytes;
 use parquet::basic::{LogicalType, Repetition, Type as PhysicalType};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DoubleType, Int64Type};
@@ -77,6 +77,7 @@ enum Values {
 }
 
 struct ColumnBuffer {
+    kind: Kind,
     values: Values,
     /// Definition levels of a nullable column (1: a value, 0: null).
     levels: Option<Vec<i16>>,
@@ -91,12 +92,37 @@ impl ColumnBuffer {
             Kind::Str => Values::Str(Vec::new(), Vec::new()),
         };
         ColumnBuffer {
+            kind: c.kind,
             values,
             levels: c.nullable.then(Vec::new),
         }
     }
 
-    fn push(&mut self, cell: &Cell) {
+    /// An empty buffer for the next row group, with room for as much as this one holds,
+    /// so that filling it never moves it.
+    fn fresh_like(&self) -> Self {
+        let values = match &self.values {
+            Values::I64(v) => Values::I64(Vec::with_capacity(v.len())),
+            Values::F64(v) => Values::F64(Vec::with_capacity(v.len())),
+            Values::Bool(v) => Values::Bool(Vec::with_capacity(v.len())),
+            Values::Str(data, ends) => Values::Str(
+                Vec::with_capacity(data.len() + data.len() / 4),
+                Vec::with_capacity(ends.len()),
+            ),
+        };
+        ColumnBuffer {
+            kind: self.kind,
+            values,
+            levels: self.levels.as_ref().map(|l| Vec::with_capacity(l.len())),
+        }
+    }
+
+    /// Adds the cell; false when it does not fit the column (another kind, or a null in
+    /// a column without nulls).
+    fn push(&mut self, cell: &Cell) -> bool {
+        if cell.kind() != self.kind {
+            return false;
+        }
         let present = match (&mut self.values, *cell) {
             (Values::I64(v), Cell::I64(Some(x))) => {
                 v.push(x);
@@ -123,8 +149,12 @@ impl ColumnBuffer {
             }
             _ => false,
         };
-        if let Some(levels) = &mut self.levels {
-            levels.push(present as i16);
+        match &mut self.levels {
+            Some(levels) => {
+                levels.push(present as i16);
+                true
+            }
+            None => present,
         }
     }
 }
@@ -143,10 +173,11 @@ enum Sink<W: Write + Send + 'static> {
 /// Writes one table's rows to one Parquet file.
 pub struct ParquetWriter<W: Write + Send + 'static> {
     sink: Sink<W>,
-    columns: &'static [Column],
     buffers: Vec<ColumnBuffer>,
     buffered: usize,
     rows: u64,
+    /// A row did not fit: part of it may be in the buffers, so nothing more is written.
+    misfit: bool,
 }
 
 impl<W: Write + Send + 'static> ParquetWriter<W> {
@@ -170,10 +201,10 @@ impl<W: Write + Send + 'static> ParquetWriter<W> {
         .map_err(parquet_error)?;
         Ok(ParquetWriter {
             sink: Sink::Here(writer),
-            columns,
             buffers: columns.iter().map(ColumnBuffer::new).collect(),
             buffered: 0,
             rows: 0,
+            misfit: false,
         })
     }
 
@@ -183,7 +214,7 @@ impl<W: Write + Send + 'static> ParquetWriter<W> {
         if self.buffered == 0 {
             return Ok(());
         }
-        let fresh = self.columns.iter().map(ColumnBuffer::new).collect();
+        let fresh = self.buffers.iter().map(ColumnBuffer::fresh_like).collect();
         let group = std::mem::replace(&mut self.buffers, fresh);
         self.buffered = 0;
         if !last && let Sink::Here(_) = self.sink {
@@ -279,9 +310,16 @@ fn write_group<W: Write + Send>(
 
 impl<W: Write + Send + 'static> TableWriter for ParquetWriter<W> {
     fn write_row(&mut self, cells: &[Cell]) -> io::Result<()> {
-        check_row(self.columns, cells)?;
-        for (b, cell) in self.buffers.iter_mut().zip(cells) {
-            b.push(cell);
+        // A row that does not fit is a bug here, not bad input: the file is abandoned.
+        self.misfit = self.misfit
+            || cells.len() != self.buffers.len()
+            || !self
+                .buffers
+                .iter_mut()
+                .zip(cells)
+                .all(|(b, cell)| b.push(cell));
+        if self.misfit {
+            return Err(row_misfit());
         }
         self.buffered += 1;
         self.rows += 1;
@@ -292,6 +330,9 @@ impl<W: Write + Send + 'static> TableWriter for ParquetWriter<W> {
     }
 
     fn finish(mut self: Box<Self>) -> io::Result<u64> {
+        if self.misfit {
+            return Err(row_misfit());
+        }
         self.flush_row_group(true)?;
         let writer = self.join()?;
         let mut out = writer.into_inner().map_err(parquet_error)?;
@@ -356,6 +397,31 @@ mod tests {
             assert_eq!(cols[1], &even, "row {i}");
             assert_eq!(cols[2], &Field::Double(i as f64 / 2.0));
         }
+    }
+
+    #[test]
+    fn a_row_that_does_not_fit_the_columns_is_refused() {
+        let mut w = ParquetWriter::new(Vec::new(), "t", &COLUMNS).unwrap();
+        let f = Cell::F64(Some(0.0));
+        assert!(
+            w.write_row(&[Cell::I64(Some(1)), Cell::Str(None), f])
+                .is_ok()
+        );
+        // A null where the column has none, another kind, a cell short; then nothing
+        // more is taken.
+        for row in [
+            vec![Cell::I64(None), Cell::Str(None), f],
+            vec![Cell::U64(Some(1)), Cell::Str(None), f],
+            vec![Cell::I64(Some(1)), Cell::Str(None)],
+        ] {
+            let e = w.write_row(&row).unwrap_err();
+            assert!(e.to_string().contains("does not fit"), "{e}");
+        }
+        assert!(
+            w.write_row(&[Cell::I64(Some(1)), Cell::Str(None), f])
+                .is_err()
+        );
+        assert!(Box::new(w).finish().is_err());
     }
 
     #[test]
