@@ -297,8 +297,9 @@ impl<T: std::hash::Hash + Eq + Copy> SmallTable<T> {
     }
 }
 
-/// Pools of events, with the last segment found (see [`DeviceReplay::pools`]).
+/// Pools of events, with the last range of addresses found (see [`DeviceReplay::pools`]).
 pub struct PoolLookup {
+    /// A final segment, or a gap between them (no pool): start, end, pool.
     last: Option<(u64, u64, PoolId)>,
 }
 
@@ -311,8 +312,9 @@ impl PoolLookup {
         match self.last {
             Some((start, end, pool)) if start <= addr && addr < end => pool,
             _ => {
-                self.last = r.segment_of(addr);
-                self.last.and_then(|s| s.2)
+                let range = r.range_of(addr);
+                self.last = Some(range);
+                range.2
             }
         }
     }
@@ -485,16 +487,29 @@ impl<'a> DeviceReplay<'a> {
     }
 
     /// The final segment holding `addr`, as (start, end, pool).
-    fn segment_of(&self, addr: u64) -> Option<(u64, u64, PoolId)> {
+    /// The final segment holding `addr` (start, end, pool), or else the gap between
+    /// final segments that holds it, with no pool.
+    fn range_of(&self, addr: u64) -> (u64, u64, PoolId) {
         let i = self.segments.partition_point(|s| s.0 <= addr);
-        let (start, size, pool) = *self.segments.get(i.checked_sub(1)?)?;
-        let end = start.saturating_add(size);
-        (addr < end).then_some((start, end, pool))
+        let before = i.checked_sub(1).map(|j| {
+            let (start, size, pool) = self.segments[j];
+            (start, start.saturating_add(size), pool)
+        });
+        match before {
+            Some(segment) if addr < segment.1 => segment,
+            _ => (
+                before.map_or(0, |s| s.1),
+                self.segments.get(i).map_or(u64::MAX, |s| s.0),
+                None,
+            ),
+        }
     }
 
     /// The pool of allocations and frees: the entry's `pool_id` (2.12 and later), else
-    /// the final segment holding its address. A pool look-up that remembers the last segment found: allocations come in runs
-    /// inside one segment, so a pass asks the segment list once per run.
+    /// the final segment holding its address. A pool look-up that remembers the last
+    /// range found: allocations come in runs inside one segment (or, for memory given
+    /// back before the end, outside all of them), so a pass searches the segment list
+    /// once per run.
     pub fn pools(&self) -> PoolLookup {
         PoolLookup { last: None }
     }
@@ -941,5 +956,77 @@ impl Aggregator for LiveAt {
         }
         self.streams = end.streams.to_vec();
         self.pools = end.pools.to_vec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::trace::NewEvent;
+    use crate::model::{Segment, SegmentType};
+
+    fn segment(address: u64, total_size: u64, pool: (i64, i64)) -> Segment {
+        Segment {
+            device: 0,
+            address,
+            total_size,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: None,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            pool_id: Some(pool),
+            is_expandable: false,
+            stack: None,
+            blocks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn pools_come_from_the_final_segment_holding_the_address_whatever_came_before() {
+        let addrs = [
+            0x1000,
+            0x1fff,
+            0x2000,
+            0x4fff,
+            0x5000,
+            0x5800,
+            0x6000,
+            0x10,
+            0x1800,
+            0x9000,
+            0x5fff,
+            0x3000,
+            0x1000,
+            u64::MAX,
+        ];
+        let mut trace = DeviceTrace::default();
+        for &addr in &addrs {
+            trace.push(NewEvent {
+                action: Some(Action::Alloc),
+                addr,
+                size: 512,
+                ..NewEvent::default()
+            });
+        }
+        let snap = Snapshot {
+            segments: vec![
+                segment(0x5000, 0x1000, (2, 0)),
+                segment(0x1000, 0x1000, (1, 0)),
+            ],
+            device_traces: vec![trace],
+            ..Snapshot::default()
+        };
+        let replay = DeviceReplay::new(&snap, 0);
+        let mut lookup = replay.pools();
+        let found: Vec<PoolId> = (0..addrs.len()).map(|i| lookup.pool(&replay, i)).collect();
+        let one = Some((1, 0));
+        let two = Some((2, 0));
+        assert_eq!(
+            found,
+            [
+                one, one, None, None, two, two, None, None, one, None, two, None, one, None
+            ]
+        );
     }
 }
