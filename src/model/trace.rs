@@ -428,6 +428,15 @@ impl DeviceTrace {
         }
     }
 
+    /// The size of event `i`.
+    #[inline]
+    pub fn size(&self, i: usize) -> u64 {
+        match self.events[i].size {
+            SIZE_ESCAPE => self.escaped_size(i),
+            s => s as u64,
+        }
+    }
+
     #[inline]
     pub fn get(&self, i: usize) -> TraceEvent {
         let p = self.events[i];

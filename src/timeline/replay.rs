@@ -564,26 +564,27 @@ impl<'a> DeviceReplay<'a> {
                     }
                 }
                 Action::FreeRequested => {
-                    let addr = trace.get(i).addr;
+                    let addr = trace.addr(i);
                     if let Some(l) = open.get_mut(&addr) {
                         l.free_requested = Some(EventIdx::new(i));
                         agg.free_requested(i, l, &run);
                     }
                 }
                 Action::FreeCompleted => {
-                    let e = trace.get(i);
+                    let addr = trace.addr(i);
                     let mut untracked = 0;
                     let version = if track_versions {
-                        versions.entry(e.addr).or_insert(0)
+                        versions.entry(addr).or_insert(0)
                     } else {
                         &mut untracked
                     };
-                    let l = match open.remove(&e.addr) {
+                    let l = match open.remove(&addr) {
                         Some(mut l) => {
                             l.free_completed = Some(EventIdx::new(i));
                             l
                         }
                         None => {
+                            let e = trace.get(i);
                             let pool = pool_lookup.pool(self, i);
                             orphans.requested += e.size;
                             orphans.allocated += self.rounded(e.size);
@@ -612,7 +613,7 @@ impl<'a> DeviceReplay<'a> {
                 | Action::SegmentMap
                 | Action::SegmentFree
                 | Action::SegmentUnmap => {
-                    let size = trace.get(i).size as i64;
+                    let size = trace.size(i) as i64;
                     let delta = match action {
                         Action::SegmentAlloc | Action::SegmentMap => size,
                         _ => -size,
