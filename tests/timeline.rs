@@ -364,6 +364,37 @@ proptest! {
                 check_columns(&view)?;
             }
         }
+        // With a band for every allocation, each column holds exactly the allocations
+        // alive in its state, as the full replay has them (windows included).
+        let n = r.len() as f64;
+        for window in [None, Some((0.0, n)), Some((n / 3.0, 2.0 * n / 3.0))] {
+            for buckets in [1, 4, 13] {
+                let options = ViewOptions {
+                    x: XAxis::Events,
+                    by: BandBy::Allocation,
+                    top: 10_000,
+                    buckets,
+                    window,
+                };
+                let view = build_view(&snap, &r, &attr, options).unwrap();
+                for (b, bucket) in view.buckets.iter().enumerate() {
+                    let mut want: Vec<String> =
+                        tl.live_at(bucket.event.map(|e| e as usize)).iter().map(|l| l.label()).collect();
+                    want.sort();
+                    let mut got: Vec<String> = view
+                        .bands
+                        .iter()
+                        .filter(|band| {
+                            band.runs.iter().any(|(first, cells)| *first <= b && b < first + cells.len())
+                        })
+                        .map(|band| band.name.clone())
+                        .collect();
+                    got.sort();
+                    prop_assert_eq!(got, want, "column {} of {} in {:?}", b, buckets, window);
+                    prop_assert_eq!(bucket.rest_bytes, 0);
+                }
+            }
+        }
     }
 
     #[test]

@@ -21,14 +21,34 @@ pub struct GroupValues {
     pub largest: Lifetime,
 }
 
+/// One group while it fills.
+struct Group {
+    key: GroupKey,
+    /// Difference array over the states (one more slot than states).
+    diffs: Vec<i64>,
+    count: usize,
+    largest: Lifetime,
+    /// Order (see [`GroupSeries::add_in`]) of the largest, which keeps the first of
+    /// equal sizes.
+    largest_order: u64,
+    /// Order of its first allocation: groups are given in this order.
+    first: u64,
+}
+
 /// Replay aggregator: states are `0` (before the first event) or `i + 1` (after event
-/// `i`), non-decreasing.
+/// `i`), non-decreasing. Or, for a pass that learns its states as it goes (the timeline
+/// chart), a sink of allocations with the range of states each is alive in
+/// ([`GroupSeries::for_ranges`], [`GroupSeries::add_in`]).
 pub struct GroupSeries<'a> {
     attr: &'a Attributor<'a>,
     by: GroupBy,
     states: Vec<usize>,
+    /// How many states.
+    n: usize,
     keys: HashMap<GroupKey, usize>,
-    groups: Vec<(GroupKey, Vec<i64>, usize, Lifetime)>,
+    groups: Vec<Group>,
+    /// Allocations added so far, the order of the next one as an aggregator.
+    added: u64,
     /// Allocations alive in at least one state, grouped or not.
     pub alive: usize,
     pub streams: Vec<u64>,
@@ -37,12 +57,24 @@ pub struct GroupSeries<'a> {
 
 impl<'a> GroupSeries<'a> {
     pub fn new(attr: &'a Attributor<'a>, by: GroupBy, states: Vec<usize>) -> Self {
+        let n = states.len();
+        GroupSeries {
+            states,
+            ..Self::for_ranges(attr, by, n)
+        }
+    }
+
+    /// A series over `n` states that are not known yet: allocations come with their
+    /// range of states through [`GroupSeries::add_in`].
+    pub fn for_ranges(attr: &'a Attributor<'a>, by: GroupBy, n: usize) -> Self {
         GroupSeries {
             attr,
             by,
-            states,
+            states: Vec::new(),
+            n,
             keys: HashMap::new(),
             groups: Vec::new(),
+            added: 0,
             alive: 0,
             streams: Vec::new(),
             pools: Vec::new(),
@@ -61,6 +93,16 @@ impl<'a> GroupSeries<'a> {
 
     fn add(&mut self, l: &Lifetime) {
         let (lo, hi) = Self::range(&self.states, l);
+        let order = self.added;
+        self.added += 1;
+        self.add_in(l, order, lo, hi);
+    }
+
+    /// Adds an allocation alive in states `lo..hi`. `order` is its place among all the
+    /// allocations of the pass (as an aggregator: the order they close in); groups and
+    /// each group's largest allocation follow it, whatever order they are added in,
+    /// until [`MAX_GROUPS`] groups exist.
+    pub fn add_in(&mut self, l: &Lifetime, order: u64, lo: usize, hi: usize) {
         if lo >= hi {
             return;
         }
@@ -70,29 +112,41 @@ impl<'a> GroupSeries<'a> {
             Some(&g) => g,
             None if self.groups.len() < MAX_GROUPS => {
                 self.keys.insert(key, self.groups.len());
-                self.groups
-                    .push((key, vec![0; self.states.len() + 1], 0, *l));
+                self.groups.push(Group {
+                    key,
+                    diffs: vec![0; self.n + 1],
+                    count: 0,
+                    largest: *l,
+                    largest_order: order,
+                    first: order,
+                });
                 self.groups.len() - 1
             }
             None => return,
         };
         let group = &mut self.groups[g];
-        group.1[lo] += l.size as i64;
-        group.1[hi] -= l.size as i64;
-        group.2 += 1;
-        if l.size > group.3.size {
-            group.3 = *l;
+        group.diffs[lo] += l.size as i64;
+        group.diffs[hi] -= l.size as i64;
+        group.count += 1;
+        group.first = group.first.min(order);
+        if (l.size, std::cmp::Reverse(order))
+            > (group.largest.size, std::cmp::Reverse(group.largest_order))
+        {
+            group.largest = *l;
+            group.largest_order = order;
         }
     }
 
     /// Every group with its bytes at each state, in order of first appearance.
     pub fn values(self) -> Vec<GroupValues> {
-        let n = self.states.len();
-        self.groups
+        let n = self.n;
+        let mut groups = self.groups;
+        groups.sort_by_key(|g| g.first);
+        groups
             .into_iter()
-            .map(|(key, diffs, count, largest)| {
+            .map(|g| {
                 let mut acc = 0i64;
-                let values = diffs[..n]
+                let values = g.diffs[..n]
                     .iter()
                     .map(|d| {
                         acc += d;
@@ -100,10 +154,10 @@ impl<'a> GroupSeries<'a> {
                     })
                     .collect();
                 GroupValues {
-                    key,
+                    key: g.key,
                     values,
-                    count,
-                    largest,
+                    count: g.count,
+                    largest: g.largest,
                 }
             })
             .collect()

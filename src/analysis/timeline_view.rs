@@ -5,16 +5,14 @@
 //! the reserved and allocated lines, the peak, OOM and snapshot markers and external
 //! annotations. Coordinates are left to the renderer.
 //!
-//! Two replay passes and nothing per event: the first picks each bucket's state, the
-//! second adds every allocation to the buckets whose state it is alive in.
+//! One replay pass and nothing per event: it picks each bucket's state as it leaves the
+//! bucket and adds every allocation to the buckets whose state it is alive in.
 
 use super::attribution::{Attributor, GroupBy};
 use super::frames::user_frames;
 use super::group_series::{GroupSeries, GroupValues};
 use crate::model::{Action, DeviceTrace, Snapshot};
-use crate::timeline::replay::{
-    Aggregator, DeviceReplay, End, Peak, Peaks, PoolId, Running, TotalsAt,
-};
+use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, PoolId, Running};
 use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
@@ -246,57 +244,245 @@ impl Axis<'_> {
     }
 }
 
-/// Pass one: the state of highest requested memory in each bucket.
-struct BucketScan<'t> {
+/// A state of the replay with its running totals.
+#[derive(Clone, Copy, Debug, Default)]
+struct State {
+    /// `0` before the first event, `i + 1` after event `i`.
+    k: usize,
+    run: Running,
+}
+
+/// The bucket whose shown state can still change.
+struct OpenBucket {
+    index: usize,
+    /// Its state of highest requested bytes so far (the first of equals).
+    best: State,
+    /// Its highest reserved bytes so far.
+    reserved: i64,
+    last: State,
+}
+
+/// What a bucket shows, once its range is over.
+struct Shown {
+    state: State,
+    reserved: i64,
+}
+
+/// Where a chart's bands take allocations: each with the range of buckets whose shown
+/// state it is alive in, and its order among the allocations of the pass.
+trait Bands {
+    fn add(&mut self, l: &Lifetime, order: u64, lo: usize, hi: usize);
+    fn tables(&mut self, end: &End);
+    fn wants_versions(&self) -> bool;
+}
+
+impl Bands for GroupSeries<'_> {
+    fn add(&mut self, l: &Lifetime, order: u64, lo: usize, hi: usize) {
+        self.add_in(l, order, lo, hi);
+    }
+    fn tables(&mut self, end: &End) {
+        self.streams = end.streams.to_vec();
+        self.pools = end.pools.to_vec();
+    }
+    fn wants_versions(&self) -> bool {
+        false
+    }
+}
+
+/// The chart in one pass. Each bucket shows its state of highest requested bytes, known
+/// once the replay leaves the bucket; an allocation is alive in a shown state when it was
+/// made at or before it and freed after it. So an allocation freed while it is alive in
+/// the open bucket's best state so far waits: if a later state of the bucket becomes the
+/// best, it is not alive there (it was freed before), and if the bucket ends first, it is.
+/// Every other allocation is placed when it is freed. The waiting ones are at most the
+/// allocations alive in one state.
+struct ChartPass<'t, B> {
     axis: Axis<'t>,
     x_min: f64,
     span: f64,
     x_max: f64,
-    /// per bucket: (state, requested) of the highest state
-    best: Vec<Option<(usize, i64)>>,
-    /// per bucket: highest reserved
-    reserved: Vec<Option<i64>>,
-    /// per bucket: the last state in it and its (requested, reserved)
-    last: Vec<Option<(usize, i64, i64)>>,
-    /// the last state before the window
-    before: Option<(usize, i64, i64)>,
+    buckets: usize,
+    /// Buckets whose range is over, in order.
+    shown: Vec<Shown>,
+    /// The shown states, as indices (for the ranges of allocations).
+    shown_k: Vec<usize>,
+    open: Option<OpenBucket>,
+    /// The last state before the window, then the last state of the last bucket closed:
+    /// what a bucket without states of its own shows.
+    carry: State,
+    /// Freed allocations alive in the open bucket's best state, with their order.
+    waiting: Vec<(Lifetime, u64)>,
+    /// The allocation freed by the current event, placed once its state is.
+    freed_now: Option<(Lifetime, u64)>,
+    /// Events in the trace (the orders of allocations alive at the end follow them).
+    events: u64,
+    bands: B,
 }
 
-impl BucketScan<'_> {
-    fn bucket(&self, p: f64) -> usize {
-        let nb = self.best.len();
-        (((p - self.x_min) / self.span) * nb as f64)
-            .floor()
-            .clamp(0.0, nb as f64 - 1.0) as usize
+impl<'t, B: Bands> ChartPass<'t, B> {
+    /// A pass over `buckets` buckets of `x_min..=x_max` (`span` wide on the axis) of a
+    /// trace of `events` events, its state 0 placed.
+    fn new(
+        axis: Axis<'t>,
+        (x_min, span, x_max): (f64, f64, f64),
+        buckets: usize,
+        events: usize,
+        bands: B,
+    ) -> Self {
+        let mut pass = ChartPass {
+            axis,
+            x_min,
+            span,
+            x_max,
+            buckets,
+            shown: Vec::with_capacity(buckets),
+            shown_k: Vec::with_capacity(buckets),
+            open: None,
+            carry: State::default(),
+            waiting: Vec::new(),
+            freed_now: None,
+            events: events as u64,
+            bands,
+        };
+        pass.state(State::default(), 0.0);
+        pass
     }
 
-    fn state(&mut self, k: usize, p: f64, run: &Running) {
+    fn bucket(&self, p: f64) -> usize {
+        (((p - self.x_min) / self.span) * self.buckets as f64)
+            .floor()
+            .clamp(0.0, self.buckets as f64 - 1.0) as usize
+    }
+
+    /// Places an allocation in the closed buckets up to `hi` whose shown state it is
+    /// alive in.
+    fn place(&mut self, l: &Lifetime, order: u64, hi: usize) {
+        let from = l.alloc.map_or(0, |a| a.index() + 1);
+        let lo = self.shown_k[..hi].partition_point(|&k| k < from);
+        self.bands.add(l, order, lo, hi);
+    }
+
+    /// Places the waiting allocations in the buckets closed so far.
+    fn place_waiting(&mut self) {
+        let mut waiting = std::mem::take(&mut self.waiting);
+        let hi = self.shown_k.len();
+        for (l, order) in &waiting {
+            self.place(l, *order, hi);
+        }
+        waiting.clear();
+        self.waiting = waiting;
+    }
+
+    /// Closes buckets up to `until` (exclusive): the open one with its best state, the
+    /// ones without states with the carried state.
+    fn close_until(&mut self, until: usize) {
+        if let Some(open) = self.open.take() {
+            self.shown.push(Shown {
+                state: open.best,
+                reserved: open.reserved,
+            });
+            self.shown_k.push(open.best.k);
+            self.carry = open.last;
+            self.place_waiting();
+        }
+        while self.shown.len() < until {
+            self.shown.push(Shown {
+                state: self.carry,
+                reserved: self.carry.run.reserved,
+            });
+            self.shown_k.push(self.carry.k);
+        }
+    }
+
+    fn state(&mut self, state: State, p: f64) {
         if p < self.x_min {
-            self.before = Some((k, run.requested, run.reserved));
+            self.carry = state;
             return;
         }
         if p > self.x_max {
+            self.close_until(self.buckets);
             return;
         }
         let b = self.bucket(p);
-        if self.best[b].is_none_or(|(_, r)| run.requested > r) {
-            self.best[b] = Some((k, run.requested));
+        match &mut self.open {
+            Some(open) if open.index == b => {
+                let new_best = state.run.requested > open.best.run.requested;
+                if new_best {
+                    open.best = state;
+                }
+                open.reserved = open.reserved.max(state.run.reserved);
+                open.last = state;
+                if new_best {
+                    // Freed before this state: not alive in the bucket's shown state.
+                    self.place_waiting();
+                }
+            }
+            _ => {
+                self.close_until(b);
+                self.open = Some(OpenBucket {
+                    index: b,
+                    best: state,
+                    reserved: state.run.reserved,
+                    last: state,
+                });
+            }
         }
-        self.reserved[b] = Some(self.reserved[b].map_or(run.reserved, |m| m.max(run.reserved)));
-        self.last[b] = Some((k, run.requested, run.reserved));
+    }
+
+    /// An allocation freed by event `i`, after the state that event made is placed:
+    /// alive in states up to `i`.
+    fn freed(&mut self, l: &Lifetime, order: u64, i: usize) {
+        let from = l.alloc.map_or(0, |a| a.index() + 1);
+        match &self.open {
+            Some(open) if from <= open.best.k && open.best.k <= i => self.waiting.push((*l, order)),
+            _ => {
+                let hi = self.shown_k.len();
+                self.place(l, order, hi);
+            }
+        }
     }
 }
 
-impl Aggregator for BucketScan<'_> {
+impl<B: Bands> Aggregator for ChartPass<'_, B> {
+    fn wants_versions(&self) -> bool {
+        self.bands.wants_versions()
+    }
+
+    fn free_completed(&mut self, i: usize, l: &Lifetime, _run: &Running) {
+        self.freed_now = Some((*l, i as u64));
+    }
+
     fn event(&mut self, i: usize, _action: Action, run: &Running) {
         let p = self.axis.after(i);
-        self.state(i + 1, p, run);
+        self.state(
+            State {
+                k: i + 1,
+                run: *run,
+            },
+            p,
+        );
+        if let Some((l, order)) = self.freed_now.take() {
+            self.freed(&l, order, i);
+        }
     }
+
+    fn finish(&mut self, end: &End) {
+        self.close_until(self.buckets);
+        for (n, l) in end.open.iter().chain(end.survivors).enumerate() {
+            self.place(l, self.events + n as u64, self.buckets);
+        }
+        self.bands.tables(end);
+    }
+}
+
+/// The bands of a chart once its pass is over.
+enum Filled<'a> {
+    Groups(GroupSeries<'a>),
+    Largest(LargestAllocations),
 }
 
 /// The largest allocations alive in the shown states (one band per allocation).
-struct LargestAllocations<'a> {
-    shown: &'a [usize],
+struct LargestAllocations {
     /// the candidates, largest first (bounded), with their bucket ranges
     allocations: Vec<(Lifetime, usize, usize)>,
     limit: usize,
@@ -306,9 +492,8 @@ struct LargestAllocations<'a> {
     pools: Vec<PoolId>,
 }
 
-impl LargestAllocations<'_> {
-    fn add(&mut self, l: &Lifetime) {
-        let (lo, hi) = GroupSeries::range(self.shown, l);
+impl Bands for LargestAllocations {
+    fn add(&mut self, l: &Lifetime, _order: u64, lo: usize, hi: usize) {
         if lo >= hi {
             return;
         }
@@ -322,21 +507,14 @@ impl LargestAllocations<'_> {
             self.allocations.truncate(self.limit);
         }
     }
-}
 
-impl Aggregator for LargestAllocations<'_> {
-    fn wants_versions(&self) -> bool {
-        true
-    }
-    fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
-        self.add(l);
-    }
-    fn finish(&mut self, end: &End) {
-        for l in end.open.iter().chain(end.survivors) {
-            self.add(l);
-        }
+    fn tables(&mut self, end: &End) {
         self.streams = end.streams.to_vec();
         self.pools = end.pools.to_vec();
+    }
+
+    fn wants_versions(&self) -> bool {
+        true
     }
 }
 
@@ -406,74 +584,46 @@ pub fn build_view(
     };
     let span = (x_max - x_min).max(1.0);
     let nb = options.buckets.clamp(1, n + 1);
-    // Pass one: each bucket's state.
-    let mut scan = BucketScan {
-        axis: Axis {
-            x: options.x,
-            trace,
-            origin: origin_us,
-            latest: origin_us,
-        },
-        x_min,
-        span,
-        x_max,
-        best: vec![None; nb],
-        reserved: vec![None; nb],
-        last: vec![None; nb],
-        before: None,
-    };
-    scan.state(0, 0.0, &Running::default());
-    let mut peaks = Peaks::default();
-    let start = r.run((&mut scan, &mut peaks));
-    let peaks = peaks.with_times(trace);
-    let mut shown = Vec::with_capacity(nb);
-    let mut rel = Vec::with_capacity(nb);
-    let mut reserved_rel = Vec::with_capacity(nb);
-    let mut carry = scan.before.unwrap_or((0, 0, 0));
-    for b in 0..nb {
-        match scan.best[b] {
-            Some((k, req)) => {
-                shown.push(k);
-                rel.push(req);
-                reserved_rel.push(scan.reserved[b].unwrap_or(carry.2));
-                carry = scan.last[b].unwrap_or(carry);
-            }
-            None => {
-                shown.push(carry.0);
-                rel.push(carry.1);
-                reserved_rel.push(carry.2);
-            }
-        }
-    }
-    // Pass two: every allocation into the buckets where it is alive; allocated bytes at
-    // the shown states.
     let top = options.top.max(1);
-    let by_group = match options.by {
-        BandBy::Group(by) => by,
-        BandBy::Allocation => GroupBy::Callsite,
+    let axis = || Axis {
+        x: options.x,
+        trace,
+        origin: origin_us,
+        latest: origin_us,
     };
-    let mut groups = GroupSeries::new(attr, by_group, shown.clone());
-    let mut largest = LargestAllocations {
-        shown: &shown,
-        allocations: Vec::new(),
-        limit: top,
-        alive: 0,
-        streams: Vec::new(),
-        pools: Vec::new(),
+    let range = (x_min, span, x_max);
+    // One pass: each bucket's shown state, every allocation into the buckets whose
+    // shown state it is alive in, the exact peaks.
+    let mut peaks = Peaks::default();
+    let (start, shown, filled) = match options.by {
+        BandBy::Group(by) => {
+            let bands = GroupSeries::for_ranges(attr, by, nb);
+            let mut pass = ChartPass::new(axis(), range, nb, n, bands);
+            let start = r.run((&mut pass, &mut peaks));
+            (start, pass.shown, Filled::Groups(pass.bands))
+        }
+        BandBy::Allocation => {
+            let bands = LargestAllocations {
+                allocations: Vec::new(),
+                limit: top,
+                alive: 0,
+                streams: Vec::new(),
+                pools: Vec::new(),
+            };
+            let mut pass = ChartPass::new(axis(), range, nb, n, bands);
+            let start = r.run((&mut pass, &mut peaks));
+            (start, pass.shown, Filled::Largest(pass.bands))
+        }
     };
-    let states: Vec<Option<usize>> = shown.iter().map(|&k| k.checked_sub(1)).collect();
-    let mut totals = TotalsAt::new(states);
-    match options.by {
-        BandBy::Group(_) => r.run((&mut groups, &mut totals)),
-        BandBy::Allocation => r.run((&mut largest, &mut totals)),
-    };
+    let peaks = peaks.with_times(trace);
+    let rel: Vec<i64> = shown.iter().map(|s| s.state.run.requested).collect();
     let requested: Vec<u64> = rel
         .iter()
         .map(|&v| (start.requested as i64 + v).max(0) as u64)
         .collect();
     // Per-band values per bucket.
-    let (mut series, rest_groups): (Vec<(Band, Vec<u64>)>, usize) = match options.by {
-        BandBy::Group(_) => {
+    let (mut series, rest_groups): (Vec<(Band, Vec<u64>)>, usize) = match filled {
+        Filled::Groups(groups) => {
             let mut all: Vec<(GroupValues, u64)> = groups
                 .values()
                 .into_iter()
@@ -531,7 +681,7 @@ pub fn build_view(
                 .collect();
             (shown, rest_groups)
         }
-        BandBy::Allocation => {
+        Filled::Largest(largest) => {
             let shown: Vec<(Band, Vec<u64>)> = largest
                 .allocations
                 .iter()
@@ -599,16 +749,16 @@ pub fn build_view(
             }
             bottom += v;
         }
-        let allocated = start.allocated_after(&totals.values[b]);
-        let reserved = start.reserved + reserved_rel[b];
+        let allocated = start.allocated_after(&shown[b].state.run);
+        let reserved = start.reserved + shown[b].reserved;
         buckets.push(Bucket {
             x0: x_min + span * b as f64 / nb as f64,
             x1: x_min + span * (b + 1) as f64 / nb as f64,
-            event: states_event(shown[b]),
+            event: states_event(shown[b].state.k),
             requested_bytes: requested[b],
             reserved_bytes: reserved,
             allocated_bytes: allocated,
-            cached_free_bytes: (start.reserved + reserved_rel[b] - allocated as i64).max(0) as u64,
+            cached_free_bytes: (reserved - allocated as i64).max(0) as u64,
             rest_bytes: rest,
         });
     }
