@@ -19,7 +19,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::device::check_device;
-use vramlens::analysis::summary::{SummaryOptions, analyze_summary};
+use vramlens::analysis::summary::{Summary, SummaryOptions, analyze_summary};
 use vramlens::export::{
     PARTITION_COLUMN, RowCounts, Source, Table, TableWriter, partition_names, write_events,
     write_lifetimes, write_snapshot_rows, write_stacks,
@@ -288,7 +288,9 @@ struct Job<'a> {
     staging: &'a Staging,
 }
 
-/// Reads one file and writes its partition of every table.
+/// Reads one file and writes its partition of every table. The summary behind the
+/// `snapshots` row is computed beside the other tables (it is a replay of its own, and
+/// the lifetimes' three threads leave part of two cores idle).
 fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
     let (sha256, read) = rayon::join(
         || sha256_file(path),
@@ -297,10 +299,12 @@ fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
     let (snap, info) = read?;
     let snap = before_export(snap);
     check_device(&snap, job.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
-    let summary = analyze_summary(&snap, &info, SummaryOptions { device: job.device });
-    let devices: Vec<i64> = summary.devices.iter().map(|d| d.device).collect();
-    let mut counts = RowCounts::default();
-    for &table in job.tables {
+    let devices: Vec<i64> = snap
+        .devices()
+        .into_iter()
+        .filter(|d| job.device.is_none_or(|want| want == *d))
+        .collect();
+    let write_table = |table: Table, summary: Option<&Summary>| -> Result<u64> {
         let dir = job.staging.partition(table, name);
         let file_name = format!("part-0.{}", extension(job.format));
         let shown = job.staging.published(table, name).join(&file_name);
@@ -313,7 +317,7 @@ fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
             let mut w = table_writer(job.format, table, file)?;
             match table {
                 Table::Snapshots => write_snapshot_rows(
-                    &summary,
+                    summary.expect("the snapshots table is written with the summary"),
                     &Source {
                         sha256: sha256.as_deref(),
                     },
@@ -330,18 +334,34 @@ fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
             }
             w.finish()
         })();
-        match written {
-            Ok(rows) => counts.add(table, rows),
-            Err(e) => {
-                // A file is in the dataset whole or not at all.
-                for &t in job.tables {
-                    let _ = fs::remove_dir_all(job.staging.partition(t, name));
-                }
-                return Err(anyhow!("cannot write {}: {e}", shown.display()));
+        written.map_err(|e| anyhow!("cannot write {}: {e}", shown.display()))
+    };
+    let (summary, others) = rayon::join(
+        || analyze_summary(&snap, &info, SummaryOptions { device: job.device }),
+        || -> Result<RowCounts> {
+            let mut counts = RowCounts::default();
+            for &table in job.tables.iter().filter(|t| **t != Table::Snapshots) {
+                counts.add(table, write_table(table, None)?);
             }
+            Ok(counts)
+        },
+    );
+    let written = others.and_then(|mut counts| {
+        if job.tables.contains(&Table::Snapshots) {
+            counts.add(
+                Table::Snapshots,
+                write_table(Table::Snapshots, Some(&summary))?,
+            );
+        }
+        Ok(counts)
+    });
+    if written.is_err() {
+        // A file is in the dataset whole or not at all.
+        for &t in job.tables {
+            let _ = fs::remove_dir_all(job.staging.partition(t, name));
         }
     }
-    Ok(counts)
+    written
 }
 
 pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
