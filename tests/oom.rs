@@ -313,6 +313,14 @@ fn both_forms_of_the_oom_message_are_read_from_a_log() {
         "{text}"
     );
     assert!(text.contains("try: reduce what is live"), "{text}");
+    // ... and said to be unknown, once, under the verdict that offers them (the
+    // capacity verdict offers none).
+    assert_eq!(
+        text.matches("the allocator's settings are unknown from a message alone")
+            .count(),
+        1,
+        "{text}"
+    );
     let a = &v["analyses"];
     assert_eq!(kinds(&a[0]), ["fragmentation"]);
     assert_eq!(kinds(&a[1]), ["capacity"]);

@@ -89,6 +89,17 @@ pub enum Knob {
     CheckFractionCap,
 }
 
+impl Knob {
+    /// A `PYTORCH_CUDA_ALLOC_CONF` setting, offered only when the snapshot's settings do
+    /// not have it on already (all of them when the settings are unknown).
+    pub fn is_allocator_setting(self) -> bool {
+        matches!(
+            self,
+            Knob::ExpandableSegments | Knob::MaxSplitSize | Knob::GcThreshold
+        )
+    }
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Verdict {
     pub cause: Cause,

@@ -441,6 +441,12 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
         for k in &v.knobs {
             writeln!(out, "    try: {}", knob_text(*k))?;
         }
+        if a.source == Source::Message && v.knobs.iter().any(|k| k.is_allocator_setting()) {
+            writeln!(
+                out,
+                "    (the allocator's settings are unknown from a message alone: skip those already in PYTORCH_CUDA_ALLOC_CONF, or give the snapshot to have them checked)"
+            )?;
+        }
     }
     Ok(())
 }
