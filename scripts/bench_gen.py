@@ -65,11 +65,11 @@ import argparse
 import gzip
 import os
 import random
-import struct
 import sys
 import time
 
-FRAME_TARGET = 64 * 1024
+from pickle_bytes import FRAME_TARGET, MEMOIZE, Frames, enc_get, enc_int, pack_f64, pack_u32
+
 MIB = 1 << 20
 KIB = 1 << 10
 
@@ -77,7 +77,6 @@ KIB = 1 << 10
 # pickle byte helpers (CPython C pickler, protocol 4)
 # --------------------------------------------------------------------------------------
 
-MEMOIZE = b'\x94'
 EMPTY_DICT_M = b'}\x94'
 EMPTY_LIST_M = b']\x94'
 MARK = b'('
@@ -88,27 +87,6 @@ APPENDS = b'e'
 TUPLE2 = b'\x86'
 NEWTRUE = b'\x88'
 NEWFALSE = b'\x89'
-STOP = b'.'
-_pack_I = struct.Struct('<I').pack
-_pack_d = struct.Struct('>d').pack
-
-
-def enc_int(v):
-    """save_long() for protocol >= 2."""
-    if -0x80000000 <= v <= 0x7fffffff:
-        if v >= 0:
-            if v < 0x100:
-                return b'K' + bytes((v,))
-            if v < 0x10000:
-                return b'M' + v.to_bytes(2, 'little')
-        return b'J' + v.to_bytes(4, 'little', signed=True)
-    nbytes = (v.bit_length() >> 3) + 1
-    data = v.to_bytes(nbytes, 'little', signed=True)
-    if v < 0 and nbytes > 1 and data[-1] == 0xff and (data[-2] & 0x80):
-        data = data[:-1]
-    if len(data) < 256:
-        return b'\x8a' + bytes((len(data),)) + data
-    return b'\x8b' + len(data).to_bytes(4, 'little', signed=True) + data
 
 
 def enc_str(s):
@@ -119,13 +97,7 @@ def enc_str(s):
         return b'\x8c' + bytes((n,)) + data + MEMOIZE
     if n >= FRAME_TARGET:
         raise ValueError('strings >= 64 KiB bypass framing; not supported here')
-    return b'X' + _pack_I(n) + data + MEMOIZE
-
-
-def enc_get(idx):
-    if idx < 256:
-        return b'h' + bytes((idx,))
-    return b'j' + _pack_I(idx)
+    return b'X' + pack_u32(n) + data + MEMOIZE
 
 
 def is_singleton_str(s):
@@ -143,28 +115,19 @@ class CountingSink:
         return len(b)
 
 
-class PickleStream:
+class PickleStream(Frames):
     """Streaming protocol-4 writer.  Content is handed over as lists of byte 'parts';
     each part starts where CPython's save() would start an object (the only places the
     C pickler commits a frame).  Trailing opcodes (SETITEMS, APPENDS, TUPLE2...) are
     glued onto the previous part; leading MARKs onto the part that opens a container."""
 
     def __init__(self, fh):
-        self.fh = fh
-        self.frame = bytearray()
+        super().__init__(fh)
         self.memo_n = 0          # number of memo slots used so far
         self.shared = {}         # key -> memo index, for objects referenced again
         self.gets = {}           # key -> cached BINGET/LONG_BINGET bytes
-        fh.write(b'\x80\x04')    # PROTO 4 (outside any frame)
 
     # -- framing
-    def _commit(self):
-        fl = len(self.frame)
-        if fl >= 4:
-            self.fh.write(b'\x95' + fl.to_bytes(8, 'little'))
-        self.fh.write(self.frame)
-        self.frame = bytearray()
-
     def emit(self, parts):
         data = b''.join(parts)
         frame = self.frame
@@ -176,7 +139,7 @@ class PickleStream:
         for p in parts:
             if len(self.frame) + (off - start) >= FRAME_TARGET:
                 self.frame += data[start:off]
-                self._commit()
+                self.commit()
                 start = off
             off += len(p)
         self.frame += data[start:]
@@ -184,10 +147,6 @@ class PickleStream:
     def raw(self, b):
         """bytes that do not start a save() (MARK before a batch, APPENDS, ...)."""
         self.frame += b
-
-    def finish(self):
-        self.frame += STOP
-        self._commit()
 
     # -- memo helpers (return bytes; they must be emitted in the order they are made)
     def new_slot(self):
@@ -1419,7 +1378,7 @@ class Generator:
         parts = [EMPTY_DICT_M + MARK,
                  S('PYTORCH_CUDA_ALLOC_CONF'), empty(),
                  S('max_split_size'), enc_int(-1),
-                 S('garbage_collection_threshold'), b'G' + _pack_d(0.0),
+                 S('garbage_collection_threshold'), b'G' + pack_f64(0.0),
                  S('expandable_segments'), NEWFALSE,
                  S('pinned_num_register_threads'), enc_int(1),
                  S('release_lock_on_cudamalloc'), NEWFALSE,

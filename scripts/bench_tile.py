@@ -24,60 +24,26 @@ Stdlib only.
 import argparse
 import os
 import pickle
-import struct
 import sys
 
-FRAME_TARGET = 64 * 1024
+from pickle_bytes import FRAME_TARGET, Frames, enc_get, enc_int, pack_f64, pack_u32
+
 ADDR_STEP = 1 << 37
-_pack_I = struct.Struct('<I').pack
-_pack_d = struct.Struct('>d').pack
 
 
-def enc_int(v):
-    if -0x80000000 <= v <= 0x7fffffff:
-        if v >= 0:
-            if v < 0x100:
-                return b'K' + bytes((v,))
-            if v < 0x10000:
-                return b'M' + v.to_bytes(2, 'little')
-        return b'J' + v.to_bytes(4, 'little', signed=True)
-    nbytes = (v.bit_length() >> 3) + 1
-    data = v.to_bytes(nbytes, 'little', signed=True)
-    if v < 0 and nbytes > 1 and data[-1] == 0xff and (data[-2] & 0x80):
-        data = data[:-1]
-    if len(data) < 256:
-        return b'\x8a' + bytes((len(data),)) + data
-    return b'\x8b' + len(data).to_bytes(4, 'little', signed=True) + data
-
-
-def enc_get(idx):
-    if idx < 256:
-        return b'h' + bytes((idx,))
-    return b'j' + _pack_I(idx)
-
-
-class Writer:
+class Writer(Frames):
     """A protocol-4 pickler over Python objects, memoizing by identity as CPython
     does, with a frame buffer committed at object boundaries."""
 
     def __init__(self, fh):
-        self.fh = fh
-        self.frame = bytearray()
+        super().__init__(fh)
         self.memo = {}       # id -> memo index
         self.keep = []       # memoized objects stay alive, so their ids stay unique
         self.memo_n = 0
-        fh.write(b'\x80\x04')
 
     def boundary(self):
         if len(self.frame) >= FRAME_TARGET:
             self.commit()
-
-    def commit(self):
-        n = len(self.frame)
-        if n >= 4:
-            self.fh.write(b'\x95' + n.to_bytes(8, 'little'))
-        self.fh.write(self.frame)
-        self.frame = bytearray()
 
     def memoize(self, obj, keep=True):
         self.frame += b'\x94'
@@ -99,7 +65,7 @@ class Writer:
         elif isinstance(obj, int):
             f += enc_int(obj)
         elif isinstance(obj, float):
-            f += b'G' + _pack_d(obj)
+            f += b'G' + pack_f64(obj)
         elif id(obj) in self.memo:
             f += enc_get(self.memo[id(obj)])
         elif isinstance(obj, str):
@@ -107,7 +73,7 @@ class Writer:
             if len(data) < 256:
                 f += b'\x8c' + bytes((len(data),)) + data
             else:
-                f += b'X' + _pack_I(len(data)) + data
+                f += b'X' + pack_u32(len(data)) + data
             self.memoize(obj)
         elif isinstance(obj, tuple):
             if not obj:
@@ -152,10 +118,6 @@ class Writer:
             self.save(it[1])
         else:
             self.save(it)
-
-    def finish(self):
-        self.frame += b'.'
-        self.commit()
 
 
 def shifted_segments(segments, offset):
