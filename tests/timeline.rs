@@ -444,6 +444,22 @@ proptest! {
         for i in 0..tl.events() {
             prop_assert_eq!(tl.reserved_at(Some(i)), full.reserved_at(Some(cut + i)));
         }
+        // One pass that keeps only chosen states gives the same totals there and at
+        // the peak, memory from before the window included.
+        let states: Vec<Option<usize>> = std::iter::once(None)
+            .chain((0..tl.events()).step_by(3).map(Some))
+            .rev()
+            .collect();
+        let totals = timeline::totals_at_events(&truncated, 0, states.clone());
+        for at in states {
+            prop_assert_eq!(totals.requested_at(at), tl.requested_at(at));
+            prop_assert_eq!(totals.reserved_at(at), tl.reserved_at(at));
+        }
+        prop_assert_eq!(totals.peaks.requested, tl.peak_requested);
+        if let Some(peak) = tl.peak_requested.event.map(|e| e.index()) {
+            prop_assert_eq!(totals.requested_at(Some(peak)), tl.requested_at(Some(peak)));
+            prop_assert_eq!(totals.reserved_at(Some(peak)), tl.reserved_at(Some(peak)));
+        }
     }
 }
 

@@ -81,37 +81,78 @@ pub enum LineUpError {
     NoMatches { alignment: Alignment, index: usize },
 }
 
-/// The snapshot device's times after each event, carried forward over events without
-/// one; the binary search for a time runs on it.
-pub struct Times {
-    /// (time, event index) of every event with a time, in event order.
-    at: Vec<(i64, usize)>,
+/// The events' times, to find the event at a time. A trace whose events all carry a
+/// time, never stepping back (as recordings are), is searched in place; otherwise the
+/// timed events are listed with their times made monotonic (a step back keeps the
+/// latest), so the answers are the same either way.
+pub struct Times<'a> {
+    trace: Option<&'a DeviceTrace>,
+    /// (time, event index) of every event with a time, in event order; None when the
+    /// trace's own times serve.
+    listed: Option<Vec<(i64, usize)>>,
 }
 
-impl Times {
-    pub fn new(trace: Option<&DeviceTrace>) -> Times {
-        let mut at = Vec::new();
-        let mut last = i64::MIN;
-        if let Some(t) = trace {
-            for i in 0..t.len() {
-                if let Some(time) = t.time_us(i).filter(|&t| t > 0) {
-                    // Times are monotonic in practice; a step back keeps the latest.
-                    last = last.max(time);
-                    at.push((last, i));
+impl<'a> Times<'a> {
+    pub fn new(trace: Option<&'a DeviceTrace>) -> Times<'a> {
+        let in_place = trace.is_none_or(|t| {
+            let mut last = i64::MIN;
+            (0..t.len()).all(|i| match t.time_us(i) {
+                Some(time) if time > 0 && time >= last => {
+                    last = time;
+                    true
+                }
+                _ => false,
+            })
+        });
+        let listed = (!in_place).then(|| {
+            let mut at = Vec::new();
+            let mut last = i64::MIN;
+            if let Some(t) = trace {
+                for i in 0..t.len() {
+                    if let Some(time) = t.time_us(i).filter(|&t| t > 0) {
+                        last = last.max(time);
+                        at.push((last, i));
+                    }
                 }
             }
-        }
-        Times { at }
+            at
+        });
+        Times { trace, listed }
     }
 
     pub fn range(&self) -> Option<TimeRange> {
-        Some(TimeRange::new(self.at.first()?.0, self.at.last()?.0))
+        match &self.listed {
+            Some(at) => Some(TimeRange::new(at.first()?.0, at.last()?.0)),
+            None => {
+                let t = self.trace?;
+                let last = t.len().checked_sub(1)?;
+                Some(TimeRange::new(t.time_us(0)?, t.time_us(last)?))
+            }
+        }
     }
 
     /// The last event at or before time `t` (None: before the first).
     pub fn event_at(&self, t: i64) -> Option<usize> {
-        let i = self.at.partition_point(|&(time, _)| time <= t);
-        i.checked_sub(1).map(|k| self.at[k].1)
+        match &self.listed {
+            Some(at) => {
+                let i = at.partition_point(|&(time, _)| time <= t);
+                i.checked_sub(1).map(|k| at[k].1)
+            }
+            None => {
+                let trace = self.trace?;
+                // Events stamped at or before t come first: count them.
+                let (mut lo, mut hi) = (0, trace.len());
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if trace.time_us(mid).is_some_and(|time| time <= t) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                lo.checked_sub(1)
+            }
+        }
     }
 }
 
@@ -244,5 +285,67 @@ fn match_allocations(
         residual_us: residual.filter(|_| matched > 0),
         trace_allocations: candidates,
         matched,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Action;
+    use crate::model::trace::NewEvent;
+
+    fn trace(times: &[Option<i64>]) -> DeviceTrace {
+        let mut t = DeviceTrace::default();
+        for &time_us in times {
+            t.push(NewEvent {
+                action: Some(Action::Alloc),
+                time_us,
+                ..Default::default()
+            });
+        }
+        t
+    }
+
+    /// The last timed event such that it and every timed event before it are at or
+    /// before `t`, by scanning.
+    fn scanned(times: &[Option<i64>], t: i64) -> Option<usize> {
+        let mut found = None;
+        for (i, time) in times.iter().enumerate() {
+            match time.filter(|&x| x > 0) {
+                Some(x) if x > t => break,
+                Some(_) => found = Some(i),
+                None => {}
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_event_at_a_time_is_the_same_searched_in_place_or_listed() {
+        let base = 1_700_000_000_000_000;
+        let steady: Vec<Option<i64>> = [0, 0, 5, 9, 9, 9, 20]
+            .iter()
+            .map(|d| Some(base + d))
+            .collect();
+        let mut untimed = steady.clone();
+        untimed[3] = None;
+        let mut back = steady.clone();
+        back[4] = Some(base + 2);
+        for times in [&steady, &untimed, &back, &Vec::new()] {
+            let t = trace(times);
+            let found = Times::new(Some(&t));
+            // Only the steady trace is searched in place.
+            assert_eq!(found.listed.is_none(), times == &steady || times.is_empty());
+            for at in base - 1..=base + 21 {
+                assert_eq!(found.event_at(at), scanned(times, at), "{times:?} at {at}");
+            }
+        }
+        let t = trace(&steady);
+        assert_eq!(
+            Times::new(Some(&t)).range(),
+            Some(TimeRange::new(base, base + 20))
+        );
+        assert_eq!(Times::new(None).range(), None);
+        assert_eq!(Times::new(None).event_at(base), None);
     }
 }

@@ -4,8 +4,8 @@
 //! per-process readings allow it; and against a profiler trace of the same run, aligned by
 //! its clock and confirmed by matching allocations.
 //!
-//! Takes a [`Snapshot`], its replayed [`DeviceTimeline`]s (used only through
-//! `requested_at`, `reserved_at` and the peaks; event times come from the model's trace),
+//! Takes a [`Snapshot`], replayed once per device for the totals at the moments and at
+//! the readings' events only ([`TotalsAtEvents`]; event times come from the model's trace),
 //! a [`DeviceLog`] and optionally a converted profiler trace; gives a [`Reconciliation`] of
 //! numbers and kinds. Every word is in `render::reconcile`. A log or trace whose times do
 //! not overlap the snapshot's is a [`ReconcileError`] unless the caller allows it.
@@ -18,7 +18,7 @@ use crate::devlog::{
     DeviceLog, GpuNumbering, GpuSample, ProcessSample, ProfileKind, TimeRange, TraceClock,
 };
 use crate::model::{Action, DeviceTrace, Snapshot, StackId};
-use crate::timeline::{self, DeviceTimeline};
+use crate::timeline::{self, TotalsAtEvents};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -513,16 +513,16 @@ fn choose_gpu(
 }
 
 struct DeviceCtx<'a, 'b> {
-    tl: &'b DeviceTimeline<'a>,
+    totals: &'b TotalsAtEvents,
     trace: Option<&'a DeviceTrace>,
-    times: Times,
+    times: Times<'a>,
     log: &'b DeviceLog,
     samples: Vec<&'b GpuSample>,
 }
 
 fn ledger(c: &DeviceCtx, moment: Moment, at: usize) -> Option<Ledger> {
     let time_us = c.trace?.time_us(at).filter(|&t| t > 0)?;
-    let tl = c.tl;
+    let tl = c.totals;
     let reserved = tl.reserved_at(Some(at)).max(0) as u64;
     let requested = tl.requested_at(Some(at));
     let sample = nearest(&c.samples, time_us);
@@ -601,10 +601,33 @@ fn ledger(c: &DeviceCtx, moment: Moment, at: usize) -> Option<Ledger> {
     })
 }
 
-/// Each device reading of the timeline's GPU inside the trace's time span, against the
-/// allocator state at that time.
-pub fn over_time(tl: &DeviceTimeline, log: &DeviceLog, samples: &[&GpuSample]) -> Vec<OverTime> {
-    let times = Times::new(Some(tl.trace));
+/// The states (events) of the device readings: what [`over_time`] and the ledgers read
+/// of a replay.
+fn reading_states(times: &Times, samples: &[&GpuSample]) -> Vec<Option<usize>> {
+    samples.iter().map(|s| times.event_at(s.time_us)).collect()
+}
+
+/// Each device reading of a device's GPU inside the trace's time span, against the
+/// allocator state at that time (one replay pass).
+pub fn readings_over_time(
+    snap: &Snapshot,
+    device: i64,
+    log: &DeviceLog,
+    samples: &[&GpuSample],
+) -> Vec<OverTime> {
+    let times = Times::new(snap.trace(device));
+    let totals = timeline::totals_at_events(snap, device, reading_states(&times, samples));
+    over_time(&totals, &times, log, samples)
+}
+
+/// Each device reading inside the trace's time span, against the allocator state at
+/// that time; `tl` holds the totals at every reading's event.
+fn over_time(
+    tl: &TotalsAtEvents,
+    times: &Times,
+    log: &DeviceLog,
+    samples: &[&GpuSample],
+) -> Vec<OverTime> {
     let Some(range) = times.range() else {
         return Vec::new();
     };
@@ -662,7 +685,6 @@ pub fn analyze_reconcile(
     let mut trace_findings = profile.map(|(p, conv)| trace_findings(p, conv));
     let mut out = Vec::new();
     for d in devices {
-        let tl = timeline::build(snap, d);
         let trace = snap.trace(d).filter(|t| !t.is_empty());
         let times = Times::new(trace);
         let gpu = choose_gpu(log, d, options.gpu)?;
@@ -699,17 +721,9 @@ pub fn analyze_reconcile(
         if log_range.is_some() && samples.is_empty() && overlap {
             notes.push(Note::NoUsedValues { gpu: gpu.gpu });
         }
-        let ctx = DeviceCtx {
-            tl: &tl,
-            trace,
-            times,
-            log,
-            samples,
-        };
+        // One pass gives the totals at every moment and reading, and the peak.
+        let mut states = reading_states(&times, &samples);
         let mut moments: Vec<(Moment, usize)> = Vec::new();
-        if let Some(e) = tl.peak_requested.event {
-            moments.push((Moment::Peak, e.index()));
-        }
         if let Some(t) = trace {
             for i in 0..t.len() {
                 if t.action(i) == Action::Oom {
@@ -720,6 +734,18 @@ pub fn analyze_reconcile(
                 moments.push((Moment::End, last));
             }
         }
+        states.extend(moments.iter().map(|&(_, i)| Some(i)));
+        let totals = timeline::totals_at_events(snap, d, states);
+        if let Some(e) = totals.peaks.requested.event {
+            moments.insert(0, (Moment::Peak, e.index()));
+        }
+        let ctx = DeviceCtx {
+            totals: &totals,
+            trace,
+            times,
+            log,
+            samples,
+        };
         let mut ledgers: Vec<Ledger> = moments
             .into_iter()
             .filter_map(|(m, i)| ledger(&ctx, m, i))
@@ -735,7 +761,7 @@ pub fn analyze_reconcile(
         if let (Some(findings), Some((_, conv))) = (trace_findings.as_mut(), profile) {
             align_trace(snap, d, conv, findings, &mut ledgers, options)?;
         }
-        let over_time = over_time(&tl, log, &ctx.samples);
+        let over_time = over_time(&totals, &ctx.times, log, &ctx.samples);
         let gaps: Vec<i64> = over_time
             .iter()
             .map(|o| o.device_used_bytes as i64 - o.reserved_bytes)
@@ -867,15 +893,21 @@ fn align_trace(
     findings.devices[k].alignment = Some(lined.alignment);
     // The trace's totals at each ledger's moment, on the trace's clock.
     let trace_times = Times::new(conv.snapshot.trace(lined.trace_device));
-    let tl = timeline::build(&conv.snapshot, lined.trace_device);
     let has_reserved = findings.devices[k].peak_reserved_bytes.is_some();
     let residual = lined.alignment.residual_us.unwrap_or(0);
-    for l in ledgers.iter_mut() {
+    let state = |l: &Ledger| {
         let t = l.time_us + residual;
-        if !lined.trace_range.contains(t) {
+        lined
+            .trace_range
+            .contains(t)
+            .then(|| trace_times.event_at(t))
+    };
+    let states = ledgers.iter().filter_map(state).collect();
+    let tl = timeline::totals_at_events(&conv.snapshot, lined.trace_device, states);
+    for l in ledgers.iter_mut() {
+        let Some(at) = state(l) else {
             continue;
-        }
-        let at = trace_times.event_at(t);
+        };
         l.trace_allocated_bytes = Some(tl.requested_at(at));
         if has_reserved {
             l.trace_reserved_bytes = Some(tl.reserved_at(at).max(0) as u64);

@@ -271,9 +271,9 @@ pub fn analyze_report_file(
     let reconcile = match options.readings {
         Some(readings) => {
             if let Ok(t) = &mut timelines {
-                let tl = crate::timeline::build(snap, device);
                 let samples = super::reconcile::gpu_samples(readings.log, device);
-                let rows = super::reconcile::over_time(&tl, readings.log, &samples);
+                let rows =
+                    super::reconcile::readings_over_time(snap, device, readings.log, &samples);
                 super::timeline_view::add_device_readings(&mut t.by_callsite, &rows);
                 super::timeline_view::add_device_readings(&mut t.by_category, &rows);
             }

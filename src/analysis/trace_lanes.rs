@@ -65,7 +65,7 @@ pub struct TraceLanes {
 struct XMap<'a> {
     x: XAxis,
     origin: i64,
-    times: &'a Times,
+    times: &'a Times<'a>,
 }
 
 impl XMap<'_> {

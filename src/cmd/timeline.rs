@@ -97,9 +97,9 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             build_view(&snap, &r, &attr, view_options).map_err(|e| anyhow!("{path}: {e}"))?;
         if !args.nvml.is_empty() {
             let log = read_device_logs(&args.nvml, args.utc_offset)?;
-            let tl = vramlens::timeline::build(&snap, device);
             let samples = vramlens::analysis::reconcile::gpu_samples(&log, device);
-            let rows = vramlens::analysis::reconcile::over_time(&tl, &log, &samples);
+            let rows =
+                vramlens::analysis::reconcile::readings_over_time(&snap, device, &log, &samples);
             vramlens::analysis::timeline_view::add_device_readings(&mut view, &rows);
         }
         let title = ChartTitle {

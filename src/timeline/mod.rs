@@ -167,6 +167,64 @@ pub fn allocated_at(tl: &DeviceTimeline, snap: &Snapshot, states: &[Option<usize
     at.values.iter().map(|v| start.allocated_after(v)).collect()
 }
 
+/// Requested and reserved bytes just after chosen events, with the peaks, from one replay
+/// pass that keeps nothing per event: for commands that read the totals at a few moments
+/// and at device readings, not the whole series.
+#[derive(Debug)]
+pub struct TotalsAtEvents {
+    start: replay::Start,
+    /// The chosen states (None: before the first event), ascending, without repeats.
+    states: Vec<Option<usize>>,
+    /// Relative totals at each state.
+    values: Vec<replay::Running>,
+    pub peaks: replay::Peaks,
+}
+
+/// Totals at the given states (any order, repeats allowed) and at the peak of requested
+/// bytes.
+pub fn totals_at_events(
+    snap: &Snapshot,
+    device: i64,
+    mut states: Vec<Option<usize>>,
+) -> TotalsAtEvents {
+    states.sort_unstable();
+    states.dedup();
+    let r = DeviceReplay::new(snap, device);
+    let mut at = replay::TotalsAt::new(states.clone());
+    let mut peaks = replay::Peaks::default();
+    let start = r.run((&mut at, &mut peaks));
+    TotalsAtEvents {
+        start,
+        states,
+        values: at.values,
+        peaks: peaks.with_times(r.trace),
+    }
+}
+
+impl TotalsAtEvents {
+    /// Relative totals just after event `at`: a chosen state or the peak of requested
+    /// bytes. Asking for another is a caller's bug.
+    fn relative(&self, at: Option<usize>) -> replay::Running {
+        if at.is_some() && at == self.peaks.requested.event.map(EventIdx::index) {
+            return self.peaks.at_requested_peak;
+        }
+        match self.states.binary_search(&at) {
+            Ok(k) => self.values[k],
+            Err(_) => panic!("totals asked at {at:?}, which was not chosen before the pass"),
+        }
+    }
+
+    /// Requested bytes just after event `at` (None: before the first event).
+    pub fn requested_at(&self, at: Option<usize>) -> u64 {
+        self.start.requested_after(&self.relative(at))
+    }
+
+    /// Reserved bytes just after event `at` (None: before the first event).
+    pub fn reserved_at(&self, at: Option<usize>) -> i64 {
+        self.start.reserved_after(&self.relative(at))
+    }
+}
+
 impl DeviceTimeline<'_> {
     /// `time_us` of event `i`, when the trace has one.
     pub fn time_us(&self, i: usize) -> Option<i64> {

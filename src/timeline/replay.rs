@@ -682,6 +682,8 @@ pub struct Peak {
 pub struct Peaks {
     max: Running,
     at: [Option<usize>; 3],
+    /// Every total just after the peak of requested bytes (relative, as [`Running`]).
+    pub at_requested_peak: Running,
     pub requested: Peak,
     pub allocated: Peak,
     pub reserved: Peak,
@@ -692,6 +694,7 @@ impl Aggregator for Peaks {
         if run.requested > self.max.requested {
             self.max.requested = run.requested;
             self.at[0] = Some(i);
+            self.at_requested_peak = *run;
         }
         if run.allocated > self.max.allocated {
             self.max.allocated = run.allocated;
