@@ -193,16 +193,10 @@ pub struct ResolvedMoment {
     pub same_time: Option<SameTime>,
 }
 
-/// The last event at or before `time_us`, scanning as time runs (events without a time
-/// are skipped; a later-stamped event ends the scan, so times that go backwards never
-/// move the answer back).
-pub fn event_at_time(trace: &DeviceTrace, time_us: i64) -> Option<usize> {
-    scan_time(trace, i64::MIN, time_us).0
-}
-
-/// Scanning as time runs up to `to_us` (see [`event_at_time`]): the last event stamped
-/// at or before it, and the first and last events stamped from `from_us` on with how
-/// many there are.
+/// Scanning as time runs up to `to_us` (events without a time are skipped; a
+/// later-stamped event ends the scan, so times that go backwards never move the answer
+/// back): the last event stamped at or before it, and the first and last events stamped
+/// from `from_us` on with how many there are.
 fn scan_time(
     trace: &DeviceTrace,
     from_us: i64,

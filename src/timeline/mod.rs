@@ -119,8 +119,6 @@ pub struct DeviceTimeline<'a> {
     /// Maximum of allocated block bytes (what `torch.cuda.max_memory_allocated()` counts).
     pub peak_allocated: Peak,
     pub peak_reserved: Peak,
-    /// Running maximum of event times, built on first use (times can go backwards).
-    time_index: std::sync::OnceLock<Vec<i64>>,
 }
 
 /// Just the peaks, from one pass that stores nothing per event (for `summary`).
@@ -154,7 +152,6 @@ pub fn build(snap: &Snapshot, device: i64) -> DeviceTimeline<'_> {
         peak_requested: peaks.requested,
         peak_allocated: peaks.allocated,
         peak_reserved: peaks.reserved,
-        time_index: Default::default(),
     }
 }
 
@@ -296,26 +293,5 @@ impl DeviceTimeline<'_> {
             k => self.reserved_changes[k - 1].1,
         };
         self.start.reserved + rel
-    }
-
-    /// The last event at or before `time_us`, scanning as time runs: the events before
-    /// the first one stamped later than `time_us` (None when that is the first event,
-    /// or the trace has no times). Events without a time are skipped.
-    pub fn event_at_time(&self, time_us: i64) -> Option<usize> {
-        let index = self.time_index.get_or_init(|| {
-            let mut max = i64::MIN;
-            (0..self.events())
-                .map(|i| {
-                    if let Some(t) = self.time_us(i).filter(|&t| t > 0) {
-                        max = max.max(t);
-                    }
-                    max
-                })
-                .collect()
-        });
-        let first_later = index.partition_point(|&m| m <= time_us);
-        (0..first_later)
-            .rev()
-            .find(|&i| self.time_us(i).is_some_and(|t| t > 0))
     }
 }
