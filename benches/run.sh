@@ -2,7 +2,7 @@
 # End-to-end benchmark: vramlens commands vs Python's pickle.load and torch's
 # _memory_viz.py stats, on two shapes of large snapshot.
 #
-#   benches/run.sh [bench.py options, e.g. --repeat 5 --cmd 'timeline=timeline -o {out}.svg {file}']
+#   benches/run.sh [bench.py options, e.g. --repeat 5 --cmd 'timeline=timeline --force -o {out}.svg {file}']
 #
 # Files (made once under bench-data/, which git ignores; delete them to remake them):
 #   gen_300m.pickle, gen_1g.pickle    scripts/bench_gen.py: a modelled training step, tiled;

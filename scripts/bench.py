@@ -6,10 +6,12 @@
 Legs, each run in a fresh child process with the page cache warm:
 
   vramlens commands   `--cmd NAME=ARGS` (repeatable); in ARGS `{file}` is the snapshot
-                      and `{out}` a fresh output path in a temporary folder. Default:
-                      `--cmd 'summary=summary --json {file}'`. Examples:
-                        --cmd 'timeline=timeline -o {out}.svg {file}'
-                        --cmd 'oom=oom --json {file}'  --cmd 'segments=segments -o {out}.svg {file}'
+                      and `{out}` an output path in a temporary folder, one per command
+                      (the same in every round: give `--force` to commands that write
+                      it). Default: `--cmd 'summary=summary --json {file}'`. Examples:
+                        --cmd 'timeline=timeline --force -o {out}.svg {file}'
+                        --cmd 'oom=oom --json {file}'
+                        --cmd 'segments=segments --force -o {out}.svg {file}'
   pickle.load         `python3 -c "pickle.load(open(FILE,'rb'))"` (gzip.open for .gz input)
   memory_viz          PyTorch's `_memory_viz.py stats FILE` (pickle.load, then a pass over
                       the segments), when it is at hand: env VRAMLENS_MEMORY_VIZ=/path (run
@@ -163,7 +165,7 @@ def fmt(v, spec):
 def parse_cmd(spec):
     name, sep, args = spec.partition('=')
     if not sep or not name or not args.strip():
-        raise argparse.ArgumentTypeError("expected NAME=ARGS, e.g. 'timeline=timeline -o {out}.svg {file}'")
+        raise argparse.ArgumentTypeError("expected NAME=ARGS, e.g. 'timeline=timeline --force -o {out}.svg {file}'")
     return name.strip(), args
 
 
