@@ -412,60 +412,65 @@ impl DeviceTrace {
 
     #[inline]
     pub fn time_us(&self, i: usize) -> Option<i64> {
-        match self.events[i].time {
-            NO_TIME => None,
-            TIME_ESCAPE => self.side(|r| &r.big_times, i).copied(),
-            d => Some(self.time_base[i >> TIME_BLOCK_BITS] + d as i64),
-        }
+        self.unpack_time(self.events[i].time, i)
     }
 
     /// The address of event `i`.
     #[inline]
     pub fn addr(&self, i: usize) -> u64 {
-        match self.events[i].addr_action_stream & ADDR_ESCAPE {
-            ADDR_ESCAPE => self.escaped_addr(i),
-            a => a,
-        }
+        self.unpack_addr(self.events[i].addr_action_stream, i)
     }
 
     /// The size of event `i`.
     #[inline]
     pub fn size(&self, i: usize) -> u64 {
-        match self.events[i].size {
-            SIZE_ESCAPE => self.escaped_size(i),
-            s => s as u64,
-        }
+        self.unpack_size(self.events[i].size, i)
     }
 
     #[inline]
     pub fn get(&self, i: usize) -> TraceEvent {
         let p = self.events[i];
         let bits = p.addr_action_stream;
-        let addr = match bits & ADDR_ESCAPE {
-            ADDR_ESCAPE => self.escaped_addr(i),
-            a => a,
-        };
-        let size = match p.size {
-            SIZE_ESCAPE => self.escaped_size(i),
-            s => s as u64,
-        };
         let stream = match bits >> STREAM_SHIFT {
             STREAM_ESCAPE => self.escaped_stream(i),
             s => self.streams[s as usize],
         };
-        let time_us = match p.time {
-            NO_TIME => None,
-            TIME_ESCAPE => self.side(|r| &r.big_times, i).copied(),
-            d => Some(self.time_base[i >> TIME_BLOCK_BITS] + d as i64),
-        };
         let stack = p.stack;
         TraceEvent {
             action: Action::from_bits(((bits >> ACTION_SHIFT) & 0xf) as u8),
-            addr,
-            size,
+            addr: self.unpack_addr(bits, i),
+            size: self.unpack_size(p.size, i),
             stream,
-            time_us,
+            time_us: self.unpack_time(p.time, i),
             stack: (stack != NO_STACK).then_some(StackId(stack)),
+        }
+    }
+
+    /// Event `i`'s address from its packed word.
+    #[inline]
+    fn unpack_addr(&self, addr_action_stream: u64, i: usize) -> u64 {
+        match addr_action_stream & ADDR_ESCAPE {
+            ADDR_ESCAPE => self.escaped_addr(i),
+            a => a,
+        }
+    }
+
+    /// Event `i`'s size from its packed field.
+    #[inline]
+    fn unpack_size(&self, size: u32, i: usize) -> u64 {
+        match size {
+            SIZE_ESCAPE => self.escaped_size(i),
+            s => s as u64,
+        }
+    }
+
+    /// Event `i`'s time from its packed offset.
+    #[inline]
+    fn unpack_time(&self, time: u32, i: usize) -> Option<i64> {
+        match time {
+            NO_TIME => None,
+            TIME_ESCAPE => self.side(|r| &r.big_times, i).copied(),
+            d => Some(self.time_base[i >> TIME_BLOCK_BITS] + d as i64),
         }
     }
 

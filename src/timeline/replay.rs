@@ -486,7 +486,6 @@ impl<'a> DeviceReplay<'a> {
         self.trace.is_empty()
     }
 
-    /// The final segment holding `addr`, as (start, end, pool).
     /// The final segment holding `addr` (start, end, pool), or else the gap between
     /// final segments that holds it, with no pool.
     fn range_of(&self, addr: u64) -> (u64, u64, PoolId) {
