@@ -187,8 +187,6 @@ struct TraceStats<'a> {
     trace: &'a DeviceTrace,
     counts: [u64; 16],
     other_events: Vec<usize>,
-    first_time_us: Option<i64>,
-    last_time_us: Option<i64>,
     orphan_frees: u64,
     /// addresses of segments allocated in the trace
     segments: FxMap<u64, ()>,
@@ -215,10 +213,6 @@ impl Aggregator for TraceStats<'_> {
     }
     fn event(&mut self, i: usize, action: Action, _run: &Running) {
         self.counts[action as usize] += 1;
-        if let Some(t) = self.trace.time_us(i).filter(|&t| t > 0) {
-            self.first_time_us.get_or_insert(t);
-            self.last_time_us = Some(t);
-        }
         match action {
             Action::Other => self.other_events.push(i),
             Action::Oom => self.ooms.push(i),
@@ -227,14 +221,17 @@ impl Aggregator for TraceStats<'_> {
     }
 }
 
+/// The time of event `i` when it has one (0 stands for none in some writers).
+fn timed(trace: &DeviceTrace, i: usize) -> Option<i64> {
+    trace.time_us(i).filter(|&t| t > 0)
+}
+
 impl<'a> TraceStats<'a> {
     fn new(trace: &'a DeviceTrace) -> Self {
         TraceStats {
             trace,
             counts: [0; 16],
             other_events: Vec::new(),
-            first_time_us: None,
-            last_time_us: None,
             orphan_frees: 0,
             segments: FxMap::default(),
             orphan_segment_frees: 0,
@@ -271,8 +268,8 @@ impl<'a> TraceStats<'a> {
             events: trace.len(),
             has_timeline: crate::timeline::traced::has_timeline(trace),
             actions,
-            first_time_us: self.first_time_us,
-            last_time_us: self.last_time_us,
+            first_time_us: (0..trace.len()).find_map(|i| timed(trace, i)),
+            last_time_us: (0..trace.len()).rev().find_map(|i| timed(trace, i)),
             orphan_frees: self.orphan_frees,
             orphan_segment_frees: self.orphan_segment_frees,
             looks_truncated: !evidence.is_empty(),

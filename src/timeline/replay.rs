@@ -7,6 +7,10 @@
 //! the trace, and blocks alive in the final segments with no open allocation at the end
 //! are "survivors" from before the trace. Segment events move reserved memory (spec 6.3).
 //!
+//! The pass has two halves: pairing (which open allocation each event touches, found by
+//! address) and the totals with the aggregators. On a long trace pairing runs a chunk
+//! of events ahead on a second thread; results do not depend on it.
+//!
 //! Aggregators ([`Aggregator`]) are fed each step with the running totals; they keep
 //! only what they need (a peak, a series, a live set, groups), so a command that needs
 //! only peaks stores nothing per event. Totals are relative to the state before the first
@@ -17,6 +21,7 @@
 use super::{EventIdx, Lifetime, Origin};
 use crate::model::frames::FxMap;
 use crate::model::{Action, BlockState, DeviceTrace, Segment, Snapshot};
+
 use std::sync::{LazyLock, OnceLock};
 
 /// The trace of a device that has none.
@@ -518,95 +523,259 @@ impl<'a> DeviceReplay<'a> {
         self.segments.iter().map(|s| s.1 as i64).sum()
     }
 
-    /// Replays every event into `agg`.
-    pub fn run<A: Aggregator>(&self, mut agg: A) -> Start {
-        let trace = self.trace;
-        let mut streams: SmallTable<u64> = SmallTable::new();
-        let mut pools: SmallTable<PoolId> = SmallTable::new();
-        let mut pool_lookup = self.pools();
+    /// Replays every event into `agg`. A long trace is paired on a second thread (see
+    /// [`Pairing`]) while this one runs the aggregators, a chunk of events behind.
+    pub fn run<A: Aggregator>(&self, agg: A) -> Start {
+        let on_thread = self.trace.len() >= PARALLEL_MIN_EVENTS && rayon::current_num_threads() > 1;
+        self.run_in_chunks(agg, PAIRING_CHUNK, on_thread)
+    }
+
+    fn run_in_chunks<A: Aggregator>(&self, mut agg: A, chunk: usize, on_thread: bool) -> Start {
         let track_versions = agg.wants_versions();
-        let mut versions: FxMap<u64, u32> = FxMap::default();
-        // address -> the open allocation
-        let mut open: FxMap<u64, Lifetime> = FxMap::default();
-        // allocations whose address was allocated again before any free: the viewer
-        // keeps them alive to the end
-        let mut never_freed: Vec<Lifetime> = Vec::new();
-        let mut run = Running::default();
-        let mut orphans = Start::default();
-        for i in 0..trace.len() {
+        let len = self.trace.len();
+        let chunks = (0..len)
+            .step_by(chunk)
+            .map(|start| start..(start + chunk).min(len));
+        let mut pass = Pass::new(self);
+        let pairing = if on_thread {
+            std::thread::scope(|scope| {
+                let (sender, receiver) = std::sync::mpsc::sync_channel(4);
+                let pairer = scope.spawn(move || {
+                    let mut pairing = Pairing::new(track_versions);
+                    for range in chunks {
+                        if sender.send(pairing.pair(self, range)).is_err() {
+                            break;
+                        }
+                    }
+                    pairing
+                });
+                for paired in receiver {
+                    pass.step(&paired, &mut agg);
+                }
+                pairer
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+            })
+        } else {
+            let mut pairing = Pairing::new(track_versions);
+            for range in chunks {
+                pass.step(&pairing.pair(self, range), &mut agg);
+            }
+            pairing
+        };
+        pass.finish(pairing, agg)
+    }
+}
+
+/// Events paired per chunk (and handed between the two threads of a replay at once).
+const PAIRING_CHUNK: usize = 1 << 16;
+
+/// Traces shorter than this are paired on the replay's own thread.
+const PARALLEL_MIN_EVENTS: usize = 1 << 20;
+
+/// No open allocation.
+const NO_SLOT: u32 = u32::MAX;
+
+/// The half of a replay that pairs each free with its allocation by address. Open
+/// allocations are numbered by slot, and slots given back by completed frees are reused
+/// last first, so the other half keeps its open lifetimes in a vector whose recent slots
+/// are in cache, while the map by address (the part with random access) stays small.
+struct Pairing {
+    /// address -> slot of the allocation open there
+    open: FxMap<u64, u32>,
+    free_slots: Vec<u32>,
+    slots: u32,
+    /// Frees completed at each address, when versions are counted.
+    versions: Option<FxMap<u64, u32>>,
+}
+
+/// What pairing found for one event: the slot of the allocation it opens or touches
+/// (`NO_SLOT`: none), and for an `alloc` or an orphan `free_completed`, the version at
+/// its address and its block bytes.
+#[derive(Clone, Copy)]
+struct Paired {
+    slot: u32,
+    version: u32,
+    block: u64,
+}
+
+/// The pairs of a run of events, from `start` on.
+struct PairedRun {
+    start: usize,
+    pairs: Vec<Paired>,
+}
+
+impl Pairing {
+    fn new(track_versions: bool) -> Self {
+        Pairing {
+            open: FxMap::default(),
+            free_slots: Vec::new(),
+            slots: 0,
+            versions: track_versions.then(FxMap::default),
+        }
+    }
+
+    fn pair(&mut self, r: &DeviceReplay, range: std::ops::Range<usize>) -> PairedRun {
+        let trace = r.trace;
+        let start = range.start;
+        let pairs = range
+            .map(|i| match trace.action(i) {
+                Action::Alloc => {
+                    let addr = trace.addr(i);
+                    let slot = self.free_slots.pop().unwrap_or_else(|| {
+                        self.slots += 1;
+                        self.slots - 1
+                    });
+                    // An allocation open at the same address keeps its slot to the end:
+                    // the viewer keeps it alive.
+                    self.open.insert(addr, slot);
+                    let version = self
+                        .versions
+                        .as_ref()
+                        .and_then(|v| v.get(&addr).copied())
+                        .unwrap_or(0);
+                    let block = r.block_bytes_at(Some(i), addr, trace.size(i));
+                    Paired {
+                        slot,
+                        version,
+                        block,
+                    }
+                }
+                Action::FreeRequested => Paired {
+                    slot: self.open.get(&trace.addr(i)).copied().unwrap_or(NO_SLOT),
+                    version: 0,
+                    block: 0,
+                },
+                Action::FreeCompleted => {
+                    let addr = trace.addr(i);
+                    let version = match &mut self.versions {
+                        Some(v) => {
+                            let count = v.entry(addr).or_insert(0);
+                            *count += 1;
+                            *count - 1
+                        }
+                        None => 0,
+                    };
+                    match self.open.remove(&addr) {
+                        Some(slot) => {
+                            self.free_slots.push(slot);
+                            Paired {
+                                slot,
+                                version,
+                                block: 0,
+                            }
+                        }
+                        // Allocated before the trace.
+                        None => Paired {
+                            slot: NO_SLOT,
+                            version,
+                            block: r.rounded(trace.size(i)),
+                        },
+                    }
+                }
+                _ => Paired {
+                    slot: NO_SLOT,
+                    version: 0,
+                    block: 0,
+                },
+            })
+            .collect();
+        PairedRun { start, pairs }
+    }
+}
+
+/// The half of a replay that keeps the totals and feeds the aggregators, event by event.
+struct Pass<'r, 'a> {
+    replay: &'r DeviceReplay<'a>,
+    streams: SmallTable<u64>,
+    pools: SmallTable<PoolId>,
+    pool_lookup: PoolLookup,
+    /// The open allocations with their block bytes, by the slot pairing gave them.
+    slots: Vec<(Lifetime, u64)>,
+    run: Running,
+    orphans: Start,
+}
+
+impl<'r, 'a> Pass<'r, 'a> {
+    fn new(replay: &'r DeviceReplay<'a>) -> Self {
+        Pass {
+            replay,
+            streams: SmallTable::new(),
+            pools: SmallTable::new(),
+            pool_lookup: replay.pools(),
+            slots: Vec::new(),
+            run: Running::default(),
+            orphans: Start::default(),
+        }
+    }
+
+    fn step<A: Aggregator>(&mut self, paired: &PairedRun, agg: &mut A) {
+        let r = self.replay;
+        let trace = r.trace;
+        for (i, p) in (paired.start..).zip(&paired.pairs) {
             let action = trace.action(i);
             match action {
                 Action::Alloc => {
                     let e = trace.get(i);
-                    let pool = pool_lookup.pool(self, i);
+                    let pool = self.pool_lookup.pool(r, i);
                     let l = Lifetime {
                         addr: e.addr,
                         size: e.size,
-                        version: if track_versions {
-                            versions.get(&e.addr).copied().unwrap_or(0)
-                        } else {
-                            0
-                        },
+                        version: p.version,
                         origin: Origin::Traced,
                         alloc: Some(EventIdx::new(i)),
                         free_requested: None,
                         free_completed: None,
-                        stream: streams.index(e.stream),
-                        pool: pools.index(pool),
+                        stream: self.streams.index(e.stream),
+                        pool: self.pools.index(pool),
                         stack: e.stack.map_or(u32::MAX, |s| s.0),
                     };
-                    run.requested += e.size as i64;
-                    run.allocated += self.block_bytes_at(Some(i), e.addr, e.size) as i64;
-                    agg.alloc(i, &l, &run);
-                    if let Some(old) = open.insert(e.addr, l) {
-                        never_freed.push(old);
+                    let block = p.block;
+                    self.run.requested += e.size as i64;
+                    self.run.allocated += block as i64;
+                    agg.alloc(i, &l, &self.run);
+                    let slot = p.slot as usize;
+                    if slot == self.slots.len() {
+                        self.slots.push((l, block));
+                    } else {
+                        self.slots[slot] = (l, block);
                     }
                 }
-                Action::FreeRequested => {
-                    let addr = trace.addr(i);
-                    if let Some(l) = open.get_mut(&addr) {
-                        l.free_requested = Some(EventIdx::new(i));
-                        agg.free_requested(i, l, &run);
-                    }
+                Action::FreeRequested if p.slot != NO_SLOT => {
+                    let l = &mut self.slots[p.slot as usize].0;
+                    l.free_requested = Some(EventIdx::new(i));
+                    agg.free_requested(i, l, &self.run);
                 }
                 Action::FreeCompleted => {
-                    let addr = trace.addr(i);
-                    let mut untracked = 0;
-                    let version = if track_versions {
-                        versions.entry(addr).or_insert(0)
+                    let (l, block) = if p.slot != NO_SLOT {
+                        let (mut l, block) = self.slots[p.slot as usize];
+                        l.free_completed = Some(EventIdx::new(i));
+                        (l, block)
                     } else {
-                        &mut untracked
+                        let e = trace.get(i);
+                        let pool = self.pool_lookup.pool(r, i);
+                        let block = p.block;
+                        self.orphans.requested += e.size;
+                        self.orphans.allocated += block;
+                        let l = Lifetime {
+                            addr: e.addr,
+                            size: e.size,
+                            version: p.version,
+                            origin: Origin::BeforeTrace,
+                            alloc: None,
+                            free_requested: None,
+                            free_completed: Some(EventIdx::new(i)),
+                            stream: self.streams.index(e.stream),
+                            pool: self.pools.index(pool),
+                            // The stack of the free: the viewer shows it as "alloc not
+                            // recorded, stack trace for free".
+                            stack: e.stack.map_or(u32::MAX, |s| s.0),
+                        };
+                        (l, block)
                     };
-                    let l = match open.remove(&addr) {
-                        Some(mut l) => {
-                            l.free_completed = Some(EventIdx::new(i));
-                            l
-                        }
-                        None => {
-                            let e = trace.get(i);
-                            let pool = pool_lookup.pool(self, i);
-                            orphans.requested += e.size;
-                            orphans.allocated += self.rounded(e.size);
-                            Lifetime {
-                                addr: e.addr,
-                                size: e.size,
-                                version: *version,
-                                origin: Origin::BeforeTrace,
-                                alloc: None,
-                                free_requested: None,
-                                free_completed: Some(EventIdx::new(i)),
-                                stream: streams.index(e.stream),
-                                pool: pools.index(pool),
-                                // The stack of the free: the viewer shows it as "alloc
-                                // not recorded, stack trace for free".
-                                stack: e.stack.map_or(u32::MAX, |s| s.0),
-                            }
-                        }
-                    };
-                    *version += 1;
-                    run.requested -= l.size as i64;
-                    run.allocated -= self.block_bytes_of(&l) as i64;
-                    agg.free_completed(i, &l, &run);
+                    self.run.requested -= l.size as i64;
+                    self.run.allocated -= block as i64;
+                    agg.free_completed(i, &l, &self.run);
                 }
                 Action::SegmentAlloc
                 | Action::SegmentMap
@@ -617,51 +786,78 @@ impl<'a> DeviceReplay<'a> {
                         Action::SegmentAlloc | Action::SegmentMap => size,
                         _ => -size,
                     };
-                    run.reserved += delta;
-                    agg.segment(i, action, delta, &run);
+                    self.run.reserved += delta;
+                    agg.segment(i, action, delta, &self.run);
                 }
                 _ => {}
             }
-            agg.event(i, action, &run);
+            agg.event(i, action, &self.run);
         }
+    }
+
+    fn finish<A: Aggregator>(mut self, pairing: Pairing, mut agg: A) -> Start {
+        let r = self.replay;
+        let version_at = |addr: u64| {
+            pairing
+                .versions
+                .as_ref()
+                .and_then(|v| v.get(&addr).copied())
+                .unwrap_or(0)
+        };
         // Survivors: final active_allocated blocks with no open allocation (spec 6.2
         // phase 2).
         let mut survivors = Vec::new();
-        for s in &self.final_segments {
+        for s in &r.final_segments {
             for b in &s.blocks {
-                if b.state != BlockState::ActiveAllocated || open.contains_key(&b.address) {
+                if b.state != BlockState::ActiveAllocated || pairing.open.contains_key(&b.address) {
                     continue;
                 }
                 survivors.push(Lifetime {
                     addr: b.address,
                     size: b.requested_size,
-                    version: versions.get(&b.address).copied().unwrap_or(0),
+                    version: version_at(b.address),
                     origin: Origin::Survivor,
                     alloc: None,
                     free_requested: None,
                     free_completed: None,
-                    stream: streams.index(s.stream),
-                    pool: pools.index(s.pool_id),
+                    stream: self.streams.index(s.stream),
+                    pool: self.pools.index(s.pool_id),
                     stack: b.stack.map_or(u32::MAX, |s| s.0),
                 });
             }
         }
-        let mut open: Vec<Lifetime> = open.into_values().chain(never_freed).collect();
-        open.sort_unstable_by_key(|l| l.alloc);
+        // Open at the end: every slot not given back (allocations replaced at their
+        // address by another keep theirs).
+        let mut given_back = vec![false; self.slots.len()];
+        for &slot in &pairing.free_slots {
+            given_back[slot as usize] = true;
+        }
+        // By alloc event (sorting the events and slots, not the lifetimes).
+        let mut order: Vec<u64> = (0..self.slots.len())
+            .filter(|&slot| !given_back[slot])
+            .map(|slot| {
+                (self.slots[slot].0.alloc.map_or(0, |a| a.index()) as u64) << 32 | slot as u64
+            })
+            .collect();
+        order.sort_unstable();
+        let open: Vec<Lifetime> = order
+            .into_iter()
+            .map(|key| self.slots[key as u32 as usize].0)
+            .collect();
         let survivor_requested: u64 = survivors.iter().map(|l| l.size).sum();
-        let survivor_allocated: u64 = survivors.iter().map(|l| self.block_bytes_of(l)).sum();
+        let survivor_allocated: u64 = survivors.iter().map(|l| r.block_bytes_of(l)).sum();
         let start = Start {
-            requested: orphans.requested + survivor_requested,
-            allocated: orphans.allocated + survivor_allocated,
-            reserved: self.final_reserved() - run.reserved,
+            requested: self.orphans.requested + survivor_requested,
+            allocated: self.orphans.allocated + survivor_allocated,
+            reserved: r.final_reserved() - self.run.reserved,
         };
         agg.finish(&End {
             start,
-            last: run,
+            last: self.run,
             open: &open,
             survivors: &survivors,
-            streams: &streams.values,
-            pools: &pools.values,
+            streams: &self.streams.values,
+            pools: &self.pools.values,
         });
         start
     }
@@ -966,7 +1162,7 @@ impl Aggregator for LiveAt {
 mod tests {
     use super::*;
     use crate::model::trace::NewEvent;
-    use crate::model::{Segment, SegmentType};
+    use crate::model::{Block, Segment, SegmentType};
 
     fn segment(address: u64, total_size: u64, pool: (i64, i64)) -> Segment {
         Segment {
@@ -1031,5 +1227,140 @@ mod tests {
                 one, one, None, None, two, two, None, None, one, None, two, None, one, None
             ]
         );
+    }
+
+    /// One call an aggregator got: its kind, event, lifetime, delta or action, totals.
+    type Call = (char, usize, Option<Lifetime>, i64, Running);
+    /// What [`End`] gave: the start, the last totals, open lifetimes, survivors,
+    /// streams, pools.
+    type Ending = (
+        Start,
+        Running,
+        Vec<Lifetime>,
+        Vec<Lifetime>,
+        Vec<u64>,
+        Vec<PoolId>,
+    );
+
+    /// Every call an aggregator gets, with its arguments.
+    #[derive(Default, Debug, PartialEq)]
+    struct Recorder {
+        calls: Vec<Call>,
+        end: Option<Ending>,
+        versions: bool,
+    }
+
+    impl Aggregator for Recorder {
+        fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
+            self.calls.push(('a', i, Some(*l), 0, *run));
+        }
+        fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
+            self.calls.push(('r', i, Some(*l), 0, *run));
+        }
+        fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
+            self.calls.push(('f', i, Some(*l), 0, *run));
+        }
+        fn segment(&mut self, i: usize, _action: Action, delta: i64, run: &Running) {
+            self.calls.push(('s', i, None, delta, *run));
+        }
+        fn event(&mut self, i: usize, action: Action, run: &Running) {
+            self.calls.push(('e', i, None, action as i64, *run));
+        }
+        fn finish(&mut self, end: &End) {
+            self.end = Some((
+                end.start,
+                end.last,
+                end.open.to_vec(),
+                end.survivors.to_vec(),
+                end.streams.to_vec(),
+                end.pools.to_vec(),
+            ));
+        }
+        fn wants_versions(&self) -> bool {
+            self.versions
+        }
+    }
+
+    /// A trace of 40,000 events over 48 addresses (allocations replaced while open,
+    /// frees of memory from before the trace, frees requested and completed, segment
+    /// events, two streams), ending in a segment whose blocks hold some of the last
+    /// allocations and some blocks with none.
+    fn busy_snapshot() -> Snapshot {
+        const BASE: u64 = 0x7000_0000;
+        let mut trace = DeviceTrace::default();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..40_000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = seed >> 33;
+            let action = match r % 11 {
+                0..=3 => Action::Alloc,
+                4..=5 => Action::FreeRequested,
+                6..=8 => Action::FreeCompleted,
+                9 => Action::SegmentAlloc,
+                _ => Action::SegmentFree,
+            };
+            trace.push(NewEvent {
+                action: Some(action),
+                addr: BASE + (r / 11 % 48) * 0x1000,
+                size: 512 * (1 + (r >> 12) % 4),
+                stream: (r >> 20) % 2,
+                ..NewEvent::default()
+            });
+        }
+        let mut seg = segment(BASE, 48 * 0x1000, (0, 0));
+        seg.blocks = (0..48)
+            .map(|k| Block {
+                address: BASE + k * 0x1000,
+                size: 0x1000,
+                requested_size: 512 * (1 + k % 4),
+                state: if k % 3 == 0 {
+                    BlockState::Inactive
+                } else {
+                    BlockState::ActiveAllocated
+                },
+                stack: None,
+            })
+            .collect();
+        Snapshot {
+            segments: vec![seg],
+            device_traces: vec![trace],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn pairing_on_a_second_thread_gives_every_aggregator_the_same_calls() {
+        let snap = busy_snapshot();
+        let replay = DeviceReplay::new(&snap, 0);
+        for versions in [false, true] {
+            let record = |chunk: usize, on_thread: bool| {
+                let mut rec = Recorder {
+                    versions,
+                    ..Recorder::default()
+                };
+                let start = replay.run_in_chunks(&mut rec, chunk, on_thread);
+                (start, rec)
+            };
+            let (start, one) = record(usize::MAX, false);
+            // The replay went through every kind of case.
+            let count = |kind: char| one.calls.iter().filter(|c| c.0 == kind).count();
+            assert!(count('a') > 10_000 && count('r') > 3_000 && count('f') > 5_000);
+            let orphan = |c: &&Call| c.0 == 'f' && c.2.unwrap().origin == Origin::BeforeTrace;
+            assert!(one.calls.iter().filter(orphan).count() > 1_000);
+            let (_, _, open, survivors, streams, _) = one.end.as_ref().unwrap();
+            assert!(open.len() > 48, "allocations replaced while open stay open");
+            assert!(!survivors.is_empty() && streams.len() == 2);
+            assert!(start.allocated > 0);
+            for (chunk, on_thread) in [(7, true), (4096, true), (1, false), (4096, false)] {
+                let (other_start, other) = record(chunk, on_thread);
+                assert_eq!(other_start, start);
+                assert!(
+                    other == one,
+                    "chunk {chunk}, thread {on_thread}, versions {versions}"
+                );
+            }
+        }
     }
 }
