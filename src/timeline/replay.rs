@@ -523,8 +523,8 @@ impl<'a> DeviceReplay<'a> {
         self.segments.iter().map(|s| s.1 as i64).sum()
     }
 
-    /// Replays every event into `agg`. A long trace is paired on a second thread (see
-    /// [`Pairing`]) while this one runs the aggregators, a chunk of events behind.
+    /// Replays every event into `agg`. A long trace is paired on a second thread while
+    /// this one runs the aggregators, a chunk of events behind (see the module's notes).
     pub fn run<A: Aggregator>(&self, agg: A) -> Start {
         let on_thread = self.trace.len() >= PARALLEL_MIN_EVENTS && rayon::current_num_threads() > 1;
         self.run_in_chunks(agg, PAIRING_CHUNK, on_thread)
