@@ -453,30 +453,55 @@ impl<'a> DeviceReplay<'a> {
 
     /// Sets the version of each lifetime ([`Lifetime::version`]: the frees completed at
     /// its address before it was made; for a survivor, all of them), for sets collected
-    /// by a pass that did not count versions. One scan of the trace, looking up only the
-    /// frees at the lifetimes' addresses.
+    /// by a pass that did not count versions. One scan of the trace, in parallel pieces,
+    /// looking up only the frees at the lifetimes' addresses.
     pub fn fill_versions(&self, lifetimes: &mut [Lifetime]) {
+        use rayon::prelude::*;
         if lifetimes.is_empty() {
             return;
         }
-        let mut frees: FxMap<u64, Vec<usize>> =
-            lifetimes.iter().map(|l| (l.addr, Vec::new())).collect();
-        for i in 0..self.trace.len() {
-            if self.trace.action(i) == Action::FreeCompleted
-                && let Some(list) = frees.get_mut(&self.trace.addr(i))
-            {
-                list.push(i);
-            }
+        // A dense number for each address.
+        let mut ids: FxMap<u64, u32> = FxMap::default();
+        for l in lifetimes.iter() {
+            let next = ids.len() as u32;
+            ids.entry(l.addr).or_insert(next);
+        }
+        // The frees completed at those addresses (address number, event), in event order.
+        const PIECE: usize = 1 << 20;
+        let len = self.trace.len();
+        let frees: Vec<Vec<(u32, u32)>> = (0..len.div_ceil(PIECE))
+            .into_par_iter()
+            .map(|k| {
+                (k * PIECE..((k + 1) * PIECE).min(len))
+                    .filter(|&i| self.trace.action(i) == Action::FreeCompleted)
+                    .filter_map(|i| ids.get(&self.trace.addr(i)).map(|&id| (id, i as u32)))
+                    .collect()
+            })
+            .collect();
+        // Grouped by address, each group in event order (a counting sort).
+        let mut starts = vec![0usize; ids.len() + 1];
+        for &(id, _) in frees.iter().flatten() {
+            starts[id as usize + 1] += 1;
+        }
+        for k in 1..starts.len() {
+            starts[k] += starts[k - 1];
+        }
+        let mut next = starts.clone();
+        let mut events = vec![0u32; starts[ids.len()]];
+        for &(id, i) in frees.iter().flatten() {
+            events[next[id as usize]] = i;
+            next[id as usize] += 1;
         }
         for l in lifetimes {
-            let list = &frees[&l.addr];
+            let id = ids[&l.addr] as usize;
+            let list = &events[starts[id]..starts[id + 1]];
             let made = match l.origin {
                 Origin::Traced => l.alloc,
                 Origin::BeforeTrace => l.free_completed,
                 Origin::Survivor => None,
             };
             l.version = match made {
-                Some(e) => list.partition_point(|&f| f < e.index()),
+                Some(e) => list.partition_point(|&f| (f as usize) < e.index()),
                 None => list.len(),
             } as u32;
         }
@@ -690,8 +715,9 @@ struct Pass<'r, 'a> {
     streams: SmallTable<u64>,
     pools: SmallTable<PoolId>,
     pool_lookup: PoolLookup,
-    /// The open allocations with their block bytes, by the slot pairing gave them.
-    slots: Vec<(Lifetime, u64)>,
+    /// The open allocations, by the slot pairing gave them, and their block bytes.
+    slots: Vec<Lifetime>,
+    blocks: Vec<u64>,
     run: Running,
     orphans: Start,
 }
@@ -704,6 +730,7 @@ impl<'r, 'a> Pass<'r, 'a> {
             pools: SmallTable::new(),
             pool_lookup: replay.pools(),
             slots: Vec::new(),
+            blocks: Vec::new(),
             run: Running::default(),
             orphans: Start::default(),
         }
@@ -736,19 +763,22 @@ impl<'r, 'a> Pass<'r, 'a> {
                     agg.alloc(i, &l, &self.run);
                     let slot = p.slot as usize;
                     if slot == self.slots.len() {
-                        self.slots.push((l, block));
+                        self.slots.push(l);
+                        self.blocks.push(block);
                     } else {
-                        self.slots[slot] = (l, block);
+                        self.slots[slot] = l;
+                        self.blocks[slot] = block;
                     }
                 }
                 Action::FreeRequested if p.slot != NO_SLOT => {
-                    let l = &mut self.slots[p.slot as usize].0;
+                    let l = &mut self.slots[p.slot as usize];
                     l.free_requested = Some(EventIdx::new(i));
                     agg.free_requested(i, l, &self.run);
                 }
                 Action::FreeCompleted => {
                     let (l, block) = if p.slot != NO_SLOT {
-                        let (mut l, block) = self.slots[p.slot as usize];
+                        let slot = p.slot as usize;
+                        let (mut l, block) = (self.slots[slot], self.blocks[slot]);
                         l.free_completed = Some(EventIdx::new(i));
                         (l, block)
                     } else {
@@ -827,23 +857,21 @@ impl<'r, 'a> Pass<'r, 'a> {
             }
         }
         // Open at the end: every slot not given back (allocations replaced at their
-        // address by another keep theirs).
+        // address by another keep theirs), by alloc event.
+        drop(self.blocks);
         let mut given_back = vec![false; self.slots.len()];
         for &slot in &pairing.free_slots {
             given_back[slot as usize] = true;
         }
-        // By alloc event (sorting the events and slots, not the lifetimes).
-        let mut order: Vec<u64> = (0..self.slots.len())
-            .filter(|&slot| !given_back[slot])
-            .map(|slot| {
-                (self.slots[slot].0.alloc.map_or(0, |a| a.index()) as u64) << 32 | slot as u64
-            })
-            .collect();
-        order.sort_unstable();
-        let open: Vec<Lifetime> = order
-            .into_iter()
-            .map(|key| self.slots[key as u32 as usize].0)
-            .collect();
+        drop(pairing);
+        let mut open = self.slots;
+        let mut slot = 0;
+        open.retain(|_| {
+            slot += 1;
+            !given_back[slot - 1]
+        });
+        drop(given_back);
+        open.sort_unstable_by_key(|l| l.alloc);
         let survivor_requested: u64 = survivors.iter().map(|l| l.size).sum();
         let survivor_allocated: u64 = survivors.iter().map(|l| r.block_bytes_of(l)).sum();
         let start = Start {
