@@ -386,22 +386,42 @@ impl<'a> DeviceReplay<'a> {
         }
     }
 
-    /// The last `alloc` at each address that holds a block at the end.
+    /// The last `alloc` at each address that holds a block at the end: the last million
+    /// events are searched first, and the rest, when needed, in parallel pieces.
     fn last_alloc(&self) -> &FxMap<u64, usize> {
+        use rayon::prelude::*;
+        const PIECE: usize = 1 << 20;
         self.last_alloc.get_or_init(|| {
-            let mut last = FxMap::default();
-            if self.final_blocks.is_empty() {
-                return last;
-            }
-            for i in (0..self.trace.len()).rev() {
-                if self.trace.action(i) != Action::Alloc {
-                    continue;
+            let wanted = self.final_blocks.len();
+            let scan = |range: std::ops::Range<usize>| {
+                let mut last = FxMap::default();
+                for i in range.rev() {
+                    if self.trace.action(i) != Action::Alloc {
+                        continue;
+                    }
+                    let addr = self.trace.addr(i);
+                    if self.final_blocks.contains_key(&addr) {
+                        last.entry(addr).or_insert(i);
+                        if last.len() == wanted {
+                            break;
+                        }
+                    }
                 }
-                let addr = self.trace.addr(i);
-                if self.final_blocks.contains_key(&addr) {
-                    last.entry(addr).or_insert(i);
-                    if last.len() == self.final_blocks.len() {
-                        break;
+                last
+            };
+            if wanted == 0 {
+                return FxMap::default();
+            }
+            let rest = self.trace.len().saturating_sub(PIECE);
+            let mut last = scan(rest..self.trace.len());
+            if last.len() < wanted && rest > 0 {
+                let pieces: Vec<FxMap<u64, usize>> = (0..rest.div_ceil(PIECE))
+                    .into_par_iter()
+                    .map(|k| scan(k * PIECE..((k + 1) * PIECE).min(rest)))
+                    .collect();
+                for piece in pieces.into_iter().rev() {
+                    for (addr, i) in piece {
+                        last.entry(addr).or_insert(i);
                     }
                 }
             }
@@ -563,6 +583,9 @@ impl<'a> DeviceReplay<'a> {
             .map(|start| start..(start + chunk).min(len));
         let mut pass = Pass::new(self);
         let pairing = if on_thread {
+            // Found here, in parallel, not on the pairing thread: a thread outside the
+            // pool that waits on the pool could wait on workers that wait on it.
+            self.last_alloc();
             std::thread::scope(|scope| {
                 let (sender, receiver) = std::sync::mpsc::sync_channel(4);
                 let pairer = scope.spawn(move || {
@@ -1390,5 +1413,99 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_long_trace_searched_in_pieces_gives_each_final_block_its_last_alloc_and_versions() {
+        // 2.5M events: allocations at the final blocks' addresses in every piece the
+        // search splits the trace into; one final block is never allocated.
+        const BASE: u64 = 0x7000_0000;
+        let mut trace = DeviceTrace::default();
+        let n = 2_500_000;
+        for i in 0..n {
+            // Pieces: [0, 1M), [1M, 1.5M), and the last million [1.5M, 2.5M).
+            let block = match i {
+                10 | 1_100_000 => Some(0),
+                1_200_000 | 1_400_000 => Some(1),
+                500_000 | 2_400_000 => Some(2),
+                _ => None,
+            };
+            let (action, addr) = match block {
+                Some(k) => (Action::Alloc, BASE + k * 0x1000),
+                None if i % 2 == 0 => (Action::Alloc, 0x1_0000_0000 + (i as u64 % 64) * 512),
+                None => (Action::FreeCompleted, BASE + (i as u64 / 2 % 4) * 0x1000),
+            };
+            trace.push(NewEvent {
+                action: Some(action),
+                addr,
+                size: 512,
+                ..NewEvent::default()
+            });
+        }
+        let mut seg = segment(BASE, 4 * 0x1000, (0, 0));
+        seg.blocks = (0..4)
+            .map(|k| Block {
+                address: BASE + k * 0x1000,
+                size: 0x1000,
+                requested_size: 512,
+                state: BlockState::ActiveAllocated,
+                stack: None,
+            })
+            .collect();
+        let snap = Snapshot {
+            segments: vec![seg],
+            device_traces: vec![trace],
+            ..Snapshot::default()
+        };
+        let replay = DeviceReplay::new(&snap, 0);
+        let mut found: Vec<(u64, usize)> =
+            replay.last_alloc().iter().map(|(&a, &i)| (a, i)).collect();
+        found.sort_unstable();
+        assert_eq!(
+            found,
+            [
+                (BASE, 1_100_000),
+                (BASE + 0x1000, 1_400_000),
+                (BASE + 0x2000, 2_400_000)
+            ]
+        );
+        // Versions, counted in the same pieces: the frees completed at the address
+        // before the allocation (all of them for a block with no alloc in the trace).
+        let made = [10, 1_100_000, 1_400_000, 500_000, 2_400_000];
+        let mut lifetimes: Vec<Lifetime> = made
+            .iter()
+            .map(|&i| Lifetime {
+                addr: snap.device_traces[0].addr(i),
+                size: 512,
+                version: 0,
+                origin: Origin::Traced,
+                alloc: Some(EventIdx::new(i)),
+                free_requested: None,
+                free_completed: None,
+                stream: 0,
+                pool: 0,
+                stack: u32::MAX,
+            })
+            .collect();
+        lifetimes.push(Lifetime {
+            addr: BASE + 0x3000,
+            origin: Origin::Survivor,
+            alloc: None,
+            ..lifetimes[0]
+        });
+        replay.fill_versions(&mut lifetimes);
+        let trace = &snap.device_traces[0];
+        let frees_before = |addr: u64, end: usize| {
+            (0..end)
+                .filter(|&i| trace.action(i) == Action::FreeCompleted && trace.addr(i) == addr)
+                .count() as u32
+        };
+        let want: Vec<u32> = lifetimes
+            .iter()
+            .map(|l| frees_before(l.addr, l.alloc.map_or(n, |a| a.index())))
+            .collect();
+        let got: Vec<u32> = lifetimes.iter().map(|l| l.version).collect();
+        assert_eq!(got, want);
+        assert!(want.iter().all(|&v| v > 0) && want[1] > want[0]);
     }
 }
