@@ -7,6 +7,7 @@ use common::{require_shared_data, root};
 use proptest::prelude::*;
 use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::timeline_view::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
+use vramlens::analysis::top::Versions;
 use vramlens::model::trace::NewEvent;
 use vramlens::model::{Action, Block, BlockState, DeviceTrace, Segment, SegmentType, Snapshot};
 use vramlens::timeline::replay::DeviceReplay;
@@ -332,12 +333,24 @@ proptest! {
             let key = |l: &timeline::Lifetime| (l.addr, l.version, l.size, l.alloc);
             let mut want: Vec<_> = tl.live_at(at).into_iter().map(key).collect();
             want.sort();
-            let mut got: Vec<_> = vramlens::analysis::top::live_state(&r, at).lifetimes.iter().map(key).collect();
+            let live = vramlens::analysis::top::live_state(&r, at, Versions::Counted);
+            // Traced allocations first, by alloc event.
+            let traced = live.lifetimes.iter().take_while(|l| l.alloc.is_some()).count();
+            prop_assert!(live.lifetimes[traced..].iter().all(|l| l.alloc.is_none()));
+            prop_assert!(live.lifetimes[..traced].windows(2).all(|w| w[0].alloc < w[1].alloc));
+            let mut got: Vec<_> = live.lifetimes.iter().map(key).collect();
             got.sort();
-            prop_assert_eq!(got, want, "live set at {:?}", at);
+            prop_assert_eq!(&got, &want, "live set at {:?}", at);
+            // Without versions: the same set, every version 0.
+            let bare = vramlens::analysis::top::live_state(&r, at, Versions::NotNeeded);
+            let mut bare: Vec<_> = bare.lifetimes.iter().map(key).collect();
+            bare.sort();
+            let mut zeroed: Vec<_> = got.iter().map(|&(a, _, s, e)| (a, 0, s, e)).collect();
+            zeroed.sort();
+            prop_assert_eq!(bare, zeroed, "unversioned live set at {:?}", at);
         }
         // The set at the peak, from the pass that finds the peak.
-        let at_peak = vramlens::analysis::top::live_state_at_peak(&r);
+        let at_peak = vramlens::analysis::top::live_state_at_peak(&r, Versions::Counted);
         prop_assert_eq!(at_peak.at, tl.peak_requested.event.map(|e| e.index()));
         let key = |l: &timeline::Lifetime| (l.addr, l.version, l.size, l.alloc);
         let mut want: Vec<_> = tl.live_at(at_peak.at).into_iter().map(key).collect();

@@ -8,6 +8,7 @@ use common::root;
 use vramlens::analysis::attribution::{AttributionOptions, Attributor, GroupBy, parse_rules};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::moment::Moment;
+use vramlens::analysis::top::Versions;
 use vramlens::analysis::top::analyze_top;
 use vramlens::input::read_snapshot;
 use vramlens::model::{Frame, FrameTable, StackId};
@@ -247,9 +248,9 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
         // Folded stacks of the same moment add up to it too, and so does the tree.
         let r = vramlens::timeline::replay::DeviceReplay::new(&snap, device);
         let at = dev["peak_requested_index"].as_u64().map(|i| i as usize);
-        let live = vramlens::analysis::top::live_state(&r, at);
+        let live = vramlens::analysis::top::live_state(&r, at, Versions::Counted);
         // The one-pass live set at the peak is the two-pass one, in the same order.
-        let one_pass = vramlens::analysis::top::live_state_at_peak(&r);
+        let one_pass = vramlens::analysis::top::live_state_at_peak(&r, Versions::Counted);
         assert_eq!(one_pass.at, at, "{} device {device}", info.path);
         assert_eq!(
             one_pass.lifetimes, live.lifetimes,

@@ -16,7 +16,7 @@
 use super::attribution::{AttributionOptions, Attributor, GroupBy};
 use super::device::{DeviceReason, choose_device};
 use super::leaks::{LeakReport, LeakSampler};
-use super::top::{LiveState, LiveStateAt, group_live};
+use super::top::{LiveState, LiveStateAt, Versions, group_live};
 use crate::model::{Action, Snapshot};
 use crate::oom_log::OomMessage;
 use crate::timeline::replay::DeviceReplay;
@@ -584,7 +584,7 @@ fn analyze_at(
         .has_timeline()
         .then(|| LeakSampler::new(r, attr, GroupBy::Callsite, at));
     let start = r.run((&mut live, sampler.as_mut()));
-    let live: LiveState = live.finish(r, start);
+    let live: LiveState = live.finish(r, start, Versions::NotNeeded);
     let leaks = sampler.map(|s| s.finish(snap, r, start));
     let mut pools: BTreeMap<(Option<(i64, i64)>, u64), PoolFree> = BTreeMap::new();
     let (mut largest, mut largest_same) = (0u64, 0u64);

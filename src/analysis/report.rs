@@ -17,7 +17,7 @@ use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze
 use super::segment_map::{SegmentMap, segment_map};
 use super::summary::{Summary, SummaryOptions, analyze_summary};
 use super::timeline_view::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, build_view};
-use super::top::{Group, add_times, group_live, limit_groups, live_state};
+use super::top::{Group, Versions, add_times, group_live, limit_groups, live_state};
 use crate::devlog::DeviceLog;
 use crate::devlog::convert::Converted;
 use crate::input::SourceInfo;
@@ -140,7 +140,7 @@ fn moment_report(
     moment: ResolvedMoment,
     also: Vec<&'static str>,
 ) -> MomentReport {
-    let live = live_state(r, moment.event.map(|e| e as usize));
+    let live = live_state(r, moment.event.map(|e| e as usize), Versions::Counted);
     let mut groups = limit_groups(
         group_live(attr, &live, GroupBy::Callsite),
         MAX_GROUPS,

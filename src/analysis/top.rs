@@ -35,11 +35,21 @@ impl LiveState {
     }
 }
 
+/// Whether the lifetimes of a live set get their versions ([`Lifetime::version`], which
+/// their labels show): counting them searches the trace again, so a command that shows
+/// no label goes without.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Versions {
+    Counted,
+    /// Every version left 0.
+    NotNeeded,
+}
+
 /// Replays a device once to collect what was alive just after event `at`.
-pub fn live_state(r: &DeviceReplay, at: Option<usize>) -> LiveState {
+pub fn live_state(r: &DeviceReplay, at: Option<usize>, versions: Versions) -> LiveState {
     let mut live = LiveStateAt::new(at);
     let start = r.run(&mut live);
-    live.finish(r, start)
+    live.finish(r, start, versions)
 }
 
 /// What [`live_state`] collects, as an aggregator to run beside others in one replay;
@@ -59,11 +69,13 @@ impl LiveStateAt {
         }
     }
 
-    pub fn finish(self, r: &DeviceReplay, start: Start) -> LiveState {
+    pub fn finish(self, r: &DeviceReplay, start: Start, versions: Versions) -> LiveState {
         let at = self.at;
         let run = self.totals.values.first().copied().unwrap_or_default();
         let mut lifetimes = self.live.set(at).to_vec();
-        r.fill_versions(&mut lifetimes);
+        if versions == Versions::Counted {
+            r.fill_versions(&mut lifetimes);
+        }
         LiveState {
             at,
             block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
@@ -80,11 +92,13 @@ impl LiveStateAt {
 crate::aggregator_of_fields!(LiveStateAt, live, totals);
 
 /// What was alive at the peak of requested bytes, from the one replay that finds it.
-pub fn live_state_at_peak(r: &DeviceReplay) -> LiveState {
+pub fn live_state_at_peak(r: &DeviceReplay, versions: Versions) -> LiveState {
     let mut peak = crate::timeline::replay::LiveAtPeak::default();
     let start = r.run(&mut peak);
     let mut lifetimes = std::mem::take(&mut peak.set);
-    r.fill_versions(&mut lifetimes);
+    if versions == Versions::Counted {
+        r.fill_versions(&mut lifetimes);
+    }
     LiveState {
         at: peak.at,
         block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
@@ -101,14 +115,15 @@ pub fn live_state_at_peak(r: &DeviceReplay) -> LiveState {
 pub fn resolve_live(
     r: &DeviceReplay,
     moment: super::moment::Moment,
+    versions: Versions,
 ) -> Result<(super::moment::ResolvedMoment, LiveState), super::moment::MomentError> {
     if moment == super::moment::Moment::Peak && !r.is_empty() {
-        let live = live_state_at_peak(r);
+        let live = live_state_at_peak(r, versions);
         let resolved = super::moment::resolve(r, moment, || live.at)?;
         return Ok((resolved, live));
     }
     let resolved = super::moment::resolve(r, moment, || peak_event(r))?;
-    let live = live_state(r, resolved.event.map(|e| e as usize));
+    let live = live_state(r, resolved.event.map(|e| e as usize), versions);
     Ok((resolved, live))
 }
 
@@ -285,7 +300,7 @@ pub fn analyze_top(
     attr: &Attributor,
 ) -> Result<TopReport, super::moment::MomentError> {
     let r = DeviceReplay::new(snap, choice.device);
-    let (resolved, live) = resolve_live(&r, moment)?;
+    let (resolved, live) = resolve_live(&r, moment, Versions::Counted)?;
     let mut groups = limit_groups(
         group_live(attr, &live, by),
         limit.max(1),

@@ -9,7 +9,7 @@ use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::flame::flame;
 use vramlens::analysis::moment::Moment;
-use vramlens::analysis::top::resolve_live;
+use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::input::ReadOptions;
 use vramlens::render::flame_svg::{FlameTitle, write_flame_svg};
 use vramlens::render::names::{device_line, moment_text};
@@ -35,7 +35,8 @@ pub fn run(args: &FlamegraphArgs, out: &mut dyn Write) -> Result<()> {
     let choice = choose_device(&snap, args.device, moment == Moment::Oom)
         .map_err(|e| anyhow!("{path}: {e}"))?;
     let r = DeviceReplay::new(&snap, choice.device);
-    let (resolved, live) = resolve_live(&r, moment).map_err(|e| anyhow!("{path}: {e}"))?;
+    let (resolved, live) =
+        resolve_live(&r, moment, Versions::NotNeeded).map_err(|e| anyhow!("{path}: {e}"))?;
     let attr = Attributor::new(&snap.frames, &options);
     let (root, folded) = flame(&attr, &live);
     match (&args.output, args.folded) {

@@ -9,7 +9,7 @@ use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::moment::Moment;
 use vramlens::analysis::segment_map::segment_map;
-use vramlens::analysis::top::resolve_live;
+use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::input::ReadOptions;
 use vramlens::render::segments_svg::write_segments_svg;
 use vramlens::render::segments_text::write_segments_text;
@@ -31,7 +31,8 @@ pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
     let choice = choose_device(&snap, args.device, moment == Moment::Oom)
         .map_err(|e| anyhow!("{path}: {e}"))?;
     let r = DeviceReplay::new(&snap, choice.device);
-    let (resolved, live) = resolve_live(&r, moment).map_err(|e| anyhow!("{path}: {e}"))?;
+    let (resolved, live) =
+        resolve_live(&r, moment, Versions::Counted).map_err(|e| anyhow!("{path}: {e}"))?;
     let attr = Attributor::new(&snap.frames, &options);
     let map = segment_map(&snap, path, &r, &attr, by, resolved, &live);
     if let Some(o) = &args.output {

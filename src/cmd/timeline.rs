@@ -11,7 +11,7 @@ use vramlens::analysis::device::choose_device;
 use vramlens::analysis::live::live_set;
 use vramlens::analysis::moment::Moment;
 use vramlens::analysis::timeline_view::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
-use vramlens::analysis::top::resolve_live;
+use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::analysis::trace_lanes::{LaneKind, TraceLanes, build_lanes};
 use vramlens::devlog::{read_profile, to_snapshot};
 use vramlens::input::ReadOptions;
@@ -116,7 +116,8 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         })?;
     }
     if let Some(m) = moment {
-        let (resolved, live) = resolve_live(&r, m).map_err(|e| anyhow!("{path}: {e}"))?;
+        let (resolved, live) =
+            resolve_live(&r, m, Versions::Counted).map_err(|e| anyhow!("{path}: {e}"))?;
         let listing = live_set(&snap, path, &choice, resolved, &live, r.trace, args.frames);
         if args.json {
             write_json(out, &listing)?;

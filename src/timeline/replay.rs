@@ -21,7 +21,6 @@
 use super::{EventIdx, Lifetime, Origin};
 use crate::model::frames::FxMap;
 use crate::model::{Action, BlockState, DeviceTrace, Segment, Snapshot};
-
 use std::sync::{LazyLock, OnceLock};
 
 /// The trace of a device that has none.
@@ -480,12 +479,26 @@ impl<'a> DeviceReplay<'a> {
         if lifetimes.is_empty() {
             return;
         }
-        // A dense number for each address.
+        // A dense number for each address, and a bit per hash of the addresses: most
+        // frees are at other addresses, and a bit in a table a few times the set's size
+        // (in cache) answers for them without a look-up in the map.
         let mut ids: FxMap<u64, u32> = FxMap::default();
-        for l in lifetimes.iter() {
-            let next = ids.len() as u32;
-            ids.entry(l.addr).or_insert(next);
+        let id_of: Vec<u32> = lifetimes
+            .iter()
+            .map(|l| {
+                let next = ids.len() as u32;
+                *ids.entry(l.addr).or_insert(next)
+            })
+            .collect();
+        let bits = (ids.len() * 8).next_power_of_two().max(64);
+        let slot = |addr: u64| {
+            (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits.trailing_zeros())) as usize
+        };
+        let mut filter = vec![0u64; bits / 64];
+        for &addr in ids.keys() {
+            filter[slot(addr) / 64] |= 1 << (slot(addr) % 64);
         }
+        let maybe = |addr: u64| filter[slot(addr) / 64] & (1 << (slot(addr) % 64)) != 0;
         // The frees completed at those addresses (address number, event), in event order.
         const PIECE: usize = 1 << 20;
         let len = self.trace.len();
@@ -494,7 +507,13 @@ impl<'a> DeviceReplay<'a> {
             .map(|k| {
                 (k * PIECE..((k + 1) * PIECE).min(len))
                     .filter(|&i| self.trace.action(i) == Action::FreeCompleted)
-                    .filter_map(|i| ids.get(&self.trace.addr(i)).map(|&id| (id, i as u32)))
+                    .filter_map(|i| {
+                        let addr = self.trace.addr(i);
+                        if !maybe(addr) {
+                            return None;
+                        }
+                        ids.get(&addr).map(|&id| (id, i as u32))
+                    })
                     .collect()
             })
             .collect();
@@ -512,8 +531,8 @@ impl<'a> DeviceReplay<'a> {
             events[next[id as usize]] = i;
             next[id as usize] += 1;
         }
-        for l in lifetimes {
-            let id = ids[&l.addr] as usize;
+        for (l, &id) in lifetimes.iter_mut().zip(&id_of) {
+            let id = id as usize;
             let list = &events[starts[id]..starts[id + 1]];
             let made = match l.origin {
                 Origin::Traced => l.alloc,
@@ -1163,21 +1182,42 @@ impl LiveAt {
 /// kept as they were freed after it: traced ones by alloc event (as they were made), then
 /// those from before the trace by free event, then survivors.
 fn live_set(end: &End, freed: &[Lifetime], moment: Option<usize>) -> Vec<Lifetime> {
-    let mut set: Vec<Lifetime> = end
-        .open
+    let alive = |l: &&Lifetime| made_by(l.alloc, moment);
+    let as_alive = |l: &Lifetime| Lifetime {
+        free_requested: None,
+        free_completed: None,
+        ..*l
+    };
+    // The open ones come in alloc order; the freed ones, sorted, are merged in.
+    let mut set: Vec<Lifetime> = end.open.iter().filter(alive).map(as_alive).collect();
+    let mut traced_freed: Vec<Lifetime> = freed
         .iter()
-        .chain(freed.iter().filter(|l| l.alloc.is_some()))
-        .filter(|l| made_by(l.alloc, moment))
-        .map(|l| Lifetime {
-            free_requested: None,
-            free_completed: None,
-            ..*l
-        })
+        .filter(|l| l.alloc.is_some())
+        .filter(alive)
+        .map(as_alive)
         .collect();
-    set.sort_unstable_by_key(|l| l.alloc);
+    traced_freed.sort_unstable_by_key(|l| l.alloc);
+    merge_by_alloc(&mut set, &traced_freed);
     set.extend(freed.iter().filter(|l| l.alloc.is_none()));
     set.extend_from_slice(end.survivors);
     set
+}
+
+/// Merges `more` into `set`, both in alloc order, in place from the back.
+fn merge_by_alloc(set: &mut Vec<Lifetime>, more: &[Lifetime]) {
+    let (mut i, mut j) = (set.len(), more.len());
+    set.extend_from_slice(more);
+    let mut k = set.len();
+    while j > 0 {
+        k -= 1;
+        if i > 0 && set[i - 1].alloc > more[j - 1].alloc {
+            set[k] = set[i - 1];
+            i -= 1;
+        } else {
+            set[k] = more[j - 1];
+            j -= 1;
+        }
+    }
 }
 
 /// Whether an allocation made at `alloc` (None: before the trace) exists just after
