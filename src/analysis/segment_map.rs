@@ -6,11 +6,12 @@ use super::attribution::{Attributor, GroupBy};
 use super::moment::ResolvedMoment;
 use super::top::LiveState;
 use crate::model::Snapshot;
+use crate::model::frames::FxMap;
 use crate::timeline::Lifetime;
 use crate::timeline::replay::DeviceReplay;
 use crate::timeline::state::allocator_state;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 pub const SCHEMA_VERSION: u32 = 2;
 
@@ -83,7 +84,8 @@ pub fn segment_map(
     let state = allocator_state(snap, r.device, at);
     // The allocation alive at each address (the latest, if the trace allocated an
     // address twice without freeing it).
-    let mut by_addr: HashMap<u64, &Lifetime> = HashMap::new();
+    let mut by_addr: FxMap<u64, &Lifetime> = FxMap::default();
+    by_addr.reserve(live.lifetimes.len());
     for l in &live.lifetimes {
         by_addr
             .entry(l.addr)
