@@ -96,6 +96,15 @@ pub fn segment_map(
             })
             .or_insert(l);
     }
+    // Labels of the allocations the map shows, their versions counted here: the live
+    // set may hold far more (versions in `live` are not read).
+    let mut shown: Vec<Lifetime> = state
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter_map(|b| by_addr.get(&b.addr).map(|&l| *l))
+        .collect();
+    r.fill_versions(&mut shown);
+    let labels: FxMap<u64, String> = shown.iter().map(|l| (l.addr, l.label())).collect();
     let mut group_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut groups: Vec<MapGroup> = Vec::new();
     let mut largest: Vec<u64> = Vec::new();
@@ -140,7 +149,7 @@ pub fn segment_map(
                     size_bytes: b.size,
                     requested_bytes: b.requested,
                     pending_free: b.pending_free,
-                    label: l.map(|l| l.label()),
+                    label: l.map(|l| labels[&l.addr].clone()),
                     group,
                     frames: super::frames::user_frames(&snap.frames, stack, 6),
                 }

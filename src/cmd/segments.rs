@@ -32,7 +32,7 @@ pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
         .map_err(|e| anyhow!("{path}: {e}"))?;
     let r = DeviceReplay::new(&snap, choice.device);
     let (resolved, live) =
-        resolve_live(&r, moment, Versions::Counted).map_err(|e| anyhow!("{path}: {e}"))?;
+        resolve_live(&r, moment, Versions::NotNeeded).map_err(|e| anyhow!("{path}: {e}"))?;
     let attr = Attributor::new(&snap.frames, &options);
     let map = segment_map(&snap, path, &r, &attr, by, resolved, &live);
     if let Some(o) = &args.output {
