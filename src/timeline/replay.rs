@@ -1272,6 +1272,27 @@ mod tests {
         }
     }
 
+    /// A snapshot of `trace` whose one segment, at `base`, holds blocks of 0x1000 bytes
+    /// with these requested sizes and states.
+    fn with_blocks(trace: DeviceTrace, base: u64, blocks: &[(u64, BlockState)]) -> Snapshot {
+        let mut seg = segment(base, blocks.len() as u64 * 0x1000, (0, 0));
+        seg.blocks = (0..)
+            .zip(blocks)
+            .map(|(k, &(requested_size, state))| Block {
+                address: base + k * 0x1000,
+                size: 0x1000,
+                requested_size,
+                state,
+                stack: None,
+            })
+            .collect();
+        Snapshot {
+            segments: vec![seg],
+            device_traces: vec![trace],
+            ..Snapshot::default()
+        }
+    }
+
     #[test]
     fn pools_come_from_the_final_segment_holding_the_address_whatever_came_before() {
         let addrs = [
@@ -1400,25 +1421,17 @@ mod tests {
                 ..NewEvent::default()
             });
         }
-        let mut seg = segment(BASE, 48 * 0x1000, (0, 0));
-        seg.blocks = (0..48)
-            .map(|k| Block {
-                address: BASE + k * 0x1000,
-                size: 0x1000,
-                requested_size: 512 * (1 + k % 4),
-                state: if k % 3 == 0 {
+        let blocks: Vec<(u64, BlockState)> = (0..48)
+            .map(|k| {
+                let state = if k % 3 == 0 {
                     BlockState::Inactive
                 } else {
                     BlockState::ActiveAllocated
-                },
-                stack: None,
+                };
+                (512 * (1 + k % 4), state)
             })
             .collect();
-        Snapshot {
-            segments: vec![seg],
-            device_traces: vec![trace],
-            ..Snapshot::default()
-        }
+        with_blocks(trace, BASE, &blocks)
     }
 
     #[test]
@@ -1482,21 +1495,7 @@ mod tests {
                 ..NewEvent::default()
             });
         }
-        let mut seg = segment(BASE, 4 * 0x1000, (0, 0));
-        seg.blocks = (0..4)
-            .map(|k| Block {
-                address: BASE + k * 0x1000,
-                size: 0x1000,
-                requested_size: 512,
-                state: BlockState::ActiveAllocated,
-                stack: None,
-            })
-            .collect();
-        let snap = Snapshot {
-            segments: vec![seg],
-            device_traces: vec![trace],
-            ..Snapshot::default()
-        };
+        let snap = with_blocks(trace, BASE, &[(512, BlockState::ActiveAllocated); 4]);
         let replay = DeviceReplay::new(&snap, 0);
         let mut found: Vec<(u64, usize)> =
             replay.last_alloc().iter().map(|(&a, &i)| (a, i)).collect();
