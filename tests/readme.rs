@@ -9,6 +9,7 @@ use common::root;
 #[test]
 fn readme_examples_match_the_output() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let outputs = tempfile::tempdir().unwrap();
     let mut checked = 0;
     for block in readme.split("```").skip(1).step_by(2) {
         let body = block
@@ -24,10 +25,19 @@ fn readme_examples_match_the_output() {
             continue;
         }
         let expected: String = body.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        // Files the example writes go to a temporary folder, not into the checkout.
+        let mut args: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+        let mut written = Vec::new();
+        for k in 1..args.len() {
+            if matches!(args[k - 1].as_str(), "-o" | "--output") {
+                written.push(outputs.path().join(&args[k]));
+                args[k] = written[written.len() - 1].display().to_string();
+            }
+        }
         let out = Command::cargo_bin("vramlens")
             .unwrap()
             .current_dir(root())
-            .args(command.split_whitespace())
+            .args(&args)
             .output()
             .unwrap();
         assert_eq!(
@@ -35,6 +45,12 @@ fn readme_examples_match_the_output() {
             expected,
             "README example `vramlens {command}`"
         );
+        for file in &written {
+            assert!(
+                file.exists(),
+                "README example `vramlens {command}` wrote no {file:?}"
+            );
+        }
         checked += 1;
     }
     assert!(checked >= 3, "{checked} examples checked");
