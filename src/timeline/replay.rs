@@ -389,7 +389,6 @@ impl<'a> DeviceReplay<'a> {
     /// events are searched first, and the rest, when needed, in parallel pieces.
     fn last_alloc(&self) -> &FxMap<u64, usize> {
         use rayon::prelude::*;
-        const PIECE: usize = 1 << 20;
         self.last_alloc.get_or_init(|| {
             let wanted = self.final_blocks.len();
             let scan = |range: std::ops::Range<usize>| {
@@ -414,10 +413,8 @@ impl<'a> DeviceReplay<'a> {
             let rest = self.trace.len().saturating_sub(PIECE);
             let mut last = scan(rest..self.trace.len());
             if last.len() < wanted && rest > 0 {
-                let pieces: Vec<FxMap<u64, usize>> = (0..rest.div_ceil(PIECE))
-                    .into_par_iter()
-                    .map(|k| scan(k * PIECE..((k + 1) * PIECE).min(rest)))
-                    .collect();
+                let pieces: Vec<FxMap<u64, usize>> =
+                    pieces(rest).into_par_iter().map(scan).collect();
                 for piece in pieces.into_iter().rev() {
                     for (addr, i) in piece {
                         last.entry(addr).or_insert(i);
@@ -494,18 +491,24 @@ impl<'a> DeviceReplay<'a> {
         let slot = |addr: u64| {
             (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits.trailing_zeros())) as usize
         };
+        let word_and_bit = |addr: u64| {
+            let s = slot(addr);
+            (s / 64, 1u64 << (s % 64))
+        };
         let mut filter = vec![0u64; bits / 64];
         for &addr in ids.keys() {
-            filter[slot(addr) / 64] |= 1 << (slot(addr) % 64);
+            let (word, bit) = word_and_bit(addr);
+            filter[word] |= bit;
         }
-        let maybe = |addr: u64| filter[slot(addr) / 64] & (1 << (slot(addr) % 64)) != 0;
+        let maybe = |addr: u64| {
+            let (word, bit) = word_and_bit(addr);
+            filter[word] & bit != 0
+        };
         // The frees completed at those addresses (address number, event), in event order.
-        const PIECE: usize = 1 << 20;
-        let len = self.trace.len();
-        let frees: Vec<Vec<(u32, u32)>> = (0..len.div_ceil(PIECE))
+        let frees: Vec<Vec<(u32, u32)>> = pieces(self.trace.len())
             .into_par_iter()
-            .map(|k| {
-                (k * PIECE..((k + 1) * PIECE).min(len))
+            .map(|piece| {
+                piece
                     .filter(|&i| self.trace.action(i) == Action::FreeCompleted)
                     .filter_map(|i| {
                         let addr = self.trace.addr(i);
@@ -596,10 +599,7 @@ impl<'a> DeviceReplay<'a> {
 
     fn run_in_chunks<A: Aggregator>(&self, mut agg: A, chunk: usize, on_thread: bool) -> Start {
         let track_versions = agg.wants_versions();
-        let len = self.trace.len();
-        let chunks = (0..len)
-            .step_by(chunk)
-            .map(|start| start..(start + chunk).min(len));
+        let chunks = pieces_of(self.trace.len(), chunk);
         let mut pass = Pass::new(self);
         let pairing = if on_thread {
             // Found here, in parallel, not on the pairing thread: a thread outside the
@@ -632,6 +632,22 @@ impl<'a> DeviceReplay<'a> {
         };
         pass.finish(pairing, agg)
     }
+}
+
+/// Events per piece of the searches over a whole trace that run in parallel.
+const PIECE: usize = 1 << 20;
+
+/// `0..len` in pieces of `size` events, in order.
+fn pieces_of(len: usize, size: usize) -> Vec<std::ops::Range<usize>> {
+    (0..len)
+        .step_by(size)
+        .map(|start| start..(start + size).min(len))
+        .collect()
+}
+
+/// `0..len` in pieces of [`PIECE`] events, in order.
+fn pieces(len: usize) -> Vec<std::ops::Range<usize>> {
+    pieces_of(len, PIECE)
 }
 
 /// Events paired per chunk (and handed between the two threads of a replay at once).
