@@ -209,7 +209,7 @@ fn lifetime_with(stack: StackId) -> vramlens::timeline::Lifetime {
 /// expected figures (`scripts/expected.py`), for every grouping and a small limit.
 fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
     let (snap, info) = read_snapshot(path, Default::default()).unwrap();
-    let attr = Attributor::new(&snap.frames, &AttributionOptions::default());
+    let mut attr = Attributor::new(&snap.frames, &AttributionOptions::default());
     let mut checked = 0;
     for dev in expected["devices"].as_array().unwrap() {
         let device = dev["device"].as_i64().unwrap();
@@ -224,7 +224,7 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
             GroupBy::File,
         ] {
             for limit in [3, 100_000] {
-                let r = analyze_top(&snap, &info.path, &choice, Moment::Peak, by, limit, &attr)
+                let r = analyze_top(&snap, &info.path, &choice, Moment::Peak, by, limit, &mut attr)
                     .unwrap();
                 assert_eq!(r.total_bytes, peak, "{} device {device}", info.path);
                 assert_eq!(

@@ -66,6 +66,9 @@ pub enum CppSite {
 pub enum Site {
     /// A frame (Python, or C++ when the stack has no Python frame).
     Frame(crate::model::FrameId),
+    /// The backward of an autograd node, named by its C++ frame
+    /// (`torch::autograd::generated::MmBackward0::apply`).
+    BackwardOf(crate::model::FrameId),
     /// A C++-only stack of a known kind.
     Cpp(CppSite),
     /// Allocated before the trace began: its allocation stack is not in the file.
@@ -86,12 +89,14 @@ pub enum GroupKey {
 }
 
 /// Built-in categories, in the order the names table holds them.
-pub const BUILTIN_CATEGORIES: [&str; 11] = [
+pub const BUILTIN_CATEGORIES: [&str; 13] = [
     "parameters",
     "gradients",
     "optimizer_state",
+    "step_temporaries",
     "activations",
     "backward_temporaries",
+    "caches",
     "communication",
     "workspaces",
     "compile",
@@ -99,54 +104,136 @@ pub const BUILTIN_CATEGORIES: [&str; 11] = [
     "other",
     "unknown",
 ];
-/// Index of "other" (a stack that no rule matched).
-pub const OTHER: u8 = 9;
-/// Index of "unknown" (no allocation stack: before recording, or recorded without stacks).
-pub const UNKNOWN: u8 = 10;
+pub const PARAMETERS: u8 = 0;
+pub const GRADIENTS: u8 = 1;
+pub const OPTIMIZER_STATE: u8 = 2;
+pub const STEP_TEMPORARIES: u8 = 3;
+pub const ACTIVATIONS: u8 = 4;
+pub const BACKWARD_TEMPORARIES: u8 = 5;
+pub const CACHES: u8 = 6;
+pub const COMMUNICATION: u8 = 7;
+pub const WORKSPACES: u8 = 8;
+pub const COMPILE: u8 = 9;
+pub const INPUTS: u8 = 10;
+/// Index of "other" (nothing decided a category).
+pub const OTHER: u8 = 11;
+/// Index of "unknown" (no allocation stack and nothing else to go by).
+pub const UNKNOWN: u8 = 12;
 
-/// The built-in rules over Python frames: (category, pattern over
-/// `filename:line:name`), tried innermost frame first; the first match decides.
-pub const PYTHON_RULES: [(&str, &str); 9] = [
+/// The index of a built-in category's name.
+pub fn builtin_category(name: &str) -> Option<u8> {
+    BUILTIN_CATEGORIES
+        .iter()
+        .position(|c| *c == name)
+        .map(|i| i as u8)
+}
+
+/// What a stack says about the part of a training step it ran in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mark {
+    /// No frames at all (recorded without stacks, or a thread with no Python frame).
+    Empty,
+    /// Frames, none of which says anything about the step.
+    Plain,
+    /// A module's or optimizer's `__init__`, moving a model, loading weights.
+    Init,
+    /// A module's `forward` (or a loss function).
+    Forward,
+    /// The autograd engine: `backward()`, a backward node, compiled backward.
+    Backward,
+    /// An optimizer's `step`.
+    Optimizer,
+    /// `zero_grad`.
+    ZeroGrad,
+}
+
+/// How a frame rule acts: it decides a category whatever the phase, or says which part
+/// of a step the stack ran in and leaves the category to the lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleKind {
+    Category(&'static str),
+    Mark(Mark),
+}
+
+/// The built-in rules over Python frames: (kind, pattern over `filename:line:name`),
+/// tried innermost frame first; the first match decides. A `Mark` rule stops the search
+/// (an activation inside an FSDP-wrapped module is the module's, not communication).
+pub const PYTHON_RULES: [(RuleKind, &str); 12] = [
     (
-        "communication",
+        RuleKind::Category("communication"),
         r"(?i)_fsdp_collectives|all_gather|allgather|reduce_scatter|all_reduce|allreduce|broadcast_coalesced|fsdp.*:_?(unshard|pre_forward|pre_backward)[a-z_]*$|distributed/tensor/_redistribute|_functional_collectives|torch/distributed/distributed_c10d",
     ),
-    ("workspaces", r"(?i)workspace"),
+    (RuleKind::Category("workspaces"), r"(?i)workspace"),
     (
-        "compile",
+        RuleKind::Category("compile"),
         r"(?i)autotune|do_bench|benchmark_|compile_fx|codecache|_dynamo/convert_frame|triton/runtime",
     ),
     (
-        "optimizer_state",
-        r"torch/optim/|:zero_grad$|:_init_group$|_multi_tensor_|Optimizer\.step|optimizer\.step",
+        RuleKind::Category("caches"),
+        r"(?i)cache_utils\.py:|kv_?cache|cache_engine|paged_attention|mem(ory)?_pool\.py:",
     ),
-    ("gradients", r"accumulate_grad|AccumulateGrad"),
+    (RuleKind::Category("gradients"), r"accumulate_grad|AccumulateGrad"),
+    (RuleKind::Mark(Mark::ZeroGrad), r":zero_grad$"),
     (
-        "backward_temporaries",
-        r"torch/_tensor\.py:[0-9]+:backward$|torch/autograd/__init__\.py:[0-9]+:(backward|grad)$|:_engine_run_backward$|autograd::engine::evaluate_function",
+        RuleKind::Mark(Mark::Optimizer),
+        r"(?i)torch/optim/|Optimizer\.step|optimizer\.step|optim[a-z_]*\.py:[0-9]+:step$",
     ),
+    (RuleKind::Mark(Mark::Backward), BACKWARD_PYTHON),
     (
-        "parameters",
+        RuleKind::Category("parameters"),
         r"torch/nn/modules/[^:]*:[0-9]+:(__init__|reset_parameters)$|:_apply$|load_state_dict|_load_from_state_dict|:to_empty$|:materialize$|torch/nn/parameter",
     ),
-    ("inputs", r"torch/utils/data/|DataLoader|pin_memory|collate"),
     (
-        "activations",
+        RuleKind::Category("inputs"),
+        r"torch/utils/data/|DataLoader|pin_memory|collate",
+    ),
+    (
+        RuleKind::Mark(Mark::Forward),
         r":forward$|:_call_impl$|:_wrapped_call_impl$|nn\.Module: |torchinductor|<eval_with_key>|:[a-z_]*loss[a-z_]*$|cross_entropy",
     ),
+    (RuleKind::Mark(Mark::Forward), r"^[^:]*/c[a-z0-9]{50,}\.py:[0-9]+:call$"),
 ];
 
+/// Python frames of the autograd engine: `loss.backward()`, `torch.autograd.grad`, compiled
+/// backward.
+const BACKWARD_PYTHON: &str = r"torch/_tensor\.py:[0-9]+:backward$|torch/autograd/__init__\.py:[0-9]+:(backward|grad)$|:_engine_run_backward$|torch/_functorch/[^:]*:[0-9]+:(backward|_backward_impl|call_compiled_backward)$|compiled_autograd";
+
 /// The built-in rules over C++ frames: only signatures that say what the memory is for
-/// (dispatcher and allocator frames say nothing and match none).
-pub const CPP_RULES: [(&str, &str); 4] = [
-    ("communication", r"(?i)nccl|c10d::|ProcessGroup"),
-    ("workspaces", r"(?i)workspace"),
-    ("gradients", r"AccumulateGrad"),
+/// or where it was made (dispatcher and allocator frames say nothing and match none).
+pub const CPP_RULES: [(RuleKind, &str); 4] = [
     (
-        "backward_temporaries",
-        r"autograd::Engine|evaluate_function|Backward[0-9]*::apply",
+        RuleKind::Category("communication"),
+        r"(?i)nccl|c10d::|ProcessGroup",
     ),
+    (RuleKind::Category("workspaces"), r"(?i)workspace"),
+    (RuleKind::Category("gradients"), r"AccumulateGrad"),
+    (RuleKind::Mark(Mark::Backward), BACKWARD_CPP),
 ];
+
+/// C++ frames of the autograd engine.
+const BACKWARD_CPP: &str = r"autograd::Engine|evaluate_function|Backward[0-9]*::apply";
+
+/// What decided a category from the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StackRule {
+    /// A `--rules` line (its index among the user's rules).
+    User(u16),
+    /// A built-in rule over a frame: the frame that matched.
+    Frame(crate::model::FrameId),
+}
+
+/// What a stack tells, computed once per stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackFacts {
+    pub site: Site,
+    /// A category the stack decides whatever the phase, and what decided it.
+    pub category: Option<(u8, StackRule)>,
+    /// Which part of a step it ran in.
+    pub mark: Mark,
+    /// The file of the innermost `__init__` frame of the user's code, for [`Mark::Init`].
+    pub init_file: Option<crate::model::StrId>,
+}
 
 /// How call sites and categories are decided.
 #[derive(Debug, Clone, Default)]
@@ -189,20 +276,32 @@ pub fn parse_rules(text: &str) -> Result<Vec<(String, Regex)>, String> {
     Ok(rules)
 }
 
-/// Call sites, categories and stacks of allocations, cached per stack.
+/// Call sites, categories and stacks of allocations, cached per stack. Bound to a
+/// device ([`Attributor::bind`]), it decides categories by the lifetimes of that device's
+/// allocations as well ([`super::categories`]); unbound, by their stacks alone.
 pub struct Attributor<'f> {
     frames: &'f FrameTable,
     keep: Option<Regex>,
     skip: Option<Regex>,
-    /// (category index, pattern): user rules, then built-in ones
-    rules: Vec<(u8, Regex)>,
-    user_rules: usize,
-    /// built-in rules over C++ frames
-    cpp_rules: Vec<(u8, Regex)>,
+    /// user rules: (category index, pattern)
+    user_rules: Vec<(u8, Regex)>,
+    /// built-in rules over Python frames and over C++ frames
+    python_rules: Vec<(Rule, Regex)>,
+    cpp_rules: Vec<(Rule, Regex)>,
+    backward_python: Regex,
+    backward_cpp: Regex,
     /// Category names: the built-in ones, then user-defined ones.
     pub categories: Vec<String>,
-    /// per stack id: (site, category), once computed
-    cache: RefCell<Vec<Option<(Site, u8)>>>,
+    /// per stack id, once computed
+    cache: RefCell<Vec<Option<StackFacts>>>,
+    /// The device's lifetimes, when bound.
+    device: Option<super::categories::DeviceCategories<'f>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    Category(u8),
+    Mark(Mark),
 }
 
 /// Python's standard library and interpreter plumbing, by file name.
@@ -233,11 +332,36 @@ fn is_python(filename: &str) -> bool {
         && !filename.starts_with("<eval_with_key>")
 }
 
+/// Libraries that only pass a call on (einops to torch, opt_einsum to torch), and code
+/// that torch generates (inductor's compiled kernels, FX graphs): never a call site while
+/// a frame of the user's own code is below them.
+fn is_dispatch(filename: &str) -> bool {
+    const LIBRARIES: [&str; 4] = ["/einops/", "/opt_einsum/", "/torchinductor", "/triton/"];
+    let f = filename.replace('\\', "/");
+    LIBRARIES.iter().any(|l| f.contains(l)) || is_generated(&f)
+}
+
+/// Inductor's generated modules: `<dir>/c<51 base-32 characters>.py`.
+fn is_generated(filename: &str) -> bool {
+    let base = filename.rsplit(['/', '\\']).next().unwrap_or(filename);
+    let Some(stem) = base.strip_suffix(".py") else {
+        return false;
+    };
+    stem.len() >= 50
+        && stem.starts_with('c')
+        && stem
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// Names of functions that build a module's or an optimizer's tensors.
+const INIT_NAMES: [&str; 4] = ["__init__", "reset_parameters", "_init_weights", "init_weights"];
+
 impl<'f> Attributor<'f> {
     pub fn new(frames: &'f FrameTable, options: &AttributionOptions) -> Self {
         let mut categories: Vec<String> =
             BUILTIN_CATEGORIES.iter().map(|s| s.to_string()).collect();
-        let mut rules = Vec::new();
+        let mut user_rules = Vec::new();
         for (name, re) in &options.rules {
             let index = match categories.iter().position(|c| c == name) {
                 Some(i) => i,
@@ -246,33 +370,63 @@ impl<'f> Attributor<'f> {
                     categories.len() - 1
                 }
             };
-            rules.push((index.min(u8::MAX as usize) as u8, re.clone()));
+            user_rules.push((index.min(u8::MAX as usize) as u8, re.clone()));
         }
-        let user_rules = rules.len();
-        let mut cpp_rules = Vec::new();
-        for (table, out) in [
-            (&PYTHON_RULES[..], &mut rules),
-            (&CPP_RULES[..], &mut cpp_rules),
-        ] {
-            for (name, pattern) in table {
-                let index = BUILTIN_CATEGORIES.iter().position(|c| c == name).unwrap();
-                out.push((index as u8, Regex::new(pattern).expect("built-in rule")));
-            }
-        }
+        let compile = |table: &[(RuleKind, &str)]| -> Vec<(Rule, Regex)> {
+            table
+                .iter()
+                .map(|(kind, pattern)| {
+                    let rule = match kind {
+                        RuleKind::Category(name) => {
+                            Rule::Category(builtin_category(name).expect("built-in category"))
+                        }
+                        RuleKind::Mark(m) => Rule::Mark(*m),
+                    };
+                    (rule, Regex::new(pattern).expect("built-in rule"))
+                })
+                .collect()
+        };
         Attributor {
             frames,
             keep: options.keep.clone(),
             skip: options.skip.clone(),
-            rules,
             user_rules,
-            cpp_rules,
+            python_rules: compile(&PYTHON_RULES),
+            cpp_rules: compile(&CPP_RULES),
+            backward_python: Regex::new(BACKWARD_PYTHON).expect("built-in rule"),
+            backward_cpp: Regex::new(BACKWARD_CPP).expect("built-in rule"),
             categories,
             cache: RefCell::new(vec![None; frames.stack_count()]),
+            device: None,
         }
     }
 
     pub fn frames(&self) -> &FrameTable {
         self.frames
+    }
+
+    /// Decides categories by the lifetimes of one device's allocations from now on.
+    pub fn bind(&mut self, device: super::categories::DeviceCategories<'f>) {
+        self.device = Some(device);
+    }
+
+    /// Binds to the device of a replay ([`super::categories::DeviceCategories::build`]).
+    pub fn bind_to(&mut self, r: &crate::timeline::replay::DeviceReplay<'f>) {
+        let device = super::categories::DeviceCategories::build(r, self);
+        self.device = Some(device);
+    }
+
+    /// The device this attributor is bound to, if any.
+    pub fn bound(&self) -> Option<&super::categories::DeviceCategories<'f>> {
+        self.device.as_ref()
+    }
+
+    /// Readies category decisions about a live set just after event `at`
+    /// ([`super::categories::DeviceCategories::prepare_moment`]); None: the end.
+    pub fn prepare_moment(&self, at: Option<usize>) {
+        if let Some(d) = &self.device {
+            d.prepare_moment(at);
+        }
     }
 
     /// `filename:line:name` of a frame.
@@ -286,41 +440,142 @@ impl<'f> Attributor<'f> {
         )
     }
 
-    fn compute(&self, stack: StackId) -> (Site, u8) {
+    /// A frame as the rules read it: `filename:line:name` with `/` for every path
+    /// separator (Windows paths match the same rules).
+    fn rule_text(&self, id: crate::model::FrameId) -> String {
+        let f = self.frames.frame(id);
+        format!(
+            "{}:{}:{}",
+            self.frames.str(f.filename).replace('\\', "/"),
+            f.line,
+            self.frames.str(f.name)
+        )
+    }
+
+    fn is_python_frame(&self, id: crate::model::FrameId) -> bool {
+        let file = self.frames.str(self.frames.frame(id).filename);
+        // FX-generated code (`<eval_with_key>`) is Python for the rules, though never a
+        // call site.
+        is_python(file) || file.starts_with("<eval_with_key>")
+    }
+
+    fn compute(&self, stack: StackId) -> StackFacts {
         let ids = self.frames.stack(stack);
         if ids.is_empty() {
-            return (Site::NoStack, UNKNOWN);
+            return StackFacts {
+                site: Site::NoStack,
+                category: None,
+                mark: Mark::Empty,
+                init_file: None,
+            };
         }
-        let texts: Vec<String> = ids.iter().map(|&id| self.frame_text(id)).collect();
-        (self.python_site(ids, &texts), self.categorize(ids, &texts))
+        let texts: Vec<String> = ids.iter().map(|&id| self.rule_text(id)).collect();
+        let (mark, init_file) = self.mark(ids, &texts);
+        StackFacts {
+            site: self.python_site(ids, &texts),
+            category: self.stack_category(ids, &texts),
+            mark,
+            init_file,
+        }
     }
 
     /// User rules match anywhere in the stack; then the innermost frame that a built-in
     /// rule matches decides (the most specific context: an all-gather inside an FSDP
-    /// forward is communication, an activation inside an FSDP-wrapped module is an
-    /// activation), the table's order breaking ties within one frame.
-    fn categorize(&self, ids: &[crate::model::FrameId], texts: &[String]) -> u8 {
-        let (user, python) = self.rules.split_at(self.user_rules);
-        if let Some((c, _)) = user
+    /// forward is communication), the table's order breaking ties within one frame. A
+    /// rule that marks a part of the step (a module's `forward`, an optimizer's `step`)
+    /// leaves the category to the allocation's lifetime.
+    fn stack_category(
+        &self,
+        ids: &[crate::model::FrameId],
+        texts: &[String],
+    ) -> Option<(u8, StackRule)> {
+        if let Some(i) = self
+            .user_rules
             .iter()
-            .find(|(_, re)| texts.iter().any(|t| re.is_match(t)))
+            .position(|(_, re)| texts.iter().any(|t| re.is_match(t)))
         {
-            return *c;
+            return Some((self.user_rules[i].0, StackRule::User(i as u16)));
         }
-        ids.iter()
-            .zip(texts)
-            .find_map(|(&id, t)| {
-                let file = self.frames.str(self.frames.frame(id).filename);
-                // FX-generated code (`<eval_with_key>`) is Python for the rules, though
-                // never a call site.
-                let rules = if is_python(file) || file.starts_with("<eval_with_key>") {
-                    python
+        ids.iter().zip(texts).find_map(|(&id, t)| {
+            let rules = if self.is_python_frame(id) {
+                &self.python_rules
+            } else {
+                &self.cpp_rules
+            };
+            rules
+                .iter()
+                .find(|(_, re)| re.is_match(t))
+                .map(|(rule, _)| match rule {
+                    Rule::Category(c) => Some((*c, StackRule::Frame(id))),
+                    Rule::Mark(_) => None,
+                })
+        })?
+    }
+
+    /// The part of a step a stack ran in: backward if any frame is the autograd engine's
+    /// (its frames are outermost in C++ stacks), then `zero_grad`, an optimizer's `step`,
+    /// building a model, a `forward`, in that order, from any frame.
+    fn mark(
+        &self,
+        ids: &[crate::model::FrameId],
+        texts: &[String],
+    ) -> (Mark, Option<crate::model::StrId>) {
+        let python: Vec<bool> = ids.iter().map(|&id| self.is_python_frame(id)).collect();
+        let any = |m: Mark| {
+            texts.iter().zip(&python).any(|(t, &py)| {
+                let rules = if py {
+                    &self.python_rules
                 } else {
-                    &self.cpp_rules[..]
+                    &self.cpp_rules
                 };
-                rules.iter().find(|(_, re)| re.is_match(t))
+                rules
+                    .iter()
+                    .any(|(rule, re)| matches!(rule, Rule::Mark(x) if *x == m) && re.is_match(t))
             })
-            .map_or(OTHER, |(c, _)| *c)
+        };
+        let backward = texts.iter().zip(&python).any(|(t, &py)| {
+            if py {
+                self.backward_python.is_match(t)
+            } else {
+                self.backward_cpp.is_match(t)
+            }
+        });
+        if backward {
+            return (Mark::Backward, None);
+        }
+        if any(Mark::ZeroGrad) {
+            return (Mark::ZeroGrad, None);
+        }
+        if any(Mark::Optimizer) {
+            return (Mark::Optimizer, None);
+        }
+        // The innermost `__init__` of the user's code (its file says whose it is), or
+        // torch's own module building and moving.
+        let user_init = ids.iter().find(|&&id| {
+            let f = self.frames.frame(id);
+            let file = self.frames.str(f.filename);
+            is_python(file)
+                && !is_torch(file)
+                && !is_stdlib(file)
+                && INIT_NAMES.contains(&self.frames.str(f.name))
+        });
+        if let Some(&id) = user_init {
+            return (Mark::Init, Some(self.frames.frame(id).filename));
+        }
+        let parameters = builtin_category("parameters").expect("built-in category");
+        let torch_init = texts.iter().zip(&python).any(|(t, &py)| {
+            py && self
+                .python_rules
+                .iter()
+                .any(|(rule, re)| matches!(rule, Rule::Category(c) if *c == parameters) && re.is_match(t))
+        });
+        if torch_init {
+            return (Mark::Init, None);
+        }
+        if any(Mark::Forward) {
+            return (Mark::Forward, None);
+        }
+        (Mark::Plain, None)
     }
 
     fn python_site(&self, ids: &[crate::model::FrameId], texts: &[String]) -> Site {
@@ -342,7 +597,7 @@ impl<'f> Attributor<'f> {
             if is_stdlib(file) || matches!(name, "_call_impl" | "_wrapped_call_impl") {
                 continue;
             }
-            if is_torch(file) {
+            if is_torch(file) || is_dispatch(file) {
                 fallback.get_or_insert(id);
                 continue;
             }
@@ -365,6 +620,13 @@ impl<'f> Attributor<'f> {
 
     /// Names a stack of C++ frames only.
     fn cpp_site(&self, ids: &[crate::model::FrameId], texts: &[String]) -> Site {
+        if let Some((&id, _)) = ids
+            .iter()
+            .zip(texts)
+            .find(|(_, t)| backward_node(t).is_some())
+        {
+            return Site::BackwardOf(id);
+        }
         if texts
             .iter()
             .any(|t| t.contains("autograd::Engine") || t.contains("evaluate_function"))
@@ -402,7 +664,8 @@ impl<'f> Attributor<'f> {
         }
     }
 
-    fn cached(&self, stack: StackId) -> (Site, u8) {
+    /// What a stack tells (call site, stack category, mark), computed once per stack.
+    pub fn facts(&self, stack: StackId) -> StackFacts {
         let i = stack.0 as usize;
         if let Some(Some(v)) = self.cache.borrow().get(i) {
             return *v;
@@ -415,7 +678,8 @@ impl<'f> Attributor<'f> {
     }
 
     /// The allocation stack of a lifetime: none for memory from before the trace (the
-    /// stack recorded with an orphan free is the free's, not the allocation's).
+    /// stack recorded with an orphan free is the free's, not the allocation's), nor for a
+    /// block alive at the end whose allocation was recorded without frames.
     pub fn allocation_stack(l: &Lifetime) -> Option<StackId> {
         match l.origin {
             Origin::BeforeTrace => None,
@@ -423,10 +687,15 @@ impl<'f> Attributor<'f> {
         }
     }
 
+    /// The allocation stack of a lifetime when it has frames.
+    fn framed_stack(&self, l: &Lifetime) -> Option<StackId> {
+        Self::allocation_stack(l).filter(|&s| !self.frames.stack(s).is_empty())
+    }
+
     /// The call site of a lifetime.
     pub fn site(&self, l: &Lifetime) -> Site {
-        match Self::allocation_stack(l) {
-            Some(s) => self.cached(s).0,
+        match self.framed_stack(l) {
+            Some(s) => self.facts(s).site,
             None if l.origin == Origin::Traced => Site::NoStack,
             None => Site::BeforeRecording,
         }
@@ -434,15 +703,26 @@ impl<'f> Attributor<'f> {
 
     /// The category of a lifetime (an index into [`Attributor::categories`]).
     pub fn category(&self, l: &Lifetime) -> u8 {
-        match Self::allocation_stack(l) {
-            Some(s) => self.cached(s).1,
-            None => UNKNOWN,
+        self.decide(l).category
+    }
+
+    /// The category of a lifetime with what decided it: by its lifetime on the bound
+    /// device ([`super::categories`]), else by its stack alone.
+    pub fn decide(&self, l: &Lifetime) -> super::categories::Decision {
+        match &self.device {
+            Some(d) => d.decide(self, l),
+            None => super::categories::decide_by_stack(self, l),
         }
+    }
+
+    /// The category a stack decides, if any, and the part of the step it marks.
+    pub fn stack_facts(&self, l: &Lifetime) -> Option<StackFacts> {
+        self.framed_stack(l).map(|s| self.facts(s))
     }
 
     /// The call site of a stack.
     pub fn stack_site(&self, stack: Option<StackId>) -> Site {
-        stack.map_or(Site::NoStack, |s| self.cached(s).0)
+        stack.map_or(Site::NoStack, |s| self.facts(s).site)
     }
 
     /// The group of a lifetime.
@@ -450,8 +730,8 @@ impl<'f> Attributor<'f> {
         match by {
             GroupBy::Callsite => GroupKey::Site(self.site(l)),
             GroupBy::Category => GroupKey::Category(self.category(l)),
-            GroupBy::Stack => match Self::allocation_stack(l) {
-                Some(s) if !self.frames.stack(s).is_empty() => GroupKey::Stack(s),
+            GroupBy::Stack => match self.framed_stack(l) {
+                Some(s) => GroupKey::Stack(s),
                 _ => GroupKey::Site(self.site(l)),
             },
             GroupBy::File => {
@@ -475,7 +755,7 @@ impl<'f> Attributor<'f> {
                 .get(*c as usize)
                 .cloned()
                 .unwrap_or_else(|| "other".into()),
-            GroupKey::Stack(s) => match self.cached(*s).0 {
+            GroupKey::Stack(s) => match self.facts(*s).site {
                 Site::Frame(id) => format!("{} (stack {})", self.frame_text(id), s.0),
                 other => format!("{} (stack {})", self.site_name(&other), s.0),
             },
@@ -487,6 +767,10 @@ impl<'f> Attributor<'f> {
     pub fn site_name(&self, site: &Site) -> String {
         match site {
             Site::Frame(id) => self.frame_text(*id),
+            Site::BackwardOf(id) => {
+                let text = self.frame_text(*id);
+                format!("(backward of {})", backward_node(&text).unwrap_or("a node"))
+            }
             Site::Cpp(CppSite::AutogradBackward) => "(C++ autograd engine, backward)".into(),
             Site::Cpp(CppSite::Nccl) => "(C++ NCCL / c10d)".into(),
             Site::Cpp(CppSite::Allocator) => "(C++ allocator frames only)".into(),
@@ -500,6 +784,7 @@ impl<'f> Attributor<'f> {
         match key {
             GroupKey::Site(Site::Frame(_)) => "frame",
             GroupKey::File(_) => "file",
+            GroupKey::Site(Site::BackwardOf(_)) => "backward_node",
             GroupKey::Site(Site::Cpp(_)) => "cpp",
             GroupKey::Site(Site::BeforeRecording) => "before_recording",
             GroupKey::Site(Site::NoStack) => "no_stack",
@@ -518,4 +803,16 @@ impl<'f> Attributor<'f> {
                 .collect()
         })
     }
+}
+
+/// The autograd node of a C++ frame such as
+/// `torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&)`:
+/// `MmBackward0`.
+fn backward_node(frame_text: &str) -> Option<&str> {
+    let at = frame_text.find("::apply")?;
+    let head = &frame_text[..at];
+    let name = head.rsplit("::").next()?;
+    let name = name.rsplit(':').next()?;
+    let trimmed = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    (trimmed.ends_with("Backward") && trimmed.len() > "Backward".len()).then_some(name)
 }

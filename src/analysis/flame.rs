@@ -69,6 +69,7 @@ impl Building {
 /// The tree of the live set (the root is "all", its bytes the moment's total) and the
 /// folded lines, sorted.
 pub fn flame(attr: &Attributor, live: &LiveState) -> (FlameNode, Vec<(String, u64)>) {
+    attr.prepare_moment(live.at);
     // Allocations with the same stack and origin share a path: work out each once.
     let mut index: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
     let mut distinct: Vec<(&crate::timeline::Lifetime, u64, usize)> = Vec::new();

@@ -3,6 +3,7 @@
 
 pub mod align;
 pub mod attribution;
+pub mod categories;
 pub mod device;
 pub mod diff;
 pub mod flame;
@@ -12,6 +13,7 @@ pub mod leaks;
 pub mod live;
 pub mod moment;
 pub mod oom;
+pub mod phases;
 pub mod ranks;
 pub mod reconcile;
 pub mod report;

@@ -694,7 +694,15 @@ pub fn analyze_oom(
     options: OomOptions,
     attribution: &AttributionOptions,
 ) -> OomReport {
-    let attr = Attributor::new(&snap.frames, attribution);
+    fn bound<'a>(
+        snap: &'a Snapshot,
+        attribution: &AttributionOptions,
+        r: &DeviceReplay<'a>,
+    ) -> Attributor<'a> {
+        let mut attr = Attributor::new(&snap.frames, attribution);
+        attr.bind_to(r);
+        attr
+    }
     let settings = settings(snap);
     let mut analyses = Vec::new();
     let mut more = BTreeMap::new();
@@ -712,6 +720,7 @@ pub fn analyze_oom(
         if ooms.len() > MAX_ANALYSES {
             more.insert(d, ooms.len() - MAX_ANALYSES);
         }
+        let attr = bound(snap, attribution, &r);
         for &i in ooms.iter().take(MAX_ANALYSES) {
             let e = r.trace.get(i);
             let m = message_for(&messages, d);
@@ -751,6 +760,7 @@ pub fn analyze_oom(
         };
         if let Some(d) = d {
             let r = DeviceReplay::new(snap, d);
+            let attr = bound(snap, attribution, &r);
             let message = message_for(&messages, d);
             let known = Known {
                 source: Source::FinalState,

@@ -28,10 +28,10 @@ pub struct RankInput {
 }
 
 /// Reads what a rank row needs from one snapshot.
-pub fn rank_input(
-    snap: &Snapshot,
+pub fn rank_input<'a>(
+    snap: &'a Snapshot,
     path: &str,
-    attr: &Attributor,
+    attr: &mut Attributor<'a>,
     by: GroupBy,
 ) -> Option<RankInput> {
     let choice = choose_device(snap, None, false).ok()?;

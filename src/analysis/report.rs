@@ -213,8 +213,17 @@ pub fn analyze_report_file(
     };
     let device = choice.device;
     let r = DeviceReplay::new(snap, device);
-    // An attributor caches per frame and is not shared between threads: one per task.
-    let attr = || Attributor::new(&snap.frames, options.attribution);
+    // An attributor caches per frame and is not shared between threads: one per task,
+    // each bound to the device's categories, found once.
+    let categories = {
+        let plain = Attributor::new(&snap.frames, options.attribution);
+        crate::analysis::categories::DeviceCategories::build(&r, &plain)
+    };
+    let attr = || {
+        let mut a = Attributor::new(&snap.frames, options.attribution);
+        a.bind(categories.clone());
+        a
+    };
     let d = summary.devices.iter().find(|d| d.device == device);
     let peak_event = d.and_then(|d| d.peak_requested_event);
     let ooms: Vec<usize> = d.map_or(Vec::new(), |d| d.ooms.iter().map(|o| o.index).collect());

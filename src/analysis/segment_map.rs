@@ -81,6 +81,7 @@ pub fn segment_map(
     live: &LiveState,
 ) -> SegmentMap {
     let at = moment.event.map(|e| e as usize);
+    attr.prepare_moment(live.at);
     let state = allocator_state(snap, r.device, at);
     // The allocation alive at each address (the latest, if the trace allocated an
     // address twice without freeing it).

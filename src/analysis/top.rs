@@ -183,6 +183,7 @@ pub struct TopReport {
 
 /// Groups the live allocations; the whole list, largest first, ties by name.
 pub fn group_live(attr: &Attributor, live: &LiveState, by: GroupBy) -> Vec<Group> {
+    attr.prepare_moment(live.at);
     let mut index: HashMap<GroupKey, usize> = HashMap::new();
     let mut acc: Vec<(GroupKey, Vec<&Lifetime>, u64)> = Vec::new();
     for (l, &block) in live.lifetimes.iter().zip(&live.block_bytes) {
@@ -290,16 +291,17 @@ pub fn peak_event(r: &DeviceReplay) -> Option<usize> {
 }
 
 /// `top` for one device of a snapshot.
-pub fn analyze_top(
-    snap: &crate::model::Snapshot,
+pub fn analyze_top<'a>(
+    snap: &'a crate::model::Snapshot,
     path: &str,
     choice: &super::device::DeviceChoice,
     moment: super::moment::Moment,
     by: GroupBy,
     limit: usize,
-    attr: &Attributor,
+    attr: &mut Attributor<'a>,
 ) -> Result<TopReport, super::moment::MomentError> {
     let r = DeviceReplay::new(snap, choice.device);
+    attr.bind_to(&r);
     let (resolved, live) = resolve_live(&r, moment, Versions::Counted)?;
     let mut groups = limit_groups(
         group_live(attr, &live, by),

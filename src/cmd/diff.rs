@@ -41,8 +41,8 @@ fn groups_of(
     let p = info.path.as_str();
     let choice =
         choose_device(&snap, device, moment == Moment::Oom).map_err(|e| anyhow!("{p}: {e}"))?;
-    let attr = Attributor::new(&snap.frames, &options);
-    let report = analyze_top(&snap, p, &choice, moment, by, usize::MAX, &attr)
+    let mut attr = Attributor::new(&snap.frames, &options);
+    let report = analyze_top(&snap, p, &choice, moment, by, usize::MAX, &mut attr)
         .map_err(|e| anyhow!("{p}: {e}"))?;
     let r = DeviceReplay::new(&snap, choice.device);
     let mut peaks = vramlens::timeline::replay::Peaks::default();

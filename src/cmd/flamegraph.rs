@@ -37,7 +37,8 @@ pub fn run(args: &FlamegraphArgs, out: &mut dyn Write) -> Result<()> {
     let r = DeviceReplay::new(&snap, choice.device);
     let (resolved, live) =
         resolve_live(&r, moment, Versions::NotNeeded).map_err(|e| anyhow!("{path}: {e}"))?;
-    let attr = Attributor::new(&snap.frames, &options);
+    let mut attr = Attributor::new(&snap.frames, &options);
+    attr.bind_to(&r);
     let (root, folded) = flame(&attr, &live);
     match (&args.output, args.folded) {
         (None, _) => write_folded(out, &folded)?,

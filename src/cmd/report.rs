@@ -71,8 +71,8 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
             })?;
             let rank = several
                 .then(|| {
-                    let attr = Attributor::new(&snap.frames, &attribution);
-                    rank_input(&snap, &info.path, &attr, GroupBy::Callsite)
+                    let mut attr = Attributor::new(&snap.frames, &attribution);
+                    rank_input(&snap, &info.path, &mut attr, GroupBy::Callsite)
                 })
                 .flatten();
             Ok((report, rank))

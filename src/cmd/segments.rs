@@ -33,7 +33,8 @@ pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
     let r = DeviceReplay::new(&snap, choice.device);
     let (resolved, live) =
         resolve_live(&r, moment, Versions::NotNeeded).map_err(|e| anyhow!("{path}: {e}"))?;
-    let attr = Attributor::new(&snap.frames, &options);
+    let mut attr = Attributor::new(&snap.frames, &options);
+    attr.bind_to(&r);
     let map = segment_map(&snap, path, &r, &attr, by, resolved, &live);
     if let Some(o) = &args.output {
         write_new_file(o, args.force, |w| write_segments_svg(w, &map, &choice))?;

@@ -32,8 +32,8 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
                 .map_err(|e| anyhow::anyhow!("{}: {e}", info.path))?;
             let rank = ranks
                 .then(|| {
-                    let attr = Attributor::new(&snap.frames, &Default::default());
-                    rank_input(&snap, &info.path, &attr, GroupBy::Callsite)
+                    let mut attr = Attributor::new(&snap.frames, &Default::default());
+                    rank_input(&snap, &info.path, &mut attr, GroupBy::Callsite)
                 })
                 .flatten();
             Ok((analyze_summary(&snap, &info, options), rank))

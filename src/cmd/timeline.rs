@@ -92,7 +92,8 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             buckets: (60_000 / top).clamp(200, 1000),
             window,
         };
-        let attr = Attributor::new(&snap.frames, &options);
+        let mut attr = Attributor::new(&snap.frames, &options);
+        attr.bind_to(&r);
         let mut view =
             build_view(&snap, &r, &attr, view_options).map_err(|e| anyhow!("{path}: {e}"))?;
         if !args.nvml.is_empty() {

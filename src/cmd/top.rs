@@ -25,8 +25,8 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     let path = info.path.as_str();
     let choice = choose_device(&snap, args.device, moment == Moment::Oom)
         .map_err(|e| anyhow!("{path}: {e}"))?;
-    let attr = Attributor::new(&snap.frames, &options);
-    let mut report = analyze_top(&snap, path, &choice, moment, by, args.limit, &attr)
+    let mut attr = Attributor::new(&snap.frames, &options);
+    let mut report = analyze_top(&snap, path, &choice, moment, by, args.limit, &mut attr)
         .map_err(|e| anyhow!("{path}: {e}"))?;
     if args.leaks {
         let r = vramlens::timeline::replay::DeviceReplay::new(&snap, choice.device);
@@ -57,8 +57,8 @@ fn run_ranks(
         .par_iter()
         .map(|path| -> Result<_> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
-            let attr = Attributor::new(&snap.frames, options);
-            vramlens::analysis::ranks::rank_input(&snap, &info.path, &attr, by)
+            let mut attr = Attributor::new(&snap.frames, options);
+            vramlens::analysis::ranks::rank_input(&snap, &info.path, &mut attr, by)
                 .ok_or_else(|| anyhow!("{}: the file has no device", info.path))
         })
         .collect::<Result<_>>()?;

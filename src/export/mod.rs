@@ -216,7 +216,7 @@ const SNAPSHOT_COLUMNS: [Column; 36] = [
     opt("first_oom_time_us", I64),
 ];
 
-const LIFETIME_COLUMNS: [Column; 19] = [
+const LIFETIME_COLUMNS: [Column; 21] = [
     col("device", I64),
     col("addr", U64).distinct(),
     col("version", I64),
@@ -234,6 +234,8 @@ const LIFETIME_COLUMNS: [Column; 19] = [
     col("callsite", Str),
     col("callsite_kind", Str),
     col("category", Str),
+    col("category_evidence", Str),
+    col("category_inferred", Bool),
     opt("stack_id", I64),
     opt("free_stack_id", I64),
 ];
@@ -419,42 +421,56 @@ pub fn write_snapshot_rows(
     Ok(())
 }
 
-/// Call site, its kind and category of one stack, as written.
+/// Call site and its kind of one stack, as written.
 #[derive(Clone)]
 struct Names {
     callsite: String,
     kind: &'static str,
-    category: String,
 }
 
-/// Attribution names, computed once per stack.
+/// Attribution names, computed once per stack; categories, per allocation by the rules
+/// of its device.
 struct SiteNames<'f> {
     attr: Attributor<'f>,
+    /// The categories of each device, in the order of the replays.
+    devices: Vec<crate::analysis::categories::DeviceCategories<'f>>,
     /// One slot per stack id, then one for "no stack" and one for "before recording".
     slots: Vec<Option<Names>>,
 }
 
 impl<'f> SiteNames<'f> {
-    fn new(attr: Attributor<'f>) -> Self {
+    fn new(attr: Attributor<'f>, replays: &[DeviceReplay<'f>]) -> Self {
+        let devices = replays
+            .iter()
+            .map(|r| crate::analysis::categories::DeviceCategories::build(r, &attr))
+            .collect();
         SiteNames {
             slots: vec![None; attr.frames().stack_count() + 2],
+            devices,
             attr,
         }
     }
 
     fn compute(&self, l: &Lifetime) -> Names {
         let site = self.attr.site(l);
-        let category = self.attr.category(l) as usize;
         Names {
             callsite: self.attr.site_name(&site),
             kind: Attributor::kind(&GroupKey::Site(site)),
-            category: self
-                .attr
-                .categories
-                .get(category)
-                .cloned()
-                .unwrap_or_else(|| "other".into()),
         }
+    }
+
+    /// The category of a lifetime of the `device`-th replay, and what decided it.
+    fn category(&self, device: usize, l: &Lifetime) -> (&str, crate::analysis::categories::Decision) {
+        let d = match self.devices.get(device) {
+            Some(c) => c.decide(&self.attr, l),
+            None => self.attr.decide(l),
+        };
+        let name = self
+            .attr
+            .categories
+            .get(d.category as usize)
+            .map_or("other", String::as_str);
+        (name, d)
     }
 
     fn slot(&self, l: &Lifetime) -> usize {
@@ -584,6 +600,9 @@ impl LifetimeRows<'_, '_> {
             _ => None,
         };
         let snap = self.snap;
+        let (category, decision) = self.names.category(closed.device, l);
+        let category = category.to_string();
+        let evidence = decision.evidence.code(&snap.frames);
         let names = self.names.of(l);
         let row = [
             Cell::I64(Some(replay.device)),
@@ -602,7 +621,9 @@ impl LifetimeRows<'_, '_> {
             time(l.free_completed),
             Cell::Str(Some(&names.callsite)),
             Cell::Str(Some(names.kind)),
-            Cell::Str(Some(&names.category)),
+            Cell::Str(Some(&category)),
+            Cell::Str(Some(&evidence)),
+            Cell::Bool(Some(decision.inferred())),
             stack_cell(snap, Attributor::allocation_stack(l)),
             stack_cell(snap, free_stack),
         ];
@@ -637,7 +658,7 @@ pub fn write_lifetimes(
                     replays,
                     pools: replays.iter().map(DeviceReplay::pools).collect(),
                     pool_texts: PoolTexts::default(),
-                    names: SiteNames::new(attr),
+                    names: SiteNames::new(attr, replays),
                     out,
                 };
                 for batch in batches {

@@ -410,6 +410,13 @@ impl DeviceTrace {
         Action::from_bits(((bits >> ACTION_SHIFT) & 0xf) as u8)
     }
 
+    /// The stack of event `i` (None: the entry had no `frames` key).
+    #[inline]
+    pub fn stack(&self, i: usize) -> Option<StackId> {
+        let stack = self.events[i].stack;
+        (stack != NO_STACK).then_some(StackId(stack))
+    }
+
     #[inline]
     pub fn time_us(&self, i: usize) -> Option<i64> {
         self.unpack_time(self.events[i].time, i)

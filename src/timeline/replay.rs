@@ -84,6 +84,18 @@ pub struct End<'p> {
     pub pools: &'p [PoolId],
 }
 
+/// A block allocated at the end ([`DeviceReplay::final_allocations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinalAllocation {
+    pub addr: u64,
+    /// Requested bytes.
+    pub size: u64,
+    /// The last `alloc` at the address in the trace; None for memory from before it.
+    pub last_alloc: Option<usize>,
+    /// The stack the block carries (its allocation's, when recorded).
+    pub stack: Option<crate::model::StackId>,
+}
+
 /// Something that learns from the replay. Every method has an empty default.
 pub trait Aggregator {
     /// An allocation opened at event `i`.
@@ -423,6 +435,27 @@ impl<'a> DeviceReplay<'a> {
             }
             last
         })
+    }
+
+    /// The blocks allocated at the end (`active_allocated`), by address, each with the
+    /// last `alloc` at its address in the trace (None: allocated before the trace, a
+    /// survivor) and the stack the block carries.
+    pub fn final_allocations(&self) -> Vec<FinalAllocation> {
+        let last = self.last_alloc();
+        let mut out: Vec<FinalAllocation> = self
+            .final_segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| FinalAllocation {
+                addr: b.address,
+                size: b.requested_size,
+                last_alloc: last.get(&b.address).copied(),
+                stack: b.stack,
+            })
+            .collect();
+        out.sort_unstable_by_key(|f| f.addr);
+        out
     }
 
     /// Block bytes of the allocation of `size` bytes made at `alloc` (None: before the

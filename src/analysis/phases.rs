@@ -1,0 +1,327 @@
+//! The parts of each training step a device's trace ran through: building the model,
+//! forward, backward, the optimizer step, `zero_grad`, and what lies between.
+//!
+//! Takes a device's trace, the snapshot's annotations and an [`Attributor`] (which knows
+//! what each stack marks, [`Mark`]); gives [`Phases`]: runs of events in one phase, so
+//! that the categories ([`super::categories`]) can ask where an allocation was made and
+//! where it was freed. What decides a phase, strongest first:
+//!
+//! 1. The `Optimizer.step#...` and `Optimizer.zero_grad#...` annotations that
+//!    `torch.optim` records (`external_annotations`, 2.5 and later): every event timed
+//!    inside one is in that phase.
+//! 2. The event's stack ([`Mark`]): the autograd engine's frames (C++ `Engine`,
+//!    `evaluate_function`, `...Backward0::apply`; Python `Tensor.backward`,
+//!    `torch.autograd.grad`, compiled backward), an optimizer's `step`, `zero_grad`, a
+//!    module's `__init__`, a `forward` or a loss.
+//! 3. An event with no frames continues the phase before it (the autograd engine's own
+//!    thread has no Python frames, so a recording of Python stacks shows backward as
+//!    empty stacks after the call to `backward()`); frames that say nothing take the
+//!    phase on both sides, and between a forward and a backward (the loss) the forward.
+//!
+//! Nothing here pairs events or looks at sizes.
+
+use super::attribution::{Attributor, Mark};
+use crate::model::{Annotation, DeviceTrace, StrId};
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// A part of a training step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Nothing says which: data loading, logging, the training loop itself.
+    Between,
+    /// Building or moving a model or an optimizer.
+    Init,
+    Forward,
+    Backward,
+    /// An optimizer's `step`.
+    Optimizer,
+    ZeroGrad,
+}
+
+/// A run of consecutive events in one phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// Its first event.
+    pub start: u32,
+    pub phase: Phase,
+}
+
+/// The phases of a device's trace.
+#[derive(Debug, Clone, Default)]
+pub struct Phases {
+    /// In event order; the first starts at event 0. Empty for an empty trace.
+    runs: Vec<Run>,
+    /// Files of the user's code that hold an optimizer's `step` (seen in the trace).
+    pub optimizer_files: BTreeSet<StrId>,
+    /// Files of the user's code that hold a module's `forward` (seen in the trace).
+    pub module_files: BTreeSet<StrId>,
+    /// Whether annotations decided any event.
+    pub annotated: bool,
+}
+
+/// What one event says before its neighbours are consulted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Phase(Phase),
+    /// No frames: continues the phase before.
+    Empty,
+    /// Frames that say nothing.
+    Plain,
+}
+
+fn said_of(mark: Mark) -> Said {
+    match mark {
+        Mark::Empty => Said::Empty,
+        Mark::Plain => Said::Plain,
+        Mark::Init => Said::Phase(Phase::Init),
+        Mark::Forward => Said::Phase(Phase::Forward),
+        Mark::Backward => Said::Phase(Phase::Backward),
+        Mark::Optimizer => Said::Phase(Phase::Optimizer),
+        Mark::ZeroGrad => Said::Phase(Phase::ZeroGrad),
+    }
+}
+
+/// Time ranges `[start, end]` of the optimizer's annotations, by start.
+fn annotated_ranges(annotations: &[Annotation], device: i64) -> Vec<(i64, i64, Phase)> {
+    let mut open: Vec<(&str, i64, Phase)> = Vec::new();
+    let mut ranges = Vec::new();
+    for a in annotations {
+        if a.device != device && a.device >= 0 {
+            continue;
+        }
+        let phase = if a.name.starts_with("Optimizer.step#") {
+            Phase::Optimizer
+        } else if a.name.starts_with("Optimizer.zero_grad#") {
+            Phase::ZeroGrad
+        } else {
+            continue;
+        };
+        match a.stage.as_str() {
+            "START" => open.push((a.name.as_str(), a.time_us, phase)),
+            "END" => {
+                if let Some(i) = open.iter().rposition(|(n, _, _)| *n == a.name) {
+                    let (_, start, phase) = open.remove(i);
+                    if start <= a.time_us {
+                        ranges.push((start, a.time_us, phase));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    ranges.sort_unstable_by_key(|&(s, e, p)| (s, e, p));
+    ranges
+}
+
+impl Phases {
+    /// Finds the phases of `trace` (the trace of `device`).
+    pub fn find(
+        trace: &DeviceTrace,
+        annotations: &[Annotation],
+        device: i64,
+        attr: &Attributor,
+    ) -> Phases {
+        let ranges = if trace.keys.time_us {
+            annotated_ranges(annotations, device)
+        } else {
+            Vec::new()
+        };
+        let frames = attr.frames();
+        // What each stack says, computed once.
+        let mut said_of_stack: Vec<Option<Said>> = vec![None; frames.stack_count()];
+        let mut phases = Phases {
+            annotated: !ranges.is_empty(),
+            ..Phases::default()
+        };
+        let mut said: Vec<(u32, Said)> = Vec::new();
+        for i in 0..trace.len() {
+            let from_annotation = if ranges.is_empty() {
+                None
+            } else {
+                trace.time_us(i).and_then(|t| {
+                    let n = ranges.partition_point(|&(s, _, _)| s <= t);
+                    ranges[..n]
+                        .iter()
+                        .rev()
+                        .find(|&&(_, e, _)| e >= t)
+                        .map(|&(_, _, p)| p)
+                })
+            };
+            let from_stack = match trace.stack(i) {
+                None => Said::Empty,
+                Some(stack) => match said_of_stack.get(stack.0 as usize).copied().flatten() {
+                    Some(s) => s,
+                    None => {
+                        let facts = attr.facts(stack);
+                        phases.learn_files(attr, stack, facts.mark);
+                        let s = said_of(facts.mark);
+                        if let Some(slot) = said_of_stack.get_mut(stack.0 as usize) {
+                            *slot = Some(s);
+                        }
+                        s
+                    }
+                },
+            };
+            let s = from_annotation.map_or(from_stack, Said::Phase);
+            if said.last().is_none_or(|&(_, last)| last != s) {
+                said.push((i as u32, s));
+            }
+        }
+        phases.runs = resolve(&said);
+        phases
+    }
+
+    /// Remembers the user's files that hold an optimizer's `step` or a module's `forward`.
+    fn learn_files(&mut self, attr: &Attributor, stack: crate::model::StackId, mark: Mark) {
+        let (set, name) = match mark {
+            Mark::Optimizer => (&mut self.optimizer_files, "step"),
+            Mark::Forward => (&mut self.module_files, "forward"),
+            _ => return,
+        };
+        let frames = attr.frames();
+        for &id in frames.stack(stack) {
+            let f = frames.frame(id);
+            let file = frames.str(f.filename);
+            if frames.str(f.name) == name && file.ends_with(".py") && !is_torch_file(file) {
+                set.insert(f.filename);
+            }
+        }
+    }
+
+    /// The phases as runs, in event order.
+    pub fn runs(&self) -> &[Run] {
+        &self.runs
+    }
+
+    /// The index of the run holding event `i`.
+    pub fn run_of(&self, i: usize) -> usize {
+        self.runs
+            .partition_point(|r| r.start as usize <= i)
+            .saturating_sub(1)
+    }
+
+    /// The phase of run `run`.
+    pub fn phase(&self, run: usize) -> Phase {
+        self.runs.get(run).map_or(Phase::Between, |r| r.phase)
+    }
+
+    /// The phase of event `i`.
+    pub fn phase_at(&self, i: usize) -> Phase {
+        self.phase(self.run_of(i))
+    }
+
+    /// The index of the last run (the one the trace ends in).
+    pub fn last_run(&self) -> usize {
+        self.runs.len().saturating_sub(1)
+    }
+
+    /// Whether any event is in `phase`.
+    pub fn has(&self, phase: Phase) -> bool {
+        self.runs.iter().any(|r| r.phase == phase)
+    }
+}
+
+fn is_torch_file(file: &str) -> bool {
+    let f = file.replace('\\', "/");
+    f.contains("/torch/") || f.starts_with("torch/") || f.contains("/site-packages/")
+}
+
+/// Turns what each event said into runs of phases (the module documentation's rule 3),
+/// merging neighbours in the same phase.
+fn resolve(said: &[(u32, Said)]) -> Vec<Run> {
+    // The next phase that an event states, after each position.
+    let mut next: Vec<Option<Phase>> = vec![None; said.len()];
+    let mut upcoming = None;
+    for (k, &(_, s)) in said.iter().enumerate().rev() {
+        next[k] = upcoming;
+        if let Said::Phase(p) = s {
+            upcoming = Some(p);
+        }
+    }
+    let mut runs: Vec<Run> = Vec::new();
+    let mut previous: Option<Phase> = None;
+    for (k, &(start, s)) in said.iter().enumerate() {
+        let phase = match s {
+            Said::Phase(p) => p,
+            Said::Empty => previous.unwrap_or(Phase::Between),
+            Said::Plain => match (previous, next[k]) {
+                (Some(a), Some(b)) if a == b => a,
+                (Some(Phase::Forward), Some(Phase::Backward)) => Phase::Forward,
+                _ => Phase::Between,
+            },
+        };
+        previous = Some(phase);
+        if runs.last().is_none_or(|r| r.phase != phase) {
+            runs.push(Run { start, phase });
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phases_of(said: &[Said]) -> Vec<(u32, Phase)> {
+        let said: Vec<(u32, Said)> = said
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| (i as u32, s))
+            .collect();
+        resolve(&said).iter().map(|r| (r.start, r.phase)).collect()
+    }
+
+    #[test]
+    fn empty_stacks_continue_and_plain_frames_take_their_neighbours() {
+        use Phase::*;
+        let f = Said::Phase(Forward);
+        let b = Said::Phase(Backward);
+        let o = Said::Phase(Optimizer);
+        // forward, the loss (plain), backward on the engine's thread (empty), a hook
+        // inside backward (plain), the optimizer, then the loop (plain) and no more.
+        let got = phases_of(&[
+            Said::Plain,
+            f,
+            f,
+            Said::Plain,
+            b,
+            Said::Empty,
+            Said::Plain,
+            Said::Empty,
+            o,
+            Said::Plain,
+        ]);
+        assert_eq!(
+            got,
+            vec![(0, Between), (1, Forward), (4, Backward), (8, Optimizer), (9, Between)]
+        );
+    }
+
+    #[test]
+    fn annotations_pair_start_and_end_by_name() {
+        let a = |stage: &str, name: &str, t: i64| Annotation {
+            name: name.into(),
+            stage: stage.into(),
+            device: 0,
+            time_us: t,
+        };
+        let ranges = annotated_ranges(
+            &[
+                a("START", "Optimizer.zero_grad#AdamW.zero_grad", 10),
+                a("END", "Optimizer.zero_grad#AdamW.zero_grad", 12),
+                a("START", "ProfilerStep#1", 13),
+                a("START", "Optimizer.step#AdamW.step", 20),
+                a("END", "Optimizer.step#AdamW.step", 30),
+                a("END", "ProfilerStep#1", 31),
+                a("END", "Optimizer.step#SGD.step", 40),
+            ],
+            0,
+        );
+        assert_eq!(
+            ranges,
+            vec![(10, 12, Phase::ZeroGrad), (20, 30, Phase::Optimizer)]
+        );
+    }
+}
