@@ -102,15 +102,45 @@ fn call_sites_and_categories_of_hand_written_stacks() {
             collectives.as_str(),
             "communication",
         ),
-        // C++ only: the autograd engine's thread during backward.
+        // C++ only: the autograd engine's thread during backward, named by its node.
         (
             vec![
                 "CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)",
                 "??:0:torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&)",
                 "??:0:torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&)",
             ],
+            "(backward of MmBackward0)",
+            "backward_temporaries",
+        ),
+        // ... and without a node frame.
+        (
+            vec![
+                "CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)",
+                "??:0:torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&)",
+            ],
             "(C++ autograd engine, backward)",
             "backward_temporaries",
+        ),
+        // A call through einops: the user's line below it, not einops.
+        (
+            vec![
+                "/venv/lib/python3.11/site-packages/torch/functional.py:422:einsum",
+                "/venv/lib/python3.11/site-packages/einops/_backends.py:288:einsum",
+                "/venv/lib/python3.11/site-packages/einops/einops.py:907:einsum",
+                "/home/a/proj/linear.py:36:forward",
+            ],
+            "/home/a/proj/linear.py:36:forward",
+            "activations",
+        ),
+        // Inductor's generated module: the model's line the kernel came from.
+        (
+            vec![
+                "/tmp/torchinductor_a/hw/chwq7ux2iggyu22lv3vwzoxwfp5jw7w3gandpny7kmdlqdksiuib.py:53:call",
+                "/venv/lib/python3.11/site-packages/torch/_inductor/output_code.py:460:__call__",
+                "/home/a/proj/model.py:501:forward",
+            ],
+            "/home/a/proj/model.py:501:forward",
+            "activations",
         ),
         // C++ only: NCCL.
         (

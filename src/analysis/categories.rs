@@ -122,6 +122,11 @@ pub enum LifetimeRule {
     /// Made in backward and alive after it ended (freed by `zero_grad` or the optimizer,
     /// or alive at the end).
     MadeInBackwardOutlivedIt,
+    /// Made in backward and kept through a `zero_grad` that freed memory (gradients
+    /// with `set_to_none`): not a gradient.
+    MadeInBackwardKeptThroughZeroGrad,
+    /// Made in backward and alive after it, but the size of no parameter.
+    MadeInBackwardNotParameterSized,
     /// Made in backward, alive at the end of a trace that ends in backward, and its size
     /// is one of the parameters' (inferred).
     MadeInBackwardParameterSized,
@@ -446,6 +451,22 @@ impl<'a> DeviceCategories<'a> {
         }
     }
 
+    /// Whether an allocation made in run `made` (freed in run `freed`, if known) stayed
+    /// alive through a run of `zero_grad` that freed memory.
+    fn kept_through_zero_grad(&self, made: usize, freed: Option<usize>) -> bool {
+        let until = match freed {
+            Some(f) => f,
+            None => match self.moment_lock().as_ref() {
+                Some((at, _)) => self.phases.run_of(*at),
+                None => usize::MAX,
+            },
+        };
+        self.phases
+            .freeing_zero_grads
+            .iter()
+            .any(|&z| z > made && z < until)
+    }
+
     fn decide_traced(
         &self,
         attr: &Attributor,
@@ -469,6 +490,16 @@ impl<'a> DeviceCategories<'a> {
         }
         match self.phases.phase(made) {
             Phase::Backward if same_run => lifetime(MadeAndFreedInBackward, BACKWARD_TEMPORARIES),
+            Phase::Backward
+                if ended
+                    && !self.parameter_sizes.is_empty()
+                    && !self.parameter_sizes.contains(&l.size) =>
+            {
+                lifetime(MadeInBackwardNotParameterSized, OTHER)
+            }
+            Phase::Backward if ended && self.kept_through_zero_grad(made, freed) => {
+                lifetime(MadeInBackwardKeptThroughZeroGrad, OTHER)
+            }
             Phase::Backward if ended => lifetime(MadeInBackwardOutlivedIt, GRADIENTS),
             Phase::Backward if self.parameter_sizes.contains(&l.size) => {
                 lifetime(MadeInBackwardParameterSized, GRADIENTS)
@@ -505,7 +536,8 @@ impl<'a> DeviceCategories<'a> {
         let mut untraced: Vec<(u64, u64)> = Vec::new();
         let mut gradients: BTreeMap<u64, u64> = BTreeMap::new();
         let mut state: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut traced_parameters = false;
+        let mut traced_parameters: BTreeSet<u64> = BTreeSet::new();
+        let mut made_in_backward: Vec<u64> = Vec::new();
         for f in finals {
             let framed = f.stack.filter(|&s| !attr.frames().stack(s).is_empty());
             match f.last_alloc {
@@ -515,19 +547,31 @@ impl<'a> DeviceCategories<'a> {
                     let run = self.phases.run_of(a);
                     let strong = framed.and_then(|s| attr.facts(s).category);
                     match (self.phases.phase(run), strong) {
-                        (Phase::Backward, None) if run != last_run => {
-                            *gradients.entry(f.size).or_default() += 1
-                        }
+                        (Phase::Backward, None) if run != last_run => made_in_backward.push(f.size),
                         (_, Some((c, _))) if c == GRADIENTS => {
                             *gradients.entry(f.size).or_default() += 1
                         }
+                        (_, Some((c, _))) if c == PARAMETERS => {
+                            traced_parameters.insert(f.size);
+                        }
                         (Phase::Optimizer, None) => *state.entry(f.size).or_default() += 1,
-                        (Phase::Init, _) => traced_parameters = true,
+                        (Phase::Init, None) => {
+                            traced_parameters.insert(f.size);
+                        }
                         _ => {}
                     }
                 }
             }
         }
+        // Made in backward and kept: gradients, but where the parameters' sizes are known
+        // from the trace, only those of a parameter's size (a cuBLAS workspace made by
+        // the first matmul on the autograd engine's thread is kept too).
+        for size in made_in_backward {
+            if traced_parameters.is_empty() || traced_parameters.contains(&size) {
+                *gradients.entry(size).or_default() += 1;
+            }
+        }
+        self.parameter_sizes = traced_parameters.clone();
         if untraced.is_empty() || !self.traced {
             return;
         }
@@ -564,7 +608,7 @@ impl<'a> DeviceCategories<'a> {
             eprintln!("reference {kind:?} sets {sets} copies {copies}\n  R {reference:?}\n  U {counts:?}\n  G {gradients:?}\n  S {state:?}");
         }
         let mut roles = Vec::new();
-        if !traced_parameters {
+        if traced_parameters.is_empty() {
             roles.push(PARAMETERS);
         }
         if gradients.is_empty() {
@@ -573,7 +617,7 @@ impl<'a> DeviceCategories<'a> {
         if state.is_empty() {
             roles.extend([OPTIMIZER_STATE; 4]);
         }
-        self.parameter_sizes = reference.keys().copied().collect();
+        self.parameter_sizes.extend(reference.keys().copied());
         let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
         for &(addr, size) in &untraced {
             let n = seen.entry(size).or_default();

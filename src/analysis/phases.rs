@@ -9,7 +9,8 @@
 //! 1. The `Optimizer.step#...` and `Optimizer.zero_grad#...` annotations that
 //!    `torch.optim` records (`external_annotations`, 2.5 and later): every event timed
 //!    inside one is in that phase.
-//! 2. The event's stack ([`Mark`]): the autograd engine's frames (C++ `Engine`,
+//! 2. The stack of each allocation ([`Mark`]), and of each free in `zero_grad` (frees
+//!    elsewhere are left to the allocations around them): the autograd engine's frames (C++ `Engine`,
 //!    `evaluate_function`, `...Backward0::apply`; Python `Tensor.backward`,
 //!    `torch.autograd.grad`, compiled backward), an optimizer's `step`, `zero_grad`, a
 //!    module's `__init__`, a `forward` or a loss.
@@ -21,7 +22,7 @@
 //! Nothing here pairs events or looks at sizes.
 
 use super::attribution::{Attributor, Mark};
-use crate::model::{Annotation, DeviceTrace, StrId};
+use crate::model::{Action, Annotation, DeviceTrace, StrId};
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -59,6 +60,8 @@ pub struct Phases {
     pub module_files: BTreeSet<StrId>,
     /// Whether annotations decided any event.
     pub annotated: bool,
+    /// The runs of `zero_grad` that freed memory (with `set_to_none`, every gradient).
+    pub freeing_zero_grads: Vec<usize>,
 }
 
 /// What one event says before its neighbours are consulted.
@@ -136,6 +139,7 @@ impl Phases {
             ..Phases::default()
         };
         let mut said: Vec<(u32, Said)> = Vec::new();
+        let mut zero_grad_frees: Vec<usize> = Vec::new();
         for i in 0..trace.len() {
             let from_annotation = if ranges.is_empty() {
                 None
@@ -149,6 +153,14 @@ impl Phases {
                         .map(|&(_, _, p)| p)
                 })
             };
+            // Allocations say where they were made; of the frees, only `zero_grad`'s
+            // (which frees gradients and allocates nothing) say more than the
+            // allocations around them.
+            let action = trace.action(i);
+            let is_alloc = action == Action::Alloc;
+            if from_annotation.is_none() && !is_alloc && action != Action::FreeRequested {
+                continue;
+            }
             let from_stack = match trace.stack(i) {
                 None => Said::Empty,
                 Some(stack) => match said_of_stack.get(stack.0 as usize).copied().flatten() {
@@ -164,12 +176,27 @@ impl Phases {
                     }
                 },
             };
-            let s = from_annotation.map_or(from_stack, Said::Phase);
+            let s = match from_annotation {
+                Some(p) => Said::Phase(p),
+                None if is_alloc => from_stack,
+                None if from_stack == Said::Phase(Phase::ZeroGrad) => from_stack,
+                None => continue,
+            };
+            if s == Said::Phase(Phase::ZeroGrad) && action == Action::FreeRequested {
+                zero_grad_frees.push(i);
+            }
             if said.last().is_none_or(|&(_, last)| last != s) {
                 said.push((i as u32, s));
             }
         }
         phases.runs = resolve(&said);
+        let mut freeing: Vec<usize> = zero_grad_frees
+            .iter()
+            .map(|&i| phases.run_of(i))
+            .filter(|&r| phases.phase(r) == Phase::ZeroGrad)
+            .collect();
+        freeing.dedup();
+        phases.freeing_zero_grads = freeing;
         phases
     }
 
@@ -231,13 +258,17 @@ fn is_torch_file(file: &str) -> bool {
 /// Turns what each event said into runs of phases (the module documentation's rule 3),
 /// merging neighbours in the same phase.
 fn resolve(said: &[(u32, Said)]) -> Vec<Run> {
-    // The next phase that an event states, after each position.
-    let mut next: Vec<Option<Phase>> = vec![None; said.len()];
-    let mut upcoming = None;
+    // After each position: the next phase an event states, and whether the next event
+    // with something to say has no frames (it continues the phase, so frames that say
+    // nothing before it are inside that phase too).
+    let mut next: Vec<(Option<Phase>, bool)> = vec![(None, false); said.len()];
+    let mut upcoming = (None, false);
     for (k, &(_, s)) in said.iter().enumerate().rev() {
         next[k] = upcoming;
-        if let Said::Phase(p) = s {
-            upcoming = Some(p);
+        match s {
+            Said::Phase(p) => upcoming = (Some(p), false),
+            Said::Empty => upcoming.1 = true,
+            Said::Plain => {}
         }
     }
     let mut runs: Vec<Run> = Vec::new();
@@ -247,8 +278,9 @@ fn resolve(said: &[(u32, Said)]) -> Vec<Run> {
             Said::Phase(p) => p,
             Said::Empty => previous.unwrap_or(Phase::Between),
             Said::Plain => match (previous, next[k]) {
-                (Some(a), Some(b)) if a == b => a,
-                (Some(Phase::Forward), Some(Phase::Backward)) => Phase::Forward,
+                (Some(a), (_, true)) => a,
+                (Some(a), (Some(b), _)) if a == b => a,
+                (Some(Phase::Forward), (Some(Phase::Backward), _)) => Phase::Forward,
                 _ => Phase::Between,
             },
         };
