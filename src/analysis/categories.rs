@@ -441,14 +441,12 @@ impl<'a> DeviceCategories<'a> {
         }
     }
 
-    /// Whether a lifetime without a free outlived the run it was made in: it is alive
-    /// after that run (at the end of the trace, or at a moment past the run).
+    /// Whether a lifetime that [`DeviceCategories::freed_at`] finds no free for outlived
+    /// the run it was made in: that run is not the last, or the trace ends after its
+    /// annotation closed. (For a live set, no free within the rest of the moment's run
+    /// means it lived past that run.)
     fn alive_past(&self, made: usize) -> bool {
-        let moment = self.moment_lock();
-        match moment.as_ref() {
-            Some((at, _)) => self.phases.run_of(*at) > made,
-            None => made != self.phases.last_run(),
-        }
+        made != self.phases.last_run() || self.phases.last_run_closed
     }
 
     /// Whether an allocation made in run `made` (freed in run `freed`, if known) stayed
@@ -758,6 +756,60 @@ fn growing_stacks(r: &DeviceReplay, attr: &Attributor, phases: &Phases) -> BTree
         .filter(|(_, s)| s.grew >= 2 && !s.shrank)
         .map(|(stack, _)| stack)
         .collect()
+}
+
+/// The part of a group's bytes in one category.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CategoryPart {
+    pub category: String,
+    /// Requested bytes.
+    pub bytes: u64,
+    pub count: usize,
+    /// What decided the category of the part's largest allocation ([`Evidence::code`]).
+    pub evidence: String,
+    /// Whether that decision is an inference.
+    pub inferred: bool,
+}
+
+/// The categories of a group's allocations, the most bytes first (ties: the built-in
+/// order). Every allocation is decided once.
+pub fn split<'l>(
+    attr: &Attributor,
+    members: impl IntoIterator<Item = &'l Lifetime>,
+) -> Vec<CategoryPart> {
+    // category -> (bytes, count, largest size, its decision)
+    let mut parts: BTreeMap<u8, (u64, usize, u64, Decision)> = BTreeMap::new();
+    for l in members {
+        let d = attr.decide(l);
+        let p = parts.entry(d.category).or_insert((0, 0, 0, d));
+        p.0 += l.size;
+        p.1 += 1;
+        if l.size > p.2 {
+            p.2 = l.size;
+            p.3 = d;
+        }
+    }
+    let mut out: Vec<(u8, CategoryPart)> = parts
+        .into_iter()
+        .map(|(c, (bytes, count, _, d))| {
+            (
+                c,
+                CategoryPart {
+                    category: attr
+                        .categories
+                        .get(c as usize)
+                        .cloned()
+                        .unwrap_or_else(|| "other".into()),
+                    bytes,
+                    count,
+                    evidence: d.evidence.code(attr.frames()),
+                    inferred: d.inferred(),
+                },
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+    out.into_iter().map(|(_, p)| p).collect()
 }
 
 /// The snake_case name serde gives a unit variant.

@@ -62,6 +62,9 @@ pub struct Phases {
     pub annotated: bool,
     /// The runs of `zero_grad` that freed memory (with `set_to_none`, every gradient).
     pub freeing_zero_grads: Vec<usize>,
+    /// The trace ends in an annotated step or `zero_grad` whose END was recorded: what is
+    /// alive at the end outlived it.
+    pub last_run_closed: bool,
 }
 
 /// What one event says before its neighbours are consulted.
@@ -140,6 +143,7 @@ impl Phases {
         };
         let mut said: Vec<(u32, Said)> = Vec::new();
         let mut zero_grad_frees: Vec<usize> = Vec::new();
+        let mut last_annotated = false;
         for i in 0..trace.len() {
             let from_annotation = if ranges.is_empty() {
                 None
@@ -185,6 +189,7 @@ impl Phases {
             if s == Said::Phase(Phase::ZeroGrad) && action == Action::FreeRequested {
                 zero_grad_frees.push(i);
             }
+            last_annotated = from_annotation.is_some();
             if said.last().is_none_or(|&(_, last)| last != s) {
                 said.push((i as u32, s));
             }
@@ -197,6 +202,7 @@ impl Phases {
             .collect();
         freeing.dedup();
         phases.freeing_zero_grads = freeing;
+        phases.last_run_closed = last_annotated;
         phases
     }
 

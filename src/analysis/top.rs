@@ -153,8 +153,18 @@ pub struct Group {
     /// The largest single allocation.
     pub largest_bytes: u64,
     pub largest_label: String,
-    /// Category of the largest allocation (grouping by category: the group itself).
+    /// The category holding most of the group's bytes (grouping by category: the group
+    /// itself); empty for the merged rest.
     pub category: String,
+    /// Its share of the group's bytes, rounded to 4 decimals.
+    pub category_share: f64,
+    /// What decided it, for the part's largest allocation
+    /// ([`super::categories::Evidence::code`]).
+    pub category_evidence: String,
+    /// Whether that decision is an inference.
+    pub category_inferred: bool,
+    /// Every category among the group's allocations, the most bytes first.
+    pub categories: Vec<super::categories::CategoryPart>,
     /// Python frames of the largest allocation's stack, innermost first.
     pub frames: Vec<String>,
 }
@@ -216,6 +226,8 @@ pub fn group_live(attr: &Attributor, live: &LiveState, by: GroupBy) -> Vec<Group
                 .collect();
             let first = allocs.iter().min().copied();
             let last = allocs.iter().max().copied();
+            let categories = super::categories::split(attr, members.iter().copied());
+            let main = categories.first();
             Group {
                 name: attr.name(&key),
                 kind: Attributor::kind(&key),
@@ -229,8 +241,12 @@ pub fn group_live(attr: &Attributor, live: &LiveState, by: GroupBy) -> Vec<Group
                 last_alloc_time_us: None,
                 largest_bytes: largest.size,
                 largest_label: largest.label(),
-                category: attr.categories[attr.category(largest) as usize].clone(),
+                category: main.map(|p| p.category.clone()).unwrap_or_default(),
+                category_share: main.map_or(0.0, |p| share(p.bytes, bytes)),
+                category_evidence: main.map(|p| p.evidence.clone()).unwrap_or_default(),
+                category_inferred: main.is_some_and(|p| p.inferred),
                 frames: user_frames(attr.frames(), Attributor::allocation_stack(largest), 8),
+                categories,
             }
         })
         .collect();
@@ -269,6 +285,10 @@ pub fn limit_groups(mut groups: Vec<Group>, limit: usize, total: u64) -> Vec<Gro
         largest_bytes: largest.as_ref().map_or(0, |g| g.largest_bytes),
         largest_label: largest.map(|g| g.largest_label).unwrap_or_default(),
         category: String::new(),
+        category_share: 0.0,
+        category_evidence: String::new(),
+        category_inferred: false,
+        categories: Vec::new(),
         frames: Vec::new(),
     });
     groups

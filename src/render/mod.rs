@@ -3,6 +3,7 @@
 
 pub mod align;
 pub mod diff;
+pub mod evidence;
 pub mod flame_svg;
 pub mod html;
 pub mod live;

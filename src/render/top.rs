@@ -17,6 +17,20 @@ fn by_name(report: &TopReport) -> &'static str {
     }
 }
 
+/// A group's category as the table shows it: `~` when inferred, and the main category's
+/// share when the group holds others too.
+fn category_cell(g: &crate::analysis::top::Group) -> String {
+    if g.category.is_empty() {
+        return String::new();
+    }
+    let mark = if g.category_inferred { "~" } else { "" };
+    if g.category_share < 0.995 {
+        format!("{mark}{} {:.0}%", g.category, g.category_share * 100.0)
+    } else {
+        format!("{mark}{}", g.category)
+    }
+}
+
 pub fn write_top_text(
     out: &mut dyn Write,
     r: &TopReport,
@@ -39,35 +53,65 @@ pub fn write_top_text(
     if r.groups.is_empty() {
         return writeln!(out, "  nothing was live");
     }
-    let category_column = r.by != crate::analysis::attribution::GroupBy::Category;
-    writeln!(
-        out,
-        "  {:>10}  {:>6}  {:>6}  {:>10}  {}{}",
-        "bytes",
-        "share",
-        "count",
-        "largest",
-        if category_column {
-            format!("{:<21} ", "category")
-        } else {
-            String::new()
-        },
-        by_name(r)
-    )?;
-    for g in &r.groups {
+    let by_category = r.by == crate::analysis::attribution::GroupBy::Category;
+    let width = r
+        .groups
+        .iter()
+        .map(|g| group_display(&g.name, g.kind).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    if by_category {
         writeln!(
             out,
-            "  {:>10}  {:>5.1}%  {:>6}  {:>10}  {}{}",
+            "  {:>10}  {:>6}  {:>6}  {:>10}  {:<width$}  decided by (largest allocation)",
+            "bytes", "share", "count", "largest", "category"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  {:>10}  {:>6}  {:>6}  {:>10}  {:<24} {}",
+            "bytes",
+            "share",
+            "count",
+            "largest",
+            "category",
+            by_name(r)
+        )?;
+    }
+    for g in &r.groups {
+        let head = format!(
+            "  {:>10}  {:>5.1}%  {:>6}  {:>10}  ",
             bytes(g.bytes),
             g.share * 100.0,
             g.count,
             bytes(g.largest_bytes),
-            if category_column {
-                format!("{:<21} ", g.category)
-            } else {
+        );
+        if by_category {
+            let name = format!(
+                "{}{}",
+                if g.category_inferred { "~" } else { "" },
+                group_display(&g.name, g.kind)
+            );
+            let decided = if g.category_evidence.is_empty() {
                 String::new()
-            },
-            group_display(&g.name, g.kind)
+            } else {
+                crate::render::evidence::words(&g.category_evidence)
+            };
+            writeln!(out, "{head}{name:<width$}  {decided}")?;
+        } else {
+            writeln!(
+                out,
+                "{head}{:<24} {}",
+                category_cell(g),
+                group_display(&g.name, g.kind)
+            )?;
+        }
+    }
+    if r.groups.iter().any(|g| g.category_inferred) {
+        writeln!(
+            out,
+            "  ~ inferred: decided by sizes, or by a lifetime the trace shows only in part (--json gives category_evidence)"
         )?;
     }
     if let Some(l) = &r.leaks {
