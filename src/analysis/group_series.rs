@@ -19,6 +19,9 @@ pub struct GroupValues {
     pub count: usize,
     /// Its largest allocation alive in one of the states.
     pub largest: Lifetime,
+    /// The category that holds most of its allocations' bytes (ties: the built-in
+    /// order).
+    pub main_category: u8,
 }
 
 /// One group while it fills.
@@ -33,6 +36,8 @@ struct Group {
     largest_order: u64,
     /// Order of its first allocation: groups are given in this order.
     first: u64,
+    /// Bytes of its allocations by category.
+    categories: Vec<(u8, u64)>,
 }
 
 /// Replay aggregator: states are `0` (before the first event) or `i + 1` (after event
@@ -107,7 +112,11 @@ impl<'a> GroupSeries<'a> {
             return;
         }
         self.alive += 1;
-        let key = self.attr.key(l, self.by);
+        let decision = self.attr.decide(l);
+        let key = match self.by {
+            GroupBy::Category => GroupKey::Category(decision.category),
+            by => self.attr.key(l, by),
+        };
         let g = match self.keys.get(&key) {
             Some(&g) => g,
             None if self.groups.len() < MAX_GROUPS => {
@@ -119,6 +128,7 @@ impl<'a> GroupSeries<'a> {
                     largest: *l,
                     largest_order: order,
                     first: order,
+                    categories: Vec::new(),
                 });
                 self.groups.len() - 1
             }
@@ -129,6 +139,14 @@ impl<'a> GroupSeries<'a> {
         group.diffs[hi] -= l.size as i64;
         group.count += 1;
         group.first = group.first.min(order);
+        match group
+            .categories
+            .iter_mut()
+            .find(|(c, _)| *c == decision.category)
+        {
+            Some((_, b)) => *b += l.size,
+            None => group.categories.push((decision.category, l.size)),
+        }
         if (l.size, std::cmp::Reverse(order))
             > (group.largest.size, std::cmp::Reverse(group.largest_order))
         {
@@ -153,11 +171,17 @@ impl<'a> GroupSeries<'a> {
                         acc.max(0) as u64
                     })
                     .collect();
+                let main_category = g
+                    .categories
+                    .iter()
+                    .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                    .map_or(super::attribution::UNKNOWN, |&(c, _)| c);
                 GroupValues {
                     key: g.key,
                     values,
                     count: g.count,
                     largest: g.largest,
+                    main_category,
                 }
             })
             .collect()

@@ -194,7 +194,7 @@ impl<'a> LeakSampler<'a> {
                     rises,
                     samples: n - first,
                     since_event: states[first].checked_sub(1).map(|i| i as u32),
-                    category: attr.categories[attr.category(&g.largest) as usize].clone(),
+                    category: attr.categories[g.main_category as usize].clone(),
                     frames: user_frames(attr.frames(), Attributor::allocation_stack(&g.largest), 8),
                 });
             }

@@ -10,7 +10,7 @@ use crate::model::{DeviceTrace, Snapshot};
 use crate::timeline::Origin;
 use serde::Serialize;
 
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LiveAllocation {
@@ -26,6 +26,12 @@ pub struct LiveAllocation {
     pub alloc_time_us: Option<i64>,
     pub stream: u64,
     pub pool_id: Option<(i64, i64)>,
+    /// What kind of memory it is ([`super::categories`]).
+    pub category: String,
+    /// What decided it ([`super::categories::Evidence::code`]).
+    pub category_evidence: String,
+    /// Whether that is an inference.
+    pub category_inferred: bool,
     /// Top frames of the allocation's stack, innermost first, noise filtered (empty for
     /// allocations from before the trace: the stack recorded with their free is not
     /// where they were allocated).
@@ -48,8 +54,10 @@ pub struct LiveSet {
 }
 
 /// The live set at a resolved moment, largest first (ties by address then version).
+#[allow(clippy::too_many_arguments)]
 pub fn live_set(
     snap: &Snapshot,
+    attr: &Attributor,
     path: &str,
     choice: &DeviceChoice,
     moment: ResolvedMoment,
@@ -64,9 +72,11 @@ pub fn live_set(
             .then(a.addr.cmp(&b.addr))
             .then(a.version.cmp(&b.version))
     });
+    attr.prepare_moment(live.at);
     let allocations: Vec<LiveAllocation> = list
         .iter()
-        .map(|l| LiveAllocation {
+        .map(|l| (l, attr.decide(l)))
+        .map(|(l, d)| LiveAllocation {
             label: l.label(),
             addr: l.addr,
             size_bytes: l.size,
@@ -79,6 +89,13 @@ pub fn live_set(
                 .filter(|&t| t > 0),
             stream: live.stream(l),
             pool_id: live.pool_id(l),
+            category: attr
+                .categories
+                .get(d.category as usize)
+                .cloned()
+                .unwrap_or_default(),
+            category_evidence: d.evidence.code(&snap.frames),
+            category_inferred: d.inferred(),
             frames: user_frames(&snap.frames, Attributor::allocation_stack(l), frames),
         })
         .collect();

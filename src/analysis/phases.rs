@@ -16,8 +16,10 @@
 //!    module's `__init__`, a `forward` or a loss.
 //! 3. An event with no frames continues the phase before it (the autograd engine's own
 //!    thread has no Python frames, so a recording of Python stacks shows backward as
-//!    empty stacks after the call to `backward()`); frames that say nothing take the
-//!    phase on both sides, and between a forward and a backward (the loss) the forward.
+//!    empty stacks after the call to `backward()`); frames that say nothing are inside
+//!    a backward around them (hooks), part of the forward between a forward and a
+//!    backward (the loss), else between phases (the training loop: every allocation
+//!    inside a forward or an optimizer step has that function's frame).
 //!
 //! Nothing here pairs events or looks at sizes.
 
@@ -283,9 +285,12 @@ fn resolve(said: &[(u32, Said)]) -> Vec<Run> {
         let phase = match s {
             Said::Phase(p) => p,
             Said::Empty => previous.unwrap_or(Phase::Between),
+            // Every allocation inside a forward or an optimizer step has its frames, so
+            // frames that say nothing lie between two of them (the training loop);
+            // inside backward they are hooks on the engine's thread.
             Said::Plain => match (previous, next[k]) {
-                (Some(a), (_, true)) => a,
-                (Some(a), (Some(b), _)) if a == b => a,
+                (Some(Phase::Backward), (_, true)) => Phase::Backward,
+                (Some(Phase::Backward), (Some(Phase::Backward), _)) => Phase::Backward,
                 (Some(Phase::Forward), (Some(Phase::Backward), _)) => Phase::Forward,
                 _ => Phase::Between,
             },

@@ -108,7 +108,8 @@ pub fn segment_map(
     let labels: FxMap<u64, String> = shown.iter().map(|l| (l.addr, l.label())).collect();
     let mut group_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut groups: Vec<MapGroup> = Vec::new();
-    let mut largest: Vec<u64> = Vec::new();
+    // Block bytes of each group by category: a group shows the one holding the most.
+    let mut by_category: Vec<BTreeMap<u8, u64>> = Vec::new();
     let mut segments = Vec::with_capacity(state.len());
     for s in &state {
         let holes = s.holes();
@@ -126,18 +127,14 @@ pub fn segment_map(
                             kind: Attributor::kind(&key),
                             bytes: 0,
                             blocks: 0,
-                            category: attr.categories[attr.category(l) as usize].clone(),
+                            category: String::new(),
                         });
-                        largest.push(0);
+                        by_category.push(BTreeMap::new());
                         groups.len() - 1
                     });
                     groups[i].bytes += b.size;
                     groups[i].blocks += 1;
-                    // The category of the group's largest block, as `top` gives it.
-                    if b.size > largest[i] {
-                        largest[i] = b.size;
-                        groups[i].category = attr.categories[attr.category(l) as usize].clone();
-                    }
+                    *by_category[i].entry(attr.category(l)).or_default() += b.size;
                     i
                 });
                 // The allocation's own stack; the block's, when the replay has none.
@@ -165,6 +162,14 @@ pub fn segment_map(
             blocks,
             holes,
         });
+    }
+    for (g, parts) in groups.iter_mut().zip(&by_category) {
+        if let Some((&c, _)) = parts
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        {
+            g.category = attr.categories[c as usize].clone();
+        }
     }
     // Largest group first; blocks point at the new order.
     let mut order: Vec<usize> = (0..groups.len()).collect();

@@ -665,7 +665,7 @@ pub fn build_view(
                             kind: Attributor::kind(&key),
                             max_bytes: max,
                             count: g.count,
-                            category: attr.categories[attr.category(largest) as usize].clone(),
+                            category: attr.categories[g.main_category as usize].clone(),
                             frames: user_frames(
                                 attr.frames(),
                                 Attributor::allocation_stack(largest),

@@ -119,7 +119,18 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(m) = moment {
         let (resolved, live) =
             resolve_live(&r, m, Versions::Counted).map_err(|e| anyhow!("{path}: {e}"))?;
-        let listing = live_set(&snap, path, &choice, resolved, &live, r.trace, args.frames);
+        let mut attr = Attributor::new(&snap.frames, &options);
+        attr.bind_to(&r);
+        let listing = live_set(
+            &snap,
+            &attr,
+            path,
+            &choice,
+            resolved,
+            &live,
+            r.trace,
+            args.frames,
+        );
         if args.json {
             write_json(out, &listing)?;
         } else {

@@ -58,6 +58,13 @@ pub fn write_live_text(
             bytes(a.size_bytes),
             a.label
         )?;
+        writeln!(
+            out,
+            "              {}{}: {}",
+            if a.category_inferred { "~" } else { "" },
+            a.category,
+            super::evidence::words(&a.category_evidence)
+        )?;
         if a.frames.is_empty() && a.origin != Origin::Traced {
             writeln!(
                 out,

@@ -70,7 +70,7 @@ pub fn write_top_text(
     } else {
         writeln!(
             out,
-            "  {:>10}  {:>6}  {:>6}  {:>10}  {:<24} {}",
+            "  {:>10}  {:>6}  {:>6}  {:>10}  {:<21} {}",
             "bytes",
             "share",
             "count",
@@ -102,7 +102,7 @@ pub fn write_top_text(
         } else {
             writeln!(
                 out,
-                "{head}{:<24} {}",
+                "{head}{:<21} {}",
                 category_cell(g),
                 group_display(&g.name, g.kind)
             )?;
