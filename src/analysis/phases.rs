@@ -120,7 +120,21 @@ fn annotated_ranges(annotations: &[Annotation], device: i64) -> Vec<(i64, i64, P
         }
     }
     ranges.sort_unstable_by_key(|&(s, e, p)| (s, e, p));
-    ranges
+    // Disjoint, so that one look-up finds the range of a time: a range nested in or
+    // overlapping the one before ends that one where it starts.
+    let mut disjoint: Vec<(i64, i64, Phase)> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        if let Some(last) = disjoint.last_mut() {
+            if last.1 >= r.0 {
+                last.1 = r.0 - 1;
+                if last.1 < last.0 {
+                    disjoint.pop();
+                }
+            }
+        }
+        disjoint.push(r);
+    }
+    disjoint
 }
 
 impl Phases {
@@ -152,11 +166,10 @@ impl Phases {
             } else {
                 trace.time_us(i).and_then(|t| {
                     let n = ranges.partition_point(|&(s, _, _)| s <= t);
-                    ranges[..n]
-                        .iter()
-                        .rev()
-                        .find(|&&(_, e, _)| e >= t)
-                        .map(|&(_, _, p)| p)
+                    n.checked_sub(1)
+                        .map(|k| ranges[k])
+                        .filter(|&(_, e, _)| e >= t)
+                        .map(|(_, _, p)| p)
                 })
             };
             // Allocations say where they were made; of the frees, only `zero_grad`'s
