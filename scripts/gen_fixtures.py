@@ -228,6 +228,78 @@ CPP_AUTOGRAD_THREAD = [
     ("__clone3", "??", 0),
 ]
 
+# Stacks of the category fixtures (make_categories): the user's own modules and optimizer,
+# torch's AdamW, compiled code, a KV cache.
+PROJ = "/home/alice/proj"
+LAYERS_PY = PROJ + "/layers.py"            # the user's modules: __init__ and forward
+MYOPT_PY = PROJ + "/my_optimizer.py"       # the user's optimizer: __init__ and step
+LOOP = [("train_step", PROJ + "/train.py", 40), ("main", PROJ + "/train.py", 77)]
+GEN_LOOP = [("generate", PROJ + "/generate.py", 31), ("main", PROJ + "/generate.py", 60)]
+GENERATED = "/tmp/torchinductor_alice/q3/c" + "q3ffxmz7a4k2npw6hbs5d4jqy2uv7c3lrhkzt5mo6e2wxyz4abcd" + ".py"
+GENERATED_BWD = "/tmp/torchinductor_alice/7w/c" + "7wz2k5n4hq3b6x2yr7dmc5fjk8upl3wt4bxe6zs2qv9ghno3xyz" + ".py"
+RUNTIME_WRAPPERS = SITE + "/_functorch/_aot_autograd/runtime_wrappers.py"
+PY_STACKS.update({
+    "my_init": [("__init__", LAYERS_PY, 12), ("__init__", LAYERS_PY, 60),
+                ("main", PROJ + "/train.py", 70)],
+    "my_fwd": [("forward", LAYERS_PY, 20)] + CALL + [("forward", LAYERS_PY, 66)] + CALL + LOOP,
+    "my_fwd_out": [("forward", LAYERS_PY, 21)] + CALL + [("forward", LAYERS_PY, 66)] + CALL
+                  + LOOP,
+    "my_loss": [("cross_entropy", FUNCTIONAL_PY, 3494), ("train_step", PROJ + "/train.py", 38),
+                ("main", PROJ + "/train.py", 77)],
+    "my_batch": [("get_batch", PROJ + "/data.py", 14)] + LOOP,
+    "backward_call": [("_engine_run_backward", SITE + "/autograd/graph.py", 825),
+                      ("backward", SITE + "/autograd/__init__.py", 347),
+                      ("backward", SITE + "/_tensor.py", 581),
+                      ("train_step", PROJ + "/train.py", 39), ("main", PROJ + "/train.py", 77)],
+    "myopt_init": [("__init__", MYOPT_PY, 30), ("main", PROJ + "/train.py", 72)],
+    "myopt_state": [("step", MYOPT_PY, 47), ("train_step", PROJ + "/train.py", 41),
+                    ("main", PROJ + "/train.py", 77)],
+    "myopt_tmp": [("step", MYOPT_PY, 45), ("train_step", PROJ + "/train.py", 41),
+                  ("main", PROJ + "/train.py", 77)],
+    "zero_grad": [("zero_grad", OPTIMIZER_PY, 955), ("train_step", PROJ + "/train.py", 36),
+                  ("main", PROJ + "/train.py", 77)],
+    "adam_state": [("_init_group", ADAMW_PY, 128), ("step", ADAMW_PY, 209),
+                   ("_use_grad", OPTIMIZER_PY, 79), ("wrapper", OPTIMIZER_PY, 487),
+                   ("train_step", PROJ + "/train.py", 41), ("main", PROJ + "/train.py", 77)],
+    "adam_tmp": [("_multi_tensor_adamw", ADAMW_PY, 612), ("adamw", ADAMW_PY, 784),
+                 ("step", ADAMW_PY, 220), ("_use_grad", OPTIMIZER_PY, 79),
+                 ("wrapper", OPTIMIZER_PY, 487), ("train_step", PROJ + "/train.py", 41),
+                 ("main", PROJ + "/train.py", 77)],
+    "compiled_fwd": [("call", GENERATED, 120), ("__call__", SITE + "/_inductor/output_code.py", 460),
+                     ("forward", RUNTIME_WRAPPERS, 1500), ("forward", LAYERS_PY, 66)] + CALL + LOOP,
+    "compiled_bwd": [("call", GENERATED_BWD, 88),
+                     ("call_compiled_backward", RUNTIME_WRAPPERS, 1810),
+                     ("backward", RUNTIME_WRAPPERS, 1900),
+                     ("apply", SITE + "/autograd/function.py", 307)],
+    "dec_attn": [("forward", LAYERS_PY, 120)] + CALL + [("forward", LAYERS_PY, 140)] + CALL
+                + GEN_LOOP,
+    "kv_cat_k": [("forward", LAYERS_PY, 126)] + CALL + [("forward", LAYERS_PY, 140)] + CALL
+                + GEN_LOOP,
+    "kv_cat_v": [("forward", LAYERS_PY, 127)] + CALL + [("forward", LAYERS_PY, 140)] + CALL
+                + GEN_LOOP,
+    "dec_logits": [("forward", LAYERS_PY, 150)] + CALL + GEN_LOOP,
+})
+
+# C++-only stacks (the autograd engine's thread): a backward node's kernel output.
+CPP_ENGINE = [
+    ("torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&, "
+     "torch::autograd::Node*, torch::autograd::InputBuffer&, "
+     "std::shared_ptr<torch::autograd::ReadyQueue> const&)", "engine.cpp", 0),
+    ("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)",
+     "engine.cpp", 0),
+    ("start_thread", "??", 0),
+]
+CPP_ONLY_STACKS = {
+    "mm_backward": [("at::native::mm(at::Tensor const&, at::Tensor const&)", "??", 0),
+                    ("torch::autograd::generated::MmBackward0::apply("
+                     "std::vector<at::Tensor, std::allocator<at::Tensor> >&&)", "??", 0)]
+                   + CPP_ENGINE,
+    "mul_backward": [("at::native::mul(at::Tensor const&, at::Tensor const&)", "??", 0),
+                     ("torch::autograd::generated::MulBackward0::apply("
+                      "std::vector<at::Tensor, std::allocator<at::Tensor> >&&)", "??", 0)]
+                    + CPP_ENGINE,
+}
+
 FWD_TRACE = (
     '  File "/home/alice/nanogpt/train.py", line 178, in train\n'
     '    logits, loss = model(x, y)\n',
@@ -272,6 +344,8 @@ class Frames:
             return t
         if ctx == "autograd_thread":
             spec = list(CPP_MALLOC_PREFIX) + CPP_AUTOGRAD_THREAD if self.cpp else []
+        elif ctx in CPP_ONLY_STACKS:
+            spec = list(CPP_MALLOC_PREFIX) + CPP_ONLY_STACKS[ctx] if self.cpp else []
         else:
             py = PY_STACKS[ctx]
             if self.cpp:
@@ -442,14 +516,26 @@ class Sim:
         return seg, tail
 
     # -- free ------------------------------------------------------------------------
-    def free(self, addr, pending=False):
+    def free(self, addr, pending=False, ctx=None):
+        """Frees a block; its free entries carry the allocation's stack, or `ctx`'s."""
         b = self.live[addr]
         seg, _ = self._find(addr)
-        self.record("free_requested", addr, b.req, seg.stream, b.tb, pool=seg.pool)
+        tb = self.frames.tb(ctx) if ctx else b.tb
+        self.record("free_requested", addr, b.req, seg.stream, tb, pool=seg.pool)
         if pending:
             b.state = "active_pending_free"
         else:
-            self._free_block(seg, b, b.tb)
+            self._free_block(seg, b, tb)
+
+    def start_recording(self):
+        """Drops what was recorded so far, as a `_record_memory_history` call made now
+        would: the trace restarts, and the blocks alive hold no frames."""
+        self.trace.clear()
+        for seg in self.segments:
+            seg.tb = None
+            for b in seg.blocks:
+                b.tb = None
+                b.hist = []
 
     def complete(self, addr, ctx=None):
         """Delayed free_completed (record_stream); ctx = the malloc that processed events."""
@@ -1271,6 +1357,9 @@ def wrong_type_snapshot():
 # Self checks (on the unpickled objects, like a reader would see them)
 # --------------------------------------------------------------------------------------
 
+LATE_RECORDINGS = {"categories/old_moments.pickle", "categories/forward_only.pickle"}
+
+
 def check_snapshot(name, root):
     segs = root if isinstance(root, list) else root["segments"]
     for s in segs:
@@ -1291,9 +1380,12 @@ def check_snapshot(name, root):
         assert s["allocated_size"] <= s["active_size"] <= s["total_size"], name
     if isinstance(root, list):
         return
+    # Recordings started late: their first allocations land in segments made before the
+    # trace, and blocks from before it are freed in it.
+    late = name in LATE_RECORDINGS
     for d, trace in enumerate(root["device_traces"]):
         open_blocks = {}
-        seg_ranges = []
+        seg_ranges = [(s["address"], s["address"] + s["total_size"]) for s in segs] if late else []
         for i, e in enumerate(trace):
             a = e["action"]
             if a in ("segment_alloc", "segment_map"):
@@ -1302,6 +1394,8 @@ def check_snapshot(name, root):
                 assert e["addr"] not in open_blocks, (name, i)
                 assert any(lo <= e["addr"] < hi for lo, hi in seg_ranges), (name, i)
                 open_blocks[e["addr"]] = ["alloc", e["size"]]
+            elif a == "free_requested" and late and e["addr"] not in open_blocks:
+                open_blocks[e["addr"]] = ["free_requested", e["size"]]
             elif a == "free_requested":
                 assert open_blocks[e["addr"]][0] == "alloc", (name, i)
                 assert open_blocks[e["addr"]][1] == e["size"], (name, i)
@@ -1332,6 +1426,207 @@ def check_snapshot(name, root):
 # --------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------
+
+# --------------------------------------------------------------------------------------
+# Category fixtures: one rule of the categories each (tests/categories.rs computes every
+# expected figure from these constants)
+# --------------------------------------------------------------------------------------
+
+CAT_PARAMS = [4 * MiB] * 4 + [2 * MiB + 4 * KiB] * 2 + [8 * KiB] * 3
+CAT_ACT = 3 * MiB
+CAT_STEP_TMP = 64 * MiB
+CAT_BATCH = 64 * KiB
+
+
+def cat_sim(seed, cpp):
+    rng = random.Random(seed)
+    clock = Clock(rng)
+    frames = Frames(cpp=cpp)
+    return Sim(0, clock, frames, rng=rng), frames, clock
+
+
+def cat_forward(sim, out_ctx="my_fwd_out"):
+    """A forward: three activations and an output, then the loss (4 bytes)."""
+    acts = [sim.malloc(CAT_ACT, "my_fwd") for _ in range(3)]
+    acts.append(sim.malloc(CAT_ACT, out_ctx))
+    return acts, sim.malloc(4, "my_loss")
+
+
+def cat_backward(sim, acts, grads_ctx, tmp_ctx, make_grads=True):
+    """loss.backward(): each gradient is the output of its node's kernel (kept as .grad
+    without a copy, no AccumulateGrad frame), one temporary per node, activations freed."""
+    first = sim.malloc(4, "backward_call")
+    grads = []
+    for size in CAT_PARAMS:
+        tmp = sim.malloc(CAT_ACT, tmp_ctx)
+        if make_grads:
+            grads.append(sim.malloc(size, grads_ctx))
+        sim.free(tmp, ctx=tmp_ctx)
+    for a in acts:
+        sim.free(a, ctx=tmp_ctx)
+    sim.free(first, ctx=tmp_ctx)
+    return grads
+
+
+def make_cat_steal():
+    """PyTorch 2.6, stacks="all": torch modules, AdamW (state on the first step), two steps
+    of zero_grad(set_to_none) / forward / backward / step; gradients made by MmBackward0."""
+    V = (2, 6)
+    sim, frames, clock = cat_sim(601, cpp=True)
+    ann = []
+    for size in CAT_PARAMS:
+        sim.malloc(size, "param_init")
+    grads, state = [], []
+    for step in range(2):
+        if grads:
+            ann.append(annotation(clock, "Optimizer.zero_grad#AdamW.zero_grad", "START"))
+            for g in grads:
+                sim.free(g, ctx="zero_grad")
+            ann.append(annotation(clock, "Optimizer.zero_grad#AdamW.zero_grad", "END"))
+        x = sim.malloc(CAT_BATCH, "my_batch")
+        acts, loss = cat_forward(sim)
+        grads = cat_backward(sim, acts, "mm_backward", "mul_backward")
+        ann.append(annotation(clock, "Optimizer.step#AdamW.step", "START"))
+        if step == 0:
+            state = [sim.malloc(size, "adam_state") for size in CAT_PARAMS for _ in range(2)]
+        tmps = [sim.malloc(size, "adam_tmp") for size in CAT_PARAMS]
+        tmps.append(sim.malloc(CAT_STEP_TMP, "adam_tmp"))        # the peak
+        for t in tmps:
+            sim.free(t, ctx="adam_tmp")
+        ann.append(annotation(clock, "Optimizer.step#AdamW.step", "END"))
+        sim.free(loss, ctx="my_batch")
+        sim.free(x, ctx="my_batch")
+    assert len(state) == 2 * len(CAT_PARAMS)
+    return build(V, {0: sim}, frames, 1, annotations=ann, settings=allocator_settings(V))
+
+
+def make_cat_compiled():
+    """PyTorch 2.5, Python stacks: the user's modules, a compiled forward and backward
+    (inductor's generated modules), gradients made by the compiled backward."""
+    V = (2, 5)
+    sim, frames, _ = cat_sim(602, cpp=False)
+    for size in CAT_PARAMS:
+        sim.malloc(size, "my_init")
+    acts = [sim.malloc(CAT_ACT, "compiled_fwd") for _ in range(4)]
+    loss = sim.malloc(4, "my_loss")
+    cat_backward(sim, acts, "compiled_bwd", "compiled_bwd")
+    sim.free(loss, ctx="my_batch")
+    sim.malloc(CAT_BATCH, "my_batch")                         # the next step's batch
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
+
+def cat_own_step(sim, moments):
+    """The user's optimizer step: a large temporary, then per parameter a temporary and
+    two new moments replacing the old ones."""
+    big = sim.malloc(CAT_STEP_TMP, "myopt_tmp")                # the peak
+    new = []
+    for i, size in enumerate(CAT_PARAMS):
+        tmp = sim.malloc(size, "myopt_tmp")
+        for k in range(2):
+            new.append(sim.malloc(size, "myopt_state"))
+            sim.free(moments[2 * i + k], ctx="myopt_state")
+        sim.free(tmp, ctx="myopt_tmp")
+    sim.free(big, ctx="myopt_tmp")
+    return new
+
+
+def make_cat_own_optimizer():
+    """PyTorch 2.6, Python stacks: the user's modules and optimizer (moments made in its
+    __init__, replaced by each step), two steps; gradients on the engine's thread (no
+    frames)."""
+    V = (2, 6)
+    sim, frames, _ = cat_sim(603, cpp=False)
+    for size in CAT_PARAMS:
+        sim.malloc(size, "my_init")
+    moments = [sim.malloc(size, "myopt_init") for size in CAT_PARAMS for _ in range(2)]
+    grads = []
+    for _ in range(2):
+        for g in grads:
+            sim.free(g, ctx="zero_grad")
+        x = sim.malloc(CAT_BATCH, "my_batch")
+        acts, loss = cat_forward(sim)
+        grads = cat_backward(sim, acts, "mm_backward", "mm_backward")
+        moments = cat_own_step(sim, moments)
+        sim.free(loss, ctx="my_batch")
+        sim.free(x, ctx="my_batch")
+    sim.malloc(CAT_BATCH, "my_batch")                         # the next step's batch
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
+
+def make_cat_old_moments():
+    """PyTorch 2.6, Python stacks: recording starts after a first step, so parameters,
+    gradients and moments are from before it; the recorded step accumulates into the
+    gradients and replaces the moments."""
+    V = (2, 6)
+    sim, frames, _ = cat_sim(604, cpp=False)
+    for size in CAT_PARAMS:
+        sim.malloc(size, "my_init")
+    moments = [sim.malloc(size, "myopt_init") for size in CAT_PARAMS for _ in range(2)]
+    acts, loss = cat_forward(sim)
+    cat_backward(sim, acts, "mm_backward", "mm_backward")
+    moments = cat_own_step(sim, moments)
+    sim.free(loss, ctx="my_batch")
+    sim.start_recording()
+    x = sim.malloc(CAT_BATCH, "my_batch")
+    acts, loss = cat_forward(sim)
+    cat_backward(sim, acts, "mm_backward", "mm_backward", make_grads=False)
+    cat_own_step(sim, moments)
+    sim.free(loss, ctx="my_batch")
+    sim.free(x, ctx="my_batch")
+    sim.malloc(CAT_BATCH, "my_batch")                         # the next step's batch
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
+
+def make_cat_forward_only():
+    """PyTorch 2.5, Python stacks: the model is built before recording starts; two
+    forwards under no_grad."""
+    V = (2, 5)
+    sim, frames, _ = cat_sim(605, cpp=False)
+    for size in CAT_PARAMS:
+        sim.malloc(size, "my_init")
+    sim.start_recording()
+    for _ in range(2):
+        x = sim.malloc(CAT_BATCH, "my_batch")
+        acts, loss = cat_forward(sim)
+        for a in acts:
+            sim.free(a, ctx="my_fwd")
+        sim.free(loss, ctx="my_batch")
+        sim.free(x, ctx="my_batch")
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
+
+KV_LAYERS = 2
+KV_PROMPT = 16            # tokens of the prompt
+KV_STEPS = 8              # decode steps
+KV_TOKEN = 64 * KiB       # bytes of one token's keys (and of its values) in one layer
+
+
+def make_cat_kv_cache():
+    """PyTorch 2.6, Python stacks: greedy decoding with a cache grown by torch.cat: at
+    every step each layer's keys and values are copied into a tensor one token longer and
+    the old one freed."""
+    V = (2, 6)
+    sim, frames, _ = cat_sim(606, cpp=False)
+    for size in CAT_PARAMS:
+        sim.malloc(size, "my_init")
+    keys, values = [], []
+    for _ in range(KV_LAYERS):                                 # the prompt
+        a = sim.malloc(CAT_ACT, "dec_attn")
+        keys.append(sim.malloc(KV_PROMPT * KV_TOKEN, "kv_cat_k"))
+        values.append(sim.malloc(KV_PROMPT * KV_TOKEN, "kv_cat_v"))
+        sim.free(a, ctx="dec_attn")
+    for t in range(1, KV_STEPS + 1):
+        for layer in range(KV_LAYERS):
+            a = sim.malloc(CAT_ACT, "dec_attn")
+            for cache, ctx in ((keys, "kv_cat_k"), (values, "kv_cat_v")):
+                grown = sim.malloc((KV_PROMPT + t) * KV_TOKEN, ctx)
+                sim.free(cache[layer], ctx=ctx)
+                cache[layer] = grown
+            sim.free(a, ctx="dec_attn")
+        logits = sim.malloc(CAT_ACT, "dec_logits")
+        sim.free(logits, ctx="dec_logits")
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
 
 def write(path, data):
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -1388,6 +1683,12 @@ def main(argv=None):
     add("protocol2.pickle", pickle.dumps(make_v2_4(241), protocol=2))
     add("big_ints.pickle", pickle.dumps(make_big_ints(), protocol=4))
     add("hostile_strings.pickle", pickle.dumps(make_hostile(), protocol=4))
+    add("categories/steal.pickle", pickle.dumps(make_cat_steal(), protocol=4))
+    add("categories/compiled.pickle", pickle.dumps(make_cat_compiled(), protocol=4))
+    add("categories/own_optimizer.pickle", pickle.dumps(make_cat_own_optimizer(), protocol=4))
+    add("categories/old_moments.pickle", pickle.dumps(make_cat_old_moments(), protocol=4))
+    add("categories/forward_only.pickle", pickle.dumps(make_cat_forward_only(), protocol=4))
+    add("categories/kv_cache.pickle", pickle.dumps(make_cat_kv_cache(), protocol=4))
 
     for name, data in GOOD:
         path = os.path.join(OUT, name)
@@ -1492,6 +1793,18 @@ expected figures are in `tests/data/real_expected.json`
 - `hostile_strings.pickle`: PyTorch 2.10, protocol 4, whose strings hold terminal escape sequences: a frame name with CSI clear-screen and an OSC 0 window title, a file name with an OSC 8 hyperlink, `PYTORCH_CUDA_ALLOC_CONF` with hidden-text CSI, a C1 CSI (U+009B), CR and DEL, an unknown action named with cursor moves, annotation names with a C1 OSC (U+009D .. U+009C) and backspace, user_metadata with an OSC 52 clipboard write and U+E000, compile_context like the frame name; a 64 MiB allocation and an OOM with that stack. Text output must show them as visible escapes.
 
 - `sample_viz.html`: the HTML page `torch.cuda._memory_viz trace_plot` writes, holding `sample.pickle` (padded with NUL bytes to a multiple of 3, base64 in `local_files`); no `.expected.json`: its figures are those of `sample.pickle`.
+
+## categories/: one rule of the categories each (tests/categories.rs)
+
+Parameters of 4 x 4 MiB, 2 x (2 MiB + 4 KiB) and 3 x 8 KiB, activations of 3 MiB, a 64 MiB
+optimizer temporary at each step's peak:
+
+- `categories/steal.pickle`: PyTorch 2.6, stacks="all": torch modules, AdamW (moments made by its first step, foreach temporaries), two steps of zero_grad(set_to_none) / forward / backward / step with the Optimizer annotations; each gradient is the output of `MmBackward0::apply` kept as `.grad` (no AccumulateGrad frame).
+- `categories/compiled.pickle`: PyTorch 2.5, Python stacks: the user's modules, a forward and a backward through inductor's generated modules (`/tmp/torchinductor_alice/.../c<hash>.py`), gradients made by the compiled backward.
+- `categories/own_optimizer.pickle`: PyTorch 2.6, Python stacks: the user's modules (`layers.py`, `__init__` and `forward`) and optimizer (`my_optimizer.py`: moments made in `__init__`, replaced by each `step`), two steps; backward on the engine's thread (no frames).
+- `categories/old_moments.pickle`: the same, recording started after the first step: parameters, gradients and moments come from before the trace (blocks without frames); the recorded step accumulates into the gradients and replaces the moments.
+- `categories/forward_only.pickle`: PyTorch 2.5: the model built before recording started, then two forwards.
+- `categories/kv_cache.pickle`: PyTorch 2.6: greedy decoding, 2 layers, a 16-token prompt and 8 steps, each step copying every layer's keys and values into a tensor one token (64 KiB) longer and freeing the old one.
 
 ## Bad fixtures (`bad/`, must be rejected with a clean error, never a panic)
 

@@ -582,6 +582,7 @@ impl<'f> Attributor<'f> {
         let kept = |t: &str| self.keep.as_ref().is_some_and(|re| re.is_match(t));
         let skipped = |t: &str| self.skip.as_ref().is_some_and(|re| re.is_match(t));
         let mut fallback = None;
+        let mut dispatch = None;
         let mut any_python = false;
         for (&id, text) in ids.iter().zip(texts) {
             let f = self.frames.frame(id);
@@ -597,13 +598,19 @@ impl<'f> Attributor<'f> {
             if is_stdlib(file) || matches!(name, "_call_impl" | "_wrapped_call_impl") {
                 continue;
             }
-            if is_torch(file) || is_dispatch(file) {
+            // Without a frame of the user's code, torch's own frame names the site, and
+            // a pass-through library or generated code only when there is no other.
+            if is_dispatch(file) {
+                dispatch.get_or_insert(id);
+                continue;
+            }
+            if is_torch(file) {
                 fallback.get_or_insert(id);
                 continue;
             }
             return Site::Frame(id);
         }
-        if let Some(id) = fallback {
+        if let Some(id) = fallback.or(dispatch) {
             return Site::Frame(id);
         }
         if any_python {

@@ -1,0 +1,228 @@
+//! The categories of the generated fixtures `testdata/categories/*.pickle`, one rule of
+//! the README's evidence order each. The expected bytes are the scenario's own figures
+//! (the constants of `make_cat_*` in `scripts/gen_fixtures.py`), summed here by hand.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// CAT_PARAMS: four of 4 MiB, two of 2 MiB + 4 KiB, three of 8 KiB.
+const PARAMS: u64 = 4 * 4 * MIB + 2 * (2 * MIB + 4 * KIB) + 3 * 8 * KIB;
+const ACT: u64 = 3 * MIB;
+const STEP_TMP: u64 = 64 * MIB;
+const BATCH: u64 = 64 * KIB;
+
+fn vramlens(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// (bytes, evidence of the largest) by category at a moment.
+fn categories(file: &str, at: &str) -> BTreeMap<String, (u64, String)> {
+    let path = format!("testdata/categories/{file}");
+    let v = vramlens(&["top", "--by", "category", "--at", at, "--json", &path]);
+    v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap().to_string(),
+                (
+                    g["bytes"].as_u64().unwrap(),
+                    g["category_evidence"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn bytes_of(c: &BTreeMap<String, (u64, String)>) -> BTreeMap<&str, u64> {
+    c.iter().map(|(k, (b, _))| (k.as_str(), *b)).collect()
+}
+
+fn expect(file: &str, at: &str, want: &[(&str, u64)]) -> BTreeMap<String, (u64, String)> {
+    let got = categories(file, at);
+    let want: BTreeMap<&str, u64> = want.iter().copied().collect();
+    assert_eq!(bytes_of(&got), want, "{file} at {at}");
+    got
+}
+
+#[test]
+fn gradients_made_by_a_backward_node_kept_as_grad_and_adamw_state() {
+    // The peak: inside the first optimizer step, its 64 MiB temporary and one temporary
+    // per parameter alive, with both moments of every parameter made.
+    let peak = expect(
+        "steal.pickle",
+        "peak",
+        &[
+            ("parameters", PARAMS),
+            ("gradients", PARAMS),
+            ("optimizer_state", 2 * PARAMS),
+            ("step_temporaries", STEP_TMP + PARAMS),
+            ("activations", 4),
+            ("other", BATCH),
+        ],
+    );
+    assert_eq!(
+        peak["gradients"].1,
+        "lifetime:made_in_backward_outlived_it"
+    );
+    assert_eq!(peak["step_temporaries"].1, "lifetime:made_and_freed_in_step");
+    assert!(peak["parameters"].1.starts_with("stack:"), "{peak:?}");
+    expect(
+        "steal.pickle",
+        "end",
+        &[
+            ("parameters", PARAMS),
+            ("gradients", PARAMS),
+            ("optimizer_state", 2 * PARAMS),
+        ],
+    );
+    // The gradients are named by the node whose kernel made them.
+    let top = vramlens(&["top", "--at", "end", "--json", "testdata/categories/steal.pickle"]);
+    let names: Vec<&str> = top["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"(backward of MmBackward0)"), "{names:?}");
+}
+
+#[test]
+fn compiled_forward_and_backward_are_named_by_the_users_code_never_the_generated_file() {
+    expect(
+        "compiled.pickle",
+        "end",
+        &[
+            ("parameters", PARAMS),
+            ("gradients", PARAMS),
+            ("other", BATCH),
+        ],
+    );
+    let top = vramlens(&[
+        "top",
+        "--at",
+        "peak",
+        "--json",
+        "testdata/categories/compiled.pickle",
+    ]);
+    for g in top["groups"].as_array().unwrap() {
+        let name = g["name"].as_str().unwrap();
+        assert!(!name.contains("torchinductor"), "{name}");
+        if g["category"] == "activations" && g["bytes"].as_u64().unwrap() >= ACT {
+            assert_eq!(name, "/home/alice/proj/layers.py:66:forward");
+        }
+    }
+}
+
+#[test]
+fn the_users_own_modules_and_optimizer() {
+    // The peak: the first step's 64 MiB temporary and the first parameter's temporary,
+    // the moments made by the optimizer's __init__ and the first new moment.
+    let peak = expect(
+        "own_optimizer.pickle",
+        "peak",
+        &[
+            ("parameters", PARAMS),
+            ("gradients", PARAMS),
+            ("optimizer_state", 2 * PARAMS + 4 * MIB),
+            ("step_temporaries", STEP_TMP + 4 * MIB),
+            ("activations", 4),
+            ("other", BATCH),
+        ],
+    );
+    assert_eq!(peak["optimizer_state"].1, "lifetime:made_in_optimizer_init");
+    assert_eq!(peak["parameters"].1, "lifetime:made_in_init_kept");
+    expect(
+        "own_optimizer.pickle",
+        "end",
+        &[
+            ("parameters", PARAMS),
+            ("gradients", PARAMS),
+            ("optimizer_state", 2 * PARAMS),
+            ("other", BATCH),
+        ],
+    );
+}
+
+#[test]
+fn memory_from_before_recording_by_sizes_and_old_moments_replaced_in_a_step() {
+    let peak = expect(
+        "old_moments.pickle",
+        "peak",
+        &[
+            ("parameters", PARAMS),
+            ("gradients", PARAMS),
+            ("optimizer_state", 2 * PARAMS + 4 * MIB),
+            ("step_temporaries", STEP_TMP + 4 * MIB),
+            ("activations", 4),
+            ("other", BATCH),
+        ],
+    );
+    assert_eq!(
+        peak["parameters"].1,
+        "sizes:copy_1_of_2_optimizer_state"
+    );
+    assert_eq!(peak["gradients"].1, "sizes:copy_2_of_2_optimizer_state");
+    // The old moments, freed by the step as the new ones are made.
+    let live = vramlens(&[
+        "timeline",
+        "--at",
+        "peak",
+        "--json",
+        "testdata/categories/old_moments.pickle",
+    ]);
+    let old: u64 = live["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["category_evidence"] == "lifetime:before_recording_freed_in_step")
+        .map(|a| {
+            assert_eq!(a["category"], "optimizer_state");
+            assert_eq!(a["category_inferred"], true);
+            a["size_bytes"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(old, 2 * PARAMS);
+}
+
+#[test]
+fn a_forward_only_trace_keeps_its_weights_from_before_recording() {
+    expect(
+        "forward_only.pickle",
+        "peak",
+        &[
+            ("parameters", PARAMS),
+            ("activations", 4 * ACT + 4),
+            ("other", BATCH),
+        ],
+    );
+    let end = expect("forward_only.pickle", "end", &[("parameters", PARAMS)]);
+    assert_eq!(end["parameters"].1, "sizes:copy_1_of_1_equal_sets");
+}
+
+#[test]
+fn a_kv_cache_grown_by_concatenation_over_decode_steps() {
+    // KV_LAYERS 2, KV_PROMPT 16 tokens, KV_STEPS 8, 64 KiB a token: keys and values of
+    // every layer, 24 tokens long at the end.
+    let token = 64 * KIB;
+    let end = expect(
+        "kv_cache.pickle",
+        "end",
+        &[("parameters", PARAMS), ("caches", 2 * 2 * 24 * token)],
+    );
+    assert_eq!(end["caches"].1, "lifetime:grows_while_alive");
+}
