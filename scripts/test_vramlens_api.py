@@ -194,7 +194,7 @@ class TopTest(unittest.TestCase):
             [vramlens.find_binary(), "top", fixture("sample.pickle"), "--at", "peak", "--by",
              "callsite", "--json"], capture_output=True, text=True, check=True).stdout
         self.assertEqual(got, json.loads(direct))
-        self.assertEqual(got["schema_version"], 1)
+        self.assertEqual(got["schema_version"], 2)
         # What was live at the peak adds up to the peak of the independent computation.
         self.assertEqual(expected("sample.pickle")["devices"][0]["peak_requested_bytes"],
                          got["total_bytes"])

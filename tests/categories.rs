@@ -75,11 +75,11 @@ fn gradients_made_by_a_backward_node_kept_as_grad_and_adamw_state() {
             ("other", BATCH),
         ],
     );
+    assert_eq!(peak["gradients"].1, "lifetime:made_in_backward_outlived_it");
     assert_eq!(
-        peak["gradients"].1,
-        "lifetime:made_in_backward_outlived_it"
+        peak["step_temporaries"].1,
+        "lifetime:made_and_freed_in_step"
     );
-    assert_eq!(peak["step_temporaries"].1, "lifetime:made_and_freed_in_step");
     assert!(peak["parameters"].1.starts_with("stack:"), "{peak:?}");
     expect(
         "steal.pickle",
@@ -91,7 +91,13 @@ fn gradients_made_by_a_backward_node_kept_as_grad_and_adamw_state() {
         ],
     );
     // The gradients are named by the node whose kernel made them.
-    let top = vramlens(&["top", "--at", "end", "--json", "testdata/categories/steal.pickle"]);
+    let top = vramlens(&[
+        "top",
+        "--at",
+        "end",
+        "--json",
+        "testdata/categories/steal.pickle",
+    ]);
     let names: Vec<&str> = top["groups"]
         .as_array()
         .unwrap()
@@ -172,10 +178,7 @@ fn memory_from_before_recording_by_sizes_and_old_moments_replaced_in_a_step() {
             ("other", BATCH),
         ],
     );
-    assert_eq!(
-        peak["parameters"].1,
-        "sizes:copy_1_of_2_optimizer_state"
-    );
+    assert_eq!(peak["parameters"].1, "sizes:copy_1_of_2_optimizer_state");
     assert_eq!(peak["gradients"].1, "sizes:copy_2_of_2_optimizer_state");
     // The old moments, freed by the step as the new ones are made.
     let live = vramlens(&[

@@ -34,11 +34,17 @@ fn cs336(size: &str) -> u64 {
 /// Bytes by category at the peak, as `top --by category --json` gives them.
 fn categories_at_peak(path: &std::path::Path) -> (u64, BTreeMap<String, u64>) {
     let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
-        .args(["top", "--by", "category", "--at", "peak", "--json", "--limit", "100"])
+        .args([
+            "top", "--by", "category", "--at", "peak", "--json", "--limit", "100",
+        ])
         .arg(path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let total = v["total_bytes"].as_u64().unwrap();
     let groups = v["groups"]
@@ -78,7 +84,10 @@ fn check(rel: &str, truth: &[(&str, u64)]) -> Option<String> {
     let (total, actual) = categories_at_peak(&path);
     let wrong = misplaced(total, &actual, truth);
     let share = wrong as f64 / total as f64;
-    eprintln!("{rel}: {:.2}% of the peak misplaced ({actual:?})", share * 100.0);
+    eprintln!(
+        "{rel}: {:.2}% of the peak misplaced ({actual:?})",
+        share * 100.0
+    );
     (share > 0.05).then(|| {
         format!(
             "{rel}: {:.1}% of the {total}-byte peak is misplaced; expected {truth:?}, found {actual:?}",

@@ -254,8 +254,16 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
             GroupBy::File,
         ] {
             for limit in [3, 100_000] {
-                let r = analyze_top(&snap, &info.path, &choice, Moment::Peak, by, limit, &mut attr)
-                    .unwrap();
+                let r = analyze_top(
+                    &snap,
+                    &info.path,
+                    &choice,
+                    Moment::Peak,
+                    by,
+                    limit,
+                    &mut attr,
+                )
+                .unwrap();
                 assert_eq!(r.total_bytes, peak, "{} device {device}", info.path);
                 assert_eq!(
                     r.moment.event.map(u64::from),
@@ -368,7 +376,7 @@ fn the_leak_in_our_h200_recording_is_named_first() {
         .unwrap();
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["moment"]["kind"], "peak");
     let first = &v["groups"][0];
     assert_eq!(first["name"], "<string>:31:leaky_eval");

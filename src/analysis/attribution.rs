@@ -173,7 +173,10 @@ pub const PYTHON_RULES: [(RuleKind, &str); 12] = [
         RuleKind::Category("caches"),
         r"(?i)cache_utils\.py:|kv_?cache|cache_engine|paged_attention|mem(ory)?_pool\.py:",
     ),
-    (RuleKind::Category("gradients"), r"accumulate_grad|AccumulateGrad"),
+    (
+        RuleKind::Category("gradients"),
+        r"accumulate_grad|AccumulateGrad",
+    ),
     (RuleKind::Mark(Mark::ZeroGrad), r":zero_grad$"),
     (
         RuleKind::Mark(Mark::Optimizer),
@@ -192,7 +195,10 @@ pub const PYTHON_RULES: [(RuleKind, &str); 12] = [
         RuleKind::Mark(Mark::Forward),
         r":forward$|:_call_impl$|:_wrapped_call_impl$|nn\.Module: |torchinductor|<eval_with_key>|:[a-z_]*loss[a-z_]*$|cross_entropy",
     ),
-    (RuleKind::Mark(Mark::Forward), r"^[^:]*/c[a-z0-9]{50,}\.py:[0-9]+:call$"),
+    (
+        RuleKind::Mark(Mark::Forward),
+        r"^[^:]*/c[a-z0-9]{50,}\.py:[0-9]+:call$",
+    ),
 ];
 
 /// Python frames of the autograd engine: `loss.backward()`, `torch.autograd.grad`, compiled
@@ -355,7 +361,12 @@ fn is_generated(filename: &str) -> bool {
 }
 
 /// Names of functions that build a module's or an optimizer's tensors.
-const INIT_NAMES: [&str; 4] = ["__init__", "reset_parameters", "_init_weights", "init_weights"];
+const INIT_NAMES: [&str; 4] = [
+    "__init__",
+    "reset_parameters",
+    "_init_weights",
+    "init_weights",
+];
 
 impl<'f> Attributor<'f> {
     pub fn new(frames: &'f FrameTable, options: &AttributionOptions) -> Self {
@@ -564,10 +575,9 @@ impl<'f> Attributor<'f> {
         }
         let parameters = builtin_category("parameters").expect("built-in category");
         let torch_init = texts.iter().zip(&python).any(|(t, &py)| {
-            py && self
-                .python_rules
-                .iter()
-                .any(|(rule, re)| matches!(rule, Rule::Category(c) if *c == parameters) && re.is_match(t))
+            py && self.python_rules.iter().any(|(rule, re)| {
+                matches!(rule, Rule::Category(c) if *c == parameters) && re.is_match(t)
+            })
         });
         if torch_init {
             return (Mark::Init, None);

@@ -322,18 +322,17 @@ impl<'a> DeviceCategories<'a> {
         };
         let facts = attr.stack_facts(l);
         if let Some(f) = facts {
-            if self.file_categories {
-                if let Some(&frame) = attr
+            if self.file_categories
+                && let Some(&frame) = attr
                     .frames()
                     .stack(Attributor::allocation_stack(l).expect("a framed stack"))
                     .first()
-                {
-                    let name = attr.frames().str(attr.frames().frame(frame).name);
-                    return Decision {
-                        category: file_category(name),
-                        evidence: Evidence::FileCategory,
-                    };
-                }
+            {
+                let name = attr.frames().str(attr.frames().frame(frame).name);
+                return Decision {
+                    category: file_category(name),
+                    evidence: Evidence::FileCategory,
+                };
             }
             if let Some((category, rule)) = f.category {
                 return Decision {
@@ -481,10 +480,8 @@ impl<'a> DeviceCategories<'a> {
         let freed = self.freed_at(l).map(|e| self.phases.run_of(e));
         let same_run = freed == Some(made);
         let ended = freed.is_some() || self.alive_past(made);
-        if let Some(s) = Attributor::allocation_stack(l) {
-            if self.cache_stacks.contains(&s) {
-                return lifetime(GrowsWhileAlive, CACHES);
-            }
+        if Attributor::allocation_stack(l).is_some_and(|s| self.cache_stacks.contains(&s)) {
+            return lifetime(GrowsWhileAlive, CACHES);
         }
         match self.phases.phase(made) {
             Phase::Backward if same_run => lifetime(MadeAndFreedInBackward, BACKWARD_TEMPORARIES),
@@ -519,9 +516,7 @@ impl<'a> DeviceCategories<'a> {
                 }
             }
             Phase::Between => match attr.stack_facts(l).map(|f| f.mark) {
-                Some(Mark::Plain) | Some(Mark::Empty) | None => {
-                    lifetime(MadeBetweenPhases, OTHER)
-                }
+                Some(Mark::Plain) | Some(Mark::Empty) | None => lifetime(MadeBetweenPhases, OTHER),
                 Some(_) => decide_by_stack(attr, l),
             },
         }
@@ -600,10 +595,16 @@ impl<'a> DeviceCategories<'a> {
             .map(|s| counts.get(s).copied().unwrap_or(0) / reference[s].max(1))
             .min()
             .unwrap_or(0)
-            .min(if kind == Reference::EqualSets { sets } else { u64::MAX })
+            .min(if kind == Reference::EqualSets {
+                sets
+            } else {
+                u64::MAX
+            })
             .min(u8::MAX as u64) as u8;
         if std::env::var_os("VRAMLENS_DEBUG_SIZES").is_some() {
-            eprintln!("reference {kind:?} sets {sets} copies {copies}\n  R {reference:?}\n  U {counts:?}\n  G {gradients:?}\n  S {state:?}");
+            eprintln!(
+                "reference {kind:?} sets {sets} copies {copies}\n  R {reference:?}\n  U {counts:?}\n  G {gradients:?}\n  S {state:?}"
+            );
         }
         let mut roles = Vec::new();
         if traced_parameters.is_empty() {
@@ -736,17 +737,17 @@ fn growing_stacks(r: &DeviceReplay, attr: &Attributor, phases: &Phases) -> BTree
                 }
                 s.last = size;
                 s.live += 1;
-                if let Some(old) = live.insert(trace.addr(i), stack) {
-                    if let Some(o) = seen.get_mut(&old) {
-                        o.live = o.live.saturating_sub(1);
-                    }
+                if let Some(old) = live.insert(trace.addr(i), stack)
+                    && let Some(o) = seen.get_mut(&old)
+                {
+                    o.live = o.live.saturating_sub(1);
                 }
             }
             Action::FreeCompleted => {
-                if let Some(stack) = live.remove(&trace.addr(i)) {
-                    if let Some(s) = seen.get_mut(&stack) {
-                        s.live = s.live.saturating_sub(1);
-                    }
+                if let Some(stack) = live.remove(&trace.addr(i))
+                    && let Some(s) = seen.get_mut(&stack)
+                {
+                    s.live = s.live.saturating_sub(1);
                 }
             }
             _ => {}

@@ -124,12 +124,12 @@ fn annotated_ranges(annotations: &[Annotation], device: i64) -> Vec<(i64, i64, P
     // overlapping the one before ends that one where it starts.
     let mut disjoint: Vec<(i64, i64, Phase)> = Vec::with_capacity(ranges.len());
     for r in ranges {
-        if let Some(last) = disjoint.last_mut() {
-            if last.1 >= r.0 {
-                last.1 = r.0 - 1;
-                if last.1 < last.0 {
-                    disjoint.pop();
-                }
+        if let Some(last) = disjoint.last_mut()
+            && last.1 >= r.0
+        {
+            last.1 = r.0 - 1;
+            if last.1 < last.0 {
+                disjoint.pop();
             }
         }
         disjoint.push(r);
@@ -351,7 +351,13 @@ mod tests {
         ]);
         assert_eq!(
             got,
-            vec![(0, Between), (1, Forward), (4, Backward), (8, Optimizer), (9, Between)]
+            vec![
+                (0, Between),
+                (1, Forward),
+                (4, Backward),
+                (8, Optimizer),
+                (9, Between)
+            ]
         );
     }
 

@@ -164,10 +164,7 @@ pub fn segment_map(
         });
     }
     for (g, parts) in groups.iter_mut().zip(&by_category) {
-        if let Some((&c, _)) = parts
-            .iter()
-            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        {
+        if let Some((&c, _)) = parts.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) {
             g.category = attr.categories[c as usize].clone();
         }
     }

@@ -9,7 +9,7 @@ use crate::timeline::replay::{DeviceReplay, LiveAt, PoolId, Start, TotalsAt};
 use serde::Serialize;
 use std::collections::HashMap;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The allocations alive at one state, with the totals there.
 pub struct LiveState {

@@ -460,7 +460,11 @@ impl<'f> SiteNames<'f> {
     }
 
     /// The category of a lifetime of the `device`-th replay, and what decided it.
-    fn category(&self, device: usize, l: &Lifetime) -> (&str, crate::analysis::categories::Decision) {
+    fn category(
+        &self,
+        device: usize,
+        l: &Lifetime,
+    ) -> (&str, crate::analysis::categories::Decision) {
         let d = match self.devices.get(device) {
             Some(c) => c.decide(&self.attr, l),
             None => self.attr.decide(l),

@@ -68,9 +68,7 @@ fn lifetime_words(rule: &str) -> &'static str {
         "made_and_freed_in_init" => "made and freed while building the model",
         "made_between_phases" => "made outside forward, backward and the optimizer step",
         "block_made_in_backward" => "alive at the end, made in backward (its block's frames)",
-        "block_made_in_step" => {
-            "alive at the end, made in an optimizer step (its block's frames)"
-        }
+        "block_made_in_step" => "alive at the end, made in an optimizer step (its block's frames)",
         "before_recording_freed_in_backward" => {
             "from before recording, freed in backward (saved for it)"
         }
@@ -79,9 +77,7 @@ fn lifetime_words(rule: &str) -> &'static str {
             "from before recording, freed by the optimizer step (state it replaced)"
         }
         "before_recording_freed_in_zero_grad" => "from before recording, freed by zero_grad",
-        "before_recording_freed_between" => {
-            "from before recording, freed outside every phase"
-        }
+        "before_recording_freed_between" => "from before recording, freed outside every phase",
         _ => "its lifetime",
     }
 }
