@@ -766,33 +766,55 @@ pub struct CategoryPart {
     /// Requested bytes.
     pub bytes: u64,
     pub count: usize,
-    /// What decided the category of the part's largest allocation ([`Evidence::code`]).
+    /// What decided the category of most of the part's bytes ([`Evidence::code`]).
     pub evidence: String,
-    /// Whether that decision is an inference.
+    /// Whether that is an inference.
+    pub inferred: bool,
+    /// The part by what decided it, the most bytes first.
+    pub by_evidence: Vec<EvidencePart>,
+}
+
+/// The bytes of a category that one piece of evidence decided.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EvidencePart {
+    pub evidence: String,
+    pub bytes: u64,
+    pub count: usize,
     pub inferred: bool,
 }
 
 /// The categories of a group's allocations, the most bytes first (ties: the built-in
-/// order). Every allocation is decided once.
+/// order), each split by the evidence that decided it. Every allocation is decided once.
 pub fn split<'l>(
     attr: &Attributor,
     members: impl IntoIterator<Item = &'l Lifetime>,
 ) -> Vec<CategoryPart> {
-    // category -> (bytes, count, largest size, its decision)
-    let mut parts: BTreeMap<u8, (u64, usize, u64, Decision)> = BTreeMap::new();
+    // (category, evidence) -> (bytes, count)
+    let mut parts: BTreeMap<(u8, Evidence), (u64, usize)> = BTreeMap::new();
     for l in members {
         let d = attr.decide(l);
-        let p = parts.entry(d.category).or_insert((0, 0, 0, d));
+        let p = parts.entry((d.category, d.evidence)).or_insert((0, 0));
         p.0 += l.size;
         p.1 += 1;
-        if l.size > p.2 {
-            p.2 = l.size;
-            p.3 = d;
-        }
     }
-    let mut out: Vec<(u8, CategoryPart)> = parts
+    let mut by_category: BTreeMap<u8, Vec<(Evidence, u64, usize)>> = BTreeMap::new();
+    for ((c, e), (bytes, count)) in parts {
+        by_category.entry(c).or_default().push((e, bytes, count));
+    }
+    let mut out: Vec<(u8, CategoryPart)> = by_category
         .into_iter()
-        .map(|(c, (bytes, count, _, d))| {
+        .map(|(c, mut evidence)| {
+            evidence.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let by_evidence: Vec<EvidencePart> = evidence
+                .iter()
+                .map(|(e, bytes, count)| EvidencePart {
+                    evidence: e.code(attr.frames()),
+                    bytes: *bytes,
+                    count: *count,
+                    inferred: e.inferred(),
+                })
+                .collect();
+            let main = &by_evidence[0];
             (
                 c,
                 CategoryPart {
@@ -801,10 +823,11 @@ pub fn split<'l>(
                         .get(c as usize)
                         .cloned()
                         .unwrap_or_else(|| "other".into()),
-                    bytes,
-                    count,
-                    evidence: d.evidence.code(attr.frames()),
-                    inferred: d.inferred(),
+                    bytes: by_evidence.iter().map(|p| p.bytes).sum(),
+                    count: by_evidence.iter().map(|p| p.count).sum(),
+                    evidence: main.evidence.clone(),
+                    inferred: main.inferred,
+                    by_evidence,
                 },
             )
         })

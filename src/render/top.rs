@@ -17,6 +17,39 @@ fn by_name(report: &TopReport) -> &'static str {
     }
 }
 
+/// What decided a category group's bytes: its two largest parts by evidence, with
+/// their bytes when there are several.
+fn decided_by(g: &crate::analysis::top::Group) -> String {
+    let Some(part) = g.categories.first() else {
+        return String::new();
+    };
+    let word = |e: &crate::analysis::categories::EvidencePart| {
+        format!(
+            "{}{}",
+            if e.inferred { "~" } else { "" },
+            crate::render::evidence::words(&e.evidence)
+        )
+    };
+    match &part.by_evidence[..] {
+        [] => String::new(),
+        [one] => word(one),
+        [a, b, rest @ ..] => {
+            let more = if rest.is_empty() {
+                String::new()
+            } else {
+                format!("; {} more", rest.len())
+            };
+            format!(
+                "{} ({}); {} ({}){more}",
+                word(a),
+                bytes(a.bytes),
+                word(b),
+                bytes(b.bytes)
+            )
+        }
+    }
+}
+
 /// A group's category as the table shows it: `~` when inferred, and the main category's
 /// share when the group holds others too.
 fn category_cell(g: &crate::analysis::top::Group) -> String {
@@ -64,7 +97,7 @@ pub fn write_top_text(
     if by_category {
         writeln!(
             out,
-            "  {:>10}  {:>6}  {:>6}  {:>10}  {:<width$}  decided by (largest allocation)",
+            "  {:>10}  {:>6}  {:>6}  {:>10}  {:<width$}  decided by",
             "bytes", "share", "count", "largest", "category"
         )?;
     } else {
@@ -88,16 +121,8 @@ pub fn write_top_text(
             bytes(g.largest_bytes),
         );
         if by_category {
-            let name = format!(
-                "{}{}",
-                if g.category_inferred { "~" } else { "" },
-                group_display(&g.name, g.kind)
-            );
-            let decided = if g.category_evidence.is_empty() {
-                String::new()
-            } else {
-                crate::render::evidence::words(&g.category_evidence)
-            };
+            let name = group_display(&g.name, g.kind);
+            let decided = decided_by(g);
             writeln!(out, "{head}{name:<width$}  {decided}")?;
         } else {
             writeln!(
