@@ -17,6 +17,10 @@ pub struct FlameNode {
     pub count: usize,
     /// Bytes allocated by this frame itself (the stack ends here).
     pub self_bytes: u64,
+    /// The category of most of the bytes at and below it ([`super::categories`]), and
+    /// that category's share of them.
+    pub category: String,
+    pub category_share: f64,
     pub children: Vec<FlameNode>,
 }
 
@@ -45,22 +49,34 @@ struct Building {
     bytes: u64,
     count: usize,
     self_bytes: u64,
+    /// Bytes by category index.
+    categories: BTreeMap<u8, u64>,
     children: BTreeMap<String, Building>,
 }
 
 impl Building {
-    fn finish(self, name: String) -> FlameNode {
+    fn finish(self, name: String, names: &[String]) -> FlameNode {
         let mut children: Vec<FlameNode> = self
             .children
             .into_iter()
-            .map(|(n, b)| b.finish(n))
+            .map(|(n, b)| b.finish(n, names))
             .collect();
+        let main = self
+            .categories
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
         children.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
         FlameNode {
             name,
             bytes: self.bytes,
             count: self.count,
             self_bytes: self.self_bytes,
+            category: main
+                .and_then(|(&c, _)| names.get(c as usize).cloned())
+                .unwrap_or_default(),
+            category_share: main.map_or(0.0, |(_, &b)| {
+                (b as f64 / self.bytes.max(1) as f64 * 10_000.0).round() / 10_000.0
+            }),
             children,
         }
     }
@@ -70,16 +86,19 @@ impl Building {
 /// folded lines, sorted.
 pub fn flame(attr: &Attributor, live: &LiveState) -> (FlameNode, Vec<(String, u64)>) {
     attr.prepare_moment(live.at);
-    // Allocations with the same stack and origin share a path: work out each once.
+    // Allocations with the same stack, origin and category share a path and its
+    // category: work out each once.
     let mut index: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
-    let mut distinct: Vec<(&crate::timeline::Lifetime, u64, usize)> = Vec::new();
+    let mut distinct: Vec<(&crate::timeline::Lifetime, u64, usize, u8)> = Vec::new();
     for l in &live.lifetimes {
+        let category = attr.category(l);
         let key = (
             Attributor::allocation_stack(l),
             std::mem::discriminant(&l.origin),
+            category,
         );
         let i = *index.entry(key).or_insert_with(|| {
-            distinct.push((l, 0, 0));
+            distinct.push((l, 0, 0, category));
             distinct.len() - 1
         });
         distinct[i].1 += l.size;
@@ -87,21 +106,23 @@ pub fn flame(attr: &Attributor, live: &LiveState) -> (FlameNode, Vec<(String, u6
     }
     let mut root = Building::default();
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    for (l, bytes, count) in distinct {
+    for (l, bytes, count, category) in distinct {
         let frames = path(attr, l);
         root.bytes += bytes;
         root.count += count;
+        *root.categories.entry(category).or_default() += bytes;
         let mut node = &mut root;
         for f in &frames {
             node = node.children.entry(f.clone()).or_default();
             node.bytes += bytes;
             node.count += count;
+            *node.categories.entry(category).or_default() += bytes;
         }
         node.self_bytes += bytes;
         *folded.entry(frames.join(";")).or_insert(0) += bytes;
     }
     (
-        root.finish("all".into()),
+        root.finish("all".into(), &attr.categories),
         folded.into_iter().filter(|(_, b)| *b > 0).collect(),
     )
 }

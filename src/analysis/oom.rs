@@ -136,7 +136,9 @@ pub struct SiteUse {
     pub kind: &'static str,
     pub bytes: u64,
     pub allocations: usize,
+    /// The category of most of its bytes, and whether that is an inference.
     pub category: String,
+    pub category_inferred: bool,
 }
 
 /// Where the figures of an analysis come from.
@@ -618,6 +620,7 @@ fn analyze_at(
             bytes: g.bytes,
             allocations: g.count,
             category: g.category,
+            category_inferred: g.category_inferred,
         })
         .collect();
     let mut a = OomAnalysis {

@@ -83,8 +83,15 @@ pub fn write_flame_svg(
         } else {
             frame_color(&node.name)
         };
+        let category = match node.category.as_str() {
+            "" => String::new(),
+            c if node.category_share < 0.995 => {
+                format!("; mostly {c} ({:.0}%)", node.category_share * 100.0)
+            }
+            c => format!("; {c}"),
+        };
         let tip = format!(
-            "{}\n{} ({} of the live bytes), {} allocation{}",
+            "{}\n{} ({} of the live bytes), {} allocation{}{category}",
             node.name,
             bytes(node.bytes),
             percent(node.bytes, root.bytes),

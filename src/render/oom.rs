@@ -407,10 +407,11 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
         for s in &a.top_sites {
             writeln!(
                 out,
-                "    {:>10}  {:>5}x  {}  [{}]",
+                "    {:>10}  {:>5}x  {}  [{}{}]",
                 bytes(s.bytes),
                 s.allocations,
                 group_display(&s.name, s.kind),
+                if s.category_inferred { "~" } else { "" },
                 s.category
             )?;
         }
