@@ -1628,6 +1628,62 @@ def make_cat_kv_cache():
     return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
 
 
+# --------------------------------------------------------------------------------------
+# Budget series: one synthetic model at several batch sizes and sequence lengths
+# (tests/budget.rs computes every expected figure from these constants)
+# --------------------------------------------------------------------------------------
+
+BUDGET_LAYERS = 2
+BUDGET_HIDDEN = 16 * KiB  # bytes per token of each of a layer's two activations
+BUDGET_OUT = 8 * KiB      # bytes per token of a layer's output
+BUDGET_SCORES = 32        # bytes per (token, token) pair of a layer's attention scores
+PY_STACKS.update({
+    "attn_scores": [("scaled_dot_product_attention", LAYERS_PY, 44), ("forward", LAYERS_PY, 30)]
+                   + CALL + [("forward", LAYERS_PY, 66)] + CALL + LOOP,
+})
+
+
+def make_budget_run(seed, batch, seq):
+    """PyTorch 2.6, Python stacks: building the model, a first step (forward, backward,
+    AdamW), then a second forward: its end is the peak, holding the weights, the first
+    step's gradients and optimizer state, and the second forward's activations."""
+    V = (2, 6)
+    sim, frames, clock = cat_sim(seed, cpp=False)
+    ann = []
+    for size in CAT_PARAMS:
+        sim.malloc(size, "my_init")
+
+    def forward():
+        acts = []
+        for _ in range(BUDGET_LAYERS):
+            acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
+            acts.append(sim.malloc(batch * seq * seq * BUDGET_SCORES, "attn_scores"))
+            acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
+            acts.append(sim.malloc(batch * seq * BUDGET_OUT, "my_fwd_out"))
+        return acts, sim.malloc(4, "my_loss")
+
+    acts, loss = forward()
+    first = sim.malloc(4, "backward_call")
+    for a in acts:
+        sim.free(a, ctx="mm_backward")
+    grads = [sim.malloc(size, "mm_backward") for size in CAT_PARAMS]
+    sim.free(first, ctx="mm_backward")
+    sim.free(loss, ctx="my_batch")
+    ann.append(annotation(clock, "Optimizer.step#AdamW.step", "START"))
+    state = [sim.malloc(size, "adam_state") for size in CAT_PARAMS for _ in range(2)]
+    tmp = sim.malloc(CAT_PARAMS[0], "adam_tmp")
+    sim.free(tmp, ctx="adam_tmp")
+    ann.append(annotation(clock, "Optimizer.step#AdamW.step", "END"))
+    acts, loss = forward()                                       # the peak
+    first = sim.malloc(4, "backward_call")
+    for a in acts:
+        sim.free(a, ctx="mm_backward")
+    sim.free(first, ctx="mm_backward")
+    sim.free(loss, ctx="my_batch")
+    assert len(grads) == len(CAT_PARAMS) and len(state) == 2 * len(CAT_PARAMS)
+    return build(V, {0: sim}, frames, 1, annotations=ann, settings=allocator_settings(V))
+
+
 def write(path, data):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
@@ -1689,6 +1745,12 @@ def main(argv=None):
     add("categories/old_moments.pickle", pickle.dumps(make_cat_old_moments(), protocol=4))
     add("categories/forward_only.pickle", pickle.dumps(make_cat_forward_only(), protocol=4))
     add("categories/kv_cache.pickle", pickle.dumps(make_cat_kv_cache(), protocol=4))
+    for b in (1, 2, 4, 8):
+        add("budget/batch_bs%d.pickle" % b, pickle.dumps(make_budget_run(700 + b, b, 128), protocol=4))
+    for t in (128, 256, 512, 1024):
+        add("budget/seq_ctx%d.pickle" % t, pickle.dumps(make_budget_run(800 + t, 2, t), protocol=4))
+    # The same sizes in another precision (its name says so), for the refusal.
+    add("budget/seq_ctx512_bf16.pickle", pickle.dumps(make_budget_run(900, 2, 512), protocol=4))
 
     for name, data in GOOD:
         path = os.path.join(OUT, name)
@@ -1805,6 +1867,18 @@ optimizer temporary at each step's peak:
 - `categories/old_moments.pickle`: the same, recording started after the first step: parameters, gradients and moments come from before the trace (blocks without frames); the recorded step accumulates into the gradients and replaces the moments.
 - `categories/forward_only.pickle`: PyTorch 2.5: the model built before recording started, then two forwards.
 - `categories/kv_cache.pickle`: PyTorch 2.6: greedy decoding, 2 layers, a 16-token prompt and 8 steps, each step copying every layer's keys and values into a tensor one token (64 KiB) longer and freeing the old one.
+
+## budget/: one synthetic model at several sizes (tests/budget.rs)
+
+The parameters of `categories/`, 2 layers; each run builds the model, runs a step
+(forward, backward, AdamW with the Optimizer annotations) and a second forward, whose end
+is the peak: weights, gradients, two moments per parameter, and per layer two activations
+of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an output of
+8 KiB a token.
+
+- `budget/batch_bs{1,2,4,8}.pickle`: sequence length 128, batch 1, 2, 4, 8.
+- `budget/seq_ctx{128,256,512,1024}.pickle`: batch 2, sequence length 128 to 1024.
+- `budget/seq_ctx512_bf16.pickle`: the 512 run again, its name stating another precision.
 
 ## Bad fixtures (`bad/`, must be rejected with a clean error, never a panic)
 

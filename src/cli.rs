@@ -70,6 +70,11 @@ pub enum Command {
     /// Two snapshots compared by call site, category, stack or file at a moment (default:
     /// each one's peak): bytes and counts in each, the change, new and gone groups.
     Diff(DiffArgs),
+    /// A VRAM budget from measured snapshots: what the run needs at its peak (weights,
+    /// gradients, optimizer state, activations, caches, workspaces, communication,
+    /// allocator overhead, memory outside the allocator), which GPUs it fits with
+    /// headroom, and from runs at several sizes how it grows and what a new size needs.
+    Budget(BudgetArgs),
     /// A budget gate for CI: exit 0 when the peak is within --max-peak and/or within
     /// --tolerance of a --baseline snapshot's, 1 when over (listing the groups that
     /// grew), 2 on bad input.
@@ -217,6 +222,67 @@ pub struct CheckArgs {
     /// Device (default: the most active).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
+    #[command(flatten)]
+    pub attribution: AttributionArgs,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BudgetArgs {
+    /// Snapshots or folders of them: each one run, or a series of one workload at
+    /// several batch sizes or sequence lengths.
+    #[arg(value_name = "SNAPSHOT", required = true)]
+    pub files: Vec<PathBuf>,
+    /// A GPU to fit: a name (h100, h200, a100-80gb, a100-40gb, l40s, l4, a10, rtx4090,
+    /// rtx5090, b200, mi300x, v100, t4) or a size (24GiB). Repeatable; default: rtx4090,
+    /// l40s, a100-80gb, h100, h200, b200.
+    #[arg(long = "gpu", value_name = "NAME|SIZE")]
+    pub gpus: Vec<String>,
+    /// Memory to keep free on the device, in percent of the budget.
+    #[arg(long, default_value_t = 10.0, value_name = "PCT")]
+    pub headroom: f64,
+    /// Device readings of the run (nvidia-smi CSV or NVML JSON lines): measure the memory
+    /// outside the allocator at the peak. Repeat for several files.
+    #[arg(long, value_name = "FILE")]
+    pub nvml: Vec<PathBuf>,
+    /// A log with the run's CUDA out-of-memory message: its "this process has X in use"
+    /// measures the memory outside the allocator.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Minutes to add to the log's times to make them UTC (nvidia-smi writes local time).
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "MINUTES",
+        allow_hyphen_values = true
+    )]
+    pub utc_offset: i32,
+    /// What differs between the files of a series: batch or seq. Default: what their
+    /// names state (ctx512, seq256, cl2048; bs8, batch4).
+    #[arg(long, value_name = "KIND")]
+    pub vary: Option<String>,
+    /// The size of one file of a series, FILE=VALUE; repeatable. Default: from the name.
+    #[arg(long = "size", value_name = "FILE=VALUE")]
+    pub sizes: Vec<String>,
+    /// Predict the budget at this batch size or sequence length (needs a series).
+    #[arg(long, value_name = "VALUE")]
+    pub target: Option<u64>,
+    /// A gate for CI: exit 1 when the budget (or, with --target, the prediction) with the
+    /// headroom does not fit every --gpu, 0 when it does, 2 on bad input.
+    #[arg(long, requires = "gpus")]
+    pub check: bool,
+    /// Device (default: the most active).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    /// Write a chart (SVG): the budget of each file stacked by line, the prediction, and
+    /// each GPU's capacity.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Overwrite the chart if it exists.
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub attribution: AttributionArgs,
     /// JSON instead of text (schema in docs/json.md).

@@ -54,6 +54,7 @@ fn main() -> ExitCode {
             cli::Command::Flamegraph(args) => cmd::flamegraph::run(args, &mut out),
             cli::Command::Diff(args) => cmd::diff::run_diff(args, &mut out),
             cli::Command::Check(args) => cmd::diff::run_check(args, &mut out),
+            cli::Command::Budget(args) => cmd::budget::run(args, &mut out),
             cli::Command::Redact(args) => cmd::redact::run(args, &mut out),
             cli::Command::Report(args) => cmd::report::run(args, &mut out),
             cli::Command::Export(args) => cmd::export::run(args, &mut out),

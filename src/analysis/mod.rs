@@ -3,11 +3,13 @@
 
 pub mod align;
 pub mod attribution;
+pub mod budget;
 pub mod categories;
 pub mod device;
 pub mod diff;
 pub mod flame;
 pub mod frames;
+pub mod gpus;
 pub mod group_series;
 pub mod leaks;
 pub mod live;

@@ -1,5 +1,6 @@
 //! Glue for each subcommand: read inputs, run an analysis, render.
 
+pub mod budget;
 pub mod diff;
 pub mod export;
 pub mod flamegraph;

@@ -201,6 +201,15 @@ pub fn check_command_output(command: &Command) -> Result<()> {
             check_output_path(&a.output, a.force, &inputs, false)
         }
         Command::Export(a) => super::export::check_output_dir(&a.output, a.force, a.events),
+        Command::Budget(a) => match &a.output {
+            Some(o) => {
+                let mut inputs: Vec<&Path> = a.files.iter().map(PathBuf::as_path).collect();
+                inputs.extend(a.nvml.iter().map(PathBuf::as_path));
+                inputs.extend(a.log.as_deref());
+                check_output_path(o, a.force, &inputs, true)
+            }
+            None => Ok(()),
+        },
         // redact checks its output itself (refusing the input in its own words).
         Command::Redact(_)
         | Command::Summary(_)

@@ -2,6 +2,7 @@
 //! `io::Write`. No analysis happens here.
 
 pub mod align;
+pub mod budget;
 pub mod diff;
 pub mod evidence;
 pub mod flame_svg;

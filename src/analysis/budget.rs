@@ -1,0 +1,1052 @@
+//! A VRAM budget from measured snapshots: what a run held at its peak in the terms a
+//! person plans with, whether it fits a device with headroom, and, from runs of one
+//! workload at several sizes, how each part grows and what a new size needs.
+//!
+//! Takes snapshots (each replayed once for its peak, its categories decided by
+//! [`super::categories`]), the devices asked about ([`super::gpus`]) and, when known, the
+//! memory outside the allocator (from device readings or an OOM message); gives
+//! [`BudgetReport`]. Lines, each the sum of categories:
+//!
+//! | line | categories |
+//! |---|---|
+//! | weights | parameters |
+//! | gradients | gradients |
+//! | optimizer state | optimizer_state |
+//! | activations and other intermediates | activations, step and backward temporaries, inputs, compile, other, unknown, user rules' own |
+//! | caches | caches |
+//! | workspaces | workspaces |
+//! | communication buffers | communication |
+//! | allocator overhead | reserved minus requested at the peak (rounding, cached free blocks, fragmentation), and the reserved memory's later growth; in a series, fitted as `a + b · size` |
+//! | outside the allocator | measured, or assumed at the top of the usual range |
+//!
+//! A series is fitted group by group: each call site's bytes of one category at the peak
+//! of every run, as `k · size^e` with `e` 0, 1 or (for sequence length) 2, whichever fits
+//! best; a line at a new size is the sum of its groups'. Nothing here formats.
+
+use super::attribution::{Attributor, GroupBy};
+use super::categories::CategoryPart;
+use super::device::DeviceChoice;
+use super::gpus::Gpu;
+use super::moment::ResolvedMoment;
+use super::top::{LiveState, group_live};
+use crate::model::Snapshot;
+use crate::timeline::replay::{DeviceReplay, LiveAtPeak, Peaks};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Memory outside the caching allocator when nothing measured it: a CUDA context with
+/// cuBLAS and cuDNN loaded takes about 0.3 to 1 GiB on one GPU (more with NCCL's
+/// buffers); a budget assumes the top of that range.
+pub const OUTSIDE_TYPICAL: (u64, u64) = (300 << 20, 1 << 30);
+
+/// A line of a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Line {
+    Weights,
+    Gradients,
+    OptimizerState,
+    Activations,
+    Caches,
+    Workspaces,
+    Communication,
+    AllocatorOverhead,
+    OutsideAllocator,
+    /// The request an OOM refused: the run needed at least this much more.
+    FailedRequest,
+}
+
+impl Line {
+    pub const ALL: [Line; 10] = [
+        Line::Weights,
+        Line::Gradients,
+        Line::OptimizerState,
+        Line::Activations,
+        Line::Caches,
+        Line::Workspaces,
+        Line::Communication,
+        Line::AllocatorOverhead,
+        Line::OutsideAllocator,
+        Line::FailedRequest,
+    ];
+
+    /// Kept for the whole run, whatever the batch or sequence length.
+    pub fn persistent(self) -> bool {
+        matches!(self, Line::Weights | Line::Gradients | Line::OptimizerState)
+    }
+
+    /// The line a category falls in.
+    pub fn of_category(name: &str) -> Line {
+        match name {
+            "parameters" => Line::Weights,
+            "gradients" => Line::Gradients,
+            "optimizer_state" => Line::OptimizerState,
+            "caches" => Line::Caches,
+            "workspaces" => Line::Workspaces,
+            "communication" => Line::Communication,
+            _ => Line::Activations,
+        }
+    }
+
+    /// Lines that a series fits from the categories (the others follow from them).
+    fn fitted(self) -> bool {
+        !matches!(
+            self,
+            Line::AllocatorOverhead | Line::OutsideAllocator | Line::FailedRequest
+        )
+    }
+}
+
+/// One line of a run's budget.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BudgetLine {
+    pub line: Line,
+    pub bytes: u64,
+    /// bytes / the run's total, rounded to 4 decimals.
+    pub share: f64,
+    pub persistent: bool,
+    /// The categories that make it, with what decided them (empty for the overhead and
+    /// outside lines).
+    pub categories: Vec<CategoryPart>,
+    /// Bytes of it decided by inference (sizes, partial lifetimes) or, for memory
+    /// outside the allocator, assumed rather than measured.
+    pub inferred_bytes: u64,
+}
+
+/// Where the figure for memory outside the allocator comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutsideSource {
+    /// Device readings (`--nvml`): this process's use minus reserved at the peak.
+    Nvml,
+    /// Device readings without per-process rows: the device's use minus reserved, other
+    /// processes included.
+    NvmlDevice,
+    /// An OOM message: "this process has X memory in use" minus what PyTorch reserved.
+    OomMessage,
+    /// Nothing measured it: assumed.
+    NotMeasured,
+}
+
+/// Memory outside the caching allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Outside {
+    pub source: OutsideSource,
+    /// What was measured (None when not measured).
+    pub measured_bytes: Option<u64>,
+    /// What the budget counts: the measurement, else the top of the usual range.
+    pub counted_bytes: u64,
+    pub typical_low_bytes: u64,
+    pub typical_high_bytes: u64,
+}
+
+impl Outside {
+    pub fn measured(source: OutsideSource, bytes: u64) -> Outside {
+        Outside {
+            source,
+            measured_bytes: Some(bytes),
+            counted_bytes: bytes,
+            typical_low_bytes: OUTSIDE_TYPICAL.0,
+            typical_high_bytes: OUTSIDE_TYPICAL.1,
+        }
+    }
+
+    pub fn not_measured() -> Outside {
+        Outside {
+            source: OutsideSource::NotMeasured,
+            measured_bytes: None,
+            counted_bytes: OUTSIDE_TYPICAL.1,
+            typical_low_bytes: OUTSIDE_TYPICAL.0,
+            typical_high_bytes: OUTSIDE_TYPICAL.1,
+        }
+    }
+}
+
+/// The budget of one run (one device of one snapshot) at its peak.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunBudget {
+    pub path: String,
+    pub device: i64,
+    /// Every device of the file.
+    pub devices: Vec<i64>,
+    pub moment: ResolvedMoment,
+    /// Requested bytes alive at the peak (the categories add up to it).
+    pub requested_bytes: u64,
+    /// Block bytes alive at the peak.
+    pub allocated_bytes: u64,
+    /// Reserved at the peak, and the most reserved at any moment of the trace.
+    pub reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub lines: Vec<BudgetLine>,
+    pub persistent_bytes: u64,
+    pub working_bytes: u64,
+    pub outside: Outside,
+    /// The first OOM of the trace: the request it refused (its bytes are the failed
+    /// request line), and the event.
+    pub oom_request_bytes: Option<u64>,
+    pub oom_event: Option<u32>,
+    /// What a device must have: every line (for a run that ran out of memory, at least).
+    pub total_bytes: u64,
+    /// (call site, category) -> requested bytes at the peak, for series fits.
+    #[serde(skip)]
+    pub groups: BTreeMap<(String, String), u64>,
+    /// The allocator settings that change how memory is laid out, for series checks.
+    #[serde(skip)]
+    pub settings: String,
+}
+
+impl RunBudget {
+    pub fn line(&self, line: Line) -> u64 {
+        self.lines
+            .iter()
+            .find(|l| l.line == line)
+            .map_or(0, |l| l.bytes)
+    }
+}
+
+/// How a device takes a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// With the headroom asked for to spare.
+    Fits,
+    /// It fits, with less than the headroom to spare.
+    Tight,
+    DoesNotFit,
+}
+
+/// A budget against one device.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Fit {
+    pub gpu: Gpu,
+    /// The total with the headroom asked for.
+    pub needed_bytes: u64,
+    /// Capacity minus the total (negative: short by that much).
+    pub left_bytes: i64,
+    /// left / capacity, rounded to 4 decimals.
+    pub left_share: f64,
+    pub verdict: Verdict,
+}
+
+/// Fits `total` bytes on `gpu` with `headroom` (a fraction) to spare.
+pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
+    let needed = (total as f64 * (1.0 + headroom)).ceil() as u64;
+    let capacity = gpu.capacity_bytes;
+    let left = capacity as i64 - total as i64;
+    Fit {
+        gpu: gpu.clone(),
+        needed_bytes: needed,
+        left_bytes: left,
+        left_share: round4(left as f64 / capacity.max(1) as f64),
+        verdict: if needed <= capacity {
+            Verdict::Fits
+        } else if total <= capacity {
+            Verdict::Tight
+        } else {
+            Verdict::DoesNotFit
+        },
+    }
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// The allocator settings that change how memory is laid out.
+fn layout_settings(snap: &Snapshot) -> String {
+    [
+        "expandable_segments",
+        "max_split_size",
+        "roundup_power2_divisions",
+    ]
+    .iter()
+    .map(|k| {
+        format!(
+            "{k}={}",
+            snap.setting(k).map_or("?".into(), |v| v.to_string())
+        )
+    })
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+/// The budget of one device of a snapshot at its peak of requested bytes: one replay
+/// finds the peak, what was alive there and the most reserved.
+pub fn run_budget<'a>(
+    snap: &'a Snapshot,
+    path: &str,
+    choice: &DeviceChoice,
+    attr: &mut Attributor<'a>,
+    outside: Outside,
+) -> RunBudget {
+    let r = DeviceReplay::new(snap, choice.device);
+    attr.bind_to(&r);
+    let mut peak = LiveAtPeak::default();
+    let mut peaks = Peaks::default();
+    let start = r.run((&mut peak, &mut peaks));
+    let live = LiveState {
+        at: peak.at,
+        block_bytes: peak.set.iter().map(|l| r.block_bytes_of(l)).collect(),
+        lifetimes: std::mem::take(&mut peak.set),
+        streams: std::mem::take(&mut peak.streams),
+        pools: std::mem::take(&mut peak.pools),
+        requested_bytes: start.requested_after(&peak.totals),
+        allocated_bytes: start.allocated_after(&peak.totals),
+        reserved_bytes: start.reserved_after(&peak.totals),
+    };
+    let moment = super::moment::resolve(&r, super::moment::Moment::Peak, || live.at)
+        .expect("the peak of any trace resolves");
+    let at_peak = live.reserved_bytes.max(0) as u64;
+    let peak_reserved = if r.has_timeline() {
+        peaks.reserved.bytes.max(at_peak)
+    } else {
+        at_peak
+    };
+    // Groups by call site, each split by category: the lines, and the series' terms.
+    let mut by_line: BTreeMap<Line, Vec<CategoryPart>> = BTreeMap::new();
+    let mut groups = BTreeMap::new();
+    for g in group_live(attr, &live, GroupBy::Callsite) {
+        for part in g.categories {
+            *groups
+                .entry((g.name.clone(), part.category.clone()))
+                .or_default() += part.bytes;
+            let parts = by_line
+                .entry(Line::of_category(&part.category))
+                .or_default();
+            match parts.iter_mut().find(|p| p.category == part.category) {
+                Some(p) => merge_part(p, part),
+                None => parts.push(part),
+            }
+        }
+    }
+    let requested = live.requested_bytes;
+    let overhead = peak_reserved.saturating_sub(requested);
+    let oom = (0..r.len()).find(|&i| r.trace.action(i) == crate::model::Action::Oom);
+    let oom_request = oom.map(|i| r.trace.size(i));
+    let mut lines: Vec<BudgetLine> = Line::ALL
+        .iter()
+        .map(|&line| {
+            let mut categories = by_line.remove(&line).unwrap_or_default();
+            categories.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
+            let (bytes, inferred) = match line {
+                Line::AllocatorOverhead => (overhead, 0),
+                Line::FailedRequest => (oom_request.unwrap_or(0), 0),
+                Line::OutsideAllocator => (
+                    outside.counted_bytes,
+                    if outside.measured_bytes.is_some() {
+                        0
+                    } else {
+                        outside.counted_bytes
+                    },
+                ),
+                _ => (
+                    categories.iter().map(|c| c.bytes).sum(),
+                    categories
+                        .iter()
+                        .flat_map(|c| &c.by_evidence)
+                        .filter(|e| e.inferred)
+                        .map(|e| e.bytes)
+                        .sum(),
+                ),
+            };
+            BudgetLine {
+                line,
+                bytes,
+                share: 0.0,
+                persistent: line.persistent(),
+                categories,
+                inferred_bytes: inferred,
+            }
+        })
+        .collect();
+    let total: u64 = lines.iter().map(|l| l.bytes).sum();
+    for l in &mut lines {
+        l.share = round4(l.bytes as f64 / total.max(1) as f64);
+    }
+    let persistent = lines.iter().filter(|l| l.persistent).map(|l| l.bytes).sum();
+    let working = lines
+        .iter()
+        .filter(|l| !l.persistent && l.line.fitted())
+        .map(|l| l.bytes)
+        .sum();
+    let mut devices = choice.others.clone();
+    devices.push(choice.device);
+    devices.sort_unstable();
+    RunBudget {
+        path: path.to_string(),
+        device: choice.device,
+        devices,
+        moment,
+        requested_bytes: requested,
+        allocated_bytes: live.allocated_bytes,
+        reserved_bytes: live.reserved_bytes.max(0) as u64,
+        peak_reserved_bytes: peak_reserved,
+        lines,
+        persistent_bytes: persistent,
+        working_bytes: working,
+        outside,
+        oom_request_bytes: oom_request,
+        oom_event: oom.map(|i| i as u32),
+        total_bytes: total,
+        groups,
+        settings: layout_settings(snap),
+    }
+}
+
+/// Adds one group's part of a category to the part of a line.
+fn merge_part(into: &mut CategoryPart, part: CategoryPart) {
+    into.bytes += part.bytes;
+    into.count += part.count;
+    for e in part.by_evidence {
+        match into
+            .by_evidence
+            .iter_mut()
+            .find(|x| x.evidence == e.evidence)
+        {
+            Some(x) => {
+                x.bytes += e.bytes;
+                x.count += e.count;
+            }
+            None => into.by_evidence.push(e),
+        }
+    }
+    into.by_evidence
+        .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.evidence.cmp(&b.evidence)));
+    if let Some(main) = into.by_evidence.first() {
+        into.evidence = main.evidence.clone();
+        into.inferred = main.inferred;
+    }
+}
+
+/// What varies across the runs of a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Vary {
+    Batch,
+    Seq,
+}
+
+impl std::str::FromStr for Vary {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "batch" => Ok(Vary::Batch),
+            "seq" => Ok(Vary::Seq),
+            _ => Err(format!("expected batch or seq, found {s:?}")),
+        }
+    }
+}
+
+/// The size a file name states (`ctx512`, `seq_len-2048`, `cl128`; `bs8`, `batch_4`),
+/// for the kind asked, else for whichever kind the name states.
+pub fn size_from_name(name: &str, vary: Option<Vary>) -> Option<(Vary, u64)> {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    let lower = base.to_ascii_lowercase();
+    let find = |keys: &[&str]| -> Option<u64> {
+        keys.iter().find_map(|key| {
+            let mut from = 0;
+            while let Some(i) = lower[from..].find(key) {
+                let at = from + i;
+                let before_ok = at == 0 || !lower.as_bytes()[at - 1].is_ascii_alphabetic();
+                let rest = lower[at + key.len()..].trim_start_matches(['_', '-', '=']);
+                let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+                if before_ok && !digits.is_empty() {
+                    return digits.parse().ok().filter(|&n: &u64| n > 0);
+                }
+                from = at + key.len();
+            }
+            None
+        })
+    };
+    const SEQ: [&str; 7] = ["seq_len", "seqlen", "seq", "ctx", "context", "cl", "len"];
+    const BATCH: [&str; 4] = ["batch_size", "batch", "bsz", "bs"];
+    match vary {
+        Some(Vary::Seq) => find(&SEQ).map(|n| (Vary::Seq, n)),
+        Some(Vary::Batch) => find(&BATCH).map(|n| (Vary::Batch, n)),
+        None => match (find(&SEQ), find(&BATCH)) {
+            (Some(n), None) => Some((Vary::Seq, n)),
+            (None, Some(n)) => Some((Vary::Batch, n)),
+            _ => None,
+        },
+    }
+}
+
+/// The precision a file name states, if any.
+pub fn precision_from_name(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if lower.contains("bf16") || lower.contains("bfloat16") {
+        Some("bf16")
+    } else if lower.contains("fp16") || lower.contains("float16") || lower.contains("half") {
+        Some("fp16")
+    } else if lower.contains("fp32") || lower.contains("float32") {
+        Some("fp32")
+    } else {
+        None
+    }
+}
+
+/// One group of a series: a call site's bytes of one category at each size.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GroupTerm {
+    pub callsite: String,
+    pub category: String,
+    pub line: Line,
+    /// 0 (constant), 1 (linear) or 2 (quadratic) in the size.
+    pub exponent: u32,
+    /// `k` of `k · size^exponent`.
+    pub coefficient: f64,
+    /// Bytes at each measured size, in the order of [`Series::sizes`].
+    pub measured_bytes: Vec<u64>,
+}
+
+/// A fitted line at each measured size.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LineFit {
+    pub line: Line,
+    pub measured_bytes: Vec<u64>,
+    pub fitted_bytes: Vec<u64>,
+    /// The largest exponent among its groups holding at least 1% of it at the largest
+    /// size: how it grows.
+    pub grows_as: u32,
+    /// Its measured bytes go down as the size goes up somewhere.
+    pub not_monotonic: bool,
+}
+
+/// What a series cannot be trusted for.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Caveat {
+    /// The runs' weights differ: another model or precision.
+    WeightsDiffer {
+        smallest_bytes: u64,
+        largest_bytes: u64,
+    },
+    /// The file names state different precisions.
+    PrecisionsDiffer { precisions: Vec<String> },
+    /// The allocator settings differ.
+    SettingsDiffer { settings: Vec<String> },
+    /// The runs have different numbers of devices (another parallelism).
+    DevicesDiffer { counts: Vec<usize> },
+    /// A line holding a twentieth of a run's total or more goes down as the size goes
+    /// up: not one workload.
+    NotMonotonic { line: Line },
+    /// Only two sizes: no error band (a fit through two points has no residual).
+    TwoSizes,
+    /// The target is past twice the largest size measured.
+    BeyondRange { target: u64, largest: u64 },
+}
+
+impl Caveat {
+    /// Whether it stops the prediction (the rest are warnings).
+    pub fn refuses(&self) -> bool {
+        matches!(
+            self,
+            Caveat::WeightsDiffer { .. }
+                | Caveat::PrecisionsDiffer { .. }
+                | Caveat::BeyondRange { .. }
+                | Caveat::NotMonotonic { .. }
+        )
+    }
+}
+
+/// A budget predicted at a size.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Prediction {
+    pub size: u64,
+    /// Every line, as in a run's budget.
+    pub lines: Vec<(Line, u64)>,
+    pub total_bytes: u64,
+    /// The largest relative error of predicting a measured size from the others (three
+    /// sizes or more); None with two.
+    pub error_band: Option<f64>,
+    pub fits: Vec<Fit>,
+    /// The groups whose growth decides most of the change from the largest size
+    /// measured, the largest change first (at most three).
+    pub deciding: Vec<Deciding>,
+}
+
+/// A group that decides a prediction.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Deciding {
+    pub callsite: String,
+    pub category: String,
+    pub exponent: u32,
+    /// Its bytes at the target minus at the largest size measured.
+    pub change_bytes: i64,
+}
+
+/// The largest size a device takes with the headroom.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Largest {
+    pub gpu: Gpu,
+    /// None: not even the smallest size.
+    pub size: Option<u64>,
+    /// The search stopped at twice the largest size measured: the device may take more.
+    pub at_limit: bool,
+}
+
+/// A series of runs of one workload at several sizes.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Series {
+    pub vary: Vary,
+    /// Sizes, ascending, and the run (index into [`BudgetReport::runs`]) of each.
+    pub sizes: Vec<u64>,
+    pub runs: Vec<usize>,
+    pub lines: Vec<LineFit>,
+    pub groups: Vec<GroupTerm>,
+    /// Predicting each measured size from the others (three sizes or more): (size,
+    /// relative error of the total).
+    pub held_out: Vec<(u64, f64)>,
+    pub prediction: Option<Prediction>,
+    pub largest: Vec<Largest>,
+    pub caveats: Vec<Caveat>,
+}
+
+/// `budget`'s answer.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BudgetReport {
+    pub schema_version: u32,
+    /// Headroom asked for, a fraction.
+    pub headroom: f64,
+    pub runs: Vec<RunBudget>,
+    /// The run whose total decides the fits (the largest: devices do not pool memory).
+    pub deciding_run: usize,
+    pub fits: Vec<Fit>,
+    pub series: Option<Series>,
+}
+
+/// Fits `k · s^e` for each exponent allowed and keeps the best (least squares in bytes;
+/// ties to the smaller exponent).
+fn fit_group(sizes: &[f64], bytes: &[f64], max_exponent: u32) -> (u32, f64) {
+    let mut best = (0, 0.0, f64::INFINITY);
+    for e in 0..=max_exponent {
+        let x: Vec<f64> = sizes.iter().map(|s| s.powi(e as i32)).collect();
+        let xx: f64 = x.iter().map(|v| v * v).sum();
+        let k = if xx > 0.0 {
+            x.iter().zip(bytes).map(|(a, b)| a * b).sum::<f64>() / xx
+        } else {
+            0.0
+        };
+        let k = k.max(0.0);
+        let err: f64 = x.iter().zip(bytes).map(|(a, b)| (k * a - b).powi(2)).sum();
+        if err < best.2 * (1.0 - 1e-9) {
+            best = (e, k, err);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// What the fitted lines and groups give at a size: (line bytes, requested total).
+fn predict_lines(groups: &[GroupTerm], size: f64) -> BTreeMap<Line, u64> {
+    let mut lines = BTreeMap::new();
+    for g in groups {
+        *lines.entry(g.line).or_insert(0u64) += (g.coefficient * size.powi(g.exponent as i32))
+            .round()
+            .max(0.0) as u64;
+    }
+    lines
+}
+
+/// Terms of the groups of `runs` at `sizes`.
+fn group_terms(runs: &[&RunBudget], sizes: &[u64], vary: Vary) -> Vec<GroupTerm> {
+    let mut keys: Vec<&(String, String)> = runs.iter().flat_map(|r| r.groups.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    // Attention's scores grow with the square of the sequence; nothing in a batch does.
+    let max_exponent = if vary == Vary::Seq { 2 } else { 1 };
+    let xs: Vec<f64> = sizes.iter().map(|&s| s as f64).collect();
+    keys.into_iter()
+        .map(|key| {
+            let measured: Vec<u64> = runs
+                .iter()
+                .map(|r| r.groups.get(key).copied().unwrap_or(0))
+                .collect();
+            let ys: Vec<f64> = measured.iter().map(|&b| b as f64).collect();
+            let (exponent, coefficient) = fit_group(&xs, &ys, max_exponent);
+            GroupTerm {
+                callsite: key.0.clone(),
+                category: key.1.clone(),
+                line: Line::of_category(&key.1),
+                exponent,
+                coefficient,
+                measured_bytes: measured,
+            }
+        })
+        .collect()
+}
+
+/// The allocator's overhead as a function of the size: `a + b · size` by least squares
+/// (the cache and rounding grow with what the run allocates, not faster), never below
+/// the least measured.
+fn overhead_fit(runs: &[&RunBudget], sizes: &[u64]) -> (f64, f64, f64) {
+    let xs: Vec<f64> = sizes.iter().map(|&s| s as f64).collect();
+    let ys: Vec<f64> = runs
+        .iter()
+        .map(|r| r.line(Line::AllocatorOverhead) as f64)
+        .collect();
+    let n = xs.len().max(1) as f64;
+    let (mx, my) = (xs.iter().sum::<f64>() / n, ys.iter().sum::<f64>() / n);
+    let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
+    let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let b = if sxx > 0.0 { (sxy / sxx).max(0.0) } else { 0.0 };
+    let floor = ys.iter().copied().fold(f64::INFINITY, f64::min).max(0.0);
+    (my - b * mx, b, if floor.is_finite() { floor } else { 0.0 })
+}
+
+/// The full prediction of every line at a size from fitted groups.
+fn prediction_at(
+    groups: &[GroupTerm],
+    overhead: (f64, f64, f64),
+    outside: u64,
+    size: u64,
+) -> (Vec<(Line, u64)>, u64) {
+    let fitted = predict_lines(groups, size as f64);
+    let lines: Vec<(Line, u64)> = Line::ALL
+        .iter()
+        .map(|&l| {
+            let b = match l {
+                Line::AllocatorOverhead => (overhead.0 + overhead.1 * size as f64)
+                    .max(overhead.2)
+                    .round() as u64,
+                Line::OutsideAllocator => outside,
+                Line::FailedRequest => 0,
+                _ => fitted.get(&l).copied().unwrap_or(0),
+            };
+            (l, b)
+        })
+        .collect();
+    let total = lines.iter().map(|(_, b)| b).sum();
+    (lines, total)
+}
+
+/// Options of a series fit.
+#[derive(Debug, Clone)]
+pub struct SeriesOptions {
+    pub vary: Vary,
+    /// The size of each run (index into the runs), as given or read from its name.
+    pub sizes: Vec<(usize, u64)>,
+    pub target: Option<u64>,
+    pub gpus: Vec<Gpu>,
+    pub headroom: f64,
+}
+
+/// Fits the runs of a series and predicts the target, with what cannot be trusted.
+pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
+    let mut order: Vec<(u64, usize)> = options.sizes.iter().map(|&(r, s)| (s, r)).collect();
+    order.sort_unstable();
+    let sizes: Vec<u64> = order.iter().map(|&(s, _)| s).collect();
+    let indices: Vec<usize> = order.iter().map(|&(_, r)| r).collect();
+    let series_runs: Vec<&RunBudget> = indices.iter().map(|&i| &runs[i]).collect();
+    let mut caveats = Vec::new();
+    // The same model and precision: weights within 2% of each other.
+    let weights: Vec<u64> = series_runs.iter().map(|r| r.line(Line::Weights)).collect();
+    let (lo, hi) = (
+        weights.iter().copied().min().unwrap_or(0),
+        weights.iter().copied().max().unwrap_or(0),
+    );
+    if hi > 0 && (hi - lo) as f64 > 0.02 * hi as f64 {
+        caveats.push(Caveat::WeightsDiffer {
+            smallest_bytes: lo,
+            largest_bytes: hi,
+        });
+    }
+    // A name that states no precision is the default's (fp32); a mix with one that
+    // states another is not one workload.
+    let mut precisions: Vec<String> = series_runs
+        .iter()
+        .map(|r| {
+            precision_from_name(&r.path)
+                .unwrap_or("not stated")
+                .to_string()
+        })
+        .collect();
+    precisions.sort();
+    precisions.dedup();
+    if precisions.len() > 1 {
+        caveats.push(Caveat::PrecisionsDiffer { precisions });
+    }
+    let mut settings: Vec<String> = series_runs.iter().map(|r| r.settings.clone()).collect();
+    settings.sort();
+    settings.dedup();
+    if settings.len() > 1 {
+        caveats.push(Caveat::SettingsDiffer { settings });
+    }
+    let mut counts: Vec<usize> = series_runs.iter().map(|r| r.devices.len()).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    if counts.len() > 1 {
+        caveats.push(Caveat::DevicesDiffer { counts });
+    }
+    if sizes.len() == 2 {
+        caveats.push(Caveat::TwoSizes);
+    }
+    let groups = group_terms(&series_runs, &sizes, options.vary);
+    let overhead = overhead_fit(&series_runs, &sizes);
+    let outside = series_runs
+        .iter()
+        .map(|r| r.outside.counted_bytes)
+        .max()
+        .unwrap_or(0);
+    let lines: Vec<LineFit> = Line::ALL
+        .iter()
+        .filter(|l| l.fitted())
+        .map(|&line| {
+            let measured: Vec<u64> = series_runs.iter().map(|r| r.line(line)).collect();
+            let fitted: Vec<u64> = sizes
+                .iter()
+                .map(|&s| {
+                    predict_lines(&groups, s as f64)
+                        .get(&line)
+                        .copied()
+                        .unwrap_or(0)
+                })
+                .collect();
+            let at_largest: f64 = measured.last().copied().unwrap_or(0) as f64;
+            let grows_as = groups
+                .iter()
+                .filter(|g| g.line == line)
+                .filter(|g| {
+                    g.measured_bytes.last().copied().unwrap_or(0) as f64 >= 0.01 * at_largest
+                })
+                .map(|g| g.exponent)
+                .max()
+                .unwrap_or(0);
+            let not_monotonic = measured
+                .windows(2)
+                .any(|w| (w[1] as f64) < w[0] as f64 * 0.98);
+            LineFit {
+                line,
+                measured_bytes: measured,
+                fitted_bytes: fitted,
+                grows_as,
+                not_monotonic,
+            }
+        })
+        .collect();
+    for l in &lines {
+        let matters = l
+            .measured_bytes
+            .iter()
+            .zip(&series_runs)
+            .any(|(&b, r)| b as f64 >= 0.05 * r.total_bytes as f64);
+        if l.not_monotonic && matters {
+            caveats.push(Caveat::NotMonotonic { line: l.line });
+        }
+    }
+    // Each measured size predicted from the others.
+    let mut held_out = Vec::new();
+    if sizes.len() >= 3 {
+        for k in 0..sizes.len() {
+            let others: Vec<&RunBudget> = series_runs
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != k)
+                .map(|(_, r)| *r)
+                .collect();
+            let other_sizes: Vec<u64> = sizes
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != k)
+                .map(|(_, &s)| s)
+                .collect();
+            let g = group_terms(&others, &other_sizes, options.vary);
+            let (_, total) =
+                prediction_at(&g, overhead_fit(&others, &other_sizes), outside, sizes[k]);
+            let measured = series_runs[k].total_bytes as f64;
+            held_out.push((
+                sizes[k],
+                round4((total as f64 - measured) / measured.max(1.0)),
+            ));
+        }
+    }
+    let largest_measured = sizes.last().copied().unwrap_or(0);
+    let refused = caveats.iter().any(Caveat::refuses);
+    let prediction = options.target.and_then(|target| {
+        if target > 2 * largest_measured {
+            caveats.push(Caveat::BeyondRange {
+                target,
+                largest: largest_measured,
+            });
+            return None;
+        }
+        if refused {
+            return None;
+        }
+        let (lines, total) = prediction_at(&groups, overhead, outside, target);
+        let band = held_out.iter().map(|&(_, e)| e.abs()).reduce(f64::max);
+        // The groups that grow the most from the largest size measured to the target.
+        let mut growth: Vec<Deciding> = groups
+            .iter()
+            .map(|g| {
+                let at = |s: u64| g.coefficient * (s as f64).powi(g.exponent as i32);
+                Deciding {
+                    callsite: g.callsite.clone(),
+                    category: g.category.clone(),
+                    exponent: g.exponent,
+                    change_bytes: (at(target) - at(largest_measured)).round() as i64,
+                }
+            })
+            .filter(|d| d.change_bytes != 0)
+            .collect();
+        growth.sort_by(|a, b| {
+            b.change_bytes
+                .abs()
+                .cmp(&a.change_bytes.abs())
+                .then(a.callsite.cmp(&b.callsite))
+                .then(a.category.cmp(&b.category))
+        });
+        Some(Prediction {
+            size: target,
+            fits: options
+                .gpus
+                .iter()
+                .map(|g| fit(g, total, options.headroom))
+                .collect(),
+            lines,
+            total_bytes: total,
+            error_band: band,
+            deciding: growth.into_iter().take(3).collect(),
+        })
+    });
+    let largest = if refused {
+        Vec::new()
+    } else {
+        options
+            .gpus
+            .iter()
+            .map(|gpu| {
+                let takes = |s: u64| {
+                    let (_, total) = prediction_at(&groups, overhead, outside, s);
+                    fit(gpu, total, options.headroom).verdict == Verdict::Fits
+                };
+                let limit = 2 * largest_measured;
+                let smallest = 1;
+                if !takes(smallest) {
+                    return Largest {
+                        gpu: gpu.clone(),
+                        size: None,
+                        at_limit: false,
+                    };
+                }
+                if takes(limit) {
+                    return Largest {
+                        gpu: gpu.clone(),
+                        size: Some(limit),
+                        at_limit: true,
+                    };
+                }
+                // The prediction grows with the size: the last size it takes.
+                let (mut lo, mut hi) = (smallest, limit);
+                while hi - lo > 1 {
+                    let mid = lo + (hi - lo) / 2;
+                    if takes(mid) {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                Largest {
+                    gpu: gpu.clone(),
+                    size: Some(lo),
+                    at_limit: false,
+                }
+            })
+            .collect()
+    };
+    Series {
+        vary: options.vary,
+        sizes,
+        runs: indices,
+        lines,
+        groups,
+        held_out,
+        prediction,
+        largest,
+        caveats,
+    }
+}
+
+/// The report: every run, the fits of the largest, and the series when asked.
+pub fn report(
+    runs: Vec<RunBudget>,
+    gpus: &[Gpu],
+    headroom: f64,
+    series: Option<&SeriesOptions>,
+) -> BudgetReport {
+    let deciding_run = runs
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_bytes.cmp(&b.1.total_bytes).then(b.0.cmp(&a.0)))
+        .map_or(0, |(i, _)| i);
+    let fits = runs.get(deciding_run).map_or(Vec::new(), |r| {
+        gpus.iter()
+            .map(|g| fit(g, r.total_bytes, headroom))
+            .collect()
+    });
+    let series = series.map(|o| fit_series(&runs, o));
+    BudgetReport {
+        schema_version: SCHEMA_VERSION,
+        headroom,
+        runs,
+        deciding_run,
+        fits,
+        series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponents_are_found_from_the_points() {
+        let s = [1.0, 2.0, 4.0, 8.0];
+        assert_eq!(fit_group(&s, &[5.0, 5.0, 5.0, 5.0], 2), (0, 5.0));
+        assert_eq!(fit_group(&s, &[3.0, 6.0, 12.0, 24.0], 2), (1, 3.0));
+        assert_eq!(fit_group(&s, &[2.0, 8.0, 32.0, 128.0], 2), (2, 2.0));
+    }
+
+    #[test]
+    fn sizes_and_precisions_from_names() {
+        assert_eq!(
+            size_from_name("xl_ctx512_forward_bf16.pickle", None),
+            Some((Vary::Seq, 512))
+        );
+        assert_eq!(
+            size_from_name(
+                "memory_snapshot_xl_fwd_cl2048_dtypetorch.float32.pickle",
+                None
+            ),
+            Some((Vary::Seq, 2048))
+        );
+        assert_eq!(
+            size_from_name("memory_2.7b_forward_seq256_bf16.pickle", None),
+            Some((Vary::Seq, 256))
+        );
+        assert_eq!(
+            size_from_name("run_bs8.pickle", None),
+            Some((Vary::Batch, 8))
+        );
+        assert_eq!(size_from_name("snapshot.pickle", None), None);
+        assert_eq!(
+            precision_from_name("a_dtypetorch.bfloat16.pickle"),
+            Some("bf16")
+        );
+        assert_eq!(precision_from_name("a_float32.pickle"), Some("fp32"));
+    }
+
+    #[test]
+    fn a_fit_with_and_without_headroom() {
+        let gpu = Gpu {
+            name: "x".into(),
+            capacity_bytes: 100,
+            source: "",
+        };
+        assert_eq!(fit(&gpu, 90, 0.1).verdict, Verdict::Fits);
+        assert_eq!(fit(&gpu, 95, 0.1).verdict, Verdict::Tight);
+        assert_eq!(fit(&gpu, 101, 0.1).verdict, Verdict::DoesNotFit);
+        assert_eq!(fit(&gpu, 101, 0.1).left_bytes, -1);
+    }
+}

@@ -1,0 +1,276 @@
+//! `vramlens budget`: what a run needs on a device, which GPUs it fits, and for a series
+//! of runs at several sizes, what a new size needs.
+
+use super::{attribution_options, read_snapshot};
+use crate::cli::BudgetArgs;
+use anyhow::{Result, anyhow, bail};
+use rayon::prelude::*;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use vramlens::analysis::attribution::Attributor;
+use vramlens::analysis::budget::{
+    Outside, OutsideSource, RunBudget, SeriesOptions, Vary, Verdict, report, run_budget,
+    size_from_name,
+};
+use vramlens::analysis::device::choose_device;
+use vramlens::analysis::gpus::{DEFAULT_GPUS, Gpu, find};
+use vramlens::input::ReadOptions;
+use vramlens::render::budget::{write_budget_svg, write_budget_text};
+use vramlens::render::{Style, write_json};
+
+pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
+    if !(0.0..=1000.0).contains(&args.headroom) {
+        bail!(
+            "--headroom: expected a percentage from 0 to 1000, found {}",
+            args.headroom
+        );
+    }
+    let headroom = args.headroom / 100.0;
+    let gpus: Vec<Gpu> = if args.gpus.is_empty() {
+        DEFAULT_GPUS
+            .iter()
+            .map(|g| find(g).expect("the default GPUs are in the table"))
+            .collect()
+    } else {
+        args.gpus
+            .iter()
+            .map(|g| find(g).map_err(|e| anyhow!("--gpu: {e}")))
+            .collect::<Result<_>>()?
+    };
+    let vary: Option<Vary> = args
+        .vary
+        .as_deref()
+        .map(|v| v.parse().map_err(|e: String| anyhow!("--vary: {e}")))
+        .transpose()?;
+    let files = super::expand_inputs(&args.files)?;
+    if files.len() > 1 && (!args.nvml.is_empty() || args.log.is_some()) {
+        bail!(
+            "--nvml and --log measure one run: give them with one snapshot ({} given)",
+            files.len()
+        );
+    }
+    let options = attribution_options(&args.attribution)?;
+    let messages = args
+        .log
+        .as_deref()
+        .map(super::oom::read_oom_log)
+        .transpose()?;
+    let runs: Vec<RunBudget> = files
+        .par_iter()
+        .map(|path| -> Result<RunBudget> {
+            let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
+            let choice = choose_device(&snap, args.device, false)
+                .map_err(|e| anyhow!("{}: {e}", info.path))?;
+            let outside = outside_of(&snap, &info.path, choice.device, args, messages.as_deref())?;
+            let mut attr = Attributor::new(&snap.frames, &options);
+            Ok(run_budget(&snap, &info.path, &choice, &mut attr, outside))
+        })
+        .collect::<Result<_>>()?;
+    let series = series_options(args, vary, &files, &gpus, headroom)?;
+    let report = report(runs, &gpus, headroom, series.as_ref());
+    if let Some(o) = &args.output {
+        super::output::write_new_file(o, args.force, |w| write_budget_svg(w, &report))?;
+    }
+    if args.json {
+        write_json(out, &report)?;
+    } else {
+        write_budget_text(out, &report, Style::detect(std::io::stdout().is_terminal()))?;
+    }
+    if args.check {
+        let fits = match (&report.series, args.target) {
+            (Some(s), Some(t)) => match &s.prediction {
+                Some(p) => &p.fits,
+                None => {
+                    bail!("--check: no prediction at {t} can be trusted (see the caveats above)")
+                }
+            },
+            _ => &report.fits,
+        };
+        if fits.iter().any(|f| f.verdict != Verdict::Fits) {
+            return Err(super::diff::CheckFailed.into());
+        }
+    }
+    Ok(())
+}
+
+/// Memory outside the allocator at the run's peak: from device readings, else from an
+/// OOM message, else not measured.
+fn outside_of(
+    snap: &vramlens::model::Snapshot,
+    path: &str,
+    device: i64,
+    args: &BudgetArgs,
+    messages: Option<&[vramlens::oom_log::OomMessage]>,
+) -> Result<Outside> {
+    use vramlens::analysis::reconcile::{
+        LOG_MARGIN_US, Moment, ReconcileOptions, analyze_reconcile, snapshot_range,
+    };
+    if !args.nvml.is_empty() {
+        let keep = snapshot_range(snap, Some(device)).map(|r| r.widen(LOG_MARGIN_US));
+        let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep)?;
+        let options = ReconcileOptions {
+            device: Some(device),
+            gpu: None,
+            allow_no_overlap: false,
+        };
+        let rec =
+            analyze_reconcile(snap, path, &log, args.utc_offset, None, options).map_err(|e| {
+                let logs: Vec<String> = args.nvml.iter().map(|p| p.display().to_string()).collect();
+                anyhow!(
+                    "{}",
+                    vramlens::render::reconcile::error_text(&e, &logs.join(", "), None)
+                )
+            })?;
+        let ledger = rec
+            .devices
+            .iter()
+            .flat_map(|d| &d.ledgers)
+            .find(|l| l.moment == Moment::Peak);
+        if let Some(l) = ledger {
+            if let Some(b) = l.outside_allocator_bytes {
+                return Ok(Outside::measured(OutsideSource::Nvml, b.max(0) as u64));
+            }
+            if let Some(b) = l.gap_bytes {
+                return Ok(Outside::measured(
+                    OutsideSource::NvmlDevice,
+                    b.max(0) as u64,
+                ));
+            }
+        }
+        return Ok(Outside::not_measured());
+    }
+    if let Some(messages) = messages {
+        let m = messages
+            .iter()
+            .find(|m| m.gpu == Some(device))
+            .or_else(|| messages.iter().find(|m| m.gpu.is_none()))
+            .or(if messages.len() == 1 {
+                messages.first()
+            } else {
+                None
+            });
+        if let Some((process, reserved)) =
+            m.and_then(|m| m.this_process_bytes.zip(m.reserved_by_pytorch_bytes))
+        {
+            return Ok(Outside::measured(
+                OutsideSource::OomMessage,
+                process.saturating_sub(reserved),
+            ));
+        }
+    }
+    Ok(Outside::not_measured())
+}
+
+/// The series the files form, when they do: sizes given with --size or stated by the
+/// names, every file one.
+fn series_options(
+    args: &BudgetArgs,
+    vary: Option<Vary>,
+    files: &[PathBuf],
+    gpus: &[Gpu],
+    headroom: f64,
+) -> Result<Option<SeriesOptions>> {
+    let asked = vary.is_some() || !args.sizes.is_empty() || args.target.is_some();
+    let mut given: Vec<(String, u64)> = Vec::new();
+    for s in &args.sizes {
+        let (file, value) = s
+            .rsplit_once('=')
+            .ok_or_else(|| anyhow!("--size: expected FILE=VALUE, found {s:?}"))?;
+        let value: u64 = value
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| anyhow!("--size {s}: expected a positive whole number after '='"))?;
+        given.push((file.to_string(), value));
+    }
+    let mut sizes: Vec<(usize, u64)> = Vec::new();
+    let mut kinds: Vec<Vary> = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        let shown = f.display().to_string();
+        let name = f
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let Some((_, v)) = given.iter().find(|(g, _)| *g == shown || *g == name) {
+            sizes.push((i, *v));
+            continue;
+        }
+        match size_from_name(&name, vary) {
+            Some((k, v)) => {
+                kinds.push(k);
+                sizes.push((i, v));
+            }
+            None if asked && files.len() > 1 => bail!(
+                "{shown}: no {} in its name: give --size {shown}=VALUE",
+                match vary {
+                    Some(Vary::Batch) => "batch size",
+                    _ => "size (ctx512, seq256, bs8)",
+                }
+            ),
+            None => {}
+        }
+    }
+    for (g, _) in &given {
+        if !files.iter().any(|f| {
+            f.display().to_string() == *g || f.file_name().is_some_and(|n| n == g.as_str())
+        }) {
+            bail!("--size {g}=...: no such file among the inputs");
+        }
+    }
+    if files.len() < 2 || sizes.len() < files.len() {
+        if args.target.is_some() {
+            bail!(
+                "--target needs a series: two or more snapshots of one workload at different sizes"
+            );
+        }
+        return Ok(None);
+    }
+    kinds.sort_by_key(|k| *k as u8);
+    kinds.dedup();
+    let vary = match (vary, &kinds[..]) {
+        (Some(v), _) => v,
+        (None, [k]) => *k,
+        (None, []) => bail!("--vary: give batch or seq for the sizes given with --size"),
+        (None, _) => {
+            bail!("the file names state both batch sizes and sequence lengths: give --vary")
+        }
+    };
+    let mut seen: Vec<u64> = sizes.iter().map(|&(_, s)| s).collect();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        let mut precisions: Vec<&str> = files
+            .iter()
+            .map(|f| {
+                vramlens::analysis::budget::precision_from_name(&f.display().to_string())
+                    .unwrap_or("not stated")
+            })
+            .collect();
+        precisions.sort_unstable();
+        precisions.dedup();
+        bail!(
+            "two files have the same {} {}: a series needs one file per size{}",
+            if vary == Vary::Seq {
+                "sequence length"
+            } else {
+                "batch size"
+            },
+            w[0],
+            if precisions.len() > 1 {
+                format!(
+                    " (their names state precisions {}: give the files of one precision)",
+                    precisions.join(", ")
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(Some(SeriesOptions {
+        vary,
+        sizes,
+        target: args.target,
+        gpus: gpus.to_vec(),
+        headroom,
+    }))
+}

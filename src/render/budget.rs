@@ -1,0 +1,602 @@
+//! `budget` for people: each run's lines with what decided them, the fits, the series'
+//! fit and prediction with its caveats (text); the budgets as stacked bars against each
+//! device's capacity (SVG).
+
+use super::Style;
+use super::svg::{Svg, category_color, escape, num};
+use crate::analysis::budget::{
+    BudgetLine, BudgetReport, Caveat, Fit, Line, OutsideSource, RunBudget, Series, Vary, Verdict,
+};
+use crate::units::bytes;
+use std::io::{self, Write};
+
+/// The words of a line.
+pub fn line_name(line: Line) -> &'static str {
+    match line {
+        Line::Weights => "weights",
+        Line::Gradients => "gradients",
+        Line::OptimizerState => "optimizer state",
+        Line::Activations => "activations and other intermediates",
+        Line::Caches => "caches (KV)",
+        Line::Workspaces => "workspaces",
+        Line::Communication => "communication buffers",
+        Line::AllocatorOverhead => "allocator overhead",
+        Line::OutsideAllocator => "outside the allocator",
+        Line::FailedRequest => "the request that ran out of memory",
+    }
+}
+
+fn line_color(line: Line) -> &'static str {
+    let category = match line {
+        Line::Weights => "parameters",
+        Line::Gradients => "gradients",
+        Line::OptimizerState => "optimizer_state",
+        Line::Activations => "activations",
+        Line::Caches => "caches",
+        Line::Workspaces => "workspaces",
+        Line::Communication => "communication",
+        Line::AllocatorOverhead => "other",
+        Line::OutsideAllocator => "unknown",
+        Line::FailedRequest => "caches",
+    };
+    category_color(category).unwrap_or("#bab0ac")
+}
+
+fn vary_name(v: Vary) -> &'static str {
+    match v {
+        Vary::Batch => "batch size",
+        Vary::Seq => "sequence length",
+    }
+}
+
+/// What decided a line: its categories, the evidence of most of each.
+fn decided(l: &BudgetLine, r: &RunBudget) -> String {
+    match l.line {
+        Line::AllocatorOverhead => {
+            let later = r.peak_reserved_bytes.saturating_sub(r.reserved_bytes);
+            let mut s = format!(
+                "reserved {} at the peak minus {} requested: cached free blocks, rounding, fragmentation",
+                bytes(r.reserved_bytes),
+                bytes(r.requested_bytes)
+            );
+            if later > 0 {
+                s.push_str(&format!(
+                    "; reserved grows by {} more elsewhere in the trace",
+                    bytes(later)
+                ));
+            }
+            s
+        }
+        Line::FailedRequest => format!(
+            "the OOM at event {} refused it: the run stopped there, so it needs at least this total",
+            r.oom_event.unwrap_or(0)
+        ),
+        Line::OutsideAllocator => match r.outside.source {
+            OutsideSource::Nvml => "measured: this process's use in the device readings minus reserved, at the peak".into(),
+            OutsideSource::NvmlDevice => "measured: the device's use minus reserved at the peak (no per-process readings: other processes included)".into(),
+            OutsideSource::OomMessage => "measured: \"this process has ... in use\" of the OOM message minus what PyTorch reserved".into(),
+            OutsideSource::NotMeasured => format!(
+                "~not measured: the CUDA context and libraries take {} to {} on one GPU (more with NCCL); counted at the top; measure it with --nvml (python -m vramlens.capture records it) or --log with an OOM message",
+                bytes(r.outside.typical_low_bytes),
+                bytes(r.outside.typical_high_bytes)
+            ),
+        },
+        _ => l
+            .categories
+            .iter()
+            .take(3)
+            .map(|c| {
+                let e = &c.by_evidence[0];
+                format!(
+                    "{} {}: {}{}",
+                    c.category,
+                    bytes(c.bytes),
+                    if e.inferred { "~" } else { "" },
+                    super::evidence::words(&e.evidence)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}: device {}, {}",
+        r.path,
+        r.device,
+        super::names::moment_text(&r.moment)
+    )?;
+    if r.devices.len() > 1 {
+        let others: Vec<String> = r
+            .devices
+            .iter()
+            .filter(|&&d| d != r.device)
+            .map(|d| d.to_string())
+            .collect();
+        writeln!(
+            out,
+            "  (the file also has device{} {}: --device N for another)",
+            if others.len() == 1 { "" } else { "s" },
+            others.join(", ")
+        )?;
+    }
+    writeln!(
+        out,
+        "  needs {}{} on one device: {} reserved by PyTorch at its most, {} outside the allocator{}{}",
+        if r.oom_request_bytes.is_some() {
+            "at least "
+        } else {
+            ""
+        },
+        bytes(r.total_bytes),
+        bytes(r.peak_reserved_bytes.max(r.requested_bytes)),
+        bytes(r.outside.counted_bytes),
+        if r.outside.measured_bytes.is_none() {
+            " (assumed)"
+        } else {
+            ""
+        },
+        match r.oom_request_bytes {
+            Some(b) => format!(", and the {} request it ran out of memory on", bytes(b)),
+            None => String::new(),
+        }
+    )?;
+    let width = Line::ALL
+        .iter()
+        .map(|&l| line_name(l).len())
+        .max()
+        .unwrap_or(10);
+    let mut section = "";
+    for l in &r.lines {
+        let here = if l.persistent {
+            "persistent (the whole run)"
+        } else if matches!(
+            l.line,
+            Line::AllocatorOverhead | Line::OutsideAllocator | Line::FailedRequest
+        ) {
+            "around the tensors"
+        } else {
+            "working (grows with batch and sequence)"
+        };
+        if here != section {
+            writeln!(out, "  {here}")?;
+            section = here;
+        }
+        if l.bytes == 0 && !matches!(l.line, Line::AllocatorOverhead | Line::OutsideAllocator) {
+            continue;
+        }
+        if l.line == Line::FailedRequest && r.oom_request_bytes.is_none() {
+            continue;
+        }
+        writeln!(
+            out,
+            "    {:<width$}  {:>10}  {:>5.1}%  {}",
+            line_name(l.line),
+            bytes(l.bytes),
+            l.share * 100.0,
+            decided(l, r)
+        )?;
+    }
+    writeln!(
+        out,
+        "    {:<width$}  {:>10}{}",
+        "total",
+        bytes(r.total_bytes),
+        if r.oom_request_bytes.is_some() {
+            "  (at least: the run ran out of memory before its peak)"
+        } else {
+            ""
+        }
+    )?;
+    Ok(())
+}
+
+fn fit_text(f: &Fit, headroom: f64) -> String {
+    match f.verdict {
+        Verdict::Fits => format!(
+            "fits: {} left ({:.0}% of it), more than the {:.0}% headroom",
+            bytes(f.left_bytes as u64),
+            f.left_share * 100.0,
+            headroom * 100.0
+        ),
+        Verdict::Tight => format!(
+            "tight: fits with {} left ({:.1}%), less than the {:.0}% headroom",
+            bytes(f.left_bytes.max(0) as u64),
+            f.left_share * 100.0,
+            headroom * 100.0
+        ),
+        Verdict::DoesNotFit => format!(
+            "does not fit: short by {}",
+            bytes(f.left_bytes.unsigned_abs())
+        ),
+    }
+}
+
+fn write_fits(out: &mut dyn Write, fits: &[Fit], headroom: f64) -> io::Result<()> {
+    let width = fits.iter().map(|f| f.gpu.name.len()).max().unwrap_or(8);
+    for f in fits {
+        writeln!(
+            out,
+            "  {:<width$}  {:>10}  {}",
+            f.gpu.name,
+            bytes(f.gpu.capacity_bytes),
+            fit_text(f, headroom)
+        )?;
+    }
+    Ok(())
+}
+
+fn caveat_text(c: &Caveat, vary: Vary) -> String {
+    match c {
+        Caveat::WeightsDiffer {
+            smallest_bytes,
+            largest_bytes,
+        } => format!(
+            "the files' weights differ ({} to {}): another model or precision; no prediction",
+            bytes(*smallest_bytes),
+            bytes(*largest_bytes)
+        ),
+        Caveat::PrecisionsDiffer { precisions } => format!(
+            "the file names state different precisions ({}): no prediction",
+            precisions.join(", ")
+        ),
+        Caveat::SettingsDiffer { settings } => format!(
+            "the allocator settings differ between the files ({}): the overhead may not compare",
+            settings.join(" | ")
+        ),
+        Caveat::DevicesDiffer { counts } => format!(
+            "the files have {} devices: another parallelism may split the work differently",
+            counts
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
+        Caveat::NotMonotonic { line } => format!(
+            "{} goes down as the {} goes up: the runs are not one workload (another mode, a trace that missed the peak); no prediction",
+            line_name(*line),
+            vary_name(vary)
+        ),
+        Caveat::TwoSizes => {
+            "two sizes only: each group's growth is read from two points, and no error can be estimated (a third size gives one)".into()
+        }
+        Caveat::BeyondRange { target, largest } => format!(
+            "{target} is past twice the largest size measured ({largest}): no prediction; measure a larger size"
+        ),
+    }
+}
+
+fn grows(e: u32) -> &'static str {
+    match e {
+        0 => "constant",
+        1 => "linear",
+        _ => "quadratic",
+    }
+}
+
+fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result<()> {
+    writeln!(
+        out,
+        "series: {} {}",
+        vary_name(s.vary),
+        s.sizes
+            .iter()
+            .zip(&s.runs)
+            .map(|(size, run)| format!("{size} ({})", r.runs[*run].path))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+    let width = 36;
+    let mut head = format!("  {:<width$}", "line");
+    for size in &s.sizes {
+        head.push_str(&format!("  {:>10}", size));
+    }
+    writeln!(out, "{head}  grows as")?;
+    for l in &s.lines {
+        if l.measured_bytes.iter().all(|&b| b == 0) {
+            continue;
+        }
+        let mut row = format!("  {:<width$}", line_name(l.line));
+        for b in &l.measured_bytes {
+            row.push_str(&format!("  {:>10}", bytes(*b)));
+        }
+        let worst = l
+            .measured_bytes
+            .iter()
+            .zip(&l.fitted_bytes)
+            .map(|(m, f)| (*f as f64 - *m as f64).abs() / (*m).max(1) as f64)
+            .fold(0.0, f64::max);
+        writeln!(
+            out,
+            "{row}  {} (fit within {:.1}%)",
+            grows(l.grows_as),
+            worst * 100.0
+        )?;
+    }
+    for (size, err) in &s.held_out {
+        writeln!(
+            out,
+            "  held out: {size} predicted from the others: total {:+.1}%",
+            err * 100.0
+        )?;
+    }
+    match &s.prediction {
+        Some(p) => {
+            writeln!(
+                out,
+                "at {} {}: needs {}{}",
+                vary_name(s.vary),
+                p.size,
+                bytes(p.total_bytes),
+                match p.error_band {
+                    Some(b) => format!(
+                        " (within {:.1}%, the largest error predicting a measured size from the others)",
+                        b * 100.0
+                    ),
+                    None => " (no error band from two sizes)".into(),
+                }
+            )?;
+            for (line, b) in &p.lines {
+                if *b > 0 {
+                    writeln!(out, "    {:<width$}  {:>10}", line_name(*line), bytes(*b))?;
+                }
+            }
+            if !p.deciding.is_empty() {
+                let parts: Vec<String> = p
+                    .deciding
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "{} {} ({}{}, {})",
+                            super::names::short_frame(&d.callsite),
+                            d.category,
+                            if d.change_bytes < 0 { "-" } else { "+" },
+                            bytes(d.change_bytes.unsigned_abs()),
+                            grows(d.exponent)
+                        )
+                    })
+                    .collect();
+                writeln!(
+                    out,
+                    "  the change from the largest size measured is mostly: {}",
+                    parts.join("; ")
+                )?;
+            }
+            write_fits(out, &p.fits, r.headroom)?;
+        }
+        None => writeln!(
+            out,
+            "  no prediction{}",
+            if s.caveats.iter().any(Caveat::refuses) {
+                " (see the caveats)"
+            } else {
+                " (give --target VALUE)"
+            }
+        )?,
+    }
+    if !s.largest.is_empty() {
+        writeln!(
+            out,
+            "largest {} that fits with {:.0}% headroom",
+            vary_name(s.vary),
+            r.headroom * 100.0
+        )?;
+        for l in &s.largest {
+            let what = match (l.size, l.at_limit) {
+                (None, _) => "none: even a size of 1 does not fit".to_string(),
+                (Some(n), true) => format!(
+                    "{n} or more (the fit is not trusted past twice the largest size measured)"
+                ),
+                (Some(n), false) => n.to_string(),
+            };
+            writeln!(out, "  {:<16}  {what}", l.gpu.name)?;
+        }
+    }
+    if !s.caveats.is_empty() {
+        writeln!(out, "caveats")?;
+        for c in &s.caveats {
+            writeln!(out, "  - {}", caveat_text(c, s.vary))?;
+        }
+    }
+    Ok(())
+}
+
+pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -> io::Result<()> {
+    for (i, run) in r.runs.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        write_run(out, run)?;
+    }
+    if let Some(d) = r.runs.get(r.deciding_run) {
+        writeln!(out)?;
+        if r.runs.len() > 1 {
+            writeln!(
+                out,
+                "on one device each (GPUs do not pool memory: the largest, {}, decides), with {:.0}% headroom",
+                d.path,
+                r.headroom * 100.0
+            )?;
+        } else {
+            writeln!(
+                out,
+                "on one device, with {:.0}% headroom",
+                r.headroom * 100.0
+            )?;
+        }
+        write_fits(out, &r.fits, r.headroom)?;
+        writeln!(
+            out,
+            "  (capacity: what the driver lets a process use, as PyTorch's OOM message prints it; a kernel chosen for another GPU, a different library version or a memory-fraction limit moves the figures)"
+        )?;
+    }
+    if let Some(s) = &r.series {
+        writeln!(out)?;
+        write_series(out, s, r)?;
+    }
+    Ok(())
+}
+
+/// A bar of the chart: its label, its lines, and whether it is predicted.
+type Bar = (String, Vec<(Line, u64)>, bool);
+
+/// Stacked bars: each run's lines (and the prediction, hatched), with each GPU's
+/// capacity as a line.
+pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()> {
+    let mut bars: Vec<Bar> = Vec::new();
+    let order: Vec<usize> = match &r.series {
+        Some(s) => s.runs.clone(),
+        None => (0..r.runs.len()).collect(),
+    };
+    for (k, &i) in order.iter().enumerate() {
+        let run = &r.runs[i];
+        let label = match &r.series {
+            Some(s) => format!(
+                "{} {}",
+                if s.vary == Vary::Seq { "seq" } else { "batch" },
+                s.sizes[k]
+            ),
+            None => run
+                .path
+                .rsplit(['/', '\\'])
+                .next()
+                .unwrap_or(&run.path)
+                .to_string(),
+        };
+        bars.push((
+            label,
+            run.lines.iter().map(|l| (l.line, l.bytes)).collect(),
+            false,
+        ));
+    }
+    if let Some(p) = r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
+        let vary = r
+            .series
+            .as_ref()
+            .map_or("", |s| if s.vary == Vary::Seq { "seq" } else { "batch" });
+        bars.push((
+            format!("{vary} {} (predicted)", p.size),
+            p.lines.clone(),
+            true,
+        ));
+    }
+    let gpus: Vec<&Fit> = match r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
+        Some(p) => p.fits.iter().collect(),
+        None => r.fits.iter().collect(),
+    };
+    let top = bars
+        .iter()
+        .map(|(_, l, _)| l.iter().map(|(_, b)| *b).sum::<u64>())
+        .chain(gpus.iter().map(|f| f.gpu.capacity_bytes))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let (left, right, top_px, plot_h) = (90.0, 260.0, 50.0, 360.0);
+    let bar_w = 70.0;
+    let gap = 40.0;
+    let plot_w = (bars.len() as f64 * (bar_w + gap) + gap).max(300.0);
+    let width = left + plot_w + right;
+    let height = top_px + plot_h + 70.0;
+    let y = |b: f64| top_px + plot_h - b / top * plot_h;
+    let mut svg = Svg { out };
+    svg.begin(width, height, "VRAM budget")?;
+    writeln!(
+        svg.out,
+        r##"<text x="{}" y="24" font-size="15" font-weight="bold">VRAM budget at each run's peak{}</text>"##,
+        num(left),
+        if r.series.is_some() {
+            ", the series and its prediction"
+        } else {
+            ""
+        }
+    )?;
+    // Axis with four ticks.
+    for k in 0..=4 {
+        let b = top * k as f64 / 4.0;
+        writeln!(
+            svg.out,
+            r##"<line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="#e4e4e4"/><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"##,
+            num(left),
+            num(left + plot_w),
+            num(left - 6.0),
+            num(y(b) + 4.0),
+            escape(&bytes(b as u64)),
+            y = num(y(b)),
+        )?;
+    }
+    for (i, (label, lines, predicted)) in bars.iter().enumerate() {
+        let x = left + gap + i as f64 * (bar_w + gap);
+        let mut acc = 0u64;
+        for (line, b) in lines {
+            if *b == 0 {
+                continue;
+            }
+            let (y0, y1) = (y((acc + b) as f64), y(acc as f64));
+            acc += b;
+            writeln!(
+                svg.out,
+                r##"<g><title>{}: {} ({} bytes){}</title><rect x="{}" y="{}" width="{}" height="{}" fill="{}" fill-opacity="{}" stroke="#ffffff" stroke-width="0.5" data-bytes="{b}"/></g>"##,
+                escape(label),
+                escape(&format!("{} {}", line_name(*line), bytes(*b))),
+                b,
+                if *predicted { ", predicted" } else { "" },
+                num(x),
+                num(y0),
+                num(bar_w),
+                num((y1 - y0).max(0.0)),
+                line_color(*line),
+                if *predicted { "0.55" } else { "1" },
+            )?;
+        }
+        writeln!(
+            svg.out,
+            r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text><text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text>"##,
+            num(x + bar_w / 2.0),
+            num(top_px + plot_h + 16.0),
+            escape(label),
+            num(x + bar_w / 2.0),
+            num(y(acc as f64) - 5.0),
+            escape(&bytes(acc)),
+        )?;
+    }
+    for f in &gpus {
+        let yy = y(f.gpu.capacity_bytes as f64);
+        writeln!(
+            svg.out,
+            r##"<g><title>{}: {} ({} bytes)</title><line x1="{}" x2="{}" y1="{yy}" y2="{yy}" stroke="#333333" stroke-dasharray="5 3"/><text x="{}" y="{}" font-size="11">{}</text></g>"##,
+            escape(&f.gpu.name),
+            escape(&bytes(f.gpu.capacity_bytes)),
+            f.gpu.capacity_bytes,
+            num(left),
+            num(left + plot_w),
+            num(left + plot_w + 6.0),
+            num(yy + 4.0),
+            escape(&format!("{} {}", f.gpu.name, bytes(f.gpu.capacity_bytes))),
+            yy = num(yy),
+        )?;
+    }
+    // Legend.
+    let lx = left + plot_w + 130.0;
+    for (k, line) in Line::ALL.iter().enumerate() {
+        let ly = top_px + 10.0 + k as f64 * 18.0;
+        writeln!(
+            svg.out,
+            r##"<rect x="{}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{}" font-size="11">{}</text>"##,
+            num(lx),
+            num(ly),
+            line_color(*line),
+            num(lx + 18.0),
+            num(ly + 10.0),
+            escape(line_name(*line)),
+        )?;
+    }
+    writeln!(
+        svg.out,
+        r##"<text x="{}" y="{}" font-size="11" fill="#555555">dashed: each GPU's capacity; pale bar: predicted</text>"##,
+        num(left),
+        num(height - 12.0)
+    )?;
+    svg.end()
+}

@@ -1,0 +1,315 @@
+//! `vramlens budget` on the generated series `testdata/budget/` (constants of
+//! `make_budget_run` in `scripts/gen_fixtures.py`, summed here by hand), and on real files.
+
+mod common;
+
+use std::process::Command;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+/// CAT_PARAMS: four of 4 MiB, two of 2 MiB + 4 KiB, three of 8 KiB.
+const PARAMS: u64 = 4 * 4 * MIB + 2 * (2 * MIB + 4 * KIB) + 3 * 8 * KIB;
+const LAYERS: u64 = 2;
+const HIDDEN: u64 = 16 * KIB;
+const OUT: u64 = 8 * KIB;
+const SCORES: u64 = 32;
+
+/// Activations of the second forward at the peak: per layer two hidden activations, the
+/// scores and the output, and the 4-byte loss; and the 4-byte gradient `backward()`
+/// starts from (a backward temporary, in the same line).
+fn activations(batch: u64, seq: u64) -> u64 {
+    LAYERS * batch * (2 * seq * HIDDEN + seq * seq * SCORES + seq * OUT) + 4 + 4
+}
+
+fn budget(args: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .arg("budget")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        code,
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn line(lines: &serde_json::Value, name: &str) -> u64 {
+    lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|l| {
+            // A run's lines are objects, a prediction's [line, bytes] pairs.
+            if l["line"] == name {
+                l["bytes"].as_u64()
+            } else if l[0] == name {
+                l[1].as_u64()
+            } else {
+                None
+            }
+        })
+        .unwrap_or_else(|| panic!("no line {name} in {lines}"))
+}
+
+fn group<'a>(series: &'a serde_json::Value, callsite_end: &str) -> &'a serde_json::Value {
+    series["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["callsite"].as_str().unwrap().ends_with(callsite_end))
+        .unwrap_or_else(|| panic!("no group {callsite_end}"))
+}
+
+#[test]
+fn one_run_in_planning_terms() {
+    let (code, v, err) = budget(&["testdata/budget/batch_bs8.pickle", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["schema_version"], 1);
+    let run = &v["runs"][0];
+    let lines = &run["lines"];
+    assert_eq!(line(lines, "weights"), PARAMS);
+    assert_eq!(line(lines, "gradients"), PARAMS);
+    assert_eq!(line(lines, "optimizer_state"), 2 * PARAMS);
+    assert_eq!(line(lines, "activations"), activations(8, 128));
+    // The lines of the tensors add up to what was requested at the peak, every line to
+    // the total; memory outside the allocator, unmeasured, counts 1 GiB.
+    let tensors: u64 = ["weights", "gradients", "optimizer_state", "activations"]
+        .iter()
+        .map(|n| line(lines, n))
+        .sum();
+    assert_eq!(tensors, run["requested_bytes"].as_u64().unwrap());
+    assert_eq!(line(lines, "outside_allocator"), 1 << 30);
+    assert_eq!(run["outside"]["source"], "not_measured");
+    let all: u64 = lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(all, run["total_bytes"].as_u64().unwrap());
+    assert_eq!(
+        run["total_bytes"].as_u64().unwrap(),
+        run["peak_reserved_bytes"].as_u64().unwrap() + (1 << 30)
+    );
+}
+
+#[test]
+fn a_batch_series_recovers_each_constant_and_slope_and_predicts_a_held_out_size() {
+    let (code, v, err) = budget(&[
+        "testdata/budget/batch_bs1.pickle",
+        "testdata/budget/batch_bs2.pickle",
+        "testdata/budget/batch_bs4.pickle",
+        "--target",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let s = &v["series"];
+    assert_eq!(s["vary"], "batch");
+    assert_eq!(s["sizes"], serde_json::json!([1, 2, 4]));
+    // Per unit of batch: two hidden activations and an output of 128 tokens, and the
+    // 128 x 128 scores, in each of the two layers.
+    let hidden = group(s, "layers.py:20:forward");
+    assert_eq!(hidden["exponent"], 1);
+    assert_eq!(
+        hidden["coefficient"].as_f64().unwrap(),
+        (LAYERS * 2 * 128 * HIDDEN) as f64
+    );
+    let scores = group(s, "layers.py:44:scaled_dot_product_attention");
+    assert_eq!(scores["exponent"], 1);
+    assert_eq!(
+        scores["coefficient"].as_f64().unwrap(),
+        (LAYERS * 128 * 128 * SCORES) as f64
+    );
+    let weights = group(s, "layers.py:12:__init__");
+    assert_eq!(weights["exponent"], 0);
+    assert_eq!(weights["coefficient"].as_f64().unwrap(), PARAMS as f64);
+    // Batch 8, never measured by the fit: its tensors exactly.
+    let p = &s["prediction"];
+    assert_eq!(p["size"], 8);
+    assert_eq!(line(&p["lines"], "weights"), PARAMS);
+    assert_eq!(line(&p["lines"], "gradients"), PARAMS);
+    assert_eq!(line(&p["lines"], "optimizer_state"), 2 * PARAMS);
+    assert_eq!(line(&p["lines"], "activations"), activations(8, 128));
+    assert!(p["error_band"].as_f64().unwrap() < 0.05, "{p}");
+}
+
+#[test]
+fn a_sequence_series_finds_the_square_of_attention() {
+    let (code, v, err) = budget(&[
+        "testdata/budget/seq_ctx128.pickle",
+        "testdata/budget/seq_ctx256.pickle",
+        "testdata/budget/seq_ctx512.pickle",
+        "--target",
+        "1024",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let s = &v["series"];
+    assert_eq!(s["vary"], "seq");
+    let scores = group(s, "layers.py:44:scaled_dot_product_attention");
+    assert_eq!(scores["exponent"], 2);
+    assert_eq!(
+        scores["coefficient"].as_f64().unwrap(),
+        (LAYERS * 2 * SCORES) as f64
+    );
+    let hidden = group(s, "layers.py:20:forward");
+    assert_eq!(hidden["exponent"], 1);
+    assert_eq!(
+        hidden["coefficient"].as_f64().unwrap(),
+        (LAYERS * 2 * 2 * HIDDEN) as f64
+    );
+    assert_eq!(
+        line(&s["prediction"]["lines"], "activations"),
+        activations(2, 1024)
+    );
+}
+
+#[test]
+fn predictions_that_cannot_be_trusted_are_refused() {
+    // Another precision in the series.
+    let (code, v, err) = budget(&[
+        "testdata/budget/seq_ctx128.pickle",
+        "testdata/budget/seq_ctx256.pickle",
+        "testdata/budget/seq_ctx512_bf16.pickle",
+        "--target",
+        "1024",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let s = &v["series"];
+    assert!(s["prediction"].is_null());
+    assert!(
+        s["caveats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["kind"] == "precisions_differ"),
+        "{s}"
+    );
+    // Past twice the largest size measured.
+    let (_, v, _) = budget(&[
+        "testdata/budget/batch_bs1.pickle",
+        "testdata/budget/batch_bs2.pickle",
+        "--target",
+        "5",
+        "--json",
+    ]);
+    assert!(v["series"]["prediction"].is_null());
+    assert_eq!(v["series"]["caveats"][1]["kind"], "beyond_range");
+    // Two sizes give a prediction but no error band, and say so.
+    let (_, v, _) = budget(&[
+        "testdata/budget/batch_bs1.pickle",
+        "testdata/budget/batch_bs2.pickle",
+        "--target",
+        "4",
+        "--json",
+    ]);
+    assert!(v["series"]["prediction"]["error_band"].is_null());
+    assert_eq!(v["series"]["caveats"][0]["kind"], "two_sizes");
+    // One size is no series.
+    let (code, _, err) = budget(&["testdata/budget/batch_bs1.pickle", "--target", "8"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--target needs a series"), "{err}");
+    // --check on a refused prediction is an error, not a pass.
+    let (code, _, err) = budget(&[
+        "testdata/budget/seq_ctx128.pickle",
+        "testdata/budget/seq_ctx256.pickle",
+        "testdata/budget/seq_ctx512_bf16.pickle",
+        "--target",
+        "1024",
+        "--gpu",
+        "h100",
+        "--check",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no prediction at 1024 can be trusted"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_exits_by_the_fit() {
+    // Batch 8 needs its reserved peak plus 1 GiB assumed outside the allocator.
+    let (code, _, _) = budget(&[
+        "testdata/budget/batch_bs8.pickle",
+        "--gpu",
+        "2GiB",
+        "--check",
+    ]);
+    assert_eq!(code, 0);
+    let (code, _, _) = budget(&[
+        "testdata/budget/batch_bs8.pickle",
+        "--gpu",
+        "1GiB",
+        "--check",
+    ]);
+    assert_eq!(code, 1);
+    // A prediction that does not fit fails the gate.
+    let (code, _, _) = budget(&[
+        "testdata/budget/batch_bs1.pickle",
+        "testdata/budget/batch_bs2.pickle",
+        "testdata/budget/batch_bs4.pickle",
+        "--target",
+        "8",
+        "--gpu",
+        "1100MiB",
+        "--check",
+    ]);
+    assert_eq!(code, 1);
+    let (code, _, err) = budget(&["testdata/budget/batch_bs8.pickle", "--gpu", "h900"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown GPU \"h900\""), "{err}");
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn real_budgets_add_up_to_their_peaks_and_the_largest_rank_decides() {
+    let data = common::require_shared_data();
+    let full = data.join("cs336-kkaitlyn111/memory_ctx128_fullstep.pickle");
+    let (code, v, err) = budget(&[full.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let run = &v["runs"][0];
+    let summary = common::summary_json(&full);
+    let peak = summary["devices"][0]["peak_requested_bytes"]
+        .as_u64()
+        .unwrap();
+    let tensors: u64 = run["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            !["allocator_overhead", "outside_allocator", "failed_request"]
+                .contains(&l["line"].as_str().unwrap())
+        })
+        .map(|l| l["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(tensors, peak);
+    assert_eq!(
+        run["peak_reserved_bytes"],
+        summary["devices"][0]["peak_reserved_bytes"]
+    );
+    // Two ranks of an 8-way FSDP job: per-rank budgets, the larger deciding.
+    let r0 = data.join("ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle");
+    let r1 = data.join("ccl-bench-torchtitan-fsdp-oom/rank1_memory_snapshot.pickle");
+    let (code, v, err) = budget(&[r0.to_str().unwrap(), r1.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let totals: Vec<u64> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["total_bytes"].as_u64().unwrap())
+        .collect();
+    let deciding = v["deciding_run"].as_u64().unwrap() as usize;
+    assert_eq!(totals[deciding], *totals.iter().max().unwrap());
+    assert!(v["series"].is_null());
+    // Each rank ran out of memory: the refused request is in its budget.
+    for r in v["runs"].as_array().unwrap() {
+        assert!(r["oom_request_bytes"].as_u64().unwrap() > 0);
+    }
+}
