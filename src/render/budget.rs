@@ -493,7 +493,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let (left, right, top_px, plot_h) = (90.0, 260.0, 50.0, 360.0);
+    let (left, right, top_px, plot_h) = (90.0, 440.0, 50.0, 360.0);
     let bar_w = 70.0;
     let gap = 40.0;
     let plot_w = (bars.len() as f64 * (bar_w + gap) + gap).max(300.0);
@@ -573,13 +573,25 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
             num(left + plot_w),
             num(left + plot_w + 6.0),
             num(yy + 4.0),
-            escape(&format!("{} {}", f.gpu.name, bytes(f.gpu.capacity_bytes))),
+            escape(&if f.gpu.source == "given as a size" {
+                f.gpu.name.clone()
+            } else {
+                format!("{} {}", f.gpu.name, bytes(f.gpu.capacity_bytes))
+            }),
             yy = num(yy),
         )?;
     }
-    // Legend.
-    let lx = left + plot_w + 130.0;
-    for (k, line) in Line::ALL.iter().enumerate() {
+    // Legend: the lines that appear.
+    let lx = left + plot_w + 180.0;
+    let shown: Vec<Line> = Line::ALL
+        .iter()
+        .copied()
+        .filter(|l| {
+            bars.iter()
+                .any(|(_, lines, _)| lines.iter().any(|(x, b)| x == l && *b > 0))
+        })
+        .collect();
+    for (k, line) in shown.iter().enumerate() {
         let ly = top_px + 10.0 + k as f64 * 18.0;
         writeln!(
             svg.out,
