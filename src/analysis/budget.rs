@@ -298,16 +298,40 @@ pub fn run_budget<'a>(
     };
     let moment = super::moment::resolve(&r, super::moment::Moment::Peak, || live.at)
         .expect("the peak of any trace resolves");
+    let peak_reserved = r.has_timeline().then_some(peaks.reserved.bytes);
+    budget_of(
+        snap,
+        path,
+        choice,
+        &r,
+        attr,
+        &live,
+        moment,
+        peak_reserved,
+        outside,
+    )
+}
+
+/// The budget of the live set at a device's peak (`live`, from a replay already run),
+/// with the most reserved over the trace when it is known.
+#[allow(clippy::too_many_arguments)]
+pub fn budget_of(
+    snap: &Snapshot,
+    path: &str,
+    choice: &DeviceChoice,
+    r: &DeviceReplay,
+    attr: &Attributor,
+    live: &LiveState,
+    moment: ResolvedMoment,
+    peak_reserved: Option<u64>,
+    outside: Outside,
+) -> RunBudget {
     let at_peak = live.reserved_bytes.max(0) as u64;
-    let peak_reserved = if r.has_timeline() {
-        peaks.reserved.bytes.max(at_peak)
-    } else {
-        at_peak
-    };
+    let peak_reserved = peak_reserved.unwrap_or(at_peak).max(at_peak);
     // Groups by call site, each split by category: the lines, and the series' terms.
     let mut by_line: BTreeMap<Line, Vec<CategoryPart>> = BTreeMap::new();
     let mut groups = BTreeMap::new();
-    for g in group_live(attr, &live, GroupBy::Callsite) {
+    for g in group_live(attr, live, GroupBy::Callsite) {
         for part in g.categories {
             *groups
                 .entry((g.name.clone(), part.category.clone()))

@@ -80,6 +80,8 @@ pub struct MomentReport {
     /// The live bytes as a tree of stacks.
     pub flame: FlameNode,
     pub segments: SegmentMap,
+    /// At the peak: the budget of the run ([`super::budget`]).
+    pub budget: Option<super::budget::RunBudget>,
 }
 
 /// Python frames listed for a band's whole stack at most.
@@ -131,7 +133,8 @@ impl FileReport {
     }
 }
 
-/// What was live at one state.
+/// What was live at one state (at the peak, with the run's budget).
+#[allow(clippy::too_many_arguments)]
 fn moment_report(
     snap: &Snapshot,
     path: &str,
@@ -139,8 +142,23 @@ fn moment_report(
     attr: &Attributor,
     moment: ResolvedMoment,
     also: Vec<&'static str>,
+    choice: &DeviceChoice,
+    peak_reserved: Option<u64>,
 ) -> MomentReport {
     let live = live_state(r, moment.event.map(|e| e as usize), Versions::Counted);
+    let budget = (moment.kind == "peak").then(|| {
+        super::budget::budget_of(
+            snap,
+            path,
+            choice,
+            r,
+            attr,
+            &live,
+            moment,
+            peak_reserved,
+            super::budget::Outside::not_measured(),
+        )
+    });
     let mut groups = limit_groups(
         group_live(attr, &live, GroupBy::Callsite),
         MAX_GROUPS,
@@ -158,6 +176,7 @@ fn moment_report(
         groups,
         flame: tree,
         segments: segment_map(snap, path, r, attr, GroupBy::Callsite, moment, &live),
+        budget,
     }
 }
 
@@ -247,7 +266,10 @@ pub fn analyze_report_file(
         || {
             wanted
                 .into_par_iter()
-                .map(|(m, also)| moment_report(snap, path, &r, &attr(), m, also))
+                .map(|(m, also)| {
+                    let peak_reserved = d.and_then(|d| d.peak_reserved_bytes);
+                    moment_report(snap, path, &r, &attr(), m, also, &choice, peak_reserved)
+                })
                 .collect::<Vec<_>>()
         },
     );

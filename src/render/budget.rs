@@ -403,6 +403,20 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
     Ok(())
 }
 
+/// One run's budget and its fits on the common GPUs with 10% headroom (the report's
+/// section; `vramlens budget` chooses the GPUs and the headroom).
+pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
+    write_run(out, r)?;
+    let headroom = 0.1;
+    let fits: Vec<Fit> = crate::analysis::gpus::DEFAULT_GPUS
+        .iter()
+        .filter_map(|g| crate::analysis::gpus::find(g).ok())
+        .map(|g| crate::analysis::budget::fit(&g, r.total_bytes, headroom))
+        .collect();
+    writeln!(out, "on one device, with {:.0}% headroom", headroom * 100.0)?;
+    write_fits(out, &fits, headroom)
+}
+
 pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -> io::Result<()> {
     for (i, run) in r.runs.iter().enumerate() {
         if i > 0 {

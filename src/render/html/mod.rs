@@ -666,7 +666,7 @@ fn file_section(
             "<nav class=\"toc\">{}<a href=\"#{id}-summary\">Summary</a><a href=\"#{id}-warnings\">Warnings</a>{}</nav>",
             match &f.device {
                 Some(d) => format!(
-                    "<a href=\"#{id}-timeline\">Timeline</a><a href=\"#{id}-live\">What was live</a><a href=\"#{id}-oom\">OOM verdicts</a>{}",
+                    "<a href=\"#{id}-timeline\">Timeline</a><a href=\"#{id}-live\">What was live</a><a href=\"#{id}-oom\">OOM verdicts</a><a href=\"#{id}-budget\">Budget</a>{}",
                     if d.reconcile.is_some() {
                         format!("<a href=\"#{id}-reconcile\">Device readings</a>")
                     } else {
@@ -726,6 +726,21 @@ fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
         )
     );
     s.optional(oom, note, (0, 1));
+    if let Some(b) = d.moments.iter().find_map(|m| m.budget.as_ref()) {
+        let text = text_of(|w| crate::render::budget::write_run_budget_text(w, b))?;
+        let html = format!(
+            "<section id=\"{id}-budget\">\n<h3>Budget at the peak</h3>\n<pre>{text}</pre>\n</section>\n"
+        );
+        let note = format!(
+            "<section id=\"{id}-budget\"><h3>Budget at the peak</h3>{}</section>\n",
+            left_out(
+                "budget",
+                html.len(),
+                &format!("vramlens budget {}", shell_word(&f.path))
+            )
+        );
+        s.optional(html, note, (0, 1));
+    }
     if let Some(r) = &d.reconcile {
         let text = text_of(|w| write_reconcile_text(w, r, Style::default()))?;
         let html = format!(
