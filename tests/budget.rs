@@ -319,13 +319,8 @@ fn real_budgets_add_up_to_their_peaks_and_the_largest_rank_decides() {
 #[test]
 #[ignore = "needs chromium"]
 fn the_chart_renders_in_chromium() {
-    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("chromium not found in /usr/bin: this test needs it (apt-get install chromium)");
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("b.svg");
-    let png = dir.path().join("b.png");
     let (code, _, err) = budget(&[
         "testdata/budget/seq_ctx128.pickle",
         "testdata/budget/seq_ctx256.pickle",
@@ -338,36 +333,10 @@ fn the_chart_renders_in_chromium() {
         svg.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
-    let status = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--window-size=1100,520",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            dir.path().join("profile").display()
-        ))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", svg.display()))
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let decoder = png::Decoder::new(std::fs::File::open(&png).unwrap());
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (1100, 520));
-    let channels = info.color_type.samples();
+    let (pixels, channels) =
+        common::chromium_pixels(&format!("file://{}", svg.display()), 1100, 520);
     // The weights' colour, #4e79a7, in each measured bar.
-    let weights = buf[..info.buffer_size()]
+    let weights = pixels
         .chunks(channels)
         .filter(|p| (p[0], p[1], p[2]) == (0x4e, 0x79, 0xa7))
         .count();

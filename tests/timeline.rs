@@ -849,47 +849,15 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[test]
 #[ignore = "needs chromium"]
 fn sample_chart_renders_in_chromium() {
-    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("chromium not found in /usr/bin: this test needs it (apt-get install chromium)");
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("t.svg");
-    let png = dir.path().join("t.png");
     vramlens()
         .args(["timeline", "testdata/sample.pickle", "-o"])
         .arg(&svg)
         .assert()
         .success();
-    let status = std::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--window-size=1280,640",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            dir.path().join("profile").display()
-        ))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", svg.display()))
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let decoder = png::Decoder::new(std::fs::File::open(&png).unwrap());
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (1280, 640));
-    let channels = info.color_type.samples();
-    let pixels = &buf[..info.buffer_size()];
+    let (pixels, channels) =
+        common::chromium_pixels(&format!("file://{}", svg.display()), 1280, 640);
     let colored = pixels
         .chunks(channels)
         .filter(|p| {

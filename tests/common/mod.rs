@@ -135,3 +135,44 @@ pub fn reserved_after(snap: &vramlens::model::Snapshot, device: i64, index: usiz
     }
     reserved as u64
 }
+
+/// A page or chart as headless Chromium draws it at `width` x `height`, with networking
+/// off: the pixels and the number of samples per pixel. Panics when Chromium is missing
+/// (for tests marked `#[ignore = "needs chromium"]`).
+pub fn chromium_pixels(url: &str, width: u32, height: u32) -> (Vec<u8>, usize) {
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("chromium not found in /usr/bin: this test needs it (apt-get install chromium)");
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("shot.png");
+    let status = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--window-size={width},{height}"))
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(url)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "chromium failed on {url}");
+    let decoder = png::Decoder::new(std::fs::File::open(&png).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (width, height));
+    buf.truncate(info.buffer_size());
+    (buf, info.color_type.samples())
+}
