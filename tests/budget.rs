@@ -345,3 +345,36 @@ fn the_chart_renders_in_chromium() {
         "only {weights} pixels of the weights' colour"
     );
 }
+
+/// A file of several devices is one run per device (GPUs do not pool memory), and the one
+/// that needs the most decides; a file with no trace has only its final state.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn every_device_is_a_run_and_a_file_without_a_trace_has_its_final_state() {
+    let data = common::require_shared_data();
+    let three = data.join("code-location-expandable-oom/memory_snapshot.pickle");
+    let (code, v, err) = budget(&[three.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let devices: Vec<i64> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["device"].as_i64().unwrap())
+        .collect();
+    assert_eq!(devices, [0, 1, 2]);
+    // Device 1 ran out of memory at 78.3 GiB: it decides, with its refused request.
+    let decider = &v["runs"][v["deciding_run"].as_u64().unwrap() as usize];
+    assert_eq!(decider["device"], 1);
+    assert!(decider["oom_request_bytes"].as_u64().unwrap() > 0);
+    let notrace = data.join("attention-2dev-notrace/memory.pickle");
+    let (code, v, err) = budget(&[notrace.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let run = &v["runs"][0];
+    assert_eq!(run["moment"]["kind"], "end");
+    assert_eq!(run["moment"]["has_timeline"], false);
+    let summary = common::summary_json(&notrace);
+    assert_eq!(
+        run["reserved_bytes"],
+        summary["devices"][0]["reserved_bytes"]
+    );
+}

@@ -283,6 +283,16 @@ pub fn run_budget<'a>(
 ) -> RunBudget {
     let r = DeviceReplay::new(snap, choice.device);
     attr.bind_to(&r);
+    if !r.has_timeline() {
+        // No memory over time: the final state is all the file knows.
+        let (moment, live) = super::top::resolve_live(
+            &r,
+            super::moment::Moment::End,
+            super::top::Versions::NotNeeded,
+        )
+        .expect("the end of any device resolves");
+        return budget_of(snap, path, choice, &r, attr, &live, moment, None, outside);
+    }
     let mut peak = LiveAtPeak::default();
     let mut peaks = Peaks::default();
     let start = r.run((&mut peak, &mut peaks));

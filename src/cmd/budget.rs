@@ -12,7 +12,7 @@ use vramlens::analysis::budget::{
     Outside, OutsideSource, RunBudget, SeriesOptions, Vary, Verdict, report, run_budget,
     size_from_name,
 };
-use vramlens::analysis::device::choose_device;
+use vramlens::analysis::device::{DeviceChoice, choose_device};
 use vramlens::analysis::gpus::{DEFAULT_GPUS, Gpu, find};
 use vramlens::input::ReadOptions;
 use vramlens::render::budget::{write_budget_svg, write_budget_text};
@@ -55,18 +55,44 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
         .as_deref()
         .map(super::oom::read_oom_log)
         .transpose()?;
-    let runs: Vec<RunBudget> = files
+    // Every device of every file is a run: GPUs do not pool memory, so the one that needs
+    // the most decides (`--device` keeps one).
+    let per_file: Vec<Vec<RunBudget>> = files
         .par_iter()
-        .map(|path| -> Result<RunBudget> {
+        .map(|path| -> Result<Vec<RunBudget>> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
             let choice = choose_device(&snap, args.device, false)
                 .map_err(|e| anyhow!("{}: {e}", info.path))?;
-            let outside = outside_of(&snap, &info.path, choice.device, args, messages.as_deref())?;
-            let mut attr = Attributor::new(&snap.frames, &options);
-            Ok(run_budget(&snap, &info.path, &choice, &mut attr, outside))
+            let devices = match args.device {
+                Some(d) => vec![d],
+                None => snap.devices(),
+            };
+            devices
+                .into_iter()
+                .map(|device| {
+                    let all = snap.devices();
+                    let this = DeviceChoice {
+                        device,
+                        reason: choice.reason,
+                        others: all.into_iter().filter(|&d| d != device).collect(),
+                    };
+                    let outside = outside_of(&snap, &info.path, device, args, messages.as_deref())?;
+                    let mut attr = Attributor::new(&snap.frames, &options);
+                    Ok(run_budget(&snap, &info.path, &this, &mut attr, outside))
+                })
+                .collect()
         })
         .collect::<Result<_>>()?;
-    let series = series_options(args, vary, &files, &gpus, headroom)?;
+    let several_devices = per_file.iter().any(|runs| runs.len() > 1);
+    if several_devices && (args.target.is_some() || !args.sizes.is_empty() || vary.is_some()) {
+        bail!("a series is of one device per file: give --device N");
+    }
+    let runs: Vec<RunBudget> = per_file.into_iter().flatten().collect();
+    let series = if several_devices {
+        None
+    } else {
+        series_options(args, vary, &files, &gpus, headroom)?
+    };
     let report = report(runs, &gpus, headroom, series.as_ref());
     if let Some(o) = &args.output {
         super::output::write_new_file(o, args.force, |w| write_budget_svg(w, &report))?;

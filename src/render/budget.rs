@@ -55,7 +55,7 @@ fn decided(l: &BudgetLine, r: &RunBudget) -> String {
         Line::AllocatorOverhead => {
             let later = r.peak_reserved_bytes.saturating_sub(r.reserved_bytes);
             let mut s = format!(
-                "reserved {} at the peak minus {} requested: cached free blocks, rounding, fragmentation",
+                "reserved {} then, minus {} requested: cached free blocks, rounding, fragmentation",
                 bytes(r.reserved_bytes),
                 bytes(r.requested_bytes)
             );
@@ -108,18 +108,10 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
         r.device,
         super::names::moment_text(&r.moment)
     )?;
-    if r.devices.len() > 1 {
-        let others: Vec<String> = r
-            .devices
-            .iter()
-            .filter(|&&d| d != r.device)
-            .map(|d| d.to_string())
-            .collect();
+    if !r.moment.has_timeline {
         writeln!(
             out,
-            "  (the file also has device{} {}: --device N for another)",
-            if others.len() == 1 { "" } else { "s" },
-            others.join(", ")
+            "  (no trace recorded: only the final state is known, and what kind of memory it is cannot be told; record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the work)"
         )?;
     }
     writeln!(
@@ -160,15 +152,15 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
         } else {
             "working (grows with batch and sequence)"
         };
-        if here != section {
-            writeln!(out, "  {here}")?;
-            section = here;
-        }
         if l.bytes == 0 && !matches!(l.line, Line::AllocatorOverhead | Line::OutsideAllocator) {
             continue;
         }
         if l.line == Line::FailedRequest && r.oom_request_bytes.is_none() {
             continue;
+        }
+        if here != section {
+            writeln!(out, "  {here}")?;
+            section = here;
         }
         writeln!(
             out,
@@ -429,8 +421,9 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
         if r.runs.len() > 1 {
             writeln!(
                 out,
-                "on one device each (GPUs do not pool memory: the largest, {}, decides), with {:.0}% headroom",
+                "on one device each (GPUs do not pool memory: the largest, {} device {}, decides), with {:.0}% headroom",
                 d.path,
+                d.device,
                 r.headroom * 100.0
             )?;
         } else {
