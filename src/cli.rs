@@ -104,7 +104,7 @@ pub struct ReportArgs {
     /// Replace the output file if it exists (a regular file only).
     #[arg(long)]
     pub force: bool,
-    /// Device (default: the one with the OOM, else the most active).
+    /// Device (default: the one with an OOM, else the largest peak).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// Device readings (nvidia-smi CSV or NVML JSON lines): drawn on the timeline, and the
@@ -219,7 +219,7 @@ pub struct CheckArgs {
     /// Grouping of the report of what grew: callsite, category, stack or file.
     #[arg(long, default_value = "callsite", value_name = "KEY")]
     pub by: String,
-    /// Device (default: the most active).
+    /// Device (default: the one with an OOM, else the largest peak).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     #[command(flatten)]
@@ -273,7 +273,7 @@ pub struct BudgetArgs {
     /// headroom does not fit every --gpu, 0 when it does, 2 on bad input.
     #[arg(long, requires = "gpus")]
     pub check: bool,
-    /// Device (default: the most active).
+    /// Device (default: the one with an OOM, else the largest peak).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// Write a chart (SVG): the budget of each file stacked by line, the prediction, and
@@ -308,7 +308,7 @@ pub struct FlamegraphArgs {
     /// The moment: peak (default), oom, end, event:N or time:T.
     #[arg(long, default_value = "peak", value_name = "MOMENT")]
     pub at: String,
-    /// Device (default: the one with the OOM for --at oom, else the most active).
+    /// Device (default: the one with an OOM, else the largest peak).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     #[command(flatten)]
@@ -351,7 +351,7 @@ pub struct TopArgs {
     /// the moment and are still alive there.
     #[arg(long)]
     pub leaks: bool,
-    /// Device (default: the one with the OOM for --at oom, else the most active).
+    /// Device (default: the one with an OOM, else the largest peak).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     #[command(flatten)]
@@ -396,7 +396,7 @@ pub struct TimelineArgs {
     /// Replace the output file if it exists (a regular file only).
     #[arg(long)]
     pub force: bool,
-    /// Device (default: the one with the OOM for --at oom, else the most active).
+    /// Device (default: the one with an OOM, else the largest peak).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// What the x axis counts: events (one step per allocator event, as the official

@@ -138,10 +138,8 @@ fn a_trace_of_one_event_reads_as_no_trace() {
     for args in [
         vec!["timeline"],
         vec!["timeline", "--json"],
-        vec!["top"],
         vec!["top", "--at", "event:0"],
-        vec!["segments", "--at", "peak"],
-        vec!["flamegraph", "--folded"],
+        vec!["segments", "--at", "oom"],
     ] {
         vramlens()
             .args(&args)
@@ -250,7 +248,7 @@ fn real_traces_of_one_event_read_as_no_trace() {
             .code(2)
             .stderr(predicates::str::contains(&head));
         vramlens()
-            .args(["top", "--device", &device])
+            .args(["top", "--at", "oom", "--device", &device])
             .arg(&path)
             .assert()
             .code(2)
@@ -299,13 +297,18 @@ fn the_final_state_of_a_file_without_a_trace_is_named_so() {
         "{text}"
     );
     vramlens()
-        .arg("top")
+        .args(["top", "--at", "oom"])
         .arg(file)
         .assert()
         .code(2)
         .stderr(predicates::str::diff(
             "vramlens: error: testdata/v1_13_list.pickle: device 0 has no trace, so no moment but its final state, which --at end shows; record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the work, then torch.cuda.memory._dump_snapshot(path)\n",
         ));
+    // The default, the peak, is the final state, saying so.
+    let top: serde_json::Value =
+        serde_json::from_str(&stdout_of(&["top", "--json"], file)).unwrap();
+    assert_eq!(top["moment"]["kind"], "end");
+    assert_eq!(top["moment"]["has_timeline"], false);
     // A trace of one event: the final state, with its one event said.
     let dir = tempfile::tempdir().unwrap();
     let one = write(
@@ -359,11 +362,11 @@ fn a_real_file_without_a_trace_has_only_its_final_state() {
             "device 0 has no trace: nothing to draw, only the final state is known",
         ),
         (
-            vec!["top"],
+            vec!["top", "--at", "oom"],
             "device 0 has no trace, so no moment but its final state, which --at end shows",
         ),
         (
-            vec!["flamegraph", "--folded"],
+            vec!["flamegraph", "--folded", "--at", "event:0"],
             "device 0 has no trace, so no moment but its final state, which --at end shows",
         ),
     ] {
@@ -381,6 +384,7 @@ fn a_real_file_without_a_trace_has_only_its_final_state() {
     for args in [
         &["segments"][..],
         &["top", "--at", "end"],
+        &["top"],
         &["timeline", "--at", "end"],
     ] {
         let h = heading(args, &file);
@@ -572,27 +576,40 @@ fn allocations_from_before_the_trace_are_counted_in_words_that_agree() {
     );
 }
 
-/// Without `--device`, a file with several GPUs is looked at on the device the question
-/// is about: the one with the OOM for `--at oom`, else the most active one; the heading
-/// says which and names the others.
+/// Without `--device`, a file with several GPUs is looked at on one device by one rule
+/// for every command: the one with the OOM, else the one whose requested memory peaked
+/// highest; the heading says which and names the others with their peaks (device 0
+/// peaks at 30.6 MiB, device 2 at 22.3 MiB before its OOM: `expected.py`'s figures).
 #[test]
 fn the_default_device_is_the_one_the_question_is_about() {
     let file = Path::new("testdata/multi_device.pickle");
-    let most_active = "testdata/multi_device.pickle: device 0 (the most active device; the file also has device 2: choose with --device N)";
-    let with_oom = "testdata/multi_device.pickle: device 2 (the device with the OOM; the file also has device 0: choose with --device N), at the OOM (after event 24, 2025-06-15 15:06:40.006 UTC)";
-    assert_eq!(heading(&["timeline"], file), most_active);
-    assert!(heading(&["segments"], file).starts_with(&format!("{most_active}, at the end")));
-    assert!(heading(&["top"], file).starts_with(&format!("{most_active}, at the peak")));
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string("testdata/multi_device.pickle.expected.json").unwrap(),
+    )
+    .unwrap();
+    let peak = |d: usize| {
+        expected["devices"][d]["peak_requested_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!((peak(0), peak(1)), (32_087_742, 23_354_734));
+    let chosen = "testdata/multi_device.pickle: device 2 (the device with the OOM, peak 22.3 MiB; the file also has device 0, peak 30.6 MiB: --device N for another)";
+    assert_eq!(heading(&["timeline"], file), chosen);
+    assert!(heading(&["segments"], file).starts_with(&format!("{chosen}, at the end")));
+    assert!(heading(&["top"], file).starts_with(&format!("{chosen}, at the peak")));
     for args in [
         &["timeline", "--at", "oom"][..],
         &["segments", "--at", "oom"],
         &["top", "--at", "oom"],
     ] {
-        assert_eq!(heading(args, file), with_oom, "{args:?}");
+        assert!(
+            heading(args, file).starts_with(&format!("{chosen}, at the OOM")),
+            "{args:?}"
+        );
     }
     for (args, device) in [
-        (&["timeline", "--json"][..], 0),
-        (&["segments", "--json"], 0),
+        (&["timeline", "--json"][..], 2),
+        (&["segments", "--json"], 2),
         (&["timeline", "--json", "--at", "oom"], 2),
         (&["segments", "--json", "--at", "oom"], 2),
     ] {
@@ -608,14 +625,13 @@ fn a_real_oom_on_device_1_is_looked_at_there() {
     let data = require_shared_data();
     let file = data.join("code-location-expandable-oom/memory_snapshot.pickle");
     let path = file.display().to_string();
-    let most_active = format!(
-        "{path}: device 0 (the most active device; the file also has devices 1, 2: choose with --device N)"
+    let chosen = format!(
+        "{path}: device 1 (the device with the OOM, peak 78.3 GiB; the file also has device 0, peak 7.9 GiB, device 2, peak 20.1 GiB: --device N for another)"
     );
-    let with_oom = format!(
-        "{path}: device 1 (the device with the OOM; the file also has devices 0, 2: choose with --device N), at the OOM (after event 421, 2025-09-07 13:54:17.949 UTC)"
-    );
-    assert_eq!(heading(&["timeline"], &file), most_active);
-    assert!(heading(&["segments"], &file).starts_with(&format!("{most_active}, at the end")));
+    let with_oom = format!("{chosen}, at the OOM (after event 421, 2025-09-07 13:54:17.949 UTC)");
+    assert_eq!(heading(&["timeline"], &file), chosen);
+    assert!(heading(&["segments"], &file).starts_with(&format!("{chosen}, at the end")));
+    assert!(heading(&["top"], &file).starts_with(&format!("{chosen}, at the peak")));
     for args in [
         &["timeline", "--at", "oom"][..],
         &["segments", "--at", "oom"],

@@ -562,7 +562,7 @@ fn the_device_analysed_and_the_others_are_named() {
     let text = oom_text(&["testdata/multi_device.pickle"]);
     assert_eq!(
         text.lines().next().unwrap(),
-        "testdata/multi_device.pickle: device 2 (the device with the OOM; the file also has device 0: choose with --device N)"
+        "testdata/multi_device.pickle: device 2 (the device with the OOM; the file also has device 0: --device N for another)"
     );
     let v = oom_json(&["testdata/multi_device.pickle"]);
     assert_eq!(v["devices"], serde_json::json!([0, 2]));
@@ -571,7 +571,7 @@ fn the_device_analysed_and_the_others_are_named() {
     let text = oom_text(&["testdata/multi_device.pickle", "--device", "0"]);
     assert_eq!(
         text.lines().next().unwrap(),
-        "testdata/multi_device.pickle: device 0 (the file also has device 2: choose with --device N)"
+        "testdata/multi_device.pickle: device 0 (the file also has device 2: --device N for another)"
     );
     assert!(text.contains("no OOM is recorded"), "{text}");
     assert!(!text.contains("request's stream"), "{text}");
@@ -595,7 +595,7 @@ fn real_files_name_their_devices_and_no_stream_without_a_request() {
     assert_eq!(
         text.lines().next().unwrap(),
         format!(
-            "{f}: device 1 (the device with the OOM; the file also has devices 0, 2: choose with --device N)"
+            "{f}: device 1 (the device with the OOM; the file also has devices 0, 2: --device N for another)"
         )
     );
     // Two GPUs, no OOM: the device `timeline` and `segments` pick.
@@ -604,12 +604,12 @@ fn real_files_name_their_devices_and_no_stream_without_a_request() {
     assert_eq!(
         text.lines().next().unwrap(),
         format!(
-            "{f}: device 0 (the most active device; the file also has device 1: choose with --device N)"
+            "{f}: device 0 (the device with the largest peak; the file also has device 1: --device N for another)"
         )
     );
     let v = oom_json(&[&f]);
     assert_eq!(v["devices"], serde_json::json!([0, 1]));
-    assert_eq!(v["device_reason"], "most_activity");
+    assert_eq!(v["device_reason"], "largest_peak");
     assert!(
         text.contains("  free in segments   33.9 MiB; largest hole 16.5 MiB\n"),
         "{text}"

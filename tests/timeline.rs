@@ -810,7 +810,7 @@ fn real_snapshots_draw_within_limits() {
                     );
                 }
                 let choice =
-                    vramlens::analysis::device::choose_device(&snap, Some(device), false).unwrap();
+                    vramlens::analysis::device::choose_device(&snap, Some(device)).unwrap();
                 let mut svg = Vec::new();
                 let title = vramlens::render::timeline_svg::ChartTitle {
                     path: &info.path,

@@ -246,7 +246,7 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
         let Some(peak) = dev["peak_requested_bytes"].as_u64() else {
             continue;
         };
-        let choice = choose_device(&snap, Some(device), false).unwrap();
+        let choice = choose_device(&snap, Some(device)).unwrap();
         for by in [
             GroupBy::Callsite,
             GroupBy::Category,
@@ -419,7 +419,7 @@ fn bad_arguments_and_files_without_a_trace_are_refused() {
             "device 3 has no segment and no trace entry in this file; it has device 0",
         ),
         (
-            vec!["top", "testdata/v1_13_list.pickle"],
+            vec!["top", "testdata/v1_13_list.pickle", "--at", "event:0"],
             "has no trace, so no moment but its final state",
         ),
     ] {
@@ -429,11 +429,17 @@ fn bad_arguments_and_files_without_a_trace_are_refused() {
             .code(2)
             .stderr(predicates::str::contains(message));
     }
-    // The final state of a file without a trace can still be listed.
+    // The final state of a file without a trace can still be listed, and is what the
+    // default (the peak) gives.
     vramlens()
         .args(["top", "testdata/v1_13_list.pickle", "--at", "end"])
         .assert()
         .success();
+    vramlens()
+        .args(["top", "testdata/v1_13_list.pickle"])
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("final state (no trace recorded)"));
 }
 
 #[test]

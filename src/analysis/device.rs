@@ -1,5 +1,7 @@
-//! Which device a command looks at when the user does not say: the one the question is
-//! about (the one with an OOM, for OOM questions), else the one with the most activity.
+//! Which device a command looks at when the user does not say, one rule for every
+//! command: the first device with an OOM, else the one whose requested memory peaked
+//! highest (ties: the lower index); with the peak of every device, so that each output can
+//! name the others and how large they are.
 
 use crate::model::{Action, Snapshot};
 use serde::Serialize;
@@ -14,8 +16,8 @@ pub enum DeviceReason {
     Only,
     /// The first device with an `oom` event.
     Oom,
-    /// The longest trace (then the most reserved memory).
-    MostActivity,
+    /// The highest peak of requested memory (the final state's, without a timeline).
+    LargestPeak,
 }
 
 /// The device a command reports on, and the others the file has.
@@ -25,6 +27,35 @@ pub struct DeviceChoice {
     pub reason: DeviceReason,
     /// The file's other devices, ascending.
     pub others: Vec<i64>,
+    /// Every device's peak of requested memory (the final state's without a timeline),
+    /// ascending by device, when the file has several and none was asked for.
+    pub peaks: Vec<(i64, u64)>,
+}
+
+impl DeviceChoice {
+    /// The peak of a device, when known.
+    pub fn peak_of(&self, device: i64) -> Option<u64> {
+        self.peaks
+            .iter()
+            .find(|(d, _)| *d == device)
+            .map(|&(_, b)| b)
+    }
+}
+
+/// The peak of requested memory of a device: its timeline's, else its final state's.
+pub fn device_peak(snap: &Snapshot, device: i64) -> u64 {
+    let r = crate::timeline::replay::DeviceReplay::new(snap, device);
+    let mut peaks = crate::timeline::replay::Peaks::default();
+    r.run(&mut peaks);
+    if r.has_timeline() {
+        peaks.requested.bytes
+    } else {
+        snap.segments_of(device)
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state.is_active())
+            .map(|b| b.requested_size)
+            .sum()
+    }
 }
 
 /// Why no device could be chosen.
@@ -52,40 +83,40 @@ pub fn oom_device(snap: &Snapshot) -> Option<i64> {
     })
 }
 
-/// Checks an asked device or picks one (`prefer_oom`: the device with an OOM first).
-pub fn choose_device(
-    snap: &Snapshot,
-    asked: Option<i64>,
-    prefer_oom: bool,
-) -> Result<DeviceChoice, DeviceError> {
+/// Checks an asked device or picks one by the module's rule.
+pub fn choose_device(snap: &Snapshot, asked: Option<i64>) -> Result<DeviceChoice, DeviceError> {
+    use rayon::prelude::*;
     let devices = snap.devices();
     if devices.is_empty() {
         return Err(DeviceError::NoDevice);
     }
+    let mut peaks = Vec::new();
     let (device, reason) = match asked {
         Some(d) if devices.contains(&d) => (d, DeviceReason::Asked),
         Some(asked) => return Err(DeviceError::Absent { asked, devices }),
         None if devices.len() == 1 => (devices[0], DeviceReason::Only),
-        None => match oom_device(snap).filter(|_| prefer_oom) {
-            Some(d) => (d, DeviceReason::Oom),
-            None => {
-                let activity = |d: i64| {
-                    let events = snap.trace(d).map_or(0, |t| t.len());
-                    let reserved: u64 = snap.segments_of(d).map(|s| s.total_size).sum();
-                    (events, reserved, std::cmp::Reverse(d))
-                };
-                let d = *devices
-                    .iter()
-                    .max_by_key(|&&d| activity(d))
-                    .expect("non-empty");
-                (d, DeviceReason::MostActivity)
+        None => {
+            peaks = devices
+                .par_iter()
+                .map(|&d| (d, device_peak(snap, d)))
+                .collect();
+            match oom_device(snap) {
+                Some(d) => (d, DeviceReason::Oom),
+                None => {
+                    let &(d, _) = peaks
+                        .iter()
+                        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                        .expect("non-empty");
+                    (d, DeviceReason::LargestPeak)
+                }
             }
-        },
+        }
     };
     Ok(DeviceChoice {
         device,
         reason,
         others: devices.into_iter().filter(|&d| d != device).collect(),
+        peaks,
     })
 }
 

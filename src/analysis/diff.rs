@@ -165,6 +165,8 @@ pub struct CheckReport {
     pub device: i64,
     pub metric: Metric,
     pub peak_bytes: u64,
+    /// The file has no timeline: the "peak" is its final state, all it knows.
+    pub final_state_only: bool,
     pub baseline_path: Option<String>,
     pub baseline_peak_bytes: Option<u64>,
     /// Tolerance over the baseline, in percent.

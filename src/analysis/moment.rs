@@ -269,6 +269,13 @@ pub fn resolve(
     let trace = r.trace;
     let n = trace.len();
     let device = r.device;
+    // Without a timeline the final state is all the file has: the peak asked for by
+    // default is that state (the output says so); any other moment is refused.
+    let moment = if moment == Moment::Peak && r.no_timeline().is_some() {
+        Moment::End
+    } else {
+        moment
+    };
     if moment != Moment::End
         && let Some(none) = r.no_timeline()
     {

@@ -748,7 +748,7 @@ pub fn analyze_oom(
     };
     if analyses.is_empty() {
         // No oom entry: the final state of the device the question is about (the one a
-        // message names, else the one `timeline` and `segments` pick: the most active).
+        // message names, else the one every command picks: an OOM, else the largest peak).
         let named = devices
             .iter()
             .copied()
@@ -756,7 +756,7 @@ pub fn analyze_oom(
         let d = match named {
             Some(d) => Some(d),
             None if device.is_some() || devices.len() <= 1 => devices.first().copied(),
-            None => choose_device(snap, None, false).ok().map(|c| {
+            None => choose_device(snap, None).ok().map(|c| {
                 reason = Some(c.reason);
                 c.device
             }),

@@ -34,7 +34,7 @@ pub fn rank_input<'a>(
     attr: &mut Attributor<'a>,
     by: GroupBy,
 ) -> Option<RankInput> {
-    let choice = choose_device(snap, None, false).ok()?;
+    let choice = choose_device(snap, None).ok()?;
     let r = DeviceReplay::new(snap, choice.device);
     let mut peaks = Peaks::default();
     r.run(&mut peaks);

@@ -47,7 +47,7 @@ pub struct Readings<'a> {
 /// What the report is asked to cover.
 #[derive(Clone, Copy)]
 pub struct ReportOptions<'a> {
-    /// The device (default: the one with an OOM, else the most active).
+    /// The device (default: the one with an OOM, else the largest peak).
     pub device: Option<i64>,
     pub attribution: &'a AttributionOptions,
     /// OOM messages of a log (`--log`).
@@ -218,7 +218,7 @@ pub fn analyze_report_file(
 ) -> Result<FileReport, ReportError> {
     let path = source.path.as_str();
     let summary = analyze_summary(snap, source, SummaryOptions::default());
-    let choice = match choose_device(snap, options.device, true) {
+    let choice = match choose_device(snap, options.device) {
         Ok(c) => c,
         // A file without a device still has its summary (and its warnings) to show.
         Err(DeviceError::NoDevice) if options.device.is_none() => {

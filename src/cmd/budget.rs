@@ -61,8 +61,8 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
         .par_iter()
         .map(|path| -> Result<Vec<RunBudget>> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
-            let choice = choose_device(&snap, args.device, false)
-                .map_err(|e| anyhow!("{}: {e}", info.path))?;
+            let choice =
+                choose_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
             let devices = match args.device {
                 Some(d) => vec![d],
                 None => snap.devices(),
@@ -75,6 +75,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                         device,
                         reason: choice.reason,
                         others: all.into_iter().filter(|&d| d != device).collect(),
+                        peaks: Vec::new(),
                     };
                     let outside = outside_of(&snap, &info.path, device, args, messages.as_deref())?;
                     let mut attr = Attributor::new(&snap.frames, &options);

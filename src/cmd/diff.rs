@@ -39,8 +39,7 @@ fn groups_of(
     let options = attribution_options(attribution)?;
     let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
     let p = info.path.as_str();
-    let choice =
-        choose_device(&snap, device, moment == Moment::Oom).map_err(|e| anyhow!("{p}: {e}"))?;
+    let choice = choose_device(&snap, device).map_err(|e| anyhow!("{p}: {e}"))?;
     let mut attr = Attributor::new(&snap.frames, &options);
     let report = analyze_top(&snap, p, &choice, moment, by, usize::MAX, &mut attr)
         .map_err(|e| anyhow!("{p}: {e}"))?;
@@ -128,6 +127,7 @@ pub fn run_check(args: &CheckArgs, out: &mut dyn Write) -> Result<()> {
         device: report.device,
         metric,
         peak_bytes: peak,
+        final_state_only: !report.moment.has_timeline,
         baseline_path: args
             .baseline
             .as_ref()

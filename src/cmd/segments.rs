@@ -28,8 +28,7 @@ pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
     check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
     let path = info.path.as_str();
-    let choice = choose_device(&snap, args.device, moment == Moment::Oom)
-        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let choice = choose_device(&snap, args.device).map_err(|e| anyhow!("{path}: {e}"))?;
     let r = DeviceReplay::new(&snap, choice.device);
     let (resolved, live) =
         resolve_live(&r, moment, Versions::NotNeeded).map_err(|e| anyhow!("{path}: {e}"))?;

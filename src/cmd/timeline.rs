@@ -77,8 +77,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
     let path = info.path.as_str();
-    let choice = choose_device(&snap, args.device, moment == Some(Moment::Oom))
-        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let choice = choose_device(&snap, args.device).map_err(|e| anyhow!("{path}: {e}"))?;
     let device = choice.device;
     let r = DeviceReplay::new(&snap, device);
     let style = Style::detect(std::io::stdout().is_terminal());

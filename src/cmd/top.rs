@@ -23,8 +23,7 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     }
     let (snap, info) = read_snapshot(&files[0], ReadOptions { progress: true })?;
     let path = info.path.as_str();
-    let choice = choose_device(&snap, args.device, moment == Moment::Oom)
-        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let choice = choose_device(&snap, args.device).map_err(|e| anyhow!("{path}: {e}"))?;
     let mut attr = Attributor::new(&snap.frames, &options);
     let mut report = analyze_top(&snap, path, &choice, moment, by, args.limit, &mut attr)
         .map_err(|e| anyhow!("{path}: {e}"))?;

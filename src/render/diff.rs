@@ -101,6 +101,12 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
             bytes(r.peak_bytes)
         ))
     )?;
+    if r.final_state_only {
+        writeln!(
+            out,
+            "  (no trace recorded: the final state is the only figure the file has, and it is what is checked)"
+        )?;
+    }
     for l in &r.limits {
         let what = match l.kind {
             "max_peak" => "the budget (--max-peak)".to_string(),

@@ -66,31 +66,34 @@ pub fn group_display(name: &str, kind: &str) -> String {
     }
 }
 
-/// "device 1 (the device with the OOM; the file also has devices 0 and 2: --device N)".
+/// "device 1 (the device with the OOM, peak 78.3 GiB; the file also has device 0, peak
+/// 7.9 GiB, and device 2, peak 20.4 GiB: --device N)".
 pub fn device_line(choice: &DeviceChoice) -> String {
+    let own = choice
+        .peak_of(choice.device)
+        .map(|b| format!(", peak {}", crate::units::bytes(b)))
+        .unwrap_or_default();
     let why = match choice.reason {
         DeviceReason::Asked | DeviceReason::Only => None,
-        DeviceReason::Oom => Some("the device with the OOM"),
-        DeviceReason::MostActivity => Some("the most active device"),
+        DeviceReason::Oom => Some(format!("the device with the OOM{own}")),
+        DeviceReason::LargestPeak => Some(format!("the largest peak{own}")),
     };
     let others = match choice.others.len() {
         0 => None,
         _ => Some(format!(
-            "the file also has {} {}: choose with --device N",
-            if choice.others.len() == 1 {
-                "device"
-            } else {
-                "devices"
-            },
+            "the file also has {}: --device N for another",
             choice
                 .others
                 .iter()
-                .map(|d| d.to_string())
+                .map(|&d| match choice.peak_of(d) {
+                    Some(b) => format!("device {d}, peak {}", crate::units::bytes(b)),
+                    None => format!("device {d}"),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
     };
-    let notes: Vec<String> = why.map(str::to_string).into_iter().chain(others).collect();
+    let notes: Vec<String> = why.into_iter().chain(others).collect();
     if notes.is_empty() {
         format!("device {}", choice.device)
     } else {

@@ -453,7 +453,7 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
 }
 
 /// The devices analysed, why, and the file's others, when it has several:
-/// "device 1 (the device with the OOM; the file also has devices 0, 2: choose with --device N)".
+/// "device 1 (the device with the OOM; the file also has devices 0, 2: --device N for another)".
 fn devices_text(r: &OomReport) -> Option<String> {
     if r.devices.len() < 2 {
         return None;
@@ -473,7 +473,7 @@ fn devices_text(r: &OomReport) -> Option<String> {
         }
         Some(DeviceReason::Oom) if many => Some("the devices with an OOM"),
         Some(DeviceReason::Oom) => Some("the device with the OOM"),
-        Some(DeviceReason::MostActivity) => Some("the most active device"),
+        Some(DeviceReason::LargestPeak) => Some("the device with the largest peak"),
         _ => None,
     };
     let others: Vec<i64> = r
@@ -484,7 +484,7 @@ fn devices_text(r: &OomReport) -> Option<String> {
         .collect();
     let others = (!others.is_empty()).then(|| {
         format!(
-            "the file also has {} {}: choose with --device N",
+            "the file also has {} {}: --device N for another",
             if others.len() == 1 {
                 "device"
             } else {
