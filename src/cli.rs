@@ -130,7 +130,8 @@ pub struct ReportArgs {
     /// (without using them).
     #[arg(long)]
     pub allow_no_overlap: bool,
-    /// Memory of the device for the OOM verdicts: a byte count, or 80G / 80GiB (binary).
+    /// Memory of the device for the OOM verdicts: a byte count, 80GiB (2^30 bytes each)
+    /// or 80GB (10^9 bytes each).
     #[arg(long, value_name = "SIZE")]
     pub device_total: Option<String>,
     #[command(flatten)]
@@ -202,7 +203,8 @@ pub struct CheckArgs {
     /// The snapshot checked.
     #[arg(value_name = "SNAPSHOT")]
     pub file: PathBuf,
-    /// The budget: the peak may not exceed this (a byte count, or 20G / 20GiB, binary).
+    /// The budget: the peak may not exceed this (a byte count, 20GiB: 2^30 bytes each, or
+    /// 20GB: 10^9 bytes each).
     #[arg(long, value_name = "SIZE")]
     pub max_peak: Option<String>,
     /// A snapshot of the accepted state: the peak may exceed its peak by --tolerance.
@@ -483,8 +485,8 @@ pub struct OomArgs {
     /// A log with "CUDA out of memory" messages (both forms PyTorch has printed).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
-    /// Memory of the device: a byte count, or 80G / 80GB / 80GiB (units are binary, as
-    /// nvidia-smi's MiB: 80GB is 80 GiB). Else taken from the OOM message when given.
+    /// Memory of the device: a byte count, 80GiB (2^30 bytes each) or 80GB (10^9 bytes
+    /// each). Else taken from the OOM message when given.
     #[arg(long, value_name = "SIZE")]
     pub device_total: Option<String>,
     /// Only this device.

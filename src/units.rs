@@ -182,10 +182,10 @@ pub fn parse_duration_us(s: &str) -> Option<i64> {
     (us.is_finite() && us < 1e18).then_some(us.round() as i64)
 }
 
-/// A size given on the command line: a plain byte count, or a number with a unit. Every
-/// unit is binary, as nvidia-smi's MiB and PyTorch's messages are: `K`, `KB` and `KiB` are
-/// 2^10 bytes, `M`/`MB`/`MiB` 2^20, `G`/`GB`/`GiB` 2^30, `T`/`TB`/`TiB` 2^40 (so `80GB`
-/// is 80 GiB, what an "80 GB" card holds).
+/// A size given on the command line: a plain byte count, or a number with a unit, read
+/// as SI tools read them: `KB`, `MB`, `GB`, `TB` are powers of ten (10^3 .. 10^12), `KiB`,
+/// `MiB`, `GiB`, `TiB` powers of two, and a bare `K`, `M`, `G`, `T` (as `ls -h` and
+/// nvidia-smi print) powers of two.
 pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t
@@ -193,15 +193,19 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let unit = unit.trim().to_ascii_lowercase();
-    let shift = match unit.as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
+    let scale: f64 = match unit.as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => (1u64 << 10) as f64,
+        "m" | "mib" => (1u64 << 20) as f64,
+        "g" | "gib" => (1u64 << 30) as f64,
+        "t" | "tib" => (1u64 << 40) as f64,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
         _ => {
             return Err(format!(
-                "expected a size such as 85899345920, 80G or 80GiB (binary units), found {s:?}"
+                "expected a size such as 85899345920, 80GiB (2^30 bytes each) or 80GB (10^9 bytes each), found {s:?}"
             ));
         }
     };
@@ -210,7 +214,7 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
         .ok()
         .filter(|v: &f64| v.is_finite())
         .ok_or_else(|| format!("expected a number before the unit, found {s:?}"))?;
-    let bytes = value * (1u64 << shift) as f64;
+    let bytes = value * scale;
     if !(bytes >= 1.0 && bytes < 2f64.powi(63)) {
         return Err(format!("{s:?} is not a size a device can have"));
     }
@@ -253,10 +257,12 @@ mod tests {
     }
 
     #[test]
-    fn size_arguments_are_binary() {
+    fn size_arguments_read_si_and_binary_units() {
         assert_eq!(parse_size_arg("85899345920"), Ok(80 << 30));
         assert_eq!(parse_size_arg("80G"), Ok(80 << 30));
-        assert_eq!(parse_size_arg("80GB"), Ok(80 << 30));
+        assert_eq!(parse_size_arg("80GB"), Ok(80_000_000_000));
+        assert_eq!(parse_size_arg("36GB"), Ok(36_000_000_000));
+        assert_eq!(parse_size_arg("512MB"), Ok(512_000_000));
         assert_eq!(parse_size_arg("80 GiB"), Ok(80 << 30));
         assert_eq!(parse_size_arg("39.39GiB"), Ok(42_294_690_447));
         assert_eq!(parse_size_arg("81920MiB"), Ok(80 << 30));

@@ -637,6 +637,33 @@ fn check_exits_1_over_budget_and_names_what_grew() {
         .assert()
         .code(1)
         .stdout(predicates::str::contains("FAIL"));
+    // Units as SI tools read them: n KB is n * 1000 bytes, n KiB n * 1024, and the check
+    // echoes the limit it understood in bytes.
+    let n = peak.div_ceil(1000) - 1;
+    assert!(
+        n * 1000 < peak && n * 1024 >= peak,
+        "sample peak {peak} too small"
+    );
+    vramlens()
+        .args([
+            "check",
+            "testdata/sample.pickle",
+            "--max-peak",
+            &format!("{n}KB"),
+        ])
+        .assert()
+        .code(1)
+        .stdout(predicates::str::contains(format!("({} bytes)", n * 1000)));
+    vramlens()
+        .args([
+            "check",
+            "testdata/sample.pickle",
+            "--max-peak",
+            &format!("{n}KiB"),
+        ])
+        .assert()
+        .code(0)
+        .stdout(predicates::str::contains(format!("({} bytes)", n * 1024)));
     // Against itself: within any tolerance.
     vramlens()
         .args([

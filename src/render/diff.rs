@@ -117,9 +117,15 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
                 r.tolerance_percent.unwrap_or(0.0)
             ),
         };
+        // The limit as understood, in bytes too: `36GB` is 36 * 10^9, `36GiB` 36 * 2^30.
+        let exact = if l.kind == "max_peak" {
+            format!(" ({} bytes)", l.limit_bytes)
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "  {} {what}: {}",
+            "  {} {what}: {}{exact}",
             if l.passed { "within" } else { "over" },
             bytes(l.limit_bytes)
         )?;
