@@ -109,7 +109,7 @@ pub struct ReportArgs {
     pub device: Option<i64>,
     /// Device readings (nvidia-smi CSV or NVML JSON lines): drawn on the timeline, and the
     /// reconciliation ledger added.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", num_args = 1..)]
     pub nvml: Vec<PathBuf>,
     /// A profiler trace of the same run (Kineto/Chrome JSON or an export_memory_timeline
     /// file) for the reconciliation ledger (with --nvml).
@@ -247,7 +247,7 @@ pub struct BudgetArgs {
     pub headroom: f64,
     /// Device readings of the run (nvidia-smi CSV or NVML JSON lines): measure the memory
     /// outside the allocator at the peak. Repeat for several files.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", num_args = 1..)]
     pub nvml: Vec<PathBuf>,
     /// A log with the run's CUDA out-of-memory message: its "this process has X in use"
     /// measures the memory outside the allocator.
@@ -425,7 +425,7 @@ pub struct TimelineArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub frames: usize,
     /// Device readings to draw beside PyTorch's lines (nvidia-smi CSV or NVML JSON lines).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", num_args = 1..)]
     pub nvml: Vec<PathBuf>,
     /// A profiler trace of the same run (Kineto/Chrome JSON, profile_memory=True): lined
     /// up with the snapshot, its record_function ranges and operators are drawn in lanes
@@ -506,7 +506,7 @@ pub struct ReconcileArgs {
     pub snapshot: PathBuf,
     /// Device readings: nvidia-smi CSV (--query-gpu and/or --query-compute-apps) or NVML
     /// JSON lines from `python -m vramlens.capture`. Repeat for several files.
-    #[arg(long, value_name = "FILE", required = true)]
+    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
     pub nvml: Vec<PathBuf>,
     /// A profiler trace of the same run (Kineto/Chrome JSON with [memory] events, or an
     /// export_memory_timeline file): lined up with the snapshot, its totals join the ledger.

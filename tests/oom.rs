@@ -158,15 +158,20 @@ fn torchtitan_fsdp_ranks_run_out_of_capacity_with_fragmentation() {
         assert_eq!(shares(a), [None, Some(1.0)], "{rank}");
         assert_eq!(a["shortfall_bytes"], 0);
         // Capacity does not say that settings cannot help while fragmentation proposes
-        // them.
+        // them; sharding is not proposed to a job whose stacks show FSDP's frames.
         assert_eq!(
             a["verdicts"][0]["knobs"],
             serde_json::json!([
                 "smaller_batch",
                 "activation_checkpointing",
-                "precision_sharding_offload"
+                "precision_offload"
             ]),
             "{rank}"
+        );
+        let sharding = v["sharding_file"].as_str().unwrap();
+        assert!(
+            sharding.ends_with("torch/distributed/fsdp/_fully_shard/_fsdp_param.py"),
+            "{sharding}"
         );
         assert_eq!(
             a["verdicts"][1]["knobs"],
@@ -178,9 +183,20 @@ fn torchtitan_fsdp_ranks_run_out_of_capacity_with_fragmentation() {
             ]),
             "{rank}"
         );
-        // Without the device total, the same verdicts and words.
+        // Without the device total, the same verdicts and words, and the way to give it.
         let text = oom_text(&[path.to_str().unwrap()]);
         assert!(!text.contains("cannot help"), "{rank}: {text}");
+        assert!(!text.contains("sharding (FSDP/ZeRO)"), "{rank}: {text}");
+        assert!(
+            text.contains("sharding is on already (the stacks have frames of torch/distributed/fsdp/_fully_shard/_fsdp_param.py): not proposed\n"),
+            "{rank}: {text}"
+        );
+        assert!(
+            text.contains(
+                "total unknown (give --device-total SIZE, or --log with the OOM message)"
+            ),
+            "{rank}: {text}"
+        );
         assert!(
             text.contains("contributing: fragmentation: 806.6 MiB sat free inside segments in holes of at most 112.0 MiB; in one piece, they would have covered the 165.9 MiB the request lacked\n"),
             "{rank}: {text}"
@@ -234,6 +250,13 @@ fn expandable_segments_oom_is_capacity_and_suggests_nothing_already_on() {
             .to_string()
             .contains("\"expandable_segments\""),
         "already on"
+    );
+    // No frame of FSDP or ZeRO: sharding is proposed.
+    assert_eq!(v["sharding_file"], serde_json::Value::Null);
+    assert!(
+        a["verdicts"][0]["knobs"]
+            .to_string()
+            .contains("\"precision_sharding_offload\"")
     );
 }
 
@@ -338,7 +361,7 @@ fn oom_input_errors() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains(
-            "--device-total: expected a size such as 85899345920, 80G or 80GiB",
+            "--device-total: expected a size such as 85899345920, 80GiB (2^30 bytes each) or 80GB (10^9 bytes each), found \"lots\"",
         ));
     vramlens()
         .args(["oom", "--log", "README.md"])

@@ -114,6 +114,25 @@ fn nvidia_smi_gpu_and_apps_logs_give_the_same_split() {
         .as_i64()
         .unwrap();
     assert!((a - b).abs() <= 64 << 20, "{a} vs {b}");
+    // As the README writes it: one --nvml followed by both files reads the same.
+    let out = vramlens()
+        .args([
+            "reconcile",
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--json",
+            "--nvml",
+            "testdata/gpu/nvsmi_gpu.csv",
+            "testdata/gpu/nvsmi_apps.csv",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let once: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(once, v);
 }
 
 #[test]

@@ -24,7 +24,7 @@ use crate::timeline::state::allocator_state;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Memory outside the allocator worth naming: this many bytes or this share of the device.
 const OUTSIDE_BYTES: u64 = 1 << 30;
@@ -76,6 +76,8 @@ pub enum Knob {
     SmallerBatch,
     ActivationCheckpointing,
     PrecisionShardingOffload,
+    /// Lower precision or CPU offload, for a job whose stacks show sharding already.
+    PrecisionOffload,
     CachedMemoryCannotHelp,
     ExpandableSegments,
     MaxSplitSize,
@@ -267,6 +269,9 @@ pub struct OomReport {
     pub more_oom_events: BTreeMap<i64, usize>,
     /// OOM messages found in the log given with `--log`.
     pub messages: Vec<OomMessage>,
+    /// A source file whose frames show the parameters sharded (FSDP, ZeRO): sharding is
+    /// then not proposed. Null when no frame shows it (or for a log alone).
+    pub sharding_file: Option<String>,
 }
 
 /// The snapshot's allocator settings, as far as knobs go.
@@ -275,6 +280,29 @@ pub struct Settings {
     pub expandable: bool,
     pub max_split_set: bool,
     pub gc_threshold_set: bool,
+    /// The stacks show the parameters sharded already (FSDP or DeepSpeed ZeRO frames).
+    pub sharded: bool,
+}
+
+/// Source files whose frames show a job sharding its parameters: FSDP (both the
+/// wrapper and `fully_shard`) and DeepSpeed's ZeRO stages.
+const SHARDING_FILES: [&str; 4] = [
+    "torch/distributed/fsdp/",
+    "torch/distributed/_composable/fsdp/",
+    "deepspeed/runtime/zero/",
+    "torch/distributed/_composable/fully_shard",
+];
+
+/// The first file (in frame order) of a frame that shows sharding on, if any.
+pub fn sharding_file(snap: &Snapshot) -> Option<String> {
+    let frames = &snap.frames;
+    (0..frames.frame_count() as u32)
+        .map(|i| frames.str(frames.frame(crate::model::FrameId(i)).filename))
+        .find(|f| {
+            let f = f.replace('\\', "/");
+            SHARDING_FILES.iter().any(|s| f.contains(s))
+        })
+        .map(str::to_string)
 }
 
 pub fn settings(snap: &Snapshot) -> Settings {
@@ -300,6 +328,7 @@ pub fn settings(snap: &Snapshot) -> Settings {
             .and_then(|v| v.as_f64())
             .is_some_and(|v| v > 0.0)
             || conf.contains("garbage_collection_threshold"),
+        sharded: sharding_file(snap).is_some(),
     }
 }
 
@@ -445,7 +474,11 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
                 vec![
                     Knob::SmallerBatch,
                     Knob::ActivationCheckpointing,
-                    Knob::PrecisionShardingOffload,
+                    if s.sharded {
+                        Knob::PrecisionOffload
+                    } else {
+                        Knob::PrecisionShardingOffload
+                    },
                 ],
             )),
         }
@@ -793,6 +826,7 @@ pub fn analyze_oom(
         analyses,
         more_oom_events: more,
         messages,
+        sharding_file: sharding_file(snap),
     }
 }
 
@@ -834,6 +868,7 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
         analyses,
         more_oom_events: BTreeMap::new(),
         messages,
+        sharding_file: None,
     }
 }
 

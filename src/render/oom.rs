@@ -24,6 +24,9 @@ pub fn knob_text(k: Knob) -> &'static str {
         Knob::PrecisionShardingOffload => {
             "lower precision (bf16/fp16 weights, activations or optimizer state), sharding (FSDP/ZeRO) or CPU offload"
         }
+        Knob::PrecisionOffload => {
+            "lower precision (bf16/fp16 weights, activations or optimizer state) or CPU offload (sharding is on already: see below)"
+        }
         Knob::CachedMemoryCannotHelp => {
             "empty_cache() or allocator settings cannot help: the memory is in use"
         }
@@ -314,7 +317,10 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
             out,
             "  device             free {}, total {}{}",
             opt(a.device_free_bytes),
-            opt(a.device_total_bytes),
+            match a.device_total_bytes {
+                Some(t) => bytes(t),
+                None => "unknown (give --device-total SIZE, or --log with the OOM message)".into(),
+            },
             match a.device_total_source {
                 Some("option") => " (from --device-total)".to_string(),
                 Some(_) => " (from the OOM message)".to_string(),
@@ -514,6 +520,13 @@ pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::R
     }
     for a in &r.analyses {
         write_analysis(out, a, style)?;
+    }
+    if let Some(file) = &r.sharding_file {
+        writeln!(
+            out,
+            "  sharding is on already (the stacks have frames of {}): not proposed",
+            super::names::short_path(file)
+        )?;
     }
     for (device, n) in &r.more_oom_events {
         writeln!(
