@@ -1,5 +1,10 @@
 //! Bytes and times as text, at fixed precision (the only place human units are made).
 
+/// A count with its noun, singular for one: `1 block`, `3 blocks`, `1 other group`.
+pub fn count(n: usize, singular: &str, plural: &str) -> String {
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
 /// Binary units with one decimal: `512 B`, `1.5 KiB`, `23.0 GiB`.
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
@@ -254,6 +259,13 @@ mod tests {
         assert_eq!(duration_us(7_380_000_000), "2 h 03 min");
         assert_eq!(percent(1, 3), "33.3%");
         assert_eq!(percent(1, 0), "-");
+    }
+
+    #[test]
+    fn counts_take_the_singular_for_one() {
+        assert_eq!(count(1, "block", "blocks"), "1 block");
+        assert_eq!(count(0, "block", "blocks"), "0 blocks");
+        assert_eq!(count(2, "other group", "other groups"), "2 other groups");
     }
 
     #[test]

@@ -529,6 +529,20 @@ fn timeline_svg_of_the_sample() {
     assert!(by_allocation.contains("cross_entropy"));
     assert!(svg.contains("OOM at event 325"));
     assert!(svg.contains("ProfilerStep#0"));
+    // The legend gives each band's bytes at the peak: the two allocations of 196.5 MiB
+    // at most together.
+    assert!(
+        svg.contains("model.py:192 in forward (196.5 MiB)"),
+        "legend"
+    );
+    // The OOM sits in the last events: a second panel draws it wider, 40 events (3% of
+    // 330 is less) ending at the last of the 330, and names the --window that draws it.
+    assert_eq!(count(&svg, "around the OOM, drawn wider"), 1);
+    assert!(
+        svg.contains("draw any range alone with --window 290..330"),
+        "zoom range"
+    );
+    assert_eq!(count(&svg, "<g transform=\"translate(0,640)\">"), 1);
     // Every opened tooltip is closed, and the level of detail holds.
     assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));
     let shapes = count(&svg, "<polygon")
@@ -756,6 +770,24 @@ fn time_axis_and_window() {
             "6 ms", "8 ms", "10 ms", "12 ms", "14 ms", "16 ms", "18 ms", "20 ms"
         ]
     );
+    // A chart of a window chosen draws no zoom panel (the OOM is outside it anyway).
+    assert!(!svg.contains("drawn wider"));
+    // The --window the zoom panel names draws what the panel shows.
+    let zoom = dir.path().join("z.svg");
+    vramlens()
+        .args([
+            "timeline",
+            "testdata/sample.pickle",
+            "--window",
+            "290..330",
+            "-o",
+        ])
+        .arg(&zoom)
+        .assert()
+        .success();
+    let zoomed = std::fs::read_to_string(&zoom).unwrap();
+    assert!(!zoomed.contains("drawn wider"));
+    assert!(zoomed.contains("OOM at event 325"));
 }
 
 /// Every real snapshot with a trace draws within the level-of-detail limits, with the
@@ -820,8 +852,10 @@ fn real_snapshots_draw_within_limits() {
                     peak_event: None,
                     peak_reserved: peaks.reserved.bytes,
                 };
-                vramlens::render::timeline_svg::write_timeline_svg(&mut svg, &view, &title, None)
-                    .unwrap();
+                vramlens::render::timeline_svg::write_timeline_svg(
+                    &mut svg, &view, &title, None, None,
+                )
+                .unwrap();
                 let svg = String::from_utf8(svg).unwrap();
                 assert!(svg.len() < 2 << 20, "{}: {} bytes", info.path, svg.len());
                 assert_eq!(count(&svg, "<title>"), count(&svg, "</title>"));

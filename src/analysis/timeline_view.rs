@@ -62,6 +62,67 @@ impl Default for ViewOptions {
     }
 }
 
+/// What a zoom panel is drawn around.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ZoomAround {
+    Oom,
+    Peak,
+}
+
+/// A part of the axis to draw again, wider: the moment that matters, when the whole
+/// chart leaves it a few pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Zoom {
+    pub around: ZoomAround,
+    /// The range, in axis units (events, or µs since the first event).
+    pub x0: f64,
+    pub x1: f64,
+}
+
+/// Share of the axis a zoom panel shows.
+const ZOOM_SHARE: f64 = 0.03;
+/// A peak this close to either end of the axis (as a share of it) gets a zoom panel.
+const ZOOM_EDGE: f64 = 0.05;
+
+/// The zoom a chart of the whole trace needs: around the first OOM always (the moment
+/// an OOM post-mortem is about), else around the peak when it sits at either end of the
+/// axis, where the lead-up to it is squeezed. The range is 3% of the axis (at least
+/// 40 events), the moment at four fifths of it so the lead-up shows, inside the axis.
+/// None for a chart of a window (its range was chosen) or an axis too short to gain.
+pub fn zoom_window(view: &TimelineView, window_given: bool) -> Option<Zoom> {
+    if window_given {
+        return None;
+    }
+    let span = view.x_max - view.x_min;
+    let least = match view.x_axis {
+        XAxis::Events => 40.0,
+        XAxis::Time => 0.0,
+    };
+    let width = (span * ZOOM_SHARE).max(least);
+    if span <= 0.0 || width * 4.0 > span {
+        return None;
+    }
+    let oom = view.markers.iter().find(|m| m.kind == MarkerKind::Oom);
+    let (around, x) = match (oom, &view.peak) {
+        (Some(m), _) => (ZoomAround::Oom, m.x),
+        (None, Some(p)) => {
+            let at = (p.x - view.x_min) / span;
+            if at > ZOOM_EDGE && at < 1.0 - ZOOM_EDGE {
+                return None;
+            }
+            (ZoomAround::Peak, p.x)
+        }
+        (None, None) => return None,
+    };
+    let x0 = (x - width * 0.8).clamp(view.x_min, view.x_max - width);
+    Some(Zoom {
+        around,
+        x0,
+        x1: x0 + width,
+    })
+}
+
 /// Why no view can be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ViewError {

@@ -10,7 +10,9 @@ use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::live::live_set;
 use vramlens::analysis::moment::Moment;
-use vramlens::analysis::timeline_view::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
+use vramlens::analysis::timeline_view::{
+    BandBy, TimelineView, ViewOptions, XAxis, build_view, zoom_window,
+};
 use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::analysis::trace_lanes::{LaneKind, TraceLanes, build_lanes};
 use vramlens::devlog::{read_profile, to_snapshot};
@@ -19,7 +21,7 @@ use vramlens::input::SourceInfo;
 use vramlens::model::{DeviceTrace, Snapshot};
 use vramlens::render::align::line_up_error_text;
 use vramlens::render::live::write_live_text;
-use vramlens::render::timeline_svg::{ChartTitle, write_timeline_svg};
+use vramlens::render::timeline_svg::{ChartTitle, ZoomPanel, write_timeline_svg};
 use vramlens::render::{Style, write_json};
 use vramlens::timeline::replay::DeviceReplay;
 
@@ -95,13 +97,35 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         attr.bind_to(&r);
         let mut view =
             build_view(&snap, &r, &attr, view_options).map_err(|e| anyhow!("{path}: {e}"))?;
+        // The moment that matters, drawn again wider when the whole chart squeezes it.
+        let zoom = zoom_window(&view, window.is_some());
+        let mut zoom_view = zoom
+            .map(|z| {
+                build_view(
+                    &snap,
+                    &r,
+                    &attr,
+                    ViewOptions {
+                        window: Some((z.x0, z.x1)),
+                        ..view_options
+                    },
+                )
+                .map_err(|e| anyhow!("{path}: {e}"))
+            })
+            .transpose()?;
         if !args.nvml.is_empty() {
             let log = read_device_logs(&args.nvml, args.utc_offset)?;
             let samples = vramlens::analysis::reconcile::gpu_samples(&log, device);
             let rows =
                 vramlens::analysis::reconcile::readings_over_time(&snap, device, &log, &samples);
             vramlens::analysis::timeline_view::add_device_readings(&mut view, &rows);
+            if let Some(z) = zoom_view.as_mut() {
+                vramlens::analysis::timeline_view::add_device_readings(z, &rows);
+            }
         }
+        let zoom_panel = zoom
+            .zip(zoom_view.as_ref())
+            .map(|(zoom, view)| ZoomPanel { zoom, view });
         let title = ChartTitle {
             path,
             device: &choice,
@@ -112,7 +136,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         };
         let lanes = trace_lanes(args, &snap, &info, device, &view, r.trace)?;
         write_new_file(o, args.force, |w| {
-            write_timeline_svg(w, &view, &title, lanes.as_ref())
+            write_timeline_svg(w, &view, &title, lanes.as_ref(), zoom_panel.as_ref())
         })?;
     }
     if let Some(m) = moment {

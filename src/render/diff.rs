@@ -38,9 +38,9 @@ fn change_rows(out: &mut dyn Write, groups: &[GroupChange], limit: usize) -> io:
         let rest: i64 = groups[limit..].iter().map(|g| g.delta_bytes).sum();
         writeln!(
             out,
-            "  {:>11}  ({} more groups)",
+            "  {:>11}  ({})",
             bytes_signed(rest),
-            groups.len() - limit
+            crate::units::count(groups.len() - limit, "more group", "more groups")
         )?;
     }
     Ok(())

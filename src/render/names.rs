@@ -40,6 +40,26 @@ pub fn short_frame(frame: &str) -> String {
     format!("{}:{line} in {name}", short_path(file))
 }
 
+/// A label of at most `max` characters: whole when it fits, else cut at the last word
+/// boundary (space, `/`, `:`, `.`, `,`) in the second half of the room, else mid-word,
+/// ending with `…` so a reader sees it was cut.
+pub fn clip(label: &str, max: usize) -> String {
+    let chars: Vec<char> = label.chars().collect();
+    if chars.len() <= max {
+        return label.to_string();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let room = max - 1;
+    let cut = (room / 2..=room)
+        .rev()
+        .find(|&i| i < chars.len() && matches!(chars[i], ' ' | '/' | ':' | '.' | ','))
+        .unwrap_or(room);
+    let kept: String = chars[..cut].iter().collect();
+    format!("{}…", kept.trim_end())
+}
+
 /// The shortest readable name of a frame: `model.py:42 in forward`.
 pub fn tiny_frame(frame: &str) -> String {
     let short = short_frame(frame);
@@ -212,5 +232,21 @@ mod tests {
             "nanogpt/model.py:42 in forward"
         );
         assert_eq!(short_frame("(before recording)"), "(before recording)");
+    }
+
+    #[test]
+    fn labels_are_cut_at_a_word_and_say_so() {
+        assert_eq!(
+            clip("model.py:340 in forward", 30),
+            "model.py:340 in forward"
+        );
+        assert_eq!(clip("model.py:340 in forward", 22), "model.py:340 in…");
+        assert_eq!(
+            clip("(C++ autograd engine, backward)", 30),
+            "(C++ autograd engine,…"
+        );
+        assert_eq!(clip("abcdefghij", 5), "abcd…");
+        assert_eq!(clip("abc", 0), "");
+        assert!(clip("abcdefghijklmnopqrstuvwxyz", 10).chars().count() <= 10);
     }
 }

@@ -401,8 +401,8 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
         };
         writeln!(
             out,
-            "    {pool}, {stream}: {} segments, {} reserved, {} free, largest hole {}",
-            p.segments,
+            "    {pool}, {stream}: {}, {} reserved, {} free, largest hole {}",
+            crate::units::count(p.segments, "segment", "segments"),
             bytes(p.reserved_bytes),
             bytes(p.free_bytes),
             bytes(p.largest_hole_bytes)

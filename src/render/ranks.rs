@@ -1,7 +1,7 @@
 //! Text rendering of a [`RanksReport`].
 
 use super::Style;
-use super::names::{group_display, tiny_frame};
+use super::names::{clip, group_display, tiny_frame};
 use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};
@@ -14,8 +14,8 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
     )?;
     writeln!(
         out,
-        "  {:>10}  {:>10}  {:>10}  {:>4}  {:<32}  file",
-        "peak", "reserved", "vs median", "OOMs", "largest group at the peak"
+        "  {:>10}  {:>13}  {:>10}  {:>4}  {:<32}  file",
+        "peak", "peak reserved", "vs median", "OOMs", "largest group at the peak"
     )?;
     for row in &r.rows {
         let group = match (&row.top_group, row.top_group_kind, row.top_group_bytes) {
@@ -24,15 +24,17 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
                     "frame" | "stack" => tiny_frame(g),
                     _ => group_display(g, kind),
                 };
-                format!("{} {}", bytes(b), name.chars().take(22).collect::<String>())
+                format!("{} {}", bytes(b), clip(&name, 22))
             }
             _ => "-".into(),
         };
         writeln!(
             out,
-            "  {:>10}  {:>10}  {:>10}  {:>4}  {group:<32}  {}{}",
+            "  {:>10}  {:>13}  {:>10}  {:>4}  {group:<32}  {}{}",
             row.peak_requested_bytes.map_or("no trace".into(), bytes),
-            bytes(row.reserved_bytes),
+            // Without a trace, the reserved bytes of the final state, said so.
+            row.peak_reserved_bytes
+                .map_or_else(|| format!("{} (end)", bytes(row.reserved_bytes)), bytes),
             row.peak_over_median
                 .map_or("-".into(), |x| format!("{:.1}%", (x - 1.0) * 100.0)),
             row.ooms,

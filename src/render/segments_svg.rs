@@ -108,13 +108,13 @@ pub fn write_segments_svg(
         "start",
         "",
         &format!(
-            "{} segments, reserved {}, allocated {}, pending free {}, free {} in {} holes, largest hole {}",
-            segments.len(),
+            "{}, reserved {}, allocated {}, pending free {}, free {} in {}, largest hole {}",
+            crate::units::count(segments.len(), "segment", "segments"),
             bytes(map.reserved_bytes),
             bytes(map.allocated_bytes),
             bytes(map.pending_free_bytes),
             bytes(map.free_bytes),
-            holes.len(),
+            crate::units::count(holes.len(), "hole", "holes"),
             bytes(holes.iter().copied().max().unwrap_or(0))
         ),
     )?;
@@ -138,6 +138,18 @@ pub fn write_segments_svg(
         ly += 16.0;
     }
     ly += 6.0;
+    // The groups' bytes are the blocks they hold (rounded sizes, as the segments show
+    // them), not the requested bytes `top` counts.
+    if !map.groups.is_empty() {
+        svg.text(
+            lx,
+            ly,
+            "start",
+            r#" font-size="11" font-style="italic""#,
+            "held in blocks (top counts requested bytes):",
+        )?;
+        ly += 16.0;
+    }
     for (g, group) in map.groups.iter().enumerate().take(COLOURED) {
         svg.rect(
             lx,
@@ -151,7 +163,7 @@ pub fn write_segments_svg(
             "frame" | "stack" => tiny_frame(&group.name),
             _ => group_display(&group.name, group.kind),
         };
-        let name: String = name.chars().take(30).collect();
+        let name = super::names::clip(&name, 30);
         svg.text(
             lx + 20.0,
             ly,
@@ -177,8 +189,8 @@ pub fn write_segments_svg(
             "start",
             r#" font-size="11""#,
             &format!(
-                "{} other groups ({})",
-                map.groups.len() - COLOURED,
+                "{} ({})",
+                crate::units::count(map.groups.len() - COLOURED, "other group", "other groups"),
                 bytes(rest)
             ),
         )?;

@@ -57,13 +57,13 @@ pub fn write_segments_text(
             .unwrap_or_default();
         writeln!(
             out,
-            "  s'{:x}  {:>10}  {} blocks, {} used, {} free in {} holes (largest {}), stream {}{}{main}",
+            "  s'{:x}  {:>10}  {}, {} used, {} free in {} (largest {}), stream {}{}{main}",
             s.addr,
             bytes(s.size_bytes),
-            s.blocks.len(),
+            crate::units::count(s.blocks.len(), "block", "blocks"),
             bytes(used),
             bytes(s.size_bytes.saturating_sub(used)),
-            s.holes.len(),
+            crate::units::count(s.holes.len(), "hole", "holes"),
             bytes(largest),
             if s.stream == 0 {
                 "default".to_string()

@@ -64,11 +64,13 @@ pub fn color(name: &str) -> String {
     )
 }
 
-/// A qualitative palette: neighbouring bands take neighbouring entries, which differ.
+/// A qualitative palette: 20 hues 18 degrees apart, taken 126 degrees apart in turn and
+/// alternately dark and light, so neighbouring bands differ in hue and lightness and two
+/// entries of close hue (three apart) differ in lightness.
 pub const PALETTE: [&str; 20] = [
-    "#4e79a7", "#f28e2b", "#59a14f", "#8f6bb8", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#86bcb6", "#2f6b9a", "#d37295", "#8cd17d", "#b6992d", "#499894", "#f1ce63",
-    "#a0cbe8", "#ffbe7d", "#d4a6c8", "#bab0ac",
+    "#296bae", "#de739e", "#51ae29", "#7388de", "#ae2936", "#73de73", "#3629ae", "#de8873",
+    "#29ae51", "#9e73de", "#ae6b29", "#73deb3", "#8629ae", "#dec973", "#29aea0", "#de73de",
+    "#a0ae29", "#73c9de", "#ae2986", "#b3de73",
 ];
 
 /// Fixed colours of the built-in categories, so charts compare at a glance.

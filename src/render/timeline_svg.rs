@@ -6,7 +6,9 @@
 use super::names::{device_line, group_display, tiny_frame};
 use super::svg::{PALETTE, Svg, category_color, color, escape, num};
 use crate::analysis::device::DeviceChoice;
-use crate::analysis::timeline_view::{Band, BandBy, MarkerKind, TimelineView, XAxis};
+use crate::analysis::timeline_view::{
+    Band, BandBy, MarkerKind, TimelineView, XAxis, Zoom, ZoomAround,
+};
 use crate::analysis::trace_lanes::{Lane, LaneKind, TraceLanes};
 use crate::units::{bytes, duration_us, utc_time};
 use std::io::{self, Write};
@@ -85,13 +87,22 @@ fn decimal_step(span: f64, ticks: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-fn band_color(view: &TimelineView, i: usize) -> &'static str {
+/// A band's colour: its category's, else its place in the palette; in a zoom panel, the
+/// colour the same band has in the whole chart (`main`), so a group reads alike in both.
+fn band_color(view: &TimelineView, i: usize, main: Option<&TimelineView>) -> &'static str {
     let band = &view.bands[i];
     if band.kind == "category"
         && let Some(c) = category_color(&band.name)
     {
         return c;
     }
+    let i = main
+        .and_then(|m| {
+            m.bands
+                .iter()
+                .position(|b| b.name == band.name && b.kind == band.kind)
+        })
+        .map_or_else(|| i + main.map_or(0, |m| m.bands.len()), |j| j);
     PALETTE[i % PALETTE.len()]
 }
 
@@ -161,23 +172,94 @@ fn band_title(b: &Band) -> String {
     s.trim_end().to_string()
 }
 
-/// Writes the chart. Output depends only on the view and title.
+/// A second panel under the chart: the range of `zoom` drawn from its own view.
+pub struct ZoomPanel<'a> {
+    pub zoom: Zoom,
+    pub view: &'a TimelineView,
+}
+
+/// Writes the chart, and under it the zoom panel when one is given. Output depends only
+/// on the views and title.
 pub fn write_timeline_svg(
     out: &mut dyn Write,
     view: &TimelineView,
     title: &ChartTitle,
     lanes: Option<&TraceLanes>,
+    zoom: Option<&ZoomPanel>,
 ) -> io::Result<()> {
+    let mut svg = Svg { out };
+    let heading = format!("{}: {}", title.path, device_line(title.device));
+    let main_height = HEIGHT + lanes.map_or(0.0, lanes_height);
+    let height = main_height + zoom.map_or(0.0, |_| HEIGHT);
+    svg.begin(WIDTH, height, &format!("vramlens timeline of {heading}"))?;
+    write_panel(&mut svg, view, title, lanes, zoom.map(|z| z.zoom), None)?;
+    if let Some(z) = zoom {
+        writeln!(
+            svg.out,
+            r#"<g transform="translate(0,{})">"#,
+            num(main_height)
+        )?;
+        write_panel(&mut svg, z.view, title, None, Some(z.zoom), Some(view))?;
+        writeln!(svg.out, "</g>")?;
+    }
+    svg.end()
+}
+
+/// The zoom's range as `--window` takes it: events, or milliseconds.
+fn window_arg(view: &TimelineView, z: Zoom) -> String {
+    match view.x_axis {
+        XAxis::Events => format!("{}..{}", z.x0.floor(), z.x1.ceil()),
+        XAxis::Time => format!("{:.3}..{:.3}", z.x0 / 1e3, z.x1 / 1e3),
+    }
+}
+
+/// One chart: the whole view (`main` None, with the zoom's range outlined) or the zoom
+/// panel (`main` the whole chart's view, headed by what it shows).
+fn write_panel(
+    svg: &mut Svg,
+    view: &TimelineView,
+    title: &ChartTitle,
+    lanes: Option<&TraceLanes>,
+    zoom: Option<Zoom>,
+    main: Option<&TimelineView>,
+) -> io::Result<()> {
+    let zoomed = main.is_some();
     let y_max = (view.max_bytes as f64 * 1.08).max(1.0);
     let f = Frame {
         x_min: view.x_min,
         x_span: (view.x_max - view.x_min).max(1.0),
         y_max,
     };
-    let mut svg = Svg { out };
-    let heading = format!("{}: {}", title.path, device_line(title.device));
-    let height = HEIGHT + lanes.map_or(0.0, lanes_height);
-    svg.begin(WIDTH, height, &format!("vramlens timeline of {heading}"))?;
+    if let (true, Some(z)) = (zoomed, zoom) {
+        let what = match z.around {
+            ZoomAround::Oom => "the OOM",
+            ZoomAround::Peak => "the peak",
+        };
+        svg.text(
+            LEFT,
+            22.0,
+            "start",
+            r#" font-size="14" font-weight="bold""#,
+            &format!("around {what}, drawn wider"),
+        )?;
+        svg.text(
+            LEFT,
+            40.0,
+            "start",
+            "",
+            &format!(
+                "the outlined range above; draw any range alone with --window {}",
+                window_arg(view, z)
+            ),
+        )?;
+    } else {
+        write_heading(svg, title)?;
+    }
+    write_body(svg, view, &f, lanes, zoom.filter(|_| !zoomed), main)
+}
+
+/// The chart's two heading lines: the file and device, then the peaks.
+fn write_heading(svg: &mut Svg, title: &ChartTitle) -> io::Result<()> {
     svg.text(
         LEFT,
         22.0,
@@ -210,6 +292,19 @@ pub fn write_timeline_svg(
             }
         ),
     )?;
+    Ok(())
+}
+
+/// Everything under the heading: spans, axes, bands, lines, markers, legend, lanes; the
+/// zoom's range outlined when given.
+fn write_body(
+    svg: &mut Svg,
+    view: &TimelineView,
+    f: &Frame,
+    lanes: Option<&TraceLanes>,
+    outline: Option<Zoom>,
+    main: Option<&TimelineView>,
+) -> io::Result<()> {
     let plot_bottom = HEIGHT - BOTTOM;
     let plot_right = WIDTH - RIGHT;
     // Annotation spans in a strip above the plot.
@@ -224,20 +319,23 @@ pub fn write_timeline_svg(
             &format!(r#" fill="{fill}""#),
             Some(&a.name),
         )?;
-        if x1 - x0 > 7.0 * a.name.len() as f64 {
+        // The label as far as it fits: `Optimizer.step#AdamW.step` reads as its first
+        // part, cut with an ellipsis when the span is narrower still.
+        let short = a.name.split('#').next().unwrap_or(&a.name);
+        if let Some(label) = fit_label(short, x1 - x0) {
             svg.text(
                 (x0 + x1) / 2.0,
                 64.0,
                 "middle",
                 r#" font-size="10""#,
-                &a.name,
+                &label,
             )?;
         }
     }
     // Grid and y axis.
-    let step = byte_step(y_max, 6.0);
+    let step = byte_step(f.y_max, 6.0);
     let mut v = 0.0;
-    while v <= y_max {
+    while v <= f.y_max {
         let y = f.py(v);
         svg.line(LEFT, y, plot_right, y, r##" stroke="#e4e4e4""##)?;
         svg.text(LEFT - 6.0, y + 4.0, "end", "", &bytes(v as u64))?;
@@ -272,9 +370,9 @@ pub fn write_timeline_svg(
         &label,
     )?;
     // Everything not in a band, as one band at the bottom.
-    let what = match view.by {
-        BandBy::Allocation => "allocations",
-        BandBy::Group(_) => "groups",
+    let what = |n: usize| match view.by {
+        BandBy::Allocation => crate::units::count(n, "other allocation", "other allocations"),
+        BandBy::Group(_) => crate::units::count(n, "other group", "other groups"),
     };
     let rest_top = steps(
         view.buckets
@@ -292,8 +390,8 @@ pub fn write_timeline_svg(
                 r##" fill="#c8c8c8" stroke="#9a9a9a" stroke-width="0.5" data-bytes="{max_rest}""##
             ),
             Some(&format!(
-                "{} other {what}, merged (at most {} at once)",
-                view.rest_groups,
+                "{}, merged (at most {} at once)",
+                what(view.rest_groups),
                 bytes(max_rest)
             )),
         )?;
@@ -301,7 +399,7 @@ pub fn write_timeline_svg(
     // The bands, bottom to top. A band in several runs has one tooltip for all of them,
     // so its stack is written once.
     for (i, band) in view.bands.iter().enumerate() {
-        let fill = band_color(view, i);
+        let fill = band_color(view, i, main);
         let tip = band_title(band);
         let grouped = band.runs.len() > 1;
         if grouped {
@@ -522,7 +620,25 @@ pub fn write_timeline_svg(
             ly += 18.0;
         }
     }
-    // Bands, top of the stack first, as the eye meets them.
+    // Bands, top of the stack first, as the eye meets them, each with its bytes at the
+    // chart's highest state (what `top` counts at the peak) and, where that is less, the
+    // most it held at once.
+    let peak_bucket = (0..view.buckets.len())
+        .max_by_key(|&i| (view.buckets[i].requested_bytes, std::cmp::Reverse(i)));
+    if !view.bands.is_empty() {
+        svg.text(
+            lx,
+            ly + 4.0,
+            "start",
+            r#" font-size="11" font-style="italic""#,
+            if main.is_some() {
+                "bytes at this range's highest point (and most at once):"
+            } else {
+                "bytes at the peak (and the most at once):"
+            },
+        )?;
+        ly += 16.0;
+    }
     let room = ((HEIGHT - 40.0 - ly) / 16.0).floor().max(0.0) as usize;
     let shown = view.bands.len().min(room.saturating_sub(1));
     for (i, band) in view.bands.iter().enumerate().rev().take(shown) {
@@ -531,7 +647,7 @@ pub fn write_timeline_svg(
             ly - 6.0,
             18.0,
             10.0,
-            &format!(r#" fill="{}""#, band_color(view, i)),
+            &format!(r#" fill="{}""#, band_color(view, i, main)),
             Some(&band.name),
         )?;
         let name = match band.kind {
@@ -544,13 +660,20 @@ pub fn write_timeline_svg(
                 .to_string(),
             _ => group_display(&band.name, band.kind),
         };
-        let name = fit_label(&name, 34.0 * 6.0 + 4.0).unwrap_or_default();
+        let at_peak = peak_bucket.map_or(0, |b| band_height_at(band, b));
+        let value = if at_peak == band.max_bytes {
+            bytes(at_peak)
+        } else {
+            format!("{}, max {}", bytes(at_peak), bytes(band.max_bytes))
+        };
+        let chars = 50usize.saturating_sub(value.chars().count() + 3).max(12);
+        let name = fit_label(&name, chars as f64 * 6.0 + 4.0).unwrap_or_default();
         svg.text(
             lx + 24.0,
             ly + 4.0,
             "start",
             r#" font-size="11""#,
-            &format!("{name} ({})", bytes(band.max_bytes)),
+            &format!("{name} ({value})"),
         )?;
         ly += 16.0;
     }
@@ -571,11 +694,7 @@ pub fn write_timeline_svg(
             ly + 4.0,
             "start",
             r#" font-size="11""#,
-            &format!(
-                "{} other {what} (up to {})",
-                view.rest_groups,
-                bytes(max_rest)
-            ),
+            &format!("{} (up to {})", what(view.rest_groups), bytes(max_rest)),
         )?;
     }
     if view.annotations_dropped > 0 {
@@ -590,10 +709,21 @@ pub fn write_timeline_svg(
             ),
         )?;
     }
-    if let Some(l) = lanes {
-        write_lanes(&mut svg, &f, l)?;
+    if let Some(z) = outline {
+        let (x0, x1) = (f.px(z.x0), f.px(z.x1));
+        svg.rect(
+            x0,
+            TOP,
+            (x1 - x0).max(2.0),
+            plot_bottom - TOP,
+            r##" fill="none" stroke="#d62728" stroke-width="1" stroke-dasharray="4 2""##,
+            Some("drawn wider below"),
+        )?;
     }
-    svg.end()
+    if let Some(l) = lanes {
+        write_lanes(svg, f, l)?;
+    }
+    Ok(())
 }
 
 fn lanes_height(l: &TraceLanes) -> f64 {
@@ -714,13 +844,21 @@ fn short_op(name: &str) -> &str {
 
 /// The label cut to fit `width` pixels (about 6 per character at size 10), or None when
 /// not even a few characters fit.
+/// The bytes a band holds in one bucket (0 where it holds none).
+fn band_height_at(band: &Band, bucket: usize) -> u64 {
+    band.runs
+        .iter()
+        .find(|(first, cols)| bucket >= *first && bucket < first + cols.len())
+        .map_or(0, |(first, cols)| cols[bucket - first].1)
+}
+
 fn fit_label(label: &str, width: f64) -> Option<String> {
     let room = ((width - 4.0) / 6.0).floor() as usize;
     let n = label.chars().count();
     if n <= room {
         Some(label.to_string())
     } else if room >= 4 {
-        Some(label.chars().take(room - 1).chain(['…']).collect())
+        Some(super::names::clip(label, room))
     } else {
         None
     }

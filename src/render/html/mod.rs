@@ -348,7 +348,7 @@ fn timeline_chart(f: &FileReport, d: &DeviceReport, view: &TimelineView) -> io::
         peak_event: summary.and_then(|s| s.peak_requested_event),
         peak_reserved: summary.and_then(|s| s.peak_reserved_bytes).unwrap_or(0),
     };
-    inline_svg(|w| write_timeline_svg(w, view, &title, None))
+    inline_svg(|w| write_timeline_svg(w, view, &title, None, None))
 }
 
 fn timeline_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
