@@ -102,7 +102,7 @@ fn band_color(view: &TimelineView, i: usize, main: Option<&TimelineView>) -> &'s
                 .iter()
                 .position(|b| b.name == band.name && b.kind == band.kind)
         })
-        .map_or_else(|| i + main.map_or(0, |m| m.bands.len()), |j| j);
+        .unwrap_or_else(|| i + main.map_or(0, |m| m.bands.len()));
     PALETTE[i % PALETTE.len()]
 }
 
