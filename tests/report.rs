@@ -134,7 +134,9 @@ fn sample_report_is_self_contained_with_the_independent_figures() {
         e["peak_requested_bytes"].to_string()
     );
     let peak = &html[html.find(r#"data-kind="peak""#).unwrap()..];
-    let peak = &peak[..peak.find("</table>").unwrap()];
+    // (the rows past the first twelve sit in a closed <details> under the table)
+    let peak = &peak[..peak.find("<h5>Flame graph").unwrap()];
+    assert!(peak.contains("<details class=\"more-rows\"><summary>"));
     let rows: u64 = attrs(peak, "tr data-name", "bytes")
         .iter()
         .map(|b| b.parse::<u64>().unwrap())
@@ -173,6 +175,25 @@ fn sample_report_is_self_contained_with_the_independent_figures() {
         "{verdict}"
     );
     assert!(html.contains("reserved             138.0 MiB"));
+    // The page opens with the answer: the verdict (with a link to its evidence) before
+    // the timeline, the OOM's figures before the tables of what was live.
+    let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("{needle}"));
+    let answer = &html[at("id=\"f0-answer\"")..at("id=\"f0-timeline\"")];
+    assert!(
+        answer.contains(&format!(
+            "<p class=\"verdict\"><b>verdict</b>: {}</p>",
+            escape(verdict)
+        )),
+        "{answer}"
+    );
+    assert!(answer.contains("href=\"#f0-oom\""));
+    assert!(at("<section id=\"f0-oom\">") < at("<section id=\"f0-live\">"));
+    // Segment maps are closed, their totals in the line that opens them.
+    assert_eq!(
+        html.matches("<details class=\"segments\"><summary>")
+            .count(),
+        3
+    );
     assert!(html.contains("Warnings while reading"));
 }
 
@@ -556,7 +577,7 @@ fn sample_report_works_in_chromium_without_a_network() {
     assert_eq!(r["violations"], serde_json::json!([]), "{r}");
     assert_eq!(r["resources"], 0, "{r}");
     let s = &r["steps"];
-    // The wheel zooms in around the pointer; a drag pans; reset restores the picture.
+    // The wheel with Ctrl zooms in around the pointer; a drag pans; reset restores the picture.
     let before = view_box(&s["zoom"]["before"]);
     let zoomed = view_box(&s["zoom"]["zoomed"]);
     let panned = view_box(&s["zoom"]["panned"]);
@@ -568,6 +589,8 @@ fn sample_report_works_in_chromium_without_a_network() {
         "{panned:?}"
     );
     assert_eq!(view_box(&s["zoom"]["reset"]), before);
+    // A wheel without a modifier leaves the chart and scrolls the page.
+    assert_eq!(s["zoom"]["plainWheelScrolls"], true, "{s}");
     // The largest band is the call site with the most at the peak (196.5 MiB at
     // model.py:192); its panel gives its size and whole stack.
     assert_eq!(

@@ -367,7 +367,7 @@ fn timeline_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str)
     };
     let _ = writeln!(
         out,
-        "<div class=\"picker\" data-picker=\"{id}-view\"><button type=\"button\" data-value=\"callsite\">By call site</button><button type=\"button\" data-value=\"category\">By category</button><span class=\"sep\"></span><button type=\"button\" data-zoom=\"in\" data-scope=\"{id}-timeline\">Zoom in</button><button type=\"button\" data-zoom=\"out\" data-scope=\"{id}-timeline\">Zoom out</button><button type=\"button\" data-zoom=\"reset\" data-scope=\"{id}-timeline\">Reset</button></div>\n<p class=\"hint\">Memory over the events of the trace, stacked by where it was allocated; the peak and any OOM are marked. Hover a band for its size and call site.<span class=\"js-only\"> Click it for its stack; scroll to zoom, drag to pan, double-click to reset.</span></p>"
+        "<div class=\"picker\" data-picker=\"{id}-view\"><button type=\"button\" data-value=\"callsite\">By call site</button><button type=\"button\" data-value=\"category\">By category</button><span class=\"sep\"></span><button type=\"button\" data-zoom=\"in\" data-scope=\"{id}-timeline\">Zoom in</button><button type=\"button\" data-zoom=\"out\" data-scope=\"{id}-timeline\">Zoom out</button><button type=\"button\" data-zoom=\"reset\" data-scope=\"{id}-timeline\">Reset</button></div>\n<p class=\"hint\">Memory over the events of the trace, stacked by where it was allocated; the peak and any OOM are marked. Hover a band for its size and call site.<span class=\"js-only\"> Click it for its stack; Ctrl or Shift with the wheel zooms, drag to pan, double-click to reset.</span></p>"
     );
     let device = d.choice.device;
     let path = shell_word(&f.path);
@@ -419,10 +419,24 @@ fn band_stacks(stacks: &std::collections::BTreeMap<String, Vec<String>>) -> Stri
     out
 }
 
+/// Rows of a table of what was live shown open; the rest are one click away.
+const OPEN_ROWS: usize = 12;
+
 fn live_table(m: &MomentReport) -> String {
-    let mut out = String::new();
-    out.push_str("<table class=\"live\">\n<thead><tr><th class=\"num\">requested</th><th class=\"num\">share</th><th class=\"num\">allocations</th><th>call site</th><th>category</th><th class=\"num\">first allocated</th></tr></thead>\n<tbody>\n");
-    for g in &m.groups {
+    let head = "<table class=\"live\">\n<thead><tr><th class=\"num\">requested</th><th class=\"num\">share</th><th class=\"num\">allocations</th><th>call site</th><th>category</th><th class=\"num\">first allocated</th></tr></thead>\n<tbody>\n";
+    let mut out = String::from(head);
+    for (i, g) in m.groups.iter().enumerate() {
+        if i == OPEN_ROWS {
+            let rest = &m.groups[OPEN_ROWS..];
+            let bytes_rest: u64 = rest.iter().map(|g| g.bytes).sum();
+            let _ = write!(
+                out,
+                "</tbody>\n</table>\n<details class=\"more-rows\"><summary>{} more ({}, {})</summary>\n{head}",
+                rest.len(),
+                escape_html(&bytes(bytes_rest)),
+                percent(bytes_rest, m.total_bytes)
+            );
+        }
         let name = if g.kind == "rest" {
             g.name.clone()
         } else {
@@ -469,6 +483,9 @@ fn live_table(m: &MomentReport) -> String {
         );
     }
     out.push_str("</tbody>\n</table>\n");
+    if m.groups.len() > OPEN_ROWS {
+        out.push_str("</details>\n");
+    }
     out
 }
 
@@ -576,7 +593,18 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
             map.len(),
             &format!("vramlens segments {path} --device {device} --at {at} -o segments.svg"),
         );
-        let html = format!("<div class=\"chart\" data-chart=\"segments\">\n{map}</div>\n");
+        // Long (a row per segment): closed, its totals in the line that opens it.
+        let html = format!(
+            "<details class=\"segments\"><summary>{}: reserved {}, allocated {}, free {} (open to draw the map)</summary>\n<div class=\"chart\" data-chart=\"segments\">\n{map}</div>\n</details>\n",
+            escape_html(&crate::units::count(
+                m.segments.segments.len(),
+                "segment",
+                "segments"
+            )),
+            escape_html(&bytes(m.segments.reserved_bytes)),
+            escape_html(&bytes(m.segments.allocated_bytes)),
+            escape_html(&bytes(m.segments.free_bytes)),
+        );
         s.optional(html, note, (5, k));
         s.text().push_str("</div>\n");
     }
@@ -666,7 +694,7 @@ fn file_section(
             "<nav class=\"toc\">{}<a href=\"#{id}-summary\">Summary</a><a href=\"#{id}-warnings\">Warnings</a>{}</nav>",
             match &f.device {
                 Some(d) => format!(
-                    "<a href=\"#{id}-timeline\">Timeline</a><a href=\"#{id}-live\">What was live</a><a href=\"#{id}-oom\">OOM verdicts</a><a href=\"#{id}-budget\">Budget</a>{}",
+                    "<a href=\"#{id}-answer\">The answer</a><a href=\"#{id}-timeline\">Timeline</a><a href=\"#{id}-oom\">OOM verdicts</a><a href=\"#{id}-live\">What was live</a><a href=\"#{id}-budget\">Budget</a>{}",
                     if d.reconcile.is_some() {
                         format!("<a href=\"#{id}-reconcile\">Device readings</a>")
                     } else {
@@ -712,10 +740,83 @@ fn file_section(
     Ok(s.finish(budget))
 }
 
-/// The sections about the file's device: timeline, moments, OOM verdicts, readings.
+/// The answer first: the OOM's verdicts (each in a line, the evidence a link away), or
+/// without an OOM the peak and the call sites that held most of it.
+fn answer_section(out: &mut String, d: &DeviceReport, id: &str) {
+    let _ = writeln!(
+        out,
+        "<section id=\"{id}-answer\" class=\"answer\">\n<h3>The answer</h3>"
+    );
+    let recorded: Vec<_> = d.oom.analyses.iter().filter(|a| a.oom_recorded).collect();
+    if let Some(a) = recorded.first() {
+        for v in &a.verdicts {
+            let role = match v.role {
+                Role::Primary => "verdict",
+                Role::Contributing => "contributing",
+            };
+            let _ = writeln!(
+                out,
+                "<p class=\"verdict{}\"><b>{role}</b>: {}</p>",
+                if v.role == Role::Primary {
+                    ""
+                } else {
+                    " contributing"
+                },
+                escape_html(&verdict_text(a, v))
+            );
+        }
+        if a.verdicts.is_empty() {
+            out.push_str("<p class=\"verdict none\">An OOM is recorded, but its figures do not give a verdict: see the OOM section.</p>\n");
+        }
+        let more = match recorded.len() {
+            1 => String::new(),
+            n => format!(" (the first of {n} OOMs analysed)"),
+        };
+        let _ = writeln!(
+            out,
+            "<p class=\"hint\">The evidence{more}: <a href=\"#{id}-oom\">the OOM's figures and what was live</a>; over time: <a href=\"#{id}-timeline\">the timeline</a>.</p>"
+        );
+    } else if let Some(m) = d.moments.iter().find(|m| m.moment.kind == "peak") {
+        let _ = writeln!(
+            out,
+            "<p class=\"verdict none\">No OOM is recorded. {}: {} requested by {} live allocations ({} reserved), most of it held by:</p>\n<ul class=\"holders\">",
+            escape_html(&capitalized(&moment_text(&m.moment))),
+            escape_html(&bytes(m.total_bytes)),
+            m.count,
+            escape_html(&bytes(m.reserved_bytes.max(0) as u64))
+        );
+        for g in m.groups.iter().filter(|g| g.kind != "rest").take(3) {
+            let _ = writeln!(
+                out,
+                "<li>{} ({}) {}{}</li>",
+                escape_html(&bytes(g.bytes)),
+                percent(g.bytes, m.total_bytes),
+                escape_html(&group_display(&g.name, g.kind)),
+                if g.category.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " <span class=\"category\">{}</span>",
+                        escape_html(&g.category)
+                    )
+                }
+            );
+        }
+        let _ = writeln!(
+            out,
+            "</ul>\n<p class=\"hint\">Every call site: <a href=\"#{id}-live\">what was live</a>.</p>"
+        );
+    } else {
+        out.push_str("<p class=\"verdict none\">No OOM is recorded, and the trace is too short to show a peak: the final state is below.</p>\n");
+    }
+    out.push_str("</section>\n");
+}
+
+/// The sections about the file's device: the answer, timeline, OOM verdicts, moments,
+/// budget, readings.
 fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
+    answer_section(s.text(), d, id);
     timeline_section(s, f, d, id)?;
-    moments_section(s, f, d, id)?;
     let oom = oom_section(d, id)?;
     let note = format!(
         "<section id=\"{id}-oom\"><h3>OOM verdicts</h3>{}</section>\n",
@@ -726,6 +827,7 @@ fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
         )
     );
     s.optional(oom, note, (0, 1));
+    moments_section(s, f, d, id)?;
     if let Some(b) = d.moments.iter().find_map(|m| m.budget.as_ref()) {
         let text = text_of(|w| crate::render::budget::write_run_budget_text(w, b))?;
         let html = format!(

@@ -92,6 +92,8 @@
   all('.zoomable svg').forEach(function (svg) {
     svg.vlOrigin = box(svg);
     svg.addEventListener('wheel', function (e) {
+      // A plain wheel scrolls the page; with Ctrl, Shift or the command key it zooms.
+      if (!(e.ctrlKey || e.shiftKey || e.metaKey)) { return; }
       e.preventDefault();
       var p = svgPoint(svg, e.clientX, e.clientY);
       zoom(svg, Math.exp(Math.max(-5, Math.min(5, e.deltaY * 0.002))), p.x, p.y);
@@ -251,7 +253,10 @@
       var cx = r.left + r.width / 2;
       var cy = r.top + r.height / 2;
       var z = { before: svg.getAttribute('viewBox') };
-      svg.dispatchEvent(new WheelEvent('wheel', { deltaY: -400, clientX: cx, clientY: cy, bubbles: true, cancelable: true }));
+      var plain = new WheelEvent('wheel', { deltaY: -400, clientX: cx, clientY: cy, bubbles: true, cancelable: true });
+      svg.dispatchEvent(plain);
+      z.plainWheelScrolls = !plain.defaultPrevented && svg.getAttribute('viewBox') === z.before;
+      svg.dispatchEvent(new WheelEvent('wheel', { deltaY: -400, ctrlKey: true, clientX: cx, clientY: cy, bubbles: true, cancelable: true }));
       z.zoomed = svg.getAttribute('viewBox');
       svg.dispatchEvent(new MouseEvent('mousedown', { button: 0, clientX: cx, clientY: cy, bubbles: true }));
       window.dispatchEvent(new MouseEvent('mousemove', { clientX: cx + 120, clientY: cy, bubbles: true }));
