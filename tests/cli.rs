@@ -290,6 +290,35 @@ fn directory() {
         &path,
         "a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html)",
     );
+    // Folders are read one level deep: snapshots further down are pointed at.
+    let run = dir.path().join("run1");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::create_dir(dir.path().join("logs")).unwrap();
+    std::fs::copy(root().join("testdata/sample.pickle"), run.join("s.pickle")).unwrap();
+    let out = vramlens().args(["summary", &path]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(
+            "; 1 of its subfolders has some (folders are read one level deep): name them, e.g. "
+        ),
+        "{err}"
+    );
+    // Named as the hint says, the empty one is passed over and said so.
+    let out = vramlens()
+        .arg("summary")
+        .arg(&run)
+        .arg(dir.path().join("logs"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("logs: a folder with no snapshot file"),
+        "{err}"
+    );
+    assert!(err.starts_with("vramlens: skipped "), "{err}");
+    assert!(String::from_utf8(out.stdout).unwrap().contains("s.pickle"));
 }
 
 #[test]

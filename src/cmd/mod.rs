@@ -134,17 +134,39 @@ fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>
             .collect();
         files.sort();
         if files.is_empty() {
-            anyhow::bail!(
-                "{}: a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html)",
+            // Folders are read one level deep; say so when the snapshots sit below.
+            let below = std::fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|d| d.is_dir() && expand_inputs(std::slice::from_ref(d)).is_ok())
+                .count();
+            let hint = match below {
+                0 => String::new(),
+                n => format!(
+                    "; {n} of its subfolders {} some (folders are read one level deep): name them, e.g. {}",
+                    if n == 1 { "has" } else { "have" },
+                    p.join("*/").display()
+                ),
+            };
+            let why = format!(
+                "{}: a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html){hint}",
                 p.display()
             );
+            // Among several inputs (`DIR/*/`), an empty folder is passed over, said so.
+            if paths.len() > 1 {
+                eprintln!("vramlens: skipped {why}");
+                continue;
+            }
+            anyhow::bail!(why);
         }
         out.extend(files);
     }
     Ok(out)
 }
 
-/// A size option (`--device-total`, `--max-peak`): a byte count or 80G / 80GiB (binary).
+/// A size option (`--device-total`, `--max-peak`): a byte count, or a number with a unit
+/// (see [`vramlens::units::parse_size_arg`]).
 pub fn size_option(flag: &str, value: Option<&str>) -> Result<Option<u64>> {
     value
         .map(|s| vramlens::units::parse_size_arg(s).map_err(|e| anyhow!("{flag}: {e}")))
