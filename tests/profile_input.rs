@@ -180,6 +180,32 @@ fn every_real_trace_replays_to_its_own_peak() {
         if let Some(r) = peak_reserved {
             assert_eq!(peaks.reserved.bytes, r, "{rel}: peak reserved");
         }
+        // Only what the file holds: without Total Reserved (and for the CPU allocator,
+        // which has no cache) no reserved figure is given, and a trace without
+        // addresses says its frees were paired by size.
+        let out = vramlens()
+            .args(["summary", "--json"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let d = &v["devices"][0];
+        let gpu = device_type == 1;
+        let recorded = !gpu || peak_reserved.is_some();
+        assert_eq!(d["reserved_recorded"], recorded, "{rel}");
+        if !recorded {
+            assert_eq!(d["peak_reserved_bytes"], Value::Null, "{rel}");
+        }
+        let addressed = json_file(&path)["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "[memory]" && !e["args"]["Addr"].is_null());
+        assert_eq!(
+            d["trace"]["frees_paired_by_size"],
+            gpu && !addressed,
+            "{rel}"
+        );
         // Memory from before profiling: the first event's Total Allocated minus its Bytes,
         // rebuilt as snapshot replay rebuilds memory from before a trace.
         let tl = timeline::build(&snap, slot);

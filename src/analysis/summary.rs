@@ -114,6 +114,10 @@ pub struct DeviceSummary {
     pub peak_allocated_bytes: Option<u64>,
     pub peak_allocated_event: Option<u32>,
     pub peak_allocated_time_us: Option<i64>,
+    /// Whether the file records reserved memory: false for a profiler trace without
+    /// `Total Reserved`, whose peak reserved is then null and whose `reserved_bytes`
+    /// stand for the allocated memory only.
+    pub reserved_recorded: bool,
     /// Maximum reserved bytes over the trace, replayed from the final segments.
     pub peak_reserved_bytes: Option<u64>,
     pub peak_reserved_event: Option<u32>,
@@ -137,6 +141,8 @@ pub struct TraceSummary {
     pub orphan_segment_frees: u64,
     /// True when the trace cannot hold the whole history of the allocations it frees.
     pub looks_truncated: bool,
+    /// Frees were paired with allocations by size (a profiler trace without addresses).
+    pub frees_paired_by_size: bool,
     pub truncation_evidence: Vec<TruncationEvidence>,
 }
 
@@ -274,6 +280,7 @@ impl<'a> TraceStats<'a> {
             orphan_segment_frees: self.orphan_segment_frees,
             looks_truncated: !evidence.is_empty(),
             truncation_evidence: evidence,
+            frees_paired_by_size: false,
         }
     }
 }
@@ -415,6 +422,7 @@ fn settings(snap: &Snapshot) -> Settings {
 fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
     let mut d = DeviceSummary {
         device,
+        reserved_recorded: !snap.features.reserved_unrecorded.contains(&device),
         ..Default::default()
     };
     let mut pools: BTreeMap<Option<(i64, i64)>, (usize, u64)> = BTreeMap::new();
@@ -494,13 +502,16 @@ fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
             d.peak_allocated_event,
             d.peak_allocated_time_us,
         ) = set(&peaks.allocated);
-        (
-            d.peak_reserved_bytes,
-            d.peak_reserved_event,
-            d.peak_reserved_time_us,
-        ) = set(&peaks.reserved);
+        if d.reserved_recorded {
+            (
+                d.peak_reserved_bytes,
+                d.peak_reserved_event,
+                d.peak_reserved_time_us,
+            ) = set(&peaks.reserved);
+        }
     }
     d.trace = trace;
+    d.trace.frees_paired_by_size = snap.features.frees_paired_by_size.contains(&device);
     d.ooms = ooms
         .into_iter()
         .map(|i| {

@@ -277,6 +277,9 @@ pub struct TimelineView {
     /// The exact peaks of the whole trace (the buckets keep each column's highest state).
     pub requested_peak: Peak,
     pub reserved_peak: Peak,
+    /// False for a profiler trace without `Total Reserved`: the reserved figures stand
+    /// for nothing recorded and are not drawn.
+    pub reserved_recorded: bool,
 }
 
 const MAX_ANNOTATIONS: usize = 300;
@@ -861,6 +864,7 @@ pub fn build_view(
         max_bytes,
         requested_peak: peaks.requested,
         reserved_peak: peaks.reserved,
+        reserved_recorded: !snap.features.reserved_unrecorded.contains(&r.device),
     })
 }
 

@@ -132,7 +132,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             events: r.len(),
             peak_requested: view.requested_peak.bytes,
             peak_event: view.requested_peak.event.map(|e| e.index() as u32),
-            peak_reserved: view.reserved_peak.bytes,
+            peak_reserved: view.reserved_recorded.then_some(view.reserved_peak.bytes),
         };
         let lanes = trace_lanes(args, &snap, &info, device, &view, r.trace)?;
         write_new_file(o, args.force, |w| {

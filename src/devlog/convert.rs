@@ -152,6 +152,16 @@ pub fn to_snapshot(trace: &ProfileTrace) -> Converted {
     for t in &device_traces {
         features.entries.merge(t.keys);
     }
+    for d in &devices {
+        if trace.kind == ProfileKind::KinetoTrace && d.source != DeviceSource::Cpu {
+            if d.peak_total_reserved_bytes.is_none() {
+                features.reserved_unrecorded.push(d.device);
+            }
+            if d.paired_by_size {
+                features.frees_paired_by_size.push(d.device);
+            }
+        }
+    }
     // record_function ranges (ProfilerStep#N and the user's own) as annotations, on every
     // converted device, as snapshots record them per device.
     let mut annotations = Vec::new();

@@ -123,6 +123,12 @@ pub struct Features {
     /// The device slot that holds the CPU allocator's events, when a profiler trace had
     /// memory events only for the CPU.
     pub cpu_device: Option<i64>,
+    /// Converted devices whose trace records no reserved memory (a profiler trace without
+    /// `Total Reserved`): their segments stand for allocated memory only.
+    pub reserved_unrecorded: Vec<i64>,
+    /// Converted devices whose frees were paired with allocations by size (a profiler
+    /// trace without addresses): totals exact, which block ended a guess.
+    pub frees_paired_by_size: Vec<i64>,
 }
 
 /// The profiler output a snapshot was converted from (see `devlog::convert`).

@@ -41,14 +41,28 @@ fn truncation_text(e: &TruncationEvidence) -> String {
 
 pub use crate::timeline::traced::HOW_TO_RECORD;
 
-fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Result<()> {
+/// What to do for a fuller history of a profiler trace: it records from the moment the
+/// profiler starts, not from `_record_memory_history`.
+const HOW_TO_PROFILE: &str = "start the profiler (torch.profiler.profile(profile_memory=True, record_shapes=True, with_stack=True)) before the work it should see, or record a snapshot with torch.cuda.memory._record_memory_history()";
+
+fn write_trace(
+    out: &mut dyn Write,
+    t: &TraceSummary,
+    converted: bool,
+    style: Style,
+) -> io::Result<()> {
+    let how = if converted {
+        HOW_TO_PROFILE
+    } else {
+        HOW_TO_RECORD
+    };
     if t.events == 0 {
         row(
             out,
             "trace",
             "none recorded: only the final state is known (no timeline, no peaks)",
         )?;
-        return row(out, "", HOW_TO_RECORD);
+        return row(out, "", how);
     }
     if !t.has_timeline {
         // Counted honestly, but read as a file without a trace: nothing over time.
@@ -66,7 +80,7 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
                 actions.join(", ")
             ),
         )?;
-        return row(out, "", HOW_TO_RECORD);
+        return row(out, "", how);
     }
     let span = match (t.first_time_us, t.last_time_us) {
         (Some(a), Some(b)) => format!(", {} .. +{}", utc_time(a), duration_us(b - a)),
@@ -86,6 +100,15 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
         for e in &t.truncation_evidence {
             row(out, "", format!("- {}", truncation_text(e)))?;
         }
+        if converted {
+            row(out, "", how)?;
+        }
+    } else if t.frees_paired_by_size {
+        row(
+            out,
+            "history",
+            "complete in its totals; the trace has no addresses, so each free was paired with an allocation of its size (which block ended is a guess)",
+        )?;
     } else {
         row(
             out,
@@ -104,10 +127,19 @@ fn write_device(
 ) -> io::Result<()> {
     writeln!(out, "{}", style.heading(&format!("device {}", d.device)))?;
     if converted {
-        // A profiler trace has no segments or blocks: only its totals and peaks.
-        row(out, "reserved at the end", bytes(d.reserved_bytes))?;
+        // A profiler trace has no segments or blocks: only its totals and peaks, and
+        // reserved memory only when it records it.
+        if d.reserved_recorded {
+            row(out, "reserved at the end", bytes(d.reserved_bytes))?;
+        } else {
+            row(
+                out,
+                "reserved",
+                "not recorded (the trace has no Total Reserved)",
+            )?;
+        }
         write_peaks(out, d)?;
-        return write_trace(out, &d.trace, style);
+        return write_trace(out, &d.trace, true, style);
     }
     row(
         out,
@@ -202,7 +234,7 @@ fn write_device(
     )?;
     row(out, "largest free block", bytes(d.largest_free_block_bytes))?;
     write_peaks(out, d)?;
-    write_trace(out, &d.trace, style)?;
+    write_trace(out, &d.trace, false, style)?;
     for o in &d.ooms {
         let when = o
             .time_us
@@ -305,7 +337,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         row(out, "segments", h.segments.to_string())?;
         row(out, "reserved", bytes(h.reserved_bytes))?;
         row(out, "allocated", bytes(h.allocated_bytes))?;
-        write_trace(out, &h.trace, style)?;
+        write_trace(out, &h.trace, false, style)?;
     }
     writeln!(out, "{}", style.heading("allocator"))?;
     if s.converted {

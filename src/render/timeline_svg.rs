@@ -30,7 +30,8 @@ pub struct ChartTitle<'a> {
     pub events: usize,
     pub peak_requested: u64,
     pub peak_event: Option<u32>,
-    pub peak_reserved: u64,
+    /// None where the file records no reserved memory.
+    pub peak_reserved: Option<u64>,
 }
 
 struct Frame {
@@ -277,9 +278,12 @@ fn write_heading(svg: &mut Svg, title: &ChartTitle) -> io::Result<()> {
         "start",
         "",
         &format!(
-            "peak requested {}{peak_at}; peak reserved {}; {} events{}",
+            "peak requested {}{peak_at}; {}; {} events{}",
             bytes(title.peak_requested),
-            bytes(title.peak_reserved),
+            title.peak_reserved.map_or_else(
+                || "reserved not recorded".to_string(),
+                |b| format!("peak reserved {}", bytes(b))
+            ),
             title.events,
             match title.device.others.len() {
                 0 => String::new(),
@@ -483,17 +487,19 @@ fn write_body(
             bytes(max_cached)
         )),
     )?;
-    // Reserved memory.
-    let reserved = steps(
-        view.buckets
-            .iter()
-            .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.reserved_bytes.max(0) as f64))),
-    );
-    svg.polyline(
-        &reserved,
-        r##" stroke="#1f3b73" stroke-width="1.6""##,
-        Some("reserved: bytes in segments"),
-    )?;
+    // Reserved memory, where the file records it.
+    if view.reserved_recorded {
+        let reserved = steps(
+            view.buckets
+                .iter()
+                .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.reserved_bytes.max(0) as f64))),
+        );
+        svg.polyline(
+            &reserved,
+            r##" stroke="#1f3b73" stroke-width="1.6""##,
+            Some("reserved: bytes in segments"),
+        )?;
+    }
     // Device readings, when given: device used, memory outside the allocator, others.
     if !view.device.is_empty() {
         let pts = |f2: &dyn Fn(&crate::analysis::timeline_view::DevicePoint) -> Option<i64>| -> Vec<(f64, f64)> {
@@ -584,14 +590,18 @@ fn write_body(
     // Legend: reserved, the rest band, then bands grouped by their headline frame.
     let lx = plot_right + 16.0;
     let mut ly = TOP + 4.0;
-    svg.line(
-        lx,
-        ly,
-        lx + 18.0,
-        ly,
-        r##" stroke="#1f3b73" stroke-width="1.6""##,
-    )?;
-    svg.text(lx + 24.0, ly + 4.0, "start", "", "reserved")?;
+    if view.reserved_recorded {
+        svg.line(
+            lx,
+            ly,
+            lx + 18.0,
+            ly,
+            r##" stroke="#1f3b73" stroke-width="1.6""##,
+        )?;
+        svg.text(lx + 24.0, ly + 4.0, "start", "", "reserved")?;
+    } else {
+        svg.text(lx, ly + 4.0, "start", "", "reserved: not recorded")?;
+    }
     ly += 18.0;
     svg.line(
         lx,

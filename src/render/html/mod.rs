@@ -346,7 +346,7 @@ fn timeline_chart(f: &FileReport, d: &DeviceReport, view: &TimelineView) -> io::
         events: d.events,
         peak_requested: summary.and_then(|s| s.peak_requested_bytes).unwrap_or(0),
         peak_event: summary.and_then(|s| s.peak_requested_event),
-        peak_reserved: summary.and_then(|s| s.peak_reserved_bytes).unwrap_or(0),
+        peak_reserved: summary.and_then(|s| s.peak_reserved_bytes),
     };
     inline_svg(|w| write_timeline_svg(w, view, &title, None, None))
 }
