@@ -850,7 +850,7 @@ fn real_snapshots_draw_within_limits() {
                     events: r.len(),
                     peak_requested: peaks.requested.bytes,
                     peak_event: None,
-                    peak_reserved: peaks.reserved.bytes,
+                    peak_reserved: Some(peaks.reserved.bytes),
                 };
                 vramlens::render::timeline_svg::write_timeline_svg(
                     &mut svg, &view, &title, None, None,
