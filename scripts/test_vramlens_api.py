@@ -206,5 +206,77 @@ class TopTest(unittest.TestCase):
         self.assertIn("device_traces[0][17].size", str(cm.exception))
 
 
+def direct(*args, ok=(0,)):
+    """The command's own JSON, run without the API."""
+    proc = subprocess.run([vramlens.find_binary(), *args], capture_output=True, text=True)
+    assert proc.returncode in ok, proc.stderr
+    return json.loads(proc.stdout)
+
+
+class CommandsTest(unittest.TestCase):
+    """Every command with --json has a function that returns what the command prints."""
+
+    def setUp(self):
+        for name in ("oom", "diff", "check", "budget", "reconcile", "export", "report"):
+            if not has_subcommand(name):
+                self.skipTest(f"this vramlens binary has no `{name}` subcommand")
+
+    def test_oom_with_its_log(self):
+        snap, log = fixture("gpu/oom/oom_snapshot.pickle"), fixture("gpu/oom/oom.log")
+        got = vramlens.oom(snap, log=log)
+        self.assertEqual(got, direct("oom", snap, "--log", log, "--json"))
+        self.assertEqual(got["analyses"][0]["verdicts"][0]["cause"], "leak")
+        # A log alone.
+        alone = vramlens.oom(log=log)
+        self.assertIsNone(alone["path"])
+        self.assertEqual(alone["messages"][0]["requested_bytes"], 134217728)
+
+    def test_diff_of_a_file_with_itself_changes_nothing(self):
+        got = vramlens.diff(fixture("sample.pickle"), fixture("sample.pickle"))
+        self.assertEqual(got, direct("diff", fixture("sample.pickle"),
+                                     fixture("sample.pickle"), "--json"))
+        self.assertTrue(all(g["delta_bytes"] == 0 for g in got["groups"]))
+
+    def test_check_passes_at_the_peak_and_fails_a_byte_below(self):
+        peak = expected("sample.pickle")["devices"][0]["peak_allocated_bytes"]
+        self.assertTrue(vramlens.check(fixture("sample.pickle"), max_peak=peak)["passed"])
+        failed = vramlens.check(fixture("sample.pickle"), max_peak=peak - 1)
+        self.assertFalse(failed["passed"])
+        self.assertEqual(failed, direct("check", fixture("sample.pickle"), "--max-peak",
+                                        str(peak - 1), "--json", ok=(1,)))
+
+    def test_budget_and_reconcile_return_the_commands_json(self):
+        got = vramlens.budget(fixture("sample.pickle"), gpus=["h100"])
+        self.assertEqual(got, direct("budget", fixture("sample.pickle"), "--gpu", "h100",
+                                     "--json"))
+        snap, nvml = fixture("gpu/oom/oom_snapshot.pickle"), fixture("gpu/oom/nvml.jsonl")
+        got = vramlens.reconcile(snap, nvml=nvml)
+        self.assertEqual(got, direct("reconcile", snap, "--nvml", nvml, "--json"))
+
+    def test_export_writes_the_tables(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "tables")
+            self.assertEqual(vramlens.export(fixture("sample.pickle"), out, format="jsonl"), out)
+            written = sorted(p.relative_to(out).parts[0]
+                             for p in pathlib.Path(out).rglob("*.jsonl"))
+            self.assertIn("lifetimes", written)
+            with self.assertRaises(vramlens.VramlensError):
+                vramlens.export(fixture("sample.pickle"), out, format="jsonl")
+
+    def test_report_shows_inline_in_a_notebook(self):
+        r = vramlens.report(fixture("sample.pickle"))
+        self.assertTrue(r.html.startswith("<!DOCTYPE html>"))
+        peak = expected("sample.pickle")["devices"][0]["peak_requested_bytes"]
+        self.assertIn(f'data-peak-requested-bytes="{peak}"', r.html)
+        shown = r._repr_html_()
+        self.assertTrue(shown.startswith('<iframe srcdoc="&lt;!DOCTYPE html&gt;'), shown[:80])
+        self.assertNotIn("<script>", shown)
+        with tempfile.TemporaryDirectory() as tmp:
+            page = os.path.join(tmp, "r.html")
+            kept = vramlens.report(fixture("sample.pickle"), output=page)
+            self.assertEqual(kept.path, page)
+            self.assertEqual(kept.html, r.html)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -52,3 +52,8 @@ fn python_api_summary_and_errors() {
 fn python_api_top() {
     run_api_tests(&["TopTest"]).expect("python3 not found: the Python API tests need it");
 }
+
+#[test]
+fn python_api_every_command_with_json() {
+    run_api_tests(&["CommandsTest"]).expect("python3 not found: the Python API tests need it");
+}

@@ -4,6 +4,9 @@
     s = vramlens.summary("snapshot.pickle")
     s["devices"][0]["peak_allocated_bytes"]
     vramlens.top("snapshot.pickle", at="peak", by="callsite")
+    vramlens.oom("oom_snapshot.pickle", log="train.log")["analyses"][0]["verdicts"]
+    vramlens.budget(["run.pickle"], gpus=["h100", "a100-40gb"])
+    vramlens.report("snapshot.pickle")      # shows inline in a notebook
 
 Each call runs the vramlens binary that came with this package with `--json` and returns
 the parsed JSON documented in docs/json.md (dicts, lists, ints, strings). The snapshot is
@@ -25,7 +28,8 @@ import shutil
 import subprocess
 import sysconfig
 
-__all__ = ["VramlensError", "summary", "top", "find_binary"]
+__all__ = ["VramlensError", "Report", "summary", "top", "oom", "diff", "check", "budget",
+           "reconcile", "export", "report", "find_binary"]
 
 _EXE = "vramlens" + (sysconfig.get_config_var("EXE") or "")
 
@@ -92,14 +96,37 @@ def _error_message(stderr, returncode):
     return f"vramlens exited with status {returncode} and printed no error"
 
 
-def _run_json(args):
-    """Runs `vramlens ARGS` and returns its one JSON object."""
+def _run(args, ok=(0,)):
+    """Runs `vramlens ARGS`; its standard output, or VramlensError for any exit status
+    not in `ok`."""
     proc = subprocess.run([find_binary(), *args], stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stderr = proc.stderr.decode("utf-8", "replace")
-    if proc.returncode != 0:
+    if proc.returncode not in ok:
         raise VramlensError(_error_message(stderr, proc.returncode), proc.returncode, stderr)
-    return json.loads(proc.stdout.decode("utf-8"))
+    return proc.stdout.decode("utf-8")
+
+
+def _run_json(args, ok=(0,)):
+    """Runs `vramlens ARGS` and returns its one JSON object."""
+    return json.loads(_run(args, ok))
+
+
+def _paths(paths):
+    """One path or several, as strings."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    return [os.fspath(p) for p in paths]
+
+
+def _opt(args, flag, value):
+    if value is not None:
+        args += [flag, str(value)]
+
+
+def _opts(args, flag, values):
+    for v in values or ():
+        args += [flag, os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
 
 
 def summary(path, device=None):
@@ -118,3 +145,125 @@ def top(path, at="peak", by="callsite"):
     return _run_json(["top", "--at", str(at), "--by", str(by), "--json", "--",
                       os.fspath(path)])
 
+
+
+def oom(paths=None, log=None, device_total=None, device=None):
+    """`vramlens oom [PATH...] [--log FILE] [--device-total SIZE] --json`: each OOM's request,
+    what was live and free, and the verdicts with their evidence, as a dict. `paths` may
+    be omitted when a `log` with the OOM message is given; `device_total` is a byte count
+    or a size such as "80GiB"."""
+    args = ["oom", "--json"]
+    _opt(args, "--log", os.fspath(log) if log is not None else None)
+    _opt(args, "--device-total", device_total)
+    _opt(args, "--device", None if device is None else int(device))
+    return _run_json([*args, "--", *_paths(paths or [])])
+
+
+def diff(base, new, at="peak", by="callsite", device=None):
+    """`vramlens diff BASE NEW --at AT --by BY --json`: what changed between two snapshots
+    at a moment, by group, as a dict."""
+    args = ["diff", "--json", "--at", str(at), "--by", str(by)]
+    _opt(args, "--device", None if device is None else int(device))
+    return _run_json([*args, "--", os.fspath(base), os.fspath(new)])
+
+
+def check(path, max_peak=None, baseline=None, tolerance=None, metric=None, device=None):
+    """`vramlens check PATH --json`: the gate's result as a dict; `result["passed"]` is
+    False when the peak is over `max_peak` (a byte count or a size such as "20GiB") or over
+    the `baseline` snapshot's peak by more than `tolerance` percent. A failed check is a
+    result, not an exception."""
+    args = ["check", "--json"]
+    _opt(args, "--max-peak", max_peak)
+    _opt(args, "--baseline", os.fspath(baseline) if baseline is not None else None)
+    _opt(args, "--tolerance", tolerance)
+    _opt(args, "--metric", metric)
+    _opt(args, "--device", None if device is None else int(device))
+    return _run_json([*args, "--", os.fspath(path)], ok=(0, 1))
+
+
+def budget(paths, gpus=None, headroom=None, vary=None, sizes=None, target=None, nvml=None,
+           log=None, device=None):
+    """`vramlens budget PATH... --json`: what each run needs at its peak, part by part,
+    which GPUs take it with the headroom (percent), and for a series (`vary` "batch" or
+    "seq", `sizes` a dict of path to size) the fit and the budget at `target`, as a dict."""
+    args = ["budget", "--json"]
+    _opts(args, "--gpu", gpus)
+    _opt(args, "--headroom", headroom)
+    _opt(args, "--vary", vary)
+    for path, size in (sizes or {}).items():
+        args += ["--size", f"{os.fspath(path)}={size}"]
+    _opt(args, "--target", target)
+    _opts(args, "--nvml", nvml)
+    _opt(args, "--log", os.fspath(log) if log is not None else None)
+    _opt(args, "--device", None if device is None else int(device))
+    return _run_json([*args, "--", *_paths(paths)])
+
+
+def reconcile(path, nvml, trace=None, utc_offset=None, gpu=None, device=None):
+    """`vramlens reconcile PATH --nvml LOG... --json`: PyTorch's figures against the
+    device's readings (nvidia-smi CSV or NVML lines) at the peak, each OOM and the end,
+    as a dict."""
+    args = ["reconcile", "--json"]
+    _opts(args, "--nvml", _paths(nvml))
+    _opt(args, "--trace", os.fspath(trace) if trace is not None else None)
+    _opt(args, "--utc-offset", utc_offset)
+    _opt(args, "--gpu", gpu)
+    _opt(args, "--device", None if device is None else int(device))
+    return _run_json([*args, "--", os.fspath(path)])
+
+
+def export(paths, output, format="parquet", events=False, force=False):
+    """`vramlens export PATH... -o OUTPUT`: the tables (Parquet or JSON Lines, see
+    docs/export.md) written under `output`; returns `output`. Nothing is overwritten
+    unless `force`."""
+    args = ["export", "-o", os.fspath(output), "--format", str(format)]
+    if events:
+        args.append("--events")
+    if force:
+        args.append("--force")
+    _run([*args, "--", *_paths(paths)])
+    return output
+
+
+class Report:
+    """A report page: `html` is its text, `path` the file it was written to. In a
+    notebook it shows inline (in a frame of its own, so its style and script stay
+    apart from the notebook's)."""
+
+    def __init__(self, path, html):
+        self.path = path
+        self.html = html
+
+    def _repr_html_(self):
+        import html as _html
+        return ('<iframe srcdoc="' + _html.escape(self.html, quote=True) +
+                '" style="width:100%;height:900px;border:1px solid #ddd" '
+                'sandbox="allow-scripts"></iframe>')
+
+    def __repr__(self):
+        return f"Report({self.path!r}, {len(self.html)} characters)"
+
+
+def report(paths, output=None, nvml=None, trace=None, log=None, device_total=None,
+           device=None, force=False):
+    """`vramlens report PATH... -o OUTPUT`: the self-contained HTML report, as a Report
+    (shown inline by a notebook). Without `output` it is written to a temporary file that
+    is removed once read."""
+    import tempfile
+    args = ["report"]
+    _opts(args, "--nvml", nvml)
+    _opt(args, "--trace", os.fspath(trace) if trace is not None else None)
+    _opt(args, "--log", os.fspath(log) if log is not None else None)
+    _opt(args, "--device-total", device_total)
+    _opt(args, "--device", None if device is None else int(device))
+    if force:
+        args.append("--force")
+    if output is not None:
+        _run([*args, "-o", os.fspath(output), "--", *_paths(paths)])
+        with open(output, encoding="utf-8") as f:
+            return Report(os.fspath(output), f.read())
+    with tempfile.TemporaryDirectory() as tmp:
+        page = os.path.join(tmp, "report.html")
+        _run([*args, "-o", page, "--", *_paths(paths)])
+        with open(page, encoding="utf-8") as f:
+            return Report(None, f.read())
