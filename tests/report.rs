@@ -197,6 +197,44 @@ fn sample_report_is_self_contained_with_the_independent_figures() {
     assert!(html.contains("Warnings while reading"));
 }
 
+/// A file of two devices: both are covered, the one with the OOM (device 2) first, each
+/// with its own sections and headline figures (from scripts/expected.py).
+#[test]
+fn every_device_of_a_file_has_its_sections_the_oom_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = report(
+        &["testdata/multi_device.pickle"],
+        &dir.path().join("r.html"),
+    );
+    assert_eq!(attrs(&html, r#"div class="device""#, "device"), ["2", "0"]);
+    assert!(!html.contains("--device N"));
+    assert!(html.contains("device 2 (the device with the OOM, peak "));
+    let e = &expected("testdata/multi_device.pickle.expected.json")["devices"];
+    let pane = |device: &str| {
+        let start = html
+            .find(&format!(r#"data-device="{device}">"#))
+            .unwrap_or_else(|| panic!("pane of device {device}"));
+        let rest = &html[start..];
+        rest[..rest.find("<div class=\"device\"").unwrap_or(rest.len())].to_string()
+    };
+    // The second pane: its own answer section and a headline with its own peak.
+    let zero = pane("0");
+    assert!(zero.contains(r#"id="f0-d0-answer""#));
+    assert!(zero.contains(&format!(
+        r#"data-bytes="{}""#,
+        e[0]["peak_requested_bytes"].as_u64().unwrap()
+    )));
+    let two = pane("2");
+    assert!(two.contains(r#"id="f0-answer""#));
+    assert!(two.contains("<b>verdict</b>"));
+    // One id per element of the page.
+    let ids = Regex::new(r#"\sid="([^"]+)""#).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for c in ids.captures_iter(&html) {
+        assert!(seen.insert(c[1].to_string()), "id {} twice", &c[1]);
+    }
+}
+
 #[test]
 fn same_bytes_for_one_thread_and_many() {
     let dir = tempfile::tempdir().unwrap();
@@ -737,6 +775,20 @@ fn a_real_oom_report_works_in_chromium() {
         );
         // Each file's OOM is a moment.
         assert!(attrs(&html, r#"div class="moment""#, "kind").contains(&"oom".to_string()));
+        // Every device is covered, the one with the OOM first, and the page never sends
+        // its reader to a command-line option to see another.
+        assert!(!html.contains("--device N"), "{name}");
+        if name == "expandable" {
+            assert_eq!(
+                attrs(&html, r#"div class="device""#, "device"),
+                ["1", "0", "2"]
+            );
+            let d = &r["steps"]["device"];
+            assert_eq!(d["before"], serde_json::json!(["0"]), "{r}");
+            assert_eq!(d["shown"], serde_json::json!(["1"]), "{r}");
+            assert_eq!(d["device"], "0", "{r}");
+            assert!(d["charts"].as_u64().unwrap() > 0, "{r}");
+        }
         screenshot(
             &page,
             &shots.join(format!("{name}.png")),

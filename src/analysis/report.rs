@@ -102,9 +102,18 @@ pub struct Timelines {
 pub struct FileReport {
     pub path: String,
     pub summary: Summary,
-    /// The device shown; None when the file has no device (no segment, no trace entry).
+    /// The device shown first (the one every command picks, or `--device`); None when the
+    /// file has no device (no segment, no trace entry).
     pub device: Option<DeviceReport>,
+    /// The file's other devices, ascending, at most [`MAX_DEVICES`] with the first (none
+    /// when `--device` chose one).
+    pub other_devices: Vec<DeviceReport>,
+    /// Devices past [`MAX_DEVICES`], named without their sections.
+    pub devices_left_out: Vec<i64>,
 }
+
+/// Devices of one file a report covers, each with its own sections.
+pub const MAX_DEVICES: usize = 8;
 
 /// Everything the report shows about the device of a file.
 #[derive(Debug, Clone)]
@@ -226,10 +235,61 @@ pub fn analyze_report_file(
                 path: path.to_string(),
                 summary,
                 device: None,
+                other_devices: Vec::new(),
+                devices_left_out: Vec::new(),
             });
         }
         Err(e) => return Err(ReportError::Device(e)),
     };
+    // Without --device, every device of the file (the chosen one first), each a device
+    // asked for; the device readings and the ledger go with the first.
+    let others: Vec<i64> = match options.device {
+        Some(_) => Vec::new(),
+        None => choice.others.clone(),
+    };
+    let (shown, left_out) = others.split_at(others.len().min(MAX_DEVICES - 1));
+    let (first, rest) = rayon::join(
+        || device_report(snap, path, &summary, choice.clone(), options),
+        || {
+            shown
+                .par_iter()
+                .map(|&d| {
+                    let asked = DeviceChoice {
+                        device: d,
+                        reason: super::device::DeviceReason::Asked,
+                        ..choice.clone()
+                    };
+                    device_report(
+                        snap,
+                        path,
+                        &summary,
+                        asked,
+                        ReportOptions {
+                            readings: None,
+                            ..options
+                        },
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()
+        },
+    );
+    Ok(FileReport {
+        path: path.to_string(),
+        device: Some(first?),
+        other_devices: rest?,
+        devices_left_out: left_out.to_vec(),
+        summary,
+    })
+}
+
+/// The sections of one device of a file.
+fn device_report(
+    snap: &Snapshot,
+    path: &str,
+    summary: &Summary,
+    choice: DeviceChoice,
+    options: ReportOptions,
+) -> Result<DeviceReport, ReportError> {
     let device = choice.device;
     let r = DeviceReplay::new(snap, device);
     // An attributor caches per frame and is not shared between threads: one per task,
@@ -326,17 +386,13 @@ pub fn analyze_report_file(
         }
         None => None,
     };
-    Ok(FileReport {
-        path: path.to_string(),
-        summary,
-        device: Some(DeviceReport {
-            choice,
-            events: r.len(),
-            timelines,
-            moments,
-            more_ooms,
-            oom,
-            reconcile,
-        }),
+    Ok(DeviceReport {
+        choice,
+        events: r.len(),
+        timelines,
+        moments,
+        more_ooms,
+        oom,
+        reconcile,
     })
 }

@@ -15,7 +15,7 @@
 
 use super::Style;
 use super::flame_svg::{FlameTitle, write_flame_svg};
-use super::names::{device_line, group_display, moment_text};
+use super::names::{group_display, moment_text};
 use super::oom::{verdict_text, write_analysis};
 use super::reconcile::write_reconcile_text;
 use super::segments_svg::write_segments_svg;
@@ -125,6 +125,9 @@ enum Piece {
 struct Section {
     pieces: Vec<Piece>,
     optional: Vec<Optional>,
+    /// Added to the priority of the optional parts given: the file's other devices come
+    /// after everything of its first.
+    offset: u8,
 }
 
 impl Section {
@@ -143,7 +146,7 @@ impl Section {
         self.optional.push(Optional {
             html,
             note,
-            priority,
+            priority: (priority.0.saturating_add(self.offset), priority.1),
         });
     }
 
@@ -265,8 +268,7 @@ fn figure_attributes(d: Option<&DeviceSummary>) -> String {
     s
 }
 
-fn headline(out: &mut String, f: &FileReport) {
-    let d = f.device_summary();
+fn headline(out: &mut String, d: Option<&DeviceSummary>) {
     out.push_str("<div class=\"figures\">\n");
     match d.and_then(|d| d.peak_requested_bytes.map(|b| (d, b))) {
         Some((d, b)) => {
@@ -338,11 +340,25 @@ fn headline(out: &mut String, f: &FileReport) {
     out.push_str("</div>\n");
 }
 
+/// The device a chart of the page names: without the others (the page covers them, and
+/// its reader may have no command line to pick one with).
+fn alone(d: &DeviceReport) -> crate::analysis::device::DeviceChoice {
+    crate::analysis::device::DeviceChoice {
+        others: Vec::new(),
+        ..d.choice.clone()
+    }
+}
+
 fn timeline_chart(f: &FileReport, d: &DeviceReport, view: &TimelineView) -> io::Result<String> {
-    let summary = f.device_summary();
+    let summary = f
+        .summary
+        .devices
+        .iter()
+        .find(|s| s.device == d.choice.device);
+    let choice = alone(d);
     let title = ChartTitle {
         path: &f.path,
-        device: &d.choice,
+        device: &choice,
         events: d.events,
         peak_requested: summary.and_then(|s| s.peak_requested_bytes).unwrap_or(0),
         peak_event: summary.and_then(|s| s.peak_requested_event),
@@ -587,7 +603,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
         );
         s.optional(html, note, (3, k));
         s.text().push_str("<h5>Segments</h5>\n");
-        let map = inline_svg(|w| write_segments_svg(w, &m.segments, &d.choice))?;
+        let map = inline_svg(|w| write_segments_svg(w, &m.segments, &alone(d)))?;
         let note = left_out(
             "segment map",
             map.len(),
@@ -658,6 +674,67 @@ fn warnings_section(f: &FileReport, id: &str) -> String {
     out
 }
 
+/// "device 2 (peak 20.1 GiB)".
+fn device_with_peak(d: &DeviceReport, device: i64) -> String {
+    match d.choice.peak_of(device) {
+        Some(b) => format!("device {device} (peak {})", bytes(b)),
+        None => format!("device {device}"),
+    }
+}
+
+/// The device line of a file: the first device, why, and the others the page covers
+/// (a reader of the page may have no vramlens: no option is named).
+fn report_device_line(f: &FileReport, d: &DeviceReport) -> String {
+    let c = &d.choice;
+    let own = c
+        .peak_of(c.device)
+        .map(|b| format!(", peak {}", bytes(b)))
+        .unwrap_or_default();
+    let why = match c.reason {
+        crate::analysis::device::DeviceReason::Oom => format!(" (the device with the OOM{own})"),
+        crate::analysis::device::DeviceReason::LargestPeak => {
+            format!(" (the largest peak{own})")
+        }
+        _ => String::new(),
+    };
+    let others: Vec<String> = f
+        .other_devices
+        .iter()
+        .map(|o| device_with_peak(d, o.choice.device))
+        .chain(f.devices_left_out.iter().map(|&x| device_with_peak(d, x)))
+        .collect();
+    match others.len() {
+        0 => format!("device {}{why}", c.device),
+        _ => format!(
+            "device {}{why}; the file also has {}: pick one above its sections",
+            c.device,
+            others.join(", ")
+        ),
+    }
+}
+
+/// A device's button: "device 1: the OOM, peak 78.3 GiB".
+fn device_button(f: &FileReport, d: &DeviceReport, first: bool) -> String {
+    let dev = d.choice.device;
+    let peak = d
+        .choice
+        .peak_of(dev)
+        .map(|b| format!("peak {}", bytes(b)))
+        .unwrap_or_else(|| "no peak".into());
+    let ooms = f
+        .summary
+        .devices
+        .iter()
+        .find(|x| x.device == dev)
+        .map_or(0, |x| x.ooms.len());
+    let oom = match (first, ooms) {
+        (_, 0) => String::new(),
+        (_, 1) => "an OOM, ".to_string(),
+        (_, n) => format!("{n} OOMs, "),
+    };
+    format!("device {dev}: {oom}{peak}")
+}
+
 /// One file's section within `budget` bytes, and how many parts were left out.
 fn file_section(
     f: &FileReport,
@@ -684,11 +761,11 @@ fn file_section(
             "<h2>{}</h2>\n<p class=\"device-line\">{}</p>",
             escape_html(&f.path),
             escape_html(&match &f.device {
-                Some(d) => device_line(&d.choice),
+                Some(d) => report_device_line(f, d),
                 None => "no device: the file has no segment and no trace entry".to_string(),
             })
         );
-        headline(out, f);
+        headline(out, f.device_summary());
         let _ = writeln!(
             out,
             "<nav class=\"toc\">{}<a href=\"#{id}-summary\">Summary</a><a href=\"#{id}-warnings\">Warnings</a>{}</nav>",
@@ -711,7 +788,64 @@ fn file_section(
         );
     }
     if let Some(d) = &f.device {
-        device_sections(&mut s, f, d, &id)?;
+        if f.other_devices.is_empty() {
+            device_sections(&mut s, f, d, &id)?;
+        } else {
+            // A picker over the devices, the first (the OOM's, else the largest peak)
+            // shown first; without JavaScript each follows the other under its heading.
+            let devices: Vec<&DeviceReport> = std::iter::once(d).chain(&f.other_devices).collect();
+            let out = s.text();
+            let _ = write!(out, "<div class=\"picker\" data-picker=\"{id}-device\">");
+            for (k, dr) in devices.iter().enumerate() {
+                let _ = write!(
+                    out,
+                    "<button type=\"button\" data-value=\"{k}\">{}</button>",
+                    escape_html(&device_button(f, dr, k == 0))
+                );
+            }
+            out.push_str("</div>\n");
+            for (k, dr) in devices.iter().enumerate() {
+                let device_id = if k == 0 {
+                    id.clone()
+                } else {
+                    format!("{id}-d{}", dr.choice.device)
+                };
+                let out = s.text();
+                let _ = writeln!(
+                    out,
+                    "<div class=\"device\" data-pane=\"{id}-device\" data-value=\"{k}\" data-device=\"{}\">\n<h3 class=\"device-heading\">{}</h3>",
+                    dr.choice.device,
+                    escape_html(&capitalized(&device_button(f, dr, k == 0)))
+                );
+                if k > 0 {
+                    headline(
+                        out,
+                        f.summary
+                            .devices
+                            .iter()
+                            .find(|x| x.device == dr.choice.device),
+                    );
+                }
+                s.offset = (6 * k).min(200) as u8;
+                device_sections(&mut s, f, dr, &device_id)?;
+                s.offset = 0;
+                s.text().push_str("</div>\n");
+            }
+        }
+        if !f.devices_left_out.is_empty() {
+            let _ = writeln!(
+                s.text(),
+                "<p class=\"hint\">{} more devices are not drawn here: {}.</p>",
+                f.devices_left_out.len(),
+                escape_html(
+                    &f.devices_left_out
+                        .iter()
+                        .map(|&x| device_with_peak(d, x))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            );
+        }
     }
     let summary = text_of(|w| write_summary_text(w, &f.summary, Style::default()))?;
     let html = format!(

@@ -303,6 +303,20 @@
       click(views[1]);
       out.steps.view = { before: viewBefore, chosen: views[1].getAttribute('data-value'), shown: visibleValues(id + '-view') };
     }
+    var devices = all('[data-picker="' + id + '-device"] button[data-value]');
+    if (devices.length > 1) {
+      var devicesBefore = visibleValues(id + '-device');
+      click(devices[1]);
+      var pane = all('[data-pane="' + id + '-device"]').filter(visible)[0];
+      out.steps.device = {
+        before: devicesBefore,
+        chosen: devices[1].getAttribute('data-value'),
+        shown: visibleValues(id + '-device'),
+        device: pane ? pane.getAttribute('data-device') : null,
+        charts: pane ? all('.chart svg', pane).filter(visible).length : 0
+      };
+      click(devices[0]);
+    }
     var files = doc.querySelector('select[data-picker="file"]');
     if (files && files.options.length > 1) {
       var value = files.options[files.options.length - 1].value;
