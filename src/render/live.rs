@@ -1,5 +1,6 @@
 //! Text rendering of a [`LiveSet`].
 
+use crate::units::shown;
 use super::Style;
 use super::names::{MomentTotals, write_moment_heading};
 use crate::analysis::device::DeviceChoice;
@@ -72,7 +73,7 @@ pub fn write_live_text(
             )?;
         }
         for f in &a.frames {
-            writeln!(out, "              {f}")?;
+            writeln!(out, "              {}", shown(f))?;
         }
     }
     Ok(())

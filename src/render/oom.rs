@@ -1,5 +1,6 @@
 //! Text rendering of an [`OomReport`]: the figures, then the verdicts in plain words.
 
+use crate::units::shown;
 use super::Style;
 use super::names::group_display;
 use crate::analysis::device::DeviceReason;
@@ -307,7 +308,7 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
         )?;
     }
     for f in &a.frames {
-        writeln!(out, "                     {f}")?;
+        writeln!(out, "                     {}", shown(f))?;
     }
     if a.device_free_bytes.is_some() || a.device_total_bytes.is_some() {
         writeln!(
@@ -508,8 +509,8 @@ fn devices_text(r: &OomReport) -> Option<String> {
 pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::Result<()> {
     if let Some(p) = &r.path {
         match devices_text(r) {
-            Some(d) => writeln!(out, "{}", style.heading(&format!("{p}: {d}")))?,
-            None => writeln!(out, "{}", style.heading(p))?,
+            Some(d) => writeln!(out, "{}", style.heading(&format!("{}: {d}", shown(p))))?,
+            None => writeln!(out, "{}", style.heading(&shown(p)))?,
         }
     }
     for a in &r.analyses {

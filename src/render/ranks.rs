@@ -1,5 +1,6 @@
 //! Text rendering of a [`RanksReport`].
 
+use crate::units::shown;
 use super::Style;
 use super::names::{group_display, tiny_frame};
 use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
@@ -36,7 +37,7 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
             row.peak_over_median
                 .map_or("-".into(), |x| format!("{:.1}%", (x - 1.0) * 100.0)),
             row.ooms,
-            row.path,
+            shown(&row.path),
             if row.outlier {
                 style.warn("  <- outlier")
             } else {

@@ -1,6 +1,7 @@
 //! `reconcile` for people: the ledgers, the trace findings and the errors, in words. The
 //! JSON form is the analysis structs themselves (`render::write_json`).
 
+use crate::units::shown;
 use super::Style;
 use super::align::range_text;
 use crate::analysis::reconcile::{
@@ -194,7 +195,8 @@ pub fn write_reconcile_text(
         "{}",
         style.heading(&format!(
             "{} against {} readings",
-            r.path, r.device_log_source
+            shown(&r.path),
+            shown(&r.device_log_source)
         ))
     )?;
     for d in &r.devices {
@@ -318,7 +320,7 @@ fn write_trace(out: &mut dyn Write, t: &TraceFindings, style: Style) -> io::Resu
         "{}",
         style.heading(&format!(
             "profiler trace {} ({}, {})",
-            t.path,
+            shown(&t.path),
             kind_text(t.kind),
             clock_text(t)
         ))

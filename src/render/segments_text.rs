@@ -1,5 +1,6 @@
 //! Text rendering of a [`SegmentMap`]: one line per segment.
 
+use crate::units::shown;
 use super::Style;
 use super::names::{device_line, group_display, moment_note, moment_text};
 use crate::analysis::device::DeviceChoice;
@@ -18,7 +19,7 @@ pub fn write_segments_text(
         "{}",
         style.heading(&format!(
             "{}: {}, {}",
-            map.path,
+            shown(&map.path),
             device_line(choice),
             moment_text(&map.moment)
         ))

@@ -1,5 +1,6 @@
 //! Text rendering of [`Summary`]: aligned label/value rows, binary units.
 
+use crate::units::shown;
 use super::Style;
 use crate::analysis::summary::{DeviceSummary, Summary, TraceSummary, TruncationEvidence};
 use crate::units::{bytes, duration_us, percent, utc_time};
@@ -54,7 +55,7 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
         // Counted honestly, but read as a file without a trace: nothing over time.
         let actions: Vec<String> = match t.actions.iter().next() {
             Some((a, _)) if t.events == 1 => vec![a.clone()],
-            _ => t.actions.iter().map(|(a, n)| format!("{a} {n}")).collect(),
+            _ => t.actions.iter().map(|(a, n)| format!("{} {n}", shown(a))).collect(),
         };
         row(
             out,
@@ -73,7 +74,7 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
         _ => ", no timestamps (PyTorch before 2.2)".into(),
     };
     row(out, "trace", format!("{} events{span}", t.events))?;
-    let actions: Vec<String> = t.actions.iter().map(|(a, n)| format!("{a} {n}")).collect();
+    let actions: Vec<String> = t.actions.iter().map(|(a, n)| format!("{} {n}", shown(a))).collect();
     for chunk in actions.chunks(4) {
         row(out, "", chunk.join(", "))?;
     }
@@ -288,7 +289,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         "{}",
         style.heading(&format!(
             "{}  ({}, {}{}, {release})",
-            src.path,
+            shown(&src.path),
             bytes(src.size_bytes),
             if src.gzip { "gzip, " } else { "" },
             format
@@ -334,7 +335,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
             },
         )?;
         if let Some(conf) = st.alloc_conf.as_deref().filter(|c| !c.is_empty()) {
-            row(out, "ALLOC_CONF", conf)?;
+            row(out, "ALLOC_CONF", shown(conf))?;
         }
     }
     writeln!(out, "{}", style.heading("recording"))?;
@@ -362,7 +363,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
             } else {
                 String::new()
             };
-            writeln!(out, "  {}{times}", style.warn(&w.message))?;
+            writeln!(out, "  {}{times}", style.warn(&shown(&w.message)))?;
         }
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! Text rendering of a [`TimelineReport`].
 
+use crate::units::shown;
 use super::Style;
 use super::names::device_line;
 use crate::analysis::device::DeviceChoice;
@@ -26,7 +27,7 @@ pub fn write_timeline_text(
     writeln!(
         out,
         "{}",
-        style.heading(&format!("{}: {}", r.path, device_line(choice)))
+        style.heading(&format!("{}: {}", shown(&r.path), device_line(choice)))
     )?;
     let rows = [
         ("events", r.events.to_string()),
