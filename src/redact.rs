@@ -295,10 +295,11 @@ fn personal(sp: &SplitPath) -> Personal {
         while j + 1 < p.len() && p[j].len() <= 2 {
             j += 1;
         }
-        if j + 1 >= p.len() {
+        if j >= p.len() {
             break;
         }
-        out.prefix = out.prefix.max(j + 1);
+        // A path that ends at the user's folder is all personal.
+        out.prefix = out.prefix.max((j + 1).min(p.len()));
         if !is_generic(p[j]) {
             out.user = Some(p[j].to_string());
         }
@@ -1021,6 +1022,16 @@ impl<'o> Redactor<'o> {
                 *s = out;
             }
         });
+        // Warnings quote what the file had (an unknown key's name): they show what the
+        // rest shows, cleaned by the same rules.
+        let warnings = std::mem::take(&mut snap.warnings.0);
+        for (message, count) in warnings {
+            *snap
+                .warnings
+                .0
+                .entry(self.clean_text(&message))
+                .or_insert(0) += count;
+        }
         for ((field, original), (redacted, count)) in changes {
             self.report.changes.push(Change {
                 field,
@@ -1160,7 +1171,10 @@ mod tests {
         );
         assert_eq!(
             users.into_iter().collect::<Vec<_>>(),
-            ["Bob", "alice", "carol", "dave", "erin", "frank", "gina", "hank", "ivan", "ivan2", "judy"]
+            [
+                "Bob", "alice", "carol", "dave", "erin", "frank", "gina", "hank", "ivan", "ivan2",
+                "judy"
+            ]
         );
         assert_eq!(
             hosts.into_iter().collect::<Vec<_>>(),

@@ -299,7 +299,14 @@ mod tests {
             assert!(is_bidi_control(c));
         }
         assert!(!is_bidi_control('\u{2065}') && !is_bidi_control('\u{202f}'));
-        for c in ['\u{fffe}', '\u{ffff}', '\u{fdd0}', '\u{fdef}', '\u{10fffe}', '\u{2ffff}'] {
+        for c in [
+            '\u{fffe}',
+            '\u{ffff}',
+            '\u{fdd0}',
+            '\u{fdef}',
+            '\u{10fffe}',
+            '\u{2ffff}',
+        ] {
             assert!(is_noncharacter(c), "{c:?}");
         }
         assert!(!is_noncharacter('\u{fffd}') && !is_noncharacter('\u{fdcf}'));

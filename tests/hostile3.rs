@@ -43,7 +43,10 @@ type Text<'a> = &'a dyn Fn(&str) -> String;
 fn frames(text: Text, at: &str) -> SV {
     SV::List(vec![
         dict(vec![
-            ("filename", s(&format!("{}/model.py", text(&format!("{at}.filename"))))),
+            (
+                "filename",
+                s(&format!("{}/model.py", text(&format!("{at}.filename")))),
+            ),
             ("line", i(10)),
             ("name", s(&text(&format!("{at}.name")))),
         ]),
@@ -107,7 +110,10 @@ fn snapshot(text: Text, unknown: bool) -> Vec<u8> {
                         SV::List(vec![])
                     },
                 ),
-                ("forward_frames", SV::List(vec![s(&text(&format!("{at}.forward")))])),
+                (
+                    "forward_frames",
+                    SV::List(vec![s(&text(&format!("{at}.forward")))]),
+                ),
             ],
             at,
         )
@@ -136,7 +142,11 @@ fn snapshot(text: Text, unknown: bool) -> Vec<u8> {
         "segment",
     );
     let entry = |action: &str, addr: i64, size: i64, time: i64, at: &str| {
-        let addr_key = if action == "oom" { "device_free" } else { "addr" };
+        let addr_key = if action == "oom" {
+            "device_free"
+        } else {
+            "addr"
+        };
         with(
             vec![
                 ("action", s(action)),
@@ -145,17 +155,32 @@ fn snapshot(text: Text, unknown: bool) -> Vec<u8> {
                 ("stream", i(0)),
                 ("time_us", i(time)),
                 ("frames", frames(text, at)),
-                ("compile_context", s(&text(&format!("{at}.compile_context")))),
+                (
+                    "compile_context",
+                    s(&text(&format!("{at}.compile_context"))),
+                ),
                 ("user_metadata", s(&text(&format!("{at}.user_metadata")))),
-                ("internal_metadata", s(&text(&format!("{at}.internal_metadata")))),
-                ("forward_frames", SV::List(vec![s(&text(&format!("{at}.forward")))])),
+                (
+                    "internal_metadata",
+                    s(&text(&format!("{at}.internal_metadata"))),
+                ),
+                (
+                    "forward_frames",
+                    SV::List(vec![s(&text(&format!("{at}.forward")))]),
+                ),
                 ("pool_id", SV::Tuple(vec![i(0), i(0)])),
             ],
             at,
         )
     };
     let mut trace = vec![
-        entry("segment_alloc", BASE, 2 * MIB, 1_700_000_000_000_000, "segment_alloc"),
+        entry(
+            "segment_alloc",
+            BASE,
+            2 * MIB,
+            1_700_000_000_000_000,
+            "segment_alloc",
+        ),
         entry("alloc", BASE, MIB - 512, 1_700_000_000_000_010, "alloc"),
     ];
     if unknown {
@@ -216,7 +241,9 @@ fn run(args: &[&str]) -> (Option<i32>, String) {
 
 /// Text that tries to start lines, shift columns, reorder what is read and break XML.
 fn forging(slot: &str) -> String {
-    format!("{slot}\nFAKE line {slot}\r\tFAKE tab\u{202e}rlo\u{2066}iso\u{fffe}\u{ffff}\u{1b}[2J;semi")
+    format!(
+        "{slot}\nFAKE line {slot}\r\tFAKE tab\u{202e}rlo\u{2066}iso\u{fffe}\u{ffff}\u{1b}[2J;semi"
+    )
 }
 
 /// The same slot with harmless characters in place of the hostile ones.
@@ -351,7 +378,12 @@ fn charts_of_hostile_names_and_of_every_fixture_parse_as_xml() {
     assert!(count >= 20, "only {count} charts drawn from {fixtures:?}");
     // The report's markup lets none of them through either.
     let report = dir.path().join("report.html");
-    let (code, out) = run(&["report", "-o", report.to_str().unwrap(), hostile.to_str().unwrap()]);
+    let (code, out) = run(&[
+        "report",
+        "-o",
+        report.to_str().unwrap(),
+        hostile.to_str().unwrap(),
+    ]);
     assert_eq!(code, Some(0), "{out}");
     let html = std::fs::read_to_string(&report).unwrap();
     for c in ['\u{fffe}', '\u{ffff}', '\u{1b}', '\u{202e}', '\u{2066}'] {
@@ -388,5 +420,164 @@ fn every_chart_of_every_real_file_parses_as_xml() {
             std::fs::remove_file(chart).unwrap();
         }
     }
-    assert!(count >= files.len(), "{count} charts of {} files", files.len());
+    assert!(
+        count >= files.len(),
+        "{count} charts of {} files",
+        files.len()
+    );
+}
+
+/// User and host names, home folders and code a redacted output must not show.
+const SECRETS: &[&str] = &[
+    "aliceq",
+    "bobq",
+    "carolq",
+    "daveq",
+    "erinq",
+    "hostxq",
+    "frankq",
+    "ginaq",
+    "fileserverq",
+    "/home/",
+];
+/// Code that must go with `--strip-code`.
+const CODE: &[&str] = &["secret_fn", "secret_code"];
+
+/// Secrets in the shapes the issue names, in every slot: user names of home, scratch,
+/// data and shared folders, `user@host:/path`, `file://`, paths in function names.
+fn secret(slot: &str) -> String {
+    let (field, _) = slot.split_once('.').unwrap_or((slot, ""));
+    if slot.ends_with(".filename") {
+        let root = match field {
+            "segment" => "/home/aliceq/secret_proj",
+            "block" => "/scratch/bobq/run",
+            "alloc" => "/mnt/data/carolq/exp",
+            "oom" => "//fileserverq/share/daveq/exp",
+            _ => "/home/aliceq/secret_proj/sub",
+        };
+        return format!("{root}/{field}");
+    }
+    if slot.ends_with(".name") && slot != "annotation.name" {
+        // A function name, one made from a profiler range with a path.
+        return format!("secret_fn_{field} /home/ginaq/secret_proj/range_{field}");
+    }
+    if slot.ends_with(".compile_context") || slot.ends_with(".forward") {
+        return format!("Torch-Compiled Region: torchinductor/ab/cxyz.py secret_code_{field}");
+    }
+    format!(
+        "{slot} by erinq@hostxq:/home/erinq/x.py, file:///home/frankq/notes.txt, \
+         aliceq bobq carolq daveq (Aliceq's run)"
+    )
+}
+
+fn assert_no_secret(what: &str, text: &[u8], code_too: bool) {
+    let lower = String::from_utf8_lossy(text).to_lowercase();
+    for s in SECRETS.iter().chain(if code_too { CODE } else { &[] }) {
+        if let Some(at) = lower.find(s) {
+            let from = lower[..at]
+                .char_indices()
+                .rev()
+                .nth(80)
+                .map_or(0, |(i, _)| i);
+            let context: String = lower[from..].chars().take(200).collect();
+            panic!("{what}: {s:?} left: ...{context}...");
+        }
+    }
+}
+
+/// Every file under `dir`, read.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn redaction_leaves_no_secret_in_any_slot_of_the_pickle_or_any_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("in.pickle"), snapshot(&secret, true)).unwrap();
+    // The input holds every secret (the test is not vacuous).
+    let input = std::fs::read(d.join("in.pickle")).unwrap();
+    let lower = String::from_utf8_lossy(&input).to_lowercase();
+    for s in SECRETS.iter().chain(CODE) {
+        assert!(lower.contains(s), "{s} not in the input");
+    }
+    let at = |args: &[&str]| {
+        let out = vramlens().current_dir(d).args(args).output().unwrap();
+        assert!(
+            out.status.code() == Some(0) || out.status.code() == Some(1),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut all = out.stdout;
+        all.extend(out.stderr);
+        all
+    };
+    for (strip, name) in [(false, "plain.pickle"), (true, "stripped.pickle")] {
+        let mut args = vec!["redact", "-o", name, "in.pickle"];
+        if strip {
+            args.insert(1, "--strip-code");
+        }
+        at(&args);
+        let redacted = std::fs::read(d.join(name)).unwrap();
+        assert_no_secret(name, &redacted, strip);
+        // Still a snapshot with the same figures.
+        let before = at(&["summary", "--json", "in.pickle"]);
+        let after = at(&["summary", "--json", name]);
+        // (The unknown action keeps its count under its redacted name.)
+        let figures = |b: &[u8]| {
+            let mut v: serde_json::Value = serde_json::from_slice(b).unwrap();
+            let actions = v["devices"][0]["trace"]["actions"].take();
+            let counts: Vec<&serde_json::Value> = actions.as_object().unwrap().values().collect();
+            format!("{} {counts:?}", v["devices"])
+        };
+        assert_eq!(figures(&before), figures(&after), "{name}");
+    }
+    // Every output of `--redact`.
+    let commands: &[&[&str]] = &[
+        &["summary"],
+        &["summary", "--json"],
+        &["top"],
+        &["top", "--json"],
+        &["top", "--by", "stack"],
+        &["top", "--by", "file", "--json"],
+        &["timeline", "--at", "peak"],
+        &["timeline", "--at", "oom", "--json"],
+        &["segments"],
+        &["segments", "--json"],
+        &["oom"],
+        &["oom", "--json"],
+        &["flamegraph", "--folded"],
+        &["budget"],
+        &["budget", "--json"],
+        &["timeline", "-o", "t.svg"],
+        &["flamegraph", "-o", "f.svg"],
+        &["segments", "-o", "s.svg"],
+        &["report", "-o", "r.html"],
+        &["export", "--format", "jsonl", "-o", "tables"],
+    ];
+    for c in commands {
+        let mut args = vec!["--redact"];
+        args.extend_from_slice(c);
+        args.push("in.pickle");
+        let out = at(&args);
+        assert_no_secret(&format!("{args:?}"), &out, false);
+    }
+    for (path, data) in files_under(d) {
+        let name = path.file_name().unwrap().to_string_lossy();
+        if name != "in.pickle" {
+            assert_no_secret(&path.display().to_string(), &data, false);
+        }
+    }
 }

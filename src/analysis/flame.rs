@@ -41,7 +41,10 @@ fn path(attr: &Attributor, l: &crate::timeline::Lifetime) -> Vec<String> {
     }
     frames.reverse();
     // One line per stack, ';' between frames: each frame a field of the folded format.
-    frames.iter().map(|f| crate::units::folded_field(f)).collect()
+    frames
+        .iter()
+        .map(|f| crate::units::folded_field(f))
+        .collect()
 }
 
 #[derive(Default)]

@@ -2,13 +2,13 @@
 //! fit and prediction with its caveats (text); the budgets as stacked bars against each
 //! device's capacity (SVG).
 
-use crate::units::shown;
 use super::Style;
 use super::svg::{Svg, category_color, escape, num};
 use crate::analysis::budget::{
     BudgetLine, BudgetReport, Caveat, Fit, Line, OutsideSource, RunBudget, Series, Vary, Verdict,
 };
 use crate::units::bytes;
+use crate::units::shown;
 use std::io::{self, Write};
 
 /// The words of a line.
@@ -466,13 +466,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
                 if s.vary == Vary::Seq { "seq" } else { "batch" },
                 s.sizes[k]
             ),
-            None => shown(
-                run.path
-                    .rsplit(['/', '\\'])
-                    .next()
-                    .unwrap_or(&run.path),
-            )
-            .into_owned(),
+            None => shown(run.path.rsplit(['/', '\\']).next().unwrap_or(&run.path)).into_owned(),
         };
         bars.push((
             label,

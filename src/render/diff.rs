@@ -1,9 +1,9 @@
 //! Text rendering of a [`DiffReport`] and a [`CheckReport`].
 
-use crate::units::shown;
 use super::Style;
 use super::names::{group_display, moment_text};
 use crate::analysis::diff::{Change, CheckReport, DiffReport, GroupChange, Metric};
+use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};
 

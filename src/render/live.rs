@@ -1,12 +1,12 @@
 //! Text rendering of a [`LiveSet`].
 
-use crate::units::shown;
 use super::Style;
 use super::names::{MomentTotals, write_moment_heading};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::live::LiveSet;
 use crate::timeline::Origin;
 use crate::units::bytes;
+use crate::units::shown;
 use std::io::{self, Write};
 
 pub fn write_live_text(

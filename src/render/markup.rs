@@ -68,6 +68,9 @@ mod tests {
             "a&lt;b&gt;&amp;&quot;&#39;\\x00\\x1b\\x7f\\u{9b}\\u{202e}\u{fffd}\u{fffd}\u{fffd}\u{fffd}\u{fffd}\\t\n\\r z"
         );
         // Characters XML allows pass as themselves.
-        assert_eq!(xml("é ✓ \u{fffd} \u{fdcf} \u{fdf0} \u{1f600}"), "é ✓ \u{fffd} \u{fdcf} \u{fdf0} \u{1f600}");
+        assert_eq!(
+            xml("é ✓ \u{fffd} \u{fdcf} \u{fdf0} \u{1f600}"),
+            "é ✓ \u{fffd} \u{fdcf} \u{fdf0} \u{1f600}"
+        );
     }
 }

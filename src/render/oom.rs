@@ -1,10 +1,10 @@
 //! Text rendering of an [`OomReport`]: the figures, then the verdicts in plain words.
 
-use crate::units::shown;
 use super::Style;
 use super::names::group_display;
 use crate::analysis::device::DeviceReason;
 use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Verdict};
+use crate::units::shown;
 use crate::units::{bytes, percent, utc_time};
 use std::io::{self, Write};
 

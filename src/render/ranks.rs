@@ -1,9 +1,9 @@
 //! Text rendering of a [`RanksReport`].
 
-use crate::units::shown;
 use super::Style;
 use super::names::{group_display, tiny_frame};
 use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
+use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};
 

@@ -1,7 +1,6 @@
 //! `reconcile` for people: the ledgers, the trace findings and the errors, in words. The
 //! JSON form is the analysis structs themselves (`render::write_json`).
 
-use crate::units::shown;
 use super::Style;
 use super::align::range_text;
 use crate::analysis::reconcile::{
@@ -11,6 +10,7 @@ use crate::analysis::reconcile::{
 };
 use crate::devlog::convert::DeviceSource;
 use crate::devlog::{GpuNumbering, ProfileKind, TraceClock};
+use crate::units::shown;
 use crate::units::{bytes, bytes_signed, duration_us, utc_time};
 use std::io::{self, Write};
 

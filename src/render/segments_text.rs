@@ -1,11 +1,11 @@
 //! Text rendering of a [`SegmentMap`]: one line per segment.
 
-use crate::units::shown;
 use super::Style;
 use super::names::{device_line, group_display, moment_note, moment_text};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::segment_map::SegmentMap;
 use crate::units::bytes;
+use crate::units::shown;
 use std::io::{self, Write};
 
 pub fn write_segments_text(

@@ -1,8 +1,8 @@
 //! Text rendering of [`Summary`]: aligned label/value rows, binary units.
 
-use crate::units::shown;
 use super::Style;
 use crate::analysis::summary::{DeviceSummary, Summary, TraceSummary, TruncationEvidence};
+use crate::units::shown;
 use crate::units::{bytes, duration_us, percent, utc_time};
 use std::io::{self, Write};
 
@@ -55,7 +55,11 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
         // Counted honestly, but read as a file without a trace: nothing over time.
         let actions: Vec<String> = match t.actions.iter().next() {
             Some((a, _)) if t.events == 1 => vec![a.clone()],
-            _ => t.actions.iter().map(|(a, n)| format!("{} {n}", shown(a))).collect(),
+            _ => t
+                .actions
+                .iter()
+                .map(|(a, n)| format!("{} {n}", shown(a)))
+                .collect(),
         };
         row(
             out,
@@ -74,7 +78,11 @@ fn write_trace(out: &mut dyn Write, t: &TraceSummary, style: Style) -> io::Resul
         _ => ", no timestamps (PyTorch before 2.2)".into(),
     };
     row(out, "trace", format!("{} events{span}", t.events))?;
-    let actions: Vec<String> = t.actions.iter().map(|(a, n)| format!("{} {n}", shown(a))).collect();
+    let actions: Vec<String> = t
+        .actions
+        .iter()
+        .map(|(a, n)| format!("{} {n}", shown(a)))
+        .collect();
     for chunk in actions.chunks(4) {
         row(out, "", chunk.join(", "))?;
     }

@@ -1,11 +1,11 @@
 //! Text rendering of a [`TimelineReport`].
 
-use crate::units::shown;
 use super::Style;
 use super::names::device_line;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::timeline_report::TimelineReport;
 use crate::timeline::Peak;
+use crate::units::shown;
 use crate::units::{bytes, utc_time};
 use std::io::{self, Write};
 
