@@ -708,7 +708,7 @@ fn values_piling_up_are_refused_before_they_take_gigabytes() {
     refused(
         &run(&["summary", s(&f)]),
         s(&f),
-        "byte 24117248: read error: gzip: the content decompresses to more than 200 times its compressed size of",
+        "read error: gzip: the content decompresses to more than 200 times its compressed size of",
         60,
         100.0,
     );
@@ -1097,4 +1097,87 @@ fn pages_json_with_a_bom_and_logs_are_told_apart() {
         5,
         50.0,
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Round three: side inputs under the main input's rules
+
+/// Runs `vramlens ARGS` and asserts a refusal naming `needle` within `secs` and `mb`.
+fn refused_anywhere(args: &[&str], needle: &str, secs: u64, mb: f64) {
+    let r = run(args);
+    assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "one line: {}", r.stderr);
+    assert!(
+        r.stderr.contains(needle),
+        "{args:?}: {needle:?} not in {}",
+        r.stderr
+    );
+    bounded(&r, secs, mb);
+}
+
+#[test]
+fn a_gzip_bomb_is_refused_while_streaming_as_page_trace_device_log_or_log() {
+    const RATIO: &str = "decompresses to more than 200 times its compressed size";
+    let (_d, snap) = file("sample.pickle", &sample());
+    // 2 GiB of white space in 2 MB, behind the start of each kind of file.
+    let bomb = |head: &[u8]| gzip_bomb(head, b' ', 2048);
+    let page = bomb(
+        b"<!doctype html><script>const local_files = [{\"name\": \"s.pickle\", \"base64\": \"",
+    );
+    let (_d1, page) = file("viz.html.gz", &page);
+    // Refused before the page is held: the guard stops at the ratio of what was taken.
+    refused(&run(&["summary", s(&page)]), s(&page), RATIO, 30, 150.0);
+    let (_d2, trace) = file("trace.json.gz", &bomb(b"{\"traceEvents\": ["));
+    let chart = _d2.path().join("t.svg");
+    refused_anywhere(
+        &["timeline", s(&snap), "-o", s(&chart), "--trace", s(&trace)],
+        RATIO,
+        30,
+        150.0,
+    );
+    let csv = b"timestamp, index, memory.used [MiB], memory.total [MiB]\n".to_vec();
+    // Logs are read line by line: 2 GiB of empty lines.
+    let lines = |head: &[u8]| gzip_bomb(head, b'\n', 2048);
+    let (_d3, log) = file("smi.csv.gz", &lines(&csv));
+    refused_anywhere(
+        &["reconcile", s(&snap), "--nvml", s(&log)],
+        RATIO,
+        30,
+        150.0,
+    );
+    let (_d4, log) = file("train.log.gz", &lines(b"step 1\n"));
+    refused_anywhere(&["oom", s(&snap), "--log", s(&log)], RATIO, 30, 150.0);
+    // A side input compressed within the ratio is read as the plain file is.
+    let text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.00 GiB is free.\n";
+    let (_d5, plain) = file("oom.log", text.as_bytes());
+    let (_d6, packed) = file("oom.log.gz", &gzip(text.as_bytes()));
+    let a = run(&["oom", s(&snap), "--log", s(&plain), "--json"]);
+    let b = run(&["oom", s(&snap), "--log", s(&packed), "--json"]);
+    assert_eq!(a.code, Some(0), "{a:?}");
+    assert_eq!(
+        a.stdout.replace("oom.log.gz", "oom.log"),
+        b.stdout.replace("oom.log.gz", "oom.log")
+    );
+}
+
+#[test]
+fn white_space_before_a_trace_follows_one_rule_as_main_input_and_as_trace() {
+    let (_d, snap) = file("sample.pickle", &sample());
+    let mut trace = vec![b' '; 8192];
+    trace.extend_from_slice(br#"{"traceEvents": []}"#);
+    let (_d1, t) = file("spaced.json", &trace);
+    let needle = "4096 bytes or more of white space before the first value";
+    refused(&run(&["summary", s(&t)]), s(&t), needle, 10, 100.0);
+    let chart = _d1.path().join("t.svg");
+    refused_anywhere(
+        &["timeline", s(&snap), "-o", s(&chart), "--trace", s(&t)],
+        needle,
+        10,
+        100.0,
+    );
+    // Less is read.
+    let (_d2, t) = file("ok.json", &trace[8192 - 100..]);
+    let r = run(&["summary", s(&t)]);
+    assert!(!r.stderr.contains(needle), "{r:?}");
 }

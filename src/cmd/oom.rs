@@ -36,9 +36,9 @@ fn check_total(report: &OomReport, path: &str) -> Result<()> {
 
 /// The OOM messages of a log (`--log`): at least one, none damaged.
 pub(super) fn read_oom_log(path: &std::path::Path) -> Result<Vec<vramlens::oom_log::OomMessage>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read log {}", path.display()))?;
-    let found = parse_oom_messages_from(std::io::BufReader::with_capacity(1 << 16, file))
+    let file = vramlens::input::open_side_input(path)
+        .with_context(|| format!("cannot read log {}", path.display()))?;
+    let found = parse_oom_messages_from(file)
         .with_context(|| format!("cannot read log {}", path.display()))?;
     if let Some(m) = found.iter().find(|m| m.oversized) {
         bail!(

@@ -165,9 +165,9 @@ fn trace_lanes(
         None => return Ok(None),
     };
     let shown = path.display().to_string();
-    let file = std::fs::File::open(path).with_context(|| format!("cannot read {shown}"))?;
-    let profile = read_profile(std::io::BufReader::new(file))
-        .with_context(|| format!("failed to read trace {shown}"))?;
+    let file =
+        vramlens::input::open_side_input(path).with_context(|| format!("cannot read {shown}"))?;
+    let profile = read_profile(file).with_context(|| format!("failed to read trace {shown}"))?;
     let alignment = if alignment {
         let converted = to_snapshot(&profile);
         let lined = line_up(snap, device, &converted)

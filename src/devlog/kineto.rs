@@ -200,6 +200,7 @@ fn read_plain<R: BufRead>(mut r: R, gzip: bool) -> Result<ProfileTrace, DevlogEr
     };
     // Skip a byte-order mark and white space, and look at the first byte.
     let mut at_start = true;
+    let mut skipped = 0usize;
     let first = loop {
         let head = r.fill_buf().map_err(io)?;
         if head.is_empty() {
@@ -214,12 +215,18 @@ fn read_plain<R: BufRead>(mut r: R, gzip: bool) -> Result<ProfileTrace, DevlogEr
         }
         at_start = false;
         let n = head.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        if skipped + n >= super::MAX_LEADING_SPACE {
+            return Err(DevlogError::WrongKind {
+                message: super::leading_space_message(TRACE_KIND),
+            });
+        }
         if n < head.len() {
             let first = head[n];
             r.consume(n);
             break first;
         }
         let len = head.len();
+        skipped += len;
         r.consume(len);
     };
     match first {
