@@ -1181,3 +1181,40 @@ fn white_space_before_a_trace_follows_one_rule_as_main_input_and_as_trace() {
     let r = run(&["summary", s(&t)]);
     assert!(!r.stderr.contains(needle), "{r:?}");
 }
+
+#[test]
+fn an_oom_message_repeated_a_hundred_thousand_times_is_counted_once() {
+    let message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.24 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 8.00 GiB is reserved by PyTorch but unallocated.\n";
+    let other = message.replace("2.00 GiB. GPU 0", "4.00 GiB. GPU 0");
+    let n = 100_000;
+    let mut log = String::with_capacity(n * (message.len() + 8));
+    for i in 0..n {
+        log.push_str("step\n");
+        log.push_str(if i == 7 { &other } else { message });
+    }
+    let (_d, path) = file("train.log", log.as_bytes());
+    let r = run(&["oom", "--log", s(&path), "--json"]);
+    let v = ok(&r);
+    bounded(&r, 30, 100.0);
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{}", r.stdout.len());
+    assert_eq!(messages[0]["count"], (n - 1) as u64);
+    assert_eq!(messages[0]["line"], 2);
+    assert_eq!(messages[0]["last_line"], 2 * n as u64);
+    assert_eq!(messages[1]["count"], 1);
+    assert_eq!(messages[1]["line"], 2 * 8);
+    assert_eq!(v["analyses"].as_array().unwrap().len(), 2);
+    // The text: each distinct message once, the repeats counted.
+    let r = run(&["oom", "--log", s(&path)]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.len() < 20_000, "{} bytes printed", r.stdout.len());
+    assert!(
+        r.stdout.contains(&format!(
+            "log line 2: the same message {} times in all, the last on line {}",
+            n - 1,
+            2 * n
+        )),
+        "{}",
+        r.stdout
+    );
+}

@@ -24,7 +24,7 @@ use crate::timeline::state::allocator_state;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Memory outside the allocator worth naming: this many bytes or this share of the device.
 const OUTSIDE_BYTES: u64 = 1 << 30;
@@ -798,9 +798,17 @@ pub fn analyze_oom(
 
 /// Analyses of OOM messages alone (no snapshot): the figures each prints, and verdicts
 /// from them. The snapshot's settings are unknown, so every knob that applies is given.
+///
+/// The first [`MAX_ANALYSES`] distinct messages are analysed; the others are counted in
+/// `more_oom_events` by GPU (with their repeats), as oom entries past that are.
 pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomReport {
+    let mut more: BTreeMap<i64, usize> = BTreeMap::new();
+    for m in messages.iter().skip(MAX_ANALYSES) {
+        *more.entry(m.gpu.unwrap_or(0)).or_insert(0) += m.count as usize;
+    }
     let analyses = messages
         .iter()
+        .take(MAX_ANALYSES)
         .map(|m| {
             let reserved = m.reserved_by_pytorch_bytes.unwrap_or(0);
             let allocated = m.allocated_by_pytorch_bytes.unwrap_or(0);
@@ -832,7 +840,7 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
         devices: Vec::new(),
         device_reason: None,
         analyses,
-        more_oom_events: BTreeMap::new(),
+        more_oom_events: more,
         messages,
     }
 }

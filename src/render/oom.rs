@@ -517,10 +517,22 @@ pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::R
         write_analysis(out, a, style)?;
     }
     for (device, n) in &r.more_oom_events {
+        let what = if r.path.is_none() {
+            "OOM messages"
+        } else {
+            "oom events"
+        };
         writeln!(
             out,
-            "  device {device}: {n} more oom events, not analysed one by one (the first {} are)",
+            "  device {device}: {n} more {what}, not analysed one by one (the first {} are)",
             crate::analysis::oom::MAX_ANALYSES
+        )?;
+    }
+    for m in r.messages.iter().filter(|m| m.count > 1) {
+        writeln!(
+            out,
+            "  log line {}: the same message {} times in all, the last on line {}",
+            m.line, m.count, m.last_line
         )?;
     }
     if r.path.is_some() {
