@@ -581,3 +581,116 @@ fn redaction_leaves_no_secret_in_any_slot_of_the_pickle_or_any_output() {
         }
     }
 }
+
+/// A small valid snapshot written by this test.
+fn plain_snapshot(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, snapshot(&|slot: &str| slot.replace('.', "_"), false)).unwrap();
+    p
+}
+
+#[test]
+fn a_window_past_what_a_float_holds_is_refused_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = plain_snapshot(dir.path(), "s.pickle");
+    let chart = dir.path().join("t.svg");
+    let (code, out) = run(&[
+        "timeline",
+        snap.to_str().unwrap(),
+        "-o",
+        chart.to_str().unwrap(),
+        "--window",
+        "0..18446744073709551615",
+    ]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("18446744073709551615 is past any trace"),
+        "{out}"
+    );
+    assert!(!out.contains("551616"), "{out}");
+}
+
+#[test]
+fn elements_of_trace_events_that_are_not_events_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.json");
+    std::fs::write(
+        &trace,
+        r#"{"traceEvents": [[1, 2], [3], 5, "x", {"ph": "i", "name": "[memory]", "ts": 1, "pid": 1, "tid": 1, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 512, "Total Reserved": 2097152, "Addr": 1}}]}"#,
+    )
+    .unwrap();
+    let (code, out) = run(&["summary", trace.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("4 elements of the list of events are not events"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_utf16_log_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n";
+    for (encoding, bytes) in [
+        (
+            "UTF-16LE",
+            [
+                vec![0xff, 0xfe],
+                text.encode_utf16().flat_map(u16::to_le_bytes).collect(),
+            ]
+            .concat(),
+        ),
+        (
+            "UTF-16BE",
+            text.encode_utf16()
+                .flat_map(u16::to_be_bytes)
+                .collect::<Vec<u8>>(),
+        ),
+    ] {
+        let log = dir.path().join(format!("{encoding}.log"));
+        std::fs::write(&log, bytes).unwrap();
+        let (code, out) = run(&["oom", "--log", log.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{out}");
+        assert!(
+            out.contains(&format!("the log is {encoding} text")),
+            "{out}"
+        );
+        assert_eq!(out.lines().count(), 1, "{out}");
+    }
+}
+
+#[test]
+fn export_cuts_long_names_and_cleans_up_after_a_killed_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // Names of 253 bytes, told apart past the 250th: `file=NAME` would be 258.
+    let long = "n".repeat(245);
+    let a = plain_snapshot(dir.path(), &format!("{long}a.pickle"));
+    let b = plain_snapshot(dir.path(), &format!("{long}b.pickle"));
+    let out = dir.path().join("tables");
+    std::fs::create_dir(&out).unwrap();
+    // What a run killed with -9 leaves (a process id no process has): removed, and the
+    // folder is then empty (no --force needed).
+    let stale = out.join(".vramlens-export.4000000000.0123456789abcdef");
+    std::fs::create_dir_all(stale.join("lifetimes")).unwrap();
+    let (code, text) = run(&[
+        "export",
+        "--format",
+        "jsonl",
+        "-o",
+        out.to_str().unwrap(),
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    let mut parts: Vec<String> = std::fs::read_dir(out.join("snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    parts.sort();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_ne!(parts[0], parts[1]);
+    for p in &parts {
+        assert!(p.len() <= 210, "{p}");
+    }
+    assert!(!stale.exists());
+}
