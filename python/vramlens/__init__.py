@@ -99,7 +99,24 @@ def _run_json(args):
     stderr = proc.stderr.decode("utf-8", "replace")
     if proc.returncode != 0:
         raise VramlensError(_error_message(stderr, proc.returncode), proc.returncode, stderr)
-    return json.loads(proc.stdout.decode("utf-8"))
+    text = proc.stdout.decode("utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        lines = len(text.splitlines())
+        raise VramlensError(f"expected one JSON object from vramlens, found {lines} lines "
+                            f"({e.msg})", 2, stderr) from None
+
+
+def _one_file(path):
+    """PATH as vramlens reads it as one file: a folder is refused (the commands give one
+    object per file there), and a file named `-` is passed as `./-` (vramlens reads `-` as
+    standard input)."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise VramlensError(f"{p}: is a folder; expected one snapshot file (call the "
+                            "function on each file of it)", 2)
+    return os.path.join(".", p) if p == "-" else p
 
 
 def summary(path, device=None):
@@ -109,12 +126,12 @@ def summary(path, device=None):
     args = ["summary", "--json"]
     if device is not None:
         args += ["--device", str(int(device))]
-    return _run_json([*args, "--", os.fspath(path)])
+    return _run_json([*args, "--", _one_file(path)])
 
 
 def top(path, at="peak", by="callsite"):
     """`vramlens top PATH --at AT --by BY --json`: what was live at a moment (`peak`, `oom`,
     `event:N`, `time:T`), grouped (`callsite`, ...), as a dict (schema in docs/json.md)."""
     return _run_json(["top", "--at", str(at), "--by", str(by), "--json", "--",
-                      os.fspath(path)])
+                      _one_file(path)])
 
