@@ -1218,3 +1218,123 @@ fn an_oom_message_repeated_a_hundred_thousand_times_is_counted_once() {
         r.stdout
     );
 }
+
+#[test]
+fn a_long_name_shared_by_many_stacks_is_repeated_cut() {
+    // One 1 MiB function name, written once and read back (memo) by 300 frames that
+    // differ only in line number, each the stack of a live block and of its allocation.
+    const N: usize = 300;
+    const BASE: u64 = 0x7f00_0000_0000;
+    const SIZE: u64 = 1 << 20;
+    let name = "f".repeat(1 << 20);
+    let mut p = Pickle::new();
+    let mut name_memo = None;
+    let mut frames = |p: &mut Pickle, i: usize| {
+        p.list();
+        p.dict();
+        p.str("filename").str("/w/model.py");
+        p.str("line").int(i as i128 + 1);
+        p.str("name");
+        match name_memo {
+            Some(m) => {
+                p.get(m);
+            }
+            None => name_memo = Some(p.fresh(&name)),
+        }
+        p.end_dict();
+        p.end_list();
+    };
+    p.dict();
+    p.str("segments");
+    p.list();
+    p.dict();
+    p.str("device").int(0);
+    p.str("address").int(BASE as i128);
+    p.str("total_size").int((N as u64 * SIZE) as i128);
+    p.str("allocated_size").int((N as u64 * SIZE) as i128);
+    p.str("active_size").int((N as u64 * SIZE) as i128);
+    p.str("stream").int(0);
+    p.str("segment_type").str("large");
+    p.str("blocks");
+    p.list();
+    for i in 0..N {
+        p.dict();
+        p.str("address").int((BASE + i as u64 * SIZE) as i128);
+        p.str("size").int(SIZE as i128);
+        p.str("requested_size").int(SIZE as i128);
+        p.str("state").str("active_allocated");
+        p.str("frames");
+        frames(&mut p, i);
+        p.end_dict();
+    }
+    p.end_list();
+    p.end_dict();
+    p.end_list();
+    p.str("device_traces");
+    p.list();
+    p.list();
+    for i in 0..N {
+        p.dict();
+        p.str("action").str("alloc");
+        p.str("addr").int((BASE + i as u64 * SIZE) as i128);
+        p.str("size").int(SIZE as i128);
+        p.str("stream").int(0);
+        p.str("time_us").int(i as i128 + 1);
+        p.str("frames");
+        frames(&mut p, i);
+        p.end_dict();
+    }
+    p.end_list();
+    p.end_list();
+    p.end_dict();
+    let data = p.stop();
+    assert!(data.len() < 1_200_000, "{}", data.len());
+    let (dir, path) = file("long_name.pickle", &data);
+    let bound = 10 * data.len();
+    for args in [
+        &["segments", "--json"][..],
+        &["timeline", "--at", "peak", "--json"],
+        &["top", "--by", "stack", "--json"],
+        &["flamegraph", "--folded"],
+    ] {
+        let mut a = args.to_vec();
+        a.push(s(&path));
+        let r = run(&a);
+        assert_eq!(r.code, Some(0), "{args:?}: {}", r.stderr);
+        bounded(&r, 30, 300.0);
+        assert!(r.stdout.len() < bound, "{args:?}: {} bytes", r.stdout.len());
+        assert!(r.stdout.contains("…[cut: 1048576 bytes, "), "{args:?}");
+    }
+    for (cmd, out) in [
+        ("segments", "s.svg"),
+        ("flamegraph", "f.svg"),
+        ("timeline", "t.svg"),
+    ] {
+        let o = dir.path().join(out);
+        let r = run(&[cmd, s(&path), "-o", s(&o)]);
+        assert_eq!(r.code, Some(0), "{cmd}: {}", r.stderr);
+        bounded(&r, 30, 300.0);
+        let len = std::fs::metadata(&o).unwrap().len() as usize;
+        assert!(len < bound, "{cmd}: {len} bytes");
+    }
+    let o = dir.path().join("r.html");
+    let r = run(&["report", "-o", s(&o), s(&path)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    bounded(&r, 60, 500.0);
+    let x = dir.path().join("x");
+    let r = run(&["export", "--format", "jsonl", "-o", s(&x), s(&path)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let mut total = 0;
+    let mut stack = vec![x];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                total += std::fs::metadata(&p).unwrap().len() as usize;
+            }
+        }
+    }
+    assert!(total < bound, "export: {total} bytes");
+}
