@@ -196,7 +196,7 @@ pub fn write_reconcile_text(
         style.heading(&format!(
             "{} against {} readings",
             shown(&r.path),
-            shown(&r.device_log_source)
+            shown(r.device_log_source)
         ))
     )?;
     for d in &r.devices {
