@@ -183,11 +183,13 @@ fn is_generic(name: &str) -> bool {
 /// `/data/NAME`, `/lustre/NAME`), and mounts of a volume (`/mnt/VOLUME/NAME`,
 /// `/media/VOLUME/NAME`). A name met there is removed wherever it appears, like one of a
 /// home folder (unless it is a generic account name).
-fn user_folder(component: &str) -> Option<usize> {
+/// The second value says whether a path may end at the user's folder (`/home/NAME`):
+/// elsewhere the last component is taken for a file.
+fn user_folder(component: &str) -> Option<(usize, bool)> {
     match component {
-        "home" | "Users" | "homes" | "homestud" => Some(0),
-        "scratch" | "pscratch" | "data" | "work" | "lustre" | "gpfs" | "fsx" => Some(0),
-        "mnt" | "media" => Some(1),
+        "home" | "Users" | "homes" | "homestud" => Some((0, true)),
+        "scratch" | "pscratch" | "data" | "work" | "lustre" | "gpfs" | "fsx" => Some((0, false)),
+        "mnt" | "media" => Some((1, false)),
         _ => None,
     }
 }
@@ -287,7 +289,7 @@ fn personal(sp: &SplitPath) -> Personal {
         0
     };
     for i in start..p.len().saturating_sub(1) {
-        let Some(skip) = user_folder(p[i]) else {
+        let Some((skip, home)) = user_folder(p[i]) else {
             continue;
         };
         // Sharded homes: /global/homes/g/NAME, /pscratch/sd/g/NAME.
@@ -295,7 +297,7 @@ fn personal(sp: &SplitPath) -> Personal {
         while j + 1 < p.len() && p[j].len() <= 2 {
             j += 1;
         }
-        if j >= p.len() {
+        if j >= p.len() || (j + 1 == p.len() && !home) {
             break;
         }
         // A path that ends at the user's folder is all personal.
@@ -1163,6 +1165,9 @@ mod tests {
         names_in("/scratch/frank/z.py", true, &mut users, &mut hosts);
         names_in("/mnt/data/gina/z.py", true, &mut users, &mut hosts);
         names_in("//files2/share/hank/z.py", true, &mut users, &mut hosts);
+        // A file right under a data folder is a file, not a user's folder.
+        names_in("/mnt/data/model.py", true, &mut users, &mut hosts);
+        names_in("/data/train.py", true, &mut users, &mut hosts);
         names_in(
             "copy from ivan@box:/home/ivan2/x, see file:///home/judy/a.py",
             false,
