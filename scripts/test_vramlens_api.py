@@ -111,7 +111,31 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(got["devices"][0]["reserved_bytes"], 138 << 20)
 
 
+    def test_a_file_named_dash_is_the_file_not_standard_input(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(fixture("sample.pickle"), os.path.join(tmp, "-"))
+            cwd = os.getcwd()
+            os.chdir(tmp)
+            try:
+                got = vramlens.summary("-")
+                top = vramlens.top("-")
+            finally:
+                os.chdir(cwd)
+        self.assertEqual(got["source"]["path"], "./-")
+        self.assertEqual(got["devices"][0]["reserved_bytes"], 138 << 20)
+        self.assertIn("groups", top)
+
+
 class ErrorTest(unittest.TestCase):
+    def test_a_folder_raises_vramlens_error(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("a.pickle", "b.pickle"):
+                shutil.copy(fixture("sample.pickle"), os.path.join(tmp, name))
+            with self.assertRaises(vramlens.VramlensError) as cm:
+                vramlens.summary(tmp)
+            self.assertIn("is a folder; expected one snapshot file", str(cm.exception))
+            self.assertEqual(cm.exception.returncode, 2)
+
     def test_bad_pickle_raises_with_the_one_line_message(self):
         path = fixture("bad/wrong_type.pickle")
         with self.assertRaises(vramlens.VramlensError) as cm:

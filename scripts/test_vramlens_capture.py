@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import pickle
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -376,6 +377,14 @@ class NextCommandsTest(unittest.TestCase):
             f"vramlens summary {final}",
             f"vramlens timeline {final} -o {j(d, 'timeline.svg')} --force --nvml {nvml}",
             f"vramlens reconcile {final} --nvml {nvml}"])
+
+    def test_paths_are_quoted_for_the_shell(self):
+        d = "my run $(id)"
+        final = os.path.join(d, "snapshot.pickle")
+        cmds = vc.next_commands(d, {final})
+        self.assertEqual(cmds[0], "vramlens summary 'my run $(id)/snapshot.pickle'")
+        # Split as a shell would: the path comes back whole, nothing runs.
+        self.assertEqual(shlex.split(cmds[0]), ["vramlens", "summary", final])
 
 
 # ------------------------------------------------------------------------------- Sampler

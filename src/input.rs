@@ -8,7 +8,10 @@
 //! A regular file is mapped into memory (both passes of the pickle reader run over the
 //! mapping, with no copy); standard input (`-`) and pipes are read into memory first.
 //! gzip content is never held whole: each pass decompresses it again as a stream, checks
-//! every member's CRC and length, and stops at a compression ratio no snapshot reaches.
+//! every member's CRC and length, and stops as soon as what it gave exceeds a compression
+//! ratio no snapshot reaches of the compressed bytes taken so far. Side inputs (profiler
+//! traces, device logs, logs of messages) are opened with the same guard
+//! ([`open_side_input`]).
 
 use crate::model::{DecodeError, Snapshot, SnapshotBuilder};
 use crate::pickle::{self, Value};
@@ -251,29 +254,98 @@ impl io::BufRead for Tracked<'_> {
     }
 }
 
-/// Counts decompressed bytes and refuses more than the ratio allows.
-struct Guard<R> {
-    inner: R,
-    out: u64,
-    limit: u64,
-    compressed: u64,
+/// A reader of compressed bytes that knows how many the decoder has taken.
+trait Consumed {
+    fn consumed(&self) -> u64;
 }
 
-impl<R: Read> Read for Guard<R> {
+impl Consumed for Tracked<'_> {
+    fn consumed(&self) -> u64 {
+        self.pos as u64
+    }
+}
+
+/// A gzip stream that refuses to give more than the ratio allows of the compressed bytes
+/// taken so far: a decompression bomb is stopped after [`GZIP_SLACK`] and a few
+/// kilobytes of it, never held, whatever the file's size.
+struct Guard<R: io::BufRead + Consumed> {
+    inner: MultiGzDecoder<R>,
+    out: u64,
+}
+
+impl<R: io::BufRead + Consumed> Guard<R> {
+    fn new(compressed: R) -> Self {
+        Guard {
+            inner: MultiGzDecoder::new(compressed),
+            out: 0,
+        }
+    }
+}
+
+impl<R: io::BufRead + Consumed> Read for Guard<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self
             .inner
             .read(buf)
             .map_err(|e| io::Error::new(e.kind(), format!("gzip: {e}")))?;
         self.out += n as u64;
-        if self.out > self.limit {
+        let taken = self.inner.get_ref().consumed();
+        if self.out > GZIP_SLACK.saturating_add(GZIP_MAX_RATIO.saturating_mul(taken)) {
             return Err(io::Error::other(format!(
-                "gzip: the content decompresses to more than {GZIP_MAX_RATIO} times its compressed size of {} bytes; refusing what looks like a decompression bomb (if it is a real snapshot, decompress it first)",
-                self.compressed
+                "gzip: the content decompresses to more than {GZIP_MAX_RATIO} times its compressed size of {taken} bytes read so far; refusing what looks like a decompression bomb (if it is a real snapshot, decompress it first)"
             )));
         }
         Ok(n)
     }
+}
+
+/// Compressed bytes of a side input, counted as the decoder takes them.
+struct CountedBuf<R> {
+    inner: R,
+    taken: u64,
+}
+
+impl<R: io::BufRead> Read for CountedBuf<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.taken += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R: io::BufRead> io::BufRead for CountedBuf<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+    fn consume(&mut self, n: usize) {
+        self.taken += n as u64;
+        self.inner.consume(n);
+    }
+}
+
+impl<R> Consumed for CountedBuf<R> {
+    fn consumed(&self) -> u64 {
+        self.taken
+    }
+}
+
+/// Opens a side input (a profiler trace given with `--trace`, a device log, a log of
+/// messages) under the main input's rules: gzip is sniffed by content and decompressed
+/// as a stream under the same ratio guard, so no side input can hold more than the
+/// snapshot could.
+pub fn open_side_input(path: &Path) -> io::Result<Box<dyn io::BufRead>> {
+    let file = File::open(path)?;
+    let mut buffered = io::BufReader::with_capacity(1 << 16, file);
+    let gzip = io::BufRead::fill_buf(&mut buffered)?.starts_with(&[0x1f, 0x8b]);
+    let counted = CountedBuf {
+        inner: buffered,
+        taken: 0,
+    };
+    Ok(if gzip {
+        Box::new(io::BufReader::with_capacity(1 << 16, Guard::new(counted)))
+    } else {
+        Box::new(counted)
+    })
 }
 
 /// Counts the bytes a stream has given (for the JSON budget).
@@ -315,12 +387,7 @@ impl<'a> Content<'a> {
                 shown_percent: u64::MAX,
             }),
         };
-        Box::new(Guard {
-            inner: MultiGzDecoder::new(tracked),
-            out: 0,
-            limit: GZIP_SLACK + GZIP_MAX_RATIO.saturating_mul(compressed),
-            compressed,
-        })
+        Box::new(Guard::new(tracked))
     }
 }
 
@@ -350,6 +417,11 @@ fn is_nvidia_smi_line(line: &str) -> bool {
 fn sniff(head: &[u8]) -> Result<Kind, InputError> {
     let text = String::from_utf8_lossy(&head[..head.len().min(4096)]);
     let trimmed = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
+    if trimmed.is_empty() && head.len() >= crate::devlog::MAX_LEADING_SPACE {
+        return Err(InputError::WrongKind(crate::devlog::leading_space_message(
+            "a PyTorch memory snapshot",
+        )));
+    }
     let first_line = trimmed.lines().next().unwrap_or("");
     if trimmed.starts_with('{') && is_nvml_line(first_line) {
         return Err(InputError::WrongKind(format!(

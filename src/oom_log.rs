@@ -107,6 +107,11 @@ pub struct OomMessage {
     /// A size in the message is above 16 EiB (`u64::MAX` bytes): it was kept as `u64::MAX`.
     /// No device has that much memory, so the log is damaged or edited.
     pub oversized: bool,
+    /// How many times the log has this message, with the same text (a training loop that
+    /// retries prints it again and again): 1 when once. Repeats are counted, not kept.
+    pub count: u64,
+    /// 1-based line where the last repeat starts (equal to `line` when once).
+    pub last_line: usize,
 }
 
 /// Reads a size as PyTorch prints it and returns it in bytes, rounded to the nearest byte.
@@ -145,9 +150,13 @@ pub fn parse_oom_messages(log: &str) -> Vec<OomMessage> {
 /// As [`parse_oom_messages`], reading the log line by line: memory holds the lines of one
 /// message at most (65 lines, each cut into pieces of 1 MiB), whatever the log's size.
 /// Invalid UTF-8 is replaced; only an I/O error fails.
+///
+/// A message whose text was met before is counted on the first one (`count`,
+/// `last_line`), so memory and output grow with the distinct messages, not the repeats.
 pub fn parse_oom_messages_from<R: std::io::BufRead>(reader: R) -> std::io::Result<Vec<OomMessage>> {
     let mut window = LineWindow::new(reader);
-    let mut found = Vec::new();
+    let mut found: Vec<OomMessage> = Vec::new();
+    let mut by_text: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut col = 0usize;
     loop {
         if window.lines.is_empty() {
@@ -167,7 +176,17 @@ pub fn parse_oom_messages_from<R: std::io::BufRead>(reader: R) -> std::io::Resul
             Some((mut message, (end_line, end_col))) => {
                 message.line = window.numbers[0];
                 message.end_line = window.numbers[end_line];
-                found.push(message);
+                message.last_line = message.line;
+                match by_text.get(&message.text) {
+                    Some(&i) => {
+                        found[i].count += 1;
+                        found[i].last_line = message.line;
+                    }
+                    None => {
+                        by_text.insert(message.text.clone(), found.len());
+                        found.push(message);
+                    }
+                }
                 window.advance(end_line);
                 col = end_col;
             }
@@ -429,6 +448,8 @@ fn read_message(
         processes: Vec::new(),
         text: String::new(),
         oversized: false,
+        count: 1,
+        last_line: first + 1,
     };
     let end = read_grammar(&mut reader, &mut message)?;
     message.oversized = reader.saturated;

@@ -16,23 +16,28 @@
 //!   files) below the folder that all files of the same root share (from the package
 //!   when a checkout holds a package of its own name). No absolute path, home folder or
 //!   user folder is left.
-//! - User names (from home folders such as `/home/NAME`, `/Users/NAME`,
+//! - User names (from home folders such as `/home/NAME`, `/Users/NAME`, from scratch and
+//!   data areas such as `/scratch/NAME`, `/mnt/VOLUME/NAME`, `//HOST/share/NAME`, and
 //!   `torchinductor_NAME`, `NAME@host`) and host names (`//HOST/share`, `/net/HOST`,
 //!   `user@HOST`), and words given by the caller, are replaced wherever they appear as
 //!   a whole word, in every text field.
-//! - Function names and line numbers stay unless `strip_code`, which replaces them by
-//!   keyed hashes (SipHash-2-4) that keep equal frames equal and distinct frames
-//!   distinct; code text (`forward_frames`, `cpp_frames`) is hashed then too.
+//! - Function names and line numbers stay (paths inside them cut) unless `strip_code`,
+//!   which replaces them by keyed hashes (SipHash-2-4) that keep equal frames equal and
+//!   distinct frames distinct; code text (`forward_frames`, `cpp_frames`) and compiled
+//!   regions (`compile_context`, but `N/A`) are hashed then too.
 //! - Annotation names and user metadata are kept (after the rules above), hashed or
 //!   dropped, as asked.
 //! - Strings matching a `keep` pattern are left as they are.
 //!
 //! Distinct file names stay distinct and distinct function names stay distinct (a
 //! collision gets a ` [2]` suffix), so frames and stacks keep their identity.
-//! Not touched: action, state and segment-type names, dict keys, and
-//! `PYTORCH_CUDA_ALLOC_CONF`.
+//! Text is text wherever it stands: names and values of keys vramlens does not interpret
+//! (bytes read as text), keys and values of `allocator_settings` and of the dicts inside
+//! it, `PYTORCH_CUDA_ALLOC_CONF` (its options hold no path or name, so it changes only
+//! when one holds one), unknown action names. Not touched: the action, state and
+//! segment-type names vramlens knows, and the keys of the format.
 
-use crate::model::extras::Extra;
+use crate::model::extras::ExtraKeys;
 use crate::model::frames::FxMap;
 use crate::model::{BlockState, Frame, FrameTable, Snapshot, StrId, TraceString};
 use regex::Regex;
@@ -173,11 +178,18 @@ fn is_generic(name: &str) -> bool {
     GENERIC_NAMES.iter().any(|g| g.eq_ignore_ascii_case(name))
 }
 
-/// Folders after which the next component is a user name, and how sure that is.
-fn user_folder(component: &str) -> Option<bool> {
+/// Folders after which a component is a user name, and how many components lie
+/// between: home folders, scratch and data areas of clusters (`/scratch/NAME`,
+/// `/data/NAME`, `/lustre/NAME`), and mounts of a volume (`/mnt/VOLUME/NAME`,
+/// `/media/VOLUME/NAME`). A name met there is removed wherever it appears, like one of a
+/// home folder (unless it is a generic account name).
+/// The second value says whether a path may end at the user's folder (`/home/NAME`):
+/// elsewhere the last component is taken for a file.
+fn user_folder(component: &str) -> Option<(usize, bool)> {
     match component {
-        "home" | "Users" | "homes" | "homestud" => Some(true),
-        "scratch" | "pscratch" => Some(false),
+        "home" | "Users" | "homes" | "homestud" => Some((0, true)),
+        "scratch" | "pscratch" | "data" | "work" | "lustre" | "gpfs" | "fsx" => Some((0, false)),
+        "mnt" | "media" => Some((1, false)),
         _ => None,
     }
 }
@@ -188,10 +200,11 @@ static CONDA_BUILD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"_\d{10,}$").
 static PYTHON_DIR: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^python\d+(\.\d+)*$").unwrap());
 static WINDOWS_PYTHON_DIR: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?i)^python\d+$").unwrap());
-/// An absolute path inside text: after a start, space, quote or bracket.
+/// An absolute path inside text: after a start, space, quote, bracket, `:` or `@`
+/// (`user@host:/home/user/x`), without a `file://` before it.
 static PATH_IN_TEXT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r#"(?:^|[\s"'(\[=,;<>`])((?:[A-Za-z]:)?[/\\][^\s"'<>|()\[\],;`]*|~/[^\s"'<>|()\[\],;`]*)"#,
+        r#"(?:^|[\s"'(\[=,;<>`:@])(?:file://)?((?:[A-Za-z]:)?[/\\][^\s"'<>|()\[\],;`]*|~/[^\s"'<>|()\[\],;`]*)"#,
     )
     .unwrap()
 });
@@ -265,20 +278,31 @@ fn personal(sp: &SplitPath) -> Personal {
     if p.first() == Some(&"root") {
         out.prefix = 1;
     }
-    for i in 0..p.len().saturating_sub(1) {
-        let Some(strong) = user_folder(p[i]) else {
+    // `//host/share/NAME`: the folder under a share is a user's.
+    let start = if sp.unc_host && p.len() > 3 {
+        out.prefix = 3;
+        if !is_generic(p[2]) {
+            out.user = Some(p[2].to_string());
+        }
+        3
+    } else {
+        0
+    };
+    for i in start..p.len().saturating_sub(1) {
+        let Some((skip, home)) = user_folder(p[i]) else {
             continue;
         };
         // Sharded homes: /global/homes/g/NAME, /pscratch/sd/g/NAME.
-        let mut j = i + 1;
+        let mut j = i + 1 + skip;
         while j + 1 < p.len() && p[j].len() <= 2 {
             j += 1;
         }
-        if j + 1 >= p.len() {
+        if j >= p.len() || (j + 1 == p.len() && !home) {
             break;
         }
-        out.prefix = j + 1;
-        if strong && !is_generic(p[j]) {
+        // A path that ends at the user's folder is all personal.
+        out.prefix = out.prefix.max((j + 1).min(p.len()));
+        if !is_generic(p[j]) {
             out.user = Some(p[j].to_string());
         }
         break;
@@ -616,7 +640,8 @@ fn gather_ids(snap: &mut Snapshot) -> Seen {
 
 fn trace_field(tag: TraceString) -> Option<Field> {
     match tag {
-        TraceString::OtherAction => None,
+        // An action vramlens does not know is text of the file like any other.
+        TraceString::OtherAction => Some(Field::OtherKey),
         TraceString::CompileContext => Some(Field::CompileContext),
         TraceString::UserMetadata => Some(Field::UserMetadata),
         TraceString::InternalMetadata => Some(Field::InternalMetadata),
@@ -625,30 +650,33 @@ fn trace_field(tag: TraceString) -> Option<Field> {
     }
 }
 
-/// Every free-text string held as a `String`: annotation names, settings, extra keys.
+/// Every free-text string held as a `String`: annotation names, settings (their keys,
+/// `PYTORCH_CUDA_ALLOC_CONF` and nested dicts among them), names and values of keys the
+/// model does not interpret (bytes read as text), wherever they stand.
 fn free_strings(snap: &mut Snapshot, f: &mut dyn FnMut(Field, &mut String)) {
     for a in &mut snap.external_annotations {
         f(Field::Annotation, &mut a.name);
     }
     if let Some(settings) = &mut snap.allocator_settings {
-        for (k, v) in settings.iter_mut() {
-            if k != "PYTORCH_CUDA_ALLOC_CONF" {
-                json_strings(v, &mut |s| f(Field::Setting, s));
-            }
+        for (mut k, mut v) in std::mem::take(settings) {
+            f(Field::Setting, &mut k);
+            json_strings(&mut v, &mut |s| f(Field::Setting, s));
+            settings.insert(k, v);
         }
     }
     let extras = &mut snap.extras;
-    let mut each = |x: &mut Extra| x.strings_mut(&mut |s| f(Field::OtherKey, s));
-    for keys in extras.keys.values_mut() {
-        for (_, v) in keys.iter_mut() {
-            each(v);
+    let mut each = |keys: &mut ExtraKeys| {
+        for (k, v) in keys.iter_mut() {
+            f(Field::OtherKey, k);
+            v.strings_mut(&mut |s| f(Field::OtherKey, s));
         }
+    };
+    for keys in extras.keys.values_mut() {
+        each(keys);
     }
     for h in extras.history.values_mut() {
         for rec in &mut h.records {
-            for (_, v) in rec.extra.iter_mut() {
-                each(v);
-            }
+            each(&mut rec.extra);
         }
     }
     let traces = snap
@@ -657,18 +685,23 @@ fn free_strings(snap: &mut Snapshot, f: &mut dyn FnMut(Field, &mut String)) {
         .chain(std::iter::once(&mut snap.host_trace));
     for t in traces {
         for keys in t.extra_keys_mut() {
-            for (_, v) in keys.iter_mut() {
-                v.strings_mut(&mut |s| f(Field::OtherKey, s));
-            }
+            each(keys);
         }
     }
 }
 
+/// Strings of a JSON value, object keys among them.
 fn json_strings(v: &mut serde_json::Value, f: &mut dyn FnMut(&mut String)) {
     match v {
         serde_json::Value::String(s) => f(s),
         serde_json::Value::Array(items) => items.iter_mut().for_each(|i| json_strings(i, f)),
-        serde_json::Value::Object(map) => map.values_mut().for_each(|i| json_strings(i, f)),
+        serde_json::Value::Object(map) => {
+            for (mut k, mut item) in std::mem::take(map) {
+                f(&mut k);
+                json_strings(&mut item, f);
+                map.insert(k, item);
+            }
+        }
         _ => {}
     }
 }
@@ -796,6 +829,8 @@ impl<'o> Redactor<'o> {
             Field::Annotation => self.options.annotations,
             Field::UserMetadata => self.options.metadata,
             Field::CppFrames | Field::ForwardFrames if self.options.strip_code => TextMode::Hash,
+            // A compiled region names generated code and the function compiled.
+            Field::CompileContext if self.options.strip_code && s != "N/A" => TextMode::Hash,
             _ => TextMode::Keep,
         };
         match field {
@@ -809,7 +844,8 @@ impl<'o> Redactor<'o> {
             Field::Function if self.options.strip_code && !carries_nothing(s) => {
                 self.hasher.label("f_", s)
             }
-            Field::Function => self.scrubber.scrub(s),
+            // Names made from profiler ranges may hold paths.
+            Field::Function => self.clean_text(s),
             _ => match mode {
                 _ if s.is_empty() => String::new(),
                 TextMode::Keep => self.clean_text(s),
@@ -988,6 +1024,16 @@ impl<'o> Redactor<'o> {
                 *s = out;
             }
         });
+        // Warnings quote what the file had (an unknown key's name): they show what the
+        // rest shows, cleaned by the same rules.
+        let warnings = std::mem::take(&mut snap.warnings.0);
+        for (message, count) in warnings {
+            *snap
+                .warnings
+                .0
+                .entry(self.clean_text(&message))
+                .or_insert(0) += count;
+        }
         for ((field, original), (redacted, count)) in changes {
             self.report.changes.push(Change {
                 field,
@@ -1115,14 +1161,29 @@ mod tests {
             &mut users,
             &mut hosts,
         );
+        // Names met only outside home folders.
         names_in("/scratch/frank/z.py", true, &mut users, &mut hosts);
+        names_in("/mnt/data/gina/z.py", true, &mut users, &mut hosts);
+        names_in("//files2/share/hank/z.py", true, &mut users, &mut hosts);
+        // A file right under a data folder is a file, not a user's folder.
+        names_in("/mnt/data/model.py", true, &mut users, &mut hosts);
+        names_in("/data/train.py", true, &mut users, &mut hosts);
+        names_in(
+            "copy from ivan@box:/home/ivan2/x, see file:///home/judy/a.py",
+            false,
+            &mut users,
+            &mut hosts,
+        );
         assert_eq!(
             users.into_iter().collect::<Vec<_>>(),
-            ["Bob", "alice", "carol", "dave", "erin"]
+            [
+                "Bob", "alice", "carol", "dave", "erin", "frank", "gina", "hank", "ivan", "ivan2",
+                "judy"
+            ]
         );
         assert_eq!(
             hosts.into_iter().collect::<Vec<_>>(),
-            ["fileserver", "gpu-node-7.example.org"]
+            ["box", "files2", "fileserver", "gpu-node-7.example.org"]
         );
     }
 

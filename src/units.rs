@@ -1,4 +1,7 @@
-//! Bytes and times as text, at fixed precision (the only place human units are made).
+//! Bytes and times as text, at fixed precision (the only place human units are made), and
+//! text from a file as one visible line ([`shown`]).
+
+use std::borrow::Cow;
 
 /// A count with its noun, singular for one: `1 block`, `3 blocks`, `1 other group`.
 pub fn count(n: usize, singular: &str, plural: &str) -> String {
@@ -226,9 +229,93 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// Bidirectional formatting characters: embeddings, overrides and isolates (U+202A to
+/// U+202E, U+2066 to U+2069) and the marks (U+200E, U+200F, U+061C). Text from a file
+/// never gets to reorder what a reader sees.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+}
+
+/// Unicode noncharacters (U+FDD0 to U+FDEF, and the last two code points of every plane,
+/// U+FFFE and U+FFFF among them): never text; XML forbids U+FFFE and U+FFFF.
+pub fn is_noncharacter(c: char) -> bool {
+    let n = c as u32;
+    (0xfdd0..=0xfdef).contains(&n) || n & 0xfffe == 0xfffe
+}
+
+/// How a character of a file's text is shown when it must not act: `\n`, `\t` for
+/// newline and tab, `\x1b` for the other C0 controls and DEL, `\u{9b}` for C1 controls,
+/// bidirectional formatting characters and U+E000 (the start of the renderers' style
+/// marker); `None` for a character shown as itself.
+pub fn escape_char(c: char) -> Option<String> {
+    let n = c as u32;
+    match c {
+        '\n' => Some("\\n".into()),
+        '\t' => Some("\\t".into()),
+        _ if n < 0x20 || n == 0x7f => Some(format!("\\x{n:02x}")),
+        _ if (0x80..=0x9f).contains(&n) || is_bidi_control(c) || c == '\u{e000}' => {
+            Some(format!("\\u{{{n:x}}}"))
+        }
+        _ => None,
+    }
+}
+
+/// A string from a file (a frame, a file name, an annotation, a message) as it is printed
+/// in text: on one line, every control and bidirectional formatting character shown as
+/// visible text ([`escape_char`]), so no name can start a line of its own, shift columns
+/// or reorder what is read. Every text renderer prints names through this.
+pub fn shown(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| escape_char(c).is_some()) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match escape_char(c) {
+            Some(e) => out.push_str(&e),
+            None => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// One frame as a field of the folded-stack format (`frame;frame BYTES` on one line, as
+/// inferno and flamegraph.pl read it): shown on one line ([`shown`]) and `;`, the frame
+/// separator, as `,` (the format has no escape; stackcollapse scripts replace it too).
+pub fn folded_field(s: &str) -> String {
+    shown(s).replace(';', ",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_from_a_file_is_shown_on_one_visible_line() {
+        let s = "a\nb\tc\rd\u{1b}[2J\u{7f}\u{85}\u{202e}e\u{2066}f\u{200f}\u{e000} é ✓ \\n";
+        assert_eq!(
+            shown(s),
+            "a\\nb\\tc\\x0dd\\x1b[2J\\x7f\\u{85}\\u{202e}e\\u{2066}f\\u{200f}\\u{e000} é ✓ \\n"
+        );
+        assert!(matches!(shown("plain é"), Cow::Borrowed(_)));
+        // Already shown text is shown the same (renderers may pass a name twice).
+        assert_eq!(shown(&shown(s)), shown(s));
+        assert_eq!(folded_field("a;b\nc d"), "a,b\\nc d");
+        for c in ['\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}'] {
+            assert!(is_bidi_control(c));
+        }
+        assert!(!is_bidi_control('\u{2065}') && !is_bidi_control('\u{202f}'));
+        for c in [
+            '\u{fffe}',
+            '\u{ffff}',
+            '\u{fdd0}',
+            '\u{fdef}',
+            '\u{10fffe}',
+            '\u{2ffff}',
+        ] {
+            assert!(is_noncharacter(c), "{c:?}");
+        }
+        assert!(!is_noncharacter('\u{fffd}') && !is_noncharacter('\u{fdcf}'));
+    }
 
     #[test]
     fn byte_units() {

@@ -708,7 +708,7 @@ fn values_piling_up_are_refused_before_they_take_gigabytes() {
     refused(
         &run(&["summary", s(&f)]),
         s(&f),
-        "byte 24117248: read error: gzip: the content decompresses to more than 200 times its compressed size of",
+        "read error: gzip: the content decompresses to more than 200 times its compressed size of",
         60,
         100.0,
     );
@@ -1097,4 +1097,244 @@ fn pages_json_with_a_bom_and_logs_are_told_apart() {
         5,
         50.0,
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Round three: side inputs under the main input's rules
+
+/// Runs `vramlens ARGS` and asserts a refusal naming `needle` within `secs` and `mb`.
+fn refused_anywhere(args: &[&str], needle: &str, secs: u64, mb: f64) {
+    let r = run(args);
+    assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "one line: {}", r.stderr);
+    assert!(
+        r.stderr.contains(needle),
+        "{args:?}: {needle:?} not in {}",
+        r.stderr
+    );
+    bounded(&r, secs, mb);
+}
+
+#[test]
+fn a_gzip_bomb_is_refused_while_streaming_as_page_trace_device_log_or_log() {
+    const RATIO: &str = "decompresses to more than 200 times its compressed size";
+    let (_d, snap) = file("sample.pickle", &sample());
+    // 2 GiB of white space in 2 MB, behind the start of each kind of file.
+    let bomb = |head: &[u8]| gzip_bomb(head, b' ', 2048);
+    let page = bomb(
+        b"<!doctype html><script>const local_files = [{\"name\": \"s.pickle\", \"base64\": \"",
+    );
+    let (_d1, page) = file("viz.html.gz", &page);
+    // Refused before the page is held: the guard stops at the ratio of what was taken.
+    refused(&run(&["summary", s(&page)]), s(&page), RATIO, 30, 150.0);
+    let (_d2, trace) = file("trace.json.gz", &bomb(b"{\"traceEvents\": ["));
+    let chart = _d2.path().join("t.svg");
+    refused_anywhere(
+        &["timeline", s(&snap), "-o", s(&chart), "--trace", s(&trace)],
+        RATIO,
+        30,
+        150.0,
+    );
+    let csv = b"timestamp, index, memory.used [MiB], memory.total [MiB]\n".to_vec();
+    // Logs are read line by line: 2 GiB of empty lines.
+    let lines = |head: &[u8]| gzip_bomb(head, b'\n', 2048);
+    let (_d3, log) = file("smi.csv.gz", &lines(&csv));
+    refused_anywhere(
+        &["reconcile", s(&snap), "--nvml", s(&log)],
+        RATIO,
+        30,
+        150.0,
+    );
+    let (_d4, log) = file("train.log.gz", &lines(b"step 1\n"));
+    refused_anywhere(&["oom", s(&snap), "--log", s(&log)], RATIO, 30, 150.0);
+    // A side input compressed within the ratio is read as the plain file is.
+    let text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.00 GiB is free.\n";
+    let (_d5, plain) = file("oom.log", text.as_bytes());
+    let (_d6, packed) = file("oom.log.gz", &gzip(text.as_bytes()));
+    let a = run(&["oom", s(&snap), "--log", s(&plain), "--json"]);
+    let b = run(&["oom", s(&snap), "--log", s(&packed), "--json"]);
+    assert_eq!(a.code, Some(0), "{a:?}");
+    assert_eq!(
+        a.stdout.replace("oom.log.gz", "oom.log"),
+        b.stdout.replace("oom.log.gz", "oom.log")
+    );
+}
+
+#[test]
+fn white_space_before_a_trace_follows_one_rule_as_main_input_and_as_trace() {
+    let (_d, snap) = file("sample.pickle", &sample());
+    let mut trace = vec![b' '; 8192];
+    trace.extend_from_slice(br#"{"traceEvents": []}"#);
+    let (_d1, t) = file("spaced.json", &trace);
+    let needle = "4096 bytes or more of white space before the first value";
+    refused(&run(&["summary", s(&t)]), s(&t), needle, 10, 100.0);
+    let chart = _d1.path().join("t.svg");
+    refused_anywhere(
+        &["timeline", s(&snap), "-o", s(&chart), "--trace", s(&t)],
+        needle,
+        10,
+        100.0,
+    );
+    // Less is read.
+    let (_d2, t) = file("ok.json", &trace[8192 - 100..]);
+    let r = run(&["summary", s(&t)]);
+    assert!(!r.stderr.contains(needle), "{r:?}");
+}
+
+#[test]
+fn an_oom_message_repeated_a_hundred_thousand_times_is_counted_once() {
+    let message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 78.24 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 8.00 GiB is reserved by PyTorch but unallocated.\n";
+    let other = message.replace("2.00 GiB. GPU 0", "4.00 GiB. GPU 0");
+    let n = 100_000;
+    let mut log = String::with_capacity(n * (message.len() + 8));
+    for i in 0..n {
+        log.push_str("step\n");
+        log.push_str(if i == 7 { &other } else { message });
+    }
+    let (_d, path) = file("train.log", log.as_bytes());
+    let r = run(&["oom", "--log", s(&path), "--json"]);
+    let v = ok(&r);
+    bounded(&r, 30, 100.0);
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{}", r.stdout.len());
+    assert_eq!(messages[0]["count"], (n - 1) as u64);
+    assert_eq!(messages[0]["line"], 2);
+    assert_eq!(messages[0]["last_line"], 2 * n as u64);
+    assert_eq!(messages[1]["count"], 1);
+    assert_eq!(messages[1]["line"], 2 * 8);
+    assert_eq!(v["analyses"].as_array().unwrap().len(), 2);
+    // The text: each distinct message once, the repeats counted.
+    let r = run(&["oom", "--log", s(&path)]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.len() < 20_000, "{} bytes printed", r.stdout.len());
+    assert!(
+        r.stdout.contains(&format!(
+            "log line 2: the same message {} times in all, the last on line {}",
+            n - 1,
+            2 * n
+        )),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn a_long_name_shared_by_many_stacks_is_repeated_cut() {
+    // One 1 MiB function name, written once and read back (memo) by 300 frames that
+    // differ only in line number, each the stack of a live block and of its allocation.
+    const N: usize = 300;
+    const BASE: u64 = 0x7f00_0000_0000;
+    const SIZE: u64 = 1 << 20;
+    let name = "f".repeat(1 << 20);
+    let mut p = Pickle::new();
+    let mut name_memo = None;
+    let mut frames = |p: &mut Pickle, i: usize| {
+        p.list();
+        p.dict();
+        p.str("filename").str("/w/model.py");
+        p.str("line").int(i as i128 + 1);
+        p.str("name");
+        match name_memo {
+            Some(m) => {
+                p.get(m);
+            }
+            None => name_memo = Some(p.fresh(&name)),
+        }
+        p.end_dict();
+        p.end_list();
+    };
+    p.dict();
+    p.str("segments");
+    p.list();
+    p.dict();
+    p.str("device").int(0);
+    p.str("address").int(BASE as i128);
+    p.str("total_size").int((N as u64 * SIZE) as i128);
+    p.str("allocated_size").int((N as u64 * SIZE) as i128);
+    p.str("active_size").int((N as u64 * SIZE) as i128);
+    p.str("stream").int(0);
+    p.str("segment_type").str("large");
+    p.str("blocks");
+    p.list();
+    for i in 0..N {
+        p.dict();
+        p.str("address").int((BASE + i as u64 * SIZE) as i128);
+        p.str("size").int(SIZE as i128);
+        p.str("requested_size").int(SIZE as i128);
+        p.str("state").str("active_allocated");
+        p.str("frames");
+        frames(&mut p, i);
+        p.end_dict();
+    }
+    p.end_list();
+    p.end_dict();
+    p.end_list();
+    p.str("device_traces");
+    p.list();
+    p.list();
+    for i in 0..N {
+        p.dict();
+        p.str("action").str("alloc");
+        p.str("addr").int((BASE + i as u64 * SIZE) as i128);
+        p.str("size").int(SIZE as i128);
+        p.str("stream").int(0);
+        p.str("time_us").int(i as i128 + 1);
+        p.str("frames");
+        frames(&mut p, i);
+        p.end_dict();
+    }
+    p.end_list();
+    p.end_list();
+    p.end_dict();
+    let data = p.stop();
+    assert!(data.len() < 1_200_000, "{}", data.len());
+    let (dir, path) = file("long_name.pickle", &data);
+    let bound = 10 * data.len();
+    for args in [
+        &["segments", "--json"][..],
+        &["timeline", "--at", "peak", "--json"],
+        &["top", "--by", "stack", "--json"],
+        &["flamegraph", "--folded"],
+    ] {
+        let mut a = args.to_vec();
+        a.push(s(&path));
+        let r = run(&a);
+        assert_eq!(r.code, Some(0), "{args:?}: {}", r.stderr);
+        bounded(&r, 30, 300.0);
+        assert!(r.stdout.len() < bound, "{args:?}: {} bytes", r.stdout.len());
+        assert!(r.stdout.contains("…[cut: 1048576 bytes, "), "{args:?}");
+    }
+    for (cmd, out) in [
+        ("segments", "s.svg"),
+        ("flamegraph", "f.svg"),
+        ("timeline", "t.svg"),
+    ] {
+        let o = dir.path().join(out);
+        let r = run(&[cmd, s(&path), "-o", s(&o)]);
+        assert_eq!(r.code, Some(0), "{cmd}: {}", r.stderr);
+        bounded(&r, 30, 300.0);
+        let len = std::fs::metadata(&o).unwrap().len() as usize;
+        assert!(len < bound, "{cmd}: {len} bytes");
+    }
+    let o = dir.path().join("r.html");
+    let r = run(&["report", "-o", s(&o), s(&path)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    bounded(&r, 60, 500.0);
+    let x = dir.path().join("x");
+    let r = run(&["export", "--format", "jsonl", "-o", s(&x), s(&path)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let mut total = 0;
+    let mut stack = vec![x];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                total += std::fs::metadata(&p).unwrap().len() as usize;
+            }
+        }
+    }
+    assert!(total < bound, "export: {total} bytes");
 }

@@ -109,14 +109,31 @@ def _run(args, ok=(0,)):
 
 def _run_json(args, ok=(0,)):
     """Runs `vramlens ARGS` and returns its one JSON object."""
-    return json.loads(_run(args, ok))
+    text = _run(args, ok)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        lines = len(text.splitlines())
+        raise VramlensError(f"expected one JSON object from vramlens, found {lines} lines "
+                            f"({e.msg})", 2) from None
+
+
+def _one_file(path):
+    """PATH as vramlens reads it as one file: a folder is refused (the commands give one
+    object per file there), and a file named `-` is passed as `./-` (vramlens reads `-` as
+    standard input)."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise VramlensError(f"{p}: is a folder; expected one snapshot file (call the "
+                            "function on each file of it)", 2)
+    return os.path.join(".", p) if p == "-" else p
 
 
 def _paths(paths):
-    """One path or several, as strings."""
+    """One path or several, as strings (a file named `-` as `./-`)."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
-    return [os.fspath(p) for p in paths]
+    return [os.path.join(".", p) if p == "-" else p for p in map(os.fspath, paths)]
 
 
 def _opt(args, flag, value):
@@ -136,14 +153,14 @@ def summary(path, device=None):
     args = ["summary", "--json"]
     if device is not None:
         args += ["--device", str(int(device))]
-    return _run_json([*args, "--", os.fspath(path)])
+    return _run_json([*args, "--", _one_file(path)])
 
 
 def top(path, at="peak", by="callsite"):
     """`vramlens top PATH --at AT --by BY --json`: what was live at a moment (`peak`, `oom`,
     `event:N`, `time:T`), grouped (`callsite`, ...), as a dict (schema in docs/json.md)."""
     return _run_json(["top", "--at", str(at), "--by", str(by), "--json", "--",
-                      os.fspath(path)])
+                      _one_file(path)])
 
 
 
@@ -164,7 +181,7 @@ def diff(base, new, at="peak", by="callsite", device=None):
     at a moment, by group, as a dict."""
     args = ["diff", "--json", "--at", str(at), "--by", str(by)]
     _opt(args, "--device", None if device is None else int(device))
-    return _run_json([*args, "--", os.fspath(base), os.fspath(new)])
+    return _run_json([*args, "--", _one_file(base), _one_file(new)])
 
 
 def check(path, max_peak=None, baseline=None, tolerance=None, metric=None, device=None):
@@ -178,7 +195,7 @@ def check(path, max_peak=None, baseline=None, tolerance=None, metric=None, devic
     _opt(args, "--tolerance", tolerance)
     _opt(args, "--metric", metric)
     _opt(args, "--device", None if device is None else int(device))
-    return _run_json([*args, "--", os.fspath(path)], ok=(0, 1))
+    return _run_json([*args, "--", _one_file(path)], ok=(0, 1))
 
 
 def budget(paths, gpus=None, headroom=None, vary=None, sizes=None, target=None, nvml=None,
@@ -209,7 +226,7 @@ def reconcile(path, nvml, trace=None, utc_offset=None, gpu=None, device=None):
     _opt(args, "--utc-offset", utc_offset)
     _opt(args, "--gpu", gpu)
     _opt(args, "--device", None if device is None else int(device))
-    return _run_json([*args, "--", os.fspath(path)])
+    return _run_json([*args, "--", _one_file(path)])
 
 
 def export(paths, output, format="parquet", events=False, force=False):

@@ -33,6 +33,7 @@ import json
 import os
 import pickle
 import runpy
+import shlex
 import subprocess
 import sys
 import threading
@@ -192,24 +193,26 @@ def dump_snapshot(torch, path):
 
 
 def next_commands(out_dir, files):
-    """The vramlens commands worth running on what was written."""
+    """The vramlens commands worth running on what was written, each path quoted for a
+    POSIX shell (shlex.quote), so that a command copied from the output runs as shown."""
+    q = shlex.quote
     cmds = []
     oom = os.path.join(out_dir, "oom_snapshot.pickle")
     final = os.path.join(out_dir, "snapshot.pickle")
     log = os.path.join(out_dir, "oom.log")
     if oom in files:
-        cmds.append(f"vramlens oom {oom}" + (f" --log {log}" if log in files else ""))
-        cmds.append(f"vramlens timeline {oom} --at oom")
+        cmds.append(f"vramlens oom {q(oom)}" + (f" --log {q(log)}" if log in files else ""))
+        cmds.append(f"vramlens timeline {q(oom)} --at oom")
     elif log in files:
-        cmds.append(f"vramlens oom --log {log}")
+        cmds.append(f"vramlens oom --log {q(log)}")
     nvml = os.path.join(out_dir, "nvml.jsonl")
     if final in files:
-        cmds.append(f"vramlens summary {final}")
+        cmds.append(f"vramlens summary {q(final)}")
         svg = os.path.join(out_dir, "timeline.svg")
-        with_nvml = f" --nvml {nvml}" if nvml in files else ""
-        cmds.append(f"vramlens timeline {final} -o {svg} --force{with_nvml}")
+        with_nvml = f" --nvml {q(nvml)}" if nvml in files else ""
+        cmds.append(f"vramlens timeline {q(final)} -o {q(svg)} --force{with_nvml}")
     if nvml in files and (oom in files or final in files):
-        cmds.append(f"vramlens reconcile {oom if oom in files else final} --nvml {nvml}")
+        cmds.append(f"vramlens reconcile {q(oom if oom in files else final)} --nvml {q(nvml)}")
     return cmds
 
 

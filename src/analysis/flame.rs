@@ -40,8 +40,11 @@ fn path(attr: &Attributor, l: &crate::timeline::Lifetime) -> Vec<String> {
         }));
     }
     frames.reverse();
-    // ';' separates frames in the folded format.
-    frames.iter().map(|f| f.replace(';', ",")).collect()
+    // One line per stack, ';' between frames: each frame a field of the folded format.
+    frames
+        .iter()
+        .map(|f| crate::units::folded_field(f))
+        .collect()
 }
 
 #[derive(Default)]

@@ -832,9 +832,17 @@ pub fn analyze_oom(
 
 /// Analyses of OOM messages alone (no snapshot): the figures each prints, and verdicts
 /// from them. The snapshot's settings are unknown, so every knob that applies is given.
+///
+/// The first [`MAX_ANALYSES`] distinct messages are analysed; the others are counted in
+/// `more_oom_events` by GPU (with their repeats), as oom entries past that are.
 pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomReport {
+    let mut more: BTreeMap<i64, usize> = BTreeMap::new();
+    for m in messages.iter().skip(MAX_ANALYSES) {
+        *more.entry(m.gpu.unwrap_or(0)).or_insert(0) += m.count as usize;
+    }
     let analyses = messages
         .iter()
+        .take(MAX_ANALYSES)
         .map(|m| {
             let reserved = m.reserved_by_pytorch_bytes.unwrap_or(0);
             let allocated = m.allocated_by_pytorch_bytes.unwrap_or(0);
@@ -866,7 +874,7 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
         devices: Vec::new(),
         device_reason: None,
         analyses,
-        more_oom_events: BTreeMap::new(),
+        more_oom_events: more,
         messages,
         sharding_file: None,
     }

@@ -136,9 +136,8 @@ pub enum ViewError {
     /// A window reaching past either end of the trace (numbers in the units of the
     /// command line: events, or milliseconds since the first event).
     #[error(
-        "--window {}..{}: the trace spans {}..{} on this axis{unit}; give a window inside it",
-        axis_number(*start),
-        axis_number(*end),
+        "--window {}: the trace spans {}..{} on this axis{unit}; give a window inside it",
+        window_text(*start, *end),
         axis_number(*min),
         axis_number(*max)
     )]
@@ -583,6 +582,21 @@ impl Bands for LargestAllocations {
 }
 
 /// A position on the axis as the command line writes it: at most three decimals.
+/// A window as the command line gave it, when its ends are whole numbers that a float
+/// holds exactly, else at three decimals (an end past 2^53, such as u64::MAX, is shown as
+/// `more than 9007199254740992`, not as a float's nearest integer).
+fn window_text(start: f64, end: f64) -> String {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    let one = |v: f64| {
+        if v.abs() > EXACT {
+            format!("(more than {EXACT})")
+        } else {
+            axis_number(v)
+        }
+    };
+    format!("{}..{}", one(start), one(end))
+}
+
 fn axis_number(v: f64) -> String {
     let s = format!("{v:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');

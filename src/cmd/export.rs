@@ -83,6 +83,8 @@ pub fn check_output_dir(out: &Path, force: bool, events: bool) -> Result<()> {
             kind_of(&meta)
         );
     }
+    // What a killed run left is no reason to refuse the folder.
+    remove_stale_staging(out);
     let mut entries =
         fs::read_dir(out).with_context(|| format!("cannot read folder {}", out.display()))?;
     if entries.next().is_none() {
@@ -110,6 +112,41 @@ pub fn check_output_dir(out: &Path, force: bool, events: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Removes the hidden folders of earlier runs that were killed before they could clean
+/// up (`.vramlens-export.PID.NONCE`, PID no longer running). Only where the running
+/// processes can be told (`/proc`); only folders, never a link; a folder that cannot be
+/// removed is left as it is (the tables never read it: it is not a table's name).
+fn remove_stale_staging(out: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(out) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".vramlens-export."))
+        else {
+            continue;
+        };
+        let Some((pid, nonce)) = rest.split_once('.') else {
+            continue;
+        };
+        let ours = pid.parse::<u32>().is_ok()
+            && nonce.len() == 16
+            && nonce.bytes().all(|b| b.is_ascii_hexdigit());
+        if !ours || Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        let path = e.path();
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir()) {
+            let _ = fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// The hidden folder inside OUTDIR that the tables are written to first.

@@ -56,10 +56,10 @@ fn read_device_logs_in(
     };
     let mut logs = Vec::new();
     for path in paths {
-        let file =
-            std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let file = vramlens::input::open_side_input(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         logs.push(
-            vramlens::devlog::read_device_log(std::io::BufReader::new(file), options)
+            vramlens::devlog::read_device_log(file, options)
                 .with_context(|| format!("failed to read device log {}", path.display()))?,
         );
     }
@@ -181,8 +181,8 @@ pub fn read_profile_trace(
     let Some(path) = path else {
         return Ok(None);
     };
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file = vramlens::input::open_side_input(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     vramlens::devlog::read_profile_snapshot(file)
         .map(Some)
         .with_context(|| format!("failed to read trace {}", path.display()))

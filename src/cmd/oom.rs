@@ -34,11 +34,44 @@ fn check_total(report: &OomReport, path: &str) -> Result<()> {
     Ok(())
 }
 
+/// `UTF-16LE` or `UTF-16BE` when the start of a log says so: a byte-order mark, or a NUL
+/// byte beside every other one (ASCII text in UTF-16).
+fn utf16_encoding(path: &std::path::Path) -> Option<&'static str> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    vramlens::input::open_side_input(path)
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut head)
+        .ok()?;
+    if head.starts_with(&[0xff, 0xfe]) {
+        return Some("UTF-16LE");
+    }
+    if head.starts_with(&[0xfe, 0xff]) {
+        return Some("UTF-16BE");
+    }
+    let pairs = head.len() / 2;
+    let zeros_at = |odd: usize| {
+        head.iter()
+            .skip(odd)
+            .step_by(2)
+            .filter(|&&b| b == 0)
+            .count()
+    };
+    if pairs >= 8 && zeros_at(1) * 10 >= pairs * 9 {
+        return Some("UTF-16LE");
+    }
+    if pairs >= 8 && zeros_at(0) * 10 >= pairs * 9 {
+        return Some("UTF-16BE");
+    }
+    None
+}
+
 /// The OOM messages of a log (`--log`): at least one, none damaged.
 pub(super) fn read_oom_log(path: &std::path::Path) -> Result<Vec<vramlens::oom_log::OomMessage>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read log {}", path.display()))?;
-    let found = parse_oom_messages_from(std::io::BufReader::with_capacity(1 << 16, file))
+    let file = vramlens::input::open_side_input(path)
+        .with_context(|| format!("cannot read log {}", path.display()))?;
+    let found = parse_oom_messages_from(file)
         .with_context(|| format!("cannot read log {}", path.display()))?;
     if let Some(m) = found.iter().find(|m| m.oversized) {
         bail!(
@@ -49,6 +82,12 @@ pub(super) fn read_oom_log(path: &std::path::Path) -> Result<Vec<vramlens::oom_l
         );
     }
     if found.is_empty() {
+        if let Some(encoding) = utf16_encoding(path) {
+            bail!(
+                "{}: the log is {encoding} text, and only UTF-8 (or ASCII) logs are read; convert it first (iconv -f {encoding} -t UTF-8 FILE)",
+                path.display()
+            );
+        }
         bail!(
             "{}: no CUDA out-of-memory message found; expected a log with \"CUDA out of memory\"",
             path.display()

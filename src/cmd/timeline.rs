@@ -35,6 +35,17 @@ fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
             .ok()
             .filter(|v| v.is_finite())
             .ok_or_else(|| anyhow!("--window {s:?}: expected numbers, found {v:?}"))
+            .and_then(|n| {
+                // Past 2^53 a float no longer holds every whole number: no trace has that
+                // many events or milliseconds, and the number would be shown changed.
+                if n.abs() > 9_007_199_254_740_992.0 {
+                    bail!(
+                        "--window {s:?}: {} is past any trace (at most 9007199254740992 events or milliseconds)",
+                        v.trim()
+                    )
+                }
+                Ok(n)
+            })
     };
     let scale = if x == XAxis::Time { 1e3 } else { 1.0 };
     let (a, b) = (parse(a)? * scale, parse(b)? * scale);
@@ -189,9 +200,9 @@ fn trace_lanes(
         None => return Ok(None),
     };
     let shown = path.display().to_string();
-    let file = std::fs::File::open(path).with_context(|| format!("cannot read {shown}"))?;
-    let profile = read_profile(std::io::BufReader::new(file))
-        .with_context(|| format!("failed to read trace {shown}"))?;
+    let file =
+        vramlens::input::open_side_input(path).with_context(|| format!("cannot read {shown}"))?;
+    let profile = read_profile(file).with_context(|| format!("failed to read trace {shown}"))?;
     let alignment = if alignment {
         let converted = to_snapshot(&profile);
         let lined = line_up(snap, device, &converted)

@@ -223,6 +223,12 @@ fn add_warnings(
             "converted from an export_memory_timeline file: it names no device (shown as device 0) and no address; stacks are PyTorch's memory categories",
         ),
     }
+    if trace.skipped_elements > 0 {
+        w.add(format!(
+            "{} elements of the list of events are not events (nested lists, numbers, strings) and were skipped",
+            trace.skipped_elements
+        ));
+    }
     for d in devices {
         if d.before_profiling_bytes > 0 {
             w.add(format!(

@@ -166,8 +166,16 @@ pub struct ProfileTrace {
     pub threads: Vec<String>,
     /// `[OutOfMemory]` events.
     pub out_of_memory_events: u64,
+    /// Elements of the list of events that are not events (nested lists, numbers,
+    /// strings): skipped, and said in the converted snapshot's warnings.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub skipped_elements: u64,
     /// Top-level events (or rows) read.
     pub events_read: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 pub(crate) const TRACE_KIND: &str =
@@ -200,6 +208,7 @@ fn read_plain<R: BufRead>(mut r: R, gzip: bool) -> Result<ProfileTrace, DevlogEr
     };
     // Skip a byte-order mark and white space, and look at the first byte.
     let mut at_start = true;
+    let mut skipped = 0usize;
     let first = loop {
         let head = r.fill_buf().map_err(io)?;
         if head.is_empty() {
@@ -214,12 +223,18 @@ fn read_plain<R: BufRead>(mut r: R, gzip: bool) -> Result<ProfileTrace, DevlogEr
         }
         at_start = false;
         let n = head.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        if skipped + n >= super::MAX_LEADING_SPACE {
+            return Err(DevlogError::WrongKind {
+                message: super::leading_space_message(TRACE_KIND),
+            });
+        }
         if n < head.len() {
             let first = head[n];
             r.consume(n);
             break first;
         }
         let len = head.len();
+        skipped += len;
         r.consume(len);
     };
     match first {
@@ -401,6 +416,8 @@ struct Sink {
     threads: BTreeMap<(Id, Id), u32>,
     thread_names: Vec<String>,
     out_of_memory: u64,
+    /// Elements among events that are not events.
+    skipped: u64,
     events: u64,
     rows: Rows,
     error: Option<DevlogError>,
@@ -669,6 +686,7 @@ impl Sink {
             names: self.names,
             threads: self.thread_names,
             out_of_memory_events: self.out_of_memory,
+            skipped_elements: self.skipped,
             events_read: self.events,
         })
     }
@@ -817,8 +835,9 @@ impl<'de> Visitor<'de> for Element<'_> {
                 }
             };
         }
-        // A list among events: skipped, as other non-event elements.
+        // A list among events: skipped, as other non-event elements, and counted.
         while seq.next_element::<IgnoredAny>()?.is_some() {}
+        s.skipped += 1;
         Ok(())
     }
 
@@ -861,6 +880,7 @@ impl Element<'_> {
                 ),
             ));
         }
+        s.skipped += 1;
         Ok(())
     }
 }

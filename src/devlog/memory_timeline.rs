@@ -170,6 +170,7 @@ pub(crate) fn finish(mut rows: Rows, events_read: u64) -> Result<ProfileTrace, D
         names: Vec::new(),
         threads: Vec::new(),
         out_of_memory_events: 0,
+        skipped_elements: 0,
         events_read,
     })
 }
@@ -282,6 +283,7 @@ fn categories(
         names: Vec::new(),
         threads: Vec::new(),
         out_of_memory_events: 0,
+        skipped_elements: 0,
         events_read,
     })
 }

@@ -540,6 +540,17 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
 // Profiler outputs as the main input
 // ---------------------------------------------------------------------------------------
 
+/// White space before the first value of a JSON input: this much or more is refused, by
+/// the main input and `--trace` alike (the main input sniffs this much of its start).
+pub const MAX_LEADING_SPACE: usize = 4096;
+
+/// The words for an input that starts with more white space than that.
+pub fn leading_space_message(expected: &str) -> String {
+    format!(
+        "{MAX_LEADING_SPACE} bytes or more of white space before the first value; expected {expected}"
+    )
+}
+
 /// Whether the first bytes of a (decompressed) file look like a profiler output: a Kineto /
 /// Chrome trace, an `export_memory_timeline` JSON, or its HTML form. The input layer then
 /// reads it with [`read_profile_snapshot`] instead of as a snapshot.

@@ -764,6 +764,24 @@ pub fn write_stacks(snap: &Snapshot, out: &mut dyn TableWriter) -> io::Result<()
 
 /// Characters kept in a partition name; others become `_`, so the folder name needs no
 /// escaping in any engine.
+/// Longest partition name: `file=` and it stay well under the 255 bytes a file name may
+/// have on every common file system.
+pub const MAX_PARTITION_NAME: usize = 200;
+
+/// A name cut to [`MAX_PARTITION_NAME`] bytes when longer: its start, `~`, and 16 hex
+/// digits of an FNV-1a hash of the whole name (so names that differ only past the cut
+/// stay apart).
+fn capped(name: String) -> String {
+    if name.len() <= MAX_PARTITION_NAME {
+        return name;
+    }
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    // The name is ASCII (see safe_name): any byte is a character boundary.
+    format!("{}~{hash:016x}", &name[..MAX_PARTITION_NAME - 17])
+}
+
 fn safe_name(s: &str) -> String {
     let name: String = s
         .chars()
@@ -804,8 +822,9 @@ fn name_parts(path: &Path) -> Vec<String> {
 
 /// The partition name (`file=<name>`) of each input: its file name, with as many parent
 /// folders as it takes to tell it from the other inputs (`rank0__memory.pickle`), only
-/// letters, digits, `.`, `_` and `-`; a name that is still taken gets `-2`, `-3`, ... in
-/// input order.
+/// letters, digits, `.`, `_` and `-`, at most [`MAX_PARTITION_NAME`] bytes (a longer one
+/// is cut and ends with a hash of the whole); a name that is still taken gets `-2`, `-3`,
+/// ... in input order.
 pub fn partition_names(paths: &[&Path]) -> Vec<String> {
     let parts: Vec<Vec<String>> = paths.iter().map(|p| name_parts(p)).collect();
     let name = |i: usize, depth: usize| -> String {
@@ -813,7 +832,7 @@ pub fn partition_names(paths: &[&Path]) -> Vec<String> {
         let n = depth.min(p.len());
         let mut chosen: Vec<&str> = p[..n].iter().map(String::as_str).collect();
         chosen.reverse();
-        safe_name(&chosen.join("__"))
+        capped(safe_name(&chosen.join("__")))
     };
     let mut depth = vec![1usize; paths.len()];
     loop {
@@ -876,6 +895,19 @@ mod tests {
             names(&["/tmp/my snap=1%.pickle", "-", ".hidden.json"]),
             ["my_snap_1_.pickle", "stdin", "f.hidden.json"]
         );
+    }
+
+    #[test]
+    fn long_names_are_cut_and_stay_apart() {
+        let long = "x".repeat(300);
+        let (a, b) = (format!("{long}a.pickle"), format!("{long}b.pickle"));
+        let n = names(&[&a, &b]);
+        assert_ne!(n[0], n[1]);
+        for name in &n {
+            assert_eq!(name.len(), MAX_PARTITION_NAME);
+            assert!(name.starts_with(&"x".repeat(150)), "{name}");
+        }
+        assert_eq!(names(&["short.pickle"]), ["short.pickle"]);
     }
 
     #[test]

@@ -60,9 +60,20 @@ impl Extra {
     }
 
     /// Every string inside, for rewriting in place.
+    /// Visits every text of the value: strings, bytes (as text, decoded lossily, and
+    /// written back as its UTF-8 when changed or not UTF-8), and dict keys.
     pub fn strings_mut(&mut self, f: &mut dyn FnMut(&mut String)) {
         match self {
             Extra::Str(s) => f(s),
+            Extra::Bytes(b) => {
+                let mut text = String::from_utf8_lossy(b).into_owned();
+                let exact = text.as_bytes() == &b[..];
+                let before = text.clone();
+                f(&mut text);
+                if text != before || !exact {
+                    *b = text.into_bytes().into_boxed_slice();
+                }
+            }
             Extra::List(items) | Extra::Tuple(items) => {
                 for item in items {
                     item.strings_mut(f);

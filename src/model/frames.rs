@@ -63,6 +63,24 @@ pub struct Frame {
     pub line: i64,
 }
 
+/// Longest string of a frame or a trace entry kept whole (file and function names, code
+/// contexts). Real names are far shorter; C++ template names reach a few KiB.
+pub const MAX_STR_BYTES: usize = 8192;
+
+/// A string longer than [`MAX_STR_BYTES`] as it is kept: its first 8000 bytes (at a
+/// character boundary), then `…[cut: N bytes, FNV-1a HASH]`, so that two long names that
+/// differ past the cut stay apart and a reader sees that it was cut.
+pub fn cut_long(s: &str) -> String {
+    let mut end = 8000.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let hash = s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{}…[cut: {} bytes, {hash:016x}]", &s[..end], s.len())
+}
+
 /// All distinct strings, frames and stacks of one snapshot.
 #[derive(Default)]
 pub struct FrameTable {
@@ -88,7 +106,15 @@ impl FrameTable {
         t
     }
 
+    /// The id of a string, added when new. A string longer than [`MAX_STR_BYTES`] is kept
+    /// cut ([`cut_long`]): every output repeats a frame's name once per stack that holds
+    /// it, so a long name shared by many stacks would make outputs grow with references
+    /// times length rather than with the file.
     pub fn intern_str(&mut self, s: &str) -> StrId {
+        if s.len() > MAX_STR_BYTES {
+            let cut = cut_long(s);
+            return self.intern_str(&cut);
+        }
         if let Some(&id) = self.string_ids.get(s) {
             return id;
         }
@@ -145,6 +171,23 @@ impl FrameTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_strings_are_kept_cut_and_apart() {
+        let mut t = FrameTable::new();
+        let a = format!("{}a", "é".repeat(5000));
+        let b = format!("{}b", "é".repeat(5000));
+        let (ia, ib) = (t.intern_str(&a), t.intern_str(&b));
+        assert_ne!(ia, ib);
+        assert_eq!(t.intern_str(&a), ia);
+        let kept = t.str(ia);
+        assert!(kept.len() < MAX_STR_BYTES, "{}", kept.len());
+        assert!(kept.starts_with(&"é".repeat(4000)));
+        assert!(kept.contains("…[cut: 10001 bytes, "), "{}", &kept[7990..]);
+        let short = "x".repeat(MAX_STR_BYTES);
+        let id = t.intern_str(&short);
+        assert_eq!(t.str(id), short);
+    }
 
     #[test]
     fn interning_is_stable_and_deduplicates() {

@@ -8,6 +8,7 @@ use crate::analysis::budget::{
     BudgetLine, BudgetReport, Caveat, Fit, Line, OutsideSource, RunBudget, Series, Vary, Verdict,
 };
 use crate::units::bytes;
+use crate::units::shown;
 use std::io::{self, Write};
 
 /// The words of a line.
@@ -104,7 +105,7 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
     writeln!(
         out,
         "{}: device {}, {}",
-        r.path,
+        shown(&r.path),
         r.device,
         super::names::moment_text(&r.moment)
     )?;
@@ -276,7 +277,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
         s.sizes
             .iter()
             .zip(&s.runs)
-            .map(|(size, run)| format!("{size} ({})", r.runs[*run].path))
+            .map(|(size, run)| format!("{size} ({})", shown(&r.runs[*run].path)))
             .collect::<Vec<_>>()
             .join(", ")
     )?;
@@ -422,7 +423,7 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
             writeln!(
                 out,
                 "on one device each (GPUs do not pool memory: the largest, {} device {}, decides), with {:.0}% headroom",
-                d.path,
+                shown(&d.path),
                 d.device,
                 r.headroom * 100.0
             )?;
@@ -465,12 +466,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
                 if s.vary == Vary::Seq { "seq" } else { "batch" },
                 s.sizes[k]
             ),
-            None => run
-                .path
-                .rsplit(['/', '\\'])
-                .next()
-                .unwrap_or(&run.path)
-                .to_string(),
+            None => shown(run.path.rsplit(['/', '\\']).next().unwrap_or(&run.path)).into_owned(),
         };
         bars.push((
             label,

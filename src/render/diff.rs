@@ -3,6 +3,7 @@
 use super::Style;
 use super::names::{group_display, moment_text};
 use crate::analysis::diff::{Change, CheckReport, DiffReport, GroupChange, Metric};
+use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};
 
@@ -57,7 +58,7 @@ pub fn write_diff_text(
         "{}",
         style.heading(&format!(
             "base {} (device {}, {}): {}",
-            r.base.path,
+            shown(&r.base.path),
             r.base.device,
             moment_text(&r.base.moment),
             bytes(r.base.total_bytes)
@@ -68,7 +69,7 @@ pub fn write_diff_text(
         "{}",
         style.heading(&format!(
             "new  {} (device {}, {}): {}",
-            r.new.path,
+            shown(&r.new.path),
             r.new.device,
             moment_text(&r.new.moment),
             bytes(r.new.total_bytes)
@@ -96,7 +97,7 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
         "{}",
         style.heading(&format!(
             "{verdict}: {} device {}: peak {metric} {}",
-            r.path,
+            shown(&r.path),
             r.device,
             bytes(r.peak_bytes)
         ))
@@ -112,7 +113,7 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
             "max_peak" => "the budget (--max-peak)".to_string(),
             _ => format!(
                 "the baseline {} ({}) + {}%",
-                r.baseline_path.as_deref().unwrap_or("?"),
+                shown(r.baseline_path.as_deref().unwrap_or("?")),
                 bytes(r.baseline_peak_bytes.unwrap_or(0)),
                 r.tolerance_percent.unwrap_or(0.0)
             ),

@@ -6,6 +6,7 @@ use crate::analysis::device::DeviceChoice;
 use crate::analysis::live::LiveSet;
 use crate::timeline::Origin;
 use crate::units::bytes;
+use crate::units::shown;
 use std::io::{self, Write};
 
 pub fn write_live_text(
@@ -72,7 +73,7 @@ pub fn write_live_text(
             )?;
         }
         for f in &a.frames {
-            writeln!(out, "              {f}")?;
+            writeln!(out, "              {}", shown(f))?;
         }
     }
     Ok(())

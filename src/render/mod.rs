@@ -8,6 +8,7 @@ pub mod evidence;
 pub mod flame_svg;
 pub mod html;
 pub mod live;
+pub mod markup;
 pub mod names;
 pub mod oom;
 pub mod ranks;
@@ -66,8 +67,9 @@ fn styled(code: u8, s: &str) -> String {
     )
 }
 
-/// Compact JSON in which DEL, the C1 controls and the style marker are `\u` escapes too
-/// (serde_json escapes only C0), so no string from a file reaches a terminal raw.
+/// Compact JSON in which DEL, the C1 controls, the style marker, bidirectional formatting
+/// characters and noncharacters are `\u` escapes too (serde_json escapes only C0), so no
+/// string from a file reaches a terminal raw; a JSON reader gets the same strings.
 struct SafeJson;
 
 impl serde_json::ser::Formatter for SafeJson {
@@ -78,9 +80,16 @@ impl serde_json::ser::Formatter for SafeJson {
     ) -> io::Result<()> {
         let mut run = 0;
         for (i, c) in fragment.char_indices() {
-            if ('\u{7f}'..='\u{9f}').contains(&c) || c == terminal::MARK {
+            if ('\u{7f}'..='\u{9f}').contains(&c)
+                || c == terminal::MARK
+                || crate::units::is_bidi_control(c)
+                || crate::units::is_noncharacter(c)
+            {
                 writer.write_all(&fragment.as_bytes()[run..i])?;
-                write!(writer, "\\u{:04x}", c as u32)?;
+                // Past the BMP (noncharacters such as U+1FFFE) as a surrogate pair.
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    write!(writer, "\\u{:04x}", unit)?;
+                }
                 run = i + c.len_utf8();
             }
         }

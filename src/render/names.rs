@@ -1,13 +1,17 @@
 //! Names shared by the text renderers: frames shortened for reading, devices, moments,
-//! groups.
+//! groups. Every name from a file comes out on one visible line ([`shown`]).
 
 use crate::analysis::device::{DeviceChoice, DeviceReason};
 use crate::analysis::moment::ResolvedMoment;
-use crate::units::utc_time;
+use crate::units::{shown, utc_time};
 
 /// A path shortened to the part a reader needs: from the package root inside
-/// site-packages, from `torch/`, else the last two components.
+/// site-packages, from `torch/`, else the last two components; shown on one line.
 pub fn short_path(path: &str) -> String {
+    shown(&short_path_of(path)).into_owned()
+}
+
+fn short_path_of(path: &str) -> String {
     let p = path.replace('\\', "/");
     for marker in ["site-packages/", "dist-packages/"] {
         if let Some(i) = p.rfind(marker) {
@@ -24,20 +28,21 @@ pub fn short_path(path: &str) -> String {
     parts[parts.len() - 2..].join("/")
 }
 
-/// `filename:line:name` as `short/path.py:42 in name`; other names unchanged.
+/// `filename:line:name` as `short/path.py:42 in name`; other names unchanged; shown on
+/// one line.
 pub fn short_frame(frame: &str) -> String {
     // Frames without a file (C++ frames, a profiler trace's operators) by their name.
     if let Some(name) = frame.strip_prefix("??:0:") {
-        return name.to_string();
+        return shown(name).into_owned();
     }
     let mut parts = frame.rsplitn(3, ':');
     let (Some(name), Some(line), Some(file)) = (parts.next(), parts.next(), parts.next()) else {
-        return frame.to_string();
+        return shown(frame).into_owned();
     };
     if line.parse::<i64>().is_err() || file.is_empty() {
-        return frame.to_string();
+        return shown(frame).into_owned();
     }
-    format!("{}:{line} in {name}", short_path(file))
+    format!("{}:{line} in {}", short_path(file), shown(name))
 }
 
 /// A label of at most `max` characters: whole when it fits, else cut at the last word
@@ -77,12 +82,12 @@ pub fn group_display(name: &str, kind: &str) -> String {
         "frame" => short_frame(name),
         "file" => short_path(name),
         "stack" => match name.rsplit_once(" (stack ") {
-            Some((frame, id)) => format!("{} (stack {id}", short_frame(frame)),
-            None => name.to_string(),
+            Some((frame, id)) => format!("{} (stack {}", short_frame(frame), shown(id)),
+            None => shown(name).into_owned(),
         },
         "before_recording" => "allocated before recording began (stack unknown)".into(),
         "no_stack" => "no stack recorded".into(),
-        _ => name.to_string(),
+        _ => shown(name).into_owned(),
     }
 }
 
@@ -188,7 +193,7 @@ pub fn write_moment_heading(
         "{}",
         style.heading(&format!(
             "{}: {}, {}",
-            t.path,
+            shown(t.path),
             device_line(choice),
             moment_text(t.moment)
         ))

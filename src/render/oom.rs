@@ -4,6 +4,7 @@ use super::Style;
 use super::names::group_display;
 use crate::analysis::device::DeviceReason;
 use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Verdict};
+use crate::units::shown;
 use crate::units::{bytes, percent, utc_time};
 use std::io::{self, Write};
 
@@ -310,7 +311,7 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
         )?;
     }
     for f in &a.frames {
-        writeln!(out, "                     {f}")?;
+        writeln!(out, "                     {}", shown(f))?;
     }
     if a.device_free_bytes.is_some() || a.device_total_bytes.is_some() {
         writeln!(
@@ -514,8 +515,8 @@ fn devices_text(r: &OomReport) -> Option<String> {
 pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::Result<()> {
     if let Some(p) = &r.path {
         match devices_text(r) {
-            Some(d) => writeln!(out, "{}", style.heading(&format!("{p}: {d}")))?,
-            None => writeln!(out, "{}", style.heading(p))?,
+            Some(d) => writeln!(out, "{}", style.heading(&format!("{}: {d}", shown(p))))?,
+            None => writeln!(out, "{}", style.heading(&shown(p)))?,
         }
     }
     for a in &r.analyses {
@@ -529,10 +530,22 @@ pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::R
         )?;
     }
     for (device, n) in &r.more_oom_events {
+        let what = if r.path.is_none() {
+            "OOM messages"
+        } else {
+            "oom events"
+        };
         writeln!(
             out,
-            "  device {device}: {n} more oom events, not analysed one by one (the first {} are)",
+            "  device {device}: {n} more {what}, not analysed one by one (the first {} are)",
             crate::analysis::oom::MAX_ANALYSES
+        )?;
+    }
+    for m in r.messages.iter().filter(|m| m.count > 1) {
+        writeln!(
+            out,
+            "  log line {}: the same message {} times in all, the last on line {}",
+            m.line, m.count, m.last_line
         )?;
     }
     if r.path.is_some() {

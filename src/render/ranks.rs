@@ -3,6 +3,7 @@
 use super::Style;
 use super::names::{clip, group_display, tiny_frame};
 use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
+use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};
 
@@ -38,7 +39,7 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
             row.peak_over_median
                 .map_or("-".into(), |x| format!("{:.1}%", (x - 1.0) * 100.0)),
             row.ooms,
-            row.path,
+            shown(&row.path),
             if row.outlier {
                 style.warn("  <- outlier")
             } else {

@@ -10,6 +10,7 @@ use crate::analysis::reconcile::{
 };
 use crate::devlog::convert::DeviceSource;
 use crate::devlog::{GpuNumbering, ProfileKind, TraceClock};
+use crate::units::shown;
 use crate::units::{bytes, bytes_signed, duration_us, utc_time};
 use std::io::{self, Write};
 
@@ -194,7 +195,8 @@ pub fn write_reconcile_text(
         "{}",
         style.heading(&format!(
             "{} against {} readings",
-            r.path, r.device_log_source
+            shown(&r.path),
+            shown(r.device_log_source)
         ))
     )?;
     for d in &r.devices {
@@ -318,7 +320,7 @@ fn write_trace(out: &mut dyn Write, t: &TraceFindings, style: Style) -> io::Resu
         "{}",
         style.heading(&format!(
             "profiler trace {} ({}, {})",
-            t.path,
+            shown(&t.path),
             kind_text(t.kind),
             clock_text(t)
         ))

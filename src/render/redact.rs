@@ -70,24 +70,14 @@ fn field_name(f: Field) -> &'static str {
 
 /// Shows control characters, so that one change stays on one line.
 fn one_line(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::units::shown(s).into_owned()
 }
 
 fn list(names: &[String]) -> String {
     if names.is_empty() {
         "none found".into()
     } else {
-        names.join(", ")
+        one_line(&names.join(", "))
     }
 }
 
@@ -107,12 +97,13 @@ pub fn write_redact_text(
     let what = if n == 1 { "string" } else { "strings" };
     let head = match (run.written, run.output) {
         (true, Some(o)) => format!(
-            "{}: {n} distinct {what} changed, written to {o}",
-            run.source
+            "{}: {n} distinct {what} changed, written to {}",
+            one_line(run.source),
+            one_line(o)
         ),
         _ => format!(
             "{}: {n} distinct {what} would change (nothing written)",
-            run.source
+            one_line(run.source)
         ),
     };
     writeln!(out, "{}", style.heading(&head))?;

@@ -5,6 +5,7 @@ use super::names::{device_line, group_display, moment_note, moment_text};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::segment_map::SegmentMap;
 use crate::units::bytes;
+use crate::units::shown;
 use std::io::{self, Write};
 
 pub fn write_segments_text(
@@ -18,7 +19,7 @@ pub fn write_segments_text(
         "{}",
         style.heading(&format!(
             "{}: {}, {}",
-            map.path,
+            shown(&map.path),
             device_line(choice),
             moment_text(&map.moment)
         ))

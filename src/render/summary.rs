@@ -2,6 +2,7 @@
 
 use super::Style;
 use crate::analysis::summary::{DeviceSummary, Summary, TraceSummary, TruncationEvidence};
+use crate::units::shown;
 use crate::units::{bytes, duration_us, percent, utc_time};
 use std::io::{self, Write};
 
@@ -68,7 +69,11 @@ fn write_trace(
         // Counted honestly, but read as a file without a trace: nothing over time.
         let actions: Vec<String> = match t.actions.iter().next() {
             Some((a, _)) if t.events == 1 => vec![a.clone()],
-            _ => t.actions.iter().map(|(a, n)| format!("{a} {n}")).collect(),
+            _ => t
+                .actions
+                .iter()
+                .map(|(a, n)| format!("{} {n}", shown(a)))
+                .collect(),
         };
         row(
             out,
@@ -87,7 +92,11 @@ fn write_trace(
         _ => ", no timestamps (PyTorch before 2.2)".into(),
     };
     row(out, "trace", format!("{} events{span}", t.events))?;
-    let actions: Vec<String> = t.actions.iter().map(|(a, n)| format!("{a} {n}")).collect();
+    let actions: Vec<String> = t
+        .actions
+        .iter()
+        .map(|(a, n)| format!("{} {n}", shown(a)))
+        .collect();
     for chunk in actions.chunks(4) {
         row(out, "", chunk.join(", "))?;
     }
@@ -320,7 +329,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         "{}",
         style.heading(&format!(
             "{}  ({}, {}{}, {release})",
-            src.path,
+            shown(&src.path),
             bytes(src.size_bytes),
             if src.gzip { "gzip, " } else { "" },
             format
@@ -366,7 +375,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
             },
         )?;
         if let Some(conf) = st.alloc_conf.as_deref().filter(|c| !c.is_empty()) {
-            row(out, "ALLOC_CONF", conf)?;
+            row(out, "ALLOC_CONF", shown(conf))?;
         }
     }
     writeln!(out, "{}", style.heading("recording"))?;
@@ -394,7 +403,7 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
             } else {
                 String::new()
             };
-            writeln!(out, "  {}{times}", style.warn(&w.message))?;
+            writeln!(out, "  {}{times}", style.warn(&shown(&w.message)))?;
         }
     }
     Ok(())

@@ -5,22 +5,10 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-/// Escapes text for XML content and attribute values.
+/// Escapes text for XML content and attribute values ([`super::markup::xml`]: markup
+/// characters as references, nothing XML forbids).
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Characters XML 1.0 forbids.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
-            c => out.push(c),
-        }
-    }
-    out
+    super::markup::xml(s)
 }
 
 /// A coordinate with one decimal (deterministic, compact).
@@ -203,7 +191,7 @@ mod tests {
     #[test]
     fn escaping_and_numbers() {
         assert_eq!(escape("a<b & \"c\"'"), "a&lt;b &amp; &quot;c&quot;&apos;");
-        assert_eq!(escape("x\u{1}y"), "x?y");
+        assert_eq!(escape("x\u{1}y\u{fffe}"), "x\\x01y\u{fffd}");
         assert_eq!(num(1.0), "1");
         assert_eq!(num(1.25), "1.2");
         assert_eq!(num(-0.01), "0");

@@ -3,9 +3,11 @@
 //! Strings from a snapshot or a log (frame names, file names, allocator settings, action
 //! and annotation names) may hold escape sequences: colours, a window title (OSC 0), a
 //! hyperlink (OSC 8), a cleared screen. [`TerminalText`] wraps the output of every text
-//! renderer and shows each control character as visible text: C0 controls other than
-//! newline and tab as `\x1b`, DEL as `\x7f`, C1 controls (U+0080 to U+009F) as `\u{9b}`,
-//! bytes that are not UTF-8 as `\xff`.
+//! renderer and shows each control character as visible text: a tab as `\t`, the other C0
+//! controls but newline as `\x1b`, DEL as `\x7f`, C1 controls (U+0080 to U+009F) and
+//! bidirectional formatting characters (U+202E) as `\u{9b}`, bytes that are not UTF-8 as
+//! `\xff`. A newline from a file cannot be told from the renderers' own here: the
+//! renderers print every name through [`crate::units::shown`], which shows it as `\n`.
 //!
 //! The program's own styling ([`super::Style`]) cannot be sent as escape sequences through
 //! such a filter, and must not be confusable with file content. So `Style` writes a marker
@@ -51,15 +53,13 @@ fn sgr(code: u8) -> Option<&'static [u8]> {
     }
 }
 
-/// A character shown as visible text instead of itself.
+/// A character shown as visible text instead of itself: all but the newline, which only
+/// the renderers write (names from a file reach them through [`crate::units::shown`]).
 fn escaped(c: char) -> Option<String> {
-    let n = c as u32;
-    if (n < 0x20 && c != '\n' && c != '\t') || n == 0x7f {
-        Some(format!("\\x{n:02x}"))
-    } else if (0x80..=0x9f).contains(&n) || c == MARK {
-        Some(format!("\\u{{{n:x}}}"))
-    } else {
+    if c == '\n' {
         None
+    } else {
+        crate::units::escape_char(c)
     }
 }
 
@@ -113,9 +113,10 @@ impl<W: Write> TerminalText<W> {
         while i < data.len() {
             let b = data[i];
             if b < 0x80 {
-                if (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f {
+                if (b < 0x20 && b != b'\n') || b == 0x7f {
                     self.inner.write_all(&data[run..i])?;
-                    write!(self.inner, "\\x{b:02x}")?;
+                    let e = crate::units::escape_char(b as char).unwrap_or_default();
+                    self.inner.write_all(e.as_bytes())?;
                     run = i + 1;
                 }
                 i += 1;
@@ -213,10 +214,10 @@ mod tests {
 
     #[test]
     fn control_characters_become_visible() {
-        let s = "a\x1b]0;title\x07b\x1b[2J\r\x08\x7f\u{9b}31m\u{9d}x\u{9c} tab\tnl\n é ✓";
+        let s = "a\x1b]0;title\x07b\x1b[2J\r\x08\x7f\u{9b}31m\u{9d}x\u{9c} tab\tnl\n é ✓ \u{202e}rlo\u{2066}";
         assert_eq!(
             through(&[s.as_bytes()]),
-            "a\\x1b]0;title\\x07b\\x1b[2J\\x0d\\x08\\x7f\\u{9b}31m\\u{9d}x\\u{9c} tab\tnl\n é ✓"
+            "a\\x1b]0;title\\x07b\\x1b[2J\\x0d\\x08\\x7f\\u{9b}31m\\u{9d}x\\u{9c} tab\\tnl\n é ✓ \\u{202e}rlo\\u{2066}"
         );
         assert_eq!(escape_controls(s), through(&[s.as_bytes()]));
         assert_eq!(through(&[b"ok\xff\xc3("]), "ok\\xff\\xc3(");

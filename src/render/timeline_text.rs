@@ -5,6 +5,7 @@ use super::names::device_line;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::timeline_report::TimelineReport;
 use crate::timeline::Peak;
+use crate::units::shown;
 use crate::units::{bytes, utc_time};
 use std::io::{self, Write};
 
@@ -26,7 +27,7 @@ pub fn write_timeline_text(
     writeln!(
         out,
         "{}",
-        style.heading(&format!("{}: {}", r.path, device_line(choice)))
+        style.heading(&format!("{}: {}", shown(&r.path), device_line(choice)))
     )?;
     let rows = [
         ("events", r.events.to_string()),

@@ -44,24 +44,12 @@ const FILES_BUDGET: usize = 8_800_000;
 /// Files in one report at most (each keeps its headline figures).
 pub const MAX_FILES: usize = 1024;
 
-/// Text for HTML content or an attribute value: markup characters as references,
-/// control characters shown as visible text, and `://` broken so that no address can be
+/// Text for HTML content or an attribute value ([`super::markup::html`]): markup
+/// characters as references, control characters shown as visible text, noncharacters
+/// replaced, and `://` broken so that no address can be
 /// read out of the page.
 pub fn escape_html(s: &str) -> String {
-    let s = super::terminal::escape_controls(s);
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            '\r' => out.push_str("\\r"),
-            c => out.push(c),
-        }
-    }
-    break_addresses(out)
+    break_addresses(super::markup::html(s))
 }
 
 /// `scheme://` written as `scheme:&#47;/`: the same text to a reader, no address in the bytes.
