@@ -1,10 +1,10 @@
 //! `vramlens export`: every file's tables into one dataset folder, partitioned by file.
 //!
 //! Each file's rows go to a partition of its own in every table
-//! (`OUTDIR/<table>/file=<key>/part-0.<ext>`), its key made from its name and the SHA-256
-//! of its bytes ([`partition_key`]), so the bytes of every file are the same for any
-//! number of threads, and the same file is the same partition whichever run, shard or
-//! machine wrote it: exporting it again replaces its rows. Everything is written under a
+//! (`OUTDIR/<table>/file=<key>/part-0.<ext>`), its key made from its name, its bytes and
+//! its path ([`partition_key`]), so the bytes of every file are the same for any number of
+//! threads, and the same input is the same partition whichever run, shard or machine
+//! wrote it: exporting it again replaces its rows. Everything is written under a
 //! hidden folder inside OUTDIR first and each partition moved into place at the end, with
 //! the run's manifest (`OUTDIR/manifest/`). Several exports (the shards of one job) may
 //! write into one OUTDIR at once. OUTDIR and the folders in it are never reached through a
@@ -519,7 +519,7 @@ fn export_file(job: &Job, input: &Input) -> Result<RowCounts> {
 /// What became of one input of this export.
 enum Outcome {
     Exported(RowCounts),
-    /// The same name and bytes as an earlier input: one partition holds both.
+    /// The same path, given again, and bytes as an earlier input: one partition holds both.
     Duplicate(usize),
     Failed(anyhow::Error),
 }
@@ -560,7 +560,7 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     let tables = tables(args.events);
     let staging = Staging::create(&args.output)?;
     // Hashed first, so that each file's key is known before any row is written and an
-    // input repeated (the same name and bytes) is exported once, the first time.
+    // input given twice (the same path and bytes) is exported once, the first time.
     let hashed: Vec<Result<Input>> = files.par_iter().map(|f| hash_input(f)).collect();
     let mut first_of: BTreeMap<String, usize> = BTreeMap::new();
     let mut duplicate_of: Vec<Option<usize>> = vec![None; files.len()];
@@ -630,8 +630,9 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         manifest_files.push(entry);
     }
     let exported = keys.len();
-    // Nothing is written when no file could be read.
-    if exported > 0 {
+    // Nothing is written when no file could be read, except a shard's manifest (so that
+    // a reader sees the shard ran, with what failed, and a shard with no file at all).
+    if exported > 0 || files.is_empty() || args.shard.is_some() {
         let list = list_sha256(&all);
         let manifest = json!({
             "schema_version": SCHEMA_VERSION,
@@ -681,7 +682,7 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         if !duplicates.is_empty() {
             writeln!(
                 out,
-                "not exported again, the same name and bytes as an earlier input: {}",
+                "not exported again, given twice: {}",
                 duplicates.join(", ")
             )?;
         }

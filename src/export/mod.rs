@@ -850,18 +850,20 @@ pub fn write_stacks(snap: &Snapshot, out: &mut dyn TableWriter) -> io::Result<()
 /// Bytes of a file's name kept in its partition key, at most.
 const KEY_NAME_BYTES: usize = 64;
 
-/// Hex digits of the SHA-256 in a partition key: 64 bits, so that two files of a fleet
-/// share a key only if they share a name and their bytes.
+/// Hex digits of the digest in a partition key: 64 bits, so that no two inputs of a fleet
+/// share a key.
 pub const KEY_DIGEST_HEX: usize = 16;
 
-/// The partition key (`file=<key>`) of a file: its name, readable, then `~` and the start
-/// of the SHA-256 of its bytes, such as `memory_snapshot.pickle~3fa9c1d2e4b5a6f7`. It
-/// depends on the file alone (not on the other inputs, the shard or the run), so the same
-/// file is the same partition in every export and a re-run replaces its rows. Letters and
-/// digits of any script, `.`, `-` and `_` are kept and any other character becomes `_`
-/// (the folder name needs no escaping in any engine), the name is cut at
-/// [`KEY_NAME_BYTES`], and the `~` keeps engines that infer partition types from typing
-/// the key as a number or a date. The full path is in the tables (`source_path`).
+/// The partition key (`file=<key>`) of an input: its file name, readable, then `~` and the
+/// start of the SHA-256 of the file's SHA-256 (`sha256`, lowercase hex) and its path as
+/// given, such as `memory_snapshot.pickle~3fa9c1d2e4b5a6f7`. It depends on the input alone
+/// (not on the other inputs, the shard or the run), so the same file at the same path is
+/// the same partition in every export and a re-run replaces its rows, while two files, or
+/// two copies of one at two paths, never share one. Letters and digits of any script, `.`,
+/// `-` and `_` are kept and any other character becomes `_` (the folder name needs no
+/// escaping in any engine), the name is cut at [`KEY_NAME_BYTES`], and the `~` keeps
+/// engines that infer partition types from typing the key as a number or a date. The
+/// tables hold the path and the file's SHA-256 in full (`source_path`, `source_sha256`).
 pub fn partition_key(path: &Path, sha256: &str) -> String {
     let file_name = if path.as_os_str() == "-" {
         "stdin".to_string()
@@ -888,8 +890,19 @@ pub fn partition_key(path: &Path, sha256: &str) -> String {
         Some('.' | '_') => format!("f{name}"),
         Some(_) => name,
     };
-    let digest = sha256.get(..KEY_DIGEST_HEX).unwrap_or(sha256);
-    format!("{name}~{digest}")
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(sha256.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(path.as_os_str().as_encoded_bytes());
+    let digest = hasher.finalize();
+    let mut key = name;
+    key.push('~');
+    for b in &digest[..KEY_DIGEST_HEX / 2] {
+        use std::fmt::Write;
+        let _ = write!(key, "{b:02x}");
+    }
+    key
 }
 
 #[cfg(test)]
@@ -901,22 +914,32 @@ mod tests {
     #[test]
     fn partition_keys_are_readable_names_with_a_digest() {
         let key = |p: &str| partition_key(Path::new(p), SHA);
+        let name = |p: &str| key(p).rsplit_once('~').unwrap().0.to_string();
+        assert_eq!(name("job/r0/memory.pickle"), "memory.pickle");
+        assert_eq!(name("00042"), "00042");
+        assert_eq!(name("/tmp/my snap=1%,.pickle"), "my_snap_1__.pickle");
         assert_eq!(
-            key("job/r0/memory.pickle"),
-            "memory.pickle~3fa9c1d2e4b5a6f7"
+            name("снимок памяти ü日本.pickle"),
+            "снимок_памяти_ü日本.pickle"
         );
-        assert_eq!(key("00042"), "00042~3fa9c1d2e4b5a6f7");
-        assert_eq!(key("/tmp/my snap=1%,.pickle"), "my_snap_1__.pickle~3fa9c1d2e4b5a6f7");
-        assert_eq!(
-            key("снимок памяти ü日本.pickle"),
-            "снимок_памяти_ü日本.pickle~3fa9c1d2e4b5a6f7"
+        assert_eq!(name("-"), "stdin");
+        assert_eq!(name(".hidden.json"), "f.hidden.json");
+        // The digest: of the file's digest and its path; 16 hex digits.
+        let k = key("job/r0/memory.pickle");
+        let digest = k.rsplit_once('~').unwrap().1;
+        assert_eq!(digest.len(), KEY_DIGEST_HEX);
+        assert!(digest.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_eq!(k, key("job/r0/memory.pickle"), "the same input, the same key");
+        assert_ne!(k, key("job/r1/memory.pickle"), "the same bytes at another path");
+        assert_ne!(
+            k,
+            partition_key(Path::new("job/r0/memory.pickle"), &SHA.replace('3', "4")),
+            "other bytes at the same path"
         );
-        assert_eq!(key("-"), "stdin~3fa9c1d2e4b5a6f7");
-        assert_eq!(key(".hidden.json"), "f.hidden.json~3fa9c1d2e4b5a6f7");
         let long = format!("{}.pickle", "я".repeat(200));
         let k = key(&long);
         assert!(k.len() <= KEY_NAME_BYTES + 1 + KEY_DIGEST_HEX, "{k}");
-        assert!(k.starts_with("яяя") && k.ends_with("~3fa9c1d2e4b5a6f7"));
+        assert!(k.starts_with("яяя"));
     }
 
     /// A device whose trace allocates and frees `n` blocks of 512 bytes, one after
