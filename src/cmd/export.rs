@@ -140,11 +140,7 @@ pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
             if foreign.len() > 3 { ", ..." } else { "" }
         );
     }
-    for name in Table::ALL
-        .iter()
-        .map(|t| t.name())
-        .chain([MANIFEST_DIR])
-    {
+    for name in Table::ALL.iter().map(|t| t.name()).chain([MANIFEST_DIR]) {
         let path = out.join(name);
         match fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_dir() => {}
@@ -157,7 +153,9 @@ pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
             Err(e) => return Err(e).with_context(|| format!("cannot check {}", path.display())),
         }
     }
-    let has_tables = Table::ALL.iter().any(|t| names.iter().any(|n| n == t.name()));
+    let has_tables = Table::ALL
+        .iter()
+        .any(|t| names.iter().any(|n| n == t.name()));
     if has_tables && !names.iter().any(|n| n == MANIFEST_DIR) {
         bail!(
             "{}: holds tables of an earlier vramlens (schema version 1, no manifest); export into a new folder",
@@ -286,7 +284,8 @@ impl Staging {
                     match fs::symlink_metadata(&dst) {
                         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                         Err(e) => {
-                            return Err(e).with_context(|| format!("cannot check {}", dst.display()));
+                            return Err(e)
+                                .with_context(|| format!("cannot check {}", dst.display()));
                         }
                         Ok(m) if m.file_type().is_dir() => {
                             // Moved aside first (removed with the hidden folder), so the
@@ -312,7 +311,8 @@ impl Staging {
                         Ok(()) => break,
                         Err(_) if tries < 8 && dst.exists() => tries += 1,
                         Err(e) => {
-                            return Err(e).with_context(|| format!("cannot write {}", dst.display()));
+                            return Err(e)
+                                .with_context(|| format!("cannot write {}", dst.display()));
                         }
                     }
                 }

@@ -40,15 +40,16 @@ pub fn read_snapshot_bytes(
     bytes: &[u8],
     label: &str,
 ) -> Result<(vramlens::model::Snapshot, vramlens::input::SourceInfo), vramlens::input::ReadError> {
-    let (mut snap, mut info) =
-        vramlens::input::read_snapshot_bytes(bytes).map_err(|error| vramlens::input::ReadError {
+    let (mut snap, mut info) = vramlens::input::read_snapshot_bytes(bytes).map_err(|error| {
+        vramlens::input::ReadError {
             path: if label == "-" {
                 "standard input".into()
             } else {
                 label.to_string()
             },
             error,
-        })?;
+        }
+    })?;
     info.path = label.to_string();
     if let Some(options) = REDACT.get() {
         vramlens::redact::apply(&mut snap, options);
@@ -137,7 +138,8 @@ fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>
 }
 
 /// File names a folder's snapshot files have.
-const SNAPSHOT_EXTENSIONS: [&str; 6] = [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".json", ".html"];
+const SNAPSHOT_EXTENSIONS: [&str; 6] =
+    [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".json", ".html"];
 
 /// A file with no extension that starts as a pickle (protocol 2 and later) or a gzip
 /// stream: how `torch.cuda.memory._dump_snapshot` output looks under any name.

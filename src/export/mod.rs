@@ -560,10 +560,15 @@ impl<'f> SiteNames<'f> {
         (name, d)
     }
 
+    /// The slot of a lifetime's names: its stack's when the stack has frames; else the
+    /// site tells (an empty stack names no frame, so the origin decides, as it does for
+    /// no stack at all).
     fn slot(&self, l: &Lifetime) -> usize {
         let stacks = self.slots.len() - 2;
         match Attributor::allocation_stack(l) {
-            Some(s) if (s.0 as usize) < stacks => s.0 as usize,
+            Some(s) if (s.0 as usize) < stacks && !self.attr.frames().stack(s).is_empty() => {
+                s.0 as usize
+            }
             _ if self.attr.site(l) == Site::BeforeRecording => stacks + 1,
             _ => stacks,
         }
@@ -672,7 +677,8 @@ impl LifetimeRows<'_, '_> {
             ),
             (None, None) => (0, None),
         };
-        let time_us = |e: Option<crate::timeline::EventIdx>| e.and_then(|e| trace.time_us(e.index()));
+        let time_us =
+            |e: Option<crate::timeline::EventIdx>| e.and_then(|e| trace.time_us(e.index()));
         let event = |e: Option<crate::timeline::EventIdx>| Cell::I64(e.map(|e| e.index() as i64));
         let origin = match l.origin {
             Origin::Traced => "traced",
@@ -928,9 +934,21 @@ mod tests {
         let k = key("job/r0/memory.pickle");
         let digest = k.rsplit_once('~').unwrap().1;
         assert_eq!(digest.len(), KEY_DIGEST_HEX);
-        assert!(digest.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        assert_eq!(k, key("job/r0/memory.pickle"), "the same input, the same key");
-        assert_ne!(k, key("job/r1/memory.pickle"), "the same bytes at another path");
+        assert!(
+            digest
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_eq!(
+            k,
+            key("job/r0/memory.pickle"),
+            "the same input, the same key"
+        );
+        assert_ne!(
+            k,
+            key("job/r1/memory.pickle"),
+            "the same bytes at another path"
+        );
         assert_ne!(
             k,
             partition_key(Path::new("job/r0/memory.pickle"), &SHA.replace('3', "4")),
