@@ -1123,3 +1123,119 @@ fn spark_and_duckdb_read_the_fleet_recipe_alike() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The files of the tables only (not the manifests).
+fn table_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    tree(dir)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("manifest"))
+        .collect()
+}
+
+#[test]
+fn shards_fill_one_dataset_as_one_export_does() {
+    let dir = tempfile::tempdir().unwrap();
+    // A folder with a snapshot named as a number, a unicode and a 255-byte name, the same
+    // file name as another input, and a file that is not a snapshot.
+    let folder = dir.path().join("runs");
+    fs::create_dir(&folder).unwrap();
+    fs::copy(sample(), folder.join("00042")).unwrap();
+    fs::copy(sample(), folder.join("снимок памяти ü日本.pickle")).unwrap();
+    let long = format!("{}.pickle", "x".repeat(248));
+    fs::copy(root().join("testdata/v2_2.pickle"), folder.join(&long)).unwrap();
+    fs::copy(
+        root().join("testdata/v2_2.pickle"),
+        folder.join("sample.pickle"),
+    )
+    .unwrap();
+    fs::write(folder.join("README"), "notes").unwrap();
+    let mut inputs = fixtures();
+    inputs.push(folder.clone());
+    let all = dir.path().join("all");
+    let sharded = dir.path().join("sharded");
+    let o = vramlens()
+        .args(["export", "--format", "jsonl", "-o"])
+        .arg(&all)
+        .args(&inputs)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let n = fixtures().len() + 4;
+    let stdout = String::from_utf8(o).unwrap();
+    assert!(
+        stdout.starts_with(&format!("exported {n} of {n} files")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "left out 1 file of the folders that is not a snapshot by name or content: {}",
+            folder.join("README").display()
+        )),
+        "{stdout}"
+    );
+    for k in 0..3 {
+        for _ in 0..2 {
+            vramlens()
+                .args([
+                    "export",
+                    "--format",
+                    "jsonl",
+                    "--shard",
+                    &format!("{k}/3"),
+                    "-o",
+                ])
+                .arg(&sharded)
+                .args(&inputs)
+                .assert()
+                .success();
+        }
+    }
+    let (a, b) = (table_tree(&all), table_tree(&sharded));
+    assert_eq!(a.len(), n * 3, "three tables per file");
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "the same partitions"
+    );
+    assert!(a == b, "the same bytes from three shards, each run twice");
+    let keys: Vec<&String> = a.keys().filter(|k| k.starts_with("snapshots/")).collect();
+    for name in ["00042~", "снимок_памяти_ü日本.pickle~", "sample.pickle~"] {
+        assert!(
+            keys.iter().any(|k| k.contains(&format!("file={name}"))),
+            "{name}: {keys:?}"
+        );
+    }
+    assert_eq!(
+        keys.iter()
+            .filter(|k| k.contains("file=sample.pickle~"))
+            .count(),
+        2,
+        "two files named sample.pickle, two partitions"
+    );
+    // Each shard's manifest, replaced by its re-run.
+    let mut manifests: Vec<String> = fs::read_dir(sharded.join("manifest"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    manifests.sort();
+    assert_eq!(manifests.len(), 3, "{manifests:?}");
+    assert!(manifests[2].ends_with(".shard-00002-of-00003.json"));
+    let m: Value = serde_json::from_str(
+        &fs::read_to_string(sharded.join("manifest").join(&manifests[0])).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(m["inputs"]["files"], json!(n));
+    let listed = m["files"].as_array().unwrap().len();
+    assert_eq!(listed, n.div_ceil(3));
+
+    // A bad shard argument.
+    let err = stderr_of(
+        vramlens()
+            .args(["export", "--shard", "3/3", "-o"])
+            .arg(dir.path().join("x"))
+            .arg(sample()),
+    );
+    assert!(err.contains("0 <= K < N"), "{err}");
+}

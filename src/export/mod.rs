@@ -238,7 +238,7 @@ impl TableWriter for WithSource {
 
 use Kind::{Bool, F64, I64, Str, Timestamp, U64};
 
-const SNAPSHOT_COLUMNS: [Column; 42] = [
+const SNAPSHOT_COLUMNS: [Column; 43] = [
     col("schema_version", I64),
     col("source_path", Str),
     col("source_sha256", Str),
@@ -263,6 +263,7 @@ const SNAPSHOT_COLUMNS: [Column; 42] = [
     opt("trace_last_time_us", I64),
     opt("trace_last_time", Timestamp),
     col("trace_looks_truncated", Bool),
+    col("trace_has_timeline", Bool),
     opt("peak_requested_bytes", I64),
     opt("peak_requested_event", I64),
     opt("peak_requested_time_us", I64),
@@ -480,6 +481,7 @@ pub fn write_snapshot_rows(
             Cell::I64(dev.trace.last_time_us),
             Cell::Ts(dev.trace.last_time_us),
             Cell::Bool(Some(dev.trace.looks_truncated)),
+            Cell::Bool(Some(dev.trace.has_timeline)),
             int_opt(dev.peak_requested_bytes),
             event(dev.peak_requested_event),
             Cell::I64(dev.peak_requested_time_us),
