@@ -1110,7 +1110,19 @@ fn spark_and_duckdb_read_the_fleet_recipe_alike() {
             );
         }
         let checks = check_duckdb(&r["duckdb"], &summaries);
-        let tops = check_top(&r["duckdb"], &summaries);
+        // `top` reads the snapshots, not the dataset: once; JSON Lines must then give
+        // every query the rows Parquet gives.
+        let tops = if format == "parquet" {
+            check_top(&r["duckdb"], &summaries)
+        } else {
+            for (name, rows) in duck {
+                assert_eq!(
+                    &results["parquet"]["duckdb"][name], rows,
+                    "query {name}: JSON Lines against Parquet"
+                );
+            }
+            0
+        };
         eprintln!(
             "{format}: {} queries alike in Spark and DuckDB; {checks} checks against summary --json, {tops} devices against top --json; rows {}",
             duck.len(),
