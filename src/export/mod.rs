@@ -856,7 +856,7 @@ pub fn write_stacks(snap: &Snapshot, out: &mut dyn TableWriter) -> io::Result<()
 }
 
 /// Bytes of a file's name kept in its partition key, at most.
-const KEY_NAME_BYTES: usize = 64;
+pub const KEY_NAME_BYTES: usize = 64;
 
 /// Hex digits of the digest in a partition key: 64 bits, so that no two inputs of a fleet
 /// share a key.
