@@ -350,10 +350,9 @@ fn hex(bytes: &[u8]) -> String {
     hex
 }
 
-/// An input, hashed: a regular file is read again when exported (the page cache holds
-/// it); standard input, a pipe or a device is read once, here, and kept.
+/// An input, hashed: a regular file is hashed from its mapped pages while it is read;
+/// standard input, a pipe or a device is read once, here, and its bytes kept.
 struct Input {
-    path: PathBuf,
     sha256: String,
     key: String,
     held: Option<Vec<u8>>,
@@ -386,7 +385,6 @@ fn hash_input(path: &Path) -> Result<Input> {
     };
     Ok(Input {
         key: partition_key(path, &sha256),
-        path: path.to_path_buf(),
         sha256,
         held,
     })
@@ -439,13 +437,26 @@ struct Job<'a> {
 /// Reads one file and writes its partition of every table. The summary behind the
 /// `snapshots` row is computed beside the other tables (it is a replay of its own, and
 /// the lifetimes' three threads leave part of two cores idle).
-fn export_file(job: &Job, input: &Input) -> Result<RowCounts> {
-    let path = input.path.as_path();
-    let name = input.key.as_str();
-    let (snap, info) = match &input.held {
-        Some(bytes) => super::read_snapshot_bytes(bytes, &path.display().to_string())?,
-        None => read_snapshot(path, ReadOptions { progress: true })?,
+fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<RowCounts> {
+    // A regular file is hashed while it is read (each from the mapped file); anything
+    // else is read once, by the hash, and decoded from the bytes kept.
+    let regular = path.as_os_str() != "-" && fs::metadata(path).is_ok_and(|m| m.is_file());
+    let (snap, info) = if regular {
+        let (input, read) = rayon::join(
+            || hash_input(path),
+            || read_snapshot(path, ReadOptions { progress: true }),
+        );
+        *hashed = Some(input?);
+        read?
+    } else {
+        let input = hash_input(path)?;
+        let bytes = input.held.as_deref().unwrap_or_default();
+        let read = super::read_snapshot_bytes(bytes, &path.display().to_string());
+        *hashed = Some(input);
+        read?
     };
+    let input = hashed.as_ref().expect("hashed above");
+    let name = input.key.as_str();
     let snap = before_export(snap);
     check_device(&snap, job.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
     let devices: Vec<i64> = snap
@@ -519,7 +530,7 @@ fn export_file(job: &Job, input: &Input) -> Result<RowCounts> {
 /// What became of one input of this export.
 enum Outcome {
     Exported(RowCounts),
-    /// The same path, given again, and bytes as an earlier input: one partition holds both.
+    /// The same path as an earlier input, given again: one partition holds both.
     Duplicate(usize),
     Failed(anyhow::Error),
 }
@@ -559,21 +570,20 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         .collect();
     let tables = tables(args.events);
     let staging = Staging::create(&args.output)?;
-    // Hashed first, so that each file's key is known before any row is written and an
-    // input given twice (the same path and bytes) is exported once, the first time.
-    let hashed: Vec<Result<Input>> = files.par_iter().map(|f| hash_input(f)).collect();
-    let mut first_of: BTreeMap<String, usize> = BTreeMap::new();
-    let mut duplicate_of: Vec<Option<usize>> = vec![None; files.len()];
-    for (i, h) in hashed.iter().enumerate() {
-        if let Ok(input) = h {
-            match first_of.get(&input.key) {
-                Some(&j) => duplicate_of[i] = Some(j),
-                None => {
-                    first_of.insert(input.key.clone(), i);
-                }
+    // A path given twice (as a file and in its folder, say) is exported once, the first
+    // time: both would be the same partition.
+    let mut first_of: BTreeMap<&Path, usize> = BTreeMap::new();
+    let duplicate_of: Vec<Option<usize>> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match first_of.get(f.as_path()) {
+            Some(&j) => Some(j),
+            None => {
+                first_of.insert(f.as_path(), i);
+                None
             }
-        }
-    }
+        })
+        .collect();
     let job = Job {
         format: args.format,
         tables: &tables,
@@ -581,18 +591,21 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         attribution: &attribution,
         staging: &staging,
     };
-    let outcomes: Vec<Outcome> = hashed
+    let (outcomes, hashed): (Vec<Outcome>, Vec<Option<Input>>) = files
         .par_iter()
         .zip(duplicate_of.par_iter())
-        .map(|(h, dup)| match (h, dup) {
-            (Err(e), _) => Outcome::Failed(anyhow!("{e:#}")),
-            (Ok(_), Some(j)) => Outcome::Duplicate(*j),
-            (Ok(input), None) => match export_file(&job, input) {
-                Ok(c) => Outcome::Exported(c),
-                Err(e) => Outcome::Failed(e),
-            },
+        .map(|(path, dup)| match dup {
+            Some(j) => (Outcome::Duplicate(*j), None),
+            None => {
+                let mut hashed = None;
+                let outcome = match export_file(&job, path, &mut hashed) {
+                    Ok(c) => Outcome::Exported(c),
+                    Err(e) => Outcome::Failed(e),
+                };
+                (outcome, hashed)
+            }
         })
-        .collect();
+        .unzip();
     let mut total = RowCounts::default();
     let mut keys: Vec<&str> = Vec::new();
     let mut errors = Vec::new();
@@ -601,8 +614,8 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     for (i, (o, h)) in outcomes.into_iter().zip(&hashed).enumerate() {
         let path = files[i].display().to_string();
         let (key, sha) = match h {
-            Ok(input) => (json!(input.key), json!(input.sha256)),
-            Err(_) => (Value::Null, Value::Null),
+            Some(input) => (json!(input.key), json!(input.sha256)),
+            None => (Value::Null, Value::Null),
         };
         let mut entry = json!({"path": path, "file": key, "sha256": sha});
         match o {
@@ -610,7 +623,7 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
                 for t in Table::ALL {
                     total.add(t, c.rows(t));
                 }
-                if let Ok(input) = h {
+                if let Some(input) = h {
                     keys.push(&input.key);
                 }
                 entry["status"] = json!("exported");
