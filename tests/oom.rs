@@ -338,7 +338,7 @@ fn oom_input_errors() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains(
-            "--device-total: expected a size such as 85899345920, 80G or 80GiB",
+            "--device-total: expected a size such as 85899345920, 80GiB (2^30 bytes each) or 80GB (10^9 bytes each)",
         ));
     vramlens()
         .args(["oom", "--log", "README.md"])
