@@ -57,17 +57,24 @@ GROUP BY file, device
 ORDER BY file, device
 """
 
-# Per file: the path, the totals over devices, and the rows of each table.
+# Per file: the path, the totals over devices, and the rows of each table (written so
+# that Spark runs it too: no correlated subquery).
 SUMS = """
-SELECT s.file, any_value(s.source_path) AS source_path,
-       sum(s.reserved_bytes) AS reserved_bytes,
-       sum(s.allocated_bytes) AS allocated_bytes,
-       sum(s.requested_bytes) AS requested_bytes,
-       count(s.device) AS devices,
-       (SELECT count(*) FROM lifetimes l WHERE l.file = s.file) AS lifetimes,
-       (SELECT count(*) FROM stacks k WHERE k.file = s.file) AS stack_frames
-FROM snapshots s
-GROUP BY s.file
+WITH s AS (
+    SELECT file, min(source_path) AS source_path,
+           sum(reserved_bytes) AS reserved_bytes,
+           sum(allocated_bytes) AS allocated_bytes,
+           sum(requested_bytes) AS requested_bytes,
+           count(device) AS devices
+    FROM snapshots GROUP BY file
+),
+l AS (SELECT file, count(*) AS lifetimes FROM lifetimes GROUP BY file),
+k AS (SELECT file, count(*) AS stack_frames FROM stacks GROUP BY file)
+SELECT s.file, s.source_path, s.reserved_bytes, s.allocated_bytes, s.requested_bytes,
+       s.devices, coalesce(l.lifetimes, 0) AS lifetimes, coalesce(k.stack_frames, 0) AS stack_frames
+FROM s
+LEFT JOIN l ON l.file = s.file
+LEFT JOIN k ON k.file = s.file
 ORDER BY s.file
 """
 

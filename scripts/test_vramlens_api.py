@@ -284,6 +284,12 @@ class CommandsTest(unittest.TestCase):
             written = sorted(p.relative_to(out).parts[0]
                              for p in pathlib.Path(out).rglob("*.jsonl"))
             self.assertIn("lifetimes", written)
+            # Again into the same dataset: its own rows replaced, not added.
+            files = sorted(str(p) for p in pathlib.Path(out).rglob("*.jsonl"))
+            vramlens.export(fixture("sample.pickle"), out, format="jsonl")
+            self.assertEqual(sorted(str(p) for p in pathlib.Path(out).rglob("*.jsonl")), files)
+            # A folder holding what export did not write is refused.
+            pathlib.Path(out, "notes.txt").write_text("mine")
             with self.assertRaises(vramlens.VramlensError):
                 vramlens.export(fixture("sample.pickle"), out, format="jsonl")
 

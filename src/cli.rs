@@ -150,14 +150,18 @@ pub struct ExportArgs {
     /// Snapshot files, or folders of them.
     #[arg(required = true, value_name = "SNAPSHOT")]
     pub files: Vec<PathBuf>,
-    /// The folder the tables go to (OUTDIR/<table>/file=<name>/part-0.<format>).
+    /// The dataset's folder (OUTDIR/<table>/file=<key>/part-0.<format>): new, empty, or
+    /// one export wrote; the files exported are added, replacing their own earlier rows.
     #[arg(short, long, required = true, value_name = "OUTDIR")]
     pub output: PathBuf,
+    /// Export only the K-th of N shares of the inputs (from 0: every N-th file of the
+    /// list, starting at the K-th), so N tasks given the same list fill one dataset.
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
     /// parquet or jsonl (JSON Lines).
     #[arg(long, value_enum, default_value = "parquet", value_name = "FORMAT")]
     pub format: ExportFormat,
-    /// Write into a folder that is not empty, replacing the tables this export writes
-    /// (other files and tables there are left alone).
+    /// Write into a folder that holds files export did not write (they are left alone).
     #[arg(long)]
     pub force: bool,
     /// Also the events table: one row per trace entry (as large as the trace).
@@ -168,6 +172,31 @@ pub struct ExportArgs {
     pub device: Option<i64>,
     #[command(flatten)]
     pub attribution: AttributionArgs,
+}
+
+/// `--shard K/N`: the K-th (from 0) of N shares of the inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    let (k, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("expected K/N (such as 0/8), found {s:?}"))?;
+    let number = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("expected K/N with whole numbers, found {s:?}"))
+    };
+    let (index, count) = (number(k)?, number(n)?);
+    if count == 0 || index >= count {
+        return Err(format!(
+            "expected K/N with 0 <= K < N (shards count from 0), found {s:?}"
+        ));
+    }
+    Ok(Shard { index, count })
 }
 
 #[derive(Args, Debug)]

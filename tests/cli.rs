@@ -288,7 +288,7 @@ fn directory() {
     let path = dir.path().to_str().unwrap().to_string();
     bad_input(
         &path,
-        "a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html)",
+        "a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html, or a pickle with no extension)",
     );
     // Folders are read one level deep: snapshots further down are pointed at.
     let run = dir.path().join("run1");

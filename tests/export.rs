@@ -138,7 +138,7 @@ fn fixtures_as_json_lines_add_up_to_the_independent_figures() {
             let d = &exp["device"];
             let what = format!("{name} device {d}");
             assert_eq!(&row["device"], d, "{what}");
-            assert_eq!(row["schema_version"], json!(1));
+            assert_eq!(row["schema_version"], json!(2));
             // The file's SHA-256, as an independent hasher computes it from its bytes.
             let digest = sha2::Sha256::digest(fs::read(source).unwrap());
             let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -248,6 +248,7 @@ fn field_json(f: &parquet::record::Field) -> Value {
         Field::ULong(v) => json!(v),
         Field::Double(v) => json!(v),
         Field::Str(s) => json!(s),
+        Field::TimestampMicros(us) => json!(vramlens::export::jsonl::utc_text(*us)),
         other => panic!("unexpected Parquet value {other:?}"),
     }
 }
@@ -300,7 +301,7 @@ fn parquet_files_hold_the_rows_of_the_json_lines() {
                 .join("part-0.parquet");
             let (parquet_rows, meta) = read_parquet(&path);
             assert_eq!(meta["vramlens.table"], table);
-            assert_eq!(meta["vramlens.schema_version"], "1");
+            assert_eq!(meta["vramlens.schema_version"], "2");
             assert_eq!(parquet_rows.len(), rows.len(), "{table} {name}");
             for (p, j) in parquet_rows.iter().zip(rows) {
                 // Same columns in the same order, same values.
@@ -356,7 +357,11 @@ fn the_same_bytes_for_one_and_two_threads() {
             &["--format", format, "--events", "--threads", "2"],
         );
         let (a, b) = (tree(&one), tree(&two));
-        assert_eq!(a.len(), files.len() * 4, "{format}: four tables per file");
+        assert_eq!(
+            a.len(),
+            files.len() * 4 + 1,
+            "{format}: four tables per file and the manifest"
+        );
         assert!(a == b, "{format}: outputs differ between 1 and 2 threads");
     }
 }
@@ -385,7 +390,7 @@ fn a_folder_with_files_is_written_into_only_with_force() {
     assert_eq!(
         err,
         format!(
-            "vramlens: error: {}: already exists and is not empty; use --force to replace the tables export writes there (snapshots, lifetimes, stacks)\n",
+            "vramlens: error: {}: holds files export did not write (notes.txt); use --force to write its tables there (those files are left alone)\n",
             out.display()
         )
     );
@@ -399,29 +404,39 @@ fn a_folder_with_files_is_written_into_only_with_force() {
         .arg(&v2)
         .assert()
         .success();
-    assert!(
-        out.join("lifetimes/file=v2_2.pickle/part-0.jsonl")
-            .is_file()
-    );
-    // A second export replaces the tables it writes, not the events table it does not.
-    vramlens()
-        .args(["export", "--format", "jsonl", "--force", "-o"])
-        .arg(&out)
-        .arg(sample())
-        .assert()
-        .success();
     let names = |t: &str| -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(out.join(t))
             .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .map(|e| {
+                let n = e.unwrap().file_name().to_string_lossy().into_owned();
+                n.rsplit_once('~').unwrap().0.to_string()
+            })
             .collect();
         v.sort();
         v
     };
-    assert_eq!(names("lifetimes"), ["file=sample.pickle"]);
-    assert_eq!(names("snapshots"), ["file=sample.pickle"]);
+    assert_eq!(names("lifetimes"), ["file=v2_2.pickle"]);
+    // A second export adds its files to the dataset (no --force needed: the folder holds
+    // nothing but the tables, the manifests and the notes written before); a third one of
+    // the same file replaces its rows.
+    fs::remove_file(out.join("notes.txt")).unwrap();
+    for _ in 0..2 {
+        vramlens()
+            .args(["export", "--format", "jsonl", "-o"])
+            .arg(&out)
+            .arg(sample())
+            .assert()
+            .success();
+    }
+    assert_eq!(
+        names("lifetimes"),
+        ["file=sample.pickle", "file=v2_2.pickle"]
+    );
+    assert_eq!(
+        names("snapshots"),
+        ["file=sample.pickle", "file=v2_2.pickle"]
+    );
     assert_eq!(names("events"), ["file=v2_2.pickle"]);
-    assert_eq!(fs::read_to_string(out.join("notes.txt")).unwrap(), "mine");
     let mut top: Vec<String> = fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -429,8 +444,21 @@ fn a_folder_with_files_is_written_into_only_with_force() {
     top.sort();
     assert_eq!(
         top,
-        ["events", "lifetimes", "notes.txt", "snapshots", "stacks"]
+        ["events", "lifetimes", "manifest", "snapshots", "stacks"]
     );
+    // One manifest per input list (and shard).
+    assert_eq!(fs::read_dir(out.join("manifest")).unwrap().count(), 2);
+
+    // A folder of an earlier schema (tables, no manifest) is refused.
+    let old = dir.path().join("old");
+    fs::create_dir_all(old.join("lifetimes/file=x.pickle")).unwrap();
+    let err = stderr_of(
+        vramlens()
+            .args(["export", "--force", "-o"])
+            .arg(&old)
+            .arg(sample()),
+    );
+    assert!(err.contains("schema version 1, no manifest"), "{err}");
 }
 
 #[cfg(unix)]
@@ -464,7 +492,7 @@ fn links_and_files_are_never_written_through() {
     assert_eq!(
         err,
         format!(
-            "vramlens: error: {}: is a symbolic link; export replaces only the table folders it wrote\n",
+            "vramlens: error: {}: is a symbolic link; export writes only into the folders it made\n",
             out.join("lifetimes").display()
         )
     );
@@ -516,7 +544,10 @@ fn a_bad_file_is_reported_and_left_out_whole() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     top.sort();
-    assert_eq!(top, ["events", "lifetimes", "snapshots", "stacks"]);
+    assert_eq!(
+        top,
+        ["events", "lifetimes", "manifest", "snapshots", "stacks"]
+    );
 
     // Only bad files: no folder is made.
     let none = dir.path().join("none");
@@ -808,4 +839,415 @@ fn duckdb_reads_the_fixtures_as_json_lines() {
     let results = duckdb_queries(&out, "jsonl");
     let checks = check_duckdb(&results, &summaries(&files));
     assert!(checks > 60, "{checks} checks");
+}
+
+// ---- Spark and DuckDB: the README's fleet recipe ----
+
+fn python_imports(module: &str) -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The inputs of the recipe test: every real snapshot by its path, and copies of some
+/// under names that broke datasets before: the same file name in two folders (other
+/// bytes, and the same bytes), a path given twice, and a folder with a snapshot named as a
+/// number, one named as a date, a unicode name, a 255-byte name, `=`, `,`, `%` and spaces,
+/// and a file that is not a snapshot.
+fn crafted_inputs(data: &Path, dir: &Path) -> Vec<PathBuf> {
+    let expected: Map<String, Value> = serde_json::from_str(
+        &fs::read_to_string(root().join("tests/data/real_expected.json")).unwrap(),
+    )
+    .unwrap();
+    let mut paths: Vec<PathBuf> = expected.keys().map(|k| data.join(k)).collect();
+    let copy = |from: &str, to: &Path| {
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        fs::copy(data.join(from), to).unwrap();
+        to.to_path_buf()
+    };
+    let a = copy(
+        "docubox-tiny/dump_snapshot.pickle",
+        &dir.join("dup/a/dump_snapshot.pickle"),
+    );
+    let b = copy(
+        "voxelflex-tiny/dump_snapshot.pickle",
+        &dir.join("dup/b/dump_snapshot.pickle"),
+    );
+    let c = copy(
+        "docubox-tiny/dump_snapshot.pickle",
+        &dir.join("dup/c/dump_snapshot.pickle"),
+    );
+    paths.extend([a.clone(), b, c, a]);
+    let crafted = dir.join("crafted");
+    copy("eornn-snapshot/snapshot.pickle", &crafted.join("00042"));
+    copy("select-n-pt21/snapshot.pickle", &crafted.join("2024-01-01"));
+    copy(
+        "sketchkv-pt23/my_snapshot.pickle",
+        &crafted.join("снимок памяти ü日本.pickle"),
+    );
+    let long = format!("{}.pickle", "x".repeat(248));
+    assert_eq!(long.len(), 255);
+    copy("blockzero/cuda_snapshot.pickle", &crafted.join(long));
+    copy("verl-mem/mem.pickle", &crafted.join("a=1,b 2%.pickle"));
+    fs::write(crafted.join("README"), "not a snapshot\n").unwrap();
+    paths.push(crafted);
+    paths
+}
+
+/// What each shard's manifest says: (path, status) of every input, and the rows written.
+fn manifest_files(root_dir: &Path, shards: u32) -> (Vec<(String, String)>, RowTotals) {
+    let mut files = Vec::new();
+    let mut rows = RowTotals::new();
+    let mut seen = 0;
+    for e in fs::read_dir(root_dir.join("manifest")).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(&format!("-of-{shards:05}.json")) {
+            continue;
+        }
+        seen += 1;
+        let m: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(m["schema_version"], json!(2));
+        assert_eq!(m["shard"]["count"], json!(shards));
+        let skipped: Vec<&str> = m["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(skipped[0].ends_with("crafted/README"), "{skipped:?}");
+        for f in m["files"].as_array().unwrap() {
+            let status = f["status"].as_str().unwrap().to_string();
+            if status == "exported" {
+                for (t, n) in f["rows"].as_object().unwrap() {
+                    *rows.entry(t.clone()).or_default() += u(n);
+                }
+            }
+            files.push((f["path"].as_str().unwrap().to_string(), status));
+        }
+    }
+    assert_eq!(seen, shards, "a manifest per shard");
+    files.sort();
+    (files, rows)
+}
+
+type RowTotals = BTreeMap<String, u64>;
+
+/// `top --json` at the peak of each file and device, against the documented
+/// `callsites_at_peak` query: the same call sites, bytes and allocations.
+fn check_top(results: &Value, summaries: &BTreeMap<String, Value>) -> usize {
+    let source: BTreeMap<&str, &str> = results["sums"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["file"].as_str().unwrap(),
+                r["source_path"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let mut by: BTreeMap<(String, i64), BTreeMap<String, (u64, u64)>> = BTreeMap::new();
+    for r in results["callsites_at_peak"].as_array().unwrap() {
+        by.entry((
+            r["file"].as_str().unwrap().to_string(),
+            r["device"].as_i64().unwrap(),
+        ))
+        .or_default()
+        .insert(
+            r["callsite"].as_str().unwrap().to_string(),
+            (u(&r["bytes"]), u(&r["allocations"])),
+        );
+    }
+    // Every device with a timeline is there (one with nothing alive at its peak aside).
+    let with_timeline: usize = summaries
+        .values()
+        .flat_map(|s| s["devices"].as_array().unwrap().clone())
+        .filter(|d| !d["peak_requested_bytes"].is_null() && u(&d["peak_requested_bytes"]) > 0)
+        .count();
+    assert_eq!(by.len(), with_timeline, "devices in callsites_at_peak");
+    for ((file, device), groups) in &by {
+        let o = vramlens()
+            .args(["top", "--json", "--limit", "1000000", "--device"])
+            .arg(device.to_string())
+            .arg(source[file.as_str()])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let top: Value = serde_json::from_slice(&o).unwrap();
+        assert_eq!(top["moment"]["kind"], "peak");
+        let listed: BTreeMap<String, (u64, u64)> = top["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["name"].as_str().unwrap().to_string(),
+                    (u(&g["bytes"]), u(&g["count"])),
+                )
+            })
+            .collect();
+        assert_eq!(&listed, groups, "top --json {file} device {device}");
+        assert_eq!(
+            u(&top["total_bytes"]),
+            groups.values().map(|g| g.0).sum::<u64>()
+        );
+    }
+    by.len()
+}
+
+#[test]
+#[ignore = "needs pyspark, a Java runtime, duckdb and ../shared/data"]
+fn spark_and_duckdb_read_the_fleet_recipe_alike() {
+    let data = common::require_shared_data();
+    for module in ["pyspark", "duckdb"] {
+        assert!(
+            python_imports(module),
+            "this test needs {module} for Python (python3 -m pip install {module}; .ci/run installs it)"
+        );
+    }
+    assert!(
+        std::process::Command::new("java")
+            .arg("-version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "this test needs a Java runtime for Spark (apt-get install openjdk-17-jre-headless)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = crafted_inputs(&data, dir.path());
+    let list = dir.path().join("inputs.txt");
+    let text: String = inputs
+        .iter()
+        .map(|p| format!("{}\n", p.display()))
+        .collect();
+    fs::write(&list, text).unwrap();
+    let work = dir.path().join("work");
+    fs::create_dir(&work).unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("vramlens");
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = dir.path().join("results.json");
+    let shards = 3;
+    let started = std::time::Instant::now();
+    let o = std::process::Command::new("python3")
+        .arg(root().join("scripts/export_engines.py"))
+        .arg("--paths")
+        .arg(&list)
+        .arg("--work")
+        .arg(&work)
+        .arg("--out")
+        .arg(&out)
+        .args(["--shards", &shards.to_string()])
+        .args(["--format", "parquet", "--format", "jsonl"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "export_engines.py failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let results: Value = serde_json::from_str(&fs::read_to_string(&out).unwrap()).unwrap();
+    for format in ["parquet", "jsonl"] {
+        let r = &results[format];
+        let dataset = work.join(format);
+        // The recipe run again, and with another number of shards, changes no row.
+        assert_eq!(r["rerun_changed"], json!([]), "{format}: a second run");
+        if format == "parquet" {
+            assert_eq!(r["resharded_changed"], json!([]), "{format}: other shards");
+        }
+        assert!(
+            r["manifest_check"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{shards} of {shards} shards complete")),
+            "{format}: {}",
+            r["manifest_check"]
+        );
+        let (files, manifest_rows) = manifest_files(&dataset, shards);
+        let exported: Vec<PathBuf> = files
+            .iter()
+            .filter(|(_, s)| s == "exported")
+            .map(|(p, _)| PathBuf::from(p))
+            .collect();
+        let statuses: Vec<&str> = files.iter().map(|(_, s)| s.as_str()).collect();
+        assert!(!statuses.contains(&"failed"), "{format}: {files:?}");
+        // 40 real files, 3 copies and 5 crafted names; the path given twice once.
+        assert_eq!(exported.len(), 48, "{format}: {files:?}");
+        assert_eq!(files.len(), 49, "{format}");
+        // No join can duplicate rows: the dataset holds what the manifests say was written.
+        for (table, n) in &manifest_rows {
+            assert_eq!(&r["rows"][table], &json!(n), "{format}: rows of {table}");
+        }
+        let summaries = summaries(&exported);
+        assert_eq!(summaries.len(), exported.len());
+        // Spark and DuckDB: the same rows for every query, in the same order.
+        let spark = r["spark"].as_object().unwrap();
+        let duck = r["duckdb"].as_object().unwrap();
+        assert_eq!(
+            spark.keys().collect::<Vec<_>>(),
+            duck.keys().collect::<Vec<_>>()
+        );
+        for (name, rows) in duck {
+            assert_eq!(
+                &spark[name], rows,
+                "{format}: query {name}, Spark against DuckDB"
+            );
+        }
+        // Peaks of devices without a timeline are null.
+        for row in duck["peak_by_file"].as_array().unwrap() {
+            assert_eq!(
+                row["peak_bytes"].is_null(),
+                row["reported_peak_bytes"].is_null(),
+                "{format}: {row}"
+            );
+        }
+        let checks = check_duckdb(&r["duckdb"], &summaries);
+        // `top` reads the snapshots, not the dataset: once; JSON Lines must then give
+        // every query the rows Parquet gives.
+        let tops = if format == "parquet" {
+            check_top(&r["duckdb"], &summaries)
+        } else {
+            for (name, rows) in duck {
+                assert_eq!(
+                    &results["parquet"]["duckdb"][name], rows,
+                    "query {name}: JSON Lines against Parquet"
+                );
+            }
+            0
+        };
+        eprintln!(
+            "{format}: {} queries alike in Spark and DuckDB; {checks} checks against summary --json, {tops} devices against top --json; rows {}",
+            duck.len(),
+            r["rows"]
+        );
+    }
+    eprintln!(
+        "seconds: {} (test {:.0} s)",
+        results["seconds"],
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The files of the tables only (not the manifests).
+fn table_tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    tree(dir)
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("manifest"))
+        .collect()
+}
+
+#[test]
+fn shards_fill_one_dataset_as_one_export_does() {
+    let dir = tempfile::tempdir().unwrap();
+    // A folder with a snapshot named as a number, a unicode and a 255-byte name, the same
+    // file name as another input, and a file that is not a snapshot.
+    let folder = dir.path().join("runs");
+    fs::create_dir(&folder).unwrap();
+    fs::copy(sample(), folder.join("00042")).unwrap();
+    fs::copy(sample(), folder.join("снимок памяти ü日本.pickle")).unwrap();
+    let long = format!("{}.pickle", "x".repeat(248));
+    fs::copy(root().join("testdata/v2_2.pickle"), folder.join(&long)).unwrap();
+    fs::copy(
+        root().join("testdata/v2_2.pickle"),
+        folder.join("sample.pickle"),
+    )
+    .unwrap();
+    fs::write(folder.join("README"), "notes").unwrap();
+    let mut inputs = fixtures();
+    inputs.push(folder.clone());
+    let all = dir.path().join("all");
+    let sharded = dir.path().join("sharded");
+    let o = vramlens()
+        .args(["export", "--format", "jsonl", "-o"])
+        .arg(&all)
+        .args(&inputs)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let n = fixtures().len() + 4;
+    let stdout = String::from_utf8(o).unwrap();
+    assert!(
+        stdout.starts_with(&format!("exported {n} of {n} files")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "left out 1 file of the folders that is not a snapshot by name or content: {}",
+            folder.join("README").display()
+        )),
+        "{stdout}"
+    );
+    for k in 0..3 {
+        for _ in 0..2 {
+            vramlens()
+                .args([
+                    "export",
+                    "--format",
+                    "jsonl",
+                    "--shard",
+                    &format!("{k}/3"),
+                    "-o",
+                ])
+                .arg(&sharded)
+                .args(&inputs)
+                .assert()
+                .success();
+        }
+    }
+    let (a, b) = (table_tree(&all), table_tree(&sharded));
+    assert_eq!(a.len(), n * 3, "three tables per file");
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "the same partitions"
+    );
+    assert!(a == b, "the same bytes from three shards, each run twice");
+    let keys: Vec<&String> = a.keys().filter(|k| k.starts_with("snapshots/")).collect();
+    for name in ["00042~", "снимок_памяти_ü日本.pickle~", "sample.pickle~"] {
+        assert!(
+            keys.iter().any(|k| k.contains(&format!("file={name}"))),
+            "{name}: {keys:?}"
+        );
+    }
+    assert_eq!(
+        keys.iter()
+            .filter(|k| k.contains("file=sample.pickle~"))
+            .count(),
+        2,
+        "two files named sample.pickle, two partitions"
+    );
+    // Each shard's manifest, replaced by its re-run.
+    let mut manifests: Vec<String> = fs::read_dir(sharded.join("manifest"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    manifests.sort();
+    assert_eq!(manifests.len(), 3, "{manifests:?}");
+    assert!(manifests[2].ends_with(".shard-00002-of-00003.json"));
+    let m: Value = serde_json::from_str(
+        &fs::read_to_string(sharded.join("manifest").join(&manifests[0])).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(m["inputs"]["files"], json!(n));
+    let listed = m["files"].as_array().unwrap().len();
+    assert_eq!(listed, n.div_ceil(3));
+
+    // A bad shard argument.
+    let err = stderr_of(
+        vramlens()
+            .args(["export", "--shard", "3/3", "-o"])
+            .arg(dir.path().join("x"))
+            .arg(sample()),
+    );
+    assert!(err.contains("0 <= K < N"), "{err}");
 }

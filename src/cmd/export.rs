@@ -1,31 +1,43 @@
-//! `vramlens export`: every file's tables into one folder, partitioned by file.
+//! `vramlens export`: every file's tables into one dataset folder, partitioned by file.
 //!
-//! Files are read and written in parallel, each into its own partition folders
-//! (`OUTDIR/<table>/file=<name>/part-0.<ext>`), so the bytes of every file are the same
-//! for any number of threads. Everything is written under a hidden folder inside OUTDIR
-//! first and moved into place at the end: a failed run leaves the tables that were there.
-//! OUTDIR and the tables in it are never reached through a link, and an OUTDIR that is not
-//! empty is written into only with `--force`, which replaces just the tables written.
+//! Each file's rows go to a partition of its own in every table
+//! (`OUTDIR/<table>/file=<key>/part-0.<ext>`), its key made from its name, its bytes and
+//! its path ([`partition_key`]), so the bytes of every file are the same for any number of
+//! threads, and the same input is the same partition whichever run, shard or machine
+//! wrote it: exporting it again replaces its rows. Everything is written under a
+//! hidden folder inside OUTDIR first and each partition moved into place at the end, with
+//! the run's manifest (`OUTDIR/manifest/`). Several exports (the shards of one job) may
+//! write into one OUTDIR at once. OUTDIR and the folders in it are never reached through a
+//! link, and an OUTDIR holding anything export did not write is written into only with
+//! `--force`.
 
 use super::attribution_options;
 use super::read_snapshot;
-use crate::cli::{ExportArgs, ExportFormat};
+use crate::cli::{ExportArgs, ExportFormat, Shard};
 use anyhow::{Context, Result, anyhow, bail};
 use rayon::prelude::*;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::hash::{BuildHasher, RandomState};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::device::check_device;
 use vramlens::analysis::summary::{Summary, SummaryOptions, analyze_summary};
 use vramlens::export::{
-    PARTITION_COLUMN, RowCounts, Source, Table, TableWriter, partition_names, write_events,
-    write_lifetimes, write_snapshot_rows, write_stacks,
+    PARTITION_COLUMN, RowCounts, SCHEMA_VERSION, Source, Table, TableWriter, WithSource,
+    partition_key, write_events, write_lifetimes, write_snapshot_rows, write_stacks,
 };
 use vramlens::input::ReadOptions;
 use vramlens::model::Snapshot;
+
+/// The folder of OUTDIR that holds the manifests of the exports written into it.
+pub const MANIFEST_DIR: &str = "manifest";
+
+/// Names of the hidden folders exports write into first.
+const STAGING_PREFIX: &str = ".vramlens-export.";
 
 /// The tables an export writes.
 fn tables(events: bool) -> Vec<Table> {
@@ -54,10 +66,40 @@ fn kind_of(meta: &fs::Metadata) -> &'static str {
     }
 }
 
+/// Is the name one export writes at the top of OUTDIR?
+fn is_export_entry(name: &str) -> bool {
+    name == MANIFEST_DIR
+        || name.starts_with(STAGING_PREFIX)
+        || Table::ALL.iter().any(|t| t.name() == name)
+}
+
+/// The schema version of every manifest in OUTDIR that is not this release's, with its
+/// file name.
+fn other_schema_versions(out: &Path) -> Vec<(String, String)> {
+    let Ok(entries) = fs::read_dir(out.join(MANIFEST_DIR)) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, String)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".json") {
+                return None;
+            }
+            let v: Value = serde_json::from_slice(&fs::read(e.path()).ok()?).ok()?;
+            let version = v.get("schema_version").cloned().unwrap_or(Value::Null);
+            (version != json!(SCHEMA_VERSION)).then(|| (name, version.to_string()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 /// Every check of the output folder before any input is read: a real folder (or a new
-/// name in an existing folder), empty unless `--force`, and with `--force` the tables to
-/// replace real folders too.
-pub fn check_output_dir(out: &Path, force: bool, events: bool) -> Result<()> {
+/// name in an existing folder); one that holds anything but what export writes only with
+/// `--force`; its table and manifest folders real folders; no tables of another schema
+/// version.
+pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
     let meta = match fs::symlink_metadata(out) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -85,31 +127,48 @@ pub fn check_output_dir(out: &Path, force: bool, events: bool) -> Result<()> {
     }
     // What a killed run left is no reason to refuse the folder.
     remove_stale_staging(out);
-    let mut entries =
-        fs::read_dir(out).with_context(|| format!("cannot read folder {}", out.display()))?;
-    if entries.next().is_none() {
-        return Ok(());
-    }
-    let names: Vec<&str> = tables(events).iter().map(|t| t.name()).collect();
-    if !force {
+    let mut names: Vec<String> = fs::read_dir(out)
+        .with_context(|| format!("cannot read folder {}", out.display()))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    let foreign: Vec<&String> = names.iter().filter(|n| !is_export_entry(n)).collect();
+    if !foreign.is_empty() && !force {
+        let shown: Vec<&str> = foreign.iter().take(3).map(|s| s.as_str()).collect();
         bail!(
-            "{}: already exists and is not empty; use --force to replace the tables export writes there ({})",
+            "{}: holds files export did not write ({}{}); use --force to write its tables there (those files are left alone)",
             out.display(),
-            names.join(", ")
+            shown.join(", "),
+            if foreign.len() > 3 { ", ..." } else { "" }
         );
     }
-    for name in names {
+    for name in Table::ALL.iter().map(|t| t.name()).chain([MANIFEST_DIR]) {
         let path = out.join(name);
         match fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_dir() => {}
             Ok(m) => bail!(
-                "{}: is {}; export replaces only the table folders it wrote",
+                "{}: is {}; export writes only into the folders it made",
                 path.display(),
                 kind_of(&m)
             ),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e).with_context(|| format!("cannot check {}", path.display())),
         }
+    }
+    let has_tables = Table::ALL
+        .iter()
+        .any(|t| names.iter().any(|n| n == t.name()));
+    if has_tables && !names.iter().any(|n| n == MANIFEST_DIR) {
+        bail!(
+            "{}: holds tables of an earlier vramlens (schema version 1, no manifest); export into a new folder",
+            out.display()
+        );
+    }
+    if let Some((file, version)) = other_schema_versions(out).first() {
+        bail!(
+            "{}: holds tables of schema version {version} ({MANIFEST_DIR}/{file}); this vramlens writes version {SCHEMA_VERSION}: export into a new folder",
+            out.display()
+        );
     }
     Ok(())
 }
@@ -127,10 +186,7 @@ fn remove_stale_staging(out: &Path) {
     };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(rest) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(".vramlens-export."))
-        else {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(STAGING_PREFIX)) else {
             continue;
         };
         let Some((pid, nonce)) = rest.split_once('.') else {
@@ -146,6 +202,27 @@ fn remove_stale_staging(out: &Path) {
         if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir()) {
             let _ = fs::remove_dir_all(&path);
         }
+    }
+}
+
+/// Creates a folder unless it is there; never through a link.
+fn ensure_dir(path: &Path) -> Result<()> {
+    match fs::create_dir(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let meta = fs::symlink_metadata(path)
+                .with_context(|| format!("cannot check {}", path.display()))?;
+            if meta.file_type().is_dir() {
+                Ok(())
+            } else {
+                bail!(
+                    "{}: is {}; export writes only into the folders it made",
+                    path.display(),
+                    kind_of(&meta)
+                )
+            }
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
     }
 }
 
@@ -182,7 +259,7 @@ impl Staging {
         for _ in 0..64 {
             // A random part so that no other process can plant something at the name.
             let nonce = RandomState::new().hash_one(pid);
-            let dir = out.join(format!(".vramlens-export.{pid}.{nonce:016x}"));
+            let dir = out.join(format!("{STAGING_PREFIX}{pid}.{nonce:016x}"));
             match fs::create_dir(&dir) {
                 Ok(()) => {
                     return Ok(Staging {
@@ -203,49 +280,83 @@ impl Staging {
     }
 
     /// The partition folder of a table for one file.
-    fn partition(&self, table: Table, name: &str) -> PathBuf {
+    fn partition(&self, table: Table, key: &str) -> PathBuf {
         self.dir
             .join(table.name())
-            .join(format!("{PARTITION_COLUMN}={name}"))
+            .join(format!("{PARTITION_COLUMN}={key}"))
     }
 
     /// The same place once published, for messages.
-    fn published(&self, table: Table, name: &str) -> PathBuf {
+    fn published(&self, table: Table, key: &str) -> PathBuf {
         self.out
             .join(table.name())
-            .join(format!("{PARTITION_COLUMN}={name}"))
+            .join(format!("{PARTITION_COLUMN}={key}"))
     }
 
-    /// Moves each table into place, replacing the one there (`--force` was checked).
-    fn publish(mut self, tables: &[Table], force: bool) -> Result<()> {
+    /// Moves each file's partitions into place, replacing the ones there (the same file's
+    /// rows from an earlier export), then the manifest. The manifest folder is made first,
+    /// so a folder with tables always has one (what tells it from an older export).
+    fn publish(mut self, tables: &[Table], keys: &[&str], manifest: (&str, &[u8])) -> Result<()> {
+        let manifests = self.out.join(MANIFEST_DIR);
+        ensure_dir(&manifests)?;
+        let replaced = self.dir.join("replaced");
+        fs::create_dir(&replaced)
+            .with_context(|| format!("cannot write into {}", self.dir.display()))?;
         for &t in tables {
-            let src = self.dir.join(t.name());
-            if !src.exists() {
-                fs::create_dir(&src).with_context(|| format!("cannot create {}", src.display()))?;
-            }
-            let dst = self.out.join(t.name());
-            match fs::symlink_metadata(&dst) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("cannot check {}", dst.display())),
-                Ok(m) if m.file_type().is_dir() && force => {
-                    // Moved aside first (inside the hidden folder, removed with it), so
-                    // the table is missing only between two renames.
-                    let old = self.dir.join(format!("replaced-{}", t.name()));
-                    fs::rename(&dst, &old)
-                        .with_context(|| format!("cannot replace {}", dst.display()))?;
+            let table_dir = self.out.join(t.name());
+            ensure_dir(&table_dir)?;
+            let old_dir = replaced.join(t.name());
+            fs::create_dir(&old_dir)
+                .with_context(|| format!("cannot write into {}", self.dir.display()))?;
+            for (i, key) in keys.iter().enumerate() {
+                let src = self.partition(t, key);
+                let dst = self.published(t, key);
+                // Another export of the same file may publish it at the same moment:
+                // whichever comes last stays (the rows are the same file's).
+                let mut tries = 0;
+                loop {
+                    match fs::symlink_metadata(&dst) {
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            return Err(e)
+                                .with_context(|| format!("cannot check {}", dst.display()));
+                        }
+                        Ok(m) if m.file_type().is_dir() => {
+                            // Moved aside first (removed with the hidden folder), so the
+                            // partition is missing only between two renames.
+                            let old = old_dir.join(format!("{i}.{tries}"));
+                            match fs::rename(&dst, &old) {
+                                Ok(()) => {}
+                                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                                Err(e) => {
+                                    return Err(e).with_context(|| {
+                                        format!("cannot replace {}", dst.display())
+                                    });
+                                }
+                            }
+                        }
+                        Ok(m) => bail!(
+                            "{}: is {}; export replaces only the partitions it wrote",
+                            dst.display(),
+                            kind_of(&m)
+                        ),
+                    }
+                    match fs::rename(&src, &dst) {
+                        Ok(()) => break,
+                        Err(_) if tries < 8 && dst.exists() => tries += 1,
+                        Err(e) => {
+                            return Err(e)
+                                .with_context(|| format!("cannot write {}", dst.display()));
+                        }
+                    }
                 }
-                Ok(m) if m.file_type().is_dir() => bail!(
-                    "{}: already exists; use --force to replace it",
-                    dst.display()
-                ),
-                Ok(m) => bail!(
-                    "{}: is {}; export replaces only the table folders it wrote",
-                    dst.display(),
-                    kind_of(&m)
-                ),
             }
-            fs::rename(&src, &dst).with_context(|| format!("cannot write {}", dst.display()))?;
         }
+        let (name, bytes) = manifest;
+        let staged = self.dir.join(name);
+        fs::write(&staged, bytes).with_context(|| format!("cannot write {}", staged.display()))?;
+        let dst = manifests.join(name);
+        fs::rename(&staged, &dst).with_context(|| format!("cannot write {}", dst.display()))?;
         self.done = true;
         fs::remove_dir_all(&self.dir)
             .with_context(|| format!("cannot remove {}", self.dir.display()))
@@ -264,21 +375,53 @@ impl Drop for Staging {
     }
 }
 
-/// SHA-256 of a regular file's bytes (the page cache holds the file; this process does
-/// not). None for standard input, pipes and devices.
-fn sha256_file(path: &Path) -> Option<String> {
-    if path.as_os_str() == "-" || !fs::metadata(path).is_ok_and(|m| m.is_file()) {
-        return None;
-    }
-    let mut hasher = Sha256::new();
-    vramlens::input::for_each_piece(path, |piece| hasher.update(piece)).ok()?;
-    let digest = hasher.finalize();
-    let mut hex = String::with_capacity(64);
-    for b in digest {
+fn hex(bytes: &[u8]) -> String {
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
         use std::fmt::Write;
         let _ = write!(hex, "{b:02x}");
     }
-    Some(hex)
+    hex
+}
+
+/// An input, hashed: a regular file is hashed from its mapped pages while it is read;
+/// standard input, a pipe or a device is read once, here, and its bytes kept.
+struct Input {
+    sha256: String,
+    key: String,
+    held: Option<Vec<u8>>,
+}
+
+/// Hashes an input (SHA-256 of its bytes as stored).
+fn hash_input(path: &Path) -> Result<Input> {
+    let regular = path.as_os_str() != "-" && fs::metadata(path).is_ok_and(|m| m.is_file());
+    let shown = || {
+        if path.as_os_str() == "-" {
+            "standard input".to_string()
+        } else {
+            path.display().to_string()
+        }
+    };
+    let (sha256, held) = if regular {
+        let mut hasher = Sha256::new();
+        vramlens::input::for_each_piece(path, |piece| hasher.update(piece))
+            .with_context(|| format!("cannot read {}", shown()))?;
+        (hex(&hasher.finalize()), None)
+    } else {
+        let mut bytes = Vec::new();
+        if path.as_os_str() == "-" {
+            io::stdin().lock().read_to_end(&mut bytes)
+        } else {
+            File::open(path).and_then(|mut f| f.read_to_end(&mut bytes))
+        }
+        .with_context(|| format!("cannot read {}", shown()))?;
+        (hex(&Sha256::digest(&bytes)), Some(bytes))
+    };
+    Ok(Input {
+        key: partition_key(path, &sha256),
+        sha256,
+        held,
+    })
 }
 
 /// A writer for one table of one file.
@@ -328,12 +471,26 @@ struct Job<'a> {
 /// Reads one file and writes its partition of every table. The summary behind the
 /// `snapshots` row is computed beside the other tables (it is a replay of its own, and
 /// the lifetimes' three threads leave part of two cores idle).
-fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
-    let (sha256, read) = rayon::join(
-        || sha256_file(path),
-        || read_snapshot(path, ReadOptions { progress: true }),
-    );
-    let (snap, info) = read?;
+fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<RowCounts> {
+    // A regular file is hashed while it is read (each from the mapped file); anything
+    // else is read once, by the hash, and decoded from the bytes kept.
+    let regular = path.as_os_str() != "-" && fs::metadata(path).is_ok_and(|m| m.is_file());
+    let (snap, info) = if regular {
+        let (input, read) = rayon::join(
+            || hash_input(path),
+            || read_snapshot(path, ReadOptions { progress: true }),
+        );
+        *hashed = Some(input?);
+        read?
+    } else {
+        let input = hash_input(path)?;
+        let bytes = input.held.as_deref().unwrap_or_default();
+        let read = super::read_snapshot_bytes(bytes, &path.display().to_string());
+        *hashed = Some(input);
+        read?
+    };
+    let input = hashed.as_ref().expect("hashed above");
+    let name = input.key.as_str();
     let snap = before_export(snap);
     check_device(&snap, job.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
     let devices: Vec<i64> = snap
@@ -352,11 +509,14 @@ fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
                 .create_new(true)
                 .open(dir.join(&file_name))?;
             let mut w = table_writer(job.format, table, file)?;
+            if table != Table::Snapshots {
+                w = Box::new(WithSource::new(w, &info.path, &input.sha256));
+            }
             match table {
                 Table::Snapshots => write_snapshot_rows(
                     summary.expect("the snapshots table is written with the summary"),
                     &Source {
-                        sha256: sha256.as_deref(),
+                        sha256: &input.sha256,
                     },
                     &mut *w,
                 )?,
@@ -401,17 +561,63 @@ fn export_file(job: &Job, path: &Path, name: &str) -> Result<RowCounts> {
     written
 }
 
+/// What became of one input of this export.
+enum Outcome {
+    Exported(RowCounts),
+    /// The same path as an earlier input, given again: one partition holds both.
+    Duplicate(usize),
+    Failed(anyhow::Error),
+}
+
+/// The SHA-256 of the whole input list (each path as given, then a newline), naming the
+/// job that the shards of one dataset share.
+fn list_sha256(files: &[PathBuf]) -> String {
+    let mut hasher = Sha256::new();
+    for f in files {
+        hasher.update(f.to_string_lossy().as_bytes());
+        hasher.update(b"\n");
+    }
+    hex(&hasher.finalize())
+}
+
+fn rows_json(c: &RowCounts, tables: &[Table]) -> Value {
+    let map: serde_json::Map<String, Value> = tables
+        .iter()
+        .map(|&t| (t.name().to_string(), json!(c.rows(t))))
+        .collect();
+    Value::Object(map)
+}
+
 pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     #[cfg(not(feature = "parquet"))]
     if args.format == ExportFormat::Parquet {
         bail!(NO_PARQUET);
     }
     let attribution = attribution_options(&args.attribution)?;
-    let files = super::expand_inputs(&args.files)?;
-    let paths: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
-    let names = partition_names(&paths);
+    let (all, skipped) = super::expand_inputs_listing(&args.files)?;
+    let shard = args.shard.unwrap_or(Shard { index: 0, count: 1 });
+    let files: Vec<PathBuf> = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i as u64 % u64::from(shard.count) == u64::from(shard.index))
+        .map(|(_, f)| f.clone())
+        .collect();
     let tables = tables(args.events);
     let staging = Staging::create(&args.output)?;
+    // A path given twice (as a file and in its folder, say) is exported once, the first
+    // time: both would be the same partition.
+    let mut first_of: BTreeMap<&Path, usize> = BTreeMap::new();
+    let duplicate_of: Vec<Option<usize>> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match first_of.get(f.as_path()) {
+            Some(&j) => Some(j),
+            None => {
+                first_of.insert(f.as_path(), i);
+                None
+            }
+        })
+        .collect();
     let job = Job {
         format: args.format,
         tables: &tables,
@@ -419,39 +625,124 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         attribution: &attribution,
         staging: &staging,
     };
-    let results: Vec<Result<RowCounts>> = files
+    let (outcomes, hashed): (Vec<Outcome>, Vec<Option<Input>>) = files
         .par_iter()
-        .zip(names.par_iter())
-        .map(|(path, name)| export_file(&job, path, name))
-        .collect();
+        .zip(duplicate_of.par_iter())
+        .map(|(path, dup)| match dup {
+            Some(j) => (Outcome::Duplicate(*j), None),
+            None => {
+                let mut hashed = None;
+                let outcome = match export_file(&job, path, &mut hashed) {
+                    Ok(c) => Outcome::Exported(c),
+                    Err(e) => Outcome::Failed(e),
+                };
+                (outcome, hashed)
+            }
+        })
+        .unzip();
     let mut total = RowCounts::default();
-    let mut exported = 0;
+    let mut keys: Vec<&str> = Vec::new();
     let mut errors = Vec::new();
-    for r in results {
-        match r {
-            Ok(c) => {
-                exported += 1;
+    let mut manifest_files = Vec::new();
+    let mut duplicates = Vec::new();
+    for (i, (o, h)) in outcomes.into_iter().zip(&hashed).enumerate() {
+        let path = files[i].display().to_string();
+        let (key, sha) = match h {
+            Some(input) => (json!(input.key), json!(input.sha256)),
+            None => (Value::Null, Value::Null),
+        };
+        let mut entry = json!({"path": path, "file": key, "sha256": sha});
+        match o {
+            Outcome::Exported(c) => {
                 for t in Table::ALL {
                     total.add(t, c.rows(t));
                 }
+                if let Some(input) = h {
+                    keys.push(&input.key);
+                }
+                entry["status"] = json!("exported");
+                entry["rows"] = rows_json(&c, &tables);
             }
-            Err(e) => errors.push(e),
+            Outcome::Duplicate(j) => {
+                entry["status"] = json!("duplicate");
+                entry["duplicate_of"] = json!(files[j].display().to_string());
+                duplicates.push(format!("{path} (as {})", files[j].display()));
+            }
+            Outcome::Failed(e) => {
+                entry["status"] = json!("failed");
+                entry["error"] = json!(format!("{e:#}"));
+                errors.push(e);
+            }
         }
+        manifest_files.push(entry);
     }
-    // Nothing is replaced when no file could be read.
-    if exported > 0 {
-        staging.publish(&tables, args.force)?;
+    let exported = keys.len();
+    // Nothing is written when no file could be read, except a shard's manifest (so that
+    // a reader sees the shard ran, with what failed, and a shard with no file at all).
+    if exported > 0 || files.is_empty() || args.shard.is_some() {
+        let list = list_sha256(&all);
+        let manifest = json!({
+            "schema_version": SCHEMA_VERSION,
+            "vramlens": env!("CARGO_PKG_VERSION"),
+            "format": extension(args.format),
+            "tables": tables.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            "device": args.device,
+            "inputs": {"files": all.len(), "list_sha256": list},
+            "shard": {"index": shard.index, "count": shard.count},
+            "files": manifest_files,
+            "skipped": skipped.iter().map(|p| json!({
+                "path": p.display().to_string(),
+                "reason": "not a snapshot: no snapshot extension, and not a pickle or gzip stream by its first bytes",
+            })).collect::<Vec<_>>(),
+        });
+        let name = format!(
+            "{}.shard-{:05}-of-{:05}.json",
+            &list[..16],
+            shard.index,
+            shard.count
+        );
+        let mut bytes = serde_json::to_vec_pretty(&manifest)?;
+        bytes.push(b'\n');
+        staging.publish(&tables, &keys, (&name, &bytes))?;
         let counts: Vec<String> = tables
             .iter()
             .map(|&t| format!("{} {} rows", t.name(), total.rows(t)))
             .collect();
+        let of_shard = if shard.count > 1 {
+            format!(
+                " (shard {}/{} of {} inputs)",
+                shard.index,
+                shard.count,
+                all.len()
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "exported {exported} of {} files to {} ({}): {}",
+            "exported {exported} of {} files{of_shard} to {} ({}): {}",
             files.len(),
             args.output.display(),
             extension(args.format),
             counts.join(", ")
+        )?;
+        if !duplicates.is_empty() {
+            writeln!(
+                out,
+                "not exported again, given twice: {}",
+                duplicates.join(", ")
+            )?;
+        }
+    }
+    if !skipped.is_empty() {
+        let names: Vec<String> = skipped.iter().map(|p| p.display().to_string()).collect();
+        writeln!(
+            out,
+            "left out {} file{} of the folders that {} not a snapshot by name or content: {}",
+            skipped.len(),
+            if skipped.len() == 1 { "" } else { "s" },
+            if skipped.len() == 1 { "is" } else { "are" },
+            names.join(", ")
         )?;
     }
     match errors.len() {

@@ -35,6 +35,27 @@ pub fn read_snapshot(
     }
     Ok((snap, info))
 }
+/// [`read_snapshot`] of bytes already read (standard input, a pipe), named `label`.
+pub fn read_snapshot_bytes(
+    bytes: &[u8],
+    label: &str,
+) -> Result<(vramlens::model::Snapshot, vramlens::input::SourceInfo), vramlens::input::ReadError> {
+    let (mut snap, mut info) = vramlens::input::read_snapshot_bytes(bytes).map_err(|error| {
+        vramlens::input::ReadError {
+            path: if label == "-" {
+                "standard input".into()
+            } else {
+                label.to_string()
+            },
+            error,
+        }
+    })?;
+    info.path = label.to_string();
+    if let Some(options) = REDACT.get() {
+        vramlens::redact::apply(&mut snap, options);
+    }
+    Ok((snap, info))
+}
 use output::{check_output, write_new_file};
 /// Reads and merges device logs (nvidia-smi CSV or NVML JSON lines).
 fn read_device_logs(
@@ -110,29 +131,63 @@ fn attribution_options(
 }
 
 /// The files named: each folder stands for the snapshot files in it (`*.pickle`, `*.pkl`,
-/// `*.pickle.gz`, `*.json`, `*.html`), by name; other paths as given.
+/// `*.pickle.gz`, `*.json`, `*.html`, and files with no extension whose content starts as
+/// a pickle or a gzip stream does), by name; other paths as given.
 fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
+    Ok(expand_inputs_listing(paths)?.0)
+}
+
+/// File names a folder's snapshot files have.
+const SNAPSHOT_EXTENSIONS: [&str; 6] =
+    [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".json", ".html"];
+
+/// A file with no extension that starts as a pickle (protocol 2 and later) or a gzip
+/// stream: how `torch.cuda.memory._dump_snapshot` output looks under any name.
+fn looks_like_snapshot(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 2];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && (head[0] == 0x80 || head == [0x1f, 0x8b])
+}
+
+/// As [`expand_inputs`], with the files of the folders that were left out (not hidden,
+/// not a snapshot by name or content).
+fn expand_inputs_listing(
+    paths: &[std::path::PathBuf],
+) -> Result<(Vec<std::path::PathBuf>, Vec<std::path::PathBuf>)> {
     let mut out = Vec::new();
+    let mut skipped = Vec::new();
     for p in paths {
         if !p.is_dir() {
             out.push(p.clone());
             continue;
         }
-        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(p)
+        let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(p)
             .with_context(|| format!("cannot read folder {}", p.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|f| {
-                let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
                 f.is_file()
-                    && name.is_some_and(|n| {
-                        !n.starts_with('.')
-                            && [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".json", ".html"]
-                                .iter()
-                                .any(|ext| n.ends_with(ext))
-                    })
+                    && !f
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
             })
             .collect();
-        files.sort();
+        entries.sort();
+        let mut files = Vec::new();
+        for f in entries {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let by_name = SNAPSHOT_EXTENSIONS.iter().any(|ext| name.ends_with(ext));
+            if by_name || (!name.contains('.') && looks_like_snapshot(&f)) {
+                files.push(f);
+            } else {
+                skipped.push(f);
+            }
+        }
         if files.is_empty() {
             // Folders are read one level deep; say so when the snapshots sit below.
             let below = std::fs::read_dir(p)
@@ -150,7 +205,7 @@ fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>
                 ),
             };
             let why = format!(
-                "{}: a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html){hint}",
+                "{}: a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html, or a pickle with no extension){hint}",
                 p.display()
             );
             // Among several inputs (`DIR/*/`), an empty folder is passed over, said so.
@@ -162,7 +217,7 @@ fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>
         }
         out.extend(files);
     }
-    Ok(out)
+    Ok((out, skipped))
 }
 
 /// A size option (`--device-total`, `--max-peak`): a byte count, or a number with a unit

@@ -31,8 +31,34 @@ fn write_value(line: &mut Vec<u8>, cell: &Cell) -> io::Result<()> {
         Cell::F64(Some(v)) => serde_json::to_writer(&mut *line, &v).map_err(io::Error::other),
         Cell::Bool(Some(v)) => line.write_all(if v { b"true" } else { b"false" }),
         Cell::Str(Some(s)) => serde_json::to_writer(&mut *line, s).map_err(io::Error::other),
+        Cell::Ts(Some(us)) => write!(line, "\"{}\"", utc_text(us)),
         _ => line.write_all(b"null"),
     }
+}
+
+/// Microseconds since the Unix epoch as RFC 3339 text in UTC with six decimals, such as
+/// `2024-05-01T12:00:00.000001Z` (what Spark and DuckDB parse as a timestamp).
+pub fn utc_text(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let micros = us.rem_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let s = secs.rem_euclid(86_400);
+    // Days to a civil date (H. Hinnant's algorithm, proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
 }
 
 impl<W: Write + Send> TableWriter for JsonlWriter<W> {
@@ -66,6 +92,17 @@ impl<W: Write + Send> TableWriter for JsonlWriter<W> {
 mod tests {
     use super::*;
     use crate::export::{Kind, Table, col, opt};
+
+    #[test]
+    fn times_are_utc_text() {
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            utc_text(1_714_564_800_000_001),
+            "2024-05-01T12:00:00.000001Z"
+        );
+        assert_eq!(utc_text(951_782_400_000_000), "2000-02-29T00:00:00.000000Z");
+        assert_eq!(utc_text(-1), "1969-12-31T23:59:59.999999Z");
+    }
 
     #[test]
     fn rows_are_json_objects_with_every_column() {

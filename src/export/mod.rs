@@ -20,12 +20,12 @@ use crate::model::{Action, Snapshot, StackId};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, PoolLookup, Running};
 use crate::timeline::{Lifetime, Origin};
 use std::io;
-use std::path::{Component, Path};
+use std::path::Path;
 use std::sync::mpsc::{SyncSender, sync_channel};
 
 /// Version of the tables' schema (columns, types, meanings). Raised on any change that
 /// could break a query; added columns raise it too.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The type of a column, as engines see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +38,8 @@ pub enum Kind {
     Bool,
     /// UTF-8 text.
     Str,
+    /// A moment in UTC, in microseconds since the Unix epoch (a Parquet TIMESTAMP).
+    Timestamp,
 }
 
 impl Kind {
@@ -49,6 +51,7 @@ impl Kind {
             Kind::F64 => "double",
             Kind::Bool => "boolean",
             Kind::Str => "string",
+            Kind::Timestamp => "timestamp",
         }
     }
 }
@@ -99,6 +102,8 @@ pub enum Cell<'a> {
     F64(Option<f64>),
     Bool(Option<bool>),
     Str(Option<&'a str>),
+    /// Microseconds since the Unix epoch, UTC.
+    Ts(Option<i64>),
 }
 
 impl Cell<'_> {
@@ -109,6 +114,7 @@ impl Cell<'_> {
             Cell::F64(_) => Kind::F64,
             Cell::Bool(_) => Kind::Bool,
             Cell::Str(_) => Kind::Str,
+            Cell::Ts(_) => Kind::Timestamp,
         }
     }
 
@@ -119,6 +125,7 @@ impl Cell<'_> {
             Cell::F64(v) => v.is_none(),
             Cell::Bool(v) => v.is_none(),
             Cell::Str(v) => v.is_none(),
+            Cell::Ts(v) => v.is_none(),
         }
     }
 }
@@ -161,7 +168,7 @@ impl Table {
     }
 
     /// The columns of the table's files. The partition column `file` is not among them:
-    /// it is the name of the folder each file's rows are in (`file=<name>`).
+    /// it is the name of the folder each file's rows are in (`file=<key>`).
     pub fn columns(self) -> &'static [Column] {
         match self {
             Table::Snapshots => &SNAPSHOT_COLUMNS,
@@ -175,12 +182,66 @@ impl Table {
 /// The partition column: every table is split into one folder per input file.
 pub const PARTITION_COLUMN: &str = "file";
 
-use Kind::{Bool, F64, I64, Str, U64};
+/// `source_path` and `source_sha256`: the first columns of every table but `snapshots`
+/// (which has them among its own), added by [`WithSource`] to the rows the `write_*`
+/// functions make.
+pub const SOURCE_COLUMNS: usize = 2;
 
-const SNAPSHOT_COLUMNS: [Column; 36] = [
+impl Table {
+    /// The columns of the rows the `write_*` function of the table gives.
+    pub fn row_columns(self) -> &'static [Column] {
+        match self {
+            Table::Snapshots => self.columns(),
+            _ => &self.columns()[SOURCE_COLUMNS..],
+        }
+    }
+}
+
+/// The widest row of any table.
+const MAX_COLUMNS: usize = 64;
+
+/// Puts the file's path and SHA-256 in front of every row of a table (every table but
+/// `snapshots`), so any table can be joined or filtered by file alone.
+pub struct WithSource {
+    inner: Box<dyn TableWriter>,
+    path: String,
+    sha256: String,
+}
+
+impl WithSource {
+    pub fn new(inner: Box<dyn TableWriter>, path: &str, sha256: &str) -> Self {
+        WithSource {
+            inner,
+            path: path.to_string(),
+            sha256: sha256.to_string(),
+        }
+    }
+}
+
+impl TableWriter for WithSource {
+    fn write_row(&mut self, cells: &[Cell]) -> io::Result<()> {
+        let n = cells.len() + SOURCE_COLUMNS;
+        if n > MAX_COLUMNS {
+            return Err(row_misfit());
+        }
+        let mut row = [Cell::I64(None); MAX_COLUMNS];
+        row[0] = Cell::Str(Some(&self.path));
+        row[1] = Cell::Str(Some(&self.sha256));
+        row[SOURCE_COLUMNS..n].copy_from_slice(cells);
+        self.inner.write_row(&row[..n])
+    }
+
+    fn finish(self: Box<Self>) -> io::Result<u64> {
+        self.inner.finish()
+    }
+}
+
+use Kind::{Bool, F64, I64, Str, Timestamp, U64};
+
+const SNAPSHOT_COLUMNS: [Column; 43] = [
     col("schema_version", I64),
     col("source_path", Str),
-    opt("source_sha256", Str),
+    col("source_sha256", Str),
     col("source_size_bytes", I64),
     col("source_format", Str),
     col("gzip", Bool),
@@ -198,25 +259,34 @@ const SNAPSHOT_COLUMNS: [Column; 36] = [
     col("requested_bytes", I64),
     col("trace_events", I64),
     opt("trace_first_time_us", I64),
+    opt("trace_first_time", Timestamp),
     opt("trace_last_time_us", I64),
+    opt("trace_last_time", Timestamp),
     col("trace_looks_truncated", Bool),
+    col("trace_has_timeline", Bool),
     opt("peak_requested_bytes", I64),
     opt("peak_requested_event", I64),
     opt("peak_requested_time_us", I64),
+    opt("peak_requested_time", Timestamp),
     opt("peak_allocated_bytes", I64),
     opt("peak_allocated_event", I64),
     opt("peak_allocated_time_us", I64),
+    opt("peak_allocated_time", Timestamp),
     opt("peak_reserved_bytes", I64),
     opt("peak_reserved_event", I64),
     opt("peak_reserved_time_us", I64),
+    opt("peak_reserved_time", Timestamp),
     col("oom_count", I64),
     opt("first_oom_event", I64),
     opt("first_oom_request_bytes", I64),
     opt("first_oom_device_free_bytes", I64),
     opt("first_oom_time_us", I64),
+    opt("first_oom_time", Timestamp),
 ];
 
-const LIFETIME_COLUMNS: [Column; 21] = [
+const LIFETIME_COLUMNS: [Column; 26] = [
+    col("source_path", Str),
+    col("source_sha256", Str),
     col("device", I64),
     col("addr", U64).distinct(),
     col("version", I64),
@@ -227,10 +297,13 @@ const LIFETIME_COLUMNS: [Column; 21] = [
     col("origin", Str),
     opt("alloc_event", I64).distinct(),
     opt("alloc_time_us", I64).distinct(),
+    opt("alloc_time", Timestamp).distinct(),
     opt("free_requested_event", I64).distinct(),
     opt("free_requested_time_us", I64).distinct(),
+    opt("free_requested_time", Timestamp).distinct(),
     opt("free_completed_event", I64).distinct(),
     opt("free_completed_time_us", I64).distinct(),
+    opt("free_completed_time", Timestamp).distinct(),
     col("callsite", Str),
     col("callsite_kind", Str),
     col("category", Str),
@@ -240,7 +313,9 @@ const LIFETIME_COLUMNS: [Column; 21] = [
     opt("free_stack_id", I64),
 ];
 
-const EVENT_COLUMNS: [Column; 10] = [
+const EVENT_COLUMNS: [Column; 13] = [
+    col("source_path", Str),
+    col("source_sha256", Str),
     col("device", I64),
     col("event", I64).distinct(),
     col("action", Str),
@@ -249,11 +324,14 @@ const EVENT_COLUMNS: [Column; 10] = [
     col("stream", U64),
     opt("pool_id", Str),
     opt("time_us", I64).distinct(),
+    opt("time", Timestamp).distinct(),
     opt("stack_id", I64),
     opt("device_free_bytes", I64),
 ];
 
-const STACK_COLUMNS: [Column; 5] = [
+const STACK_COLUMNS: [Column; 7] = [
+    col("source_path", Str),
+    col("source_sha256", Str),
     col("stack_id", I64),
     col("frame", I64),
     col("filename", Str),
@@ -293,8 +371,8 @@ pub struct ExportOptions {
 /// Where a snapshot came from, beside what the reader reported.
 #[derive(Debug, Clone)]
 pub struct Source<'a> {
-    /// SHA-256 of the file's bytes as stored, in lowercase hex (None for standard input).
-    pub sha256: Option<&'a str>,
+    /// SHA-256 of the file's bytes as stored, in lowercase hex.
+    pub sha256: &'a str,
 }
 
 /// Rows written per table of one file.
@@ -376,7 +454,7 @@ pub fn write_snapshot_rows(
         let row = [
             int(SCHEMA_VERSION as u64),
             Cell::Str(Some(&summary.source.path)),
-            Cell::Str(source.sha256),
+            Cell::Str(Some(source.sha256)),
             int(summary.source.size_bytes),
             Cell::Str(Some(summary.source.format)),
             Cell::Bool(Some(summary.source.gzip)),
@@ -399,22 +477,29 @@ pub fn write_snapshot_rows(
             int(dev.requested_bytes),
             int(dev.trace.events as u64),
             Cell::I64(dev.trace.first_time_us),
+            Cell::Ts(dev.trace.first_time_us),
             Cell::I64(dev.trace.last_time_us),
+            Cell::Ts(dev.trace.last_time_us),
             Cell::Bool(Some(dev.trace.looks_truncated)),
+            Cell::Bool(Some(dev.trace.has_timeline)),
             int_opt(dev.peak_requested_bytes),
             event(dev.peak_requested_event),
             Cell::I64(dev.peak_requested_time_us),
+            Cell::Ts(dev.peak_requested_time_us),
             int_opt(dev.peak_allocated_bytes),
             event(dev.peak_allocated_event),
             Cell::I64(dev.peak_allocated_time_us),
+            Cell::Ts(dev.peak_allocated_time_us),
             int_opt(dev.peak_reserved_bytes),
             event(dev.peak_reserved_event),
             Cell::I64(dev.peak_reserved_time_us),
+            Cell::Ts(dev.peak_reserved_time_us),
             int(dev.ooms.len() as u64),
             int_opt(first_oom.map(|o| o.index as u64)),
             int_opt(first_oom.map(|o| o.size)),
             int_opt(first_oom.and_then(|o| o.device_free)),
             Cell::I64(first_oom.and_then(|o| o.time_us)),
+            Cell::Ts(first_oom.and_then(|o| o.time_us)),
         ];
         out.write_row(&row)?;
     }
@@ -477,10 +562,15 @@ impl<'f> SiteNames<'f> {
         (name, d)
     }
 
+    /// The slot of a lifetime's names: its stack's when the stack has frames; else the
+    /// site tells (an empty stack names no frame, so the origin decides, as it does for
+    /// no stack at all).
     fn slot(&self, l: &Lifetime) -> usize {
         let stacks = self.slots.len() - 2;
         match Attributor::allocation_stack(l) {
-            Some(s) if (s.0 as usize) < stacks => s.0 as usize,
+            Some(s) if (s.0 as usize) < stacks && !self.attr.frames().stack(s).is_empty() => {
+                s.0 as usize
+            }
             _ if self.attr.site(l) == Site::BeforeRecording => stacks + 1,
             _ => stacks,
         }
@@ -589,9 +679,8 @@ impl LifetimeRows<'_, '_> {
             ),
             (None, None) => (0, None),
         };
-        let time = |e: Option<crate::timeline::EventIdx>| {
-            Cell::I64(e.and_then(|e| trace.time_us(e.index())))
-        };
+        let time_us =
+            |e: Option<crate::timeline::EventIdx>| e.and_then(|e| trace.time_us(e.index()));
         let event = |e: Option<crate::timeline::EventIdx>| Cell::I64(e.map(|e| e.index() as i64));
         let origin = match l.origin {
             Origin::Traced => "traced",
@@ -618,11 +707,14 @@ impl LifetimeRows<'_, '_> {
             Cell::Str(pool),
             Cell::Str(Some(origin)),
             event(l.alloc),
-            time(l.alloc),
+            Cell::I64(time_us(l.alloc)),
+            Cell::Ts(time_us(l.alloc)),
             event(l.free_requested),
-            time(l.free_requested),
+            Cell::I64(time_us(l.free_requested)),
+            Cell::Ts(time_us(l.free_requested)),
             event(l.free_completed),
-            time(l.free_completed),
+            Cell::I64(time_us(l.free_completed)),
+            Cell::Ts(time_us(l.free_completed)),
             Cell::Str(Some(&names.callsite)),
             Cell::Str(Some(names.kind)),
             Cell::Str(Some(&category)),
@@ -733,6 +825,7 @@ pub fn write_events(snap: &Snapshot, devices: &[i64], out: &mut dyn TableWriter)
                 Cell::U64(Some(e.stream)),
                 pool_cell,
                 Cell::I64(e.time_us),
+                Cell::Ts(e.time_us),
                 stack_cell(snap, e.stack),
                 int_opt(e.device_free()),
             ];
@@ -762,158 +855,111 @@ pub fn write_stacks(snap: &Snapshot, out: &mut dyn TableWriter) -> io::Result<()
     Ok(())
 }
 
-/// Characters kept in a partition name; others become `_`, so the folder name needs no
-/// escaping in any engine.
-/// Longest partition name: `file=` and it stay well under the 255 bytes a file name may
-/// have on every common file system.
-pub const MAX_PARTITION_NAME: usize = 200;
+/// Bytes of a file's name kept in its partition key, at most.
+pub const KEY_NAME_BYTES: usize = 64;
 
-/// A name cut to [`MAX_PARTITION_NAME`] bytes when longer: its start, `~`, and 16 hex
-/// digits of an FNV-1a hash of the whole name (so names that differ only past the cut
-/// stay apart).
-fn capped(name: String) -> String {
-    if name.len() <= MAX_PARTITION_NAME {
-        return name;
+/// Hex digits of the digest in a partition key: 64 bits, so that no two inputs of a fleet
+/// share a key.
+pub const KEY_DIGEST_HEX: usize = 16;
+
+/// The partition key (`file=<key>`) of an input: its file name, readable, then `~` and the
+/// start of the SHA-256 of the file's SHA-256 (`sha256`, lowercase hex) and its path as
+/// given, such as `memory_snapshot.pickle~3fa9c1d2e4b5a6f7`. It depends on the input alone
+/// (not on the other inputs, the shard or the run), so the same file at the same path is
+/// the same partition in every export and a re-run replaces its rows, while two files, or
+/// two copies of one at two paths, never share one. Letters and digits of any script, `.`,
+/// `-` and `_` are kept and any other character becomes `_` (the folder name needs no
+/// escaping in any engine), the name is cut at [`KEY_NAME_BYTES`], and the `~` keeps
+/// engines that infer partition types from typing the key as a number or a date. The
+/// tables hold the path and the file's SHA-256 in full (`source_path`, `source_sha256`).
+pub fn partition_key(path: &Path, sha256: &str) -> String {
+    let file_name = if path.as_os_str() == "-" {
+        "stdin".to_string()
+    } else {
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut name = String::new();
+    for c in file_name.chars() {
+        let c = if c.is_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            c
+        } else {
+            '_'
+        };
+        if name.len() + c.len_utf8() > KEY_NAME_BYTES {
+            break;
+        }
+        name.push(c);
     }
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    });
-    // The name is ASCII (see safe_name): any byte is a character boundary.
-    format!("{}~{hash:016x}", &name[..MAX_PARTITION_NAME - 17])
-}
-
-fn safe_name(s: &str) -> String {
-    let name: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
     // Engines skip names starting with `.` or `_` (hidden and metadata files).
-    match name.chars().next() {
+    let name = match name.chars().next() {
         None => "snapshot".into(),
         Some('.' | '_') => format!("f{name}"),
         Some(_) => name,
-    }
-}
-
-/// The parts of a path that can tell files apart, last first.
-fn name_parts(path: &Path) -> Vec<String> {
-    if path.as_os_str() == "-" {
-        return vec!["stdin".into()];
-    }
-    let mut parts: Vec<String> = path
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(p) => Some(p.to_string_lossy().into_owned()),
-            _ => None,
-        })
-        .collect();
-    if parts.is_empty() {
-        parts.push("snapshot".into());
-    }
-    parts.reverse();
-    parts
-}
-
-/// The partition name (`file=<name>`) of each input: its file name, with as many parent
-/// folders as it takes to tell it from the other inputs (`rank0__memory.pickle`), only
-/// letters, digits, `.`, `_` and `-`, at most [`MAX_PARTITION_NAME`] bytes (a longer one
-/// is cut and ends with a hash of the whole); a name that is still taken gets `-2`, `-3`,
-/// ... in input order.
-pub fn partition_names(paths: &[&Path]) -> Vec<String> {
-    let parts: Vec<Vec<String>> = paths.iter().map(|p| name_parts(p)).collect();
-    let name = |i: usize, depth: usize| -> String {
-        let p = &parts[i];
-        let n = depth.min(p.len());
-        let mut chosen: Vec<&str> = p[..n].iter().map(String::as_str).collect();
-        chosen.reverse();
-        capped(safe_name(&chosen.join("__")))
     };
-    let mut depth = vec![1usize; paths.len()];
-    loop {
-        let names: Vec<String> = (0..paths.len()).map(|i| name(i, depth[i])).collect();
-        let mut grew = false;
-        for i in 0..paths.len() {
-            let clash = names
-                .iter()
-                .enumerate()
-                .any(|(j, n)| j != i && *n == names[i]);
-            if clash && depth[i] < parts[i].len() {
-                depth[i] += 1;
-                grew = true;
-            }
-        }
-        if !grew {
-            break;
-        }
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(sha256.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(path.as_os_str().as_encoded_bytes());
+    let digest = hasher.finalize();
+    let mut key = name;
+    key.push('~');
+    for b in &digest[..KEY_DIGEST_HEX / 2] {
+        use std::fmt::Write;
+        let _ = write!(key, "{b:02x}");
     }
-    let mut out: Vec<String> = Vec::with_capacity(paths.len());
-    let mut taken = std::collections::BTreeSet::new();
-    for (i, &d) in depth.iter().enumerate() {
-        let base = name(i, d);
-        let mut candidate = base.clone();
-        let mut n = 2;
-        while taken.contains(&candidate) {
-            candidate = format!("{base}-{n}");
-            n += 1;
-        }
-        taken.insert(candidate.clone());
-        out.push(candidate);
-    }
-    out
+    key
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn names(paths: &[&str]) -> Vec<String> {
-        let p: Vec<&Path> = paths.iter().map(Path::new).collect();
-        partition_names(&p)
-    }
+    const SHA: &str = "3fa9c1d2e4b5a6f70123456789abcdef0123456789abcdef0123456789abcdef";
 
     #[test]
-    fn partition_names_are_file_names_told_apart_by_folders() {
+    fn partition_keys_are_readable_names_with_a_digest() {
+        let key = |p: &str| partition_key(Path::new(p), SHA);
+        let name = |p: &str| key(p).rsplit_once('~').unwrap().0.to_string();
+        assert_eq!(name("job/r0/memory.pickle"), "memory.pickle");
+        assert_eq!(name("00042"), "00042");
+        assert_eq!(name("/tmp/my snap=1%,.pickle"), "my_snap_1__.pickle");
         assert_eq!(
-            names(&["a/rank0.pickle", "a/rank1.pickle"]),
-            ["rank0.pickle", "rank1.pickle"]
+            name("снимок памяти ü日本.pickle"),
+            "снимок_памяти_ü日本.pickle"
+        );
+        assert_eq!(name("-"), "stdin");
+        assert_eq!(name(".hidden.json"), "f.hidden.json");
+        // The digest: of the file's digest and its path; 16 hex digits.
+        let k = key("job/r0/memory.pickle");
+        let digest = k.rsplit_once('~').unwrap().1;
+        assert_eq!(digest.len(), KEY_DIGEST_HEX);
+        assert!(
+            digest
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
         );
         assert_eq!(
-            names(&["job/r0/memory.pickle", "job/r1/memory.pickle", "x.pkl"]),
-            ["r0__memory.pickle", "r1__memory.pickle", "x.pkl"]
+            k,
+            key("job/r0/memory.pickle"),
+            "the same input, the same key"
         );
-        assert_eq!(
-            names(&["s.pickle", "s.pickle", "./s.pickle"]),
-            ["s.pickle", "s.pickle-2", "s.pickle-3"]
+        assert_ne!(
+            k,
+            key("job/r1/memory.pickle"),
+            "the same bytes at another path"
         );
-        assert_eq!(
-            names(&["/tmp/my snap=1%.pickle", "-", ".hidden.json"]),
-            ["my_snap_1_.pickle", "stdin", "f.hidden.json"]
+        assert_ne!(
+            k,
+            partition_key(Path::new("job/r0/memory.pickle"), &SHA.replace('3', "4")),
+            "other bytes at the same path"
         );
-    }
-
-    #[test]
-    fn long_names_are_cut_and_stay_apart() {
-        let long = "x".repeat(300);
-        let (a, b) = (format!("{long}a.pickle"), format!("{long}b.pickle"));
-        let n = names(&[&a, &b]);
-        assert_ne!(n[0], n[1]);
-        for name in &n {
-            assert_eq!(name.len(), MAX_PARTITION_NAME);
-            assert!(name.starts_with(&"x".repeat(150)), "{name}");
-        }
-        assert_eq!(names(&["short.pickle"]), ["short.pickle"]);
-    }
-
-    #[test]
-    fn partition_names_do_not_collide_after_cleaning() {
-        let n = names(&["a b.pickle", "a_b.pickle", "a+b.pickle"]);
-        assert_eq!(n, ["a_b.pickle", "a_b.pickle-2", "a_b.pickle-3"]);
+        let long = format!("{}.pickle", "я".repeat(200));
+        let k = key(&long);
+        assert!(k.len() <= KEY_NAME_BYTES + 1 + KEY_DIGEST_HEX, "{k}");
+        assert!(k.starts_with("яяя"));
     }
 
     /// A device whose trace allocates and frees `n` blocks of 512 bytes, one after
@@ -945,7 +991,7 @@ mod tests {
 
     impl TableWriter for &mut Rows {
         fn write_row(&mut self, cells: &[Cell]) -> io::Result<()> {
-            check_row(Table::Lifetimes.columns(), cells)?;
+            check_row(Table::Lifetimes.row_columns(), cells)?;
             if self.addrs.len() == self.ok {
                 return Err(io::Error::other("disk full"));
             }

@@ -5,11 +5,11 @@
 //! Files are uncompressed (dictionary and run-length encodings still apply: call sites,
 //! categories and streams repeat), format 1.0 pages, plain logical types that DuckDB,
 //! Spark, Polars and pyarrow read: `int64`, `int64` marked unsigned, `double`, `boolean`,
-//! UTF-8 strings. The file's key-value metadata names the table and the schema version.
+//! UTF-8 strings, timestamps (UTC microseconds). The file's key-value metadata names the table and the schema version.
 
 use super::{Cell, Column, Kind, SCHEMA_VERSION, TableWriter, row_misfit};
 use bytes::Bytes;
-use parquet::basic::{LogicalType, Repetition, Type as PhysicalType};
+use parquet::basic::{LogicalType, Repetition, TimeUnit, Type as PhysicalType};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
@@ -47,6 +47,11 @@ pub fn schema(table: &str, columns: &[Column]) -> io::Result<Type> {
                 Kind::F64 => (PhysicalType::DOUBLE, None),
                 Kind::Bool => (PhysicalType::BOOLEAN, None),
                 Kind::Str => (PhysicalType::BYTE_ARRAY, Some(LogicalType::String)),
+                // UTC (adjusted): DuckDB TIMESTAMP WITH TIME ZONE, Spark timestamp.
+                Kind::Timestamp => (
+                    PhysicalType::INT64,
+                    Some(LogicalType::timestamp(true, TimeUnit::MICROS)),
+                ),
             };
             let repetition = if c.nullable {
                 Repetition::OPTIONAL
@@ -86,7 +91,7 @@ struct ColumnBuffer {
 impl ColumnBuffer {
     fn new(c: &Column) -> Self {
         let values = match c.kind {
-            Kind::I64 | Kind::U64 => Values::I64(Vec::new()),
+            Kind::I64 | Kind::U64 | Kind::Timestamp => Values::I64(Vec::new()),
             Kind::F64 => Values::F64(Vec::new()),
             Kind::Bool => Values::Bool(Vec::new()),
             Kind::Str => Values::Str(Vec::new(), Vec::new()),
@@ -132,6 +137,10 @@ impl ColumnBuffer {
             // stores UINT_64.
             (Values::I64(v), Cell::U64(Some(x))) => {
                 v.push(x as i64);
+                true
+            }
+            (Values::I64(v), Cell::Ts(Some(x))) => {
+                v.push(x);
                 true
             }
             (Values::F64(v), Cell::F64(Some(x))) => {
