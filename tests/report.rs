@@ -423,6 +423,18 @@ fn a_file_without_a_trace_has_its_final_state() {
     assert_eq!(attrs(&html, r#"div class="moment""#, "kind"), ["end"]);
     assert!(html.contains("has no trace: nothing to draw, only the final state is known"));
     assert_eq!(html.matches("data-chart=\"segments\">\n<svg ").count(), 1);
+    // The answer is the final state and who holds it (the sums from scripts/expected.py).
+    let e = &expected("testdata/v1_13_list.pickle.expected.json")["devices"][0];
+    let answer =
+        &html[html.find("id=\"f0-answer\"").unwrap()..html.find("id=\"f0-timeline\"").unwrap()];
+    assert!(
+        answer.contains(&format!(
+            "No OOM is recorded. Final state (no trace recorded): {} requested by ",
+            vramlens::units::bytes(e["requested_bytes"].as_u64().unwrap())
+        )),
+        "{answer}"
+    );
+    assert!(answer.contains("<ul class=\"holders\">\n<li>"), "{answer}");
 }
 
 #[test]

@@ -898,7 +898,13 @@ fn answer_section(out: &mut String, d: &DeviceReport, id: &str) {
             out,
             "<p class=\"hint\">The evidence{more}: <a href=\"#{id}-oom\">the OOM's figures and what was live</a>; over time: <a href=\"#{id}-timeline\">the timeline</a>.</p>"
         );
-    } else if let Some(m) = d.moments.iter().find(|m| m.moment.kind == "peak") {
+    } else if let Some(m) = d
+        .moments
+        .iter()
+        .find(|m| m.moment.kind == "peak")
+        .or(d.moments.first())
+    {
+        // The peak, else (no trace) the final state: the moments always end with it.
         let _ = writeln!(
             out,
             "<p class=\"verdict none\">No OOM is recorded. {}: {} requested by {} live allocations ({} reserved), most of it held by:</p>\n<ul class=\"holders\">",
