@@ -68,6 +68,21 @@ pub fn utc_time(us: i64) -> String {
     )
 }
 
+/// Unix-epoch microseconds as RFC 3339 text in UTC with six decimals, such as
+/// `2024-05-01T12:00:00.000001Z` (what Spark and DuckDB parse as a timestamp).
+pub fn utc_rfc3339(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let micros = us.rem_euclid(1_000_000);
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
 /// Unix-epoch microseconds as a UTC date-time written to the digit of `unit_us` (a minute,
 /// a second, or a power of ten of microseconds below it): `2025-06-15 15:06 UTC`,
 /// `2025-06-15 15:06:40 UTC`, `2025-06-15 15:06:40.006 UTC`, `… 15:06:40.006586 UTC`.

@@ -36,30 +36,8 @@ fn write_value(line: &mut Vec<u8>, cell: &Cell) -> io::Result<()> {
     }
 }
 
-/// Microseconds since the Unix epoch as RFC 3339 text in UTC with six decimals, such as
-/// `2024-05-01T12:00:00.000001Z` (what Spark and DuckDB parse as a timestamp).
-pub fn utc_text(us: i64) -> String {
-    let secs = us.div_euclid(1_000_000);
-    let micros = us.rem_euclid(1_000_000);
-    let days = secs.div_euclid(86_400);
-    let s = secs.rem_euclid(86_400);
-    // Days to a civil date (H. Hinnant's algorithm, proleptic Gregorian).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
-}
+/// Times as RFC 3339 text in UTC (the one calendar of [`crate::units`]).
+pub use crate::units::utc_rfc3339 as utc_text;
 
 impl<W: Write + Send> TableWriter for JsonlWriter<W> {
     fn write_row(&mut self, cells: &[Cell]) -> io::Result<()> {
