@@ -28,6 +28,16 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// As [`bytes`], with two decimals from 1 GiB up (as CUDA's OOM message prints them), for
+/// figures set side by side whose differences are a few MiB: `139.77 GiB`.
+pub fn bytes_fine(n: u64) -> String {
+    if n >= 1 << 30 && n < 1 << 40 {
+        format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64)
+    } else {
+        bytes(n)
+    }
+}
+
 /// Signed bytes: a minus sign for negative values, none otherwise.
 pub fn bytes_signed(n: i64) -> String {
     if n < 0 {

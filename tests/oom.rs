@@ -697,3 +697,50 @@ fn a_file_without_a_trace_is_its_final_state_named_so() {
     );
     assert!(!text.contains("after the start"), "{text}");
 }
+
+#[test]
+fn outside_pytorch_is_split_by_the_message_into_this_process_and_the_others() {
+    // Our H200 message: "total capacity of 139.80 GiB of which 31.12 MiB is free.
+    // Including non-PyTorch memory, this process has 139.76 GiB memory in use. Of the
+    // allocated memory 138.94 GiB is allocated by PyTorch, and 100.84 MiB is reserved by
+    // PyTorch but unallocated."
+    let gib = |x: f64| (x * (1u64 << 30) as f64).round() as u64;
+    let mib = |x: f64| (x * (1u64 << 20) as f64).round() as u64;
+    let (total, free, process) = (gib(139.80), mib(31.12), gib(139.76));
+    let reserved = gib(138.94) + mib(100.84);
+    let v = oom_json(&["--log", "testdata/gpu/oom/oom.log"]);
+    let a = &v["analyses"][0];
+    assert_eq!(a["reserved_bytes"], reserved);
+    assert_eq!(a["outside_allocator_bytes"], total - free - reserved);
+    assert_eq!(a["this_process_bytes"], process);
+    assert_eq!(a["process_outside_allocator_bytes"], process - reserved);
+    assert_eq!(a["other_processes_bytes"], total - free - process);
+    let text = oom_text(&["--log", "testdata/gpu/oom/oom.log"]);
+    let line = format!(
+        "                     {:.1} MiB in this process outside the allocator (CUDA context, libraries), {:.1} MiB in other processes and the driver (the message: this process had 139.8 GiB in use)\n",
+        (process - reserved) as f64 / (1u64 << 20) as f64,
+        (total - free - process) as f64 / (1u64 << 20) as f64,
+    );
+    assert!(text.contains(&line), "{line}\n{text}");
+    // With the snapshot, the same split against the snapshot's reserved bytes at the OOM.
+    let v = oom_json(&[
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--log",
+        "testdata/gpu/oom/oom.log",
+    ]);
+    let a = &v["analyses"][0];
+    // The device's free bytes from the oom entry (scripts/expected.py's reading of it),
+    // the reserved bytes of the final state (the OOM is the last event).
+    let e: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            common::root().join("testdata/gpu/oom/oom_snapshot.pickle.expected.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let free = e["devices"][0]["ooms"][0]["device_free"].as_u64().unwrap();
+    let reserved = e["devices"][0]["reserved_bytes"].as_u64().unwrap();
+    assert_eq!(a["reserved_bytes"], reserved);
+    assert_eq!(a["process_outside_allocator_bytes"], process - reserved);
+    assert_eq!(a["other_processes_bytes"], total - free - process);
+}

@@ -723,7 +723,7 @@ fn the_ledger_counts_requested_bytes_and_calls_them_so() {
     let blocks = expected["devices"][0]["allocated_bytes"].as_u64().unwrap();
     assert_eq!((requested, blocks), (149_184_151_828, 149_184_222_208));
     let v = reconcile(&["testdata/gpu/oom/nvml.jsonl"]);
-    assert_eq!(v["schema_version"], 3);
+    assert_eq!(v["schema_version"], 4);
     let d = &v["devices"][0];
     for l in d["ledgers"].as_array().unwrap() {
         assert!(l.get("allocated_bytes").is_none(), "{l}");
@@ -755,4 +755,129 @@ fn the_ledger_counts_requested_bytes_and_calls_them_so() {
         "{text}"
     );
     assert!(!text.contains("(allocated "), "{text}");
+}
+
+/// The snapshot's last event time (the OOM ends the trace), from its raw entries.
+fn last_event_us() -> i64 {
+    let (snap, _) = vramlens::input::read_snapshot(
+        &root().join("testdata/gpu/oom/oom_snapshot.pickle"),
+        Default::default(),
+    )
+    .unwrap();
+    snap.trace(0)
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.time_us)
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn readings_after_the_oom_are_not_used_and_offsets_are_worded() {
+    // Our NVML log with a reading 1 ms after the OOM that would be the nearest (the
+    // process freed its memory: 1 GiB used).
+    let text = std::fs::read_to_string(root().join("testdata/gpu/oom/nvml.jsonl")).unwrap();
+    let end = last_event_us();
+    let (oom_t, _) = oom_moment();
+    let extra = format!(
+        "{{\"free_bytes\": 0, \"gpu\": 0, \"processes\": [{{\"pid\": 463, \"used_bytes\": 1073741824}}], \"time_us\": {}, \"total_bytes\": 150754820096, \"used_bytes\": 1073741824, \"uuid\": \"GPU-a33ac4bd-89b7-0256-6ec8-52dc29b7a10a\"}}\n",
+        oom_t + 1000
+    );
+    let mut rows: Vec<&str> = text.lines().collect();
+    rows.push(extra.trim_end());
+    let after = rows
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["time_us"].as_i64().unwrap() > end)
+        .count();
+    assert!(after >= 3, "{after}");
+    // The nearest reading at or before the OOM, read straight from the lines.
+    let before = rows
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["time_us"].as_i64().unwrap() <= end)
+        .max_by_key(|r| r["time_us"].as_i64().unwrap())
+        .unwrap();
+    let (_dir, path) = temp_file("nvml.jsonl", &(rows.join("\n") + "\n"));
+    let v = json_of(&[
+        "reconcile",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--nvml",
+        &path,
+        "--json",
+    ]);
+    let l = oom_ledger(&v);
+    assert_eq!(l["device_used_bytes"], before["used_bytes"]);
+    let skew = before["time_us"].as_i64().unwrap() - oom_t;
+    assert!(skew < 0);
+    assert_eq!(l["sample_skew_us"], skew);
+    assert_eq!(
+        v["devices"][0]["notes"],
+        serde_json::json!([{"kind": "readings_after_oom_left_out", "readings": after}])
+    );
+    let (code, text, _) = run(&[
+        "reconcile",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--nvml",
+        &path,
+    ]);
+    assert_eq!(code, 0);
+    assert!(!text.contains("-0.0"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "oom = end event 4409 at 2026-11-29 19:15:32.632 UTC, the reading {:.1} ms before\n",
+            -skew as f64 / 1000.0
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "note: {after} readings after the OOM (the trace's last event) not used"
+        )),
+        "{text}"
+    );
+    // The moments on one event are one ledger.
+    assert_eq!(text.matches("event 4409").count(), 1, "{text}");
+}
+
+#[test]
+fn the_driver_reserve_in_nvml_readings_is_measured_before_the_job() {
+    // The lowest used of the readings before the first one listing a process, by hand.
+    let text = std::fs::read_to_string(root().join("testdata/gpu/oom/nvml.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let first_busy = rows
+        .iter()
+        .position(|r| !r["processes"].as_array().unwrap().is_empty())
+        .unwrap();
+    let idle: Vec<u64> = rows[..first_busy]
+        .iter()
+        .map(|r| r["used_bytes"].as_u64().unwrap())
+        .collect();
+    let lowest = *idle.iter().min().unwrap();
+    // 618.3 MiB: the driver's reserve that NVML's used figure counts.
+    assert_eq!(lowest, 648_347_648);
+    let v = reconcile(&["testdata/gpu/oom/nvml.jsonl"]);
+    assert_eq!(
+        v["devices"][0]["idle_use"],
+        serde_json::json!({"used_bytes": lowest, "readings": idle.len()})
+    );
+    let (_, out, _) = run(&[
+        "reconcile",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--nvml",
+        "testdata/gpu/oom/nvml.jsonl",
+    ]);
+    assert!(
+        out.contains(&format!(
+            "before this job's process appeared the GPU had 618.3 MiB in use (the lowest of {} readings): memory the driver keeps for itself (NVML's used figure counts it; nvidia-smi's memory.used leaves it out)",
+            idle.len()
+        )),
+        "{out}"
+    );
+    // nvidia-smi's memory.used was 0 MiB before the job: nothing to say.
+    let v = reconcile(&["testdata/gpu/nvsmi_gpu.csv", "testdata/gpu/nvsmi_apps.csv"]);
+    assert_eq!(v["devices"][0]["idle_use"]["used_bytes"], 0);
 }

@@ -406,14 +406,124 @@ fn device_readings_add_the_ledger_and_the_device_line() {
             .stdout,
     )
     .unwrap();
-    // The reconcile command's words, escaped for the page.
+    // The reconcile command's words, escaped for the page, less the OOM's ledger (the
+    // OOM moment is also the end: one ledger of four lines), which the OOM section has.
+    let lines: Vec<&str> = ledger.lines().collect();
+    let at_oom = lines
+        .iter()
+        .position(|l| l.starts_with("  oom = end event 4409"))
+        .unwrap();
+    let without: Vec<&str> = lines[..at_oom]
+        .iter()
+        .chain(&lines[at_oom + 5..])
+        .copied()
+        .collect();
     assert!(
-        html.contains(&format!("<pre>{}</pre>", escape(&ledger))),
+        html.contains(&format!("<pre>{}\n</pre>", escape(&without.join("\n")))),
         "{ledger}"
     );
+    assert!(html.contains("The readings at the OOM are in <a href="));
     assert!(html.contains("device used (nvidia-smi / NVML)"));
     // The OOM message of the log gives the device's total to the verdicts.
     assert!(html.contains("(from the OOM message)"));
+}
+
+/// The cells of the OOM ledger's rows, by label.
+fn ledger_rows(html: &str) -> Vec<(String, Vec<String>)> {
+    let start = html.find("<table class=\"ledger\">").unwrap();
+    let table = &html[start..start + html[start..].find("</table>").unwrap()];
+    table
+        .split("<tr><th>")
+        .skip(1)
+        .map(|row| {
+            let label = row[..row.find("</th>").unwrap()].to_string();
+            let cells = row
+                .split("<td class=\"num\">")
+                .skip(1)
+                .map(|c| c[..c.find("</td>").unwrap()].to_string())
+                .collect();
+            (label, cells)
+        })
+        .collect()
+}
+
+#[test]
+fn the_oom_has_one_ledger_of_the_message_and_the_reading_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.html");
+    let html = report(
+        &[
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--nvml",
+            "testdata/gpu/oom/nvml.jsonl",
+            "--log",
+            "testdata/gpu/oom/oom.log",
+        ],
+        &out,
+    );
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    let gib2 = |b: f64| format!("{:.2} GiB", b / GIB);
+    // The message: "total capacity of 139.80 GiB of which 31.12 MiB is free. Including
+    // non-PyTorch memory, this process has 139.76 GiB memory in use".
+    let total = (139.80 * GIB).round();
+    let in_use = total - (31.12 * MIB).round();
+    let process = (139.76 * GIB).round();
+    // The snapshot's reserved bytes at the OOM (its last event), from scripts/expected.py.
+    let expected = expected("testdata/gpu/oom/oom_snapshot.pickle.expected.json");
+    let reserved = expected["devices"][0]["reserved_bytes"].as_f64().unwrap();
+    // The NVML reading nearest before the OOM (the last one at or before 19:15:32.632911).
+    let text = std::fs::read_to_string(root().join("testdata/gpu/oom/nvml.jsonl")).unwrap();
+    let reading = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["time_us"].as_i64().unwrap() <= 1_795_979_732_632_911)
+        .last()
+        .unwrap();
+    let r_total = reading["total_bytes"].as_f64().unwrap();
+    let r_used = reading["used_bytes"].as_f64().unwrap();
+    let r_process = reading["processes"][0]["used_bytes"].as_f64().unwrap();
+    let rows = ledger_rows(&html);
+    let row = |label: &str| {
+        rows.iter()
+            .find(|(l, _)| l.starts_with(label))
+            .unwrap_or_else(|| panic!("{label}: {rows:?}"))
+            .1
+            .clone()
+    };
+    assert_eq!(row("device total"), [gib2(total), gib2(r_total)]);
+    assert_eq!(row("in use on the device"), [gib2(in_use), gib2(r_used)]);
+    assert_eq!(
+        row("this process"),
+        [gib2(process), format!("{} (pid 463)", gib2(r_process))]
+    );
+    assert_eq!(row("PyTorch reserved")[0], gib2(reserved));
+    assert_eq!(
+        row("this process outside")[0],
+        format!("{:.1} MiB", (process - reserved) / MIB)
+    );
+    assert_eq!(
+        row("other processes")[0],
+        format!("{:.1} MiB", (in_use - process) / MIB)
+    );
+    assert_eq!(
+        row("other processes")[1],
+        format!("{:.1} MiB", (r_used - r_process) / MIB)
+    );
+    // Why they differ: the driver's reserve (the totals' difference), NVML counting it,
+    // the reading's instant.
+    assert!(html.contains(&escape(&format!(
+        "The reading's total is {:.1} MiB more than the message's",
+        (r_total - total) / MIB
+    ))));
+    assert!(html.contains(&escape("NVML's used figure counts the driver's reserve")));
+    let skew_ms = (1_795_979_732_632_911 - reading["time_us"].as_i64().unwrap()) as f64 / 1000.0;
+    assert!(
+        html.contains(&format!("nvml reading, {skew_ms:.1} ms before the OOM")),
+        "{skew_ms}"
+    );
+    // No second ledger of the OOM moment in the readings section.
+    assert!(!html.contains("oom = end event 4409"));
 }
 
 #[test]

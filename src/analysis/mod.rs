@@ -6,6 +6,7 @@ pub mod attribution;
 pub mod budget;
 pub mod categories;
 pub mod device;
+pub mod device_memory;
 pub mod diff;
 pub mod flame;
 pub mod frames;

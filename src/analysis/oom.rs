@@ -24,7 +24,7 @@ use crate::timeline::state::allocator_state;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Memory outside the allocator worth naming: this many bytes or this share of the device.
 const OUTSIDE_BYTES: u64 = 1 << 30;
@@ -199,6 +199,14 @@ pub struct OomAnalysis {
     pub free_by_pool: Vec<PoolFree>,
     /// Device total − device free − reserved, when both are known.
     pub outside_allocator_bytes: Option<u64>,
+    /// What the OOM message says this process had in use on the device (its CUDA
+    /// context, the allocator's segments, memory of libraries outside the allocator).
+    pub this_process_bytes: Option<u64>,
+    /// Of `outside_allocator_bytes`, this process's own: this process − reserved.
+    pub process_outside_allocator_bytes: Option<u64>,
+    /// Of `outside_allocator_bytes`, the rest: device total − free − this process (other
+    /// processes and the driver).
+    pub other_processes_bytes: Option<u64>,
     /// What PyTorch could have used: reserved + device free (capped), when known.
     pub available_bytes: Option<u64>,
     /// Allocated + request, when the request is known.
@@ -245,6 +253,9 @@ impl OomAnalysis {
             largest_hole_same_stream_bytes: None,
             free_by_pool: Vec::new(),
             outside_allocator_bytes: None,
+            this_process_bytes: None,
+            process_outside_allocator_bytes: None,
+            other_processes_bytes: None,
             available_bytes: None,
             needed_bytes: None,
             shortfall_bytes: None,
@@ -560,6 +571,11 @@ fn derive(a: &mut OomAnalysis) {
         (Some(t), Some(f)) => Some(t.saturating_sub(f).saturating_sub(a.reserved_bytes)),
         _ => None,
     };
+    if let (Some(p), Some(o)) = (a.this_process_bytes, a.outside_allocator_bytes) {
+        let inside = p.saturating_sub(a.reserved_bytes).min(o);
+        a.process_outside_allocator_bytes = Some(inside);
+        a.other_processes_bytes = Some(o - inside);
+    }
     a.available_bytes = a.device_free_bytes.map(|free| {
         let all = a.reserved_bytes.saturating_add(free);
         match a.allowed_bytes {
@@ -592,6 +608,8 @@ struct Known {
     free: Option<u64>,
     total: Option<(u64, &'static str)>,
     allowed: Option<u64>,
+    /// The message's "this process has X memory in use".
+    this_process: Option<u64>,
     message_line: Option<usize>,
 }
 
@@ -683,6 +701,9 @@ fn analyze_at(
         largest_hole_same_stream_bytes: Some(largest_same),
         free_by_pool: pools.into_values().collect(),
         outside_allocator_bytes: None,
+        this_process_bytes: known.this_process,
+        process_outside_allocator_bytes: None,
+        other_processes_bytes: None,
         available_bytes: None,
         needed_bytes: None,
         shortfall_bytes: None,
@@ -768,6 +789,10 @@ pub fn analyze_oom(
                 free: e.device_free(),
                 total: device_total(options, &messages, d),
                 allowed: m.and_then(|m| m.allowed_bytes),
+                // Only a message about this GPU tells this process's use of it.
+                this_process: m
+                    .filter(|m| m.gpu.is_none_or(|g| g == d))
+                    .and_then(|m| m.this_process_bytes),
                 message_line: None,
             };
             analyses.push(analyze_at(snap, &r, &attr, Some(i), known, settings));
@@ -806,6 +831,9 @@ pub fn analyze_oom(
                 free: message.and_then(|m| m.free_bytes),
                 total: device_total(options, &messages, d),
                 allowed: message.and_then(|m| m.allowed_bytes),
+                this_process: message
+                    .filter(|m| m.gpu.is_none_or(|g| g == d))
+                    .and_then(|m| m.this_process_bytes),
                 message_line: message.map(|m| m.line),
             };
             analyses.push(analyze_at(
@@ -858,6 +886,7 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
                 },
                 message_line: Some(m.line),
                 allowed_bytes: m.allowed_bytes,
+                this_process_bytes: m.this_process_bytes,
                 reserved_bytes: reserved,
                 allocated_bytes: allocated,
                 cached_free_bytes: reserved.saturating_sub(allocated),

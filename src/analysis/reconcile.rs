@@ -22,7 +22,7 @@ use crate::timeline::{self, TotalsAtEvents};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Readings farther than this from a moment are not used for it.
 pub const MAX_SKEW_US: i64 = 5_000_000;
@@ -212,6 +212,19 @@ pub enum Note {
     NoReadingNearMoments { max_skew_us: i64 },
     /// The log has no readings of the chosen GPU with a memory value.
     NoUsedValues { gpu: i64 },
+    /// The trace ends in an OOM: readings after its last event (taken while the process
+    /// failed or freed its memory) are not used for any moment.
+    ReadingsAfterOomLeftOut { readings: usize },
+}
+
+/// The GPU's use before this job's process appeared in the log: what the driver (and any
+/// other process) held with no process of the job on it.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct IdleUse {
+    /// The smallest reading of device used among them.
+    pub used_bytes: u64,
+    /// Readings before the GPU's first process row.
+    pub readings: usize,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -229,6 +242,9 @@ pub struct DeviceReconciliation {
     /// readings show memory outside it to explain.
     pub suspects: Vec<Suspect>,
     pub notes: Vec<Note>,
+    /// The GPU's use before any process appeared on it, when the log lists processes and
+    /// starts before them.
+    pub idle_use: Option<IdleUse>,
 }
 
 /// What a profiler trace given beside the snapshot held, and what of it was used.
@@ -469,6 +485,27 @@ pub fn find_suspects(snap: &Snapshot) -> Vec<Suspect> {
     out
 }
 
+/// The readings of a GPU before its first process row: none when the log has no process
+/// rows for it (then nothing tells idle readings from busy ones).
+fn idle_use(log: &DeviceLog, samples: &[&GpuSample]) -> Option<IdleUse> {
+    let first = samples.first()?;
+    let on_gpu = |p: &ProcessSample| match (p.gpu_uuid, first.uuid, p.gpu) {
+        (Some(a), Some(b), _) => a == b,
+        (_, _, Some(g)) => g == first.gpu,
+        _ => true,
+    };
+    let first_process_us = log.processes.iter().find(|p| on_gpu(p))?.time_us;
+    let idle: Vec<u64> = samples
+        .iter()
+        .take_while(|s| s.time_us < first_process_us)
+        .filter_map(|s| s.used_bytes)
+        .collect();
+    Some(IdleUse {
+        used_bytes: *idle.iter().min()?,
+        readings: idle.len(),
+    })
+}
+
 /// Chooses the log's GPU for a snapshot device.
 fn choose_gpu(
     log: &DeviceLog,
@@ -688,7 +725,16 @@ pub fn analyze_reconcile(
         let trace = snap.trace(d).filter(|t| !t.is_empty());
         let times = Times::new(trace);
         let gpu = choose_gpu(log, d, options.gpu)?;
-        let samples = gpu_samples(log, gpu.gpu);
+        let mut samples = gpu_samples(log, gpu.gpu);
+        let idle_use = idle_use(log, &samples);
+        let mut after_oom = 0;
+        if let (Some(t), Some(range)) = (trace, times.range()) {
+            if (0..t.len()).any(|i| t.action(i) == Action::Oom) {
+                let before = samples.len();
+                samples.retain(|s| s.time_us <= range.last_us);
+                after_oom = before - samples.len();
+            }
+        }
         let trace_range = times.range();
         let log_range = log.span_of(gpu.gpu).map(|s| s.range);
         let overlap = match (trace_range, log_range) {
@@ -718,8 +764,13 @@ pub fn analyze_reconcile(
         } else if trace_range.is_none() {
             notes.push(Note::NoTimes);
         }
-        if log_range.is_some() && samples.is_empty() && overlap {
+        if log_range.is_some() && samples.is_empty() && overlap && after_oom == 0 {
             notes.push(Note::NoUsedValues { gpu: gpu.gpu });
+        }
+        if after_oom > 0 {
+            notes.push(Note::ReadingsAfterOomLeftOut {
+                readings: after_oom,
+            });
         }
         // One pass gives the totals at every moment and reading, and the peak.
         let mut states = reading_states(&times, &samples);
@@ -786,6 +837,7 @@ pub fn analyze_reconcile(
                 Vec::new()
             },
             notes,
+            idle_use,
         });
     }
     Ok(Reconciliation {

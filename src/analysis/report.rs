@@ -129,6 +129,9 @@ pub struct DeviceReport {
     pub more_ooms: usize,
     pub oom: OomReport,
     pub reconcile: Option<Reconciliation>,
+    /// The device's memory at each analysed OOM from every source (the message, the
+    /// nearest reading), in the order of `oom.analyses`.
+    pub oom_ledgers: Vec<super::device_memory::OomLedger>,
 }
 
 impl FileReport {
@@ -386,6 +389,16 @@ fn device_report(
         }
         None => None,
     };
+    let readings = reconcile.as_ref().and_then(|rec| {
+        let d = rec.devices.iter().find(|x| x.device == device)?;
+        Some((rec.device_log_source, d))
+    });
+    let oom_ledgers = oom
+        .analyses
+        .iter()
+        .filter(|a| a.oom_recorded)
+        .filter_map(|a| super::device_memory::oom_ledger(a, &oom.messages, readings))
+        .collect();
     Ok(DeviceReport {
         choice,
         events: r.len(),
@@ -394,5 +407,6 @@ fn device_report(
         more_ooms,
         oom,
         reconcile,
+        oom_ledgers,
     })
 }

@@ -3,6 +3,7 @@
 
 pub mod align;
 pub mod budget;
+pub mod device_memory;
 pub mod diff;
 pub mod evidence;
 pub mod flame_svg;

@@ -330,11 +330,31 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
         )?;
     }
     if let Some(o) = a.outside_allocator_bytes {
-        writeln!(
-            out,
-            "  outside PyTorch    {} (total − free − reserved: CUDA context, libraries, other processes)",
-            bytes(o)
-        )?;
+        match (
+            a.process_outside_allocator_bytes,
+            a.other_processes_bytes,
+            a.this_process_bytes,
+        ) {
+            (Some(inside), Some(others), Some(process)) => {
+                writeln!(
+                    out,
+                    "  outside PyTorch    {} (total − free − reserved)",
+                    bytes(o)
+                )?;
+                writeln!(
+                    out,
+                    "                     {} in this process outside the allocator (CUDA context, libraries), {} in other processes and the driver (the message: this process had {} in use)",
+                    bytes(inside),
+                    bytes(others),
+                    bytes(process)
+                )?;
+            }
+            _ => writeln!(
+                out,
+                "  outside PyTorch    {} (total − free − reserved: CUDA context, libraries, other processes)",
+                bytes(o)
+            )?,
+        }
     }
     writeln!(out, "  reserved           {}", bytes(a.reserved_bytes))?;
     if a.source != Source::Message {

@@ -181,7 +181,40 @@ fn note_text(n: &Note) -> String {
         Note::NoUsedValues { gpu } => {
             format!("the log's readings of GPU {gpu} have no memory.used value")
         }
+        Note::ReadingsAfterOomLeftOut { readings } => format!(
+            "{} after the OOM (the trace's last event) not used: they show the process failing or freeing its memory, not a moment of the trace",
+            crate::units::count(*readings, "reading", "readings")
+        ),
     }
+}
+
+/// Where a moment's reading was taken, against the moment: "the reading 59.9 ms before".
+pub fn reading_offset(skew_us: i64) -> String {
+    if skew_us.unsigned_abs() < 1000 {
+        "the reading at the same moment (within 1 ms)".into()
+    } else {
+        let when = if skew_us < 0 { "before" } else { "after" };
+        format!("the reading {} {when}", duration_us(skew_us.abs()))
+    }
+}
+
+/// The GPU's use before the job's process appeared, and what it is.
+fn idle_line(d: &DeviceReconciliation, source: &str) -> Option<String> {
+    let idle = d.idle_use?;
+    // Less than a MiB before the job: nothing held that the ledger's figures carry.
+    if idle.used_bytes < 1 << 20 {
+        return None;
+    }
+    let what = if source == "nvml" {
+        ": memory the driver keeps for itself (NVML's used figure counts it; nvidia-smi's memory.used leaves it out), so \"other processes and driver\" holds it"
+    } else {
+        ": the driver's and other processes' memory, part of \"other processes and driver\""
+    };
+    Some(format!(
+        "before this job's process appeared the GPU had {} in use (the lowest of {}){what}",
+        bytes(idle.used_bytes),
+        crate::units::count(idle.readings, "reading", "readings")
+    ))
 }
 
 /// Writes the reconciliation for people.
@@ -217,21 +250,36 @@ pub fn write_reconcile_text(
         for n in &d.notes {
             writeln!(out, "  note: {}", note_text(n))?;
         }
-        for l in &d.ledgers {
+        // Moments on the same event (an OOM that ends the trace) share one ledger.
+        let mut k = 0;
+        while k < d.ledgers.len() {
+            let l = &d.ledgers[k];
+            let same = d.ledgers[k..]
+                .iter()
+                .take_while(|o| o.event == l.event)
+                .count();
+            let names: Vec<&str> = d.ledgers[k..k + same]
+                .iter()
+                .map(|o| moment_name(o.moment))
+                .collect();
             let skew = l
                 .sample_skew_us
-                .map(|s| format!(", reading {:+.1} s away", s as f64 / 1e6))
+                .map(|s| format!(", {}", reading_offset(s)))
                 .unwrap_or_else(|| ", no reading near it".into());
             writeln!(
                 out,
                 "  {:<5} event {} at {}{skew}",
-                moment_name(l.moment),
+                names.join(" = "),
                 l.event.unwrap_or(0),
                 utc_time(l.time_us)
             )?;
             for line in ledger_lines(l) {
                 writeln!(out, "        {line}")?;
             }
+            k += same;
+        }
+        if let Some(line) = idle_line(d, r.device_log_source) {
+            writeln!(out, "  {line}")?;
         }
         if let (Some(lo), Some(hi)) = (d.gap_min_bytes, d.gap_max_bytes) {
             writeln!(

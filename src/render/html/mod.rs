@@ -628,6 +628,13 @@ fn oom_section(d: &DeviceReport, id: &str) -> io::Result<String> {
         }
         let text = text_of(|w| write_analysis(w, a, Style::default()))?;
         let _ = writeln!(out, "<pre>{text}</pre>");
+        if let Some(l) = d
+            .oom_ledgers
+            .iter()
+            .find(|l| l.device == a.device && l.event == a.event)
+        {
+            out.push_str(&ledger_html(l));
+        }
     }
     if d.oom.analyses.is_empty() {
         out.push_str("<p class=\"verdict none\">No OOM to analyse.</p>\n");
@@ -640,6 +647,34 @@ fn oom_section(d: &DeviceReport, id: &str) -> io::Result<String> {
     }
     out.push_str("</section>\n");
     Ok(out)
+}
+
+/// The device's memory at an OOM: a column per source, and why they differ.
+fn ledger_html(l: &crate::analysis::device_memory::OomLedger) -> String {
+    let t = crate::render::device_memory::ledger_table(l);
+    let mut out = String::from(
+        "<h4>Device memory at the OOM</h4>\n<table class=\"ledger\">\n<thead><tr><th></th>",
+    );
+    for h in &t.heads {
+        let _ = write!(out, "<th class=\"num\">{}</th>", escape_html(h));
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for (label, cells) in &t.rows {
+        let _ = write!(out, "<tr><th>{}</th>", escape_html(label));
+        for c in cells {
+            let _ = write!(out, "<td class=\"num\">{}</td>", escape_html(c));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n");
+    if !t.reasons.is_empty() {
+        out.push_str("<p>Why the columns differ:</p>\n<ul class=\"reasons\">\n");
+        for r in &t.reasons {
+            let _ = writeln!(out, "<li>{}</li>", escape_html(r));
+        }
+        out.push_str("</ul>\n");
+    }
+    out
 }
 
 fn warnings_section(f: &FileReport, id: &str) -> String {
@@ -972,9 +1007,28 @@ fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
         s.optional(html, note, (0, 1));
     }
     if let Some(r) = &d.reconcile {
-        let text = text_of(|w| write_reconcile_text(w, r, Style::default()))?;
+        // Each OOM's readings are in its ledger (the OOM section): not a second time here.
+        let mut r = r.clone();
+        let mut moved = false;
+        for dev in &mut r.devices {
+            let before = dev.ledgers.len();
+            dev.ledgers.retain(|l| {
+                !d.oom_ledgers
+                    .iter()
+                    .any(|o| o.device == dev.device && o.event == l.event && o.reading.is_some())
+            });
+            moved |= dev.ledgers.len() < before;
+        }
+        let text = text_of(|w| write_reconcile_text(w, &r, Style::default()))?;
+        let pointer = if moved {
+            format!(
+                "<p>The readings at the OOM are in <a href=\"#{id}-oom\">the OOM section's ledger</a>, beside the OOM message's figures.</p>\n"
+            )
+        } else {
+            String::new()
+        };
         let html = format!(
-            "<section id=\"{id}-reconcile\">\n<h3>Device readings against PyTorch</h3>\n<pre>{text}</pre>\n</section>\n"
+            "<section id=\"{id}-reconcile\">\n<h3>Device readings against PyTorch</h3>\n{pointer}<pre>{text}</pre>\n</section>\n"
         );
         let note = format!(
             "<section id=\"{id}-reconcile\"><h3>Device readings against PyTorch</h3>{}</section>\n",
