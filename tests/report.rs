@@ -737,18 +737,74 @@ fn sample_report_works_in_chromium_without_a_network() {
     assert_eq!(r["violations"], serde_json::json!([]), "{r}");
     assert_eq!(r["resources"], 0, "{r}");
     let s = &r["steps"];
-    // The wheel with Ctrl zooms in around the pointer; a drag pans; reset restores the picture.
-    let before = view_box(&s["zoom"]["before"]);
-    let zoomed = view_box(&s["zoom"]["zoomed"]);
-    let panned = view_box(&s["zoom"]["panned"]);
-    assert_eq!(before, [0.0, 0.0, 1280.0, 640.0]);
-    assert!(zoomed[2] < 0.6 * before[2], "{zoomed:?}");
-    assert!((zoomed[2] / zoomed[3] - 2.0).abs() < 1e-3);
+    // The wheel with Ctrl zooms the time axis in around the pointer: the plot shows a
+    // part of its range, the page's picture, the y axis and the legend stay; the x
+    // axis's ticks are drawn anew inside the part shown. A drag pans; reset restores.
+    let z = &s["zoom"];
+    let (before, zoomed, panned) = (&z["before"], &z["zoomed"], &z["panned"]);
+    assert_eq!(before["svg"], "0 0 1280 640");
+    assert_eq!(view_box(&before["plot"]), [80.0, 0.0, 870.0, 640.0]);
+    assert_eq!(zoomed["svg"], before["svg"]);
+    let zb = view_box(&zoomed["plot"]);
     assert!(
-        panned[0] < zoomed[0] && panned[2] == zoomed[2],
-        "{panned:?}"
+        zb[2] < 0.6 * 870.0 && zb[1] == 0.0 && zb[3] == 640.0,
+        "{zb:?}"
     );
-    assert_eq!(view_box(&s["zoom"]["reset"]), before);
+    assert_eq!(zoomed["yLabels"], before["yLabels"]);
+    assert!(!before["yLabels"].as_array().unwrap().is_empty());
+    assert_eq!(zoomed["legend"], before["legend"]);
+    assert_ne!(zoomed["ticks"], before["ticks"]);
+    // The axis's range, as the chart wrote it.
+    let attr = |name: &str| -> f64 {
+        Regex::new(&format!(r#"class="x-axis" [^>]*data-{name}="([^"]+)""#))
+            .unwrap()
+            .captures(&html)
+            .unwrap()[1]
+            .parse()
+            .unwrap()
+    };
+    let (x_min, x_max) = (attr("x-min"), attr("x-max"));
+    let range: Vec<f64> = zoomed["range"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let (lo, hi) = (
+        x_min + range[0] * (x_max - x_min),
+        x_min + range[1] * (x_max - x_min),
+    );
+    let ticks: Vec<f64> = zoomed["ticks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            t.as_str()
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(ticks.len() >= 3, "{ticks:?}");
+    assert!(
+        ticks.iter().all(|&t| t >= lo - 1e-6 && t <= hi + 1e-6),
+        "{ticks:?} in {lo}..{hi}"
+    );
+    // The plot shows the same part as the range says.
+    assert!(
+        (zb[0] - (80.0 + range[0] * 870.0)).abs() < 0.01,
+        "{zb:?} {range:?}"
+    );
+    let pr = &panned["range"];
+    assert!(pr[0].as_f64().unwrap() < range[0], "{pr} {range:?}");
+    assert!(
+        ((pr[1].as_f64().unwrap() - pr[0].as_f64().unwrap()) - (range[1] - range[0])).abs() < 1e-9
+    );
+    assert_eq!(z["reset"]["plot"], before["plot"]);
+    assert_eq!(z["reset"]["ticks"], before["ticks"]);
     // A wheel without a modifier leaves the chart and scrolls the page.
     assert_eq!(s["zoom"]["plainWheelScrolls"], true, "{s}");
     // The largest band is the call site with the most at the peak (196.5 MiB at

@@ -311,6 +311,66 @@ fn write_body(
 ) -> io::Result<()> {
     let plot_bottom = HEIGHT - BOTTOM;
     let plot_right = WIDTH - RIGHT;
+    // Grid and y axis.
+    let step = byte_step(f.y_max, 6.0);
+    let mut v = 0.0;
+    while v <= f.y_max {
+        let y = f.py(v);
+        svg.line(LEFT, y, plot_right, y, r##" stroke="#e4e4e4""##)?;
+        svg.text(LEFT - 6.0, y + 4.0, "end", "", &bytes(v as u64))?;
+        v += step;
+    }
+    // x axis, in a group that says its range: the report's script draws its ticks anew
+    // for the part of the range a zoom shows.
+    let (unit, scale, label) = match view.x_axis {
+        XAxis::Events => ("", 1.0, "event".to_string()),
+        XAxis::Time if f.x_span < 2e6 => (" ms", 1e3, "time since the first event (ms)".into()),
+        XAxis::Time => (" s", 1e6, "time since the first event (s)".into()),
+    };
+    writeln!(
+        svg.out,
+        r#"<g class="x-axis" data-x-min="{}" data-x-max="{}" data-scale="{}" data-unit="{}" data-left="{}" data-right="{}" data-y="{}">"#,
+        view.x_min,
+        f.x_min + f.x_span,
+        scale,
+        unit.trim(),
+        num(LEFT),
+        num(plot_right),
+        num(plot_bottom)
+    )?;
+    let xs = decimal_step(f.x_span / scale, 8.0) * scale;
+    let mut x = (view.x_min / xs).ceil() * xs;
+    while x <= view.x_max + 1e-9 {
+        let px = f.px(x);
+        svg.line(
+            px,
+            plot_bottom,
+            px,
+            plot_bottom + 5.0,
+            r##" stroke="#333""##,
+        )?;
+        let text = format!("{}{unit}", num(x / scale));
+        svg.text(px, plot_bottom + 18.0, "middle", "", &text)?;
+        x += xs;
+    }
+    writeln!(svg.out, "</g>")?;
+    svg.text(
+        (LEFT + plot_right) / 2.0,
+        HEIGHT - 14.0,
+        "middle",
+        "",
+        &label,
+    )?;
+    // Everything drawn against the x axis, in a viewport of the plot's width: a zoom of
+    // the report shows a part of it there, the axes and legend staying where they are.
+    let plot_height = HEIGHT + lanes.map_or(0.0, lanes_height);
+    writeln!(
+        svg.out,
+        r#"<svg class="plot" x="{l}" y="0" width="{w}" height="{h}" viewBox="{l} 0 {w} {h}" preserveAspectRatio="none">"#,
+        l = num(LEFT),
+        w = num(plot_right - LEFT),
+        h = num(plot_height)
+    )?;
     // Annotation spans in a strip above the plot.
     for (i, a) in view.annotations.iter().enumerate() {
         let (x0, x1) = (f.px(a.x0), f.px(a.x1));
@@ -336,43 +396,6 @@ fn write_body(
             )?;
         }
     }
-    // Grid and y axis.
-    let step = byte_step(f.y_max, 6.0);
-    let mut v = 0.0;
-    while v <= f.y_max {
-        let y = f.py(v);
-        svg.line(LEFT, y, plot_right, y, r##" stroke="#e4e4e4""##)?;
-        svg.text(LEFT - 6.0, y + 4.0, "end", "", &bytes(v as u64))?;
-        v += step;
-    }
-    // x axis.
-    let (unit, scale, label) = match view.x_axis {
-        XAxis::Events => ("", 1.0, "event".to_string()),
-        XAxis::Time if f.x_span < 2e6 => (" ms", 1e3, "time since the first event (ms)".into()),
-        XAxis::Time => (" s", 1e6, "time since the first event (s)".into()),
-    };
-    let xs = decimal_step(f.x_span / scale, 8.0) * scale;
-    let mut x = (view.x_min / xs).ceil() * xs;
-    while x <= view.x_max + 1e-9 {
-        let px = f.px(x);
-        svg.line(
-            px,
-            plot_bottom,
-            px,
-            plot_bottom + 5.0,
-            r##" stroke="#333""##,
-        )?;
-        let text = format!("{}{unit}", num(x / scale));
-        svg.text(px, plot_bottom + 18.0, "middle", "", &text)?;
-        x += xs;
-    }
-    svg.text(
-        (LEFT + plot_right) / 2.0,
-        HEIGHT - 14.0,
-        "middle",
-        "",
-        &label,
-    )?;
     // Everything not in a band, as one band at the bottom.
     let what = |n: usize| match view.by {
         BandBy::Allocation => crate::units::count(n, "other allocation", "other allocations"),
@@ -445,7 +468,7 @@ fn write_body(
         let (px, py) = (f.px(p.x), f.py(p.bytes as f64));
         svg.polygon(
             &[(px - 5.0, py - 9.0), (px + 5.0, py - 9.0), (px, py - 1.0)],
-            r##" fill="#111111""##,
+            &format!(r##" fill="#111111" class="glyph" data-x="{}""##, num(px)),
             Some(&format!(
                 "peak: {} requested{}",
                 bytes(p.bytes),
@@ -578,6 +601,21 @@ fn write_body(
         }
         writeln!(svg.out, "</g>")?;
     }
+    if let Some(z) = outline {
+        let (x0, x1) = (f.px(z.x0), f.px(z.x1));
+        svg.rect(
+            x0,
+            TOP,
+            (x1 - x0).max(2.0),
+            plot_bottom - TOP,
+            r##" fill="none" stroke="#d62728" stroke-width="1" stroke-dasharray="4 2""##,
+            Some("drawn wider below"),
+        )?;
+    }
+    if let Some(l) = lanes {
+        write_lane_spans(svg, f, l)?;
+    }
+    writeln!(svg.out, "</svg>")?;
     // Frame of the plot area.
     svg.line(
         LEFT,
@@ -719,19 +757,8 @@ fn write_body(
             ),
         )?;
     }
-    if let Some(z) = outline {
-        let (x0, x1) = (f.px(z.x0), f.px(z.x1));
-        svg.rect(
-            x0,
-            TOP,
-            (x1 - x0).max(2.0),
-            plot_bottom - TOP,
-            r##" fill="none" stroke="#d62728" stroke-width="1" stroke-dasharray="4 2""##,
-            Some("drawn wider below"),
-        )?;
-    }
     if let Some(l) = lanes {
-        write_lanes(svg, f, l)?;
+        write_lane_labels(svg, l)?;
     }
     Ok(())
 }
@@ -742,7 +769,8 @@ fn lanes_height(l: &TraceLanes) -> f64 {
 
 /// The trace's spans in lanes under the x axis label, each named on the right, and a line
 /// saying how the trace was placed.
-fn write_lanes(svg: &mut Svg, f: &Frame, l: &TraceLanes) -> io::Result<()> {
+/// The lanes' spans, in the plot's viewport.
+fn write_lane_spans(svg: &mut Svg, f: &Frame, l: &TraceLanes) -> io::Result<()> {
     let plot_right = WIDTH - RIGHT;
     let mut y = HEIGHT + 4.0;
     for lane in &l.lanes {
@@ -785,6 +813,16 @@ fn write_lanes(svg: &mut Svg, f: &Frame, l: &TraceLanes) -> io::Result<()> {
                 )?;
             }
         }
+        y += LANE_H;
+    }
+    Ok(())
+}
+
+/// The lanes' names (right of the plot) and how the trace was placed (under it).
+fn write_lane_labels(svg: &mut Svg, l: &TraceLanes) -> io::Result<()> {
+    let plot_right = WIDTH - RIGHT;
+    let mut y = HEIGHT + 4.0;
+    for lane in &l.lanes {
         let mut label = lane_name(lane);
         if lane.dropped > 0 {
             label.push_str(&format!(" ({} short not drawn)", lane.dropped));

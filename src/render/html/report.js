@@ -55,67 +55,127 @@
     });
   });
 
-  // Zoom and pan: the timeline's viewBox, kept inside the original picture.
-  function box(svg) {
-    var v = svg.getAttribute('viewBox').split(/[\s,]+/).map(Number);
-    return { x: v[0], y: v[1], w: v[2], h: v[3] };
+  // Zoom and pan of the time axis: each chart panel draws its bands, lines and marks in
+  // a nested svg.plot; a zoom shows part of its x range there (lo..hi, fractions of the
+  // whole), with the y axis, the legend and the sizes of text and marks unchanged, and
+  // the x axis's ticks drawn anew for the part shown.
+  var SVG_NS = 'http://www.w3.org/2000/svg';
+  function decimalStep(span, ticks) {
+    var raw = Math.max(span / ticks, 1e-9);
+    var p = Math.pow(10, Math.floor(Math.log10(raw)));
+    var m = [1, 2, 5, 10].filter(function (k) { return k * p >= raw; })[0];
+    return (m || 10) * p;
   }
-  function setBox(svg, b) {
-    var o = svg.vlOrigin;
-    b.w = Math.min(o.w, Math.max(o.w / 64, b.w));
-    b.h = b.w * o.h / o.w;
-    b.x = Math.min(o.x + o.w - b.w, Math.max(o.x, b.x));
-    b.y = Math.min(o.y + o.h - b.h, Math.max(o.y, b.y));
-    svg.setAttribute('viewBox', [b.x, b.y, b.w, b.h].map(function (n) {
-      return Math.round(n * 100) / 100;
+  function axisOf(plot) {
+    var axes = Array.prototype.filter.call(plot.parentNode.children, function (el) {
+      return el.classList && el.classList.contains('x-axis');
+    });
+    return axes[0] || null;
+  }
+  function relabel(axis, lo, hi) {
+    var num = function (name) { return Number(axis.getAttribute('data-' + name)); };
+    var min = num('x-min');
+    var span = num('x-max') - min;
+    var scale = num('scale');
+    var left = num('left');
+    var right = num('right');
+    var y = num('y');
+    var unit = axis.getAttribute('data-unit');
+    var a = min + lo * span;
+    var b = min + hi * span;
+    var step = decimalStep((b - a) / scale, 8) * scale;
+    var digits = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / scale) + 1e-9)));
+    while (axis.firstChild) { axis.removeChild(axis.firstChild); }
+    for (var x = Math.ceil(a / step - 1e-9) * step; x <= b + step * 1e-9; x += step) {
+      var px = left + (x - a) / (b - a) * (right - left);
+      var tick = doc.createElementNS(SVG_NS, 'line');
+      [['x1', px], ['x2', px], ['y1', y], ['y2', y + 5], ['stroke', '#333']].forEach(function (kv) {
+        tick.setAttribute(kv[0], kv[1]);
+      });
+      axis.appendChild(tick);
+      var label = doc.createElementNS(SVG_NS, 'text');
+      label.setAttribute('x', px);
+      label.setAttribute('y', y + 18);
+      label.setAttribute('text-anchor', 'middle');
+      label.textContent = (x / scale).toFixed(digits) + (unit ? ' ' + unit : '');
+      axis.appendChild(label);
+    }
+  }
+  function showRange(plot, lo, hi) {
+    var o = plot.vlOrigin;
+    var w = Math.min(1, Math.max(1 / 256, hi - lo));
+    lo = Math.min(1 - w, Math.max(0, lo));
+    plot.vlRange = { lo: lo, hi: lo + w };
+    plot.setAttribute('viewBox', [o.x + lo * o.w, o.y, w * o.w, o.h].map(function (n) {
+      return Math.round(n * 1000) / 1000;
     }).join(' '));
+    // Text and marks keep their width: each is scaled back about its own x.
+    var k = 1 / w;
+    all('text, .glyph', plot).forEach(function (el) {
+      var x = Number(el.getAttribute(el.tagName === 'text' ? 'x' : 'data-x'));
+      el.setAttribute('transform', k === 1 ? '' :
+        'translate(' + x + ',0) scale(' + (1 / k) + ',1) translate(' + (-x) + ',0)');
+    });
+    var axis = axisOf(plot);
+    if (axis) {
+      if (!axis.vlOriginal) { axis.vlOriginal = axis.innerHTML; }
+      if (k === 1) { axis.innerHTML = axis.vlOriginal; } else { relabel(axis, plot.vlRange.lo, plot.vlRange.hi); }
+    }
   }
-  function reset(svg) {
-    var o = svg.vlOrigin;
-    setBox(svg, { x: o.x, y: o.y, w: o.w, h: o.h });
+  function zoomAt(plot, factor, at) {
+    var r = plot.vlRange;
+    var w = Math.min(1, Math.max(1 / 256, (r.hi - r.lo) * factor));
+    var f = r.lo + at * (r.hi - r.lo);
+    showRange(plot, f - at * w, f - at * w + w);
   }
-  function zoom(svg, factor, px, py) {
-    var b = box(svg);
-    var w = Math.min(svg.vlOrigin.w, Math.max(svg.vlOrigin.w / 64, b.w * factor));
-    var k = w / b.w;
-    setBox(svg, { x: px - (px - b.x) * k, y: py - (py - b.y) * k, w: w, h: 0 });
-  }
-  function svgPoint(svg, clientX, clientY) {
-    var m = svg.getScreenCTM();
-    var p = svg.createSVGPoint();
-    p.x = clientX;
-    p.y = clientY;
-    return m ? p.matrixTransform(m.inverse()) : p;
+  // The panel of a chart under a point (by height), else its first.
+  function plotAt(svg, clientY) {
+    var plots = all('svg.plot', svg);
+    return plots.filter(function (p) {
+      var r = p.getBoundingClientRect();
+      return clientY >= r.top && clientY <= r.bottom;
+    })[0] || plots[0];
   }
   var drag = null;
   var dragged = false;
-  all('.zoomable svg').forEach(function (svg) {
-    svg.vlOrigin = box(svg);
+  all('.zoomable svg.plot').forEach(function (plot) {
+    var v = plot.getAttribute('viewBox').split(/[\s,]+/).map(Number);
+    plot.vlOrigin = { x: v[0], y: v[1], w: v[2], h: v[3] };
+    plot.vlRange = { lo: 0, hi: 1 };
+  });
+  all('.zoomable > svg').forEach(function (svg) {
     svg.addEventListener('wheel', function (e) {
       // A plain wheel scrolls the page; with Ctrl, Shift or the command key it zooms.
       if (!(e.ctrlKey || e.shiftKey || e.metaKey)) { return; }
+      var plot = plotAt(svg, e.clientY);
+      if (!plot) { return; }
       e.preventDefault();
-      var p = svgPoint(svg, e.clientX, e.clientY);
-      zoom(svg, Math.exp(Math.max(-5, Math.min(5, e.deltaY * 0.002))), p.x, p.y);
+      var r = plot.getBoundingClientRect();
+      var at = Math.min(1, Math.max(0, (e.clientX - r.left) / Math.max(1, r.width)));
+      zoomAt(plot, Math.exp(Math.max(-5, Math.min(5, e.deltaY * 0.002))), at);
     }, { passive: false });
     svg.addEventListener('mousedown', function (e) {
       if (e.button !== 0) { return; }
+      var plot = plotAt(svg, e.clientY);
+      if (!plot) { return; }
       e.preventDefault();
-      drag = { svg: svg, x: e.clientX, y: e.clientY, b: box(svg) };
+      drag = { svg: svg, plot: plot, x: e.clientX, y: e.clientY, range: plot.vlRange };
       dragged = false;
     });
-    svg.addEventListener('dblclick', function () { reset(svg); });
+    svg.addEventListener('dblclick', function () {
+      all('svg.plot', svg).forEach(function (plot) { showRange(plot, 0, 1); });
+    });
   });
   window.addEventListener('mousemove', function (e) {
     if (!drag) { return; }
     var dx = e.clientX - drag.x;
-    var dy = e.clientY - drag.y;
-    if (Math.abs(dx) + Math.abs(dy) > 3) { dragged = true; }
+    if (Math.abs(dx) + Math.abs(e.clientY - drag.y) > 3) { dragged = true; }
     if (!dragged) { return; }
     drag.svg.classList.add('dragging');
-    var r = drag.svg.getBoundingClientRect();
-    var scale = drag.b.w / Math.max(1, r.width);
-    setBox(drag.svg, { x: drag.b.x - dx * scale, y: drag.b.y - dy * scale, w: drag.b.w, h: 0 });
+    var r = drag.plot.getBoundingClientRect();
+    var w = drag.range.hi - drag.range.lo;
+    var lo = drag.range.lo - dx / Math.max(1, r.width) * w;
+    showRange(drag.plot, lo, lo + w);
   });
   window.addEventListener('mouseup', function () {
     if (drag) { drag.svg.classList.remove('dragging'); }
@@ -124,13 +184,12 @@
   all('[data-zoom]').forEach(function (button) {
     button.addEventListener('click', function () {
       var scope = doc.getElementById(button.getAttribute('data-scope'));
-      all('.zoomable svg', scope).forEach(function (svg) {
-        var b = box(svg);
+      all('.zoomable svg.plot', scope).forEach(function (plot) {
         var how = button.getAttribute('data-zoom');
         if (how === 'reset') {
-          reset(svg);
+          showRange(plot, 0, 1);
         } else {
-          zoom(svg, how === 'in' ? 0.5 : 2, b.x + b.w / 2, b.y + b.h / 2);
+          zoomAt(plot, how === 'in' ? 0.5 : 2, 0.5);
         }
       });
     });
@@ -252,20 +311,38 @@
       var r = svg.getBoundingClientRect();
       var cx = r.left + r.width / 2;
       var cy = r.top + r.height / 2;
-      var z = { before: svg.getAttribute('viewBox') };
+      var plot = all('svg.plot', svg)[0];
+      var axis = axisOf(plot);
+      var yLabels = function () {
+        return Array.prototype.filter.call(svg.children, function (el) {
+          return el.tagName === 'text' && Number(el.getAttribute('x')) < plot.vlOrigin.x;
+        }).map(function (el) { return el.textContent; });
+      };
+      var ticks = function () {
+        return all('text', axis).map(function (el) { return el.textContent; });
+      };
+      var state = function () {
+        return { svg: svg.getAttribute('viewBox'), plot: plot.getAttribute('viewBox'),
+          range: [plot.vlRange.lo, plot.vlRange.hi], ticks: ticks(), yLabels: yLabels(),
+          legend: all('rect', svg).filter(function (el) { return !plot.contains(el); }).length };
+      };
+      var pr = plot.getBoundingClientRect();
+      cx = pr.left + pr.width / 2;
+      cy = pr.top + pr.height / 3;
+      var z = { before: state() };
       var plain = new WheelEvent('wheel', { deltaY: -400, clientX: cx, clientY: cy, bubbles: true, cancelable: true });
       svg.dispatchEvent(plain);
-      z.plainWheelScrolls = !plain.defaultPrevented && svg.getAttribute('viewBox') === z.before;
+      z.plainWheelScrolls = !plain.defaultPrevented && plot.getAttribute('viewBox') === z.before.plot;
       svg.dispatchEvent(new WheelEvent('wheel', { deltaY: -400, ctrlKey: true, clientX: cx, clientY: cy, bubbles: true, cancelable: true }));
-      z.zoomed = svg.getAttribute('viewBox');
+      z.zoomed = state();
       svg.dispatchEvent(new MouseEvent('mousedown', { button: 0, clientX: cx, clientY: cy, bubbles: true }));
       window.dispatchEvent(new MouseEvent('mousemove', { clientX: cx + 120, clientY: cy, bubbles: true }));
       window.dispatchEvent(new MouseEvent('mouseup', { clientX: cx + 120, clientY: cy, bubbles: true }));
       dragged = false;
-      z.panned = svg.getAttribute('viewBox');
+      z.panned = state();
       var reset = file.querySelector('[data-zoom="reset"]');
       if (reset) { click(reset); }
-      z.reset = svg.getAttribute('viewBox');
+      z.reset = state();
       out.steps.zoom = z;
       var bands = all('polygon[data-label]', svg);
       bands.sort(function (a, b) {
