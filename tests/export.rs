@@ -138,7 +138,7 @@ fn fixtures_as_json_lines_add_up_to_the_independent_figures() {
             let d = &exp["device"];
             let what = format!("{name} device {d}");
             assert_eq!(&row["device"], d, "{what}");
-            assert_eq!(row["schema_version"], json!(2));
+            assert_eq!(row["schema_version"], json!(3));
             // The file's SHA-256, as an independent hasher computes it from its bytes.
             let digest = sha2::Sha256::digest(fs::read(source).unwrap());
             let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -301,7 +301,7 @@ fn parquet_files_hold_the_rows_of_the_json_lines() {
                 .join("part-0.parquet");
             let (parquet_rows, meta) = read_parquet(&path);
             assert_eq!(meta["vramlens.table"], table);
-            assert_eq!(meta["vramlens.schema_version"], "2");
+            assert_eq!(meta["vramlens.schema_version"], "3");
             assert_eq!(parquet_rows.len(), rows.len(), "{table} {name}");
             for (p, j) in parquet_rows.iter().zip(rows) {
                 // Same columns in the same order, same values.
@@ -908,7 +908,7 @@ fn manifest_files(root_dir: &Path, shards: u32) -> (Vec<(String, String)>, RowTo
         }
         seen += 1;
         let m: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
-        assert_eq!(m["schema_version"], json!(2));
+        assert_eq!(m["schema_version"], json!(3));
         assert_eq!(m["shard"]["count"], json!(shards));
         let skipped: Vec<&str> = m["skipped"]
             .as_array()
@@ -1250,4 +1250,44 @@ fn shards_fill_one_dataset_as_one_export_does() {
             .arg(sample()),
     );
     assert!(err.contains("0 <= K < N"), "{err}");
+}
+
+#[test]
+fn the_short_call_site_is_the_one_top_prints_and_the_full_one_stays_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    export(
+        &[root().join("testdata/sample.pickle")],
+        &out,
+        &["--format", "jsonl"],
+    );
+    let rows = read_jsonl(&out, "lifetimes");
+    let rows = rows.values().next().unwrap();
+    let pairs: BTreeMap<String, String> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["callsite"].as_str().unwrap().to_string(),
+                r["callsite_short"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    // By hand: the path from the shared folder, "in" the function; the tokens in words.
+    assert_eq!(
+        pairs["/home/alice/nanogpt/model.py:192:forward"],
+        "nanogpt/model.py:192 in forward"
+    );
+    if let Some(s) = pairs.get("(before recording)") {
+        assert_eq!(s, "allocated before recording began (stack unknown)");
+    }
+    // `top` prints the same words for the same call site.
+    let top = vramlens()
+        .args(["top", "testdata/sample.pickle"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(top.stdout).unwrap();
+    assert!(
+        text.contains("  nanogpt/model.py:192 in forward\n"),
+        "{text}"
+    );
 }

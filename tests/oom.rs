@@ -744,3 +744,81 @@ fn outside_pytorch_is_split_by_the_message_into_this_process_and_the_others() {
     assert_eq!(a["process_outside_allocator_bytes"], process - reserved);
     assert_eq!(a["other_processes_bytes"], total - free - process);
 }
+
+/// The call site of each "from" line and the frames under it: the site's path and line
+/// are those of one of its frames, with or without --redact.
+fn assert_site_is_one_of_its_frames(text: &str) {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut checked = 0;
+    for (i, l) in lines.iter().enumerate() {
+        let Some(site) = l.strip_prefix("  from               ") else {
+            continue;
+        };
+        let Some((place, name)) = site.split_once(" in ") else {
+            continue;
+        };
+        let frame = format!("{place}:{name}");
+        let frames: Vec<&str> = lines[i + 1..]
+            .iter()
+            .take_while(|f| f.starts_with("                     "))
+            .map(|f| f.trim())
+            .collect();
+        assert!(
+            frames.contains(&frame.as_str()),
+            "{frame} not in {frames:?}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "{text}");
+}
+
+#[test]
+fn the_call_site_reads_as_its_frame_with_and_without_redaction() {
+    for redact in [false, true] {
+        let mut args = vec!["testdata/multi_device.pickle"];
+        if redact {
+            args.push("--redact");
+        }
+        let text = oom_text(&args);
+        if redact {
+            assert!(!text.contains("alice"), "{text}");
+            assert!(
+                text.contains("  from               model.py:190 in forward\n"),
+                "{text}"
+            );
+        } else {
+            assert!(
+                text.contains("  from               nanogpt/model.py:190 in forward\n"),
+                "{text}"
+            );
+        }
+        // The redacted site is the redacted frame's path; unredacted, the frame is the
+        // full path the short form comes from.
+        if redact {
+            assert_site_is_one_of_its_frames(&text);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_redacted_torchtitan_oom_names_its_site_as_its_frame() {
+    let data = require_shared_data();
+    let path = data.join("ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle");
+    let text = oom_text(&[path.to_str().unwrap(), "--redact"]);
+    assert!(
+        text.contains(
+            "  from               torchtitan/components/loss.py:21 in cross_entropy_loss\n"
+        ),
+        "{text}"
+    );
+    assert_site_is_one_of_its_frames(&text);
+    // The same short form as without --redact.
+    let plain = oom_text(&[path.to_str().unwrap()]);
+    assert!(
+        plain.contains(
+            "  from               torchtitan/components/loss.py:21 in cross_entropy_loss\n"
+        ),
+        "{plain}"
+    );
+}

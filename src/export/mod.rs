@@ -25,7 +25,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 
 /// Version of the tables' schema (columns, types, meanings). Raised on any change that
 /// could break a query; added columns raise it too.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The type of a column, as engines see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -284,7 +284,7 @@ const SNAPSHOT_COLUMNS: [Column; 43] = [
     opt("first_oom_time", Timestamp),
 ];
 
-const LIFETIME_COLUMNS: [Column; 26] = [
+const LIFETIME_COLUMNS: [Column; 27] = [
     col("source_path", Str),
     col("source_sha256", Str),
     col("device", I64),
@@ -305,6 +305,7 @@ const LIFETIME_COLUMNS: [Column; 26] = [
     opt("free_completed_time_us", I64).distinct(),
     opt("free_completed_time", Timestamp).distinct(),
     col("callsite", Str),
+    col("callsite_short", Str),
     col("callsite_kind", Str),
     col("category", Str),
     col("category_evidence", Str),
@@ -510,6 +511,8 @@ pub fn write_snapshot_rows(
 #[derive(Clone)]
 struct Names {
     callsite: String,
+    /// The call site as `top` shows it.
+    short: String,
     kind: &'static str,
 }
 
@@ -538,9 +541,12 @@ impl<'f> SiteNames<'f> {
 
     fn compute(&self, l: &Lifetime) -> Names {
         let site = self.attr.site(l);
+        let callsite = self.attr.site_name(&site);
+        let kind = Attributor::kind(&GroupKey::Site(site));
         Names {
-            callsite: self.attr.site_name(&site),
-            kind: Attributor::kind(&GroupKey::Site(site)),
+            short: crate::render::names::group_display(&callsite, kind),
+            callsite,
+            kind,
         }
     }
 
@@ -716,6 +722,7 @@ impl LifetimeRows<'_, '_> {
             Cell::I64(time_us(l.free_completed)),
             Cell::Ts(time_us(l.free_completed)),
             Cell::Str(Some(&names.callsite)),
+            Cell::Str(Some(&names.short)),
             Cell::Str(Some(names.kind)),
             Cell::Str(Some(&category)),
             Cell::Str(Some(&evidence)),

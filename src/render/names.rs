@@ -6,13 +6,18 @@ use crate::analysis::moment::ResolvedMoment;
 use crate::units::{shown, utc_time};
 
 /// A path shortened to the part a reader needs: from the package root inside
-/// site-packages, from `torch/`, else the last two components; shown on one line.
+/// site-packages, from `torch/`, else the last two components; a relative path (as
+/// `redact` leaves every path, already cut to that part) as it is. Shown on one line.
 pub fn short_path(path: &str) -> String {
     shown(&short_path_of(path)).into_owned()
 }
 
 fn short_path_of(path: &str) -> String {
     let p = path.replace('\\', "/");
+    let absolute = p.starts_with('/') || p.as_bytes().get(1) == Some(&b':');
+    if !absolute {
+        return p;
+    }
     for marker in ["site-packages/", "dist-packages/"] {
         if let Some(i) = p.rfind(marker) {
             return p[i + marker.len()..].to_string();
@@ -232,6 +237,17 @@ mod tests {
             "nanogpt/model.py"
         );
         assert_eq!(short_path("train.py"), "train.py");
+        // A relative path, as `redact` cuts every path (from the package root), is the
+        // short form already: the same as the absolute path it came from gives.
+        assert_eq!(
+            short_path("torchtitan/components/loss.py"),
+            short_path("/p/venv/lib/python3.10/site-packages/torchtitan/components/loss.py")
+        );
+        assert_eq!(
+            short_path("torch/nn/functional.py"),
+            short_path("/p/venv/lib/python3.10/site-packages/torch/nn/functional.py")
+        );
+        assert_eq!(short_path("C:/Users/a/proj/model.py"), "proj/model.py");
         assert_eq!(
             short_frame("/home/a/proj/nanogpt/model.py:42:forward"),
             "nanogpt/model.py:42 in forward"
