@@ -2,6 +2,19 @@
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
+use vramlens::analysis::attribution::GroupBy;
+use vramlens::analysis::moment::Moment;
+use vramlens::analysis::timeline_view::BandBy;
+
+/// `--by` of the timeline: a grouping, or `allocation` (one band each).
+fn band_by(s: &str) -> Result<BandBy, String> {
+    if s == "allocation" {
+        return Ok(BandBy::Allocation);
+    }
+    s.parse::<GroupBy>()
+        .map(BandBy::Group)
+        .map_err(|_| format!("expected callsite, category, stack, file or allocation, found {s:?}"))
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -209,10 +222,10 @@ pub struct DiffArgs {
     pub new: PathBuf,
     /// The moment in each: peak (default), oom, end, event:N or time:T.
     #[arg(long, default_value = "peak", value_name = "MOMENT")]
-    pub at: String,
+    pub at: Moment,
     /// Grouping: callsite, category, stack or file.
     #[arg(long, default_value = "callsite", value_name = "KEY")]
-    pub by: String,
+    pub by: GroupBy,
     /// Changes listed in text (JSON lists all).
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub limit: usize,
@@ -249,7 +262,7 @@ pub struct CheckArgs {
     pub metric: String,
     /// Grouping of the report of what grew: callsite, category, stack or file.
     #[arg(long, default_value = "callsite", value_name = "KEY")]
-    pub by: String,
+    pub by: GroupBy,
     /// Device (default: the one with an OOM, else the largest peak).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
@@ -338,7 +351,7 @@ pub struct FlamegraphArgs {
     pub force: bool,
     /// The moment: peak (default), oom, end, event:N or time:T.
     #[arg(long, default_value = "peak", value_name = "MOMENT")]
-    pub at: String,
+    pub at: Moment,
     /// Device (default: the one with an OOM, else the largest peak).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
@@ -371,10 +384,10 @@ pub struct TopArgs {
     /// The moment: peak (default), oom, end, event:N, or time:T (a UTC date-time as
     /// printed, +1.5s after the first event, or Unix microseconds).
     #[arg(long, default_value = "peak", value_name = "MOMENT")]
-    pub at: String,
+    pub at: Moment,
     /// Grouping: callsite (the innermost frame of your code), category, stack or file.
     #[arg(long, default_value = "callsite", value_name = "KEY")]
-    pub by: String,
+    pub by: GroupBy,
     /// Groups listed; the rest are merged into one line.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub limit: usize,
@@ -436,8 +449,8 @@ pub struct TimelineArgs {
     pub x: XArg,
     /// What the bands are: callsite (the innermost frame of your code), category, stack,
     /// file, or allocation (one band per allocation, as the official viewer draws).
-    #[arg(long, default_value = "callsite", value_name = "KEY")]
-    pub by: String,
+    #[arg(long, default_value = "callsite", value_name = "KEY", value_parser = band_by)]
+    pub by: BandBy,
     /// Bands drawn; the rest are merged into one grey band (more are drawn while it
     /// holds over a tenth of the peak).
     #[arg(long, default_value_t = 20, value_name = "N")]
@@ -449,7 +462,7 @@ pub struct TimelineArgs {
     /// List what was live: peak, oom, end, event:N, or time:T (a UTC date-time as
     /// printed, +1.5s after the first event, or Unix microseconds).
     #[arg(long, value_name = "MOMENT")]
-    pub at: Option<String>,
+    pub at: Option<Moment>,
     /// Frames shown per allocation with --at.
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub frames: usize,
@@ -492,12 +505,12 @@ pub struct SegmentsArgs {
     pub device: Option<i64>,
     /// The moment: end (default), peak, oom, event:N, or time:T (a UTC date-time as
     /// printed, +1.5s after the first event, or Unix microseconds).
-    #[arg(long, value_name = "MOMENT")]
-    pub at: Option<String>,
+    #[arg(long, default_value = "end", value_name = "MOMENT")]
+    pub at: Moment,
     /// How blocks are coloured: by the callsite (default), category, stack or file of the
     /// allocation that made them.
     #[arg(long, default_value = "callsite", value_name = "KEY")]
-    pub by: String,
+    pub by: GroupBy,
     #[command(flatten)]
     pub attribution: AttributionArgs,
     /// JSON instead of text (schema in docs/json.md).
@@ -614,4 +627,75 @@ pub struct RedactArgs {
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Command {
+        let mut all = vec!["vramlens"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).unwrap().command
+    }
+
+    #[test]
+    fn groupings_and_moments_are_typed_with_their_defaults() {
+        let Command::Top(t) = parse(&["top", "f.pickle"]) else {
+            panic!("top");
+        };
+        assert_eq!((t.by, t.at), (GroupBy::Callsite, Moment::Peak));
+        let Command::Top(t) = parse(&["top", "f.pickle", "--by", "stack", "--at", "event:7"])
+        else {
+            panic!("top");
+        };
+        assert_eq!((t.by, t.at), (GroupBy::Stack, Moment::Event(7)));
+        // The segments' default moment is the end, said where the option is.
+        let Command::Segments(s) = parse(&["segments", "f.pickle"]) else {
+            panic!("segments");
+        };
+        assert_eq!(s.at, Moment::End);
+        let Command::Timeline(t) = parse(&["timeline", "f.pickle", "--by", "allocation"]) else {
+            panic!("timeline");
+        };
+        assert_eq!((t.by, t.at), (BandBy::Allocation, None));
+        let Command::Timeline(t) = parse(&["timeline", "f.pickle", "--at", "oom"]) else {
+            panic!("timeline");
+        };
+        assert_eq!(
+            (t.by, t.at),
+            (BandBy::Group(GroupBy::Callsite), Some(Moment::Oom))
+        );
+        let Command::Diff(d) = parse(&["diff", "a", "b", "--by", "file", "--at", "end"]) else {
+            panic!("diff");
+        };
+        assert_eq!((d.by, d.at), (GroupBy::File, Moment::End));
+    }
+
+    #[test]
+    fn a_bad_grouping_or_moment_is_refused_with_what_is_expected() {
+        let err = |args: &[&str]| {
+            let mut all = vec!["vramlens"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).unwrap_err().to_string()
+        };
+        let e = err(&["top", "f", "--by", "colour"]);
+        assert!(e.contains("invalid value 'colour' for '--by <KEY>': expected callsite, category, stack or file"), "{e}");
+        let e = err(&["timeline", "f", "--by", "colour"]);
+        assert!(
+            e.contains("expected callsite, category, stack, file or allocation"),
+            "{e}"
+        );
+        let e = err(&["segments", "f", "--at", "lunch"]);
+        assert!(
+            e.contains("invalid value 'lunch' for '--at <MOMENT>': expected peak, oom, end"),
+            "{e}"
+        );
+    }
 }

@@ -498,7 +498,17 @@ fn timeline_svg_of_the_sample() {
     let svg = std::fs::read_to_string(&out).unwrap();
     assert!(svg.starts_with("<?xml"));
     assert!(svg.trim_end().ends_with("</svg>"));
-    assert_eq!(count(&svg, "<svg "), 1);
+    // The picture, and inside it the plot's viewport (what a zoom of the report moves) of
+    // the whole chart and of the panel around the OOM.
+    assert_eq!(count(&svg, "<svg "), 3);
+    assert!(svg.contains("around the OOM, drawn wider"));
+    assert_eq!(
+        count(
+            &svg,
+            r#"<svg class="plot" x="80" y="0" width="870" height="640" viewBox="80 0 870 640" preserveAspectRatio="none">"#
+        ),
+        1
+    );
     // Title with the peak (figures from the independent computation in expected.json).
     assert!(
         svg.contains("peak requested 446.6 MiB at event 71"),

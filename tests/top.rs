@@ -404,11 +404,11 @@ fn bad_arguments_and_files_without_a_trace_are_refused() {
     for (args, message) in [
         (
             vec!["top", "testdata/sample.pickle", "--by", "colour"],
-            "--by: expected callsite, category, stack or file",
+            "invalid value 'colour' for '--by <KEY>': expected callsite, category, stack or file",
         ),
         (
             vec!["top", "testdata/sample.pickle", "--at", "lunch"],
-            "--at: expected peak, oom, end",
+            "invalid value 'lunch' for '--at <MOMENT>': expected peak, oom, end",
         ),
         (
             vec!["top", "testdata/sample.pickle", "--at", "event:100000"],

@@ -50,8 +50,8 @@ fn groups_of(
 }
 
 pub fn run_diff(args: &DiffArgs, out: &mut dyn Write) -> Result<()> {
-    let by: GroupBy = args.by.parse().map_err(|e| anyhow!("--by: {e}"))?;
-    let moment: Moment = args.at.parse().map_err(|e: String| anyhow!("--at: {e}"))?;
+    let by = args.by;
+    let moment = args.at.clone();
     let (base, _) = groups_of(
         &args.base,
         args.device,
@@ -71,7 +71,7 @@ pub fn run_diff(args: &DiffArgs, out: &mut dyn Write) -> Result<()> {
 }
 
 pub fn run_check(args: &CheckArgs, out: &mut dyn Write) -> Result<()> {
-    let by: GroupBy = args.by.parse().map_err(|e| anyhow!("--by: {e}"))?;
+    let by = args.by;
     let metric: Metric = args
         .metric
         .parse()

@@ -8,7 +8,6 @@ use std::io::Write;
 use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::flame::flame;
-use vramlens::analysis::moment::Moment;
 use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::input::ReadOptions;
 use vramlens::render::flame_svg::{FlameTitle, write_flame_svg};
@@ -27,7 +26,7 @@ pub fn run(args: &FlamegraphArgs, out: &mut dyn Write) -> Result<()> {
     if args.output.is_none() && !args.folded {
         bail!("give -o FILE.svg for the flame graph, or --folded for folded stacks");
     }
-    let moment: Moment = args.at.parse().map_err(|e| anyhow!("--at: {e}"))?;
+    let moment = args.at.clone();
     let options = attribution_options(&args.attribution)?;
     check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;

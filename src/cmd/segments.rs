@@ -5,9 +5,8 @@ use super::{attribution_options, check_output, write_new_file};
 use crate::cli::SegmentsArgs;
 use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
-use vramlens::analysis::attribution::{Attributor, GroupBy};
+use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::device::choose_device;
-use vramlens::analysis::moment::Moment;
 use vramlens::analysis::segment_map::segment_map;
 use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::input::ReadOptions;
@@ -17,13 +16,8 @@ use vramlens::render::{Style, write_json};
 use vramlens::timeline::replay::DeviceReplay;
 
 pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
-    let by: GroupBy = args.by.parse().map_err(|e| anyhow!("--by: {e}"))?;
-    let moment: Moment = args
-        .at
-        .as_deref()
-        .unwrap_or("end")
-        .parse()
-        .map_err(|e: String| anyhow!("--at: {e}"))?;
+    let by = args.by;
+    let moment = args.at.clone();
     let options = attribution_options(&args.attribution)?;
     check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;

@@ -6,12 +6,11 @@ use crate::cli::{TimelineArgs, XArg};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::align::line_up;
-use vramlens::analysis::attribution::{Attributor, GroupBy};
+use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::live::live_set;
-use vramlens::analysis::moment::Moment;
 use vramlens::analysis::timeline_view::{
-    BandBy, TimelineView, ViewOptions, XAxis, build_view, zoom_window,
+    TimelineView, ViewOptions, XAxis, build_view, zoom_window,
 };
 use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::analysis::trace_lanes::{LaneKind, TraceLanes, build_lanes};
@@ -55,15 +54,6 @@ fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
     Ok((a, b))
 }
 
-fn parse_by(s: &str) -> Result<BandBy> {
-    if s == "allocation" {
-        return Ok(BandBy::Allocation);
-    }
-    s.parse::<GroupBy>().map(BandBy::Group).map_err(|_| {
-        anyhow!("--by: expected callsite, category, stack, file or allocation, found {s:?}")
-    })
-}
-
 pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     let x = match args.x {
         XArg::Events => XAxis::Events,
@@ -80,12 +70,8 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     if args.trace.is_some() && args.output.is_none() {
         bail!("--trace draws the trace's spans under the chart: give -o FILE.svg with it");
     }
-    let by = parse_by(&args.by)?;
-    let moment: Option<Moment> = args
-        .at
-        .as_deref()
-        .map(|s| s.parse().map_err(|e: String| anyhow!("--at: {e}")))
-        .transpose()?;
+    let by = args.by;
+    let moment = args.at.clone();
     let options = attribution_options(&args.attribution)?;
     check_output(args.output.as_deref(), args.force)?;
     let (snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;

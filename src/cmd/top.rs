@@ -7,15 +7,14 @@ use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::device::choose_device;
-use vramlens::analysis::moment::Moment;
 use vramlens::analysis::top::analyze_top;
 use vramlens::input::ReadOptions;
 use vramlens::render::top::write_top_text;
 use vramlens::render::{Style, write_json};
 
 pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
-    let by: GroupBy = args.by.parse().map_err(|e| anyhow!("--by: {e}"))?;
-    let moment: Moment = args.at.parse().map_err(|e| anyhow!("--at: {e}"))?;
+    let by = args.by;
+    let moment = args.at.clone();
     let options = attribution_options(&args.attribution)?;
     let files = super::expand_inputs(&args.files)?;
     if files.len() > 1 {
