@@ -507,7 +507,7 @@ fn timeline_svg_of_the_sample() {
             &svg,
             r#"<svg class="plot" x="80" y="0" width="870" height="640" viewBox="80 0 870 640" preserveAspectRatio="none">"#
         ),
-        1
+        2
     );
     // Title with the peak (figures from the independent computation in expected.json).
     assert!(
