@@ -77,9 +77,7 @@ impl Building {
             category: main
                 .and_then(|(&c, _)| names.get(c as usize).cloned())
                 .unwrap_or_default(),
-            category_share: main.map_or(0.0, |(_, &b)| {
-                (b as f64 / self.bytes.max(1) as f64 * 10_000.0).round() / 10_000.0
-            }),
+            category_share: main.map_or(0.0, |(_, &b)| super::share(b, self.bytes)),
             children,
         }
     }

@@ -26,3 +26,31 @@ pub mod timeline_report;
 pub mod timeline_view;
 pub mod top;
 pub mod trace_lanes;
+
+/// `part / whole` rounded to 4 decimals (half up, in integers, so one rule gives every
+/// share and ratio of the JSON outputs); a whole of 0 counts as 1.
+pub fn share(part: u64, whole: u64) -> f64 {
+    ten_thousandths(part, whole) as f64 / 10_000.0
+}
+
+/// `part / whole` in units of 1/10000, rounded half up.
+pub fn ten_thousandths(part: u64, whole: u64) -> u64 {
+    let whole = whole.max(1) as u128;
+    ((part as u128 * 20_000 + whole) / (whole * 2)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shares_round_half_up_to_four_decimals() {
+        assert_eq!(super::share(1, 3), 0.3333);
+        assert_eq!(super::share(2, 3), 0.6667);
+        // 1/8 = 0.125 exactly: 1250 ten-thousandths.
+        assert_eq!(super::share(1, 8), 0.125);
+        // 0.00005 exactly rounds up.
+        assert_eq!(super::share(1, 20_000), 0.0001);
+        assert_eq!(super::share(3, 2), 1.5);
+        assert_eq!(super::share(5, 0), 5.0);
+        assert_eq!(super::share(u64::MAX, u64::MAX), 1.0);
+    }
+}

@@ -358,14 +358,14 @@ fn fragmentation_knobs(s: Settings) -> Vec<Knob> {
     k
 }
 
+/// part / whole rounded to 4 decimals, at most 1.
 fn share(part: u64, whole: u64) -> f64 {
-    ten_thousandths(part, whole) as f64 / 10_000.0
+    super::share(part.min(whole.max(1)), whole)
 }
 
 /// part / whole in units of 1/10000, rounded, at most 10000.
 fn ten_thousandths(part: u64, whole: u64) -> u64 {
-    let whole = whole.max(1) as u128;
-    ((part as u128).min(whole) * 10_000 * 2 + whole).div_euclid(whole * 2) as u64
+    super::ten_thousandths(part.min(whole.max(1)), whole)
 }
 
 /// The share of bytes `from..from + part` of the whole: the difference of the rounded

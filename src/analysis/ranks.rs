@@ -102,9 +102,7 @@ pub fn analyze_ranks(inputs: Vec<RankInput>, by: GroupBy, differences: usize) ->
         .iter()
         .map(|r| {
             let ratio = match (r.peak_requested_bytes, median) {
-                (Some(p), Some((m, _))) if m > 0 => {
-                    Some((p as f64 / m as f64 * 10_000.0).round() / 10_000.0)
-                }
+                (Some(p), Some((m, _))) if m > 0 => Some(super::share(p, m)),
                 _ => None,
             };
             let top = r.top.as_ref().and_then(|t| t.groups.first());

@@ -254,9 +254,7 @@ pub fn group_live(attr: &Attributor, live: &LiveState, by: GroupBy) -> Vec<Group
     groups
 }
 
-fn share(part: u64, whole: u64) -> f64 {
-    (part as f64 / whole.max(1) as f64 * 10_000.0).round() / 10_000.0
-}
+use super::share;
 
 /// Keeps the `limit` largest groups and merges the rest into one, so the list still
 /// sums to the total.
