@@ -109,7 +109,7 @@ impl<'a> Times<'a> {
             let mut last = i64::MIN;
             if let Some(t) = trace {
                 for i in 0..t.len() {
-                    if let Some(time) = t.time_us(i).filter(|&t| t > 0) {
+                    if let Some(time) = t.stamped_time(i) {
                         last = last.max(time);
                         at.push((last, i));
                     }

@@ -73,11 +73,7 @@ pub struct LeakReport {
 
 fn step_annotations(snap: &Snapshot, r: &DeviceReplay, at: Option<usize>) -> usize {
     let until = at
-        .and_then(|i| {
-            (0..=i)
-                .rev()
-                .find_map(|j| r.trace.time_us(j).filter(|&t| t > 0))
-        })
+        .and_then(|i| (0..=i).rev().find_map(|j| r.trace.stamped_time(j)))
         .unwrap_or(i64::MAX);
     snap.external_annotations
         .iter()

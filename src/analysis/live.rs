@@ -83,10 +83,7 @@ pub fn live_set(
             origin: l.origin,
             alloc_event: l.alloc.map(|e| e.index() as u32),
             free_completed_event: l.free_completed.map(|e| e.index() as u32),
-            alloc_time_us: l
-                .alloc
-                .and_then(|e| trace.time_us(e.index()))
-                .filter(|&t| t > 0),
+            alloc_time_us: l.alloc.and_then(|e| trace.stamped_time(e.index())),
             stream: live.stream(l),
             pool_id: live.pool_id(l),
             category: attr

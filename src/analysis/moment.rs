@@ -222,16 +222,9 @@ fn scan_time(
     (last, within)
 }
 
-/// First event time of a trace (events with time 0 are unstamped).
-pub fn first_time(trace: &DeviceTrace) -> Option<i64> {
-    (0..trace.len()).find_map(|i| trace.time_us(i).filter(|&t| t > 0))
-}
-
 /// Latest event time of a trace (times can go backwards).
 fn latest_time(trace: &DeviceTrace) -> Option<i64> {
-    (0..trace.len())
-        .filter_map(|i| trace.time_us(i).filter(|&t| t > 0))
-        .max()
+    (0..trace.len()).filter_map(|i| trace.stamped_time(i)).max()
 }
 
 /// The event among those stamped within `[from_us, to_us]` (between `first` and `last`)
@@ -302,7 +295,7 @@ pub fn resolve(
             });
         }
         Moment::Time { spec, text } => {
-            let first_us = first_time(trace).ok_or(MomentError::NoTimes)?;
+            let first_us = trace.first_stamped_time().ok_or(MomentError::NoTimes)?;
             let last_us = latest_time(trace).unwrap_or(first_us);
             let (from_us, unit_us) = match spec {
                 TimeSpec::Unix { from_us, unit_us } => (from_us, unit_us.max(1)),
@@ -352,7 +345,7 @@ pub fn resolve(
     Ok(ResolvedMoment {
         kind,
         event: event.map(|i| i as u32),
-        time_us: event.and_then(|i| trace.time_us(i)).filter(|&t| t > 0),
+        time_us: event.and_then(|i| trace.stamped_time(i)),
         has_timeline: r.has_timeline(),
         same_time,
     })

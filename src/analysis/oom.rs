@@ -678,7 +678,7 @@ fn analyze_at(
         device: r.device,
         source: known.source,
         event: at.map(|i| i as u32),
-        time_us: at.and_then(|i| r.trace.time_us(i)).filter(|&t| t > 0),
+        time_us: at.and_then(|i| r.trace.stamped_time(i)),
         oom_recorded: known.source == Source::OomEvent || known.message_line.is_some(),
         requested_bytes: known.requested,
         stream: known.stream,

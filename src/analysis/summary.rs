@@ -227,11 +227,6 @@ impl Aggregator for TraceStats<'_> {
     }
 }
 
-/// The time of event `i` when it has one (0 stands for none in some writers).
-fn timed(trace: &DeviceTrace, i: usize) -> Option<i64> {
-    trace.time_us(i).filter(|&t| t > 0)
-}
-
 impl<'a> TraceStats<'a> {
     fn new(trace: &'a DeviceTrace) -> Self {
         TraceStats {
@@ -274,8 +269,8 @@ impl<'a> TraceStats<'a> {
             events: trace.len(),
             has_timeline: crate::timeline::traced::has_timeline(trace),
             actions,
-            first_time_us: (0..trace.len()).find_map(|i| timed(trace, i)),
-            last_time_us: (0..trace.len()).rev().find_map(|i| timed(trace, i)),
+            first_time_us: trace.first_stamped_time(),
+            last_time_us: (0..trace.len()).rev().find_map(|i| trace.stamped_time(i)),
             orphan_frees: self.orphan_frees,
             orphan_segment_frees: self.orphan_segment_frees,
             looks_truncated: !evidence.is_empty(),

@@ -298,7 +298,7 @@ impl Axis<'_> {
         match self.x {
             XAxis::Events => (i + 1) as f64,
             XAxis::Time => {
-                if let Some(t) = self.trace.time_us(i).filter(|&t| t > 0) {
+                if let Some(t) = self.trace.stamped_time(i) {
                     self.latest = self.latest.max(t);
                 }
                 self.latest.saturating_sub(self.origin) as f64
@@ -603,11 +603,6 @@ fn axis_number(v: f64) -> String {
     if s == "-0" { "0".into() } else { s.to_string() }
 }
 
-/// The first timed event's time (events stamped 0 have no time).
-fn time_origin(trace: &DeviceTrace) -> Option<i64> {
-    (0..trace.len()).find_map(|i| trace.time_us(i).filter(|&t| t > 0))
-}
-
 /// Builds the chart content for one device.
 pub fn build_view(
     snap: &Snapshot,
@@ -620,7 +615,7 @@ pub fn build_view(
     if let Some(none) = r.no_timeline() {
         return Err(ViewError::NoTrace(none));
     }
-    let origin = time_origin(trace);
+    let origin = trace.first_stamped_time();
     if options.x == XAxis::Time && origin.is_none() {
         return Err(ViewError::NoTimes);
     }
@@ -769,7 +764,7 @@ pub fn build_view(
                         *v = l.size;
                     }
                     let time = |e: Option<crate::timeline::EventIdx>| {
-                        e.and_then(|e| trace.time_us(e.index())).filter(|&t| t > 0)
+                        e.and_then(|e| trace.stamped_time(e.index()))
                     };
                     (
                         Band {

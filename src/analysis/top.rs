@@ -294,7 +294,7 @@ pub fn limit_groups(mut groups: Vec<Group>, limit: usize, total: u64) -> Vec<Gro
 
 /// Fills in the times of the groups' first and last allocation events.
 pub fn add_times(groups: &mut [Group], trace: &crate::model::DeviceTrace) {
-    let time = |e: Option<u32>| e.and_then(|e| trace.time_us(e as usize)).filter(|&t| t > 0);
+    let time = |e: Option<u32>| e.and_then(|e| trace.stamped_time(e as usize));
     for g in groups {
         g.first_alloc_time_us = time(g.first_alloc_event);
         g.last_alloc_time_us = time(g.last_alloc_event);

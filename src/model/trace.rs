@@ -417,9 +417,23 @@ impl DeviceTrace {
         (stack != NO_STACK).then_some(StackId(stack))
     }
 
+    /// Event `i`'s `time_us` as the file has it (0 included).
     #[inline]
     pub fn time_us(&self, i: usize) -> Option<i64> {
         self.unpack_time(self.events[i].time, i)
+    }
+
+    /// Event `i`'s time when it has one: some writers stamp 0 where they had no clock, so
+    /// a time of 0 (or before 1970) counts as none. The one rule every analysis reads
+    /// times by.
+    #[inline]
+    pub fn stamped_time(&self, i: usize) -> Option<i64> {
+        self.time_us(i).filter(|&t| t > 0)
+    }
+
+    /// The first stamped time of the trace.
+    pub fn first_stamped_time(&self) -> Option<i64> {
+        (0..self.len()).find_map(|i| self.stamped_time(i))
     }
 
     /// The address of event `i`.
