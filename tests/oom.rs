@@ -585,7 +585,8 @@ fn the_device_analysed_and_the_others_are_named() {
     let text = oom_text(&["testdata/multi_device.pickle"]);
     assert_eq!(
         text.lines().next().unwrap(),
-        "testdata/multi_device.pickle: device 2 (the device with the OOM; the file also has device 0: --device N for another)"
+        // The same words as `top`'s (tests/moments.rs): the peaks of expected.json.
+        "testdata/multi_device.pickle: device 2 (the device with the OOM, peak 22.3 MiB; the file also has device 0, peak 30.6 MiB: --device N for another)"
     );
     let v = oom_json(&["testdata/multi_device.pickle"]);
     assert_eq!(v["devices"], serde_json::json!([0, 2]));
@@ -618,7 +619,7 @@ fn real_files_name_their_devices_and_no_stream_without_a_request() {
     assert_eq!(
         text.lines().next().unwrap(),
         format!(
-            "{f}: device 1 (the device with the OOM; the file also has devices 0, 2: --device N for another)"
+            "{f}: device 1 (the device with the OOM, peak 78.3 GiB; the file also has device 0, peak 7.9 GiB, device 2, peak 20.1 GiB: --device N for another)"
         )
     );
     // Two GPUs, no OOM: the device `timeline` and `segments` pick.
@@ -627,7 +628,7 @@ fn real_files_name_their_devices_and_no_stream_without_a_request() {
     assert_eq!(
         text.lines().next().unwrap(),
         format!(
-            "{f}: device 0 (the device with the largest peak; the file also has device 1: --device N for another)"
+            "{f}: device 0 (the device with the largest peak: 8.1 MiB; the file also has device 1, peak 8.1 MiB: --device N for another)"
         )
     );
     let v = oom_json(&[&f]);

@@ -273,6 +273,10 @@ pub struct OomReport {
     pub path: Option<String>,
     /// Every device of the snapshot, ascending (empty for a log alone).
     pub devices: Vec<i64>,
+    /// Each device's peak of requested memory (its final state's without a timeline),
+    /// `[device, bytes]` ascending by device, when the file has several devices and none
+    /// was asked for; empty otherwise.
+    pub device_peaks: Vec<(i64, u64)>,
     /// Why the analysed devices were chosen; null for a log alone.
     pub device_reason: Option<DeviceReason>,
     pub analyses: Vec<OomAnalysis>,
@@ -849,6 +853,13 @@ pub fn analyze_oom(
     OomReport {
         schema_version: SCHEMA_VERSION,
         path: Some(path.to_string()),
+        device_peaks: if device.is_none() && all.len() > 1 {
+            choose_device(snap, None)
+                .map(|c| c.peaks)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        },
         devices: all,
         device_reason: reason,
         analyses,
@@ -901,6 +912,7 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
         schema_version: SCHEMA_VERSION,
         path: None,
         devices: Vec::new(),
+        device_peaks: Vec::new(),
         device_reason: None,
         analyses,
         more_oom_events: more,

@@ -480,7 +480,8 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
 }
 
 /// The devices analysed, why, and the file's others, when it has several:
-/// "device 1 (the device with the OOM; the file also has devices 0, 2: --device N for another)".
+/// "device 1 (the device with the OOM, peak 78.3 GiB; the file also has device 0, peak
+/// 7.9 GiB, device 2, peak 20.1 GiB: --device N for another)".
 fn devices_text(r: &OomReport) -> Option<String> {
     if r.devices.len() < 2 {
         return None;
@@ -493,6 +494,13 @@ fn devices_text(r: &OomReport) -> Option<String> {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let peak = |d: i64| {
+        r.device_peaks
+            .iter()
+            .find(|(x, _)| *x == d)
+            .map(|&(_, b)| format!(", peak {}", bytes(b)))
+            .unwrap_or_default()
+    };
     let many = analysed.len() > 1;
     let why = match r.device_reason {
         Some(DeviceReason::Oom) if r.analyses.iter().all(|a| a.source == Source::FinalState) => {
@@ -502,7 +510,14 @@ fn devices_text(r: &OomReport) -> Option<String> {
         Some(DeviceReason::Oom) => Some("the device with the OOM"),
         Some(DeviceReason::LargestPeak) => Some("the device with the largest peak"),
         _ => None,
-    };
+    }
+    .map(|w| match analysed.as_slice() {
+        [one] if r.device_reason == Some(DeviceReason::LargestPeak) => {
+            format!("{w}{}", peak(*one).replacen(", peak", ":", 1))
+        }
+        [one] => format!("{w}{}", peak(*one)),
+        _ => w.to_string(),
+    });
     let others: Vec<i64> = r
         .devices
         .iter()
@@ -511,16 +526,15 @@ fn devices_text(r: &OomReport) -> Option<String> {
         .collect();
     let others = (!others.is_empty()).then(|| {
         format!(
-            "the file also has {} {}: --device N for another",
-            if others.len() == 1 {
-                "device"
-            } else {
-                "devices"
-            },
-            list(&others)
+            "the file also has {}: --device N for another",
+            others
+                .iter()
+                .map(|&d| format!("device {d}{}", peak(d)))
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     });
-    let notes: Vec<String> = why.map(str::to_string).into_iter().chain(others).collect();
+    let notes: Vec<String> = why.into_iter().chain(others).collect();
     let head = format!(
         "{} {}",
         if many { "devices" } else { "device" },
