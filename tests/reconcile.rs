@@ -881,3 +881,32 @@ fn the_driver_reserve_in_nvml_readings_is_measured_before_the_job() {
     let v = reconcile(&["testdata/gpu/nvsmi_gpu.csv", "testdata/gpu/nvsmi_apps.csv"]);
     assert_eq!(v["devices"][0]["idle_use"]["used_bytes"], 0);
 }
+
+#[test]
+fn the_device_with_the_oom_comes_first_as_in_every_command() {
+    // multi_device.pickle: devices 0 and 2, the OOM on device 2 (its expected.json).
+    let v = json_of(&[
+        "reconcile",
+        "testdata/multi_device.pickle",
+        "--nvml",
+        "testdata/gpu/ok/nvml.jsonl",
+        "--allow-no-overlap",
+        "--json",
+    ]);
+    let order: Vec<i64> = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["device"].as_i64().unwrap())
+        .collect();
+    assert_eq!(order, [2, 0]);
+    let (code, text, _) = run(&[
+        "reconcile",
+        "testdata/multi_device.pickle",
+        "--nvml",
+        "testdata/gpu/ok/nvml.jsonl",
+        "--allow-no-overlap",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(text.lines().nth(1), Some("device 2"), "{text}");
+}

@@ -711,11 +711,17 @@ pub fn analyze_reconcile(
     profile: Option<(&str, &Converted)>,
     options: ReconcileOptions,
 ) -> Result<Reconciliation, ReconcileError> {
-    let devices: Vec<i64> = snap
+    let mut devices: Vec<i64> = snap
         .devices()
         .into_iter()
         .filter(|d| options.device.is_none_or(|w| w == *d))
         .collect();
+    // The device every command looks at first (the OOM's, else the largest peak's).
+    if devices.len() > 1 {
+        if let Ok(c) = super::device::choose_device(snap, None) {
+            devices.sort_by_key(|&d| (d != c.device, d));
+        }
+    }
     if options.gpu.is_some() && devices.len() > 1 {
         return Err(ReconcileError::GpuNeedsDevice { devices });
     }
