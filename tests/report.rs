@@ -208,8 +208,38 @@ fn every_device_of_a_file_has_its_sections_the_oom_first() {
     );
     assert_eq!(attrs(&html, r#"div class="device""#, "device"), ["2", "0"]);
     assert!(!html.contains("--device N"));
+    assert!(
+        !html.contains("--device "),
+        "the page names no option to choose a device"
+    );
     assert!(html.contains("device 2 (the device with the OOM, peak "));
     let e = &expected("testdata/multi_device.pickle.expected.json")["devices"];
+    // The device picker: a button per device, the OOM's first, each with its peak.
+    let mib = |b: u64| vramlens::units::bytes(b);
+    let picker = Regex::new(r#"data-picker="f0-device">(.*?)</div>"#)
+        .unwrap()
+        .captures(&html)
+        .expect("a device picker")[1]
+        .to_string();
+    let buttons: Vec<String> =
+        Regex::new(r#"<button type="button" data-value="\d+"[^>]*>([^<]*)</button>"#)
+            .unwrap()
+            .captures_iter(&picker)
+            .map(|c| c[1].to_string())
+            .collect();
+    assert_eq!(
+        buttons,
+        [
+            format!(
+                "device 2: an OOM, peak {}",
+                mib(e[1]["peak_requested_bytes"].as_u64().unwrap())
+            ),
+            format!(
+                "device 0: peak {}",
+                mib(e[0]["peak_requested_bytes"].as_u64().unwrap())
+            ),
+        ]
+    );
     let pane = |device: &str| {
         let start = html
             .find(&format!(r#"data-device="{device}">"#))
@@ -233,6 +263,27 @@ fn every_device_of_a_file_has_its_sections_the_oom_first() {
     for c in ids.captures_iter(&html) {
         assert!(seen.insert(c[1].to_string()), "id {} twice", &c[1]);
     }
+}
+
+#[test]
+fn text_blocks_wrap_their_long_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = report(
+        &["testdata/gpu/oom/oom_snapshot.pickle"],
+        &dir.path().join("r.html"),
+    );
+    // Every rule for <pre> in the page's style wraps: no line is cut at the box's edge.
+    let rules: Vec<String> = Regex::new(r"(?m)^pre \{([^}]*)\}")
+        .unwrap()
+        .captures_iter(&html)
+        .map(|c| c[1].to_string())
+        .collect();
+    assert!(!rules.is_empty());
+    assert!(
+        rules.iter().all(|r| r.contains("white-space: pre-wrap")),
+        "{rules:?}"
+    );
+    assert!(html.contains("<pre>"));
 }
 
 #[test]
