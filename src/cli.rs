@@ -260,6 +260,11 @@ pub struct CheckArgs {
     /// (the official viewer's timeline) or reserved.
     #[arg(long, default_value = "allocated", value_name = "METRIC")]
     pub metric: String,
+    /// Check the value at this moment instead of the peak: end, oom, event:N or time:T
+    /// (peak is the default). A file without a trace has its final state only: every
+    /// moment is that state.
+    #[arg(long, value_name = "MOMENT")]
+    pub at: Option<Moment>,
     /// Grouping of the report of what grew: callsite, category, stack or file.
     #[arg(long, default_value = "callsite", value_name = "KEY")]
     pub by: GroupBy,

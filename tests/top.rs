@@ -784,3 +784,65 @@ fn ranks_without_peaks_say_there_is_nothing_to_compare() {
     assert!(text.contains("no peaks to compare"), "{text}");
     assert!(!text.contains("above the median"), "{text}");
 }
+
+#[test]
+fn check_gates_the_value_at_a_moment_and_a_file_without_a_trace() {
+    let exp = |f: &str| -> serde_json::Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(root().join(format!("testdata/{f}.expected.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let run = |args: &[&str]| vramlens().arg("check").args(args).output().unwrap();
+    // A file without a trace: its final state (scripts/expected.py) is what is checked.
+    let allocated = exp("v1_13_list.pickle")["devices"][0]["allocated_bytes"]
+        .as_u64()
+        .unwrap();
+    for at in [None, Some("end")] {
+        let mut args = vec!["testdata/v1_13_list.pickle".to_string()];
+        if let Some(at) = at {
+            args.extend(["--at".to_string(), at.to_string()]);
+        }
+        let with = |max: u64| {
+            let mut a = args.clone();
+            a.extend(["--max-peak".to_string(), max.to_string()]);
+            run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        let ok = with(allocated);
+        assert_eq!(ok.status.code(), Some(0), "{at:?}");
+        let text = String::from_utf8(ok.stdout).unwrap();
+        assert!(
+            text.contains(
+                "the final state is the only figure the file has, and it is what is checked"
+            ),
+            "{text}"
+        );
+        assert_eq!(with(allocated - 1).status.code(), Some(1), "{at:?}");
+    }
+    // With a trace, --at end checks the final state's block bytes, not the peak's: the
+    // active blocks (the one freed but pending on another stream is still held).
+    let e = &exp("sample.pickle")["devices"][0];
+    let (end, peak) = (
+        e["active_bytes"].as_u64().unwrap(),
+        e["peak_allocated_bytes"].as_u64().unwrap(),
+    );
+    assert!(end < peak);
+    let out = run(&[
+        "testdata/sample.pickle",
+        "--at",
+        "end",
+        "--max-peak",
+        &end.to_string(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["peak_bytes"], end);
+    assert_eq!(v["moment"]["kind"], "end");
+    let out = run(&["testdata/sample.pickle", "--max-peak", &end.to_string()]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the peak is over the end's value"
+    );
+}

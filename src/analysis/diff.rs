@@ -164,7 +164,10 @@ pub struct CheckReport {
     pub path: String,
     pub device: i64,
     pub metric: Metric,
+    /// The figure checked: the peak, or the value at `moment`.
     pub peak_bytes: u64,
+    /// The moment checked with `--at` (null: the peak).
+    pub moment: Option<super::moment::ResolvedMoment>,
     /// The file has no timeline: the "peak" is its final state, all it knows.
     pub final_state_only: bool,
     pub baseline_path: Option<String>,

@@ -91,8 +91,24 @@ pub fn run_check(args: &CheckArgs, out: &mut dyn Write) -> Result<()> {
         Metric::Requested => p.requested.bytes,
         Metric::Reserved => p.reserved.bytes,
     };
-    let (report, peaks) = groups_of(&args.file, args.device, Moment::Peak, by, &args.attribution)?;
-    let peak = peak_of(&peaks);
+    let moment = args.at.clone().unwrap_or(Moment::Peak);
+    // The figure checked: the peak's, or the value at the moment asked for.
+    let value_of = |report: &TopReport, peaks: &vramlens::timeline::replay::Peaks| match args.at {
+        None | Some(Moment::Peak) => peak_of(peaks),
+        Some(_) => match metric {
+            Metric::Allocated => report.allocated_bytes,
+            Metric::Requested => report.total_bytes,
+            Metric::Reserved => report.reserved_bytes.max(0) as u64,
+        },
+    };
+    let (report, peaks) = groups_of(
+        &args.file,
+        args.device,
+        moment.clone(),
+        by,
+        &args.attribution,
+    )?;
+    let peak = value_of(&report, &peaks);
     let mut limits = Vec::new();
     if let Some(max) = max_peak {
         limits.push(Limit {
@@ -104,9 +120,14 @@ pub fn run_check(args: &CheckArgs, out: &mut dyn Write) -> Result<()> {
     let mut baseline_peak = None;
     let mut grew = Vec::new();
     if let Some(base_path) = &args.baseline {
-        let (base, base_peaks) =
-            groups_of(base_path, args.device, Moment::Peak, by, &args.attribution)?;
-        let base_value = peak_of(&base_peaks);
+        let (base, base_peaks) = groups_of(
+            base_path,
+            args.device,
+            moment.clone(),
+            by,
+            &args.attribution,
+        )?;
+        let base_value = value_of(&base, &base_peaks);
         baseline_peak = Some(base_value);
         let limit = (base_value as f64 * (1.0 + args.tolerance / 100.0)).floor() as u64;
         limits.push(Limit {
@@ -127,6 +148,11 @@ pub fn run_check(args: &CheckArgs, out: &mut dyn Write) -> Result<()> {
         device: report.device,
         metric,
         peak_bytes: peak,
+        moment: args
+            .at
+            .as_ref()
+            .filter(|m| **m != Moment::Peak)
+            .map(|_| report.moment.clone()),
         final_state_only: !report.moment.has_timeline,
         baseline_path: args
             .baseline

@@ -96,10 +96,22 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
         out,
         "{}",
         style.heading(&format!(
-            "{verdict}: {} device {}: peak {metric} {}",
+            "{verdict}: {} device {}: {}",
             shown(&r.path),
             r.device,
-            bytes(r.peak_bytes)
+            match &r.moment {
+                None => format!("peak {metric} {}", bytes(r.peak_bytes)),
+                Some(m) if !m.has_timeline => format!(
+                    "{metric} {}, {}",
+                    bytes(r.peak_bytes),
+                    super::names::moment_text(m)
+                ),
+                Some(m) => format!(
+                    "{metric} {} {}",
+                    bytes(r.peak_bytes),
+                    super::names::moment_text(m)
+                ),
+            }
         ))
     )?;
     if r.final_state_only {
