@@ -539,6 +539,34 @@ fn timeline_svg_of_the_sample() {
     assert!(by_allocation.contains("cross_entropy"));
     assert!(svg.contains("OOM at event 325"));
     assert!(svg.contains("ProfilerStep#0"));
+    // The annotation spans wide enough carry their label (the part before '#'), drawn,
+    // not only in the tooltip.
+    assert_eq!(
+        count(
+            &svg,
+            r#"text-anchor="middle" font-size="10">ProfilerStep</text>"#
+        ),
+        2,
+        "annotation labels"
+    );
+    // Bands next to each other in the stack have colours of their own.
+    let fills: Vec<(String, String)> = svg
+        .lines()
+        .filter(|l| l.starts_with("<polygon") && l.contains("data-label=\""))
+        .map(|l| {
+            let attr = |name: &str| {
+                let start = l.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+                l[start..start + l[start..].find('"').unwrap()].to_string()
+            };
+            (attr("data-label"), attr("fill"))
+        })
+        .collect();
+    let mut bands = fills.clone();
+    bands.dedup_by(|a, b| a.0 == b.0);
+    assert!(bands.len() >= 5, "{bands:?}");
+    for w in bands.windows(2) {
+        assert_ne!(w[0].1, w[1].1, "{} and {} share a colour", w[0].0, w[1].0);
+    }
     // The legend gives each band's bytes at the peak: the two allocations of 196.5 MiB
     // at most together.
     assert!(
@@ -1124,4 +1152,19 @@ fn timelines_and_windows_that_cannot_be_drawn_are_refused() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("_record_memory_history"));
+}
+
+#[test]
+fn one_merged_group_is_one_group() {
+    // Drawing 17 of the sample's call sites leaves one merged: in the singular.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.svg");
+    vramlens()
+        .args(["timeline", "testdata/sample.pickle", "--top", "17", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.contains(">1 other group (up to "), "{svg}");
+    assert!(!svg.contains("1 other groups"));
 }
