@@ -829,3 +829,90 @@ fn a_real_trace_draws_its_profiler_steps_under_its_own_chart() {
     assert_eq!(got, expected, "lane {first_lane}");
     assert!(svg.contains("the chart&apos;s own trace"));
 }
+
+/// A 2021-style trace: [memory] events with neither `Total Reserved` nor `Addr`.
+fn trace_without_reserved_or_addresses(dir: &Path) -> PathBuf {
+    const MIB: i64 = 1 << 20;
+    let mut total = 0;
+    let events: Vec<Value> = [MIB, 2 * MIB, -MIB, -2 * MIB]
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            total += b;
+            serde_json::json!({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
+                "pid": 7, "tid": 7, "ts": 1000.0 + i as f64 * 10.0,
+                "args": {"Total Allocated": total, "Bytes": b, "Device Id": 0, "Device Type": 1}})
+        })
+        .collect();
+    let path = dir.join("old.trace.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string(&serde_json::json!({"schemaVersion": 1, "traceEvents": events}))
+            .unwrap(),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_trace_without_reserved_figures_shows_only_what_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = trace_without_reserved_or_addresses(dir.path());
+    let out = vramlens().arg("summary").arg(&trace).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    // No reserved figure: the trace recorded none.
+    assert!(
+        text.contains("  reserved             not recorded (the trace has no Total Reserved)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("peak reserved"), "{text}");
+    assert!(!text.contains("reserved at the end"), "{text}");
+    // The frees were paired by size, a guess said as one, not "complete".
+    assert!(
+        text.contains(
+            "each free was paired with an allocation of its size (which block ended is a guess)"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("complete (every free"), "{text}");
+    // The peak: 1 MiB + 2 MiB, by hand.
+    assert!(
+        text.contains("  peak requested       3.0 MiB at event 1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("_record_memory_history(max_entries"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 distinct stack of 0 distinct frames"),
+        "{text}"
+    );
+    let json: Value = serde_json::from_slice(
+        &vramlens()
+            .args(["summary", "--json"])
+            .arg(&trace)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let d = &json["devices"][0];
+    assert_eq!(d["reserved_recorded"], false);
+    assert_eq!(d["peak_reserved_bytes"], Value::Null);
+    assert_eq!(d["peak_requested_bytes"], 3 << 20);
+    // The chart draws no reserved line and says why in its legend.
+    let svg = dir.path().join("t.svg");
+    vramlens()
+        .arg("timeline")
+        .arg(&trace)
+        .arg("-o")
+        .arg(&svg)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(!svg.contains("reserved: bytes in segments"));
+    assert!(svg.contains(">reserved: not recorded</text>"));
+    assert!(!svg.contains("the gap up to reserved"));
+}

@@ -383,8 +383,17 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         out,
         "stacks",
         format!(
-            "{} distinct stacks of {} distinct frames",
-            s.distinct_stacks, s.distinct_frames
+            "{} of {}",
+            crate::units::count(
+                s.distinct_stacks as usize,
+                "distinct stack",
+                "distinct stacks"
+            ),
+            crate::units::count(
+                s.distinct_frames as usize,
+                "distinct frame",
+                "distinct frames"
+            )
         ),
     )?;
     row(

@@ -505,10 +505,14 @@ fn write_body(
     svg.polyline(
         &active,
         r##" stroke="#555555" stroke-width="1" stroke-dasharray="3 2""##,
-        Some(&format!(
-            "allocated: live allocations in block bytes, pending frees included; the gap up to reserved is free memory cached in segments (up to {})",
-            bytes(max_cached)
-        )),
+        Some(&if view.reserved_recorded {
+            format!(
+                "allocated: live allocations in block bytes, pending frees included; the gap up to reserved is free memory cached in segments (up to {})",
+                bytes(max_cached)
+            )
+        } else {
+            "allocated: live allocations in block bytes, pending frees included (the file records no reserved memory)".to_string()
+        }),
     )?;
     // Reserved memory, where the file records it.
     if view.reserved_recorded {
