@@ -823,3 +823,21 @@ fn a_redacted_torchtitan_oom_names_its_site_as_its_frame() {
         "{plain}"
     );
 }
+
+#[test]
+fn device_total_reads_gb_as_powers_of_ten_and_echoes_the_bytes() {
+    for (arg, bytes) in [
+        ("40GB", 40_000_000_000u64),
+        ("40GiB", 40 << 30),
+        ("40000000000", 40_000_000_000),
+    ] {
+        let v = oom_json(&["testdata/sample.pickle", "--device-total", arg]);
+        assert_eq!(v["analyses"][0]["device_total_bytes"], bytes, "{arg}");
+        assert_eq!(v["analyses"][0]["device_total_source"], "option");
+        let text = oom_text(&["testdata/sample.pickle", "--device-total", arg]);
+        assert!(
+            text.contains(&format!("(from --device-total: {bytes} bytes)\n")),
+            "{arg}: {text}"
+        );
+    }
+}

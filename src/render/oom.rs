@@ -323,7 +323,11 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
                 None => "unknown (give --device-total SIZE, or --log with the OOM message)".into(),
             },
             match a.device_total_source {
-                Some("option") => " (from --device-total)".to_string(),
+                // The size as understood, in bytes: 40GB is 40 * 10^9, 40GiB 40 * 2^30.
+                Some("option") => format!(
+                    " (from --device-total: {} bytes)",
+                    a.device_total_bytes.unwrap_or(0)
+                ),
                 Some(_) => " (from the OOM message)".to_string(),
                 None => String::new(),
             }
