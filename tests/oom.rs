@@ -841,3 +841,113 @@ fn device_total_reads_gb_as_powers_of_ten_and_echoes_the_bytes() {
         );
     }
 }
+
+/// One 8 MiB segment with a live 6 MiB block allocated from `file`, and a trace: that
+/// allocation, then an OOM asking 1 GiB with 2 MiB free on the device (a capacity OOM).
+fn capacity_oom_from(file: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    use vramlens::model::frames::Frame;
+    use vramlens::model::trace::NewEvent;
+    use vramlens::model::{Block, DeviceTrace, Features, Segment, SegmentType, Snapshot};
+    const BASE: u64 = 0x7f00_0000_0000;
+    const MIB: u64 = 1 << 20;
+    let mut snap = Snapshot::default();
+    let frame = Frame {
+        filename: snap.frames.intern_str(file),
+        name: snap.frames.intern_str("forward"),
+        line: 7,
+    };
+    let f = snap.frames.intern_frame(frame);
+    let user = Frame {
+        filename: snap.frames.intern_str("/home/u/proj/train.py"),
+        name: snap.frames.intern_str("step"),
+        line: 3,
+    };
+    let u = snap.frames.intern_frame(user);
+    let stack = snap.frames.intern_stack(&[f, u]);
+    let mut trace = DeviceTrace::default();
+    trace.keys.time_us = true;
+    let keys = trace.keys;
+    for (i, (action, addr, size)) in [
+        (Action::Alloc, BASE, 6 * MIB),
+        (Action::Oom, 2 * MIB, 1 << 30),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        trace.push(NewEvent {
+            action: Some(action),
+            addr,
+            size,
+            time_us: Some(1_750_000_000_000_000 + 10 * i as i64),
+            stack: Some(stack),
+            ..Default::default()
+        });
+    }
+    snap.segments = vec![Segment {
+        device: 0,
+        address: BASE,
+        total_size: 8 * MIB,
+        allocated_size: 6 * MIB,
+        active_size: 6 * MIB,
+        requested_size: Some(6 * MIB),
+        stream: 0,
+        segment_type: SegmentType::Large,
+        pool_id: Some((0, 0)),
+        is_expandable: false,
+        stack: None,
+        blocks: vec![
+            Block {
+                address: BASE,
+                size: 6 * MIB,
+                requested_size: 6 * MIB,
+                state: BlockState::ActiveAllocated,
+                stack: Some(stack),
+            },
+            Block {
+                address: BASE + 6 * MIB,
+                size: 2 * MIB,
+                requested_size: 0,
+                state: BlockState::Inactive,
+                stack: None,
+            },
+        ],
+    }];
+    snap.device_traces = vec![trace];
+    snap.features = Features {
+        device_traces: true,
+        block_frames: true,
+        segment_pool_id: true,
+        segment_requested_size: true,
+        entries: keys,
+        ..Features::default()
+    };
+    let path = dir.join("oom.pickle");
+    let out = std::fs::File::create(&path).unwrap();
+    vramlens::model::encode::write_snapshot(&snap, std::io::BufWriter::new(out)).unwrap();
+    path
+}
+
+#[test]
+fn sharding_is_not_proposed_to_a_job_that_shards_already() {
+    let fsdp =
+        "/venv/lib/python3.11/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_param.py";
+    for (file, sharded) in [("/home/u/proj/model.py", false), (fsdp, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = capacity_oom_from(file, dir.path());
+        let p = path.to_str().unwrap();
+        let v = oom_json(&[p]);
+        assert_eq!(kinds(&v["analyses"][0])[0], "capacity", "{v}");
+        let knobs = v["analyses"][0]["verdicts"][0]["knobs"].to_string();
+        let text = oom_text(&[p]);
+        if sharded {
+            assert_eq!(v["sharding_file"], fsdp);
+            assert!(knobs.contains("\"precision_offload\""), "{knobs}");
+            assert!(!knobs.contains("sharding"), "{knobs}");
+            assert!(!text.contains("sharding (FSDP/ZeRO)"), "{text}");
+        } else {
+            assert_eq!(v["sharding_file"], serde_json::Value::Null);
+            assert!(knobs.contains("\"precision_sharding_offload\""), "{knobs}");
+            assert!(text.contains("sharding (FSDP/ZeRO)"), "{text}");
+        }
+    }
+}
