@@ -846,3 +846,52 @@ fn check_gates_the_value_at_a_moment_and_a_file_without_a_trace() {
         "the peak is over the end's value"
     );
 }
+
+#[test]
+fn the_rank_table_shows_peak_reserved_and_whole_words() {
+    let out = vramlens()
+        .args([
+            "top",
+            "testdata/sample.pickle",
+            "testdata/v2_2.pickle",
+            "testdata/v1_13_list.pickle",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let exp = |f: &str| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(root().join(format!("testdata/{f}.expected.json"))).unwrap(),
+        )
+        .unwrap();
+        v["devices"][0].clone()
+    };
+    let b = |v: &serde_json::Value| vramlens::units::bytes(v.as_u64().unwrap());
+    assert!(
+        text.lines().nth(1).unwrap().contains("peak reserved"),
+        "{text}"
+    );
+    let row = |file: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("testdata/{file}")))
+            .unwrap_or_else(|| panic!("{file}: {text}"))
+            .to_string()
+    };
+    // The peaks of reserved memory (scripts/expected.py), not the end's values.
+    let sample = exp("sample.pickle");
+    assert_ne!(sample["peak_reserved_bytes"], sample["reserved_bytes"]);
+    assert!(row("sample.pickle").contains(&format!("  {}  ", b(&sample["peak_reserved_bytes"]))));
+    // Without a trace there is no peak: the end's reserved bytes, said so.
+    let old = exp("v1_13_list.pickle");
+    assert!(row("v1_13_list.pickle").contains(&format!("{} (end)", b(&old["reserved_bytes"]))));
+    // Group names whole: "model.py:192 in forward", never cut inside a word.
+    assert!(
+        row("sample.pickle").contains(" model.py:192 in forward "),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 rank's peak is more than 10% above the median's"),
+        "{text}"
+    );
+}

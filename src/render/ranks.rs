@@ -15,7 +15,7 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
     )?;
     writeln!(
         out,
-        "  {:>10}  {:>13}  {:>10}  {:>4}  {:<32}  file",
+        "  {:>10}  {:>13}  {:>10}  {:>4}  {:<44}  file",
         "peak", "peak reserved", "vs median", "OOMs", "largest group at the peak"
     )?;
     for row in &r.rows {
@@ -25,13 +25,13 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
                     "frame" | "stack" => tiny_frame(g),
                     _ => group_display(g, kind),
                 };
-                format!("{} {}", bytes(b), clip(&name, 22))
+                format!("{} {}", bytes(b), clip(&name, 34))
             }
             _ => "-".into(),
         };
         writeln!(
             out,
-            "  {:>10}  {:>13}  {:>10}  {:>4}  {group:<32}  {}{}",
+            "  {:>10}  {:>13}  {:>10}  {:>4}  {group:<44}  {}{}",
             row.peak_requested_bytes.map_or("no trace".into(), bytes),
             // Without a trace, the reserved bytes of the final state, said so.
             row.peak_reserved_bytes
@@ -60,7 +60,12 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
         )?,
         n => writeln!(
             out,
-            "  {n} rank(s) peak more than {:.0}% above the median's ({})",
+            "  {} more than {:.0}% above the median's ({})",
+            if n == 1 {
+                "1 rank's peak is".to_string()
+            } else {
+                format!("{n} ranks' peaks are")
+            },
             OUTLIER_MARGIN * 100.0,
             r.median_peak_bytes.map_or("?".into(), bytes)
         )?,
