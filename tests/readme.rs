@@ -60,3 +60,18 @@ fn readme_examples_match_the_output() {
     }
     assert!(checked >= 3, "{checked} examples checked");
 }
+
+#[test]
+fn the_first_screen_says_what_a_first_build_costs() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    // The first screen: the two commands, then what to expect of them the first time.
+    let first: String = readme.lines().take(25).collect::<Vec<_>>().join(" ");
+    assert!(first.contains("cargo run --release -- summary testdata/sample.pickle"));
+    assert!(first.contains("cargo test "));
+    assert!(
+        first.contains("on a 2-core machine the first `cargo run --release` took about"),
+        "{first}"
+    );
+    assert!(first.contains("first `cargo test` about"), "{first}");
+}
