@@ -142,8 +142,11 @@ fn sample_report_is_self_contained_with_the_independent_figures() {
         .map(|b| b.parse::<u64>().unwrap())
         .sum();
     assert_eq!(rows, 468296708);
-    // Each chart of the other renderers is inline, without its XML prolog.
-    assert_eq!(html.matches("<svg ").count(), 2 + 3 * 2);
+    // Each chart of the other renderers is inline, without its XML prolog: the two
+    // timelines (each with its plot's viewport inside), a flame graph and a segment map
+    // per moment.
+    assert_eq!(html.matches("<svg ").count(), 2 * 2 + 3 * 2);
+    assert_eq!(html.matches("<svg class=\"plot\"").count(), 2);
     assert!(!html.contains("<?xml"));
     let charts = |kind: &str| {
         Regex::new(&format!(
@@ -194,6 +197,19 @@ fn sample_report_is_self_contained_with_the_independent_figures() {
             .count(),
         3
     );
+    // The end's map: the final state's totals (scripts/expected.py).
+    let b = |n: u64| vramlens::units::bytes(n);
+    let (reserved, allocated) = (
+        e["reserved_bytes"].as_u64().unwrap(),
+        e["allocated_bytes"].as_u64().unwrap(),
+    );
+    assert!(html.contains(&format!(
+        "<details class=\"segments\"><summary>{} segments: reserved {}, allocated {}, free {} (open to draw the map)</summary>",
+        e["segments"],
+        b(reserved),
+        b(allocated),
+        b(reserved - allocated)
+    )));
     assert!(html.contains("Warnings while reading"));
 }
 

@@ -59,7 +59,6 @@
   // a nested svg.plot; a zoom shows part of its x range there (lo..hi, fractions of the
   // whole), with the y axis, the legend and the sizes of text and marks unchanged, and
   // the x axis's ticks drawn anew for the part shown.
-  var SVG_NS = 'http://www.w3.org/2000/svg';
   function decimalStep(span, ticks) {
     var raw = Math.max(span / ticks, 1e-9);
     var p = Math.pow(10, Math.floor(Math.log10(raw)));
@@ -88,12 +87,12 @@
     while (axis.firstChild) { axis.removeChild(axis.firstChild); }
     for (var x = Math.ceil(a / step - 1e-9) * step; x <= b + step * 1e-9; x += step) {
       var px = left + (x - a) / (b - a) * (right - left);
-      var tick = doc.createElementNS(SVG_NS, 'line');
+      var tick = doc.createElementNS(axis.namespaceURI, 'line');
       [['x1', px], ['x2', px], ['y1', y], ['y2', y + 5], ['stroke', '#333']].forEach(function (kv) {
         tick.setAttribute(kv[0], kv[1]);
       });
       axis.appendChild(tick);
-      var label = doc.createElementNS(SVG_NS, 'text');
+      var label = doc.createElementNS(axis.namespaceURI, 'text');
       label.setAttribute('x', px);
       label.setAttribute('y', y + 18);
       label.setAttribute('text-anchor', 'middle');
