@@ -85,11 +85,12 @@ ABSOLUTE = re.compile(r"^(/|\\|[A-Za-z]:[/\\]|~/)")
 
 
 def path_text(path):
-    """A path kept as (parent, part) pairs, written out only for a failure message."""
+    """A path kept as (parent, ".", key) and (parent, "[", index) triples, written out
+    only for a failure message."""
     parts = []
     while isinstance(path, tuple):
-        path, part = path
-        parts.append(part)
+        path, sep, part = path
+        parts.append(f".{part}" if sep == "." else f"[{part}]")
     parts.append(path)
     return "".join(reversed(parts))
 
@@ -148,23 +149,35 @@ class Walker:
                     self.fail(path, f"keys differ: lost {sorted(missing)}, gained {sorted(kb - ka)}")
                 for k in ka - kb:
                     strings_into(a[k], self.strings_a)
-            for k in a:
-                if isinstance(k, str):
-                    self.strings_a.add(k)
-                else:
-                    strings_into(k, self.strings_a)
+            # Keys as they are (a key that is not a string is taken apart in strings()).
+            sa, sb = self.strings_a, self.strings_b
+            sa.update(a)
+            sb.update(b)
             for k in b:
-                if isinstance(k, str):
-                    self.strings_b.add(k)
+                x, y = a[k], b[k]
+                tx = type(x)
+                free_k = free or k not in KNOWN_KEYS or k in FREE_TEXT_KEYS
+                # Strings and integers (most values) checked here as walk() would check
+                # them, without a call each.
+                if tx is str and type(y) is str:
+                    sa.add(x)
+                    sb.add(y)
+                    if x != y:
+                        if not free_k:
+                            self.fail((path, ".", k), f"string {x!r} became {y!r}")
+                        self.strings_changed += 1
+                elif tx is int and type(y) is int:
+                    self.numbers += 1
+                    if x != y and not (k == "line" and ((x == 2**64 - 1 and y == -1)
+                                                        or (self.strip_code and x > 0))):
+                        self.fail((path, ".", k), f"{x!r} became {y!r}")
                 else:
-                    strings_into(k, self.strings_b)
-                self.walk(a[k], b[k], (path, f".{k}"), k,
-                          free or k not in KNOWN_KEYS or k in FREE_TEXT_KEYS)
+                    self.walk(x, y, (path, ".", k), k, free_k)
         elif isinstance(a, (list, tuple)):
             if len(a) != len(b):
                 self.fail(path, f"length {len(a)} became {len(b)}")
             for i, (x, y) in enumerate(zip(a, b)):
-                self.walk(x, y, (path, f"[{i}]"), key, free)
+                self.walk(x, y, (path, "[", i), key, free)
         else:
             self.numbers += 1
             if a == b:
@@ -174,6 +187,13 @@ class Walker:
             if key == "line" and self.strip_code and isinstance(a, int) and a > 0:
                 return
             self.fail(path, f"{a!r} became {b!r}")
+
+    def strings(self, side):
+        """The distinct strings of one side, keys that are not strings taken apart."""
+        out = set()
+        for v in side:
+            strings_into(v, out)
+        return out
 
     def frame(self, a, b, path):
         self.frames += 1
@@ -203,8 +223,9 @@ def check(original_path, redacted_path, strip_code):
     w = Walker(strip_code, from_json)
     w.walk(original, redacted, "(root)")
 
+    strings_a, strings_b = w.strings(w.strings_a), w.strings(w.strings_b)
     users = set()
-    for s in w.strings_a:
+    for s in strings_a:
         for m in HOME.finditer(s):
             users.add(m.group(1))
         for m in INDUCTOR.finditer(s):
@@ -234,7 +255,7 @@ def check(original_path, redacted_path, strip_code):
         return re.compile(r"(?<![A-Za-z0-9_])(?:" + alternatives + r")(?![A-Za-z0-9_])", re.I)
     if users:
         word = whole_words(users)
-        for s in sorted(w.strings_b):
+        for s in sorted(strings_b):
             m = word.search(s)
             if m:
                 raise Failed(f"user name {m.group(0)!r} is left in {s[:200]!r}")

@@ -186,18 +186,24 @@ struct Original {
 
 impl Original {
     fn read(path: &Path) -> Original {
-        let (snapshot, info) = read_snapshot(path, ReadOptions::default())
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let mut figures =
-            serde_json::to_value(analyze_summary(&snapshot, &info, SummaryOptions::default()))
-                .unwrap();
-        figures.as_object_mut().unwrap().remove("source").unwrap();
+        let (snapshot, figures, _) = read_with_figures(path);
         Original {
             path: path.to_path_buf(),
             figures,
             snapshot,
         }
     }
+}
+
+/// A snapshot read once, with [`figures`] of it (the summary without `source`, and
+/// `source`), as `summary --json` gives them.
+fn read_with_figures(path: &Path) -> (vramlens::model::Snapshot, Value, Value) {
+    let (snapshot, info) = read_snapshot(path, ReadOptions::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut figures =
+        serde_json::to_value(analyze_summary(&snapshot, &info, SummaryOptions::default())).unwrap();
+    let source = figures.as_object_mut().unwrap().remove("source").unwrap();
+    (snapshot, figures, source)
 }
 
 /// Runs `check` on every file on a few threads, giving the results in the files' order.
@@ -230,17 +236,19 @@ fn each_file<T: Send>(files: &[PathBuf], check: impl Fn(usize, &Path) -> T + Syn
 /// path and the Python check's report (null without python3).
 fn redact_and_check(input: &Path, dir: &Path, args: &[&str], python: bool) -> (PathBuf, Value) {
     let (before, _) = figures(input);
-    redact_and_check_against(input, &before, dir, args, python)
+    let (out, checked, _) = redact_and_check_against(input, &before, dir, args, python);
+    (out, checked)
 }
 
-/// [`redact_and_check`] with the original's figures already worked out.
+/// [`redact_and_check`] with the original's figures already worked out; gives the
+/// redacted snapshot as read for check (b) too.
 fn redact_and_check_against(
     input: &Path,
     before: &Value,
     dir: &Path,
     args: &[&str],
     python: bool,
-) -> (PathBuf, Value) {
+) -> (PathBuf, Value, vramlens::model::Snapshot) {
     // Fixtures in different folders share names: the parent folder goes in too.
     let parent = input
         .parent()
@@ -263,7 +271,7 @@ fn redact_and_check_against(
     } else {
         Value::Null
     };
-    let (after, source) = figures(&out);
+    let (redacted, after, source) = read_with_figures(&out);
     assert_eq!(
         *before,
         after,
@@ -273,7 +281,7 @@ fn redact_and_check_against(
     assert_eq!(source["format"], "pickle");
     assert_eq!(source["gzip"], false);
     assert_eq!(source["pickle_protocol"], 4);
-    (out, checked)
+    (out, checked, redacted)
 }
 
 #[test]
@@ -312,9 +320,12 @@ fn fixtures_redact_to_files_python_opens_with_the_same_figures() {
 
 /// Frame by frame (ids are kept): function names hashed, file names as without
 /// --strip-code, some line numbers changed, none merged.
-fn assert_code_stripped(original: &Original, plain: &Path, stripped: &Path) {
-    let read = |p: &Path| read_snapshot(p, ReadOptions::default()).unwrap().0;
-    let (o, p, s) = (&original.snapshot, read(plain), read(stripped));
+fn assert_code_stripped(
+    original: &Original,
+    plain: &vramlens::model::Snapshot,
+    stripped: &vramlens::model::Snapshot,
+) {
+    let (o, p, s) = (&original.snapshot, plain, stripped);
     let original = original.path.as_path();
     assert_eq!(o.frames.frame_count(), s.frames.frame_count());
     let mut lines_changed = 0;
@@ -361,13 +372,14 @@ fn strip_code_hashes_names_and_lines_and_keeps_frames_distinct() {
         let dir = dir.path().join(i.to_string());
         std::fs::create_dir(&dir).unwrap();
         let original = Original::read(f);
-        let (plain, _) = redact_and_check_against(f, &original.figures, &dir, &[], false);
-        let plain_copy = dir.join("plain.pickle");
-        std::fs::rename(&plain, &plain_copy).unwrap();
-        let (stripped, _) =
+        let (plain_path, _, plain) =
+            redact_and_check_against(f, &original.figures, &dir, &[], false);
+        // The stripped file goes where the plain one was.
+        std::fs::remove_file(&plain_path).unwrap();
+        let (stripped_path, _, stripped) =
             redact_and_check_against(f, &original.figures, &dir, &["--strip-code"], false);
-        assert_code_stripped(&original, &plain_copy, &stripped);
-        (stripped, original.snapshot.frames.frame_count())
+        assert_code_stripped(&original, &plain, &stripped);
+        (stripped_path, original.snapshot.frames.frame_count())
     });
     if python {
         let pairs: Vec<_> = files
@@ -667,15 +679,16 @@ fn every_real_snapshot_redacts_with_the_same_figures_and_no_names_left() {
         let dir = dir.path().join(i.to_string());
         std::fs::create_dir(&dir).unwrap();
         let original = Original::read(f);
-        let (plain, _) = redact_and_check_against(f, &original.figures, &dir, &[], false);
+        let (plain_path, _, plain) =
+            redact_and_check_against(f, &original.figures, &dir, &[], false);
         let plain_copy = dir.join("plain.pickle");
-        std::fs::rename(&plain, &plain_copy).unwrap();
+        std::fs::rename(&plain_path, &plain_copy).unwrap();
         // Frames stay distinct: checked through our reader (equal frames are interned
         // once, so a merge would lower the count) and by the summary's distinct_frames.
-        let (stripped, _) =
+        let (stripped_path, _, stripped) =
             redact_and_check_against(f, &original.figures, &dir, &["--strip-code"], false);
-        assert_code_stripped(&original, &plain_copy, &stripped);
-        std::fs::remove_file(&stripped).unwrap();
+        assert_code_stripped(&original, &plain, &stripped);
+        std::fs::remove_file(&stripped_path).unwrap();
         plain_copy
     });
     let mut users = 0;
