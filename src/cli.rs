@@ -337,8 +337,9 @@ pub struct FlamegraphArgs {
     /// Keep every frame of each stack, Python and C++, as recorded (less the allocator's
     /// and interpreter's plumbing the official viewer hides too). By default a stack is
     /// its Python frames with the C++ frames under the innermost one as one
-    /// `(N C++ frames)` box; a stack without a Python frame is its call site as `top`
-    /// names it, e.g. `(backward of MmBackward0)`, over one `(N C++ frames)` box.
+    /// `(N C++ frames)` box (the C++ glue between two Python frames is left out); a stack
+    /// without a Python frame is its call site as `top` names it, e.g.
+    /// `(backward of MmBackward0)`, over one `(N C++ frames)` box.
     #[arg(long)]
     pub all_frames: bool,
     /// Overwrite the output file if it exists.
