@@ -785,9 +785,12 @@ fn ranks_without_peaks_say_there_is_nothing_to_compare() {
     assert!(!text.contains("above the median"), "{text}");
 }
 
+/// A frame as `(filename, line, name)`.
+type CraftedFrame<'a> = (&'a str, i64, &'a str);
+
 /// A final-state snapshot (no trace) of one device, each block `(bytes, frames)` with its
-/// frames innermost first as `(filename, line, name)`; written with serde-pickle.
-fn crafted_snapshot(path: &std::path::Path, blocks: &[(i64, Vec<(&str, i64, &str)>)]) {
+/// frames innermost first; written with serde-pickle.
+fn crafted_snapshot(path: &std::path::Path, blocks: &[(i64, Vec<CraftedFrame>)]) {
     use serde_pickle::{HashableValue as HV, SerOptions, Value as SV};
     let dict = |items: Vec<(&str, SV)>| {
         SV::Dict(
@@ -849,7 +852,7 @@ const MIB: i64 = 1 << 20;
 /// (two blocks, 3 MiB and 1 MiB); `build` allocates with no C++ frame recorded (2 MiB);
 /// the autograd engine allocates with three C++ frames and no Python one (512 KiB).
 fn python_calls_cpp(dir: &std::path::Path) -> std::path::PathBuf {
-    let cpp: [(&str, i64, &str); 5] = [
+    let cpp: [CraftedFrame; 5] = [
         (
             "CUDACachingAllocator.cpp",
             0,
