@@ -348,9 +348,18 @@ pub struct FlamegraphArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Folded stacks instead of SVG: one `frame;frame;frame BYTES` line per stack, root
-    /// first, to standard output unless -o is given.
+    /// first, to standard output unless -o is given. The same frames as the graph's boxes
+    /// (--all-frames applies).
     #[arg(long)]
     pub folded: bool,
+    /// Keep every frame of each stack, Python and C++, as recorded (less the allocator's
+    /// and interpreter's plumbing the official viewer hides too). By default a stack is
+    /// its Python frames with the C++ frames under the innermost one as one
+    /// `(N C++ frames)` box (the C++ glue between two Python frames is left out); a stack
+    /// without a Python frame is its call site as `top` names it, e.g.
+    /// `(backward of MmBackward0)`, over one `(N C++ frames)` box.
+    #[arg(long)]
+    pub all_frames: bool,
     /// Overwrite the output file if it exists.
     #[arg(long)]
     pub force: bool,

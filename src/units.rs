@@ -31,7 +31,7 @@ pub fn bytes(n: u64) -> String {
 /// As [`bytes`], with two decimals from 1 GiB up (as CUDA's OOM message prints them), for
 /// figures set side by side whose differences are a few MiB: `139.77 GiB`.
 pub fn bytes_fine(n: u64) -> String {
-    if n >= 1 << 30 && n < 1 << 40 {
+    if (1 << 30..1 << 40).contains(&n) {
         format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64)
     } else {
         bytes(n)

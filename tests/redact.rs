@@ -9,12 +9,16 @@
 //! (c) `--strip-code` hashes function names and line numbers and keeps frames distinct;
 //! (d) `--show` lists the changes and writes nothing;
 //! and the output is never written over the input or over a file without `--force`.
+//!
+//! The many-file tests check their files on a few threads, read each original once for
+//! all its checks, and start Python once per share of the files (`--pairs`), not per file.
 
 mod common;
 
 use assert_cmd::Command;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use vramlens::analysis::summary::{SummaryOptions, analyze_summary};
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::model::FrameId;
 
@@ -97,6 +101,74 @@ fn python_check(original: &Path, redacted: &Path, strip_code: bool) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The Python check of many `(original, redacted, strip_code)` pairs: a few Python
+/// processes side by side, each started once for its share (`--pairs`); the reports in
+/// the pairs' order. Any failure fails the test with the script's message.
+fn python_check_all(pairs: &[(PathBuf, PathBuf, bool)]) -> Vec<Value> {
+    use std::io::Write;
+    let script = common::root().join("scripts/check_redacted.py");
+    let shares = workers().min(pairs.len());
+    let run_share = |share: usize| -> Vec<(usize, Value)> {
+        // Every `shares`-th pair, so that the large files (next to each other in name
+        // order) are spread over the processes.
+        let mine: Vec<usize> = (share..pairs.len()).step_by(shares).collect();
+        let mut child = std::process::Command::new("python3")
+            .arg(&script)
+            .arg("--pairs")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut lines = String::new();
+        for &i in &mine {
+            let (original, redacted, strip_code) = &pairs[i];
+            lines.push_str(&format!("{}\t{}", original.display(), redacted.display()));
+            if *strip_code {
+                lines.push_str("\t--strip-code");
+            }
+            lines.push('\n');
+        }
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(lines.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let reports: Vec<Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(reports.len(), mine.len());
+        mine.into_iter().zip(reports).collect()
+    };
+    let mut reports: Vec<(usize, Value)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..shares)
+            .map(|share| scope.spawn(move || run_share(share)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    reports.sort_by_key(|(i, _)| *i);
+    reports.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Threads for checks of many files.
+fn workers() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 8)
+}
+
 /// The summary without `source`, and `source` apart.
 fn figures(path: &Path) -> (Value, Value) {
     let mut s = common::summary_json(path);
@@ -104,9 +176,79 @@ fn figures(path: &Path) -> (Value, Value) {
     (s, source)
 }
 
+/// An original snapshot read once: its summary figures (without `source`) and its model,
+/// for the checks of each of its redactions.
+struct Original {
+    path: PathBuf,
+    figures: Value,
+    snapshot: vramlens::model::Snapshot,
+}
+
+impl Original {
+    fn read(path: &Path) -> Original {
+        let (snapshot, figures, _) = read_with_figures(path);
+        Original {
+            path: path.to_path_buf(),
+            figures,
+            snapshot,
+        }
+    }
+}
+
+/// A snapshot read once, with [`figures`] of it (the summary without `source`, and
+/// `source`), as `summary --json` gives them.
+fn read_with_figures(path: &Path) -> (vramlens::model::Snapshot, Value, Value) {
+    let (snapshot, info) = read_snapshot(path, ReadOptions::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut figures =
+        serde_json::to_value(analyze_summary(&snapshot, &info, SummaryOptions::default())).unwrap();
+    let source = figures.as_object_mut().unwrap().remove("source").unwrap();
+    (snapshot, figures, source)
+}
+
+/// Runs `check` on every file on a few threads, giving the results in the files' order.
+/// The files are independent and each check is the one a loop would run: an assertion
+/// that fails in a thread fails the test with its message.
+fn each_file<T: Send>(files: &[PathBuf], check: impl Fn(usize, &Path) -> T + Sync) -> Vec<T> {
+    let threads = workers();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<T>>> =
+        files.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(f) = files.get(i) else { break };
+                    let r = check(i, f);
+                    *results[i].lock().unwrap() = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.into_inner().unwrap().unwrap())
+        .collect()
+}
+
 /// Redacts `input` into `dir` with `args`, runs checks (a) and (b), gives the output
 /// path and the Python check's report (null without python3).
 fn redact_and_check(input: &Path, dir: &Path, args: &[&str], python: bool) -> (PathBuf, Value) {
+    let (before, _) = figures(input);
+    let (out, checked, _) = redact_and_check_against(input, &before, dir, args, python);
+    (out, checked)
+}
+
+/// [`redact_and_check`] with the original's figures already worked out; gives the
+/// redacted snapshot as read for check (b) too.
+fn redact_and_check_against(
+    input: &Path,
+    before: &Value,
+    dir: &Path,
+    args: &[&str],
+    python: bool,
+) -> (PathBuf, Value, vramlens::model::Snapshot) {
     // Fixtures in different folders share names: the parent folder goes in too.
     let parent = input
         .parent()
@@ -129,10 +271,9 @@ fn redact_and_check(input: &Path, dir: &Path, args: &[&str], python: bool) -> (P
     } else {
         Value::Null
     };
-    let (before, _) = figures(input);
-    let (after, source) = figures(&out);
+    let (redacted, after, source) = read_with_figures(&out);
     assert_eq!(
-        before,
+        *before,
         after,
         "{}: summary figures differ after redaction",
         input.display()
@@ -140,17 +281,26 @@ fn redact_and_check(input: &Path, dir: &Path, args: &[&str], python: bool) -> (P
     assert_eq!(source["format"], "pickle");
     assert_eq!(source["gzip"], false);
     assert_eq!(source["pickle_protocol"], 4);
-    (out, checked)
+    (out, checked, redacted)
 }
 
 #[test]
 fn fixtures_redact_to_files_python_opens_with_the_same_figures() {
     let dir = tempfile::tempdir().unwrap();
     let python = python3();
+    let files = fixtures();
+    let redacted = each_file(&files, |_, f| redact_and_check(f, dir.path(), &[], false).0);
+    if !python {
+        return;
+    }
+    let pairs: Vec<_> = files
+        .iter()
+        .zip(redacted)
+        .map(|(f, r)| (f.clone(), r, false))
+        .collect();
     let mut with_users = 0;
-    for f in fixtures() {
-        let (_, checked) = redact_and_check(&f, dir.path(), &[], python);
-        if python && !checked["users"].as_array().unwrap().is_empty() {
+    for ((f, _, _), checked) in pairs.iter().zip(python_check_all(&pairs)) {
+        if !checked["users"].as_array().unwrap().is_empty() {
             with_users += 1;
             assert!(checked["strings_changed"].as_u64().unwrap() > 0);
             // The hostile-strings fixture's frames also live under /home/eve.
@@ -162,19 +312,21 @@ fn fixtures_redact_to_files_python_opens_with_the_same_figures() {
             assert_eq!(checked["users"], users, "{}", f.display());
         }
     }
-    if python {
-        assert!(
-            with_users >= 15,
-            "the fixtures' /home/alice paths were not seen"
-        );
-    }
+    assert!(
+        with_users >= 15,
+        "the fixtures' /home/alice paths were not seen"
+    );
 }
 
 /// Frame by frame (ids are kept): function names hashed, file names as without
 /// --strip-code, some line numbers changed, none merged.
-fn assert_code_stripped(original: &Path, plain: &Path, stripped: &Path) {
-    let read = |p: &Path| read_snapshot(p, ReadOptions::default()).unwrap().0;
-    let (o, p, s) = (read(original), read(plain), read(stripped));
+fn assert_code_stripped(
+    original: &Original,
+    plain: &vramlens::model::Snapshot,
+    stripped: &vramlens::model::Snapshot,
+) {
+    let (o, p, s) = (&original.snapshot, plain, stripped);
+    let original = original.path.as_path();
     assert_eq!(o.frames.frame_count(), s.frames.frame_count());
     let mut lines_changed = 0;
     for i in 0..o.frames.frame_count() {
@@ -214,25 +366,37 @@ fn assert_code_stripped(original: &Path, plain: &Path, stripped: &Path) {
 fn strip_code_hashes_names_and_lines_and_keeps_frames_distinct() {
     let dir = tempfile::tempdir().unwrap();
     let python = python3();
-    for f in fixtures() {
-        let (plain, _) = redact_and_check(&f, dir.path(), &[], false);
-        let plain_copy = dir.path().join("plain.pickle");
-        std::fs::rename(&plain, &plain_copy).unwrap();
-        let (stripped, checked) = redact_and_check(&f, dir.path(), &["--strip-code"], python);
-        if python {
+    let files = fixtures();
+    // (the file stripped of code, the original's distinct frames)
+    let stripped = each_file(&files, |i, f| {
+        let dir = dir.path().join(i.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        let original = Original::read(f);
+        let (plain_path, _, plain) =
+            redact_and_check_against(f, &original.figures, &dir, &[], false);
+        // The stripped file goes where the plain one was.
+        std::fs::remove_file(&plain_path).unwrap();
+        let (stripped_path, _, stripped) =
+            redact_and_check_against(f, &original.figures, &dir, &["--strip-code"], false);
+        assert_code_stripped(&original, &plain, &stripped);
+        (stripped_path, original.snapshot.frames.frame_count())
+    });
+    if python {
+        let pairs: Vec<_> = files
+            .iter()
+            .zip(&stripped)
+            .map(|(f, (s, _))| (f.clone(), s.clone(), true))
+            .collect();
+        for ((f, (_, frames)), checked) in files.iter().zip(&stripped).zip(python_check_all(&pairs))
+        {
             // The Python check maps original frames to redacted ones one to one.
             assert_eq!(
                 checked["distinct_frames"].as_u64().unwrap() as usize,
-                read_snapshot(&f, ReadOptions::default())
-                    .unwrap()
-                    .0
-                    .frames
-                    .frame_count(),
+                *frames,
                 "{}",
                 f.display()
             );
         }
-        assert_code_stripped(&f, &plain_copy, &stripped);
     }
 }
 
@@ -510,17 +674,34 @@ fn annotations_metadata_keep_and_scrub_options() {
 fn every_real_snapshot_redacts_with_the_same_figures_and_no_names_left() {
     let dir = tempfile::tempdir().unwrap();
     let python = python3();
-    let mut users = 0;
-    for f in real_snapshots() {
-        let (plain, checked) = redact_and_check(&f, dir.path(), &[], python);
-        users += checked["users"].as_array().map_or(0, |u| u.len());
-        let plain_copy = dir.path().join("plain.pickle");
-        std::fs::rename(&plain, &plain_copy).unwrap();
+    let files = real_snapshots();
+    let plain = each_file(&files, |i, f| {
+        let dir = dir.path().join(i.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        let original = Original::read(f);
+        let (plain_path, _, plain) =
+            redact_and_check_against(f, &original.figures, &dir, &[], false);
+        let plain_copy = dir.join("plain.pickle");
+        std::fs::rename(&plain_path, &plain_copy).unwrap();
         // Frames stay distinct: checked through our reader (equal frames are interned
         // once, so a merge would lower the count) and by the summary's distinct_frames.
-        let (stripped, _) = redact_and_check(&f, dir.path(), &["--strip-code"], false);
-        assert_code_stripped(&f, &plain_copy, &stripped);
-        std::fs::remove_file(&stripped).unwrap();
+        let (stripped_path, _, stripped) =
+            redact_and_check_against(f, &original.figures, &dir, &["--strip-code"], false);
+        assert_code_stripped(&original, &plain, &stripped);
+        std::fs::remove_file(&stripped_path).unwrap();
+        plain_copy
+    });
+    let mut users = 0;
+    if python {
+        let pairs: Vec<_> = files
+            .iter()
+            .zip(plain)
+            .map(|(f, p)| (f.clone(), p, false))
+            .collect();
+        users = python_check_all(&pairs)
+            .iter()
+            .map(|c| c["users"].as_array().map_or(0, |u| u.len()))
+            .sum();
     }
     if python {
         assert!(

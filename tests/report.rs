@@ -545,7 +545,7 @@ fn the_oom_has_one_ledger_of_the_message_and_the_reading_side_by_side() {
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|r| r["time_us"].as_i64().unwrap() <= 1_795_979_732_632_911)
-        .last()
+        .max_by_key(|r| r["time_us"].as_i64().unwrap())
         .unwrap();
     let r_total = reading["total_bytes"].as_f64().unwrap();
     let r_used = reading["used_bytes"].as_f64().unwrap();

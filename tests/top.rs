@@ -305,7 +305,7 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
             (&one_pass.streams, &one_pass.pools),
             (&live.streams, &live.pools)
         );
-        let (root, folded) = vramlens::analysis::flame::flame(&attr, &live);
+        let (root, folded) = vramlens::analysis::flame::flame(&attr, &live, &Default::default());
         assert_eq!(folded.iter().map(|(_, b)| b).sum::<u64>(), peak);
         assert_eq!(root.bytes, peak);
         assert!(
@@ -894,4 +894,246 @@ fn the_rank_table_shows_peak_reserved_and_whole_words() {
         text.contains("1 rank's peak is more than 10% above the median's"),
         "{text}"
     );
+}
+
+/// A frame as `(filename, line, name)`.
+type CraftedFrame<'a> = (&'a str, i64, &'a str);
+
+/// A final-state snapshot (no trace) of one device, each block `(bytes, frames)` with its
+/// frames innermost first; written with serde-pickle.
+fn crafted_snapshot(path: &std::path::Path, blocks: &[(i64, Vec<CraftedFrame>)]) {
+    use serde_pickle::{HashableValue as HV, SerOptions, Value as SV};
+    let dict = |items: Vec<(&str, SV)>| {
+        SV::Dict(
+            items
+                .into_iter()
+                .map(|(k, v)| (HV::String(k.into()), v))
+                .collect(),
+        )
+    };
+    let base: i64 = 0x7f00_0000_0000;
+    let total: i64 = blocks.iter().map(|(b, _)| b).sum();
+    let mut address = base;
+    let mut list = Vec::new();
+    for (size, frames) in blocks {
+        let frames = frames
+            .iter()
+            .map(|(file, line, name)| {
+                dict(vec![
+                    ("filename", SV::String(file.to_string())),
+                    ("line", SV::I64(*line)),
+                    ("name", SV::String(name.to_string())),
+                ])
+            })
+            .collect();
+        list.push(dict(vec![
+            ("address", SV::I64(address)),
+            ("size", SV::I64(*size)),
+            ("requested_size", SV::I64(*size)),
+            ("state", SV::String("active_allocated".into())),
+            ("frames", SV::List(frames)),
+        ]));
+        address += size;
+    }
+    let segment = dict(vec![
+        ("device", SV::I64(0)),
+        ("address", SV::I64(base)),
+        ("total_size", SV::I64(total)),
+        ("allocated_size", SV::I64(total)),
+        ("active_size", SV::I64(total)),
+        ("requested_size", SV::I64(total)),
+        ("stream", SV::I64(0)),
+        ("segment_type", SV::String("large".into())),
+        ("blocks", SV::List(list)),
+    ]);
+    let root = dict(vec![
+        ("segments", SV::List(vec![segment])),
+        ("device_traces", SV::List(vec![SV::List(vec![])])),
+    ]);
+    std::fs::write(
+        path,
+        serde_pickle::value_to_vec(&root, SerOptions::new()).unwrap(),
+    )
+    .unwrap();
+}
+
+const MIB: i64 = 1 << 20;
+
+/// Python's `train.py` calls `forward`, which calls five C++ frames down to the allocator
+/// (two blocks, 3 MiB and 1 MiB); `build` allocates with no C++ frame recorded (2 MiB);
+/// the autograd engine allocates with three C++ frames and no Python one (512 KiB).
+fn python_calls_cpp(dir: &std::path::Path) -> std::path::PathBuf {
+    let cpp: [CraftedFrame; 5] = [
+        (
+            "CUDACachingAllocator.cpp",
+            0,
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int, unsigned long)",
+        ),
+        (
+            "EmptyTensor.cpp",
+            0,
+            "at::detail::empty_cuda(c10::ArrayRef<long>)",
+        ),
+        (
+            "??",
+            0,
+            "at::_ops::empty_memory_format::call(c10::ArrayRef<long>)",
+        ),
+        (
+            "TensorFactories.cpp",
+            0,
+            "at::native::zeros(c10::ArrayRef<long>)",
+        ),
+        (
+            "python_torch_functions.cpp",
+            0,
+            "torch::autograd::THPVariable_zeros(_object*, _object*)",
+        ),
+    ];
+    let forward = ("/home/u/proj/model.py", 42, "forward");
+    let module = ("/home/u/proj/train.py", 10, "<module>");
+    let with_cpp: Vec<_> = cpp.iter().copied().chain([forward, module]).collect();
+    let path = dir.join("python_calls_cpp.pickle");
+    crafted_snapshot(
+        &path,
+        &[
+            (3 * MIB, with_cpp.clone()),
+            (
+                2 * MIB,
+                vec![("/home/u/proj/model.py", 50, "build"), module],
+            ),
+            (MIB, with_cpp),
+            (
+                MIB / 2,
+                vec![
+                    (
+                        "CUDACachingAllocator.cpp",
+                        0,
+                        "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int, unsigned long)",
+                    ),
+                    (
+                        "??",
+                        0,
+                        "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&)",
+                    ),
+                    (
+                        "??",
+                        0,
+                        "torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&)",
+                    ),
+                ],
+            ),
+        ],
+    );
+    path
+}
+
+fn folded(args: &[&str]) -> String {
+    let out = vramlens().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn cpp_frames_under_a_python_frame_fold_into_one_element_unless_all_frames_are_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = python_calls_cpp(dir.path());
+    let snap = snap.to_str().unwrap();
+    // The five C++ frames under forward are one element holding both blocks (3 + 1 MiB);
+    // the C++-only stack is its call site over its three frames.
+    assert_eq!(
+        folded(&["flamegraph", "--folded", snap]),
+        "(backward of MmBackward0);(3 C++ frames) 524288\n\
+         /home/u/proj/train.py:10:<module>;/home/u/proj/model.py:42:forward;(5 C++ frames) 4194304\n\
+         /home/u/proj/train.py:10:<module>;/home/u/proj/model.py:50:build 2097152\n"
+    );
+    // Every frame, root first, with --all-frames.
+    assert_eq!(
+        folded(&["flamegraph", "--folded", "--all-frames", snap]),
+        "/home/u/proj/train.py:10:<module>;/home/u/proj/model.py:42:forward;\
+         python_torch_functions.cpp:0:torch::autograd::THPVariable_zeros(_object*, _object*);\
+         TensorFactories.cpp:0:at::native::zeros(c10::ArrayRef<long>);\
+         ??:0:at::_ops::empty_memory_format::call(c10::ArrayRef<long>);\
+         EmptyTensor.cpp:0:at::detail::empty_cuda(c10::ArrayRef<long>);\
+         CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int, unsigned long) 4194304\n\
+         /home/u/proj/train.py:10:<module>;/home/u/proj/model.py:50:build 2097152\n\
+         ??:0:torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&);\
+         ??:0:torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&);\
+         CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(int, unsigned long) 524288\n"
+    );
+    // The graph's boxes are the folded elements: one `(5 C++ frames)` box of 4 MiB.
+    let svg = dir.path().join("flame.svg");
+    vramlens()
+        .args(["flamegraph", snap, "-o"])
+        .arg(&svg)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("<title>(5 C++ frames)\n4.0 MiB (61.5% of the live bytes), 2 allocations")
+    );
+    assert!(!text.contains("empty_cuda"));
+}
+
+/// Each box of a flame graph: (width in pixels, data-bytes, label if drawn).
+fn flame_boxes(svg: &str) -> Vec<(f64, u64, Option<String>)> {
+    let attr = |line: &str, name: &str| -> Option<String> {
+        let at = line.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(line[at..at + line[at..].find('"')?].to_string())
+    };
+    let lines: Vec<&str> = svg.lines().collect();
+    let mut boxes = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if !line.contains("<rect") || !line.contains("data-bytes") {
+            continue;
+        }
+        let width: f64 = attr(line, "width").unwrap().parse().unwrap();
+        let bytes: u64 = attr(line, "data-bytes").unwrap().parse().unwrap();
+        let label = lines.get(i + 1).and_then(|next| {
+            let t = next.strip_prefix("<text ")?;
+            let start = t.find('>')? + 1;
+            Some(t[start..t.find("</text>")?].to_string())
+        });
+        boxes.push((width, bytes, label));
+    }
+    boxes
+}
+
+#[test]
+fn flame_boxes_wide_enough_carry_their_bytes_in_the_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = python_calls_cpp(dir.path());
+    let svg = dir.path().join("flame.svg");
+    vramlens()
+        .args(["flamegraph", snap.to_str().unwrap(), "-o"])
+        .arg(&svg)
+        .assert()
+        .success();
+    let boxes = flame_boxes(&std::fs::read_to_string(&svg).unwrap());
+    let labels: Vec<&str> = boxes.iter().filter_map(|b| b.2.as_deref()).collect();
+    // 6.5 MiB over 1180 pixels: the root, forward, its C++ box and build have room for the
+    // name, the bytes and (for frames) where; the 512 KiB box (90 pixels) for a name cut.
+    assert_eq!(
+        labels,
+        [
+            "all (6.5 MiB)",
+            "&lt;module&gt; (6.0 MiB)  proj/train.py:10",
+            "forward (4.0 MiB)  proj/model.py:42",
+            "(5 C++ frames) (4.0 MiB)",
+            "build (2.0 MiB)  proj/model.py:50",
+            "(backward of…",
+            "(3 C++…",
+        ]
+    );
+    // A box 6.2 pixels a character wide enough for a name and its bytes shows both.
+    for (width, bytes, label) in &boxes {
+        let size = format!("({})", vramlens::units::bytes(*bytes));
+        if *width >= 6.0 + 6.2 * 40.0 {
+            assert!(label.as_deref().unwrap().contains(&size), "{label:?}");
+        }
+    }
 }

@@ -1,8 +1,17 @@
 //! Live bytes at a moment as a tree of stacks (root first), for flame graphs and the
 //! folded-stack format other tools read (`frame;frame;frame BYTES`).
+//!
+//! By default a stack is the frames a reader recognises: its Python frames, and under
+//! the innermost of them one `(N C++ frames)` element for the C++ frames it called that
+//! led to the allocation. A stack without a Python frame is the name `top` gives it
+//! (`(backward of MmBackward0)`, `(C++ NCCL / c10d)`, its first telling C++ frame) with
+//! the `(N C++ frames)` element under it. A C++-only stack recorded 60 frames deep
+//! (the autograd engine's thread, the dispatcher, the allocator) would otherwise make
+//! the graph 60 rows tall for a sliver of the bytes. [`FlameOptions::all_frames`]
+//! keeps every displayed frame instead.
 
 use super::attribution::{Attributor, Site};
-use super::frames::user_frames;
+use super::frames::{display_frames, is_python_frame};
 use super::top::LiveState;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -24,21 +33,57 @@ pub struct FlameNode {
     pub children: Vec<FlameNode>,
 }
 
-/// The frames of an allocation, root first: the Python frames when the stack has any
-/// (without nn.Module's call and hook wrappers in torch/nn/modules/module.py), else the shown C++ frames; allocations from before
-/// the trace are one frame.
-fn path(attr: &Attributor, l: &crate::timeline::Lifetime) -> Vec<String> {
+/// Which frames of a stack become boxes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlameOptions {
+    /// Every frame the stack shows, Python and C++ alike, as recorded (less the
+    /// allocator's and interpreter's plumbing that the official viewer hides too,
+    /// [`display_frames`]). Default false: Python frames, the C++ frames under the
+    /// innermost one as one `(N C++ frames)` element, and a C++-only stack as its call
+    /// site's name over one such element.
+    pub all_frames: bool,
+}
+
+/// The element that stands for `n` C++ frames (a name no recorded frame has: frames are
+/// `filename:line:name`).
+pub fn cpp_frames_name(n: usize) -> String {
+    format!("({n} C++ frame{})", if n == 1 { "" } else { "s" })
+}
+
+/// The frames of an allocation, root first (see the module's head for which);
+/// allocations from before the trace, or without frames, are one element naming that.
+fn path(attr: &Attributor, l: &crate::timeline::Lifetime, options: &FlameOptions) -> Vec<String> {
     let stack = Attributor::allocation_stack(l);
-    let mut frames = user_frames(attr.frames(), stack, usize::MAX);
-    // nn.Module's call wrappers sit between every pair of modules and say nothing.
-    frames.retain(|f| !f.contains("torch/nn/modules/module.py:"));
-    if frames.is_empty() {
+    // Innermost first.
+    let shown = display_frames(attr.frames(), stack, usize::MAX);
+    let mut frames: Vec<String> = if shown.is_empty() {
         let site = attr.site(l);
-        frames.push(attr.site_name(match &site {
+        vec![attr.site_name(match &site {
             Site::Frame(_) => &Site::NoStack,
             other => other,
-        }));
-    }
+        })]
+    } else if options.all_frames {
+        shown
+    } else {
+        match shown.iter().position(|f| is_python_frame(f)) {
+            Some(innermost) => {
+                // The C++ frames between Python frames are the interpreter's and the
+                // bindings' glue (a few per call, differing between calls of the same
+                // line): left out, as nn.Module's call and hook wrappers are, which sit
+                // between every pair of modules and say nothing.
+                let python = shown[innermost..]
+                    .iter()
+                    .filter(|f| is_python_frame(f) && !f.contains("torch/nn/modules/module.py:"))
+                    .cloned();
+                (innermost > 0)
+                    .then(|| cpp_frames_name(innermost))
+                    .into_iter()
+                    .chain(python)
+                    .collect()
+            }
+            None => vec![cpp_frames_name(shown.len()), attr.site_name(&attr.site(l))],
+        }
+    };
     frames.reverse();
     // One line per stack, ';' between frames: each frame a field of the folded format.
     frames
@@ -85,7 +130,11 @@ impl Building {
 
 /// The tree of the live set (the root is "all", its bytes the moment's total) and the
 /// folded lines, sorted.
-pub fn flame(attr: &Attributor, live: &LiveState) -> (FlameNode, Vec<(String, u64)>) {
+pub fn flame(
+    attr: &Attributor,
+    live: &LiveState,
+    options: &FlameOptions,
+) -> (FlameNode, Vec<(String, u64)>) {
     attr.prepare_moment(live.at);
     // Allocations with the same stack, origin and category share a path and its
     // category: work out each once.
@@ -108,7 +157,7 @@ pub fn flame(attr: &Attributor, live: &LiveState) -> (FlameNode, Vec<(String, u6
     let mut root = Building::default();
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
     for (l, bytes, count, category) in distinct {
-        let frames = path(attr, l);
+        let frames = path(attr, l, options);
         root.bytes += bytes;
         root.count += count;
         *root.categories.entry(category).or_default() += bytes;

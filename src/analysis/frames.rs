@@ -70,13 +70,19 @@ pub fn headline_frame(frames: &FrameTable, stack: Option<StackId>) -> Option<Str
         .cloned()
 }
 
+/// Whether a displayed frame (`filename:line:name`) is Python code: a `.py` file, or
+/// code without a file (`<string>`, `<frozen runpy>`); every other frame is C++.
+pub fn is_python_frame(frame: &str) -> bool {
+    frame.contains(".py:") || frame.starts_with('<')
+}
+
 /// Frames for a short listing: the Python frames (where users recognise their code),
 /// innermost first; all displayed frames when the stack has no Python frame.
 pub fn user_frames(frames: &FrameTable, stack: Option<StackId>, limit: usize) -> Vec<String> {
     let shown = display_frames(frames, stack, usize::MAX);
     let python: Vec<String> = shown
         .iter()
-        .filter(|f| f.contains(".py:") || f.starts_with('<'))
+        .filter(|f| is_python_frame(f))
         .take(limit)
         .cloned()
         .collect();

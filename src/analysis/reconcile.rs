@@ -717,10 +717,10 @@ pub fn analyze_reconcile(
         .filter(|d| options.device.is_none_or(|w| w == *d))
         .collect();
     // The device every command looks at first (the OOM's, else the largest peak's).
-    if devices.len() > 1 {
-        if let Ok(c) = super::device::choose_device(snap, None) {
-            devices.sort_by_key(|&d| (d != c.device, d));
-        }
+    if devices.len() > 1
+        && let Ok(c) = super::device::choose_device(snap, None)
+    {
+        devices.sort_by_key(|&d| (d != c.device, d));
     }
     if options.gpu.is_some() && devices.len() > 1 {
         return Err(ReconcileError::GpuNeedsDevice { devices });
@@ -734,12 +734,12 @@ pub fn analyze_reconcile(
         let mut samples = gpu_samples(log, gpu.gpu);
         let idle_use = idle_use(log, &samples);
         let mut after_oom = 0;
-        if let (Some(t), Some(range)) = (trace, times.range()) {
-            if (0..t.len()).any(|i| t.action(i) == Action::Oom) {
-                let before = samples.len();
-                samples.retain(|s| s.time_us <= range.last_us);
-                after_oom = before - samples.len();
-            }
+        if let (Some(t), Some(range)) = (trace, times.range())
+            && (0..t.len()).any(|i| t.action(i) == Action::Oom)
+        {
+            let before = samples.len();
+            samples.retain(|s| s.time_us <= range.last_us);
+            after_oom = before - samples.len();
         }
         let trace_range = times.range();
         let log_range = log.span_of(gpu.gpu).map(|s| s.range);

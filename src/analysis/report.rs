@@ -9,7 +9,7 @@
 
 use super::attribution::{AttributionOptions, Attributor, GroupBy};
 use super::device::{DeviceChoice, DeviceError, choose_device};
-use super::flame::{FlameNode, flame};
+use super::flame::{FlameNode, FlameOptions, flame};
 use super::frames::user_frames;
 use super::moment::{Moment, ResolvedMoment, resolve};
 use super::oom::{OomOptions, OomReport, analyze_oom};
@@ -177,7 +177,7 @@ fn moment_report(
         live.requested_bytes,
     );
     add_times(&mut groups, r.trace);
-    let (tree, _) = flame(attr, &live);
+    let (tree, _) = flame(attr, &live, &FlameOptions::default());
     MomentReport {
         moment,
         also,

@@ -152,7 +152,7 @@ pub fn run_check(args: &CheckArgs, out: &mut dyn Write) -> Result<()> {
             .at
             .as_ref()
             .filter(|m| **m != Moment::Peak)
-            .map(|_| report.moment.clone()),
+            .map(|_| report.moment),
         final_state_only: !report.moment.has_timeline,
         baseline_path: args
             .baseline

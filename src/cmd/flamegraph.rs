@@ -7,7 +7,7 @@ use anyhow::{Result, anyhow, bail};
 use std::io::Write;
 use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::device::choose_device;
-use vramlens::analysis::flame::flame;
+use vramlens::analysis::flame::{FlameOptions, flame};
 use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::input::ReadOptions;
 use vramlens::render::flame_svg::{FlameTitle, write_flame_svg};
@@ -37,7 +37,10 @@ pub fn run(args: &FlamegraphArgs, out: &mut dyn Write) -> Result<()> {
         resolve_live(&r, moment, Versions::NotNeeded).map_err(|e| anyhow!("{path}: {e}"))?;
     let mut attr = Attributor::new(&snap.frames, &options);
     attr.bind_to(&r);
-    let (root, folded) = flame(&attr, &live);
+    let flame_options = FlameOptions {
+        all_frames: args.all_frames,
+    };
+    let (root, folded) = flame(&attr, &live, &flame_options);
     match (&args.output, args.folded) {
         (None, _) => write_folded(out, &folded)?,
         (Some(o), true) => write_new_file(o, args.force, |w| write_folded(w, &folded))?,

@@ -1,6 +1,8 @@
 //! A flame graph as SVG: the root at the bottom, each frame a box as wide as its share of
-//! the live bytes, tooltips (`<title>`) with bytes, share and count; no script.
+//! the live bytes, labelled with its function and bytes where they fit, tooltips
+//! (`<title>`) with the whole name, bytes, share and count; no script.
 
+use super::names::clip;
 use super::svg::{Svg, escape, num};
 use crate::analysis::flame::FlameNode;
 use crate::units::{bytes, percent};
@@ -15,8 +17,18 @@ const MIN_WIDTH: f64 = 0.5;
 /// Average width of a character at font size 11, for fitting labels.
 const CHAR: f64 = 6.2;
 
-fn depth(n: &FlameNode) -> usize {
-    1 + n.children.iter().map(depth).max().unwrap_or(0)
+/// Rows of boxes drawn: boxes narrower than [`MIN_WIDTH`] are not drawn and take no row
+/// (a few bytes 12 frames deep would otherwise leave the graph's top rows empty).
+fn depth(n: &FlameNode, scale: f64) -> usize {
+    if (n.bytes as f64 * scale) < MIN_WIDTH {
+        return 0;
+    }
+    1 + n
+        .children
+        .iter()
+        .map(|c| depth(c, scale))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Warm colours for the user's code, blue for torch's own frames, grey for tokens.
@@ -34,12 +46,33 @@ fn frame_color(name: &str) -> String {
     )
 }
 
-/// A box label: the function first (what stays readable when cut), then where.
-fn label(name: &str) -> String {
+/// Characters of a name kept, at the least, before a box's bytes in its label.
+const MIN_NAME: usize = 6;
+
+/// A box label of at most `fits` characters: the function and the box's bytes first
+/// (what a reader looks for), then where, cut to the room left (`forward (1.2 GiB)
+/// nanogpt/model.py:42`); in a narrower box the function cut before the bytes
+/// (`forward_b… (3.9 GiB)`), and in the narrowest the function alone, cut.
+fn label(name: &str, size_bytes: u64, fits: usize) -> String {
     let short = super::names::short_frame(name);
-    match short.rsplit_once(" in ") {
-        Some((place, function)) => format!("{function}  {place}"),
-        None => short,
+    let (function, place) = match short.rsplit_once(" in ") {
+        Some((place, function)) => (function.to_string(), Some(place.to_string())),
+        None => (short, None),
+    };
+    let size = format!("({})", bytes(size_bytes));
+    let size_len = size.chars().count();
+    let head = format!("{function} {size}");
+    let head_len = head.chars().count();
+    if head_len > fits {
+        return match fits.checked_sub(size_len + 1) {
+            Some(room) if room >= MIN_NAME => format!("{} {size}", clip(&function, room)),
+            _ => clip(&function, fits),
+        };
+    }
+    match place {
+        // Room for the place, or a telling part of it, after two spaces.
+        Some(p) if fits >= head_len + 2 + 6 => format!("{head}  {}", clip(&p, fits - head_len - 2)),
+        _ => head,
     }
 }
 
@@ -53,7 +86,12 @@ pub fn write_flame_svg(
     root: &FlameNode,
     title: &FlameTitle,
 ) -> io::Result<()> {
-    let rows = depth(root);
+    let scale = if root.bytes == 0 {
+        0.0
+    } else {
+        (WIDTH - 2.0 * SIDE) / root.bytes as f64
+    };
+    let rows = depth(root, scale).max(1);
     let height = TOP + rows as f64 * ROW + 30.0;
     let mut svg = Svg { out };
     svg.begin(WIDTH, height, title.heading)?;
@@ -65,11 +103,6 @@ pub fn write_flame_svg(
         title.heading,
     )?;
     svg.text(SIDE, 40.0, "start", "", title.subtitle)?;
-    let scale = if root.bytes == 0 {
-        0.0
-    } else {
-        (WIDTH - 2.0 * SIDE) / root.bytes as f64
-    };
     let bottom = TOP + rows as f64 * ROW;
     let mut stack = vec![(root, SIDE, 0usize)];
     while let Some((node, x, level)) = stack.pop() {
@@ -109,14 +142,8 @@ pub fn write_flame_svg(
             node.bytes
         )?;
         let fits = ((w - 6.0) / CHAR).floor().max(0.0) as usize;
-        let shown = label(&node.name);
         if fits >= 4 {
-            let label: String = if shown.chars().count() <= fits {
-                shown.clone()
-            } else {
-                let keep: String = shown.chars().take(fits - 2).collect();
-                format!("{keep}..")
-            };
+            let label = label(&node.name, node.bytes, fits);
             writeln!(
                 svg.out,
                 r#"<text x="{}" y="{}" font-size="11">{}</text>"#,
@@ -140,7 +167,7 @@ pub fn write_flame_svg(
         height - 10.0,
         "start",
         r##" fill="#555555""##,
-        "width: live bytes at the moment; bottom: outermost frame; hover a box for its bytes",
+        "width: live bytes at the moment; bottom: outermost frame; hover a box for its whole name, share and count",
     )?;
     svg.end()
 }

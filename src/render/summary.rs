@@ -384,16 +384,8 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         "stacks",
         format!(
             "{} of {}",
-            crate::units::count(
-                s.distinct_stacks as usize,
-                "distinct stack",
-                "distinct stacks"
-            ),
-            crate::units::count(
-                s.distinct_frames as usize,
-                "distinct frame",
-                "distinct frames"
-            )
+            crate::units::count(s.distinct_stacks, "distinct stack", "distinct stacks"),
+            crate::units::count(s.distinct_frames, "distinct frame", "distinct frames")
         ),
     )?;
     row(
