@@ -62,25 +62,29 @@ fn read_device_logs(
     paths: &[std::path::PathBuf],
     utc_offset_minutes: i32,
 ) -> Result<vramlens::devlog::DeviceLog> {
-    read_device_logs_in(paths, utc_offset_minutes, None)
+    read_device_logs_in(paths, utc_offset_minutes, None, &[])
 }
 
-/// Reads and merges device logs line by line, keeping only the rows inside `keep`.
+/// Reads and merges device logs line by line, keeping only the rows inside `keep`, in a
+/// bounded series when there are many (finer in the `focus` ranges; see
+/// [`vramlens::devlog::LogLimits`]).
 fn read_device_logs_in(
     paths: &[std::path::PathBuf],
     utc_offset_minutes: i32,
     keep: Option<vramlens::devlog::TimeRange>,
+    focus: &[vramlens::devlog::TimeRange],
 ) -> Result<vramlens::devlog::DeviceLog> {
     let options = vramlens::devlog::DeviceLogOptions {
         clock: vramlens::devlog::ClockOptions { utc_offset_minutes },
         keep,
+        limits: Default::default(),
     };
     let mut logs = Vec::new();
     for path in paths {
         let file = vramlens::input::open_side_input(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         logs.push(
-            vramlens::devlog::read_device_log(file, options)
+            vramlens::devlog::read_device_log_near(file, options, focus)
                 .with_context(|| format!("failed to read device log {}", path.display()))?,
         );
     }

@@ -276,10 +276,10 @@ pub(crate) fn read<R: BufRead>(
     first: (usize, String),
     mut lines: Lines<R>,
     options: DeviceLogOptions,
+    mut log: LogBuilder,
 ) -> Result<DeviceLog, DevlogError> {
     let clock = options.clock;
     let mut warnings = Warnings::default();
-    let mut log = LogBuilder::new(options.keep);
     let mut columns: Option<Columns> = None;
     let mut warned_no_time = false;
     let mut numbering: Option<GpuNumbering> = None;
