@@ -212,6 +212,10 @@ pub enum Note {
     NoReadingNearMoments { max_skew_us: i64 },
     /// The log has no readings of the chosen GPU with a memory value.
     NoUsedValues { gpu: i64 },
+    /// The log was longer than its limits: these rows were folded into a bounded series
+    /// (first, last, lowest and highest reading per bucket), so the readings are thinned
+    /// between the kept ones (see [`crate::devlog::LogLimits`]).
+    ReadingsFolded { rows_folded: u64 },
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -749,6 +753,11 @@ pub fn analyze_reconcile(
         }
         if log_range.is_some() && samples.is_empty() && overlap {
             notes.push(Note::NoUsedValues { gpu: gpu.gpu });
+        }
+        if log.rows_folded > 0 {
+            notes.push(Note::ReadingsFolded {
+                rows_folded: log.rows_folded,
+            });
         }
         // One pass gives the totals at every moment and reading, and the peak.
         let mut states = reading_states(&times, &samples);

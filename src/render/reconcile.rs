@@ -181,6 +181,9 @@ fn note_text(n: &Note) -> String {
         Note::NoUsedValues { gpu } => {
             format!("the log's readings of GPU {gpu} have no memory.used value")
         }
+        Note::ReadingsFolded { rows_folded } => format!(
+            "the log is long: {rows_folded} of its rows were folded into a bounded series (per time bucket the first, last, lowest and highest reading are kept), so readings between those are not used"
+        ),
     }
 }
 
