@@ -682,10 +682,12 @@ pub fn read_snapshot(
     options: ReadOptions,
 ) -> Result<(Snapshot, SourceInfo), ReadError> {
     let wrap = |error: InputError| ReadError {
+        // A control character of the name (a newline) is shown as text: the error is
+        // one line, and names the file as it is.
         path: if path.as_os_str() == "-" {
             "standard input".into()
         } else {
-            path.display().to_string()
+            crate::units::shown(&path.display().to_string()).into_owned()
         },
         error,
     };
