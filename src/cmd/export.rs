@@ -153,7 +153,8 @@ pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
             ),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
-                return Err(e).with_context(|| format!("cannot check {}", super::shown_path(&path)));
+                return Err(e)
+                    .with_context(|| format!("cannot check {}", super::shown_path(&path)));
             }
         }
     }

@@ -307,7 +307,9 @@ pub(crate) fn read<R: BufRead>(
             continue;
         }
         let fields = split_csv(raw);
-        if let Some((roles, units)) = header_roles(&fields) {
+        // A row starting with the timestamp of the row before is no header.
+        let same_stamp = last_stamp.1.is_some() && fields.first() == Some(&last_stamp.0.as_str());
+        if !same_stamp && let Some((roles, units)) = header_roles(&fields) {
             let cols = Columns::new(roles, units, line, &mut warnings);
             if cols.pid.is_none()
                 && cols.used.is_none()
