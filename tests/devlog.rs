@@ -309,7 +309,7 @@ fn a_folded_log_keeps_finer_detail_near_the_focus() {
 }
 
 #[test]
-fn a_folded_nvml_log_keeps_the_process_rows_of_the_latest_instant() {
+fn a_folded_nvml_log_keeps_the_process_rows_of_each_kept_reading() {
     // 5000 NVML lines, 1 ms apart, each with two processes; limit 1000 rows, 64 buckets.
     let mut text = String::new();
     for k in 0..5000i64 {
@@ -323,8 +323,19 @@ fn a_folded_nvml_log_keeps_the_process_rows_of_the_latest_instant() {
     let log = read_device_log(text.as_bytes(), small_limits(keep)).unwrap();
     // Used grows: per bucket the first (the minimum) and the last (the maximum) survive.
     assert!(log.gpus.len() <= 64 * 2, "{}", log.gpus.len());
-    // Processes: the two rows of the last instant of each bucket.
-    assert!(log.processes.len() <= 64 * 2, "{}", log.processes.len());
+    // Processes: the two rows of each kept reading's instant (NVML takes them together).
+    assert!(log.processes.len() <= 64 * 2 * 2, "{}", log.processes.len());
+    for s in &log.gpus {
+        let at: Vec<(u64, Option<u64>)> = log
+            .processes
+            .iter()
+            .filter(|p| p.time_us == s.time_us)
+            .map(|p| (p.pid, p.used_bytes))
+            .collect();
+        let k = (s.time_us - JAN_2025_US) as u64 / 1000;
+        assert_eq!(at, [(7, Some(k)), (8, Some(1))], "at {}", s.time_us);
+    }
+    assert_eq!(log.processes.len(), 2 * log.gpus.len());
     let last = &log.processes[log.processes.len() - 2..];
     assert_eq!((last[0].pid, last[0].used_bytes), (7, Some(4999)));
     assert_eq!((last[1].pid, last[1].used_bytes), (8, Some(1)));

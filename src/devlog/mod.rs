@@ -3,7 +3,9 @@
 //!
 //! A side entrance beside the snapshot flow, like [`crate::oom_log`]: each reader takes a
 //! byte stream and gives plain, sorted samples, reading it line by line (text formats) or
-//! event by event (JSON traces), so memory follows what is kept, not the file's size.
+//! event by event (JSON traces), so memory follows what is kept, not the file's size; and
+//! what a device log keeps inside its window is bounded too ([`LogLimits`]: past 2^18
+//! rows, a series of first/last/lowest/highest readings per time bucket).
 //! Only [`convert`] imports other modules of the crate (the model, and units for the
 //! wording of its warnings), to turn a profiler trace into a
 //! [`Snapshot`](crate::model::Snapshot). Nothing here analyses or resamples; the converter
@@ -164,8 +166,9 @@ pub struct DeviceLogOptions {
 /// `focus_buckets` more (all focus ranges together at most [`MAX_FOCUS_BUCKETS`], each at
 /// least 16). Per GPU and bucket the log keeps four readings: the first, the last, the
 /// lowest and the highest `used` (ties: the earlier row); per GPU (number or uuid) and
-/// bucket, the process rows of the latest sampling instant, at most
-/// [`MAX_PROCESSES_PER_INSTANT`]. Peaks and troughs of device use survive exactly;
+/// bucket, the process rows of the latest sampling instant and of the instants of those
+/// kept readings (so an NVML reading keeps the process rows taken with it), at most
+/// [`MAX_PROCESSES_PER_INSTANT`] an instant. Peaks and troughs of device use survive exactly;
 /// readings between them are thinned. Without `keep` nothing is folded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogLimits {
@@ -376,7 +379,8 @@ struct GpuBucket {
     max: Option<Kept<GpuSample>>,
 }
 
-/// The process rows of the latest sampling instant of one GPU's bucket.
+/// The process rows of one GPU's bucket: of its latest sampling instant, and of the
+/// instants of the GPU readings the bucket keeps.
 struct ProcessBucket {
     time_us: i64,
     rows: Vec<Kept<ProcessSample>>,
@@ -484,6 +488,18 @@ impl Fold {
         };
         self.seq += 1;
         let b = self.bucket(p.time_us);
+        // The instants of the GPU readings the bucket keeps: their process rows split
+        // those readings (NVML samples take both at one instant; a row of another instant
+        // would mix two moments).
+        let wanted: [Option<i64>; 4] = match p.gpu.and_then(|g| self.gpus.get(&(g, b))) {
+            Some(g) => [
+                Some(g.first.row.time_us),
+                Some(g.last.row.time_us),
+                g.min.map(|k| k.row.time_us),
+                g.max.map(|k| k.row.time_us),
+            ],
+            None => [None; 4],
+        };
         let entry = self
             .processes
             .entry((p.gpu, p.gpu_uuid, b))
@@ -491,13 +507,20 @@ impl Fold {
                 time_us: p.time_us,
                 rows: Vec::new(),
             });
-        if p.time_us > entry.time_us {
-            entry.time_us = p.time_us;
-            entry.rows.clear();
-        }
-        if p.time_us == entry.time_us && entry.rows.len() < MAX_PROCESSES_PER_INSTANT {
+        entry.time_us = entry.time_us.max(p.time_us);
+        let latest = entry.time_us;
+        let keep_at = |t: i64| t == latest || wanted.contains(&Some(t));
+        if keep_at(p.time_us)
+            && entry
+                .rows
+                .iter()
+                .filter(|r| r.row.time_us == p.time_us)
+                .count()
+                < MAX_PROCESSES_PER_INSTANT
+        {
             entry.rows.push(k);
         }
+        entry.rows.retain(|r| keep_at(r.row.time_us));
     }
 
     /// The kept rows, in file order.
