@@ -216,7 +216,14 @@ struct Tracked<'a> {
     data: &'a [u8],
     pos: usize,
     progress: Option<Progress>,
+    /// Gives the pages of a mapped file back once read (the profiler-trace pass).
+    release: Option<pickle::Release<'a>>,
+    /// Bytes before this were given back.
+    released: usize,
 }
+
+/// A streaming pass gives the mapped pages it has read back this often.
+const RELEASE_BYTES: usize = 8 << 20;
 
 struct Progress {
     label: String,
@@ -239,6 +246,12 @@ impl io::BufRead for Tracked<'_> {
     }
     fn consume(&mut self, n: usize) {
         self.pos += n;
+        if let Some(release) = self.release
+            && self.pos - self.released >= RELEASE_BYTES
+        {
+            release(self.released, self.pos);
+            self.released = self.pos;
+        }
         if let Some(p) = &mut self.progress {
             let percent = (self.pos as u64 * 100) / self.data.len().max(1) as u64;
             if percent != p.shown_percent {
@@ -374,8 +387,28 @@ impl<'a> Content<'a> {
     /// A fresh stream over the decompressed content; each pass opens its own.
     /// `pass` names the pass in the progress line (None: no progress line).
     fn stream(&self, pass: Option<&str>) -> Box<dyn Read + 'a> {
+        self.stream_releasing(pass, None)
+    }
+
+    /// As [`Content::stream`], for a single pass: `release` gives the pages of a mapped
+    /// file back as they are read, so the mapping does not add the file's size to the
+    /// process's memory (the profiler-trace reader keeps only events, not text).
+    fn stream_releasing(
+        &self,
+        pass: Option<&str>,
+        release: Option<pickle::Release<'a>>,
+    ) -> Box<dyn Read + 'a> {
         if !self.gzip {
-            return Box::new(self.raw);
+            if release.is_none() {
+                return Box::new(self.raw);
+            }
+            return Box::new(Tracked {
+                data: self.raw,
+                pos: 0,
+                progress: None,
+                release,
+                released: 0,
+            });
         }
         let compressed = self.raw.len() as u64;
         let show = self.progress && compressed * 10 > PROGRESS_THRESHOLD;
@@ -386,6 +419,8 @@ impl<'a> Content<'a> {
                 label: format!("{pass} {}", self.label),
                 shown_percent: u64::MAX,
             }),
+            release,
+            released: 0,
         };
         Box::new(Guard::new(tracked))
     }
@@ -647,10 +682,12 @@ pub fn read_snapshot(
     options: ReadOptions,
 ) -> Result<(Snapshot, SourceInfo), ReadError> {
     let wrap = |error: InputError| ReadError {
+        // A control character of the name (a newline) is shown as text: the error is
+        // one line, and names the file as it is.
         path: if path.as_os_str() == "-" {
             "standard input".into()
         } else {
-            path.display().to_string()
+            crate::units::shown(&path.display().to_string()).into_owned()
         },
         error,
     };
@@ -849,7 +886,9 @@ fn decode_data(
     };
     // Profiler traces and memory timelines are converted into a snapshot.
     if crate::devlog::is_profile(&head) {
-        let converted = crate::devlog::read_profile_snapshot(content.stream(Some("reading")))?;
+        let converted = crate::devlog::read_profile_snapshot(
+            content.stream_releasing(Some("reading"), held.release),
+        )?;
         info.format = match converted.kind {
             crate::devlog::ProfileKind::KinetoTrace => "kineto_trace",
             _ => "memory_timeline",

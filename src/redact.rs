@@ -17,7 +17,8 @@
 //!   when a checkout holds a package of its own name). No absolute path, home folder or
 //!   user folder is left.
 //! - User names (from home folders such as `/home/NAME`, `/Users/NAME`, from scratch and
-//!   data areas such as `/scratch/NAME`, `/mnt/VOLUME/NAME`, `//HOST/share/NAME`, and
+//!   data areas such as `/scratch/NAME`, `/mnt/VOLUME/NAME`, `//HOST/share/NAME` (not a
+//!   bare `/data/NAME`: that is a data set's folder), and
 //!   `torchinductor_NAME`, `NAME@host`) and host names (`//HOST/share`, `/net/HOST`,
 //!   `user@HOST`), and words given by the caller, are replaced wherever they appear as
 //!   a whole word, in every text field.
@@ -34,8 +35,8 @@
 //! Text is text wherever it stands: names and values of keys vramlens does not interpret
 //! (bytes read as text), keys and values of `allocator_settings` and of the dicts inside
 //! it, `PYTORCH_CUDA_ALLOC_CONF` (its options hold no path or name, so it changes only
-//! when one holds one), unknown action names. Not touched: the action, state and
-//! segment-type names vramlens knows, and the keys of the format.
+//! when one holds one), unknown action names and unknown block states. Not touched: the
+//! action, state and segment-type names vramlens knows, and the keys of the format.
 
 use crate::model::extras::ExtraKeys;
 use crate::model::frames::FxMap;
@@ -179,8 +180,8 @@ fn is_generic(name: &str) -> bool {
 }
 
 /// Folders after which a component is a user name, and how many components lie
-/// between: home folders, scratch and data areas of clusters (`/scratch/NAME`,
-/// `/data/NAME`, `/lustre/NAME`), and mounts of a volume (`/mnt/VOLUME/NAME`,
+/// between: home folders, scratch and work areas of clusters (`/scratch/NAME`,
+/// `/lustre/NAME`), and mounts of a volume (`/mnt/VOLUME/NAME`,
 /// `/media/VOLUME/NAME`). A name met there is removed wherever it appears, like one of a
 /// home folder (unless it is a generic account name).
 /// The second value says whether a path may end at the user's folder (`/home/NAME`):
@@ -188,7 +189,9 @@ fn is_generic(name: &str) -> bool {
 fn user_folder(component: &str) -> Option<(usize, bool)> {
     match component {
         "home" | "Users" | "homes" | "homestud" => Some((0, true)),
-        "scratch" | "pscratch" | "data" | "work" | "lustre" | "gpfs" | "fsx" => Some((0, false)),
+        // Not a bare `/data`: `/data/imagenet` is a data set; `/mnt/data/NAME` is
+        // covered by the mount rule below.
+        "scratch" | "pscratch" | "work" | "lustre" | "gpfs" | "fsx" => Some((0, false)),
         "mnt" | "media" => Some((1, false)),
         _ => None,
     }
@@ -623,6 +626,14 @@ fn gather_ids(snap: &mut Snapshot) -> Seen {
             }
         }
     }
+    // A block state vramlens does not know is text of the file like any other.
+    for seg in snap.segments.iter().chain(&snap.host_segments) {
+        for b in &seg.blocks {
+            if let BlockState::Other(id) = b.state {
+                *seen.entry((Field::OtherKey, id)).or_insert(0) += 1;
+            }
+        }
+    }
     for ids in snap.extras.forward_frames.values() {
         for &id in ids {
             *seen.entry((Field::ForwardFrames, id)).or_insert(0) += 1;
@@ -995,7 +1006,7 @@ impl<'o> Redactor<'o> {
         {
             for b in &mut s.blocks {
                 if let BlockState::Other(id) = b.state {
-                    b.state = BlockState::Other(remap(None, id));
+                    b.state = BlockState::Other(remap(Some(Field::OtherKey), id));
                 }
             }
         }
@@ -1168,6 +1179,14 @@ mod tests {
         // A file right under a data folder is a file, not a user's folder.
         names_in("/mnt/data/model.py", true, &mut users, &mut hosts);
         names_in("/data/train.py", true, &mut users, &mut hosts);
+        // A data set under /data is not a user's folder.
+        names_in(
+            "/data/imagenet/train/n01440764/x.py",
+            true,
+            &mut users,
+            &mut hosts,
+        );
+        names_in("/data/home/kim2/x.py", true, &mut users, &mut hosts);
         names_in(
             "copy from ivan@box:/home/ivan2/x, see file:///home/judy/a.py",
             false,
@@ -1178,7 +1197,7 @@ mod tests {
             users.into_iter().collect::<Vec<_>>(),
             [
                 "Bob", "alice", "carol", "dave", "erin", "frank", "gina", "hank", "ivan", "ivan2",
-                "judy"
+                "judy", "kim2"
             ]
         );
         assert_eq!(
@@ -1258,6 +1277,35 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn unknown_block_states_are_text_and_data_sets_are_not_users() {
+        // A block state vramlens does not know, holding the user's name and home path,
+        // and a frame under `/data/imagenet` (a data set, not a user's folder).
+        let json = serde_json::json!({
+            "segments": [{"device": 0, "address": 4096, "total_size": 512,
+                "allocated_size": 512, "active_size": 512, "requested_size": 512, "stream": 0,
+                "segment_type": "small", "segment_pool_id": [0, 0], "is_expandable": false,
+                "frames": [{"name": "load_imagenet", "filename": "/data/imagenet/loader.py", "line": 3}],
+                "blocks": [{"address": 4096, "size": 512, "requested_size": 512,
+                    "state": "pinned by alice /home/alice/x", "frames": []}]}],
+            "device_traces": [[{"action": "alloc", "addr": 4096, "size": 512, "stream": 0,
+                "time_us": 1, "frames": [{"name": "f", "filename": "/home/alice/p/t.py", "line": 1}]}]],
+        });
+        let mut snap = crate::model::decode_json(&json).unwrap();
+        let report = apply(&mut snap, &RedactOptions::default());
+        let BlockState::Other(id) = snap.segments[0].blocks[0].state else {
+            panic!(
+                "the state stays unknown: {:?}",
+                snap.segments[0].blocks[0].state
+            );
+        };
+        // The name is replaced and the path cut, as in any other text.
+        assert_eq!(snap.frames.str(id), "pinned by <user> x");
+        assert_eq!(report.names.users, ["alice"]);
+        let names: Vec<String> = frame_strings(&snap).into_iter().map(|f| f.1).collect();
+        assert!(names.contains(&"load_imagenet".to_string()), "{names:?}");
     }
 
     #[test]

@@ -9,8 +9,9 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use vramlens::devlog::kineto::{Category, SpanKind};
 use vramlens::devlog::{
-    ClockOptions, DeviceLog, DeviceLogOptions, DevlogError, GpuNumbering, GpuSample, ProcessSample,
-    ProfileKind, ProfileTrace, TimeRange, TraceClock, merge, read_device_log, read_profile,
+    ClockOptions, DeviceLog, DeviceLogOptions, DevlogError, GpuNumbering, GpuSample, LogLimits,
+    ProcessSample, ProfileKind, ProfileTrace, TimeRange, TraceClock, merge, read_device_log,
+    read_device_log_near, read_profile,
 };
 
 const MIB: u64 = 1 << 20;
@@ -40,7 +41,7 @@ fn offset(minutes: i32) -> DeviceLogOptions {
         clock: ClockOptions {
             utc_offset_minutes: minutes,
         },
-        keep: None,
+        ..DeviceLogOptions::default()
     }
 }
 
@@ -205,6 +206,143 @@ fn keeping_a_window_counts_what_was_left_out() {
     assert_eq!(
         span.range,
         TimeRange::new(1_795_979_709_741_000, 1_795_979_752_771_000)
+    );
+}
+
+/// A `--query-gpu` CSV of `rows` readings of 2 GPUs, one every millisecond from
+/// 2025-01-01 00:00:00 UTC, used = 1000 + (k * 7919 % 5000) MiB for row k, except one
+/// spike of 90000 MiB at row `spike` and one dip of 3 MiB at row `dip`.
+fn many_rows_csv(rows: u64, spike: u64, dip: u64) -> String {
+    let mut text = String::from("timestamp, index, memory.used [MiB], memory.total [MiB]\n");
+    for k in 0..rows {
+        let (s, ms) = (k / 1000, k % 1000);
+        let used = match k {
+            _ if k == spike => 90_000,
+            _ if k == dip => 3,
+            _ => 1000 + (k * 7919 % 5000),
+        };
+        text.push_str(&format!(
+            "2025-01-01T00:{:02}:{:02}.{ms:03}Z, {}, {used} MiB, 100000 MiB\n",
+            s / 60,
+            s % 60,
+            k % 2
+        ));
+    }
+    text
+}
+
+/// 2025-01-01 00:00:00 UTC.
+const JAN_2025_US: i64 = 1_735_689_600_000_000;
+
+fn small_limits(keep: TimeRange) -> DeviceLogOptions {
+    DeviceLogOptions {
+        keep: Some(keep),
+        limits: LogLimits {
+            max_kept_rows: 1000,
+            series_buckets: 64,
+            focus_buckets: 32,
+        },
+        ..utc()
+    }
+}
+
+#[test]
+fn a_log_longer_than_the_limit_folds_into_a_bounded_series() {
+    // 100,000 readings (100 s), window all of it, 64 buckets, no focus.
+    let rows = 100_000;
+    let text = many_rows_csv(rows, 40_000, 70_001);
+    let keep = TimeRange::new(JAN_2025_US, JAN_2025_US + 100_000_000);
+    let log = read_device_log(text.as_bytes(), small_limits(keep)).unwrap();
+    // At most 4 readings per GPU and bucket: 2 GPUs x 64 buckets x 4.
+    assert!(log.gpus.len() <= 2 * 64 * 4, "{}", log.gpus.len());
+    assert!(log.gpus.len() >= 2 * 64, "{}", log.gpus.len());
+    // Every row is counted: in the spans, and as kept or folded.
+    let spans: u64 = log.spans.iter().map(|s| s.rows).sum();
+    assert_eq!(spans, rows);
+    assert_eq!(log.rows_folded + log.gpus.len() as u64, rows);
+    assert_eq!(log.rows_outside_window, 0);
+    // The spike (row 40000: GPU 0 at 40.000 s) and the dip (row 70001: GPU 1 at
+    // 70.001 s) survive exactly.
+    let at = |k: i64| JAN_2025_US + k * 1000;
+    assert!(
+        log.gpus
+            .contains(&gpu(at(40_000), 0, 90_000, Some(100_000)))
+    );
+    assert!(log.gpus.contains(&gpu(at(70_001), 1, 3, Some(100_000))));
+    // The first and last readings of each GPU too, and the order is (time, gpu).
+    assert_eq!(log.gpus[0].time_us, at(0));
+    assert_eq!(log.gpus.last().unwrap().time_us, at(99_999));
+    assert!(
+        log.gpus
+            .windows(2)
+            .all(|w| (w[0].time_us, w[0].gpu) < (w[1].time_us, w[1].gpu))
+    );
+}
+
+#[test]
+fn a_log_at_the_limit_is_kept_row_by_row() {
+    // 1000 rows, limit 1000: nothing folds, every reading is there as read.
+    let text = many_rows_csv(1000, 10, 20);
+    let keep = TimeRange::new(JAN_2025_US, JAN_2025_US + 100_000_000);
+    let log = read_device_log(text.as_bytes(), small_limits(keep)).unwrap();
+    let all = read_device_log(text.as_bytes(), utc()).unwrap();
+    assert_eq!(log.gpus.len(), 1000);
+    assert_eq!(log.rows_folded, 0);
+    assert_eq!(log.gpus, all.gpus);
+}
+
+#[test]
+fn a_folded_log_keeps_finer_detail_near_the_focus() {
+    // Focus on 50.000 s .. 50.999 s: 32 more buckets of about 31 ms there.
+    let rows = 100_000;
+    let text = many_rows_csv(rows, 0, 1);
+    let keep = TimeRange::new(JAN_2025_US, JAN_2025_US + 100_000_000);
+    let focus = TimeRange::new(JAN_2025_US + 50_000_000, JAN_2025_US + 50_999_999);
+    let log = read_device_log_near(text.as_bytes(), small_limits(keep), &[focus]).unwrap();
+    let plain = read_device_log(text.as_bytes(), small_limits(keep)).unwrap();
+    let inside = |l: &DeviceLog| l.gpus.iter().filter(|s| focus.contains(s.time_us)).count();
+    // Without focus that second lies in one 1.5625 s bucket (at most 2 x 4 readings, some
+    // of which may fall outside the second); with it, 32 (+1 the coarse edge) buckets.
+    assert!(inside(&plain) <= 8, "{}", inside(&plain));
+    assert!(inside(&log) >= 2 * 32, "{}", inside(&log));
+    assert!(log.gpus.len() <= 2 * (64 + 33) * 4);
+}
+
+#[test]
+fn a_folded_nvml_log_keeps_the_process_rows_of_each_kept_reading() {
+    // 5000 NVML lines, 1 ms apart, each with two processes; limit 1000 rows, 64 buckets.
+    let mut text = String::new();
+    for k in 0..5000i64 {
+        text.push_str(&format!(
+            "{{\"time_us\": {}, \"gpu\": 0, \"used_bytes\": {}, \"processes\": [{{\"pid\": 7, \"used_bytes\": {k}}}, {{\"pid\": 8, \"used_bytes\": 1}}]}}\n",
+            JAN_2025_US + k * 1000,
+            1000 + k
+        ));
+    }
+    let keep = TimeRange::new(JAN_2025_US, JAN_2025_US + 5_000_000);
+    let log = read_device_log(text.as_bytes(), small_limits(keep)).unwrap();
+    // Used grows: per bucket the first (the minimum) and the last (the maximum) survive.
+    assert!(log.gpus.len() <= 64 * 2, "{}", log.gpus.len());
+    // Processes: the two rows of each kept reading's instant (NVML takes them together).
+    assert!(log.processes.len() <= 64 * 2 * 2, "{}", log.processes.len());
+    for s in &log.gpus {
+        let at: Vec<(u64, Option<u64>)> = log
+            .processes
+            .iter()
+            .filter(|p| p.time_us == s.time_us)
+            .map(|p| (p.pid, p.used_bytes))
+            .collect();
+        let k = (s.time_us - JAN_2025_US) as u64 / 1000;
+        assert_eq!(at, [(7, Some(k)), (8, Some(1))], "at {}", s.time_us);
+    }
+    assert_eq!(log.processes.len(), 2 * log.gpus.len());
+    let last = &log.processes[log.processes.len() - 2..];
+    assert_eq!((last[0].pid, last[0].used_bytes), (7, Some(4999)));
+    assert_eq!((last[1].pid, last[1].used_bytes), (8, Some(1)));
+    assert_eq!(log.gpus.last().unwrap().used_bytes, Some(5999));
+    assert_eq!(
+        log.rows_folded + (log.gpus.len() + log.processes.len()) as u64,
+        5000 * 3
     );
 }
 
@@ -842,7 +980,7 @@ fn no_panic_on_truncated_or_mangled_input() {
                 clock: ClockOptions {
                     utc_offset_minutes: i32::MIN,
                 },
-                keep: None,
+                ..DeviceLogOptions::default()
             },
         );
     }

@@ -215,6 +215,10 @@ pub enum Note {
     /// The trace ends in an OOM: readings after its last event (taken while the process
     /// failed or freed its memory) are not used for any moment.
     ReadingsAfterOomLeftOut { readings: usize },
+    /// The log was longer than its limits: these rows were folded into a bounded series
+    /// (first, last, lowest and highest reading per bucket), so the readings are thinned
+    /// between the kept ones (see [`crate::devlog::LogLimits`]).
+    ReadingsFolded { rows_folded: u64 },
 }
 
 /// The GPU's use before this job's process appeared in the log: what the driver (and any
@@ -701,6 +705,35 @@ pub fn snapshot_range(snap: &Snapshot, device: Option<i64>) -> Option<TimeRange>
         .reduce(TimeRange::union)
 }
 
+/// The neighbourhoods of the moments the ledgers are drawn up at (start, peak, OOMs, end
+/// of each device's trace): a reading within [`MAX_SKEW_US`] of a moment, and the process
+/// rows within as much of that reading. A long device log keeps finer detail there (see
+/// [`crate::devlog::LogLimits`]). Costs one replay per device, for the peak.
+pub fn focus_ranges(snap: &Snapshot, device: Option<i64>) -> Vec<TimeRange> {
+    let mut out = Vec::new();
+    for d in snap.devices() {
+        if device.is_some_and(|w| w != d) {
+            continue;
+        }
+        let Some(trace) = snap.trace(d).filter(|t| !t.is_empty()) else {
+            continue;
+        };
+        let mut at: Vec<usize> = vec![0, trace.len() - 1];
+        at.extend((0..trace.len()).filter(|&i| trace.action(i) == Action::Oom));
+        if let Some(e) = timeline::peaks(snap, d).requested.event {
+            at.push(e.index());
+        }
+        out.extend(
+            at.into_iter()
+                .filter_map(|i| trace.time_us(i).filter(|&t| t > 0))
+                .map(|t| TimeRange::new(t, t).widen(2 * MAX_SKEW_US)),
+        );
+    }
+    out.sort_by_key(|r| (r.first_us, r.last_us));
+    out.dedup();
+    out
+}
+
 /// Reconciles every device of the snapshot (or one) with the device log, and with a
 /// converted profiler trace when one is given (with its path).
 pub fn analyze_reconcile(
@@ -776,6 +809,11 @@ pub fn analyze_reconcile(
         if after_oom > 0 {
             notes.push(Note::ReadingsAfterOomLeftOut {
                 readings: after_oom,
+            });
+        }
+        if log.rows_folded > 0 {
+            notes.push(Note::ReadingsFolded {
+                rows_folded: log.rows_folded,
             });
         }
         // One pass gives the totals at every moment and reading, and the peak.

@@ -130,11 +130,12 @@ fn outside_of(
     messages: Option<&[vramlens::oom_log::OomMessage]>,
 ) -> Result<Outside> {
     use vramlens::analysis::reconcile::{
-        LOG_MARGIN_US, Moment, ReconcileOptions, analyze_reconcile, snapshot_range,
+        LOG_MARGIN_US, Moment, ReconcileOptions, analyze_reconcile, focus_ranges, snapshot_range,
     };
     if !args.nvml.is_empty() {
         let keep = snapshot_range(snap, Some(device)).map(|r| r.widen(LOG_MARGIN_US));
-        let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep)?;
+        let focus = focus_ranges(snap, Some(device));
+        let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
         let options = ReconcileOptions {
             device: Some(device),
             gpu: None,

@@ -152,7 +152,10 @@ pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
                 kind_of(&m)
             ),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot check {}", path.display())),
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cannot check {}", super::shown_path(&path)));
+            }
         }
     }
     let has_tables = Table::ALL
@@ -211,7 +214,7 @@ fn ensure_dir(path: &Path) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let meta = fs::symlink_metadata(path)
-                .with_context(|| format!("cannot check {}", path.display()))?;
+                .with_context(|| format!("cannot check {}", super::shown_path(path)))?;
             if meta.file_type().is_dir() {
                 Ok(())
             } else {
@@ -222,7 +225,7 @@ fn ensure_dir(path: &Path) -> Result<()> {
                 )
             }
         }
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", super::shown_path(path))),
     }
 }
 

@@ -45,7 +45,7 @@ pub fn read_snapshot_bytes(
             path: if label == "-" {
                 "standard input".into()
             } else {
-                label.to_string()
+                vramlens::units::shown(label).into_owned()
             },
             error,
         }
@@ -57,31 +57,41 @@ pub fn read_snapshot_bytes(
     Ok((snap, info))
 }
 use output::{check_output, write_new_file};
+
+/// A path as error messages name it: control characters (a newline in a file name) shown
+/// as text (`\n`), so the message stays one line and still names the file exactly.
+pub(crate) fn shown_path(path: &std::path::Path) -> String {
+    vramlens::units::shown(&path.display().to_string()).into_owned()
+}
 /// Reads and merges device logs (nvidia-smi CSV or NVML JSON lines).
 fn read_device_logs(
     paths: &[std::path::PathBuf],
     utc_offset_minutes: i32,
 ) -> Result<vramlens::devlog::DeviceLog> {
-    read_device_logs_in(paths, utc_offset_minutes, None)
+    read_device_logs_in(paths, utc_offset_minutes, None, &[])
 }
 
-/// Reads and merges device logs line by line, keeping only the rows inside `keep`.
+/// Reads and merges device logs line by line, keeping only the rows inside `keep`, in a
+/// bounded series when there are many (finer in the `focus` ranges; see
+/// [`vramlens::devlog::LogLimits`]).
 fn read_device_logs_in(
     paths: &[std::path::PathBuf],
     utc_offset_minutes: i32,
     keep: Option<vramlens::devlog::TimeRange>,
+    focus: &[vramlens::devlog::TimeRange],
 ) -> Result<vramlens::devlog::DeviceLog> {
     let options = vramlens::devlog::DeviceLogOptions {
         clock: vramlens::devlog::ClockOptions { utc_offset_minutes },
         keep,
+        limits: Default::default(),
     };
     let mut logs = Vec::new();
     for path in paths {
         let file = vramlens::input::open_side_input(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+            .with_context(|| format!("cannot read {}", shown_path(path)))?;
         logs.push(
-            vramlens::devlog::read_device_log(file, options)
-                .with_context(|| format!("failed to read device log {}", path.display()))?,
+            vramlens::devlog::read_device_log_near(file, options, focus)
+                .with_context(|| format!("failed to read device log {}", shown_path(path)))?,
         );
     }
     Ok(vramlens::devlog::merge(logs))
@@ -117,9 +127,9 @@ fn attribution_options(
     let rules = match &a.rules {
         Some(path) => {
             let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read rules file {}", path.display()))?;
+                .with_context(|| format!("cannot read rules file {}", shown_path(path)))?;
             vramlens::analysis::attribution::parse_rules(&text)
-                .map_err(|e| anyhow!("{}: {e}", path.display()))?
+                .map_err(|e| anyhow!("{}: {e}", shown_path(path)))?
         }
         None => Vec::new(),
     };
@@ -165,7 +175,7 @@ fn expand_inputs_listing(
             continue;
         }
         let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(p)
-            .with_context(|| format!("cannot read folder {}", p.display()))?
+            .with_context(|| format!("cannot read folder {}", shown_path(p)))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|f| {
                 f.is_file()
@@ -237,8 +247,8 @@ pub fn read_profile_trace(
         return Ok(None);
     };
     let file = vramlens::input::open_side_input(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+        .with_context(|| format!("cannot read {}", shown_path(path)))?;
     vramlens::devlog::read_profile_snapshot(file)
         .map(Some)
-        .with_context(|| format!("failed to read trace {}", path.display()))
+        .with_context(|| format!("failed to read trace {}", shown_path(path)))
 }

@@ -70,9 +70,9 @@ fn utf16_encoding(path: &std::path::Path) -> Option<&'static str> {
 /// The OOM messages of a log (`--log`): at least one, none damaged.
 pub(super) fn read_oom_log(path: &std::path::Path) -> Result<Vec<vramlens::oom_log::OomMessage>> {
     let file = vramlens::input::open_side_input(path)
-        .with_context(|| format!("cannot read log {}", path.display()))?;
+        .with_context(|| format!("cannot read log {}", super::shown_path(path)))?;
     let found = parse_oom_messages_from(file)
-        .with_context(|| format!("cannot read log {}", path.display()))?;
+        .with_context(|| format!("cannot read log {}", super::shown_path(path)))?;
     if let Some(m) = found.iter().find(|m| m.oversized) {
         bail!(
             "{}: line {}: the out-of-memory message gives a size above 16 EiB, more than any device holds, so the log is damaged or edited: {:?}",

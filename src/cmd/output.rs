@@ -51,7 +51,9 @@ fn inspect(path: &Path) -> Result<Target> {
     let meta = match fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Target::Absent),
-        Err(e) => return Err(e).with_context(|| format!("cannot check {}", path.display())),
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot check {}", super::shown_path(path)));
+        }
     };
     let ft = meta.file_type();
     if ft.is_file() {
@@ -250,7 +252,8 @@ fn publish(tmp: &Path, path: &Path, force: bool) -> Result<()> {
     if force {
         // Checked again just before: only a new name or a regular file is replaced.
         inspect(path)?;
-        return fs::rename(tmp, path).with_context(|| format!("cannot write {}", path.display()));
+        return fs::rename(tmp, path)
+            .with_context(|| format!("cannot write {}", super::shown_path(path)));
     }
     match fs::hard_link(tmp, path) {
         Ok(()) => {
@@ -263,7 +266,8 @@ fn publish(tmp: &Path, path: &Path, force: bool) -> Result<()> {
             if inspect(path)? != Target::Absent {
                 return Err(exists());
             }
-            fs::rename(tmp, path).with_context(|| format!("cannot write {}", path.display()))
+            fs::rename(tmp, path)
+                .with_context(|| format!("cannot write {}", super::shown_path(path)))
         }
     }
 }
@@ -281,7 +285,7 @@ pub fn write_new_file(
         .unwrap_or(Path::new("."));
     let name = path
         .file_name()
-        .ok_or_else(|| anyhow!("{}: not a file name", path.display()))?
+        .ok_or_else(|| anyhow!("{}: not a file name", super::shown_path(path)))?
         .to_string_lossy();
     let (tmp, file) = match create_temp(dir, &name) {
         Ok(t) => t,
@@ -292,14 +296,16 @@ pub fn write_new_file(
                 dir.display()
             )
         }
-        Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot write {}", super::shown_path(path)));
+        }
     };
     let written = (|| -> io::Result<()> {
         let mut f = io::BufWriter::new(file);
         write(&mut f)?;
         f.flush()
     })()
-    .with_context(|| format!("cannot write {}", path.display()));
+    .with_context(|| format!("cannot write {}", super::shown_path(path)));
     let result = written.and_then(|()| publish(&tmp, path, force));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);

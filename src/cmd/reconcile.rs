@@ -6,7 +6,7 @@ use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::device::check_device;
 use vramlens::analysis::reconcile::{
-    LOG_MARGIN_US, ReconcileOptions, analyze_reconcile, snapshot_range,
+    LOG_MARGIN_US, ReconcileOptions, analyze_reconcile, focus_ranges, snapshot_range,
 };
 use vramlens::input::ReadOptions;
 use vramlens::render::reconcile::{error_text, write_reconcile_text};
@@ -17,7 +17,8 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
     check_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
     // Only the readings near the snapshot's trace are kept; the log is streamed.
     let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
-    let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep)?;
+    let focus = focus_ranges(&snap, args.device);
+    let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
     let trace_path = args.trace.as_ref().map(|p| p.display().to_string());
     let converted = super::read_profile_trace(args.trace.as_deref())?;
     let profile = trace_path.as_deref().zip(converted.as_ref());

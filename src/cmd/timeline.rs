@@ -1,7 +1,7 @@
 //! `vramlens timeline`: replay one device, then draw it, list a live set, or print peaks.
 
 use super::read_snapshot;
-use super::{attribution_options, check_output, read_device_logs, write_new_file};
+use super::{attribution_options, check_output, write_new_file};
 use crate::cli::{TimelineArgs, XArg};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
@@ -111,7 +111,12 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             })
             .transpose()?;
         if !args.nvml.is_empty() {
-            let log = read_device_logs(&args.nvml, args.utc_offset)?;
+            // Only readings near the device's trace are drawn: the log is streamed, and
+            // a long one folded into a bounded series.
+            use vramlens::analysis::reconcile::{LOG_MARGIN_US, focus_ranges, snapshot_range};
+            let keep = snapshot_range(&snap, Some(device)).map(|r| r.widen(LOG_MARGIN_US));
+            let focus = focus_ranges(&snap, Some(device));
+            let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
             let samples = vramlens::analysis::reconcile::gpu_samples(&log, device);
             let rows =
                 vramlens::analysis::reconcile::readings_over_time(&snap, device, &log, &samples);

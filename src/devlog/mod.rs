@@ -3,7 +3,9 @@
 //!
 //! A side entrance beside the snapshot flow, like [`crate::oom_log`]: each reader takes a
 //! byte stream and gives plain, sorted samples, reading it line by line (text formats) or
-//! event by event (JSON traces), so memory follows what is kept, not the file's size.
+//! event by event (JSON traces), so memory follows what is kept, not the file's size; and
+//! what a device log keeps inside its window is bounded too ([`LogLimits`]: past 2^18
+//! rows, a series of first/last/lowest/highest readings per time bucket).
 //! Only [`convert`] imports other modules of the crate (the model, and units for the
 //! wording of its warnings), to turn a profiler trace into a
 //! [`Snapshot`](crate::model::Snapshot). Nothing here analyses or resamples; the converter
@@ -111,6 +113,10 @@ pub struct DeviceLog {
     pub spans: Vec<GpuSpan>,
     /// Rows (GPU and process) left out because they fall outside [`DeviceLogOptions::keep`].
     pub rows_outside_window: u64,
+    /// Rows inside the window that were folded into the bounded series and not kept one
+    /// by one (0 unless the log had more than [`LogLimits::max_kept_rows`] of them; see
+    /// [`LogLimits`]).
+    pub rows_folded: u64,
     /// Some timestamps had no zone (nvidia-smi prints local time): the clock offset was
     /// applied to them.
     pub zoneless_times: bool,
@@ -145,7 +151,49 @@ pub struct DeviceLogOptions {
     /// in [`DeviceLog::rows_outside_window`] and their times in [`DeviceLog::spans`].
     /// Default: keep every row.
     pub keep: Option<TimeRange>,
+    /// How many rows inside `keep` are kept one by one before they are folded into a
+    /// bounded series. Default: [`LogLimits::default`].
+    pub limits: LogLimits,
 }
+
+/// Bounds on what a log keeps of the rows inside [`DeviceLogOptions::keep`], so memory
+/// follows these numbers and not the file's size (a 2 GiB CSV sampled every millisecond).
+///
+/// Up to `max_kept_rows` rows (GPU and process rows together) every row is kept, exactly
+/// as read. Past that, every row read so far and every later one folds into buckets: the
+/// window is cut into `series_buckets` equal buckets, and each focus range (the
+/// neighbourhoods of the moments a report reads, see [`read_device_log_near`]) into
+/// `focus_buckets` more (all focus ranges together at most [`MAX_FOCUS_BUCKETS`], each at
+/// least 16). Per GPU and bucket the log keeps four readings: the first, the last, the
+/// lowest and the highest `used` (ties: the earlier row); per GPU (number or uuid) and
+/// bucket, the process rows of the latest sampling instant and of the instants of those
+/// kept readings (so an NVML reading keeps the process rows taken with it), at most
+/// [`MAX_PROCESSES_PER_INSTANT`] an instant. Peaks and troughs of device use survive exactly;
+/// readings between them are thinned. Without `keep` nothing is folded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    /// Default: 262,144 (2^18) rows, about 19 MB of samples.
+    pub max_kept_rows: usize,
+    /// Default: 4096 buckets over the whole window.
+    pub series_buckets: usize,
+    /// Default: 4096 buckets over each focus range.
+    pub focus_buckets: usize,
+}
+
+impl Default for LogLimits {
+    fn default() -> LogLimits {
+        LogLimits {
+            max_kept_rows: 1 << 18,
+            series_buckets: 4096,
+            focus_buckets: 4096,
+        }
+    }
+}
+
+/// All focus ranges of a log together are cut into at most this many buckets.
+pub const MAX_FOCUS_BUCKETS: usize = 1 << 16;
+/// Process rows a folded bucket keeps of one sampling instant of one GPU.
+pub const MAX_PROCESSES_PER_INSTANT: usize = 256;
 
 /// Why a log or trace could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -307,12 +355,200 @@ pub(crate) struct LogBuilder {
     pub(crate) rows_outside_window: u64,
     pub(crate) zoneless_times: bool,
     keep: Option<TimeRange>,
+    limits: LogLimits,
+    focus: Vec<TimeRange>,
+    /// The bounded series, once more than `limits.max_kept_rows` rows were kept.
+    fold: Option<Fold>,
+    /// Rows that went into `fold`.
+    rows_into_fold: u64,
+    rows_folded: u64,
+}
+
+/// A row in a folded bucket, with its place in the file (for ties and file order).
+#[derive(Clone, Copy)]
+struct Kept<T> {
+    seq: u64,
+    row: T,
+}
+
+/// The four readings one GPU's bucket keeps.
+struct GpuBucket {
+    first: Kept<GpuSample>,
+    last: Kept<GpuSample>,
+    min: Option<Kept<GpuSample>>,
+    max: Option<Kept<GpuSample>>,
+}
+
+/// The process rows of one GPU's bucket: of its latest sampling instant, and of the
+/// instants of the GPU readings the bucket keeps.
+struct ProcessBucket {
+    time_us: i64,
+    rows: Vec<Kept<ProcessSample>>,
+}
+
+/// The bounded series: buckets by start time, rows kept per (GPU, bucket).
+struct Fold {
+    /// Sorted, distinct bucket starts; the first is the window's start.
+    edges: Vec<i64>,
+    gpus: BTreeMap<(i64, usize), GpuBucket>,
+    /// Keyed by the row's GPU number and uuid index, and bucket.
+    processes: BTreeMap<(Option<i64>, Option<u32>, usize), ProcessBucket>,
+    seq: u64,
+}
+
+/// `n` bucket starts cutting `r` into equal parts (integer arithmetic, no overflow).
+fn cut(r: TimeRange, n: usize) -> impl Iterator<Item = i64> {
+    let width = r.last_us as i128 - r.first_us as i128 + 1;
+    let n = n.max(1) as i128;
+    (0..n).map(move |k| (r.first_us as i128 + width * k / n) as i64)
+}
+
+impl Fold {
+    fn new(keep: TimeRange, focus: &[TimeRange], limits: LogLimits) -> Fold {
+        let mut edges: Vec<i64> = cut(keep, limits.series_buckets).collect();
+        // Focus ranges inside the window, overlapping ones merged.
+        let mut ranges: Vec<TimeRange> = focus
+            .iter()
+            .filter(|r| r.overlaps(keep))
+            .map(|r| TimeRange::new(r.first_us.max(keep.first_us), r.last_us.min(keep.last_us)))
+            .collect();
+        ranges.sort_by_key(|r| (r.first_us, r.last_us));
+        let mut merged: Vec<TimeRange> = Vec::new();
+        for r in ranges {
+            match merged.last_mut() {
+                Some(m) if m.last_us >= r.first_us => *m = m.union(r),
+                _ => merged.push(r),
+            }
+        }
+        let per_range =
+            (MAX_FOCUS_BUCKETS / merged.len().max(1)).clamp(16, limits.focus_buckets.max(16));
+        for r in &merged {
+            edges.extend(cut(*r, per_range));
+        }
+        edges.sort_unstable();
+        edges.dedup();
+        Fold {
+            edges,
+            gpus: BTreeMap::new(),
+            processes: BTreeMap::new(),
+            seq: 0,
+        }
+    }
+
+    fn bucket(&self, time_us: i64) -> usize {
+        self.edges
+            .partition_point(|&e| e <= time_us)
+            .saturating_sub(1)
+    }
+
+    fn push_gpu(&mut self, s: GpuSample) {
+        let k = Kept {
+            seq: self.seq,
+            row: s,
+        };
+        self.seq += 1;
+        let b = self.bucket(s.time_us);
+        let used = |k: &Kept<GpuSample>| k.row.used_bytes;
+        match self.gpus.get_mut(&(s.gpu, b)) {
+            None => {
+                let with_used = s.used_bytes.map(|_| k);
+                self.gpus.insert(
+                    (s.gpu, b),
+                    GpuBucket {
+                        first: k,
+                        last: k,
+                        min: with_used,
+                        max: with_used,
+                    },
+                );
+            }
+            Some(g) => {
+                if s.time_us < g.first.row.time_us {
+                    g.first = k;
+                }
+                if s.time_us >= g.last.row.time_us {
+                    g.last = k;
+                }
+                if let Some(u) = s.used_bytes {
+                    if g.min.as_ref().and_then(used).is_none_or(|m| u < m) {
+                        g.min = Some(k);
+                    }
+                    if g.max.as_ref().and_then(used).is_none_or(|m| u > m) {
+                        g.max = Some(k);
+                    }
+                }
+            }
+        }
+    }
+
+    fn push_process(&mut self, p: ProcessSample) {
+        let k = Kept {
+            seq: self.seq,
+            row: p,
+        };
+        self.seq += 1;
+        let b = self.bucket(p.time_us);
+        // The instants of the GPU readings the bucket keeps: their process rows split
+        // those readings (NVML samples take both at one instant; a row of another instant
+        // would mix two moments).
+        let wanted: [Option<i64>; 4] = match p.gpu.and_then(|g| self.gpus.get(&(g, b))) {
+            Some(g) => [
+                Some(g.first.row.time_us),
+                Some(g.last.row.time_us),
+                g.min.map(|k| k.row.time_us),
+                g.max.map(|k| k.row.time_us),
+            ],
+            None => [None; 4],
+        };
+        let entry = self
+            .processes
+            .entry((p.gpu, p.gpu_uuid, b))
+            .or_insert(ProcessBucket {
+                time_us: p.time_us,
+                rows: Vec::new(),
+            });
+        entry.time_us = entry.time_us.max(p.time_us);
+        let latest = entry.time_us;
+        let keep_at = |t: i64| t == latest || wanted.contains(&Some(t));
+        if keep_at(p.time_us)
+            && entry
+                .rows
+                .iter()
+                .filter(|r| r.row.time_us == p.time_us)
+                .count()
+                < MAX_PROCESSES_PER_INSTANT
+        {
+            entry.rows.push(k);
+        }
+        entry.rows.retain(|r| keep_at(r.row.time_us));
+    }
+
+    /// The kept rows, in file order.
+    fn rows(self) -> (Vec<GpuSample>, Vec<ProcessSample>) {
+        let mut gpus: Vec<Kept<GpuSample>> = self
+            .gpus
+            .into_values()
+            .flat_map(|g| [Some(g.first), Some(g.last), g.min, g.max])
+            .flatten()
+            .collect();
+        gpus.sort_by_key(|k| k.seq);
+        gpus.dedup_by_key(|k| k.seq);
+        let mut processes: Vec<Kept<ProcessSample>> =
+            self.processes.into_values().flat_map(|p| p.rows).collect();
+        processes.sort_by_key(|k| k.seq);
+        (
+            gpus.into_iter().map(|k| k.row).collect(),
+            processes.into_iter().map(|k| k.row).collect(),
+        )
+    }
 }
 
 impl LogBuilder {
-    pub(crate) fn new(keep: Option<TimeRange>) -> LogBuilder {
+    pub(crate) fn new(options: DeviceLogOptions, focus: &[TimeRange]) -> LogBuilder {
         LogBuilder {
-            keep,
+            keep: options.keep,
+            limits: options.limits,
+            focus: focus.to_vec(),
             ..Default::default()
         }
     }
@@ -335,6 +571,43 @@ impl LogBuilder {
         keep
     }
 
+    /// The bounded series, started (with every row kept so far) once the rows kept one
+    /// by one reach the limit; None while they are under it, or without a window.
+    fn fold(&mut self) -> Option<&mut Fold> {
+        if self.fold.is_none() {
+            let keep = self.keep?;
+            if self.gpus.len() + self.processes.len() < self.limits.max_kept_rows {
+                return None;
+            }
+            // The rows kept so far go in first, in file order, so ties resolve as when kept.
+            let mut fold = Fold::new(keep, &self.focus, self.limits);
+            let (gpus, processes) = (
+                std::mem::take(&mut self.gpus),
+                std::mem::take(&mut self.processes),
+            );
+            self.rows_into_fold += (gpus.len() + processes.len()) as u64;
+            for s in gpus {
+                fold.push_gpu(s);
+            }
+            for p in processes {
+                fold.push_process(p);
+            }
+            self.fold = Some(fold);
+        }
+        self.fold.as_mut()
+    }
+
+    /// Moves the kept rows of the bounded series into `gpus` and `processes`.
+    fn unfold(&mut self) {
+        if let Some(fold) = self.fold.take() {
+            let (gpus, processes) = fold.rows();
+            self.rows_folded += self.rows_into_fold - (gpus.len() + processes.len()) as u64;
+            self.rows_into_fold = 0;
+            self.gpus = gpus;
+            self.processes = processes;
+        }
+    }
+
     pub(crate) fn push_gpu(&mut self, s: GpuSample) {
         let entry = self
             .spans
@@ -343,13 +616,20 @@ impl LogBuilder {
         entry.0 += 1;
         entry.1 = entry.1.union(TimeRange::new(s.time_us, s.time_us));
         if self.kept(s.time_us) {
-            self.gpus.push(s);
+            match self.fold() {
+                Some(fold) => {
+                    fold.push_gpu(s);
+                    self.rows_into_fold += 1;
+                }
+                None => self.gpus.push(s),
+            }
         }
     }
 
     /// Makes every reading one GPU's, number 0 (a log whose repeated stamps were a coarse
     /// clock, not several GPUs).
     pub(crate) fn collapse_to_one_gpu(&mut self) {
+        self.unfold();
         for s in &mut self.gpus {
             s.gpu = 0;
         }
@@ -367,7 +647,13 @@ impl LogBuilder {
 
     pub(crate) fn push_process(&mut self, p: ProcessSample) {
         if self.kept(p.time_us) {
-            self.processes.push(p);
+            match self.fold() {
+                Some(fold) => {
+                    fold.push_process(p);
+                    self.rows_into_fold += 1;
+                }
+                None => self.processes.push(p),
+            }
         }
     }
 
@@ -377,6 +663,7 @@ impl LogBuilder {
         numbering: GpuNumbering,
         warnings: Warnings,
     ) -> DeviceLog {
+        self.unfold();
         self.gpus.sort_by_key(|s| (s.time_us, s.gpu));
         self.processes.sort_by_key(|p| (p.time_us, p.pid));
         DeviceLog {
@@ -391,6 +678,7 @@ impl LogBuilder {
                 .map(|(gpu, (rows, range))| GpuSpan { gpu, rows, range })
                 .collect(),
             rows_outside_window: self.rows_outside_window,
+            rows_folded: self.rows_folded,
             zoneless_times: self.zoneless_times,
             warnings: warnings.finish(),
         }
@@ -411,6 +699,17 @@ impl LogBuilder {
 pub fn read_device_log<R: BufRead>(
     reader: R,
     options: DeviceLogOptions,
+) -> Result<DeviceLog, DevlogError> {
+    read_device_log_near(reader, options, &[])
+}
+
+/// [`read_device_log`], with `focus`: the time ranges a report reads closely (the
+/// neighbourhoods of its moments), given finer buckets when the log is folded (see
+/// [`LogLimits`]). For a log under the limits `focus` changes nothing.
+pub fn read_device_log_near<R: BufRead>(
+    reader: R,
+    options: DeviceLogOptions,
+    focus: &[TimeRange],
 ) -> Result<DeviceLog, DevlogError> {
     let mut lines = Lines::new(reader);
     // The first line with content decides the format.
@@ -439,9 +738,9 @@ pub fn read_device_log<R: BufRead>(
         });
     }
     if trimmed.starts_with('{') {
-        nvml::read(first, lines, options)
+        nvml::read(first, lines, LogBuilder::new(options, focus))
     } else {
-        nvsmi::read(first, lines, options)
+        nvsmi::read(first, lines, options, LogBuilder::new(options, focus))
     }
 }
 
@@ -460,6 +759,7 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
     let mut warnings: Vec<String> = Vec::new();
     let mut spans: BTreeMap<i64, (u64, TimeRange)> = BTreeMap::new();
     let mut rows_outside_window = 0;
+    let mut rows_folded = 0;
     let mut zoneless_times = false;
     for log in logs {
         source = match source {
@@ -497,6 +797,7 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
             e.1 = e.1.union(s.range);
         }
         rows_outside_window += log.rows_outside_window;
+        rows_folded += log.rows_folded;
         zoneless_times |= log.zoneless_times;
         for w in log.warnings {
             if !warnings.contains(&w) {
@@ -531,6 +832,7 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
             .map(|(gpu, (rows, range))| GpuSpan { gpu, rows, range })
             .collect(),
         rows_outside_window,
+        rows_folded,
         zoneless_times,
         warnings,
     }

@@ -4,8 +4,8 @@
 //! null).
 
 use super::{
-    DeviceLog, DeviceLogOptions, DevlogError, GpuNumbering, GpuSample, Lines, LogBuilder,
-    ProcessSample, Warnings, json, line_error,
+    DeviceLog, DevlogError, GpuNumbering, GpuSample, Lines, LogBuilder, ProcessSample, Warnings,
+    json, line_error,
 };
 use serde_json::Value;
 use std::io::BufRead;
@@ -14,10 +14,9 @@ use std::io::BufRead;
 pub(crate) fn read<R: BufRead>(
     first: (usize, String),
     mut lines: Lines<R>,
-    options: DeviceLogOptions,
+    mut log: LogBuilder,
 ) -> Result<DeviceLog, DevlogError> {
     let mut warnings = Warnings::default();
-    let mut log = LogBuilder::new(options.keep);
     let mut pending = Some(first);
     loop {
         let (line, raw) = match pending.take() {

@@ -15,7 +15,7 @@
 //! several GPUs, numbered by their place in it (a log whose readings do not come in equal
 //! groups is one GPU, number 0).
 
-use super::clock::parse_stamp;
+use super::clock::{Stamp, parse_stamp};
 use super::{
     DeviceLog, DeviceLogOptions, DevlogError, GpuNumbering, GpuSample, Lines, LogBuilder, MIB,
     ProcessSample, Warnings, line_error, quote,
@@ -276,14 +276,16 @@ pub(crate) fn read<R: BufRead>(
     first: (usize, String),
     mut lines: Lines<R>,
     options: DeviceLogOptions,
+    mut log: LogBuilder,
 ) -> Result<DeviceLog, DevlogError> {
     let clock = options.clock;
     let mut warnings = Warnings::default();
-    let mut log = LogBuilder::new(options.keep);
     let mut columns: Option<Columns> = None;
     let mut warned_no_time = false;
     let mut numbering: Option<GpuNumbering> = None;
     let mut groups = RowGroups::default();
+    // Rows of one reading share their timestamp's text: it is read once.
+    let mut last_stamp: (String, Option<Stamp>) = (String::new(), None);
     let mut pending = Some(first);
     loop {
         let (line, raw_owned) = match pending.take() {
@@ -297,11 +299,17 @@ pub(crate) fn read<R: BufRead>(
         if raw.is_empty() {
             continue;
         }
-        if raw.to_ascii_lowercase().starts_with("no running processes") {
+        const NO_PROCESSES: &str = "no running processes";
+        if raw
+            .get(..NO_PROCESSES.len())
+            .is_some_and(|h| h.eq_ignore_ascii_case(NO_PROCESSES))
+        {
             continue;
         }
         let fields = split_csv(raw);
-        if let Some((roles, units)) = header_roles(&fields) {
+        // A row starting with the timestamp of the row before is no header.
+        let same_stamp = last_stamp.1.is_some() && fields.first() == Some(&last_stamp.0.as_str());
+        if !same_stamp && let Some((roles, units)) = header_roles(&fields) {
             let cols = Columns::new(roles, units, line, &mut warnings);
             if cols.pid.is_none()
                 && cols.used.is_none()
@@ -365,6 +373,7 @@ pub(crate) fn read<R: BufRead>(
             clock,
             &mut warnings,
             &mut warned_no_time,
+            &mut last_stamp,
         )? {
             Row::Skip(kind) => warnings.add(kind, line),
             Row::Process(mut p, uuid) => {
@@ -408,18 +417,28 @@ fn read_row(
     clock: super::ClockOptions,
     warnings: &mut Warnings,
     warned_no_time: &mut bool,
+    last_stamp: &mut (String, Option<Stamp>),
 ) -> Result<Row, DevlogError> {
     let (time_us, zoneless) = match cols.time {
         Some(c) => {
-            let stamp = parse_stamp(fields[c], clock.utc_offset_minutes).ok_or_else(|| {
-                line_error(
-                    line,
-                    format!(
-                        "timestamp: expected YYYY/MM/DD HH:MM:SS.mmm or ISO 8601, found {}",
-                        quote(fields[c])
-                    ),
-                )
-            })?;
+            let stamp = match last_stamp.1 {
+                Some(known) if last_stamp.0 == fields[c] => known,
+                _ => {
+                    let stamp = parse_stamp(fields[c], clock.utc_offset_minutes).ok_or_else(|| {
+                        line_error(
+                            line,
+                            format!(
+                                "timestamp: expected YYYY/MM/DD HH:MM:SS.mmm or ISO 8601, found {}",
+                                quote(fields[c])
+                            ),
+                        )
+                    })?;
+                    last_stamp.0.clear();
+                    last_stamp.0.push_str(fields[c]);
+                    last_stamp.1 = Some(stamp);
+                    stamp
+                }
+            };
             (stamp.time_us, stamp.zoneless)
         }
         None => {

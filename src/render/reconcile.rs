@@ -185,6 +185,9 @@ fn note_text(n: &Note) -> String {
             "{} after the OOM (the trace's last event) not used: they show the process failing or freeing its memory, not a moment of the trace",
             crate::units::count(*readings, "reading", "readings")
         ),
+        Note::ReadingsFolded { rows_folded } => format!(
+            "the log is long: {rows_folded} of its rows were folded into a bounded series (per time bucket the first, last, lowest and highest reading are kept), so readings between those are not used"
+        ),
     }
 }
 
