@@ -799,13 +799,7 @@ fn readings_after_the_oom_are_not_used_and_offsets_are_worded() {
         .max_by_key(|r| r["time_us"].as_i64().unwrap())
         .unwrap();
     let (_dir, path) = temp_file("nvml.jsonl", &(rows.join("\n") + "\n"));
-    let v = json_of(&[
-        "reconcile",
-        "testdata/gpu/oom/oom_snapshot.pickle",
-        "--nvml",
-        &path,
-        "--json",
-    ]);
+    let v = reconcile(&[&path]);
     let l = oom_ledger(&v);
     assert_eq!(l["device_used_bytes"], before["used_bytes"]);
     let skew = before["time_us"].as_i64().unwrap() - oom_t;

@@ -445,11 +445,10 @@ fn many_files_stay_under_ten_megabytes() {
     assert_self_contained(&html);
 }
 
-#[test]
-fn device_readings_add_the_ledger_and_the_device_line() {
+/// The report of our H200 OOM with its NVML readings and its OOM log.
+fn oom_report_with_readings() -> String {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.html");
-    let html = report(
+    report(
         &[
             "testdata/gpu/oom/oom_snapshot.pickle",
             "--nvml",
@@ -457,8 +456,13 @@ fn device_readings_add_the_ledger_and_the_device_line() {
             "--log",
             "testdata/gpu/oom/oom.log",
         ],
-        &out,
-    );
+        &dir.path().join("r.html"),
+    )
+}
+
+#[test]
+fn device_readings_add_the_ledger_and_the_device_line() {
+    let html = oom_report_with_readings();
     assert_self_contained(&html);
     let ledger = String::from_utf8(
         vramlens()
@@ -516,18 +520,7 @@ fn ledger_rows(html: &str) -> Vec<(String, Vec<String>)> {
 
 #[test]
 fn the_oom_has_one_ledger_of_the_message_and_the_reading_side_by_side() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.html");
-    let html = report(
-        &[
-            "testdata/gpu/oom/oom_snapshot.pickle",
-            "--nvml",
-            "testdata/gpu/oom/nvml.jsonl",
-            "--log",
-            "testdata/gpu/oom/oom.log",
-        ],
-        &out,
-    );
+    let html = oom_report_with_readings();
     const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
     let gib2 = |b: f64| format!("{:.2} GiB", b / GIB);
