@@ -240,7 +240,8 @@ fn small_limits(keep: TimeRange) -> DeviceLogOptions {
         limits: LogLimits {
             max_kept_rows: 1000,
             series_buckets: 64,
-            focus_buckets: 32,
+            // Odd: a focus range's midpoint (its moment) is no bucket edge.
+            focus_buckets: 33,
         },
         ..utc()
     }
@@ -302,10 +303,36 @@ fn a_folded_log_keeps_finer_detail_near_the_focus() {
     let plain = read_device_log(text.as_bytes(), small_limits(keep)).unwrap();
     let inside = |l: &DeviceLog| l.gpus.iter().filter(|s| focus.contains(s.time_us)).count();
     // Without focus that second lies in one 1.5625 s bucket (at most 2 x 4 readings, some
-    // of which may fall outside the second); with it, 32 (+1 the coarse edge) buckets.
+    // of which may fall outside the second); with it, 33 (+1 the coarse edge) buckets.
     assert!(inside(&plain) <= 8, "{}", inside(&plain));
     assert!(inside(&log) >= 2 * 32, "{}", inside(&log));
-    assert!(log.gpus.len() <= 2 * (64 + 33) * 4);
+    assert!(log.gpus.len() <= 2 * (64 + 34) * 4 + 2 * 2);
+}
+
+#[test]
+fn a_folded_log_keeps_the_readings_on_either_side_of_each_moment() {
+    // The moment 50.3005 s, focus +-10 s cut into 33 buckets of 606 ms (the moment inside
+    // one): each GPU's last reading before it and first after it are kept, whatever the
+    // buckets keep.
+    let text = many_rows_csv(100_000, 0, 1);
+    let keep = TimeRange::new(JAN_2025_US, JAN_2025_US + 100_000_000);
+    let moment = JAN_2025_US + 50_300_500;
+    let focus = TimeRange::new(moment, moment).widen(10_000_000);
+    let log = read_device_log_near(text.as_bytes(), small_limits(keep), &[focus]).unwrap();
+    assert!(log.rows_folded > 0);
+    // Row k is at k ms, GPU k % 2: GPU 0 has rows 50300 and 50302 around the moment,
+    // GPU 1 rows 50299 and 50301.
+    let row = |k: u64| {
+        gpu(
+            JAN_2025_US + k as i64 * 1000,
+            (k % 2) as i64,
+            1000 + (k * 7919 % 5000),
+            Some(100_000),
+        )
+    };
+    for k in [50_299, 50_300, 50_301, 50_302] {
+        assert!(log.gpus.contains(&row(k)), "row {k}");
+    }
 }
 
 #[test]

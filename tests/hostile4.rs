@@ -103,6 +103,11 @@ fn a_log_far_longer_than_its_limits_is_folded_and_keeps_the_spike_near_the_peak(
         serde_json::json!([10u64 << 30, 120u64 << 30])
     );
     assert_eq!(peak["device_used_bytes"], 10u64 << 30);
+    // The reading nearest the peak is the one the whole log has: readings lie every
+    // 20 us from t0, the nearer of the two around the peak (the earlier on a tie).
+    let d = (PEAK_US - t0) % 20;
+    let skew = if d <= 10 { -d } else { 20 - d };
+    assert_eq!(peak["sample_skew_us"], skew);
 }
 
 #[test]

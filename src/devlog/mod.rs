@@ -393,6 +393,15 @@ struct Fold {
     gpus: BTreeMap<(i64, usize), GpuBucket>,
     /// Keyed by the row's GPU number and uuid index, and bucket.
     processes: BTreeMap<(Option<i64>, Option<u32>, usize), ProcessBucket>,
+    /// The focus ranges' midpoints (the moments), sorted, distinct.
+    moments: Vec<i64>,
+    /// Per GPU and moment k: the latest reading in `[moments[k-1], moments[k])`
+    /// (`false`) and the earliest in `[moments[k], moments[k+1])` (`true`). Together
+    /// they hold, for every moment, the last reading before it and the first at or after
+    /// it: the reading nearest it is kept exactly.
+    near: BTreeMap<(i64, usize, bool), Kept<GpuSample>>,
+    /// The process rows of those readings' instants, by GPU number, moment and side.
+    near_processes: BTreeMap<(i64, usize, bool), Vec<Kept<ProcessSample>>>,
     seq: u64,
 }
 
@@ -427,12 +436,30 @@ impl Fold {
         }
         edges.sort_unstable();
         edges.dedup();
+        let mut moments: Vec<i64> = focus
+            .iter()
+            .map(|r| ((r.first_us as i128 + r.last_us as i128) / 2) as i64)
+            .collect();
+        moments.sort_unstable();
+        moments.dedup();
         Fold {
             edges,
             gpus: BTreeMap::new(),
             processes: BTreeMap::new(),
+            moments,
+            near: BTreeMap::new(),
+            near_processes: BTreeMap::new(),
             seq: 0,
         }
+    }
+
+    /// The moment slots a time falls in: (k, false) for the first moment after it,
+    /// (k, true) for the last moment at or before it.
+    fn slots(&self, time_us: i64) -> impl Iterator<Item = (usize, bool)> {
+        let j = self.moments.partition_point(|&m| m <= time_us);
+        let before = (j < self.moments.len()).then_some((j, false));
+        let after = j.checked_sub(1).map(|k| (k, true));
+        before.into_iter().chain(after)
     }
 
     fn bucket(&self, time_us: i64) -> usize {
@@ -447,6 +474,19 @@ impl Fold {
             row: s,
         };
         self.seq += 1;
+        for (m, after) in self.slots(s.time_us).collect::<Vec<_>>() {
+            let slot = self.near.entry((s.gpu, m, after)).or_insert(k);
+            // Before a moment the latest reading (ties: the later row), after it the
+            // earliest (ties: the earlier row), as the report's nearest reading is found.
+            let closer = if after {
+                s.time_us < slot.row.time_us
+            } else {
+                s.time_us >= slot.row.time_us
+            };
+            if closer {
+                *slot = k;
+            }
+        }
         let b = self.bucket(s.time_us);
         let used = |k: &Kept<GpuSample>| k.row.used_bytes;
         match self.gpus.get_mut(&(s.gpu, b)) {
@@ -487,6 +527,21 @@ impl Fold {
             row: p,
         };
         self.seq += 1;
+        if let Some(gpu) = p.gpu {
+            for (m, after) in self.slots(p.time_us).collect::<Vec<_>>() {
+                if self
+                    .near
+                    .get(&(gpu, m, after))
+                    .is_some_and(|g| g.row.time_us == p.time_us)
+                {
+                    let rows = self.near_processes.entry((gpu, m, after)).or_default();
+                    rows.retain(|r| r.row.time_us == p.time_us);
+                    if rows.len() < MAX_PROCESSES_PER_INSTANT {
+                        rows.push(k);
+                    }
+                }
+            }
+        }
         let b = self.bucket(p.time_us);
         // The instants of the GPU readings the bucket keeps: their process rows split
         // those readings (NVML samples take both at one instant; a row of another instant
@@ -530,12 +585,23 @@ impl Fold {
             .into_values()
             .flat_map(|g| [Some(g.first), Some(g.last), g.min, g.max])
             .flatten()
+            .chain(self.near.values().copied())
             .collect();
         gpus.sort_by_key(|k| k.seq);
         gpus.dedup_by_key(|k| k.seq);
-        let mut processes: Vec<Kept<ProcessSample>> =
-            self.processes.into_values().flat_map(|p| p.rows).collect();
+        let near = &self.near;
+        let mut processes: Vec<Kept<ProcessSample>> = self
+            .processes
+            .into_values()
+            .flat_map(|p| p.rows)
+            .chain(self.near_processes.into_iter().flat_map(|(key, rows)| {
+                // Only the rows of the reading the slot kept in the end.
+                let at = near.get(&key).map(|g| g.row.time_us);
+                rows.into_iter().filter(move |r| Some(r.row.time_us) == at)
+            }))
+            .collect();
         processes.sort_by_key(|k| k.seq);
+        processes.dedup_by_key(|k| k.seq);
         (
             gpus.into_iter().map(|k| k.row).collect(),
             processes.into_iter().map(|k| k.row).collect(),
@@ -704,8 +770,11 @@ pub fn read_device_log<R: BufRead>(
 }
 
 /// [`read_device_log`], with `focus`: the time ranges a report reads closely (the
-/// neighbourhoods of its moments), given finer buckets when the log is folded (see
-/// [`LogLimits`]). For a log under the limits `focus` changes nothing.
+/// neighbourhoods of its moments, each range centred on its moment), given finer buckets
+/// when the log is folded (see [`LogLimits`]); and per GPU, the last reading before each
+/// moment and the first at or after it are kept exactly, with their instants' process
+/// rows, so the reading nearest a moment is the one a whole log gives. For a log under
+/// the limits `focus` changes nothing.
 pub fn read_device_log_near<R: BufRead>(
     reader: R,
     options: DeviceLogOptions,
