@@ -108,6 +108,30 @@ fn a_log_far_longer_than_its_limits_is_folded_and_keeps_the_spike_near_the_peak(
     let d = (PEAK_US - t0) % 20;
     let skew = if d <= 10 { -d } else { 20 - d };
     assert_eq!(peak["sample_skew_us"], skew);
+    // The report reads the log the same way: streamed for the file's window, folded.
+    let page = dir.path().join("r.html");
+    let out = vramlens()
+        .arg("report")
+        .arg(fixture())
+        .arg("--nvml")
+        .arg(&path)
+        .arg("-o")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!(
+            "{folded} of its rows were folded into a bounded series"
+        )),
+        "the report's readings are the bounded series"
+    );
 }
 
 #[test]

@@ -63,13 +63,6 @@ use output::{check_output, write_new_file};
 pub(crate) fn shown_path(path: &std::path::Path) -> String {
     vramlens::units::shown(&path.display().to_string()).into_owned()
 }
-/// Reads and merges device logs (nvidia-smi CSV or NVML JSON lines).
-fn read_device_logs(
-    paths: &[std::path::PathBuf],
-    utc_offset_minutes: i32,
-) -> Result<vramlens::devlog::DeviceLog> {
-    read_device_logs_in(paths, utc_offset_minutes, None, &[])
-}
 
 /// Reads and merges device logs line by line, keeping only the rows inside `keep`, in a
 /// bounded series when there are many (finer in the `focus` ranges; see

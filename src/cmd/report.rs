@@ -11,6 +11,7 @@ use std::io::Write;
 use vramlens::analysis::attribution::{Attributor, GroupBy};
 use vramlens::analysis::oom::OomOptions;
 use vramlens::analysis::ranks::{analyze_ranks, rank_input};
+use vramlens::analysis::reconcile::{LOG_MARGIN_US, focus_ranges, snapshot_range};
 use vramlens::analysis::report::{Readings, ReportError, ReportOptions, analyze_report_file};
 use vramlens::input::ReadOptions;
 use vramlens::render::html::{MAX_FILES, MAX_REPORT_BYTES, PageStats, write_report_html};
@@ -36,25 +37,14 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
         Some(path) => super::oom::read_oom_log(path)?,
         None => Vec::new(),
     };
-    let log = if args.nvml.is_empty() {
-        None
-    } else {
-        Some(super::read_device_logs(&args.nvml, args.utc_offset)?)
-    };
     let trace_path = args.trace.as_ref().map(|p| p.display().to_string());
     let converted = super::read_profile_trace(args.trace.as_deref())?;
-    let readings = log.as_ref().map(|log| Readings {
-        log,
-        utc_offset_minutes: args.utc_offset,
-        profile: trace_path.as_deref().zip(converted.as_ref()),
-        allow_no_overlap: args.allow_no_overlap,
-    });
     let options = ReportOptions {
         device: args.device,
         attribution: &attribution,
         messages: &messages,
         oom: OomOptions { device_total_bytes },
-        readings,
+        readings: None,
     };
     let logs: Vec<String> = args.nvml.iter().map(|p| p.display().to_string()).collect();
     let several = files.len() > 1;
@@ -62,6 +52,29 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
         .par_iter()
         .map(|path| {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
+            // The device logs, streamed for this file's window only (a bounded series
+            // when long), as reconcile reads them.
+            let log = if args.nvml.is_empty() {
+                None
+            } else {
+                let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
+                let focus = focus_ranges(&snap, args.device);
+                Some(super::read_device_logs_in(
+                    &args.nvml,
+                    args.utc_offset,
+                    keep,
+                    &focus,
+                )?)
+            };
+            let options = ReportOptions {
+                readings: log.as_ref().map(|log| Readings {
+                    log,
+                    utc_offset_minutes: args.utc_offset,
+                    profile: trace_path.as_deref().zip(converted.as_ref()),
+                    allow_no_overlap: args.allow_no_overlap,
+                }),
+                ..options
+            };
             let report = analyze_report_file(&snap, &info, options).map_err(|e| match e {
                 ReportError::Device(e) => anyhow!("{}: {e}", info.path),
                 ReportError::Reconcile(e) => anyhow!(
