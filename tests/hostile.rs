@@ -1351,3 +1351,38 @@ fn a_long_name_shared_by_many_stacks_is_repeated_cut() {
     }
     assert!(total < bound, "export: {total} bytes");
 }
+
+#[test]
+fn a_large_profiler_trace_as_the_main_input_is_not_held_whole() {
+    // 64 MiB of trace: 16,000 [memory] events, each padded with 4 KiB of an argument the
+    // converter does not keep. What is kept (the events) is a few MB; the file's pages
+    // are given back as the reader passes them, so the peak stays far below its size.
+    let pad = "x".repeat(4096);
+    let mut text = String::from("{\"schemaVersion\": 1, \"traceEvents\": [\n");
+    let mut total: i64 = 0;
+    let mut i = 0u64;
+    while text.len() < 64 << 20 {
+        let bytes: i64 = if i % 2 == 0 { 1 << 20 } else { -(1 << 20) };
+        total += bytes;
+        if i > 0 {
+            text.push_str(",\n");
+        }
+        text.push_str(&format!(
+            "{{\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"s\": \"t\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": {}, \"args\": {{\"Total Allocated\": {total}, \"Total Reserved\": {}, \"Bytes\": {bytes}, \"Addr\": {}, \"Device Id\": 0, \"Device Type\": 1, \"Pad\": \"{pad}\"}}}}",
+            1000 + i,
+            1 << 21,
+            0x7f00_0000_0000u64 + (i / 2) * (1 << 21),
+        ));
+        i += 1;
+    }
+    text.push_str("\n]}\n");
+    let size_mb = text.len() as f64 / 1e6;
+    let (_dir, path) = file("big.trace.json", text.as_bytes());
+    drop(text);
+    let r = run(&["summary", "--json", s(&path)]);
+    let v = ok(&r);
+    // Every allocation is freed by the next event: the peak is one of them, 1 MiB.
+    assert_eq!(v["devices"][0]["peak_requested_bytes"], 1 << 20);
+    assert_eq!(v["devices"][0]["trace"]["events"], i);
+    bounded(&r, 30, size_mb * 0.6);
+}
