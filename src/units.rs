@@ -28,7 +28,7 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-/// As [`bytes`], with two decimals from 1 GiB up (as CUDA's OOM message prints them), for
+/// As [`bytes()`], with two decimals from 1 GiB up (as CUDA's OOM message prints them), for
 /// figures set side by side whose differences are a few MiB: `139.77 GiB`.
 pub fn bytes_fine(n: u64) -> String {
     if (1 << 30..1 << 40).contains(&n) {
