@@ -1362,7 +1362,11 @@ fn a_large_profiler_trace_as_the_main_input_is_not_held_whole() {
     let mut total: i64 = 0;
     let mut i = 0u64;
     while text.len() < 64 << 20 {
-        let bytes: i64 = if i % 2 == 0 { 1 << 20 } else { -(1 << 20) };
+        let bytes: i64 = if i.is_multiple_of(2) {
+            1 << 20
+        } else {
+            -(1 << 20)
+        };
         total += bytes;
         if i > 0 {
             text.push_str(",\n");
