@@ -8,11 +8,12 @@ pub fn count(n: usize, singular: &str, plural: &str) -> String {
     format!("{n} {}", if n == 1 { singular } else { plural })
 }
 
-/// Binary units with one decimal: `512 B`, `1.5 KiB`, `23.0 GiB`.
-pub fn bytes(n: u64) -> String {
+/// The binary unit [`bytes()`] prints `n` in: its name and its size in bytes (`B` for
+/// less than 1 KiB).
+pub fn binary_unit(n: u64) -> (&'static str, u64) {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if n < 1024 {
-        return format!("{n} B");
+        return ("B", 1);
     }
     let mut value = n as f64 / 1024.0;
     let mut unit = 0;
@@ -22,10 +23,17 @@ pub fn bytes(n: u64) -> String {
     }
     // Rounding may carry into the next unit (1023.96 KiB prints as 1024.0 KiB otherwise).
     if format!("{value:.1}") == "1024.0" && unit + 1 < UNITS.len() {
-        value /= 1024.0;
         unit += 1;
     }
-    format!("{value:.1} {}", UNITS[unit])
+    (UNITS[unit], 1u64 << (10 * (unit as u32 + 1)))
+}
+
+/// Binary units with one decimal: `512 B`, `1.5 KiB`, `23.0 GiB`.
+pub fn bytes(n: u64) -> String {
+    match binary_unit(n) {
+        ("B", _) => format!("{n} B"),
+        (name, scale) => format!("{:.1} {name}", n as f64 / scale as f64),
+    }
 }
 
 /// As [`bytes()`], with two decimals from 1 GiB up (as CUDA's OOM message prints them), for
@@ -313,6 +321,22 @@ pub fn folded_field(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_print_in_the_unit_binary_unit_names() {
+        for (n, text, unit) in [
+            (0u64, "0 B", ("B", 1u64)),
+            (1023, "1023 B", ("B", 1)),
+            (1024, "1.0 KiB", ("KiB", 1 << 10)),
+            // 1023.96 KiB rounds to 1024.0: printed as the next unit.
+            (1_048_535, "1.0 MiB", ("MiB", 1 << 20)),
+            (150_066_157_322, "139.8 GiB", ("GiB", 1 << 30)),
+            (u64::MAX, "16.0 EiB", ("EiB", 1 << 60)),
+        ] {
+            assert_eq!(bytes(n), text, "{n}");
+            assert_eq!(binary_unit(n), unit, "{n}");
+        }
+    }
 
     #[test]
     fn text_from_a_file_is_shown_on_one_visible_line() {

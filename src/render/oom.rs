@@ -106,15 +106,8 @@ fn distinct_sizes(a: u64, b: u64) -> (String, String) {
         return (ta, tb);
     }
     // Same unit for both (they printed the same), so only the decimals change.
-    let unit = ta.rsplit(' ').next().unwrap_or("B").to_string();
-    let scale = match unit.as_str() {
-        "KiB" => 1u64 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        "PiB" => 1 << 50,
-        _ => 1 << 60,
-    } as f64;
+    let (unit, scale) = crate::units::binary_unit(a);
+    let scale = scale as f64;
     for decimals in 2..=3 {
         let (x, y) = (
             format!("{:.*} {unit}", decimals, a as f64 / scale),
