@@ -79,10 +79,7 @@ pub fn oom_ledger(
     readings: Option<(&'static str, &DeviceReconciliation)>,
 ) -> Option<OomLedger> {
     let message = a.device_total_bytes.map(|total| MessageFigures {
-        line: messages
-            .iter()
-            .find(|m| m.gpu.is_none_or(|g| g == a.device))
-            .map(|m| m.line),
+        line: super::oom::message_about(messages, a.device).map(|m| m.line),
         total_from_option: a.device_total_source == Some("option"),
         total_bytes: Some(total),
         in_use_bytes: a.device_free_bytes.map(|f| total.saturating_sub(f)),

@@ -729,6 +729,12 @@ fn message_for(messages: &[OomMessage], device: i64) -> Option<&OomMessage> {
         .or(messages.first())
 }
 
+/// The message whose figures are this GPU's own ("this process has X in use"): the one
+/// [`message_for`] gives, unless it names another GPU.
+pub(crate) fn message_about(messages: &[OomMessage], device: i64) -> Option<&OomMessage> {
+    message_for(messages, device).filter(|m| m.gpu.is_none_or(|g| g == device))
+}
+
 /// The device total: the option, else the first log message about that GPU.
 fn device_total(
     options: OomOptions,
@@ -794,9 +800,7 @@ pub fn analyze_oom(
                 total: device_total(options, &messages, d),
                 allowed: m.and_then(|m| m.allowed_bytes),
                 // Only a message about this GPU tells this process's use of it.
-                this_process: m
-                    .filter(|m| m.gpu.is_none_or(|g| g == d))
-                    .and_then(|m| m.this_process_bytes),
+                this_process: message_about(&messages, d).and_then(|m| m.this_process_bytes),
                 message_line: None,
             };
             analyses.push(analyze_at(snap, &r, &attr, Some(i), known, settings));
@@ -835,9 +839,7 @@ pub fn analyze_oom(
                 free: message.and_then(|m| m.free_bytes),
                 total: device_total(options, &messages, d),
                 allowed: message.and_then(|m| m.allowed_bytes),
-                this_process: message
-                    .filter(|m| m.gpu.is_none_or(|g| g == d))
-                    .and_then(|m| m.this_process_bytes),
+                this_process: message_about(&messages, d).and_then(|m| m.this_process_bytes),
                 message_line: message.map(|m| m.line),
             };
             analyses.push(analyze_at(

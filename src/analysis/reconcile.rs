@@ -362,6 +362,16 @@ fn nearest<'a>(samples: &[&'a GpuSample], t: i64) -> Option<&'a GpuSample> {
         .min_by_key(|s| ((s.time_us - t).abs(), s.time_us))
 }
 
+/// Whether a process row is of the sample's GPU: by uuid when both have one, else by
+/// number; a row naming neither could be of any.
+fn on_gpu_of(p: &ProcessSample, sample: &GpuSample) -> bool {
+    match (p.gpu_uuid, sample.uuid, p.gpu) {
+        (Some(a), Some(b), _) => a == b,
+        (_, _, Some(g)) => g == sample.gpu,
+        _ => true,
+    }
+}
+
 /// The process on the sample's GPU at about its time whose use is closest to `reserved`,
 /// among the rows of the sampling instant nearest the sample (within `max_skew_us`).
 /// `processes` is sorted by time: the nearest instant is found by binary search and a walk
@@ -373,11 +383,7 @@ fn our_process(
     max_skew_us: i64,
 ) -> Option<(u64, u64)> {
     let t = sample.time_us;
-    let same_gpu = |p: &&ProcessSample| match (p.gpu_uuid, sample.uuid, p.gpu) {
-        (Some(a), Some(b), _) => a == b,
-        (_, _, Some(g)) => g == sample.gpu,
-        _ => true,
-    };
+    let same_gpu = |p: &&ProcessSample| on_gpu_of(p, sample);
     let i = processes.partition_point(|p| p.time_us < t);
     let after = processes[i..]
         .iter()
@@ -493,12 +499,7 @@ pub fn find_suspects(snap: &Snapshot) -> Vec<Suspect> {
 /// rows for it (then nothing tells idle readings from busy ones).
 fn idle_use(log: &DeviceLog, samples: &[&GpuSample]) -> Option<IdleUse> {
     let first = samples.first()?;
-    let on_gpu = |p: &ProcessSample| match (p.gpu_uuid, first.uuid, p.gpu) {
-        (Some(a), Some(b), _) => a == b,
-        (_, _, Some(g)) => g == first.gpu,
-        _ => true,
-    };
-    let first_process_us = log.processes.iter().find(|p| on_gpu(p))?.time_us;
+    let first_process_us = log.processes.iter().find(|p| on_gpu_of(p, first))?.time_us;
     let idle: Vec<u64> = samples
         .iter()
         .take_while(|s| s.time_us < first_process_us)
