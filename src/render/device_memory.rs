@@ -1,8 +1,9 @@
 //! Words for the device's memory at an OOM ([`crate::analysis::device_memory`]): a table
 //! with a column per source and the reasons their figures differ, for the report.
 
+use super::reconcile::offset_words;
 use crate::analysis::device_memory::OomLedger;
-use crate::units::{bytes, bytes_fine, duration_us};
+use crate::units::{bytes, bytes_fine};
 
 /// The ledger as a table: the column heads (after the row labels' column), the rows
 /// (label, one cell per column), and the reasons the columns differ.
@@ -67,14 +68,9 @@ pub fn ledger_table(l: &OomLedger) -> LedgerTable {
         ]);
     }
     if let Some(r) = &l.reading {
-        let when = if r.skew_us.abs() < 1000 {
-            "at the OOM".to_string()
-        } else {
-            format!(
-                "{} {} the OOM",
-                duration_us(r.skew_us.abs()),
-                if r.skew_us < 0 { "before" } else { "after" }
-            )
+        let when = match offset_words(r.skew_us) {
+            None => "at the OOM".to_string(),
+            Some(w) => format!("{w} the OOM"),
         };
         heads.push(format!("{} reading, {when}", r.source));
         push([
@@ -117,11 +113,9 @@ pub fn ledger_table(l: &OomLedger) -> LedgerTable {
             ),
             _ => {}
         }
-        if r.skew_us.abs() >= 1000 {
+        if let Some(w) = offset_words(r.skew_us) {
             reasons.push(format!(
-                "The reading was taken {} {} the OOM, when PyTorch had {} reserved: its figures are those of that instant, not of the OOM.",
-                duration_us(r.skew_us.abs()),
-                if r.skew_us < 0 { "before" } else { "after" },
+                "The reading was taken {w} the OOM, when PyTorch had {} reserved: its figures are those of that instant, not of the OOM.",
                 signed(r.reserved_then_bytes)
             ));
         }

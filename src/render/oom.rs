@@ -491,11 +491,15 @@ fn devices_text(r: &OomReport) -> Option<String> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let peak = |d: i64| {
+    let peak_of = |d: i64| {
         r.device_peaks
             .iter()
             .find(|(x, _)| *x == d)
-            .map(|&(_, b)| format!(", peak {}", bytes(b)))
+            .map(|&(_, b)| bytes(b))
+    };
+    let peak = |d: i64| {
+        peak_of(d)
+            .map(|b| format!(", peak {b}"))
             .unwrap_or_default()
     };
     let many = analysed.len() > 1;
@@ -509,9 +513,11 @@ fn devices_text(r: &OomReport) -> Option<String> {
         _ => None,
     }
     .map(|w| match analysed.as_slice() {
-        [one] if r.device_reason == Some(DeviceReason::LargestPeak) => {
-            format!("{w}{}", peak(*one).replacen(", peak", ":", 1))
-        }
+        // "the device with the largest peak: 8.1 MiB", not "..., peak 8.1 MiB".
+        [one] if r.device_reason == Some(DeviceReason::LargestPeak) => match peak_of(*one) {
+            Some(b) => format!("{w}: {b}"),
+            None => w.to_string(),
+        },
         [one] => format!("{w}{}", peak(*one)),
         _ => w.to_string(),
     });

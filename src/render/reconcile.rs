@@ -193,12 +193,19 @@ fn note_text(n: &Note) -> String {
 
 /// Where a moment's reading was taken, against the moment: "the reading 59.9 ms before".
 pub fn reading_offset(skew_us: i64) -> String {
-    if skew_us.unsigned_abs() < 1000 {
-        "the reading at the same moment (within 1 ms)".into()
-    } else {
-        let when = if skew_us < 0 { "before" } else { "after" };
-        format!("the reading {} {when}", duration_us(skew_us.abs()))
+    match offset_words(skew_us) {
+        None => "the reading at the same moment (within 1 ms)".into(),
+        Some(when) => format!("the reading {when}"),
     }
+}
+
+/// A reading's offset from its moment as "7.5 ms before" / "2.10 s after"; None within
+/// 1 ms (the same moment for a reader).
+pub fn offset_words(skew_us: i64) -> Option<String> {
+    (skew_us.unsigned_abs() >= 1000).then(|| {
+        let when = if skew_us < 0 { "before" } else { "after" };
+        format!("{} {when}", duration_us(skew_us.abs()))
+    })
 }
 
 /// The GPU's use before the job's process appeared, and what it is.
