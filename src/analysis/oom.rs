@@ -779,6 +779,11 @@ pub fn analyze_oom(
         .copied()
         .filter(|d| device.is_none_or(|w| w == *d))
         .collect();
+    // The device every command picks and every device's peak, when the file has several
+    // and none was asked for (one pass over the devices, for both uses below).
+    let choice = (device.is_none() && all.len() > 1)
+        .then(|| choose_device(snap, None).ok())
+        .flatten();
     for &d in &devices {
         let r = DeviceReplay::new(snap, d);
         let ooms: Vec<usize> = (0..r.len())
@@ -822,7 +827,7 @@ pub fn analyze_oom(
         let d = match named {
             Some(d) => Some(d),
             None if device.is_some() || devices.len() <= 1 => devices.first().copied(),
-            None => choose_device(snap, None).ok().map(|c| {
+            None => choice.as_ref().map(|c| {
                 reason = Some(c.reason);
                 c.device
             }),
@@ -855,13 +860,7 @@ pub fn analyze_oom(
     OomReport {
         schema_version: SCHEMA_VERSION,
         path: Some(path.to_string()),
-        device_peaks: if device.is_none() && all.len() > 1 {
-            choose_device(snap, None)
-                .map(|c| c.peaks)
-                .unwrap_or_default()
-        } else {
-            Vec::new()
-        },
+        device_peaks: choice.map(|c| c.peaks).unwrap_or_default(),
         devices: all,
         device_reason: reason,
         analyses,
