@@ -147,6 +147,11 @@ pub struct ReportArgs {
     /// or 80GB (10^9 bytes each).
     #[arg(long, value_name = "SIZE")]
     pub device_total: Option<String>,
+    /// Leave out the page's style sheet and script, a one-line note in place of each: for
+    /// golden files of what the report says (hidden: a page without them is not for
+    /// sharing).
+    #[arg(long, hide = true)]
+    pub without_assets: bool,
     #[command(flatten)]
     pub attribution: AttributionArgs,
 }

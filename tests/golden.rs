@@ -2,9 +2,12 @@
 //!
 //! Each case is a folder `tests/data/<subcommand>/<case>/` holding `args` (the arguments,
 //! one per line, run from the repository root; `{out}` stands for the chart file the case
-//! writes) and what it must print, byte for byte: `expected.txt` (text on stdout),
-//! `expected.json` (JSON on stdout, for `--json`) and `expected.svg` (the chart). A missing
-//! expected file is a failure.
+//! writes, `{out.EXT}` for another file it writes, `{outdir}` for a folder) and what it must
+//! print and write, byte for byte: `expected.txt` (text on stdout), `expected.json` (JSON on
+//! stdout, for `--json`), `expected.svg` (the chart), `expected.EXT` (the file) and the
+//! folder `expected/` (every file of the folder written). The temporary folder the outputs
+//! go to is written `OUT` where stdout names it. A `status` file holds the exit status
+//! expected (default 0). A missing expected file is a failure.
 //!
 //! After an intended change of output, rewrite them all and review the difference:
 //!
@@ -71,6 +74,52 @@ fn first_difference(expected: &[u8], actual: &[u8]) -> String {
     )
 }
 
+/// Every file under `dir`, by its path relative to `dir` (`/`-separated), sorted.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let name = path.strip_prefix(dir).unwrap();
+                let name: Vec<String> = name
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                files.push((name.join("/"), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The files a case writes: `{out}` is `out.svg` (compared with `expected.svg`), `{out.EXT}`
+/// is `out.EXT` (with `expected.EXT`), `{outdir}` a folder (with the folder `expected/`).
+fn output_files(args: &[String]) -> Vec<String> {
+    let mut names = Vec::new();
+    for a in args {
+        let mut rest = a.as_str();
+        while let Some(at) = rest.find("{out") {
+            let tail = &rest[at + 1..];
+            let Some(close) = tail.find('}') else { break };
+            let name = match &tail[..close] {
+                "out" => "out.svg".to_string(),
+                "outdir" => "outdir".to_string(),
+                other => other.to_string(),
+            };
+            if !names.contains(&name) {
+                names.push(name);
+            }
+            rest = &tail[close..];
+        }
+    }
+    names
+}
+
 /// Runs one case; returns its failures (none when blessing).
 fn run_case(case: &Path) -> Vec<String> {
     let name = case.strip_prefix(root()).unwrap().display().to_string();
@@ -79,14 +128,26 @@ fn run_case(case: &Path) -> Vec<String> {
         return vec![format!("{name}: no args file")];
     };
     let dir = tempfile::tempdir().unwrap();
-    let chart = dir.path().join("chart.svg");
+    let tmp = dir.path().display().to_string();
+    let args: Vec<String> = args.lines().map(str::to_string).collect();
+    let outputs = output_files(&args);
     let args: Vec<String> = args
-        .lines()
-        .map(|a| a.replace(OUT, &chart.display().to_string()))
-        .collect();
-    let writes_chart = args
         .iter()
-        .any(|a| a.contains(&chart.display().to_string()));
+        .map(|a| {
+            let mut a = a.replace(OUT, &format!("{tmp}/out.svg"));
+            for file in &outputs {
+                a = a.replace(&format!("{{{file}}}"), &format!("{tmp}/{file}"));
+            }
+            a
+        })
+        .collect();
+    let status: i32 = std::fs::read_to_string(case.join("status"))
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("a status file holds an exit status")
+        })
+        .unwrap_or(0);
     let out = assert_cmd::Command::cargo_bin("vramlens")
         .unwrap()
         .current_dir(root())
@@ -94,9 +155,9 @@ fn run_case(case: &Path) -> Vec<String> {
         .args(&args)
         .output()
         .unwrap();
-    if !out.status.success() {
+    if out.status.code() != Some(status) {
         return vec![format!(
-            "{name}: vramlens {} failed ({}): {}",
+            "{name}: vramlens {} exited with {} (expected {status}): {}",
             args.join(" "),
             out.status,
             String::from_utf8_lossy(&out.stderr)
@@ -107,27 +168,55 @@ fn run_case(case: &Path) -> Vec<String> {
     } else {
         "expected.txt"
     };
-    // (expected file, what was produced)
-    let mut produced: Vec<(&str, Vec<u8>)> = Vec::new();
-    if !out.stdout.is_empty() || !writes_chart {
-        produced.push((stdout_name, out.stdout));
+    // (expected file, what was produced); the temporary folder named in the output is
+    // written as OUT.
+    let stdout = String::from_utf8_lossy(&out.stdout).replace(&tmp, "OUT");
+    let mut produced: Vec<(String, Vec<u8>)> = Vec::new();
+    if !stdout.is_empty() || outputs.is_empty() {
+        produced.push((stdout_name.to_string(), stdout.into_bytes()));
     }
-    if writes_chart {
-        match std::fs::read(&chart) {
-            Ok(svg) => produced.push(("expected.svg", svg)),
-            Err(e) => return vec![format!("{name}: no chart written: {e}")],
+    for file in &outputs {
+        let path = dir.path().join(file);
+        if file == "outdir" {
+            if !path.is_dir() {
+                return vec![format!("{name}: no folder written")];
+            }
+            for (f, bytes) in tree(&path) {
+                produced.push((format!("expected/{f}"), bytes));
+            }
+            continue;
+        }
+        let expected = file.replacen("out.", "expected.", 1);
+        match std::fs::read(&path) {
+            Ok(bytes) => produced.push((expected, bytes)),
+            Err(e) => return vec![format!("{name}: no {file} written: {e}")],
         }
     }
-    let all = ["expected.txt", "expected.json", "expected.svg"];
+    // What the case holds now: expected.* and the files of expected/.
+    let mut existing: Vec<String> = std::fs::read_dir(case)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.starts_with("expected.") && f != "expected")
+        .collect();
+    if case.join("expected").is_dir() {
+        existing.extend(
+            tree(&case.join("expected"))
+                .into_iter()
+                .map(|(f, _)| format!("expected/{f}")),
+        );
+    }
     let mut failures = Vec::new();
     if blessing() {
-        for file in all {
+        if case.join("expected").is_dir() {
+            std::fs::remove_dir_all(case.join("expected")).unwrap();
+        }
+        for file in &existing {
+            let _ = std::fs::remove_file(case.join(file));
+        }
+        for (file, bytes) in &produced {
             let path = case.join(file);
-            match produced.iter().find(|(f, _)| *f == file) {
-                Some((_, bytes)) => std::fs::write(&path, bytes).unwrap(),
-                None if path.exists() => std::fs::remove_file(&path).unwrap(),
-                None => {}
-            }
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, bytes).unwrap();
         }
         return failures;
     }
@@ -142,8 +231,8 @@ fn run_case(case: &Path) -> Vec<String> {
             Err(_) => failures.push(format!("{name}/{file} is missing {hint}")),
         }
     }
-    for file in all {
-        if case.join(file).exists() && !produced.iter().any(|(f, _)| *f == file) {
+    for file in &existing {
+        if !produced.iter().any(|(f, _)| f == file) {
             failures.push(format!(
                 "{name}/{file} exists but the command no longer writes it {hint}"
             ));
@@ -162,7 +251,21 @@ fn outputs_match_the_golden_files() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // Every subcommand and every kind of output is covered.
     let covered = |needle: &str| cases.iter().any(|c| c.join(needle).exists());
-    for sub in ["summary", "timeline", "segments", "oom", "reconcile"] {
+    for sub in [
+        "summary",
+        "timeline",
+        "segments",
+        "oom",
+        "reconcile",
+        "top",
+        "flamegraph",
+        "diff",
+        "check",
+        "budget",
+        "redact",
+        "report",
+        "export",
+    ] {
         assert!(
             cases.iter().any(|c| c.parent().unwrap().ends_with(sub)),
             "no golden case for {sub}"

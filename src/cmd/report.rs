@@ -14,7 +14,7 @@ use vramlens::analysis::ranks::{analyze_ranks, rank_input};
 use vramlens::analysis::reconcile::{LOG_MARGIN_US, focus_ranges, snapshot_range};
 use vramlens::analysis::report::{Readings, ReportError, ReportOptions, analyze_report_file};
 use vramlens::input::ReadOptions;
-use vramlens::render::html::{MAX_FILES, MAX_REPORT_BYTES, PageStats, write_report_html};
+use vramlens::render::html::{Assets, MAX_FILES, MAX_REPORT_BYTES, PageStats, write_report_html};
 use vramlens::render::reconcile::error_text;
 use vramlens::units::bytes;
 
@@ -111,7 +111,11 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let ranks = several.then(|| analyze_ranks(inputs, GroupBy::Callsite, 10));
     let mut stats = PageStats::default();
     write_new_file(&args.output, args.force, |w| {
-        stats = write_report_html(w, &reports, ranks.as_ref())?;
+        let assets = match args.without_assets {
+            true => Assets::LeftOut,
+            false => Assets::Embedded,
+        };
+        stats = write_report_html(w, &reports, ranks.as_ref(), assets)?;
         Ok(())
     })?;
     write!(

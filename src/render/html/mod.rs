@@ -1101,11 +1101,47 @@ pub struct PageStats {
     pub left_out: usize,
 }
 
+/// Whether the page carries its style sheet and script (always, for people), or a
+/// one-line note in place of each (for golden files, which then hold what the report
+/// says rather than copies of the two assets). The page's size and what is left out to
+/// stay under [`MAX_REPORT_BYTES`] are counted as if embedded either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Assets {
+    #[default]
+    Embedded,
+    LeftOut,
+}
+
+impl Assets {
+    fn css(self) -> &'static str {
+        match self {
+            Assets::Embedded => CSS,
+            Assets::LeftOut => "/* report.css left out */\n",
+        }
+    }
+    fn script(self) -> &'static str {
+        match self {
+            Assets::Embedded => SCRIPT,
+            Assets::LeftOut => "/* report.js left out */\n",
+        }
+    }
+    /// Bytes the page counts beyond what it wrote.
+    fn not_written(self) -> u64 {
+        match self {
+            Assets::Embedded => 0,
+            Assets::LeftOut => {
+                (CSS.len() + SCRIPT.len() - self.css().len() - self.script().len()) as u64
+            }
+        }
+    }
+}
+
 /// Writes the page for the files (in order) and, for several, their table of ranks.
 pub fn write_report_html(
     out: &mut dyn Write,
     files: &[FileReport],
     ranks: Option<&RanksReport>,
+    assets: Assets,
 ) -> io::Result<PageStats> {
     let several = files.len() > 1;
     let title = match files {
@@ -1115,9 +1151,10 @@ pub fn write_report_html(
     let mut head = String::new();
     let _ = write!(
         head,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">\n<meta name=\"referrer\" content=\"no-referrer\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<meta name=\"generator\" content=\"vramlens {}\">\n<title>{}</title>\n<style>\n{CSS}</style>\n</head>\n<body>\n<header class=\"top\">\n<h1>{}</h1>\n<p>Memory of PyTorch's CUDA caching allocator, from its snapshots. This page loads nothing from anywhere: every chart and table is inside it.</p>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">\n<meta name=\"referrer\" content=\"no-referrer\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<meta name=\"generator\" content=\"vramlens {}\">\n<title>{}</title>\n<style>\n{}</style>\n</head>\n<body>\n<header class=\"top\">\n<h1>{}</h1>\n<p>Memory of PyTorch's CUDA caching allocator, from its snapshots. This page loads nothing from anywhere: every chart and table is inside it.</p>\n",
         env!("CARGO_PKG_VERSION"),
         escape_html(&title),
+        assets.css(),
         escape_html(&title)
     );
     if several {
@@ -1149,11 +1186,12 @@ pub fn write_report_html(
         stats.left_out += left_out;
     }
     let tail = format!(
-        "</main>\n<aside id=\"panel\" aria-live=\"polite\"><button type=\"button\" id=\"panel-close\" aria-label=\"Close\">&#215;</button><h3 id=\"panel-title\"></h3><pre id=\"panel-body\"></pre></aside>\n<footer>Written by vramlens {}. Hover any shape for its figures; with JavaScript off, every view is shown in turn.</footer>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n",
-        env!("CARGO_PKG_VERSION")
+        "</main>\n<aside id=\"panel\" aria-live=\"polite\"><button type=\"button\" id=\"panel-close\" aria-label=\"Close\">&#215;</button><h3 id=\"panel-title\"></h3><pre id=\"panel-body\"></pre></aside>\n<footer>Written by vramlens {}. Hover any shape for its figures; with JavaScript off, every view is shown in turn.</footer>\n<script>\n{}</script>\n</body>\n</html>\n",
+        env!("CARGO_PKG_VERSION"),
+        assets.script()
     );
     out.write_all(tail.as_bytes())?;
-    stats.bytes += tail.len() as u64;
+    stats.bytes += tail.len() as u64 + assets.not_written();
     Ok(stats)
 }
 
