@@ -31,26 +31,39 @@ fn every_real_snapshot_matches_an_independent_computation() {
 }
 
 /// The replay counts an allocation that holds a block of the final segments at that
-/// block's real size, so the peak of allocated block bytes is never below what the
-/// final segments hold (a peak lower than the end would read as a contradiction). The
-/// figures are the independent ones the test above holds the binary to.
+/// block's real size, so the peak of allocated block bytes vramlens finds is never below
+/// what the final segments hold (a peak lower than the end would read as a
+/// contradiction). The final figure is the independent one of `scripts/expected.py`.
 #[test]
+#[ignore = "needs ../shared/data"]
 fn no_peak_of_allocated_bytes_is_below_the_final_blocks() {
+    let data = require_shared_data();
     let expected: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
         &std::fs::read_to_string(root().join("tests/data/real_expected.json")).unwrap(),
     )
     .unwrap();
     let mut peaks = 0;
     for (rel, exp) in &expected {
+        let path = data.join(rel);
+        if !path.exists() {
+            continue;
+        }
+        let ours = summary_json(&path);
         for d in exp["devices"].as_array().unwrap() {
-            let Some(peak) = d["peak_allocated_bytes"].as_u64() else {
+            let allocated = d["allocated_bytes"].as_u64().unwrap();
+            let device = &d["device"];
+            let Some(peak) = ours["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|o| o["device"] == *device)
+                .and_then(|o| o["peak_allocated_bytes"].as_u64())
+            else {
                 continue;
             };
-            let allocated = d["allocated_bytes"].as_u64().unwrap();
             assert!(
                 peak >= allocated,
-                "{rel} device {}: peak allocated {peak} below the final {allocated}",
-                d["device"]
+                "{rel} device {device}: peak allocated {peak} below the final {allocated}"
             );
             peaks += 1;
         }
