@@ -4,7 +4,9 @@
 //! it: a peak against a limit or a baseline.
 
 use super::attribution::GroupBy;
+use super::moment::Moment;
 use super::top::{Group, TopReport};
+use crate::timeline::replay::Peaks;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -178,4 +180,113 @@ pub struct CheckReport {
     pub passed: bool,
     /// Against the baseline (at each one's peak), the groups that grew, largest first.
     pub grew: Vec<GroupChange>,
+}
+
+/// What `check` measures of one file: every group alive at the moment checked, and the
+/// file's peaks, from one replay ([`measure`]).
+#[derive(Debug)]
+pub struct Measured {
+    pub top: TopReport,
+    pub peaks: Peaks,
+}
+
+/// Every group alive at `moment` on the chosen device, and the device's peaks.
+pub fn measure<'a>(
+    snap: &'a crate::model::Snapshot,
+    path: &str,
+    choice: &super::device::DeviceChoice,
+    moment: Moment,
+    by: GroupBy,
+    attr: &mut super::attribution::Attributor<'a>,
+) -> Result<Measured, super::moment::MomentError> {
+    let mut peaks = Peaks::default();
+    let top =
+        super::top::analyze_top_with(snap, path, choice, moment, by, usize::MAX, attr, &mut peaks)?;
+    Ok(Measured { top, peaks })
+}
+
+/// The limits `check` holds a file to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckOptions {
+    pub metric: Metric,
+    /// The moment asked for (None: the peak).
+    pub at: Option<Moment>,
+    /// `--max-peak`.
+    pub max_peak: Option<u64>,
+    /// Percent the figure may exceed the baseline's.
+    pub tolerance_percent: f64,
+}
+
+impl Measured {
+    /// The figure checked: the peak of the metric, or its value at the moment asked for.
+    fn value(&self, options: &CheckOptions) -> u64 {
+        match options.at {
+            None | Some(Moment::Peak) => match options.metric {
+                Metric::Allocated => self.peaks.allocated.bytes,
+                Metric::Requested => self.peaks.requested.bytes,
+                Metric::Reserved => self.peaks.reserved.bytes,
+            },
+            Some(_) => match options.metric {
+                Metric::Allocated => self.top.allocated_bytes,
+                Metric::Requested => self.top.total_bytes,
+                Metric::Reserved => self.top.reserved_bytes.max(0) as u64,
+            },
+        }
+    }
+}
+
+/// The budget gate: the file's figure against `--max-peak` and/or the baseline's figure
+/// plus the tolerance, with the groups that grew against the baseline.
+pub fn check(
+    file: &Measured,
+    baseline: Option<(&str, &Measured)>,
+    options: &CheckOptions,
+) -> CheckReport {
+    let report = &file.top;
+    let peak = file.value(options);
+    let mut limits = Vec::new();
+    if let Some(max) = options.max_peak {
+        limits.push(Limit {
+            kind: "max_peak",
+            limit_bytes: max,
+            passed: peak <= max,
+        });
+    }
+    let mut baseline_peak = None;
+    let mut grew = Vec::new();
+    if let Some((_, base)) = baseline {
+        let base_value = base.value(options);
+        baseline_peak = Some(base_value);
+        let limit = (base_value as f64 * (1.0 + options.tolerance_percent / 100.0)).floor() as u64;
+        limits.push(Limit {
+            kind: "baseline",
+            limit_bytes: limit,
+            passed: peak <= limit,
+        });
+        grew = diff(&base.top, report)
+            .groups
+            .into_iter()
+            .filter(|g| g.delta_bytes > 0)
+            .collect();
+    }
+    let passed = limits.iter().all(|l| l.passed);
+    CheckReport {
+        schema_version: SCHEMA_VERSION,
+        path: report.path.clone(),
+        device: report.device,
+        metric: options.metric,
+        peak_bytes: peak,
+        moment: options
+            .at
+            .as_ref()
+            .filter(|m| **m != Moment::Peak)
+            .map(|_| report.moment),
+        final_state_only: !report.moment.has_timeline,
+        baseline_path: baseline.map(|(path, _)| path.to_string()),
+        baseline_peak_bytes: baseline_peak,
+        tolerance_percent: baseline.map(|_| options.tolerance_percent),
+        limits,
+        passed,
+        grew,
+    }
 }

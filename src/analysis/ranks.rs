@@ -6,7 +6,7 @@ use super::attribution::{Attributor, GroupBy};
 use super::device::choose_device;
 use super::diff::{GroupChange, diff};
 use super::moment::Moment;
-use super::top::{TopReport, analyze_top};
+use super::top::{TopReport, analyze_top_with};
 use crate::model::{Action, Snapshot};
 use crate::timeline::replay::{DeviceReplay, Peaks};
 use serde::Serialize;
@@ -36,9 +36,28 @@ pub fn rank_input<'a>(
 ) -> Option<RankInput> {
     let choice = choose_device(snap, None).ok()?;
     let r = DeviceReplay::new(snap, choice.device);
-    let mut peaks = Peaks::default();
-    r.run(&mut peaks);
     let traced = r.has_timeline();
+    // The peaks in the replay that finds what was live at the peak; a file without a
+    // timeline has neither.
+    let mut peaks = Peaks::default();
+    let top = traced
+        .then(|| {
+            analyze_top_with(
+                snap,
+                path,
+                &choice,
+                Moment::Peak,
+                by,
+                usize::MAX,
+                attr,
+                &mut peaks,
+            )
+            .ok()
+        })
+        .flatten();
+    if traced && top.is_none() {
+        r.run(&mut peaks);
+    }
     Some(RankInput {
         path: path.to_string(),
         device: choice.device,
@@ -48,9 +67,7 @@ pub fn rank_input<'a>(
         ooms: (0..r.len())
             .filter(|&i| r.trace.action(i) == Action::Oom)
             .count(),
-        top: traced
-            .then(|| analyze_top(snap, path, &choice, Moment::Peak, by, usize::MAX, attr).ok())
-            .flatten(),
+        top,
     })
 }
 

@@ -5,7 +5,7 @@ use super::attribution::{Attributor, GroupBy, GroupKey};
 use super::frames::user_frames;
 use super::moment::ResolvedMoment;
 use crate::timeline::Lifetime;
-use crate::timeline::replay::{DeviceReplay, LiveAt, PoolId, Start, TotalsAt};
+use crate::timeline::replay::{Aggregator, DeviceReplay, LiveAt, PoolId, Start, TotalsAt};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -47,8 +47,18 @@ pub enum Versions {
 
 /// Replays a device once to collect what was alive just after event `at`.
 pub fn live_state(r: &DeviceReplay, at: Option<usize>, versions: Versions) -> LiveState {
+    live_state_with(r, at, versions, ())
+}
+
+/// [`live_state`], running `extra` in the same replay.
+fn live_state_with<A: Aggregator>(
+    r: &DeviceReplay,
+    at: Option<usize>,
+    versions: Versions,
+    extra: A,
+) -> LiveState {
     let mut live = LiveStateAt::new(at);
-    let start = r.run(&mut live);
+    let start = r.run((&mut live, extra));
     live.finish(r, start, versions)
 }
 
@@ -93,8 +103,17 @@ crate::aggregator_of_fields!(LiveStateAt, live, totals);
 
 /// What was alive at the peak of requested bytes, from the one replay that finds it.
 pub fn live_state_at_peak(r: &DeviceReplay, versions: Versions) -> LiveState {
+    live_state_at_peak_with(r, versions, ())
+}
+
+/// [`live_state_at_peak`], running `extra` in the same replay.
+fn live_state_at_peak_with<A: Aggregator>(
+    r: &DeviceReplay,
+    versions: Versions,
+    extra: A,
+) -> LiveState {
     let mut peak = crate::timeline::replay::LiveAtPeak::default();
-    let start = r.run(&mut peak);
+    let start = r.run((&mut peak, extra));
     let mut lifetimes = std::mem::take(&mut peak.set);
     if versions == Versions::Counted {
         r.fill_versions(&mut lifetimes);
@@ -117,13 +136,24 @@ pub fn resolve_live(
     moment: super::moment::Moment,
     versions: Versions,
 ) -> Result<(super::moment::ResolvedMoment, LiveState), super::moment::MomentError> {
+    resolve_live_with(r, moment, versions, ())
+}
+
+/// [`resolve_live`], running `extra` in the replay that collects the live set (so a
+/// command that needs the peaks as well replays once).
+pub fn resolve_live_with<A: Aggregator>(
+    r: &DeviceReplay,
+    moment: super::moment::Moment,
+    versions: Versions,
+    extra: A,
+) -> Result<(super::moment::ResolvedMoment, LiveState), super::moment::MomentError> {
     if moment == super::moment::Moment::Peak && !r.is_empty() {
-        let live = live_state_at_peak(r, versions);
+        let live = live_state_at_peak_with(r, versions, extra);
         let resolved = super::moment::resolve(r, moment, || live.at)?;
         return Ok((resolved, live));
     }
     let resolved = super::moment::resolve(r, moment, || peak_event(r))?;
-    let live = live_state(r, resolved.event.map(|e| e as usize), versions);
+    let live = live_state_with(r, resolved.event.map(|e| e as usize), versions, extra);
     Ok((resolved, live))
 }
 
@@ -318,9 +348,24 @@ pub fn analyze_top<'a>(
     limit: usize,
     attr: &mut Attributor<'a>,
 ) -> Result<TopReport, super::moment::MomentError> {
+    analyze_top_with(snap, path, choice, moment, by, limit, attr, ())
+}
+
+/// [`analyze_top`], running `extra` in the same replay (e.g. the peaks `check` compares).
+#[allow(clippy::too_many_arguments)]
+pub fn analyze_top_with<'a, A: Aggregator>(
+    snap: &'a crate::model::Snapshot,
+    path: &str,
+    choice: &super::device::DeviceChoice,
+    moment: super::moment::Moment,
+    by: GroupBy,
+    limit: usize,
+    attr: &mut Attributor<'a>,
+    extra: A,
+) -> Result<TopReport, super::moment::MomentError> {
     let r = DeviceReplay::new(snap, choice.device);
     attr.bind_to(&r);
-    let (resolved, live) = resolve_live(&r, moment, Versions::Counted)?;
+    let (resolved, live) = resolve_live_with(&r, moment, Versions::Counted, extra)?;
     let mut groups = limit_groups(
         group_live(attr, &live, by),
         limit.max(1),

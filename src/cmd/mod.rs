@@ -10,6 +10,7 @@ pub mod reconcile;
 pub mod redact;
 pub mod report;
 pub mod segments;
+pub mod session;
 pub mod summary;
 pub mod timeline;
 pub mod top;

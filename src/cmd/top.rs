@@ -1,12 +1,11 @@
 //! `vramlens top`: what was live at a moment, grouped.
 
-use super::attribution_options;
 use super::read_snapshot;
+use super::session::Session;
 use crate::cli::TopArgs;
 use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::attribution::{Attributor, GroupBy};
-use vramlens::analysis::device::choose_device;
 use vramlens::analysis::top::analyze_top;
 use vramlens::input::ReadOptions;
 use vramlens::render::top::write_top_text;
@@ -14,30 +13,36 @@ use vramlens::render::{Style, write_json};
 
 pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     let by = args.by;
-    let moment = args.at.clone();
-    let options = attribution_options(&args.attribution)?;
+    let options = Session::options(&args.attribution)?;
     let files = super::expand_inputs(&args.files)?;
     if files.len() > 1 {
         return run_ranks(&files, by, &options, args, out);
     }
-    let (snap, info) = read_snapshot(&files[0], ReadOptions { progress: true })?;
-    let path = info.path.as_str();
-    let choice = choose_device(&snap, args.device).map_err(|e| anyhow!("{path}: {e}"))?;
-    let mut attr = Attributor::new(&snap.frames, &options);
-    let mut report = analyze_top(&snap, path, &choice, moment, by, args.limit, &mut attr)
-        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let session = Session::open(&files[0], args.device, options)?;
+    let (snap, path, choice) = (&session.snap, session.path(), &session.choice);
+    let mut attr = session.attributor();
+    let mut report = analyze_top(
+        snap,
+        path,
+        choice,
+        args.at.clone(),
+        by,
+        args.limit,
+        &mut attr,
+    )
+    .map_err(|e| anyhow!("{path}: {e}"))?;
     if args.leaks {
-        let r = vramlens::timeline::replay::DeviceReplay::new(&snap, choice.device);
+        let r = session.replay();
         let at = report.moment.event.map(|e| e as usize);
         report.leaks = Some(vramlens::analysis::leaks::find_leaks(
-            &snap, &r, &attr, by, at,
+            snap, &r, &attr, by, at,
         ));
     }
     if args.json {
         write_json(out, &report)?;
     } else {
         let style = Style::detect(std::io::stdout().is_terminal());
-        write_top_text(out, &report, &choice, style)?;
+        write_top_text(out, &report, choice, style)?;
     }
     Ok(())
 }

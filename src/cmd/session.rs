@@ -1,0 +1,87 @@
+//! The setup every command of one snapshot shares: read the file (redacted with
+//! `--redact`), choose the device by the one rule ([`choose_device`]), compile the
+//! attribution options, and on demand the replay of that device, an attributor bound to
+//! its categories, and the live set at a moment. A command is then its analysis and its
+//! renderer.
+
+use super::{attribution_options, read_snapshot};
+use crate::cli::AttributionArgs;
+use anyhow::{Result, anyhow};
+use std::path::Path;
+use vramlens::analysis::attribution::{AttributionOptions, Attributor};
+use vramlens::analysis::device::{DeviceChoice, choose_device};
+use vramlens::analysis::moment::{Moment, ResolvedMoment};
+use vramlens::analysis::top::{LiveState, Versions, resolve_live};
+use vramlens::input::{ReadOptions, SourceInfo};
+use vramlens::model::Snapshot;
+use vramlens::timeline::replay::DeviceReplay;
+
+/// One snapshot opened for a command, its device chosen.
+pub struct Session {
+    pub snap: Snapshot,
+    pub info: SourceInfo,
+    pub choice: DeviceChoice,
+    pub attribution: AttributionOptions,
+}
+
+/// The live set at a moment, with the replay and the bound attributor that found it.
+pub struct LiveAt<'s> {
+    pub replay: DeviceReplay<'s>,
+    pub attr: Attributor<'s>,
+    pub moment: ResolvedMoment,
+    pub live: LiveState,
+}
+
+impl Session {
+    /// The attribution options of the command line, compiled (before anything is read:
+    /// a bad pattern is refused first).
+    pub fn options(args: &AttributionArgs) -> Result<AttributionOptions> {
+        attribution_options(args)
+    }
+
+    /// Reads `path` (with a progress line on long reads) and chooses its device: `device`
+    /// when given, else the one every command picks. Errors name the file.
+    pub fn open(path: &Path, device: Option<i64>, attribution: AttributionOptions) -> Result<Self> {
+        let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
+        let choice =
+            choose_device(&snap, device).map_err(|e| anyhow!("{}: {e}", info.path.as_str()))?;
+        Ok(Session {
+            snap,
+            info,
+            choice,
+            attribution,
+        })
+    }
+
+    /// The file as the outputs name it.
+    pub fn path(&self) -> &str {
+        &self.info.path
+    }
+
+    /// The replay of the chosen device.
+    pub fn replay(&self) -> DeviceReplay<'_> {
+        DeviceReplay::new(&self.snap, self.choice.device)
+    }
+
+    /// An attributor of the file's frames, bound to no device.
+    pub fn attributor(&self) -> Attributor<'_> {
+        Attributor::new(&self.snap.frames, &self.attribution)
+    }
+
+    /// What was live at `moment` on the chosen device (versions not counted: for
+    /// outputs that show no allocation's label), from one replay when the moment is the
+    /// peak; the attributor comes bound to the device's categories.
+    pub fn live_at(&self, moment: Moment) -> Result<LiveAt<'_>> {
+        let replay = self.replay();
+        let (moment, live) = resolve_live(&replay, moment, Versions::NotNeeded)
+            .map_err(|e| anyhow!("{}: {e}", self.path()))?;
+        let mut attr = self.attributor();
+        attr.bind_to(&replay);
+        Ok(LiveAt {
+            replay,
+            attr,
+            moment,
+            live,
+        })
+    }
+}
