@@ -1,17 +1,43 @@
-//! The README's examples are real: every block that starts with `$ vramlens ...` and is not
-//! cut short (`...`) is what the command prints today.
+//! The README's examples are real: every block of README.md and docs/*.md that starts with
+//! `$ vramlens ...` and is not cut short (`...`) is what the command prints today.
 
 mod common;
 
 use assert_cmd::Command;
 use common::root;
+use std::path::PathBuf;
+
+/// README.md, then docs/*.md by name: the documents whose examples are checked.
+fn documents() -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    docs.insert(0, root().join("README.md"));
+    docs
+}
 
 #[test]
 fn readme_examples_match_the_output() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let outputs = tempfile::tempdir().unwrap();
     let mut checked = 0;
-    for block in readme.split("```").skip(1).step_by(2) {
+    for (k, doc) in documents().iter().enumerate() {
+        let name = doc.strip_prefix(root()).unwrap().display().to_string();
+        let text = std::fs::read_to_string(doc).unwrap();
+        // A folder per document, so two documents may name the same output file.
+        let folder = outputs.path().join(k.to_string());
+        std::fs::create_dir(&folder).unwrap();
+        checked += check_examples(&name, &text, &folder);
+    }
+    assert!(checked >= 3, "{checked} examples checked");
+}
+
+/// Runs the examples of one document; returns how many were checked.
+fn check_examples(doc: &str, text: &str, outputs: &std::path::Path) -> usize {
+    let mut checked = 0;
+    for block in text.split("```").skip(1).step_by(2) {
         let body = block
             .trim_start_matches(|c: char| c != '\n')
             .trim_start_matches('\n');
@@ -26,7 +52,7 @@ fn readme_examples_match_the_output() {
         }
         // Examples on the real files run where `../shared/data` is (CI has it).
         if command.contains("../shared/data") && common::shared_data().is_none() {
-            eprintln!("skipped (no ../shared/data): vramlens {command}");
+            eprintln!("skipped (no ../shared/data): {doc}: vramlens {command}");
             continue;
         }
         let expected: String = body.lines().skip(1).map(|l| format!("{l}\n")).collect();
@@ -35,7 +61,7 @@ fn readme_examples_match_the_output() {
         let mut written = Vec::new();
         for k in 1..args.len() {
             if matches!(args[k - 1].as_str(), "-o" | "--output") {
-                written.push(outputs.path().join(&args[k]));
+                written.push(outputs.join(&args[k]));
                 args[k] = written[written.len() - 1].display().to_string();
             }
         }
@@ -48,17 +74,17 @@ fn readme_examples_match_the_output() {
         assert_eq!(
             String::from_utf8(out.stdout).unwrap(),
             expected,
-            "README example `vramlens {command}`"
+            "{doc} example `vramlens {command}`"
         );
         for file in &written {
             assert!(
                 file.exists(),
-                "README example `vramlens {command}` wrote no {file:?}"
+                "{doc} example `vramlens {command}` wrote no {file:?}"
             );
         }
         checked += 1;
     }
-    assert!(checked >= 3, "{checked} examples checked");
+    checked
 }
 
 #[test]
