@@ -101,3 +101,69 @@ fn the_first_screen_says_what_a_first_build_costs() {
     );
     assert!(first.contains("first `cargo test` about"), "{first}");
 }
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The lines of a document outside its fenced code blocks.
+fn prose(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            out.push(line);
+        }
+    }
+    out
+}
+
+#[test]
+fn links_between_the_documents_lead_to_a_file_and_heading() {
+    let mut checked = 0;
+    for doc in documents() {
+        let name = doc.strip_prefix(root()).unwrap().display().to_string();
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for line in prose(&text) {
+            for (i, _) in line.match_indices("](") {
+                let rest = &line[i + 2..];
+                let Some(end) = rest.find(')') else { continue };
+                let target = &rest[..end];
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (path, fragment) = match target.split_once('#') {
+                    Some((p, f)) => (p, Some(f)),
+                    None => (target, None),
+                };
+                let file = if path.is_empty() {
+                    doc.clone()
+                } else {
+                    doc.parent().unwrap().join(path)
+                };
+                assert!(file.exists(), "{name}: link to {target}: no {file:?}");
+                if let Some(fragment) = fragment {
+                    let linked = std::fs::read_to_string(&file).unwrap();
+                    let found = prose(&linked).iter().any(|l| {
+                        l.starts_with('#') && anchor(l.trim_start_matches('#')) == fragment
+                    });
+                    assert!(found, "{name}: link to {target}: no such heading");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} links checked");
+}
