@@ -1,7 +1,14 @@
 //! vramlens: reads PyTorch CUDA memory snapshots and explains them.
 //!
 //! Data flows one way: [`input`] (bytes, sniffed) → [`pickle`] (values) → [`model`]
-//! (a typed [`model::Snapshot`]) → [`analysis`] (report structs) → [`render`] (text, JSON).
+//! (a typed [`model::Snapshot`]) → [`timeline`] (the replay: a forward pass over a
+//! device's events, pairing them into lifetimes and feeding running totals to the
+//! analyses' aggregators) → [`analysis`] (report structs) → [`render`] (text, JSON, SVG
+//! charts, and the one-page HTML report of [`render::html`]).
+//!
+//! Beside that flow: [`devlog`] and [`oom_log`] read side inputs (device logs, profiler
+//! traces, OOM messages), [`export`] writes the replay's rows as tables, [`redact`]
+//! rewrites a snapshot's strings for sharing, and [`units`] writes bytes and times as text.
 
 pub mod analysis;
 pub mod devlog;

@@ -1,17 +1,43 @@
-//! The README's examples are real: every block that starts with `$ vramlens ...` and is not
-//! cut short (`...`) is what the command prints today.
+//! The README's examples are real: every block of README.md and docs/*.md that starts with
+//! `$ vramlens ...` and is not cut short (`...`) is what the command prints today.
 
 mod common;
 
 use assert_cmd::Command;
 use common::root;
+use std::path::PathBuf;
+
+/// README.md, then docs/*.md by name: the documents whose examples are checked.
+fn documents() -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    docs.insert(0, root().join("README.md"));
+    docs
+}
 
 #[test]
 fn readme_examples_match_the_output() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let outputs = tempfile::tempdir().unwrap();
     let mut checked = 0;
-    for block in readme.split("```").skip(1).step_by(2) {
+    for (k, doc) in documents().iter().enumerate() {
+        let name = doc.strip_prefix(root()).unwrap().display().to_string();
+        let text = std::fs::read_to_string(doc).unwrap();
+        // A folder per document, so two documents may name the same output file.
+        let folder = outputs.path().join(k.to_string());
+        std::fs::create_dir(&folder).unwrap();
+        checked += check_examples(&name, &text, &folder);
+    }
+    assert!(checked >= 3, "{checked} examples checked");
+}
+
+/// Runs the examples of one document; returns how many were checked.
+fn check_examples(doc: &str, text: &str, outputs: &std::path::Path) -> usize {
+    let mut checked = 0;
+    for block in text.split("```").skip(1).step_by(2) {
         let body = block
             .trim_start_matches(|c: char| c != '\n')
             .trim_start_matches('\n');
@@ -26,7 +52,7 @@ fn readme_examples_match_the_output() {
         }
         // Examples on the real files run where `../shared/data` is (CI has it).
         if command.contains("../shared/data") && common::shared_data().is_none() {
-            eprintln!("skipped (no ../shared/data): vramlens {command}");
+            eprintln!("skipped (no ../shared/data): {doc}: vramlens {command}");
             continue;
         }
         let expected: String = body.lines().skip(1).map(|l| format!("{l}\n")).collect();
@@ -35,7 +61,7 @@ fn readme_examples_match_the_output() {
         let mut written = Vec::new();
         for k in 1..args.len() {
             if matches!(args[k - 1].as_str(), "-o" | "--output") {
-                written.push(outputs.path().join(&args[k]));
+                written.push(outputs.join(&args[k]));
                 args[k] = written[written.len() - 1].display().to_string();
             }
         }
@@ -48,17 +74,17 @@ fn readme_examples_match_the_output() {
         assert_eq!(
             String::from_utf8(out.stdout).unwrap(),
             expected,
-            "README example `vramlens {command}`"
+            "{doc} example `vramlens {command}`"
         );
         for file in &written {
             assert!(
                 file.exists(),
-                "README example `vramlens {command}` wrote no {file:?}"
+                "{doc} example `vramlens {command}` wrote no {file:?}"
             );
         }
         checked += 1;
     }
-    assert!(checked >= 3, "{checked} examples checked");
+    checked
 }
 
 #[test]
@@ -74,4 +100,70 @@ fn the_first_screen_says_what_a_first_build_costs() {
         "{first}"
     );
     assert!(first.contains("first `cargo test` about"), "{first}");
+}
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The lines of a document outside its fenced code blocks.
+fn prose(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            out.push(line);
+        }
+    }
+    out
+}
+
+#[test]
+fn links_between_the_documents_lead_to_a_file_and_heading() {
+    let mut checked = 0;
+    for doc in documents() {
+        let name = doc.strip_prefix(root()).unwrap().display().to_string();
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for line in prose(&text) {
+            for (i, _) in line.match_indices("](") {
+                let rest = &line[i + 2..];
+                let Some(end) = rest.find(')') else { continue };
+                let target = &rest[..end];
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (path, fragment) = match target.split_once('#') {
+                    Some((p, f)) => (p, Some(f)),
+                    None => (target, None),
+                };
+                let file = if path.is_empty() {
+                    doc.clone()
+                } else {
+                    doc.parent().unwrap().join(path)
+                };
+                assert!(file.exists(), "{name}: link to {target}: no {file:?}");
+                if let Some(fragment) = fragment {
+                    let linked = std::fs::read_to_string(&file).unwrap();
+                    let found = prose(&linked).iter().any(|l| {
+                        l.starts_with('#') && anchor(l.trim_start_matches('#')) == fragment
+                    });
+                    assert!(found, "{name}: link to {target}: no such heading");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} links checked");
 }

@@ -1,5 +1,5 @@
-//! Renderers: report structs to text for people or JSON for scripts, written to any
-//! `io::Write`. No analysis happens here.
+//! Renderers: report structs to text for people, JSON for scripts, SVG charts and the
+//! one-page HTML report ([`html`]), written to any `io::Write`. No analysis happens here.
 
 pub mod align;
 pub mod budget;
