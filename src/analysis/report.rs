@@ -17,7 +17,7 @@ use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze
 use super::segment_map::{SegmentMap, segment_map};
 use super::summary::{Summary, SummaryOptions, analyze_summary};
 use super::timeline_view::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, build_view};
-use super::top::{Group, Versions, add_times, group_live, limit_groups, live_state};
+use super::top::{Group, LiveState, Versions, add_times, group_live, limit_groups, live_states};
 use crate::devlog::DeviceLog;
 use crate::devlog::convert::Converted;
 use crate::input::SourceInfo;
@@ -154,10 +154,10 @@ fn moment_report(
     attr: &Attributor,
     moment: ResolvedMoment,
     also: Vec<&'static str>,
+    live: LiveState,
     choice: &DeviceChoice,
     peak_reserved: Option<u64>,
 ) -> MomentReport {
-    let live = live_state(r, moment.event.map(|e| e as usize), Versions::Counted);
     let budget = (moment.kind == "peak").then(|| {
         super::budget::budget_of(
             snap,
@@ -327,11 +327,28 @@ fn device_report(
     let ((by_callsite, by_category), moments) = rayon::join(
         || rayon::join(|| view(GroupBy::Callsite), || view(GroupBy::Category)),
         || {
+            // What was live at every moment, from one replay.
+            let ats: Vec<Option<usize>> = wanted
+                .iter()
+                .map(|(m, _)| m.event.map(|e| e as usize))
+                .collect();
+            let lives = live_states(&r, &ats, Versions::Counted);
             wanted
                 .into_par_iter()
-                .map(|(m, also)| {
+                .zip(lives)
+                .map(|((m, also), live)| {
                     let peak_reserved = d.and_then(|d| d.peak_reserved_bytes);
-                    moment_report(snap, path, &r, &attr(), m, also, &choice, peak_reserved)
+                    moment_report(
+                        snap,
+                        path,
+                        &r,
+                        &attr(),
+                        m,
+                        also,
+                        live,
+                        &choice,
+                        peak_reserved,
+                    )
                 })
                 .collect::<Vec<_>>()
         },

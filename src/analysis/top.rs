@@ -50,6 +50,36 @@ pub fn live_state(r: &DeviceReplay, at: Option<usize>, versions: Versions) -> Li
     live_state_with(r, at, versions, ())
 }
 
+/// What was alive just after each of `ats` (in their order), from one replay.
+pub fn live_states(r: &DeviceReplay, ats: &[Option<usize>], versions: Versions) -> Vec<LiveState> {
+    let mut states = ats.to_vec();
+    states.sort_unstable();
+    states.dedup();
+    let mut live = LiveAt::new(&states);
+    let mut totals = TotalsAt::new(states.clone());
+    let start = r.run((&mut live, &mut totals));
+    ats.iter()
+        .map(|&at| {
+            let k = states.binary_search(&at).expect("every moment asked for");
+            let run = totals.values.get(k).copied().unwrap_or_default();
+            let mut lifetimes = live.set(at).to_vec();
+            if versions == Versions::Counted {
+                r.fill_versions(&mut lifetimes);
+            }
+            LiveState {
+                at,
+                block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
+                lifetimes,
+                streams: live.streams.clone(),
+                pools: live.pools.clone(),
+                requested_bytes: start.requested_after(&run),
+                allocated_bytes: start.allocated_after(&run),
+                reserved_bytes: start.reserved_after(&run),
+            }
+        })
+        .collect()
+}
+
 /// [`live_state`], running `extra` in the same replay.
 fn live_state_with<A: Aggregator>(
     r: &DeviceReplay,
