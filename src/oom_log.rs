@@ -40,6 +40,7 @@
 //! ±0.005 of the printed unit of the true value (±5.4 MB for a value printed in GiB), and
 //! sums of two printed values within twice that.
 
+use crate::units::{Rounding, UnitWords, scaled_bytes};
 use serde::Serialize;
 
 /// Which wording of the message PyTorch used.
@@ -912,48 +913,14 @@ fn size_prefix_saturating(text: &str) -> Option<(u64, usize, bool)> {
         .take_while(u8::is_ascii_alphabetic)
         .count();
     let unit = &text[used + space..used + space + unit_len];
-    let multiplier = unit_multiplier(unit)?;
+    let multiplier = UnitWords::PyTorch.multiplier(unit)?;
     let used = used + space + unit_len;
-    Some(match exact_bytes(&text[..int_len], frac, multiplier) {
-        Some(value) => (value, used, false),
-        None => (u64::MAX, used, true),
-    })
-}
-
-/// Bytes per unit for the unit words PyTorch prints (binary, whatever the spelling).
-fn unit_multiplier(unit: &str) -> Option<u128> {
-    let power = match unit.to_ascii_lowercase().as_str() {
-        "b" | "byte" | "bytes" => 0,
-        "kib" | "kb" => 1,
-        "mib" | "mb" => 2,
-        "gib" | "gb" => 3,
-        "tib" | "tb" => 4,
-        "pib" | "pb" => 5,
-        "eib" | "eb" => 6,
-        _ => return None,
-    };
-    Some(1u128 << (10 * power))
-}
-
-/// `int.frac × multiplier` rounded half up to a whole byte, in integers (no float error).
-fn exact_bytes(int: &str, frac: &str, multiplier: u128) -> Option<u64> {
-    // Digits past the 19th are ignored: 1e-19 of the largest unit (EiB) is 0.12 byte, and
-    // 10^19 × 2^60 stays inside u128 (10^24 would not).
-    let frac = clip(frac, 19);
-    let mut whole: u128 = 0;
-    for digit in int.bytes() {
-        whole = whole
-            .checked_mul(10)?
-            .checked_add(u128::from(digit - b'0'))?;
-    }
-    let mut numerator: u128 = 0;
-    for digit in frac.bytes() {
-        numerator = numerator * 10 + u128::from(digit - b'0');
-    }
-    let denominator = 10u128.pow(frac.len() as u32);
-    let fraction = (numerator * multiplier + denominator / 2) / denominator;
-    let total = whole.checked_mul(multiplier)?.checked_add(fraction)?;
-    u64::try_from(total).ok()
+    Some(
+        match scaled_bytes(&text[..int_len], frac, multiplier, Rounding::HalfUp) {
+            Some(value) => (value, used, false),
+            None => (u64::MAX, used, true),
+        },
+    )
 }
 
 /// A continuation line without the log prefix its record repeats: first `start_prefix`

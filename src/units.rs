@@ -223,43 +223,120 @@ pub fn parse_duration_us(s: &str) -> Option<i64> {
     (us.is_finite() && us < 1e18).then_some(us.round() as i64)
 }
 
-/// A size given on the command line: a plain byte count, or a number with a unit, read
-/// as SI tools read them: `KB`, `MB`, `GB`, `TB` are powers of ten (10^3 .. 10^12), `KiB`,
-/// `MiB`, `GiB`, `TiB` powers of two, and a bare `K`, `M`, `G`, `T` (as `ls -h` and
-/// nvidia-smi print) powers of two.
+/// Whose words a size's unit is in: the same word means another multiple to each
+/// (`KB` is 10^3 bytes on the command line and 1024 in PyTorch's messages), so each
+/// reader names its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitWords {
+    /// Options such as `--max-peak`: `KB` .. `TB` powers of ten, `KiB` .. `TiB` and a
+    /// bare `K` .. `T` (as `ls -h` prints) powers of two, `B` or nothing bytes; any case.
+    CommandLine,
+    /// PyTorch's messages: `bytes`, `byte`, `B`, and `KiB` .. `EiB` or `KB` .. `EB`, all
+    /// binary (its MPS allocator prints `KB` for 1024 bytes); any case.
+    PyTorch,
+    /// nvidia-smi's values and headers: `B`, `KiB`/`KB` .. `TiB`/`TB`, binary, as written.
+    NvidiaSmi,
+}
+
+impl UnitWords {
+    /// Bytes per `unit`, None for a word these are not.
+    pub fn multiplier(self, unit: &str) -> Option<u128> {
+        let power = match self {
+            UnitWords::CommandLine => match unit.to_ascii_lowercase().as_str() {
+                "" | "b" => return Some(1),
+                "k" | "kib" => 1,
+                "m" | "mib" => 2,
+                "g" | "gib" => 3,
+                "t" | "tib" => 4,
+                "kb" => return Some(1_000),
+                "mb" => return Some(1_000_000),
+                "gb" => return Some(1_000_000_000),
+                "tb" => return Some(1_000_000_000_000),
+                _ => return None,
+            },
+            UnitWords::PyTorch => match unit.to_ascii_lowercase().as_str() {
+                "b" | "byte" | "bytes" => 0,
+                "kib" | "kb" => 1,
+                "mib" | "mb" => 2,
+                "gib" | "gb" => 3,
+                "tib" | "tb" => 4,
+                "pib" | "pb" => 5,
+                "eib" | "eb" => 6,
+                _ => return None,
+            },
+            UnitWords::NvidiaSmi => match unit {
+                "B" => 0,
+                "KiB" | "KB" => 1,
+                "MiB" | "MB" => 2,
+                "GiB" | "GB" => 3,
+                "TiB" | "TB" => 4,
+                _ => return None,
+            },
+        };
+        Some(1u128 << (10 * power))
+    }
+}
+
+/// How a size's fraction of a byte is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rounding {
+    /// To the nearest byte, halves up (a printed value read back).
+    HalfUp,
+    /// Down to the byte (nvidia-smi's values).
+    Down,
+}
+
+/// `int.frac` (decimal digits, either part may be empty) times `multiplier`, in whole
+/// bytes, exact (integers, no float error); None when a part holds anything but digits
+/// or the value is above `u64::MAX`. Fraction digits past the 19th are ignored: 1e-19 of
+/// the largest unit (EiB) is 0.12 byte, and 10^19 × 2^60 stays inside u128.
+pub fn scaled_bytes(int: &str, frac: &str, multiplier: u128, rounding: Rounding) -> Option<u64> {
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let frac = &frac[..frac.len().min(19)];
+    let mut whole: u128 = 0;
+    for digit in int.bytes() {
+        whole = whole
+            .checked_mul(10)?
+            .checked_add(u128::from(digit - b'0'))?;
+    }
+    let mut numerator: u128 = 0;
+    for digit in frac.bytes() {
+        numerator = numerator * 10 + u128::from(digit - b'0');
+    }
+    let denominator = 10u128.pow(frac.len() as u32);
+    let fraction = match rounding {
+        Rounding::HalfUp => (numerator * multiplier + denominator / 2) / denominator,
+        Rounding::Down => numerator * multiplier / denominator,
+    };
+    let total = whole.checked_mul(multiplier)?.checked_add(fraction)?;
+    u64::try_from(total).ok()
+}
+
+/// A size given on the command line: a plain byte count, or a number with a unit in the
+/// command line's words ([`UnitWords::CommandLine`]), rounded to the nearest byte.
 pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let unit = unit.trim().to_ascii_lowercase();
-    let scale: f64 = match unit.as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => (1u64 << 10) as f64,
-        "m" | "mib" => (1u64 << 20) as f64,
-        "g" | "gib" => (1u64 << 30) as f64,
-        "t" | "tib" => (1u64 << 40) as f64,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        _ => {
-            return Err(format!(
-                "expected a size such as 85899345920, 80GiB (2^30 bytes each) or 80GB (10^9 bytes each), found {s:?}"
-            ));
-        }
+    let Some(multiplier) = UnitWords::CommandLine.multiplier(unit.trim()) else {
+        return Err(format!(
+            "expected a size such as 85899345920, 80GiB (2^30 bytes each) or 80GB (10^9 bytes each), found {s:?}"
+        ));
     };
-    let value: f64 = number
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite())
-        .ok_or_else(|| format!("expected a number before the unit, found {s:?}"))?;
-    let bytes = value * scale;
-    if !(bytes >= 1.0 && bytes < 2f64.powi(63)) {
-        return Err(format!("{s:?} is not a size a device can have"));
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    let at_least = |rounding| scaled_bytes(int, frac, multiplier, rounding);
+    if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
+        return Err(format!("expected a number before the unit, found {s:?}"));
     }
-    Ok(bytes.round() as u64)
+    // At least one whole byte before rounding, and below 2^63.
+    match (at_least(Rounding::Down), at_least(Rounding::HalfUp)) {
+        (Some(down), Some(bytes)) if down >= 1 && bytes < 1 << 63 => Ok(bytes),
+        _ => Err(format!("{s:?} is not a size a device can have")),
+    }
 }
 
 /// Bidirectional formatting characters: embeddings, overrides and isolates (U+202A to
@@ -418,6 +495,37 @@ mod tests {
         assert!(parse_size_arg("0").is_err());
         assert!(parse_size_arg("9999999999TB").is_err());
         assert!(parse_size_arg("80 parsecs").is_err());
+    }
+
+    /// One reading of a number and a unit for every reader; each names its words.
+    #[test]
+    fn the_same_word_is_the_multiple_its_writer_means() {
+        assert_eq!(UnitWords::CommandLine.multiplier("KB"), Some(1_000));
+        assert_eq!(UnitWords::PyTorch.multiplier("KB"), Some(1_024));
+        assert_eq!(UnitWords::NvidiaSmi.multiplier("KB"), Some(1_024));
+        assert_eq!(UnitWords::CommandLine.multiplier("g"), Some(1 << 30));
+        assert_eq!(UnitWords::PyTorch.multiplier("bytes"), Some(1));
+        assert_eq!(UnitWords::PyTorch.multiplier("EiB"), Some(1 << 60));
+        // nvidia-smi's words are matched as written.
+        assert_eq!(UnitWords::NvidiaSmi.multiplier("mib"), None);
+        assert_eq!(UnitWords::NvidiaSmi.multiplier("MiB"), Some(1 << 20));
+        // 1.5 KiB and 0.0005 KiB (0.512 byte) rounded each way; digits past the 19th
+        // are ignored; a value past u64::MAX is none.
+        assert_eq!(scaled_bytes("1", "5", 1024, Rounding::HalfUp), Some(1536));
+        assert_eq!(scaled_bytes("0", "0005", 1024, Rounding::HalfUp), Some(1));
+        assert_eq!(scaled_bytes("0", "0005", 1024, Rounding::Down), Some(0));
+        assert_eq!(
+            scaled_bytes("1", "00000000000000000009", 1 << 60, Rounding::Down),
+            Some(1 << 60)
+        );
+        assert_eq!(scaled_bytes("16", "", 1 << 60, Rounding::Down), None);
+        assert_eq!(scaled_bytes("1", "x", 1, Rounding::Down), None);
+        // The command line: a fraction of a byte rounds, less than one byte is refused.
+        assert_eq!(parse_size_arg("1.5KiB"), Ok(1536));
+        assert_eq!(parse_size_arg(".5KiB"), Ok(512));
+        assert_eq!(parse_size_arg("1.6"), Ok(2));
+        assert!(parse_size_arg("0.6").is_err());
+        assert!(parse_size_arg("1.2.3GiB").is_err());
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::{
     DeviceLog, DeviceLogOptions, DevlogError, GpuNumbering, GpuSample, Lines, LogBuilder, MIB,
     ProcessSample, Warnings, line_error, quote,
 };
+use crate::units::{Rounding, UnitWords, scaled_bytes};
 use std::io::BufRead;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,15 +64,11 @@ fn split_header_field(field: &str) -> (&str, Option<u64>) {
     }
 }
 
+/// Bytes per unit of nvidia-smi's words ([`UnitWords::NvidiaSmi`]).
 fn unit_multiplier(unit: &str) -> Option<u64> {
-    match unit {
-        "B" => Some(1),
-        "KiB" | "KB" => Some(1 << 10),
-        "MiB" | "MB" => Some(MIB),
-        "GiB" | "GB" => Some(1 << 30),
-        "TiB" | "TB" => Some(1 << 40),
-        _ => None,
-    }
+    UnitWords::NvidiaSmi
+        .multiplier(unit)
+        .and_then(|m| u64::try_from(m).ok())
 }
 
 /// The columns of one CSV section (from its header, or inferred).
@@ -199,27 +196,12 @@ pub(crate) fn parse_memory(v: &str, header_unit: Option<u64>) -> Result<u64, ()>
     } else {
         unit_multiplier(unit).ok_or(())?
     };
-    let (int_part, frac_part) = match num.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (num, ""),
-    };
-    if int_part.is_empty()
-        || !is_plain_int(int_part)
-        || !frac_part.bytes().all(|b| b.is_ascii_digit())
-    {
+    let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
+    if !is_plain_int(int_part) {
         return Err(());
     }
-    let int: u64 = int_part.parse().map_err(|_| ())?;
-    let mut bytes = int.checked_mul(mult).ok_or(())?;
-    if !frac_part.is_empty() {
-        // Exact to the byte: floor(0.frac * mult), at most 18 digits considered.
-        let digits = &frac_part[..frac_part.len().min(18)];
-        let frac: u128 = digits.parse().map_err(|_| ())?;
-        let scale = 10u128.pow(digits.len() as u32);
-        let extra = (frac * mult as u128 / scale) as u64;
-        bytes = bytes.checked_add(extra).ok_or(())?;
-    }
-    Ok(bytes)
+    // Exact to the byte, the fraction rounded down.
+    scaled_bytes(int_part, frac_part, u128::from(mult), Rounding::Down).ok_or(())
 }
 
 /// GPU numbers for logs without an index or uuid column: the place of each row in its group
