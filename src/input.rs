@@ -56,6 +56,33 @@ pub struct ReadError {
     pub error: InputError,
 }
 
+/// What kind of file a snapshot came from.
+#[derive(Debug, Clone, Copy, serde::Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceFormat {
+    Pickle,
+    Json,
+    /// A `_memory_viz` page with the snapshot inside.
+    Html,
+    /// A profiler trace converted into a snapshot (its `[memory]` events).
+    KinetoTrace,
+    /// An `export_memory_timeline` file converted into a snapshot.
+    MemoryTimeline,
+}
+
+impl SourceFormat {
+    /// The name the JSON outputs and the export tables give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceFormat::Pickle => "pickle",
+            SourceFormat::Json => "json",
+            SourceFormat::Html => "html",
+            SourceFormat::KinetoTrace => "kineto_trace",
+            SourceFormat::MemoryTimeline => "memory_timeline",
+        }
+    }
+}
+
 /// What the input was, as reported beside the analysis.
 #[derive(Debug, Clone, serde::Serialize, PartialEq)]
 pub struct SourceInfo {
@@ -63,9 +90,7 @@ pub struct SourceInfo {
     pub path: String,
     /// Bytes of the file as stored (compressed bytes for gzip).
     pub size_bytes: u64,
-    /// "pickle", "json" or "html" (a `_memory_viz` page with the snapshot inside); for
-    /// profiler outputs converted into a snapshot, "kineto_trace" or "memory_timeline".
-    pub format: &'static str,
+    pub format: SourceFormat,
     pub gzip: bool,
     pub pickle_protocol: Option<u8>,
 }
@@ -880,7 +905,7 @@ fn decode_data(
     let mut info = SourceInfo {
         path: label,
         size_bytes: raw.len() as u64,
-        format: "pickle",
+        format: SourceFormat::Pickle,
         gzip,
         pickle_protocol: None,
     };
@@ -890,27 +915,27 @@ fn decode_data(
             content.stream_releasing(Some("reading"), held.release),
         )?;
         info.format = match converted.kind {
-            crate::devlog::ProfileKind::KinetoTrace => "kineto_trace",
-            _ => "memory_timeline",
+            crate::devlog::ProfileKind::KinetoTrace => SourceFormat::KinetoTrace,
+            _ => SourceFormat::MemoryTimeline,
         };
         return Ok((converted.snapshot, info));
     }
     let snapshot = match sniff(&head)? {
         Kind::Json => {
-            info.format = "json";
+            info.format = SourceFormat::Json;
             let (value, bytes) = read_json(&content)?;
             // A trace whose first 4 KiB did not give it away.
             if value.get("traceEvents").is_some() {
                 drop(value);
                 let converted = crate::devlog::read_profile_snapshot(content.stream(None))?;
-                info.format = "kineto_trace";
+                info.format = SourceFormat::KinetoTrace;
                 return Ok((converted.snapshot, info));
             }
             classify_json(&value)?;
             SnapshotBuilder::new().finish_sized(&value, bytes)?
         }
         Kind::Html => {
-            info.format = "html";
+            info.format = SourceFormat::Html;
             let bytes = if gzip {
                 let mut html = Vec::new();
                 content

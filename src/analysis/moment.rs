@@ -178,11 +178,35 @@ pub struct SameTime {
     pub last_event: u32,
 }
 
+/// What kind of moment was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MomentKind {
+    Peak,
+    Oom,
+    End,
+    Event,
+    Time,
+}
+
+impl MomentKind {
+    /// The word `--at` takes for it (and the JSON outputs give).
+    pub fn name(self) -> &'static str {
+        match self {
+            MomentKind::Peak => "peak",
+            MomentKind::Oom => "oom",
+            MomentKind::End => "end",
+            MomentKind::Event => "event",
+            MomentKind::Time => "time",
+        }
+    }
+}
+
 /// A moment resolved to a state of the replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ResolvedMoment {
-    /// What was asked for: "peak", "oom", "end", "event" or "time".
-    pub kind: &'static str,
+    /// What was asked for.
+    pub kind: MomentKind,
     /// The state is taken just after this event; null: before the first event.
     pub event: Option<u32>,
     pub time_us: Option<i64>,
@@ -276,17 +300,17 @@ pub fn resolve(
     }
     let mut same_time = None;
     let (kind, event) = match moment {
-        Moment::Peak => ("peak", peak()),
+        Moment::Peak => (MomentKind::Peak, peak()),
         Moment::Oom => (
-            "oom",
+            MomentKind::Oom,
             Some(
                 (0..n)
                     .find(|&i| trace.action(i) == Action::Oom)
                     .ok_or(MomentError::NoOom { device })?,
             ),
         ),
-        Moment::End => ("end", n.checked_sub(1)),
-        Moment::Event(i) if i < n => ("event", Some(i)),
+        Moment::End => (MomentKind::End, n.checked_sub(1)),
+        Moment::Event(i) if i < n => (MomentKind::Event, Some(i)),
         Moment::Event(event) => {
             return Err(MomentError::EventOutOfRange {
                 device,
@@ -327,9 +351,9 @@ pub fn resolve(
                         best: None,
                     };
                     r.run(&mut most);
-                    ("time", Some(most.best.map_or(b, |(_, i)| i)))
+                    (MomentKind::Time, Some(most.best.map_or(b, |(_, i)| i)))
                 }
-                (Some(i), _) => ("time", Some(i)),
+                (Some(i), _) => (MomentKind::Time, Some(i)),
                 (None, _) => {
                     return Err(MomentError::BeforeFirst {
                         device,

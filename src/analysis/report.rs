@@ -11,7 +11,7 @@ use super::attribution::{AttributionOptions, Attributor, GroupBy};
 use super::device::{DeviceChoice, DeviceError, choose_device};
 use super::flame::{FlameNode, FlameOptions, flame};
 use super::frames::user_frames;
-use super::moment::{Moment, ResolvedMoment, resolve};
+use super::moment::{Moment, MomentKind, ResolvedMoment, resolve};
 use super::oom::{OomOptions, OomReport, analyze_oom};
 use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile};
 use super::segment_map::{SegmentMap, segment_map};
@@ -68,8 +68,8 @@ pub enum ReportError {
 #[derive(Debug, Clone)]
 pub struct MomentReport {
     pub moment: ResolvedMoment,
-    /// The other names of the same state ("oom", "end"), after the first.
-    pub also: Vec<&'static str>,
+    /// The other names of the same state (an OOM that is the end), after the first.
+    pub also: Vec<MomentKind>,
     /// Requested bytes alive: the groups sum to this.
     pub total_bytes: u64,
     pub allocated_bytes: u64,
@@ -153,12 +153,12 @@ fn moment_report(
     r: &DeviceReplay,
     attr: &Attributor,
     moment: ResolvedMoment,
-    also: Vec<&'static str>,
+    also: Vec<MomentKind>,
     live: LiveState,
     choice: &DeviceChoice,
     peak_reserved: Option<u64>,
 ) -> MomentReport {
-    let budget = (moment.kind == "peak").then(|| {
+    let budget = (moment.kind == MomentKind::Peak).then(|| {
         super::budget::budget_of(
             snap,
             path,
@@ -197,7 +197,7 @@ fn moments(
     r: &DeviceReplay,
     peak_event: Option<u32>,
     ooms: &[usize],
-) -> (Vec<(ResolvedMoment, Vec<&'static str>)>, usize) {
+) -> (Vec<(ResolvedMoment, Vec<MomentKind>)>, usize) {
     let mut list: Vec<ResolvedMoment> = Vec::new();
     if r.has_timeline()
         && let Ok(m) = resolve(r, Moment::Peak, || peak_event.map(|e| e as usize))
@@ -206,13 +206,16 @@ fn moments(
     }
     for &i in ooms.iter().take(MAX_OOM_MOMENTS) {
         if let Ok(m) = resolve(r, Moment::Event(i), || None) {
-            list.push(ResolvedMoment { kind: "oom", ..m });
+            list.push(ResolvedMoment {
+                kind: MomentKind::Oom,
+                ..m
+            });
         }
     }
     if let Ok(m) = resolve(r, Moment::End, || None) {
         list.push(m);
     }
-    let mut out: Vec<(ResolvedMoment, Vec<&'static str>)> = Vec::new();
+    let mut out: Vec<(ResolvedMoment, Vec<MomentKind>)> = Vec::new();
     for m in list {
         match out.iter_mut().find(|(o, _)| o.event == m.event) {
             Some((_, also)) => also.push(m.kind),

@@ -185,7 +185,9 @@ fn trace_lanes(
 ) -> Result<Option<TraceLanes>> {
     let (path, alignment) = match &args.trace {
         Some(p) => (p.as_path(), true),
-        None if info.format == "kineto_trace" && args.file.as_os_str() != "-" => {
+        None if info.format == vramlens::input::SourceFormat::KinetoTrace
+            && args.file.as_os_str() != "-" =>
+        {
             (args.file.as_path(), false)
         }
         None => return Ok(None),

@@ -457,7 +457,7 @@ pub fn write_snapshot_rows(
             Cell::Str(Some(&summary.source.path)),
             Cell::Str(Some(source.sha256)),
             int(summary.source.size_bytes),
-            Cell::Str(Some(summary.source.format)),
+            Cell::Str(Some(summary.source.format.name())),
             Cell::Bool(Some(summary.source.gzip)),
             Cell::Str(Some(summary.layout.min_release)),
             Cell::Str(summary.layout.max_release),

@@ -2,7 +2,7 @@
 //! groups. Every name from a file comes out on one visible line ([`shown`]).
 
 use crate::analysis::device::{DeviceChoice, DeviceReason};
-use crate::analysis::moment::ResolvedMoment;
+use crate::analysis::moment::{MomentKind, ResolvedMoment};
 use crate::units::{shown, utc_time};
 
 /// A path shortened to the part a reader needs: from the package root inside
@@ -146,9 +146,9 @@ pub fn moment_text(m: &ResolvedMoment) -> String {
         };
     }
     let what = match m.kind {
-        "peak" => "at the peak",
-        "oom" => "at the OOM",
-        "end" => "at the end",
+        MomentKind::Peak => "at the peak",
+        MomentKind::Oom => "at the OOM",
+        MomentKind::End => "at the end",
         _ => "at",
     };
     let when = match (m.event, m.time_us) {

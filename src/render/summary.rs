@@ -309,14 +309,17 @@ fn write_peaks(out: &mut dyn Write, d: &DeviceSummary) -> io::Result<()> {
 /// Writes the summary of one file for people.
 pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io::Result<()> {
     let src = &s.source;
+    use crate::input::SourceFormat;
     let format = match (src.format, src.pickle_protocol) {
-        ("pickle", Some(p)) => format!("pickle protocol {p}"),
-        ("html", Some(p)) => format!("memory_viz HTML page, pickle protocol {p}"),
-        ("kineto_trace", _) => "profiler trace: its [memory] events replayed".to_string(),
-        ("memory_timeline", _) => {
+        (SourceFormat::Pickle, Some(p)) => format!("pickle protocol {p}"),
+        (SourceFormat::Html, Some(p)) => format!("memory_viz HTML page, pickle protocol {p}"),
+        (SourceFormat::KinetoTrace, _) => {
+            "profiler trace: its [memory] events replayed".to_string()
+        }
+        (SourceFormat::MemoryTimeline, _) => {
             "export_memory_timeline file, by PyTorch's categories".to_string()
         }
-        (f, _) => f.to_string(),
+        (f, _) => f.name().to_string(),
     };
     let release = match s.layout.max_release {
         _ if s.converted => "no snapshot layout".to_string(),

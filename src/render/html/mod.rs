@@ -21,6 +21,7 @@ use super::reconcile::write_reconcile_text;
 use super::segments_svg::write_segments_svg;
 use super::summary::write_summary_text;
 use super::timeline_svg::{ChartTitle, write_timeline_svg};
+use crate::analysis::moment::MomentKind;
 use crate::analysis::oom::Role;
 use crate::analysis::ranks::RanksReport;
 use crate::analysis::report::{DeviceReport, FileReport, MomentReport};
@@ -187,24 +188,24 @@ fn left_out(what: &str, size: usize, command: &str) -> String {
 /// `--at` for a moment in a command line.
 fn moment_arg(m: &MomentReport) -> String {
     match (m.moment.kind, m.moment.event) {
-        ("peak", _) => "peak".into(),
-        ("end", _) | (_, None) => "end".into(),
+        (MomentKind::Peak, _) => "peak".into(),
+        (MomentKind::End, _) | (_, None) => "end".into(),
         (_, Some(e)) => format!("event:{e}"),
     }
 }
 
 fn moment_label(m: &MomentReport) -> String {
-    let name = |kind: &str| match kind {
-        "peak" => "peak".to_string(),
-        "oom" => match m.moment.event {
+    let name = |kind: MomentKind| match kind {
+        MomentKind::Peak => "peak".to_string(),
+        MomentKind::Oom => match m.moment.event {
             Some(e) => format!("OOM at event {e}"),
             None => "OOM".into(),
         },
-        "end" => "end".into(),
-        other => other.to_string(),
+        MomentKind::End => "end".into(),
+        other => other.name().to_string(),
     };
     let mut names = vec![name(m.moment.kind)];
-    names.extend(m.also.iter().map(|k| name(k)));
+    names.extend(m.also.iter().map(|&k| name(k)));
     capitalized(&names.join(" = "))
 }
 
@@ -525,10 +526,10 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
                 .also
                 .iter()
                 .map(|a| match *a {
-                    "oom" => "the OOM",
-                    "end" => "the end of the trace",
-                    "peak" => "the peak",
-                    other => other,
+                    MomentKind::Oom => "the OOM",
+                    MomentKind::End => "the end of the trace",
+                    MomentKind::Peak => "the peak",
+                    other => other.name(),
                 })
                 .collect();
             if also.is_empty() {
@@ -541,7 +542,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
         let _ = writeln!(
             out,
             "<div class=\"moment\" data-pane=\"{id}-moment\" data-value=\"{k}\" data-kind=\"{}\"{} data-total-bytes=\"{}\" data-reserved-bytes=\"{}\">\n<h4>{}</h4>\n<p>{} requested by {} live allocations ({} in blocks); {} reserved.</p>",
-            m.moment.kind,
+            m.moment.kind.name(),
             m.moment
                 .event
                 .map(|e| format!(" data-event=\"{e}\""))
@@ -936,7 +937,7 @@ fn answer_section(out: &mut String, d: &DeviceReport, id: &str) {
     } else if let Some(m) = d
         .moments
         .iter()
-        .find(|m| m.moment.kind == "peak")
+        .find(|m| m.moment.kind == MomentKind::Peak)
         .or(d.moments.first())
     {
         // The peak, else (no trace) the final state: the moments always end with it.
