@@ -766,6 +766,21 @@ pub struct SeriesOptions {
     pub headroom: f64,
 }
 
+/// A series' fitted model: its groups, the allocator's overhead (`a + b · size` and its
+/// floor, as [`overhead_fit`] gives) and the memory outside the allocator.
+struct Model<'a> {
+    groups: &'a [GroupTerm],
+    overhead: (f64, f64, f64),
+    outside: u64,
+}
+
+impl Model<'_> {
+    /// Every line at `size`, and their total.
+    fn at(&self, size: u64) -> (Vec<(Line, u64)>, u64) {
+        prediction_at(self.groups, self.overhead, self.outside, size)
+    }
+}
+
 /// Fits the runs of a series and predicts the target, with what cannot be trusted.
 pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let mut order: Vec<(u64, usize)> = options.sizes.iter().map(|&(r, s)| (s, r)).collect();
@@ -773,6 +788,69 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let sizes: Vec<u64> = order.iter().map(|&(s, _)| s).collect();
     let indices: Vec<usize> = order.iter().map(|&(_, r)| r).collect();
     let series_runs: Vec<&RunBudget> = indices.iter().map(|&i| &runs[i]).collect();
+    let mut caveats = workload_caveats(&series_runs, &sizes);
+    let groups = group_terms(&series_runs, &sizes, options.vary);
+    let overhead = overhead_fit(&series_runs, &sizes);
+    let outside = series_runs
+        .iter()
+        .map(|r| r.outside.counted_bytes)
+        .max()
+        .unwrap_or(0);
+    let lines = line_fits(&series_runs, &sizes, &groups);
+    caveats.extend(not_monotonic(&lines, &series_runs));
+    let held_out = held_out(&series_runs, &sizes, options.vary, outside);
+    let model = Model {
+        groups: &groups,
+        overhead,
+        outside,
+    };
+    let largest_measured = sizes.last().copied().unwrap_or(0);
+    let refused = caveats.iter().any(Caveat::refuses);
+    let prediction = options.target.and_then(|target| {
+        if target > 2 * largest_measured {
+            caveats.push(Caveat::BeyondRange {
+                target,
+                largest: largest_measured,
+            });
+            return None;
+        }
+        if refused {
+            return None;
+        }
+        Some(predict(
+            &model,
+            target,
+            largest_measured,
+            &held_out,
+            options,
+        ))
+    });
+    let largest = if refused {
+        Vec::new()
+    } else {
+        options
+            .gpus
+            .iter()
+            .map(|gpu| largest_size(&model, gpu, 2 * largest_measured, options.headroom))
+            .collect()
+    };
+    Series {
+        vary: options.vary,
+        sizes,
+        runs: indices,
+        lines,
+        groups,
+        held_out,
+        prediction,
+        largest,
+        caveats,
+    }
+}
+
+/// Whether the runs are one workload: the same weights (within 2%), precision stated in
+/// their names, allocator settings and number of devices; and whether two sizes leave
+/// the fit without an error band.
+fn workload_caveats(series_runs: &[&RunBudget], sizes: &[u64]) -> Vec<Caveat> {
     let mut caveats = Vec::new();
     // The same model and precision: weights within 2% of each other.
     let weights: Vec<u64> = series_runs.iter().map(|r| r.line(Line::Weights)).collect();
@@ -816,14 +894,14 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     if sizes.len() == 2 {
         caveats.push(Caveat::TwoSizes);
     }
-    let groups = group_terms(&series_runs, &sizes, options.vary);
-    let overhead = overhead_fit(&series_runs, &sizes);
-    let outside = series_runs
-        .iter()
-        .map(|r| r.outside.counted_bytes)
-        .max()
-        .unwrap_or(0);
-    let lines: Vec<LineFit> = Line::ALL
+    caveats
+}
+
+/// Each fitted line: measured and fitted at every size, how it grows (the largest
+/// exponent among its groups holding 1% of it at the largest size), and whether it ever
+/// goes down by more than 2% as the size goes up.
+fn line_fits(series_runs: &[&RunBudget], sizes: &[u64], groups: &[GroupTerm]) -> Vec<LineFit> {
+    Line::ALL
         .iter()
         .filter(|l| l.fitted())
         .map(|&line| {
@@ -831,7 +909,7 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
             let fitted: Vec<u64> = sizes
                 .iter()
                 .map(|&s| {
-                    predict_lines(&groups, s as f64)
+                    predict_lines(groups, s as f64)
                         .get(&line)
                         .copied()
                         .unwrap_or(0)
@@ -858,18 +936,34 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
                 not_monotonic,
             }
         })
-        .collect();
-    for l in &lines {
+        .collect()
+}
+
+/// A caveat for each line that goes down as the size goes up while holding a twentieth
+/// of some run's total.
+fn not_monotonic(lines: &[LineFit], series_runs: &[&RunBudget]) -> Vec<Caveat> {
+    let mut caveats = Vec::new();
+    for l in lines {
         let matters = l
             .measured_bytes
             .iter()
-            .zip(&series_runs)
+            .zip(series_runs)
             .any(|(&b, r)| b as f64 >= 0.05 * r.total_bytes as f64);
         if l.not_monotonic && matters {
             caveats.push(Caveat::NotMonotonic { line: l.line });
         }
     }
-    // Each measured size predicted from the others.
+    caveats
+}
+
+/// Each measured size predicted from the others (three sizes or more): (size, relative
+/// error of the total, at four decimals).
+fn held_out(
+    series_runs: &[&RunBudget],
+    sizes: &[u64],
+    vary: Vary,
+    outside: u64,
+) -> Vec<(u64, f64)> {
     let mut held_out = Vec::new();
     if sizes.len() >= 3 {
         for k in 0..sizes.len() {
@@ -885,7 +979,7 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
                 .filter(|&(i, _)| i != k)
                 .map(|(_, &s)| s)
                 .collect();
-            let g = group_terms(&others, &other_sizes, options.vary);
+            let g = group_terms(&others, &other_sizes, vary);
             let (_, total) =
                 prediction_at(&g, overhead_fit(&others, &other_sizes), outside, sizes[k]);
             let measured = series_runs[k].total_bytes as f64;
@@ -895,110 +989,96 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
             ));
         }
     }
-    let largest_measured = sizes.last().copied().unwrap_or(0);
-    let refused = caveats.iter().any(Caveat::refuses);
-    let prediction = options.target.and_then(|target| {
-        if target > 2 * largest_measured {
-            caveats.push(Caveat::BeyondRange {
-                target,
-                largest: largest_measured,
-            });
-            return None;
-        }
-        if refused {
-            return None;
-        }
-        let (lines, total) = prediction_at(&groups, overhead, outside, target);
-        let band = held_out.iter().map(|&(_, e)| e.abs()).reduce(f64::max);
-        // The groups that grow the most from the largest size measured to the target.
-        let mut growth: Vec<Deciding> = groups
-            .iter()
-            .map(|g| {
-                let at = |s: u64| g.coefficient * (s as f64).powi(g.exponent as i32);
-                Deciding {
-                    callsite: g.callsite.clone(),
-                    category: g.category.clone(),
-                    exponent: g.exponent,
-                    change_bytes: (at(target) - at(largest_measured)).round() as i64,
-                }
-            })
-            .filter(|d| d.change_bytes != 0)
-            .collect();
-        growth.sort_by(|a, b| {
-            b.change_bytes
-                .abs()
-                .cmp(&a.change_bytes.abs())
-                .then(a.callsite.cmp(&b.callsite))
-                .then(a.category.cmp(&b.category))
-        });
-        Some(Prediction {
-            size: target,
-            fits: options
-                .gpus
-                .iter()
-                .map(|g| fit(g, total, options.headroom))
-                .collect(),
-            lines,
-            total_bytes: total,
-            error_band: band,
-            deciding: growth.into_iter().take(3).collect(),
-        })
-    });
-    let largest = if refused {
-        Vec::new()
-    } else {
-        options
+    held_out
+}
+
+/// The budget at `target`: every line, the error band the held-out predictions give,
+/// the fits on the devices asked about, and the groups deciding the growth.
+fn predict(
+    model: &Model,
+    target: u64,
+    largest_measured: u64,
+    held_out: &[(u64, f64)],
+    options: &SeriesOptions,
+) -> Prediction {
+    let (lines, total) = model.at(target);
+    let band = held_out.iter().map(|&(_, e)| e.abs()).reduce(f64::max);
+    Prediction {
+        size: target,
+        fits: options
             .gpus
             .iter()
-            .map(|gpu| {
-                let takes = |s: u64| {
-                    let (_, total) = prediction_at(&groups, overhead, outside, s);
-                    fit(gpu, total, options.headroom).verdict == Verdict::Fits
-                };
-                let limit = 2 * largest_measured;
-                let smallest = 1;
-                if !takes(smallest) {
-                    return Largest {
-                        gpu: gpu.clone(),
-                        size: None,
-                        at_limit: false,
-                    };
-                }
-                if takes(limit) {
-                    return Largest {
-                        gpu: gpu.clone(),
-                        size: Some(limit),
-                        at_limit: true,
-                    };
-                }
-                // The prediction grows with the size: the last size it takes.
-                let (mut lo, mut hi) = (smallest, limit);
-                while hi - lo > 1 {
-                    let mid = lo + (hi - lo) / 2;
-                    if takes(mid) {
-                        lo = mid;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                Largest {
-                    gpu: gpu.clone(),
-                    size: Some(lo),
-                    at_limit: false,
-                }
-            })
-            .collect()
-    };
-    Series {
-        vary: options.vary,
-        sizes,
-        runs: indices,
+            .map(|g| fit(g, total, options.headroom))
+            .collect(),
         lines,
-        groups,
-        held_out,
-        prediction,
-        largest,
-        caveats,
+        total_bytes: total,
+        error_band: band,
+        deciding: deciding(model.groups, target, largest_measured),
+    }
+}
+
+/// The groups that grow the most from the largest size measured to the target, the
+/// largest change first (at most three).
+fn deciding(groups: &[GroupTerm], target: u64, largest_measured: u64) -> Vec<Deciding> {
+    let mut growth: Vec<Deciding> = groups
+        .iter()
+        .map(|g| {
+            let at = |s: u64| g.coefficient * (s as f64).powi(g.exponent as i32);
+            Deciding {
+                callsite: g.callsite.clone(),
+                category: g.category.clone(),
+                exponent: g.exponent,
+                change_bytes: (at(target) - at(largest_measured)).round() as i64,
+            }
+        })
+        .filter(|d| d.change_bytes != 0)
+        .collect();
+    growth.sort_by(|a, b| {
+        b.change_bytes
+            .abs()
+            .cmp(&a.change_bytes.abs())
+            .then(a.callsite.cmp(&b.callsite))
+            .then(a.category.cmp(&b.category))
+    });
+    growth.into_iter().take(3).collect()
+}
+
+/// The largest size `gpu` takes with the headroom, searched up to `limit` (twice the
+/// largest size measured): none when not even size 1 fits.
+fn largest_size(model: &Model, gpu: &Gpu, limit: u64, headroom: f64) -> Largest {
+    let takes = |s: u64| {
+        let (_, total) = model.at(s);
+        fit(gpu, total, headroom).verdict == Verdict::Fits
+    };
+    let smallest = 1;
+    if !takes(smallest) {
+        return Largest {
+            gpu: gpu.clone(),
+            size: None,
+            at_limit: false,
+        };
+    }
+    if takes(limit) {
+        return Largest {
+            gpu: gpu.clone(),
+            size: Some(limit),
+            at_limit: true,
+        };
+    }
+    // The prediction grows with the size: the last size it takes.
+    let (mut lo, mut hi) = (smallest, limit);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if takes(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Largest {
+        gpu: gpu.clone(),
+        size: Some(lo),
+        at_limit: false,
     }
 }
 

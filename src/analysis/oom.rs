@@ -378,193 +378,230 @@ fn share_between(from: u64, part: u64, whole: u64) -> f64 {
     (ten_thousandths(from + part, whole) - ten_thousandths(from, whole)) as f64 / 10_000.0
 }
 
-/// The ranked verdicts of an analysis whose figures are filled in.
-pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
-    let (Some(request), Some(free)) = (a.requested_bytes, a.device_free_bytes) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let verdict = |cause, role, bytes, share_of_deficit, knobs| Verdict {
+/// A verdict of `cause` with no call sites named yet.
+fn verdict(
+    cause: Cause,
+    role: Role,
+    bytes: u64,
+    share_of_deficit: Option<f64>,
+    knobs: Vec<Knob>,
+) -> Verdict {
+    Verdict {
         cause,
         role,
         bytes,
         share_of_deficit,
         sites: Vec::new(),
         knobs,
+    }
+}
+
+/// The ranked verdicts of an analysis whose figures are filled in.
+pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
+    let (Some(request), Some(free)) = (a.requested_bytes, a.device_free_bytes) else {
+        return Vec::new();
     };
     // The device had room for the request: a limit refused it.
     if free >= request {
-        out.push(verdict(
+        return vec![verdict(
             Cause::MemoryFractionCap,
             Role::Primary,
             a.allowed_bytes.unwrap_or(a.reserved_bytes),
             None,
             vec![Knob::CheckFractionCap],
-        ));
-        return out;
+        )];
     }
+    let shortfall = a.shortfall_bytes.unwrap_or(0);
+    // Nearly full: short of memory, or with so little free (in segments and on the device)
+    // that holes are not the story.
+    let tight = shortfall > 0 || request.saturating_mul(2) > a.cached_free_bytes + free;
+    let mut out = if tight {
+        verdicts_tight(a, s)
+    } else {
+        verdicts_holes(a, s, request, free)
+    };
+    // Name the leak's call sites.
+    if let Some(l) = &a.leaks {
+        for v in out.iter_mut().filter(|v| v.cause == Cause::Leak) {
+            v.sites = l.suspects.iter().map(|s| s.name.clone()).collect();
+        }
+    }
+    out
+}
+
+/// A cause the deficit may come from: (cause, bytes, may be primary, knobs).
+type Candidate = (Cause, u64, bool, Vec<Knob>);
+
+/// The causes a nearly full device's deficit may come from, in order of precedence: a
+/// leak, memory outside the allocator, frees pending on other streams, and (with no
+/// shortfall) the free memory in segments.
+fn tight_candidates(a: &OomAnalysis, s: Settings) -> Vec<Candidate> {
     let outside = a
         .outside_allocator_bytes
         .zip(a.device_total_bytes)
         .filter(|&(o, t)| o >= OUTSIDE_BYTES || o as f64 >= OUTSIDE_SHARE * t as f64);
+    let shortfall = a.shortfall_bytes.unwrap_or(0);
+    let pending = a.pending_free_bytes.unwrap_or(0);
+    let total = a.device_total_bytes.unwrap_or(0);
+    let leak_bytes: u64 = a
+        .leaks
+        .as_ref()
+        .map_or(0, |l| l.suspects.iter().map(|s| s.bytes).sum());
+    let mut candidates: Vec<Candidate> = Vec::new();
+    if leak_bytes > 0 {
+        candidates.push((Cause::Leak, leak_bytes, true, vec![Knob::FixLeak]));
+    }
+    if let Some((o, t)) = outside {
+        // Outside memory is the primary cause only when it is unusual for a process
+        // (another job, a large library pool), not the CUDA context and NCCL.
+        candidates.push((
+            Cause::OutsideAllocator,
+            o,
+            shortfall > 0 && o as f64 >= 0.10 * t as f64,
+            vec![
+                Knob::CheckOtherProcesses,
+                Knob::NcclBuffers,
+                Knob::LibraryWorkspaces,
+            ],
+        ));
+    }
+    if pending > 0 {
+        candidates.push((
+            Cause::PendingFrees,
+            pending,
+            shortfall > 0 && pending as f64 >= 0.05 * total as f64,
+            vec![Knob::AvoidRecordStream],
+        ));
+    }
+    if shortfall == 0 && a.cached_free_bytes > 0 {
+        candidates.push((
+            Cause::Fragmentation,
+            a.cached_free_bytes,
+            false,
+            fragmentation_knobs(s),
+        ));
+    }
+    candidates
+}
+
+/// The verdicts of a nearly full device: the first candidate that may be primary and
+/// covers the deficit, else capacity; then the contributing causes.
+fn verdicts_tight(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let shortfall = a.shortfall_bytes.unwrap_or(0);
+    let deficit = a.deficit_bytes.unwrap_or(shortfall).max(1);
+    let mut candidates = tight_candidates(a, s);
+    let primary = candidates
+        .iter()
+        .position(|(_, bytes, may, _)| *may && *bytes >= deficit);
+    // Shares split the deficit in rank order: a primary cause covers all of it (it
+    // alone explains the OOM and leaves nothing for others to contribute); under
+    // capacity, each contributing cause takes what the ones before it left, the ones
+    // a user can act on first (memory outside the allocator is mostly the CUDA
+    // context and NCCL), and counts when that is at least CONTRIBUTES of the deficit.
+    let mut left = deficit;
+    match primary {
+        Some(p) => {
+            let (cause, bytes, _, knobs) = candidates.remove(p);
+            left = left.saturating_sub(bytes);
+            out.push(verdict(
+                cause,
+                Role::Primary,
+                bytes,
+                Some(share(bytes, deficit)),
+                knobs,
+            ));
+        }
+        None => out.push(verdict(
+            Cause::Capacity,
+            Role::Primary,
+            deficit,
+            None,
+            vec![
+                Knob::SmallerBatch,
+                Knob::ActivationCheckpointing,
+                if s.sharded {
+                    Knob::PrecisionOffload
+                } else {
+                    Knob::PrecisionShardingOffload
+                },
+            ],
+        )),
+    }
+    candidates.sort_by_key(|c| match c.0 {
+        Cause::Leak => 0,
+        Cause::PendingFrees => 1,
+        Cause::Fragmentation => 2,
+        _ => 3,
+    });
+    for (cause, bytes, _, knobs) in candidates {
+        let part = bytes.min(left);
+        if part > 0 && part as f64 >= CONTRIBUTES * deficit as f64 {
+            out.push(verdict(
+                cause,
+                Role::Contributing,
+                bytes,
+                Some(share_between(deficit - left, part, deficit)),
+                knobs,
+            ));
+            left -= part;
+        }
+    }
+    // Under capacity, allocator settings and empty_cache() cannot help unless free
+    // memory inside segments (holes) could have covered part of the deficit.
+    if out[0].cause == Cause::Capacity && !out.iter().any(|v| v.cause == Cause::Fragmentation) {
+        out[0].knobs.push(Knob::CachedMemoryCannotHelp);
+    }
+    out
+}
+
+/// The verdicts when the memory was there (`free` on the device for a `request`): in
+/// holes too small, or in pools the request cannot use; and frees pending on other
+/// streams when they would have covered a share of the request.
+fn verdicts_holes(a: &OomAnalysis, s: Settings, request: u64, free: u64) -> Vec<Verdict> {
+    let mut out = Vec::new();
     let private_free: u64 = a
         .free_by_pool
         .iter()
         .filter(|p| p.pool_id.is_some_and(|id| id != (0, 0)))
         .map(|p| p.free_bytes)
         .sum();
-    let shortfall = a.shortfall_bytes.unwrap_or(0);
     let pending = a.pending_free_bytes.unwrap_or(0);
-    // Nearly full: short of memory, or with so little free (in segments and on the device)
-    // that holes are not the story.
-    let tight = shortfall > 0 || request.saturating_mul(2) > a.cached_free_bytes + free;
-    if tight {
-        let deficit = a.deficit_bytes.unwrap_or(shortfall).max(1);
-        let total = a.device_total_bytes.unwrap_or(0);
-        let leak_bytes: u64 = a
-            .leaks
-            .as_ref()
-            .map_or(0, |l| l.suspects.iter().map(|s| s.bytes).sum());
-        // (cause, bytes, may be primary, knobs), in order of precedence.
-        let mut candidates: Vec<(Cause, u64, bool, Vec<Knob>)> = Vec::new();
-        if leak_bytes > 0 {
-            candidates.push((Cause::Leak, leak_bytes, true, vec![Knob::FixLeak]));
-        }
-        if let Some((o, t)) = outside {
-            // Outside memory is the primary cause only when it is unusual for a process
-            // (another job, a large library pool), not the CUDA context and NCCL.
-            candidates.push((
-                Cause::OutsideAllocator,
-                o,
-                shortfall > 0 && o as f64 >= 0.10 * t as f64,
-                vec![
-                    Knob::CheckOtherProcesses,
-                    Knob::NcclBuffers,
-                    Knob::LibraryWorkspaces,
-                ],
-            ));
-        }
-        if pending > 0 {
-            candidates.push((
-                Cause::PendingFrees,
-                pending,
-                shortfall > 0 && pending as f64 >= 0.05 * total as f64,
-                vec![Knob::AvoidRecordStream],
-            ));
-        }
-        if shortfall == 0 && a.cached_free_bytes > 0 {
-            candidates.push((
-                Cause::Fragmentation,
-                a.cached_free_bytes,
-                false,
-                fragmentation_knobs(s),
-            ));
-        }
-        let primary = candidates
-            .iter()
-            .position(|(_, bytes, may, _)| *may && *bytes >= deficit);
-        // Shares split the deficit in rank order: a primary cause covers all of it (it
-        // alone explains the OOM and leaves nothing for others to contribute); under
-        // capacity, each contributing cause takes what the ones before it left, the ones
-        // a user can act on first (memory outside the allocator is mostly the CUDA
-        // context and NCCL), and counts when that is at least CONTRIBUTES of the deficit.
-        let mut left = deficit;
-        match primary {
-            Some(p) => {
-                let (cause, bytes, _, knobs) = candidates.remove(p);
-                left = left.saturating_sub(bytes);
-                out.push(verdict(
-                    cause,
-                    Role::Primary,
-                    bytes,
-                    Some(share(bytes, deficit)),
-                    knobs,
-                ));
-            }
-            None => out.push(verdict(
-                Cause::Capacity,
-                Role::Primary,
-                deficit,
-                None,
-                vec![
-                    Knob::SmallerBatch,
-                    Knob::ActivationCheckpointing,
-                    if s.sharded {
-                        Knob::PrecisionOffload
-                    } else {
-                        Knob::PrecisionShardingOffload
-                    },
-                ],
-            )),
-        }
-        candidates.sort_by_key(|c| match c.0 {
-            Cause::Leak => 0,
-            Cause::PendingFrees => 1,
-            Cause::Fragmentation => 2,
-            _ => 3,
-        });
-        for (cause, bytes, _, knobs) in candidates {
-            let part = bytes.min(left);
-            if part > 0 && part as f64 >= CONTRIBUTES * deficit as f64 {
-                out.push(verdict(
-                    cause,
-                    Role::Contributing,
-                    bytes,
-                    Some(share_between(deficit - left, part, deficit)),
-                    knobs,
-                ));
-                left -= part;
-            }
-        }
-        // Under capacity, allocator settings and empty_cache() cannot help unless free
-        // memory inside segments (holes) could have covered part of the deficit.
-        if out[0].cause == Cause::Capacity && !out.iter().any(|v| v.cause == Cause::Fragmentation) {
-            out[0].knobs.push(Knob::CachedMemoryCannotHelp);
-        }
-    } else {
-        // The memory was there: in holes too small, or in pools the request cannot use.
-        let default_free = a.cached_free_bytes.saturating_sub(private_free);
-        if default_free + free >= request || private_free == 0 {
-            out.push(verdict(
-                Cause::Fragmentation,
-                Role::Primary,
-                a.cached_free_bytes,
-                None,
-                fragmentation_knobs(s),
-            ));
-            if private_free as f64 >= CONTRIBUTES * a.cached_free_bytes as f64 {
-                out.push(verdict(
-                    Cause::PrivatePools,
-                    Role::Contributing,
-                    private_free,
-                    None,
-                    vec![Knob::ReleaseGraphPools],
-                ));
-            }
-        } else {
+    let default_free = a.cached_free_bytes.saturating_sub(private_free);
+    if default_free + free >= request || private_free == 0 {
+        out.push(verdict(
+            Cause::Fragmentation,
+            Role::Primary,
+            a.cached_free_bytes,
+            None,
+            fragmentation_knobs(s),
+        ));
+        if private_free as f64 >= CONTRIBUTES * a.cached_free_bytes as f64 {
             out.push(verdict(
                 Cause::PrivatePools,
-                Role::Primary,
+                Role::Contributing,
                 private_free,
                 None,
                 vec![Knob::ReleaseGraphPools],
             ));
         }
-        if pending as f64 >= CONTRIBUTES * request as f64 {
-            out.push(verdict(
-                Cause::PendingFrees,
-                Role::Contributing,
-                pending,
-                None,
-                vec![Knob::AvoidRecordStream],
-            ));
-        }
+    } else {
+        out.push(verdict(
+            Cause::PrivatePools,
+            Role::Primary,
+            private_free,
+            None,
+            vec![Knob::ReleaseGraphPools],
+        ));
     }
-    // Name the leak's call sites.
-    if let Some(l) = &a.leaks {
-        for v in out.iter_mut().filter(|v| v.cause == Cause::Leak) {
-            v.sites = l.suspects.iter().map(|s| s.name.clone()).collect();
-        }
+    if pending as f64 >= CONTRIBUTES * request as f64 {
+        out.push(verdict(
+            Cause::PendingFrees,
+            Role::Contributing,
+            pending,
+            None,
+            vec![Knob::AvoidRecordStream],
+        ));
     }
     out
 }

@@ -735,6 +735,17 @@ pub fn focus_ranges(snap: &Snapshot, device: Option<i64>) -> Vec<TimeRange> {
     out
 }
 
+/// What every device's reconciliation reads: the snapshot, the device log and the
+/// `--utc-offset` it was read with, the converted profiler trace (with its path) when
+/// one is given, and the options.
+struct Inputs<'a> {
+    snap: &'a Snapshot,
+    log: &'a DeviceLog,
+    utc_offset_minutes: i32,
+    profile: Option<(&'a str, &'a Converted)>,
+    options: ReconcileOptions,
+}
+
 /// Reconciles every device of the snapshot (or one) with the device log, and with a
 /// converted profiler trace when one is given (with its path).
 pub fn analyze_reconcile(
@@ -745,6 +756,35 @@ pub fn analyze_reconcile(
     profile: Option<(&str, &Converted)>,
     options: ReconcileOptions,
 ) -> Result<Reconciliation, ReconcileError> {
+    let devices = devices_in_order(snap, options)?;
+    let mut trace_findings = profile.map(|(p, conv)| trace_findings(p, conv));
+    let inputs = Inputs {
+        snap,
+        log,
+        utc_offset_minutes,
+        profile,
+        options,
+    };
+    let mut out = Vec::new();
+    for d in devices {
+        out.push(reconcile_device(&inputs, d, trace_findings.as_mut())?);
+    }
+    Ok(Reconciliation {
+        schema_version: SCHEMA_VERSION,
+        path: path.to_string(),
+        device_log_source: log.source,
+        gpu_numbering: log.numbering,
+        devices: out,
+        trace: trace_findings,
+    })
+}
+
+/// The devices to reconcile: the snapshot's, or the one asked for, the one every command
+/// looks at first leading; refused when a log GPU is named for several.
+fn devices_in_order(
+    snap: &Snapshot,
+    options: ReconcileOptions,
+) -> Result<Vec<i64>, ReconcileError> {
     let mut devices: Vec<i64> = snap
         .devices()
         .into_iter()
@@ -759,140 +799,179 @@ pub fn analyze_reconcile(
     if options.gpu.is_some() && devices.len() > 1 {
         return Err(ReconcileError::GpuNeedsDevice { devices });
     }
-    let mut trace_findings = profile.map(|(p, conv)| trace_findings(p, conv));
-    let mut out = Vec::new();
-    for d in devices {
-        let trace = snap.trace(d).filter(|t| !t.is_empty());
-        let times = Times::new(trace);
-        let gpu = choose_gpu(log, d, options.gpu)?;
-        let mut samples = gpu_samples(log, gpu.gpu);
-        let idle_use = idle_use(log, &samples);
-        let mut after_oom = 0;
-        if let (Some(t), Some(range)) = (trace, times.range())
-            && (0..t.len()).any(|i| t.action(i) == Action::Oom)
-        {
-            let before = samples.len();
-            samples.retain(|s| s.time_us <= range.last_us);
-            after_oom = before - samples.len();
-        }
-        let trace_range = times.range();
-        let log_range = log.span_of(gpu.gpu).map(|s| s.range);
-        let overlap = match (trace_range, log_range) {
-            (Some(t), Some(l)) => t.widen(MAX_SKEW_US).overlaps(l),
-            _ => false,
-        };
-        let check = TimeCheck {
-            trace_range,
-            log_range,
-            overlap,
-            whole_hour_shifts: match (trace_range, log_range) {
-                (Some(t), Some(l)) => whole_hour_shifts(l, t.widen(MAX_SKEW_US)),
-                _ => Vec::new(),
-            },
-            utc_offset_minutes,
-            zoneless_times: log.zoneless_times,
-        };
-        if trace_range.is_some() && log_range.is_some() && !overlap && !options.allow_no_overlap {
-            return Err(ReconcileError::LogNoOverlap {
-                device: d,
-                times: check,
-            });
-        }
-        let mut notes = Vec::new();
-        if trace.is_none() {
-            notes.push(Note::NoTrace);
-        } else if trace_range.is_none() {
-            notes.push(Note::NoTimes);
-        }
-        if log_range.is_some() && samples.is_empty() && overlap && after_oom == 0 {
-            notes.push(Note::NoUsedValues { gpu: gpu.gpu });
-        }
-        if after_oom > 0 {
-            notes.push(Note::ReadingsAfterOomLeftOut {
-                readings: after_oom,
-            });
-        }
-        if log.rows_folded > 0 {
-            notes.push(Note::ReadingsFolded {
-                rows_folded: log.rows_folded,
-            });
-        }
-        // One pass gives the totals at every moment and reading, and the peak.
-        let mut states = reading_states(&times, &samples);
-        let mut moments: Vec<(Moment, usize)> = Vec::new();
-        if let Some(t) = trace {
-            for i in 0..t.len() {
-                if t.action(i) == Action::Oom {
-                    moments.push((Moment::Oom, i));
-                }
-            }
-            if let Some(last) = t.len().checked_sub(1) {
-                moments.push((Moment::End, last));
-            }
-        }
-        states.extend(moments.iter().map(|&(_, i)| Some(i)));
-        let totals = timeline::totals_at_events(snap, d, states);
-        if let Some(e) = totals.peaks.requested.event {
-            moments.insert(0, (Moment::Peak, e.index()));
-        }
-        let ctx = DeviceCtx {
-            totals: &totals,
-            trace,
-            times,
-            log,
-            samples,
-        };
-        let mut ledgers: Vec<Ledger> = moments
-            .into_iter()
-            .filter_map(|(m, i)| ledger(&ctx, m, i))
-            .collect();
-        if overlap
-            && !ctx.samples.is_empty()
-            && ledgers.iter().all(|l| l.device_used_bytes.is_none())
-        {
-            notes.push(Note::NoReadingNearMoments {
-                max_skew_us: MAX_SKEW_US,
-            });
-        }
-        if let (Some(findings), Some((_, conv))) = (trace_findings.as_mut(), profile) {
-            align_trace(snap, d, conv, findings, &mut ledgers, options)?;
-        }
-        let over_time = over_time(&totals, &ctx.times, log, &ctx.samples);
-        let gaps: Vec<i64> = over_time
-            .iter()
-            .map(|o| o.device_used_bytes as i64 - o.reserved_bytes)
-            .collect();
-        // Suspects only when there is memory outside the allocator to explain.
-        let outside = ledgers.iter().any(|l| {
-            l.outside_allocator_bytes
-                .or(l.gap_bytes)
-                .is_some_and(|b| b > 0)
-        });
-        out.push(DeviceReconciliation {
+    Ok(devices)
+}
+
+/// One device against its GPU's readings: the time check, a ledger at each moment (the
+/// trace's lined up when given), the readings over time, notes, and suspects when there
+/// is memory outside the allocator to explain.
+fn reconcile_device(
+    inp: &Inputs,
+    d: i64,
+    findings: Option<&mut TraceFindings>,
+) -> Result<DeviceReconciliation, ReconcileError> {
+    let (snap, log) = (inp.snap, inp.log);
+    let trace = snap.trace(d).filter(|t| !t.is_empty());
+    let times = Times::new(trace);
+    let gpu = choose_gpu(log, d, inp.options.gpu)?;
+    let mut samples = gpu_samples(log, gpu.gpu);
+    let idle_use = idle_use(log, &samples);
+    let after_oom = leave_out_after_oom(trace, &times, &mut samples);
+    let check = time_check(&times, log, gpu.gpu, inp.utc_offset_minutes);
+    let overlap = check.overlap;
+    if check.trace_range.is_some()
+        && check.log_range.is_some()
+        && !overlap
+        && !inp.options.allow_no_overlap
+    {
+        return Err(ReconcileError::LogNoOverlap {
             device: d,
-            gpu: Some(gpu),
             times: check,
-            ledgers,
-            gap_min_bytes: gaps.iter().copied().min(),
-            gap_max_bytes: gaps.iter().copied().max(),
-            over_time,
-            suspects: if outside {
-                find_suspects(snap)
-            } else {
-                Vec::new()
-            },
-            notes,
-            idle_use,
         });
     }
-    Ok(Reconciliation {
-        schema_version: SCHEMA_VERSION,
-        path: path.to_string(),
-        device_log_source: log.source,
-        gpu_numbering: log.numbering,
-        devices: out,
-        trace: trace_findings,
+    let mut notes = reading_notes(trace, &check, log, gpu.gpu, &samples, after_oom);
+    // One pass gives the totals at every moment and reading, and the peak.
+    let mut states = reading_states(&times, &samples);
+    let mut moments = ledger_moments(trace);
+    states.extend(moments.iter().map(|&(_, i)| Some(i)));
+    let totals = timeline::totals_at_events(snap, d, states);
+    if let Some(e) = totals.peaks.requested.event {
+        moments.insert(0, (Moment::Peak, e.index()));
+    }
+    let ctx = DeviceCtx {
+        totals: &totals,
+        trace,
+        times,
+        log,
+        samples,
+    };
+    let mut ledgers: Vec<Ledger> = moments
+        .into_iter()
+        .filter_map(|(m, i)| ledger(&ctx, m, i))
+        .collect();
+    if overlap && !ctx.samples.is_empty() && ledgers.iter().all(|l| l.device_used_bytes.is_none()) {
+        notes.push(Note::NoReadingNearMoments {
+            max_skew_us: MAX_SKEW_US,
+        });
+    }
+    if let (Some(findings), Some((_, conv))) = (findings, inp.profile) {
+        align_trace(snap, d, conv, findings, &mut ledgers, inp.options)?;
+    }
+    let over_time = over_time(&totals, &ctx.times, log, &ctx.samples);
+    let gaps: Vec<i64> = over_time
+        .iter()
+        .map(|o| o.device_used_bytes as i64 - o.reserved_bytes)
+        .collect();
+    // Suspects only when there is memory outside the allocator to explain.
+    let outside = ledgers.iter().any(|l| {
+        l.outside_allocator_bytes
+            .or(l.gap_bytes)
+            .is_some_and(|b| b > 0)
+    });
+    Ok(DeviceReconciliation {
+        device: d,
+        gpu: Some(gpu),
+        times: check,
+        ledgers,
+        gap_min_bytes: gaps.iter().copied().min(),
+        gap_max_bytes: gaps.iter().copied().max(),
+        over_time,
+        suspects: if outside {
+            find_suspects(snap)
+        } else {
+            Vec::new()
+        },
+        notes,
+        idle_use,
     })
+}
+
+/// When the trace ends in an OOM, leaves out the readings after its last event; gives
+/// how many.
+fn leave_out_after_oom(
+    trace: Option<&DeviceTrace>,
+    times: &Times,
+    samples: &mut Vec<&GpuSample>,
+) -> usize {
+    let mut after_oom = 0;
+    if let (Some(t), Some(range)) = (trace, times.range())
+        && (0..t.len()).any(|i| t.action(i) == Action::Oom)
+    {
+        let before = samples.len();
+        samples.retain(|s| s.time_us <= range.last_us);
+        after_oom = before - samples.len();
+    }
+    after_oom
+}
+
+/// The trace's and the log's time ranges for `gpu`, whether they overlap (within
+/// [`MAX_SKEW_US`]), and the whole-hour shifts that would make them.
+fn time_check(times: &Times, log: &DeviceLog, gpu: i64, utc_offset_minutes: i32) -> TimeCheck {
+    let trace_range = times.range();
+    let log_range = log.span_of(gpu).map(|s| s.range);
+    let overlap = match (trace_range, log_range) {
+        (Some(t), Some(l)) => t.widen(MAX_SKEW_US).overlaps(l),
+        _ => false,
+    };
+    TimeCheck {
+        trace_range,
+        log_range,
+        overlap,
+        whole_hour_shifts: match (trace_range, log_range) {
+            (Some(t), Some(l)) => whole_hour_shifts(l, t.widen(MAX_SKEW_US)),
+            _ => Vec::new(),
+        },
+        utc_offset_minutes,
+        zoneless_times: log.zoneless_times,
+    }
+}
+
+/// What limits the readings of `gpu`: no trace or no times, no used values, readings
+/// left out after an OOM (`after_oom`), rows folded.
+fn reading_notes(
+    trace: Option<&DeviceTrace>,
+    check: &TimeCheck,
+    log: &DeviceLog,
+    gpu: i64,
+    samples: &[&GpuSample],
+    after_oom: usize,
+) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if trace.is_none() {
+        notes.push(Note::NoTrace);
+    } else if check.trace_range.is_none() {
+        notes.push(Note::NoTimes);
+    }
+    if check.log_range.is_some() && samples.is_empty() && check.overlap && after_oom == 0 {
+        notes.push(Note::NoUsedValues { gpu });
+    }
+    if after_oom > 0 {
+        notes.push(Note::ReadingsAfterOomLeftOut {
+            readings: after_oom,
+        });
+    }
+    if log.rows_folded > 0 {
+        notes.push(Note::ReadingsFolded {
+            rows_folded: log.rows_folded,
+        });
+    }
+    notes
+}
+
+/// The moments a ledger is drawn up at, before the peak is known: each OOM, then the end.
+fn ledger_moments(trace: Option<&DeviceTrace>) -> Vec<(Moment, usize)> {
+    let mut moments: Vec<(Moment, usize)> = Vec::new();
+    if let Some(t) = trace {
+        for i in 0..t.len() {
+            if t.action(i) == Action::Oom {
+                moments.push((Moment::Oom, i));
+            }
+        }
+        if let Some(last) = t.len().checked_sub(1) {
+            moments.push((Moment::End, last));
+        }
+    }
+    moments
 }
 
 /// What a converted trace holds, before any alignment.

@@ -12,7 +12,7 @@ use super::attribution::{Attributor, GroupBy};
 use super::frames::user_frames;
 use super::group_series::{GroupSeries, GroupValues};
 use crate::model::{Action, DeviceTrace, Snapshot};
-use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, PoolId, Running};
+use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, PoolId, Running, Start};
 use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
@@ -581,7 +581,6 @@ impl Bands for LargestAllocations {
     }
 }
 
-/// A position on the axis as the command line writes it: at most three decimals.
 /// A window as the command line gave it, when its ends are whole numbers that a float
 /// holds exactly, else at three decimals (an end past 2^53, such as u64::MAX, is shown as
 /// `more than 9007199254740992`, not as a float's nearest integer).
@@ -597,10 +596,22 @@ fn window_text(start: f64, end: f64) -> String {
     format!("{}..{}", one(start), one(end))
 }
 
+/// A position on the axis as the command line writes it: at most three decimals.
 fn axis_number(v: f64) -> String {
     let s = format!("{v:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     if s == "-0" { "0".into() } else { s.to_string() }
+}
+
+/// A band with its bytes in each bucket, before its runs are stacked.
+type BandValues = (Band, Vec<u64>);
+
+/// The buckets' places on the axis: `nb` buckets from `x_min`, `span` wide in all.
+#[derive(Clone, Copy)]
+struct Grid {
+    x_min: f64,
+    span: f64,
+    nb: usize,
 }
 
 /// Builds the chart content for one device.
@@ -620,50 +631,16 @@ pub fn build_view(
         return Err(ViewError::NoTimes);
     }
     let origin_us = origin.unwrap_or(0);
-    // The full range: state 0 at 0, the last state at the last event's position.
-    let full_max = {
-        let mut axis = Axis {
-            x: options.x,
-            trace,
-            origin: origin_us,
-            latest: origin_us,
-        };
-        (0..n).map(|i| axis.after(i)).fold(0.0, f64::max)
-    };
-    // The command line gives time windows in milliseconds.
-    let (unit, per_unit) = match options.x {
-        XAxis::Events => (" (events)", 1.0),
-        XAxis::Time => (" (milliseconds since the first event)", 1e3),
-    };
-    // A window is inside the trace, or refused: clipping it would draw another window
-    // than the one asked for. The slack absorbs decimal milliseconds read as floats.
-    let slack = 1e-9 * full_max.max(1.0);
-    let (x_min, x_max) = match options.window {
-        Some((a, b))
-            if a.is_finite() && b.is_finite() && a < b && a >= -slack && b <= full_max + slack =>
-        {
-            (a.max(0.0), b.min(full_max))
-        }
-        Some((start, end)) => {
-            return Err(ViewError::WindowOutside {
-                start: start / per_unit,
-                end: end / per_unit,
-                min: 0.0,
-                max: full_max / per_unit,
-                unit,
-            });
-        }
-        None => (0.0, full_max),
-    };
-    let span = (x_max - x_min).max(1.0);
-    let nb = options.buckets.clamp(1, n + 1);
-    let top = options.top.max(1);
     let axis = || Axis {
         x: options.x,
         trace,
         origin: origin_us,
         latest: origin_us,
     };
+    let (x_min, x_max) = x_range(axis(), n, options)?;
+    let span = (x_max - x_min).max(1.0);
+    let nb = options.buckets.clamp(1, n + 1);
+    let top = options.top.max(1);
     let range = (x_min, span, x_max);
     // One pass: each bucket's shown state, every allocation into the buckets whose
     // shown state it is alive in, the exact peaks.
@@ -695,109 +672,9 @@ pub fn build_view(
         .map(|&v| (start.requested as i64 + v).max(0) as u64)
         .collect();
     // Per-band values per bucket.
-    let (mut series, rest_groups): (Vec<(Band, Vec<u64>)>, usize) = match filled {
-        Filled::Groups(groups) => {
-            let mut all: Vec<(GroupValues, u64)> = groups
-                .values()
-                .into_iter()
-                .map(|g| {
-                    let max = g.values.iter().copied().max().unwrap_or(0);
-                    (g, max)
-                })
-                .filter(|(_, max)| *max > 0)
-                .collect();
-            all.sort_by(|a, b| {
-                b.1.cmp(&a.1)
-                    .then_with(|| attr.name(&a.0.key).cmp(&attr.name(&b.0.key)))
-            });
-            // The largest groups; more while the rest holds over a tenth of the peak.
-            let peak = requested.iter().copied().max().unwrap_or(0);
-            let mut keep = top.min(all.len());
-            let rest_max = |keep: usize| -> u64 {
-                (0..nb)
-                    .map(|b| {
-                        let shown: u64 = all[..keep].iter().map(|(g, _)| g.values[b]).sum();
-                        requested[b].saturating_sub(shown)
-                    })
-                    .max()
-                    .unwrap_or(0)
-            };
-            while keep < all.len() && keep < 3 * top && rest_max(keep) * 10 > peak {
-                keep += 1;
-            }
-            let rest_groups = all.len() - keep;
-            all.truncate(keep);
-            let shown = all
-                .into_iter()
-                .map(|(g, max)| {
-                    let key = g.key;
-                    let largest = &g.largest;
-                    (
-                        Band {
-                            name: attr.name(&key),
-                            kind: Attributor::kind(&key),
-                            max_bytes: max,
-                            count: g.count,
-                            category: attr.categories[g.main_category as usize].clone(),
-                            frames: user_frames(
-                                attr.frames(),
-                                Attributor::allocation_stack(largest),
-                                8,
-                            ),
-                            stack: Attributor::allocation_stack(largest),
-                            allocation: None,
-                            runs: Vec::new(),
-                        },
-                        g.values,
-                    )
-                })
-                .collect();
-            (shown, rest_groups)
-        }
-        Filled::Largest(largest) => {
-            let shown: Vec<(Band, Vec<u64>)> = largest
-                .allocations
-                .iter()
-                .map(|(l, lo, hi)| {
-                    let mut values = vec![0u64; nb];
-                    for v in &mut values[*lo..*hi] {
-                        *v = l.size;
-                    }
-                    let time = |e: Option<crate::timeline::EventIdx>| {
-                        e.and_then(|e| trace.stamped_time(e.index()))
-                    };
-                    (
-                        Band {
-                            name: l.label(),
-                            kind: "allocation",
-                            max_bytes: l.size,
-                            count: 1,
-                            category: attr.categories[attr.category(l) as usize].clone(),
-                            frames: user_frames(attr.frames(), Attributor::allocation_stack(l), 8),
-                            stack: Attributor::allocation_stack(l),
-                            allocation: Some(AllocationBand {
-                                label: l.label(),
-                                origin: l.origin,
-                                alloc_event: l.alloc.map(|e| e.index() as u32),
-                                free_event: l.free_completed.map(|e| e.index() as u32),
-                                alloc_time_us: time(l.alloc),
-                                free_time_us: time(l.free_completed),
-                                stream: largest
-                                    .streams
-                                    .get(l.stream as usize)
-                                    .copied()
-                                    .unwrap_or(0),
-                                pool_id: largest.pools.get(l.pool as usize).copied().flatten(),
-                            }),
-                            runs: Vec::new(),
-                        },
-                        values,
-                    )
-                })
-                .collect();
-            let rest = largest.alive - shown.len();
-            (shown, rest)
-        }
+    let (mut series, rest_groups) = match filled {
+        Filled::Groups(groups) => group_bands(groups, attr, &requested, nb, top),
+        Filled::Largest(largest) => allocation_bands(&largest, attr, trace, nb),
     };
     // Stack bottom to top in order of first appearance (earlier-allocated memory lower).
     series.sort_by_key(|(band, values)| {
@@ -806,6 +683,183 @@ pub fn build_view(
             std::cmp::Reverse(band.max_bytes),
         )
     });
+    let grid = Grid { x_min, span, nb };
+    let buckets = stack_buckets(&mut series, &requested, &shown, start, grid);
+    let markers = markers(trace, options.x, origin_us, x_min, x_max);
+    let (annotations, annotations_dropped) =
+        annotations(snap, r.device, trace, options.x, origin_us, x_min, x_max);
+    Ok(TimelineView {
+        x_axis: options.x,
+        by: options.by,
+        x_min,
+        x_max,
+        time_origin_us: origin,
+        max_bytes: highest_bytes(&buckets),
+        peak: peak_mark(&buckets),
+        buckets,
+        bands: series.into_iter().map(|(b, _)| b).collect(),
+        rest_groups,
+        markers,
+        annotations,
+        annotations_dropped,
+        device: Vec::new(),
+        requested_peak: peaks.requested,
+        reserved_peak: peaks.reserved,
+        reserved_recorded: !snap.features.reserved_unrecorded.contains(&r.device),
+    })
+}
+
+/// The x range drawn: the whole trace (state 0 at 0, the last state at the last event's
+/// position, read with `axis`), or the window asked for. A window is inside the trace,
+/// or refused: clipping it would draw another window than the one asked for.
+fn x_range(mut axis: Axis, n: usize, options: ViewOptions) -> Result<(f64, f64), ViewError> {
+    let full_max = (0..n).map(|i| axis.after(i)).fold(0.0, f64::max);
+    // The command line gives time windows in milliseconds.
+    let (unit, per_unit) = match options.x {
+        XAxis::Events => (" (events)", 1.0),
+        XAxis::Time => (" (milliseconds since the first event)", 1e3),
+    };
+    // The slack absorbs decimal milliseconds read as floats.
+    let slack = 1e-9 * full_max.max(1.0);
+    match options.window {
+        Some((a, b))
+            if a.is_finite() && b.is_finite() && a < b && a >= -slack && b <= full_max + slack =>
+        {
+            Ok((a.max(0.0), b.min(full_max)))
+        }
+        Some((start, end)) => Err(ViewError::WindowOutside {
+            start: start / per_unit,
+            end: end / per_unit,
+            min: 0.0,
+            max: full_max / per_unit,
+            unit,
+        }),
+        None => Ok((0.0, full_max)),
+    }
+}
+
+/// The bands of a chart by group: the `top` largest groups, more (up to three times as
+/// many) while the rest holds over a tenth of the peak of `requested`; with how many
+/// groups the rest band merges.
+fn group_bands(
+    groups: GroupSeries,
+    attr: &Attributor,
+    requested: &[u64],
+    nb: usize,
+    top: usize,
+) -> (Vec<BandValues>, usize) {
+    let mut all: Vec<(GroupValues, u64)> = groups
+        .values()
+        .into_iter()
+        .map(|g| {
+            let max = g.values.iter().copied().max().unwrap_or(0);
+            (g, max)
+        })
+        .filter(|(_, max)| *max > 0)
+        .collect();
+    all.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then_with(|| attr.name(&a.0.key).cmp(&attr.name(&b.0.key)))
+    });
+    // The largest groups; more while the rest holds over a tenth of the peak.
+    let peak = requested.iter().copied().max().unwrap_or(0);
+    let mut keep = top.min(all.len());
+    let rest_max = |keep: usize| -> u64 {
+        (0..nb)
+            .map(|b| {
+                let shown: u64 = all[..keep].iter().map(|(g, _)| g.values[b]).sum();
+                requested[b].saturating_sub(shown)
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    while keep < all.len() && keep < 3 * top && rest_max(keep) * 10 > peak {
+        keep += 1;
+    }
+    let rest_groups = all.len() - keep;
+    all.truncate(keep);
+    let shown = all
+        .into_iter()
+        .map(|(g, max)| {
+            let key = g.key;
+            let largest = &g.largest;
+            (
+                Band {
+                    name: attr.name(&key),
+                    kind: Attributor::kind(&key),
+                    max_bytes: max,
+                    count: g.count,
+                    category: attr.categories[g.main_category as usize].clone(),
+                    frames: user_frames(attr.frames(), Attributor::allocation_stack(largest), 8),
+                    stack: Attributor::allocation_stack(largest),
+                    allocation: None,
+                    runs: Vec::new(),
+                },
+                g.values,
+            )
+        })
+        .collect();
+    (shown, rest_groups)
+}
+
+/// The bands of a chart by allocation: one per allocation kept, its size in the buckets
+/// it is alive in; with how many other allocations were alive in a shown state.
+fn allocation_bands(
+    largest: &LargestAllocations,
+    attr: &Attributor,
+    trace: &DeviceTrace,
+    nb: usize,
+) -> (Vec<BandValues>, usize) {
+    let shown: Vec<BandValues> = largest
+        .allocations
+        .iter()
+        .map(|(l, lo, hi)| {
+            let mut values = vec![0u64; nb];
+            for v in &mut values[*lo..*hi] {
+                *v = l.size;
+            }
+            let time = |e: Option<crate::timeline::EventIdx>| {
+                e.and_then(|e| trace.stamped_time(e.index()))
+            };
+            (
+                Band {
+                    name: l.label(),
+                    kind: "allocation",
+                    max_bytes: l.size,
+                    count: 1,
+                    category: attr.categories[attr.category(l) as usize].clone(),
+                    frames: user_frames(attr.frames(), Attributor::allocation_stack(l), 8),
+                    stack: Attributor::allocation_stack(l),
+                    allocation: Some(AllocationBand {
+                        label: l.label(),
+                        origin: l.origin,
+                        alloc_event: l.alloc.map(|e| e.index() as u32),
+                        free_event: l.free_completed.map(|e| e.index() as u32),
+                        alloc_time_us: time(l.alloc),
+                        free_time_us: time(l.free_completed),
+                        stream: largest.streams.get(l.stream as usize).copied().unwrap_or(0),
+                        pool_id: largest.pools.get(l.pool as usize).copied().flatten(),
+                    }),
+                    runs: Vec::new(),
+                },
+                values,
+            )
+        })
+        .collect();
+    let rest = largest.alive - shown.len();
+    (shown, rest)
+}
+
+/// The columns: each bucket's range, shown state and totals, the rest band at the bottom
+/// and the bands' runs stacked on it in the order of `series`.
+fn stack_buckets(
+    series: &mut [BandValues],
+    requested: &[u64],
+    shown: &[Shown],
+    start: Start,
+    grid: Grid,
+) -> Vec<Bucket> {
+    let Grid { x_min, span, nb } = grid;
     let mut buckets = Vec::with_capacity(nb);
     for b in 0..nb {
         let in_bands: u64 = series.iter().map(|(_, v)| v[b]).sum();
@@ -835,7 +889,12 @@ pub fn build_view(
             rest_bytes: rest,
         });
     }
-    let max_bytes = buckets
+    buckets
+}
+
+/// The y range's top: the most any bucket shows of requested, allocated or reserved.
+fn highest_bytes(buckets: &[Bucket]) -> u64 {
+    buckets
         .iter()
         .map(|b| {
             b.requested_bytes
@@ -843,8 +902,12 @@ pub fn build_view(
                 .max(b.reserved_bytes.max(0) as u64)
         })
         .max()
-        .unwrap_or(0);
-    let peak = buckets
+        .unwrap_or(0)
+}
+
+/// The peak marker: the bucket of highest requested bytes (the first of equals).
+fn peak_mark(buckets: &[Bucket]) -> Option<PeakMark> {
+    buckets
         .iter()
         .enumerate()
         .max_by(|(ia, a), (ib, b)| a.requested_bytes.cmp(&b.requested_bytes).then(ib.cmp(ia)))
@@ -852,29 +915,7 @@ pub fn build_view(
             x: (b.x0 + b.x1) / 2.0,
             bytes: b.requested_bytes,
             event: b.event,
-        });
-    let markers = markers(trace, options.x, origin_us, x_min, x_max);
-    let (annotations, annotations_dropped) =
-        annotations(snap, r.device, trace, options.x, origin_us, x_min, x_max);
-    Ok(TimelineView {
-        x_axis: options.x,
-        by: options.by,
-        x_min,
-        x_max,
-        time_origin_us: origin,
-        buckets,
-        bands: series.into_iter().map(|(b, _)| b).collect(),
-        rest_groups,
-        peak,
-        markers,
-        annotations,
-        annotations_dropped,
-        device: Vec::new(),
-        max_bytes,
-        requested_peak: peaks.requested,
-        reserved_peak: peaks.reserved,
-        reserved_recorded: !snap.features.reserved_unrecorded.contains(&r.device),
-    })
+        })
 }
 
 fn states_event(k: usize) -> Option<u32> {

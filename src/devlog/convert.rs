@@ -419,6 +419,218 @@ fn categories_as_stacks(
     )
 }
 
+/// One device's memory events paired into blocks: the open blocks, the running totals
+/// and their peaks, and where the next synthetic address goes.
+struct Pairing<'a> {
+    out: &'a mut DeviceTrace,
+    next_synthetic: &'a mut u64,
+    /// Whether the device records Total Reserved (the CPU allocator leaves it 0).
+    has_reserved: bool,
+    /// Open blocks: address -> (size, stack).
+    live: BTreeMap<u64, (u64, Option<StackId>)>,
+    /// Without addresses, (category, size) -> the synthetic addresses of open blocks,
+    /// latest last.
+    by_size: FxMap<(Option<Category>, u64), Vec<u64>>,
+    freed_from_before: u64,
+    prev_reserved: Option<i64>,
+    prev_allocated: Option<i64>,
+    mismatches: u64,
+    allocated: i64,
+    peak_allocated: i64,
+    peak_ta: Option<i64>,
+    peak_tr: Option<i64>,
+}
+
+impl Pairing<'_> {
+    /// One memory event: a segment event for a change of Total Reserved, a check of Total
+    /// Allocated against the running sum, then the block's alloc or free.
+    fn event(&mut self, m: &MemoryEvent, stack: Option<StackId>) {
+        let time_us = Some(m.time_ns.div_euclid(1000));
+        if let Some(tr) = m.total_reserved.filter(|_| self.has_reserved) {
+            self.reserved(tr, time_us, stack);
+        }
+        if let Some(ta) = m.total_allocated {
+            if let Some(prev) = self.prev_allocated
+                && ta - prev != m.bytes
+            {
+                self.mismatches += 1;
+            }
+            self.prev_allocated = Some(ta);
+            self.peak_ta = self.peak_ta.max(Some(ta));
+        }
+        let size = m.bytes.unsigned_abs();
+        if m.bytes > 0 {
+            self.alloc(m, size, time_us, stack);
+        } else if m.bytes < 0 {
+            self.free(m, size, time_us, stack);
+        }
+        self.allocated += m.bytes;
+        self.peak_allocated = self.peak_allocated.max(self.allocated);
+    }
+
+    /// A change of Total Reserved to `tr`, as a segment event of the difference.
+    fn reserved(&mut self, tr: i64, time_us: Option<i64>, stack: Option<StackId>) {
+        if let Some(prev) = self.prev_reserved
+            && tr != prev
+        {
+            let (action, size) = if tr > prev {
+                (Action::SegmentAlloc, (tr - prev) as u64)
+            } else {
+                (Action::SegmentFree, (prev - tr) as u64)
+            };
+            self.out.push(NewEvent {
+                action: Some(action),
+                addr: 0,
+                size,
+                time_us,
+                stack,
+                ..Default::default()
+            });
+        }
+        self.prev_reserved = Some(tr);
+        self.peak_tr = self.peak_tr.max(Some(tr));
+    }
+
+    /// The next synthetic address, with room for `size` bytes in 512-byte units.
+    fn synthetic(&mut self, size: u64) -> u64 {
+        let a = *self.next_synthetic;
+        *self.next_synthetic += size.div_ceil(512).max(1) * 512;
+        a
+    }
+
+    /// An allocation of `size` bytes, at its address or a synthetic one.
+    fn alloc(&mut self, m: &MemoryEvent, size: u64, time_us: Option<i64>, stack: Option<StackId>) {
+        let addr = match m.addr {
+            Some(a) => a,
+            None => {
+                let a = self.synthetic(size);
+                self.by_size.entry((m.category, size)).or_default().push(a);
+                a
+            }
+        };
+        self.live.insert(addr, (size, stack));
+        self.out.push(NewEvent {
+            action: Some(Action::Alloc),
+            addr,
+            size,
+            time_us,
+            stack,
+            ..Default::default()
+        });
+    }
+
+    /// A free of `size` bytes: of an open block, else of memory from before profiling
+    /// (at its address, or a synthetic one when none is known).
+    fn free(&mut self, m: &MemoryEvent, size: u64, time_us: Option<i64>, stack: Option<StackId>) {
+        let addr = match m.addr {
+            Some(a) => Some(a),
+            None => self.by_size.get_mut(&(m.category, size)).and_then(Vec::pop),
+        };
+        let addr = match addr {
+            Some(a) if self.live.remove(&a).is_some() => a,
+            other => {
+                self.freed_from_before += size;
+                other.unwrap_or_else(|| self.synthetic(size))
+            }
+        };
+        self.out.push(NewEvent {
+            action: Some(Action::FreeCompleted),
+            addr,
+            size,
+            time_us,
+            stack,
+            ..Default::default()
+        });
+    }
+
+    /// Final segments: the blocks alive at the end, what is left of the `before` bytes
+    /// from before profiling, and the cached free memory (up to the reserved memory at
+    /// the end, or where none is recorded the peak of allocated).
+    fn final_segments(&mut self, before: u64, slot: i64, segments: &mut Vec<Segment>) {
+        let mut end_allocated = 0u64;
+        for (&addr, &(size, stack)) in &self.live {
+            segments.push(block_segment(
+                slot,
+                addr,
+                size,
+                BlockState::ActiveAllocated,
+                stack,
+            ));
+            end_allocated += size;
+        }
+        let remaining_before = before.saturating_sub(self.freed_from_before);
+        if remaining_before > 0 {
+            segments.push(block_segment(
+                slot,
+                *self.next_synthetic,
+                remaining_before,
+                BlockState::ActiveAllocated,
+                None,
+            ));
+            *self.next_synthetic += remaining_before.div_ceil(512) * 512;
+            end_allocated += remaining_before;
+        }
+        let end_reserved = if self.has_reserved {
+            self.prev_reserved.unwrap_or(0).max(0) as u64
+        } else {
+            // Unknown: the smallest reserved memory that ever held the allocations.
+            self.peak_allocated.max(0) as u64
+        };
+        if end_reserved > end_allocated {
+            let free = end_reserved - end_allocated;
+            segments.push(block_segment(
+                slot,
+                *self.next_synthetic,
+                free,
+                BlockState::Inactive,
+                None,
+            ));
+            *self.next_synthetic += free.div_ceil(512) * 512;
+        }
+    }
+}
+
+/// A synthetic segment of device `device` holding one block of `size` bytes at `addr`.
+fn block_segment(
+    device: i64,
+    addr: u64,
+    size: u64,
+    state: BlockState,
+    stack: Option<StackId>,
+) -> Segment {
+    let active = if state == BlockState::ActiveAllocated {
+        size
+    } else {
+        0
+    };
+    Segment {
+        device,
+        address: addr,
+        total_size: size,
+        allocated_size: active,
+        active_size: active,
+        requested_size: Some(active),
+        stream: 0,
+        segment_type: if size <= 1 << 20 {
+            SegmentType::Small
+        } else {
+            SegmentType::Large
+        },
+        pool_id: Some((0, 0)),
+        is_expandable: false,
+        stack,
+        blocks: vec![Block {
+            address: addr,
+            size,
+            requested_size: active,
+            state,
+            stack,
+        }],
+    }
+}
+
+/// One device's events (`indices` into the trace's memory events) into `out`, its final
+/// segments into `segments`; gives what the conversion found.
 #[allow(clippy::too_many_arguments)]
 fn convert_device(
     trace: &ProfileTrace,
@@ -441,180 +653,36 @@ fn convert_device(
         m.total_reserved.is_some_and(|r| r > 0)
             || (m.total_reserved.is_some() && m.device_type != 0)
     });
-    // Open blocks: address -> (size, stack); without addresses, (category, size) -> the
-    // synthetic addresses of open blocks, latest last.
-    let mut live: BTreeMap<u64, (u64, Option<StackId>)> = BTreeMap::new();
-    let mut by_size: FxMap<(Option<Category>, u64), Vec<u64>> = FxMap::default();
-    let mut freed_from_before = 0u64;
-    let mut prev_reserved: Option<i64> = None;
-    let mut prev_allocated: Option<i64> = None;
-    let mut mismatches = 0u64;
-    let mut allocated: i64 = before as i64;
-    let mut peak_allocated: i64 = allocated;
-    let mut peak_ta: Option<i64> = None;
-    let mut peak_tr: Option<i64> = None;
+    let mut p = Pairing {
+        out,
+        next_synthetic,
+        has_reserved,
+        live: BTreeMap::new(),
+        by_size: FxMap::default(),
+        freed_from_before: 0,
+        prev_reserved: None,
+        prev_allocated: None,
+        mismatches: 0,
+        allocated: before as i64,
+        peak_allocated: before as i64,
+        peak_ta: None,
+        peak_tr: None,
+    };
     for (&i, m) in indices.iter().zip(&events) {
-        let time_us = Some(m.time_ns.div_euclid(1000));
-        let stack = stacks[i];
-        if let Some(tr) = m.total_reserved.filter(|_| has_reserved) {
-            if let Some(prev) = prev_reserved
-                && tr != prev
-            {
-                let (action, size) = if tr > prev {
-                    (Action::SegmentAlloc, (tr - prev) as u64)
-                } else {
-                    (Action::SegmentFree, (prev - tr) as u64)
-                };
-                out.push(NewEvent {
-                    action: Some(action),
-                    addr: 0,
-                    size,
-                    time_us,
-                    stack,
-                    ..Default::default()
-                });
-            }
-            prev_reserved = Some(tr);
-            peak_tr = peak_tr.max(Some(tr));
-        }
-        if let Some(ta) = m.total_allocated {
-            if let Some(prev) = prev_allocated
-                && ta - prev != m.bytes
-            {
-                mismatches += 1;
-            }
-            prev_allocated = Some(ta);
-            peak_ta = peak_ta.max(Some(ta));
-        }
-        let size = m.bytes.unsigned_abs();
-        if m.bytes > 0 {
-            let addr = match m.addr {
-                Some(a) => a,
-                None => {
-                    let a = *next_synthetic;
-                    *next_synthetic += size.div_ceil(512).max(1) * 512;
-                    by_size.entry((m.category, size)).or_default().push(a);
-                    a
-                }
-            };
-            live.insert(addr, (size, stack));
-            out.push(NewEvent {
-                action: Some(Action::Alloc),
-                addr,
-                size,
-                time_us,
-                stack,
-                ..Default::default()
-            });
-        } else if m.bytes < 0 {
-            let addr = match m.addr {
-                Some(a) => Some(a),
-                None => by_size.get_mut(&(m.category, size)).and_then(Vec::pop),
-            };
-            let addr = match addr {
-                Some(a) if live.remove(&a).is_some() => a,
-                other => {
-                    freed_from_before += size;
-                    other.unwrap_or_else(|| {
-                        let a = *next_synthetic;
-                        *next_synthetic += size.div_ceil(512).max(1) * 512;
-                        a
-                    })
-                }
-            };
-            out.push(NewEvent {
-                action: Some(Action::FreeCompleted),
-                addr,
-                size,
-                time_us,
-                stack,
-                ..Default::default()
-            });
-        }
-        allocated += m.bytes;
-        peak_allocated = peak_allocated.max(allocated);
+        p.event(m, stacks[i]);
     }
-    out.keys.time_us = true;
-    out.keys.frames = stacks.iter().any(Option::is_some);
-    // Final segments: the blocks alive at the end, what is left of the memory from before
-    // profiling, and the cached free memory.
-    let block_segment = |addr: u64, size: u64, state: BlockState, stack: Option<StackId>| {
-        let active = if state == BlockState::ActiveAllocated {
-            size
-        } else {
-            0
-        };
-        Segment {
-            device: slot,
-            address: addr,
-            total_size: size,
-            allocated_size: active,
-            active_size: active,
-            requested_size: Some(active),
-            stream: 0,
-            segment_type: if size <= 1 << 20 {
-                SegmentType::Small
-            } else {
-                SegmentType::Large
-            },
-            pool_id: Some((0, 0)),
-            is_expandable: false,
-            stack,
-            blocks: vec![Block {
-                address: addr,
-                size,
-                requested_size: active,
-                state,
-                stack,
-            }],
-        }
-    };
-    let mut end_allocated = 0u64;
-    for (&addr, &(size, stack)) in &live {
-        segments.push(block_segment(
-            addr,
-            size,
-            BlockState::ActiveAllocated,
-            stack,
-        ));
-        end_allocated += size;
-    }
-    let remaining_before = before.saturating_sub(freed_from_before);
-    if remaining_before > 0 {
-        segments.push(block_segment(
-            *next_synthetic,
-            remaining_before,
-            BlockState::ActiveAllocated,
-            None,
-        ));
-        *next_synthetic += remaining_before.div_ceil(512) * 512;
-        end_allocated += remaining_before;
-    }
-    let end_reserved = if has_reserved {
-        prev_reserved.unwrap_or(0).max(0) as u64
-    } else {
-        // Unknown: the smallest reserved memory that ever held the allocations.
-        peak_allocated.max(0) as u64
-    };
-    if end_reserved > end_allocated {
-        let free = end_reserved - end_allocated;
-        segments.push(block_segment(
-            *next_synthetic,
-            free,
-            BlockState::Inactive,
-            None,
-        ));
-        *next_synthetic += free.div_ceil(512) * 512;
-    }
+    p.out.keys.time_us = true;
+    p.out.keys.frames = stacks.iter().any(Option::is_some);
+    p.final_segments(before, slot, segments);
     ConvertedDevice {
         device: slot,
         source,
         events: events.len() as u64,
         before_profiling_bytes: before,
-        freed_from_before_bytes: freed_from_before,
-        peak_total_allocated_bytes: peak_ta.map(|v| v.max(0) as u64),
-        peak_total_reserved_bytes: peak_tr.filter(|_| has_reserved).map(|v| v.max(0) as u64),
-        total_allocated_mismatches: mismatches,
+        freed_from_before_bytes: p.freed_from_before,
+        peak_total_allocated_bytes: p.peak_ta.map(|v| v.max(0) as u64),
+        peak_total_reserved_bytes: p.peak_tr.filter(|_| has_reserved).map(|v| v.max(0) as u64),
+        total_allocated_mismatches: p.mismatches,
         paired_by_size,
     }
 }

@@ -450,9 +450,82 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
 /// A bar of the chart: its label, its lines, and whether it is predicted.
 type Bar = (String, Vec<(Line, u64)>, bool);
 
+/// The chart's geometry: the plot's left edge, top, height and width, the bars' width
+/// and the gap between them, and the bytes at the top of the axis.
+struct Chart {
+    left: f64,
+    top_px: f64,
+    plot_h: f64,
+    plot_w: f64,
+    bar_w: f64,
+    gap: f64,
+    top: f64,
+}
+
+impl Chart {
+    /// The y of `b` bytes.
+    fn y(&self, b: f64) -> f64 {
+        self.top_px + self.plot_h - b / self.top * self.plot_h
+    }
+}
+
 /// Stacked bars: each run's lines (and the prediction, hatched), with each GPU's
 /// capacity as a line.
 pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()> {
+    let bars = bars(r);
+    let gpus: Vec<&Fit> = match r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
+        Some(p) => p.fits.iter().collect(),
+        None => r.fits.iter().collect(),
+    };
+    let top = bars
+        .iter()
+        .map(|(_, l, _)| l.iter().map(|(_, b)| *b).sum::<u64>())
+        .chain(gpus.iter().map(|f| f.gpu.capacity_bytes))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let (left, right, top_px, plot_h) = (90.0, 440.0, 50.0, 360.0);
+    let bar_w = 70.0;
+    let gap = 40.0;
+    let plot_w = (bars.len() as f64 * (bar_w + gap) + gap).max(300.0);
+    let width = left + plot_w + right;
+    let height = top_px + plot_h + 70.0;
+    let c = Chart {
+        left,
+        top_px,
+        plot_h,
+        plot_w,
+        bar_w,
+        gap,
+        top,
+    };
+    let mut svg = Svg { out };
+    svg.begin(width, height, "VRAM budget")?;
+    writeln!(
+        svg.out,
+        r##"<text x="{}" y="24" font-size="15" font-weight="bold">VRAM budget at each run's peak{}</text>"##,
+        num(left),
+        if r.series.is_some() {
+            ", the series and its prediction"
+        } else {
+            ""
+        }
+    )?;
+    draw_ticks(&mut svg, &c)?;
+    draw_bars(&mut svg, &c, &bars)?;
+    draw_capacities(&mut svg, &c, &gpus)?;
+    legend(&mut svg, &c, &bars)?;
+    writeln!(
+        svg.out,
+        r##"<text x="{}" y="{}" font-size="11" fill="#555555">dashed: each GPU's capacity; pale bar: predicted</text>"##,
+        num(left),
+        num(height - 12.0)
+    )?;
+    svg.end()
+}
+
+/// The bars: each run's (in the series' order when there is one), then the prediction.
+fn bars(r: &BudgetReport) -> Vec<Bar> {
     let mut bars: Vec<Bar> = Vec::new();
     let order: Vec<usize> = match &r.series {
         Some(s) => s.runs.clone(),
@@ -485,58 +558,38 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
             true,
         ));
     }
-    let gpus: Vec<&Fit> = match r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
-        Some(p) => p.fits.iter().collect(),
-        None => r.fits.iter().collect(),
-    };
-    let top = bars
-        .iter()
-        .map(|(_, l, _)| l.iter().map(|(_, b)| *b).sum::<u64>())
-        .chain(gpus.iter().map(|f| f.gpu.capacity_bytes))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let (left, right, top_px, plot_h) = (90.0, 440.0, 50.0, 360.0);
-    let bar_w = 70.0;
-    let gap = 40.0;
-    let plot_w = (bars.len() as f64 * (bar_w + gap) + gap).max(300.0);
-    let width = left + plot_w + right;
-    let height = top_px + plot_h + 70.0;
-    let y = |b: f64| top_px + plot_h - b / top * plot_h;
-    let mut svg = Svg { out };
-    svg.begin(width, height, "VRAM budget")?;
-    writeln!(
-        svg.out,
-        r##"<text x="{}" y="24" font-size="15" font-weight="bold">VRAM budget at each run's peak{}</text>"##,
-        num(left),
-        if r.series.is_some() {
-            ", the series and its prediction"
-        } else {
-            ""
-        }
-    )?;
-    // Axis with four ticks.
+    bars
+}
+
+/// The y axis with four ticks, and their grid lines.
+fn draw_ticks(svg: &mut Svg, c: &Chart) -> io::Result<()> {
     for k in 0..=4 {
-        let b = top * k as f64 / 4.0;
+        let b = c.top * k as f64 / 4.0;
         writeln!(
             svg.out,
             r##"<line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="#e4e4e4"/><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"##,
-            num(left),
-            num(left + plot_w),
-            num(left - 6.0),
-            num(y(b) + 4.0),
+            num(c.left),
+            num(c.left + c.plot_w),
+            num(c.left - 6.0),
+            num(c.y(b) + 4.0),
             escape(&bytes(b as u64)),
-            y = num(y(b)),
+            y = num(c.y(b)),
         )?;
     }
+    Ok(())
+}
+
+/// Each bar: its lines stacked from the bottom, then its label under it and its total
+/// above it.
+fn draw_bars(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
     for (i, (label, lines, predicted)) in bars.iter().enumerate() {
-        let x = left + gap + i as f64 * (bar_w + gap);
+        let x = c.left + c.gap + i as f64 * (c.bar_w + c.gap);
         let mut acc = 0u64;
         for (line, b) in lines {
             if *b == 0 {
                 continue;
             }
-            let (y0, y1) = (y((acc + b) as f64), y(acc as f64));
+            let (y0, y1) = (c.y((acc + b) as f64), c.y(acc as f64));
             acc += b;
             writeln!(
                 svg.out,
@@ -547,7 +600,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
                 if *predicted { ", predicted" } else { "" },
                 num(x),
                 num(y0),
-                num(bar_w),
+                num(c.bar_w),
                 num((y1 - y0).max(0.0)),
                 line_color(*line),
                 if *predicted { "0.55" } else { "1" },
@@ -556,25 +609,30 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
         writeln!(
             svg.out,
             r##"<text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text><text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text>"##,
-            num(x + bar_w / 2.0),
-            num(top_px + plot_h + 16.0),
+            num(x + c.bar_w / 2.0),
+            num(c.top_px + c.plot_h + 16.0),
             escape(label),
-            num(x + bar_w / 2.0),
-            num(y(acc as f64) - 5.0),
+            num(x + c.bar_w / 2.0),
+            num(c.y(acc as f64) - 5.0),
             escape(&bytes(acc)),
         )?;
     }
-    for f in &gpus {
-        let yy = y(f.gpu.capacity_bytes as f64);
+    Ok(())
+}
+
+/// Each GPU's capacity as a dashed line across the plot, named at its right end.
+fn draw_capacities(svg: &mut Svg, c: &Chart, gpus: &[&Fit]) -> io::Result<()> {
+    for f in gpus {
+        let yy = c.y(f.gpu.capacity_bytes as f64);
         writeln!(
             svg.out,
             r##"<g><title>{}: {} ({} bytes)</title><line x1="{}" x2="{}" y1="{yy}" y2="{yy}" stroke="#333333" stroke-dasharray="5 3"/><text x="{}" y="{}" font-size="11">{}</text></g>"##,
             escape(&f.gpu.name),
             escape(&bytes(f.gpu.capacity_bytes)),
             f.gpu.capacity_bytes,
-            num(left),
-            num(left + plot_w),
-            num(left + plot_w + 6.0),
+            num(c.left),
+            num(c.left + c.plot_w),
+            num(c.left + c.plot_w + 6.0),
             num(yy + 4.0),
             escape(&if f.gpu.source == "given as a size" {
                 f.gpu.name.clone()
@@ -584,8 +642,12 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
             yy = num(yy),
         )?;
     }
-    // Legend: the lines that appear.
-    let lx = left + plot_w + 180.0;
+    Ok(())
+}
+
+/// The legend: the lines that appear in some bar.
+fn legend(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
+    let lx = c.left + c.plot_w + 180.0;
     let shown: Vec<Line> = Line::ALL
         .iter()
         .copied()
@@ -595,7 +657,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
         })
         .collect();
     for (k, line) in shown.iter().enumerate() {
-        let ly = top_px + 10.0 + k as f64 * 18.0;
+        let ly = c.top_px + 10.0 + k as f64 * 18.0;
         writeln!(
             svg.out,
             r##"<rect x="{}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{}" font-size="11">{}</text>"##,
@@ -607,11 +669,5 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
             escape(line_name(*line)),
         )?;
     }
-    writeln!(
-        svg.out,
-        r##"<text x="{}" y="{}" font-size="11" fill="#555555">dashed: each GPU's capacity; pale bar: predicted</text>"##,
-        num(left),
-        num(height - 12.0)
-    )?;
-    svg.end()
+    Ok(())
 }

@@ -245,6 +245,19 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
 
 /// One analysis (the figures at one OOM, then its verdicts with what to try).
 pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
+    write_heading(out, a, style)?;
+    write_request(out, a)?;
+    write_device(out, a)?;
+    write_allocator(out, a)?;
+    write_needed(out, a)?;
+    write_top_sites(out, a)?;
+    write_verdicts(out, a, style)?;
+    Ok(())
+}
+
+/// The heading (the device, and which OOM or state), and a line when no OOM event is
+/// recorded.
+fn write_heading(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
     let when = match (a.event, a.time_us) {
         (Some(e), Some(t)) => format!("event {e}, {}", utc_time(t)),
         (Some(e), None) => format!("event {e}"),
@@ -275,6 +288,11 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
             a.message_line.unwrap_or(0)
         )?;
     }
+    Ok(())
+}
+
+/// The request, where it came from and its frames.
+fn write_request(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
     let stream = if a.stream == 0 {
         "default stream".to_string()
     } else {
@@ -306,6 +324,11 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
     for f in &a.frames {
         writeln!(out, "                     {}", shown(f))?;
     }
+    Ok(())
+}
+
+/// The device's free and total memory, and what lay outside PyTorch.
+fn write_device(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
     if a.device_free_bytes.is_some() || a.device_total_bytes.is_some() {
         writeln!(
             out,
@@ -353,6 +376,12 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
             )?,
         }
     }
+    Ok(())
+}
+
+/// What the allocator held: reserved, live blocks (or, from a message, allocated) and
+/// the free memory in segments with the largest hole.
+fn write_allocator(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
     writeln!(out, "  reserved           {}", bytes(a.reserved_bytes))?;
     if a.source != Source::Message {
         writeln!(
@@ -385,6 +414,12 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
             bytes(a.cached_free_bytes)
         )?;
     }
+    Ok(())
+}
+
+/// What was needed against what PyTorch could have had, then the free memory pool by
+/// pool.
+fn write_needed(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
     if let (Some(n), Some(h)) = (a.needed_bytes, a.available_bytes) {
         let (needed, could) = distinct_sizes(n, h);
         writeln!(
@@ -426,6 +461,11 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
             bytes(p.largest_hole_bytes)
         )?;
     }
+    Ok(())
+}
+
+/// The live memory by call site.
+fn write_top_sites(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
     if !a.top_sites.is_empty() {
         writeln!(out, "  live by call site")?;
         for s in &a.top_sites {
@@ -440,6 +480,11 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
             )?;
         }
     }
+    Ok(())
+}
+
+/// The verdicts, each with what to try; or why there is none.
+fn write_verdicts(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
     if a.verdicts.is_empty() {
         let why = match (a.requested_bytes, a.device_free_bytes) {
             (None, _) if !a.oom_recorded => {

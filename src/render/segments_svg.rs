@@ -7,7 +7,7 @@
 use super::names::{device_line, group_display, moment_text, tiny_frame};
 use super::svg::{PALETTE, Svg, category_color};
 use crate::analysis::device::DeviceChoice;
-use crate::analysis::segment_map::{MapSegment, SegmentMap};
+use crate::analysis::segment_map::{MapBlock, MapSegment, SegmentMap};
 use crate::units::bytes;
 use std::io::{self, Write};
 
@@ -28,6 +28,7 @@ const WASTE: &str = "#555555";
 const FREE: &str = "#eeeeee";
 const OTHER: &str = "#b8b8b8";
 
+/// The heading of a run of rows: the segment's pool and stream.
 fn group_name(s: &MapSegment) -> String {
     let pool = match s.pool_id {
         None => "pool unknown".to_string(),
@@ -42,6 +43,8 @@ fn group_name(s: &MapSegment) -> String {
     format!("{pool}, {stream}")
 }
 
+/// A group's colour: its category's, else its place in the palette, else the one the
+/// groups past the coloured ones share.
 fn group_fill(map: &SegmentMap, g: usize) -> &'static str {
     let group = &map.groups[g];
     if group.kind == "category"
@@ -56,6 +59,15 @@ fn group_fill(map: &SegmentMap, g: usize) -> &'static str {
     }
 }
 
+/// Where a segment's row is drawn: its top, and pixels per byte.
+#[derive(Clone, Copy)]
+struct RowAt {
+    y: f64,
+    scale: f64,
+}
+
+/// Writes the map: heading, legend, then the segments (at most `MAX_ROWS`) under a
+/// heading per pool and stream.
 pub fn write_segments_svg(
     out: &mut dyn Write,
     map: &SegmentMap,
@@ -89,6 +101,36 @@ pub fn write_segments_svg(
         height + 16.0,
         &format!("vramlens segments of {}: {heading}", map.path),
     )?;
+    write_heading(&mut svg, map, &heading)?;
+    legend(&mut svg, map)?;
+    let mut y = 100.0;
+    let mut last_group = String::new();
+    for s in shown {
+        let g = group_name(s);
+        if g != last_group {
+            y += HEADING - 6.0;
+            svg.text(20.0, y, "start", r#" font-weight="bold""#, &g)?;
+            y += 6.0;
+            last_group = g;
+        }
+        draw_segment(&mut svg, map, s, RowAt { y, scale })?;
+        y += ROW + GAP;
+    }
+    if segments.len() > shown.len() {
+        svg.text(
+            20.0,
+            y + 16.0,
+            "start",
+            "",
+            &format!("{} more segments not drawn", segments.len() - shown.len()),
+        )?;
+    }
+    svg.end()
+}
+
+/// The file, the device and moment (`heading`), and a line of totals.
+fn write_heading(svg: &mut Svg, map: &SegmentMap, heading: &str) -> io::Result<()> {
+    let segments = &map.segments;
     svg.text(
         20.0,
         22.0,
@@ -96,7 +138,7 @@ pub fn write_segments_svg(
         r#" font-size="16" font-weight="bold""#,
         &map.path,
     )?;
-    svg.text(20.0, 40.0, "start", "", &heading)?;
+    svg.text(20.0, 40.0, "start", "", heading)?;
     let holes: Vec<u64> = segments
         .iter()
         .flat_map(|s| &s.holes)
@@ -117,8 +159,11 @@ pub fn write_segments_svg(
             crate::units::count(holes.len(), "hole", "holes"),
             bytes(holes.iter().copied().max().unwrap_or(0))
         ),
-    )?;
-    // Legend: the states, then the groups.
+    )
+}
+
+/// The legend: the states, then the groups with a colour of their own, then the rest.
+fn legend(svg: &mut Svg, map: &SegmentMap) -> io::Result<()> {
     let lx = WIDTH - LEGEND + 10.0;
     let mut ly = 96.0;
     for (fill, text) in [
@@ -195,117 +240,123 @@ pub fn write_segments_svg(
             ),
         )?;
     }
-    let mut y = 100.0;
-    let mut last_group = String::new();
-    for s in shown {
-        let g = group_name(s);
-        if g != last_group {
-            y += HEADING - 6.0;
-            svg.text(20.0, y, "start", r#" font-weight="bold""#, &g)?;
-            y += 6.0;
-            last_group = g;
+    Ok(())
+}
+
+/// One segment's row: its label, its outline (free unless a block covers it), its holes'
+/// sizes where they fit, and its blocks.
+fn draw_segment(svg: &mut Svg, map: &SegmentMap, s: &MapSegment, at: RowAt) -> io::Result<()> {
+    let RowAt { y, scale } = at;
+    let x0 = LABEL;
+    let used: u64 = s.blocks.iter().map(|b| b.size_bytes).sum();
+    svg.text(
+        LABEL - 8.0,
+        y + 12.0,
+        "end",
+        r#" font-size="11""#,
+        &format!(
+            "s'{:x} {}{}",
+            s.addr,
+            bytes(s.size_bytes),
+            if s.expandable { " (exp.)" } else { "" }
+        ),
+    )?;
+    svg.rect(
+        x0,
+        y,
+        (s.size_bytes as f64 * scale).max(1.0),
+        ROW,
+        &format!(r##" fill="{FREE}" stroke="#888" stroke-width="0.6""##),
+        Some(&format!(
+            "s'{:x}: segment {}, {} in blocks, {} free",
+            s.addr,
+            bytes(s.size_bytes),
+            bytes(used),
+            bytes(s.size_bytes.saturating_sub(used))
+        )),
+    )?;
+    for &(addr, size) in &s.holes {
+        let w = size as f64 * scale;
+        if w > 60.0 {
+            svg.text(
+                x0 + (addr - s.addr) as f64 * scale + w / 2.0,
+                y + 12.0,
+                "middle",
+                r##" font-size="10" fill="#555""##,
+                &bytes(size),
+            )?;
         }
-        let x0 = LABEL;
-        let used: u64 = s.blocks.iter().map(|b| b.size_bytes).sum();
-        svg.text(
-            LABEL - 8.0,
-            y + 12.0,
-            "end",
-            r#" font-size="11""#,
-            &format!(
-                "s'{:x} {}{}",
-                s.addr,
-                bytes(s.size_bytes),
-                if s.expandable { " (exp.)" } else { "" }
-            ),
-        )?;
+    }
+    for b in &s.blocks {
+        draw_block(svg, map, s, b, at)?;
+    }
+    Ok(())
+}
+
+/// One block in its segment's row: the requested bytes in its group's colour (or as a
+/// pending free), then the rounding waste up to the block's size.
+fn draw_block(
+    svg: &mut Svg,
+    map: &SegmentMap,
+    s: &MapSegment,
+    b: &MapBlock,
+    at: RowAt,
+) -> io::Result<()> {
+    let RowAt { y, scale } = at;
+    let bx = LABEL + (b.addr - s.addr) as f64 * scale;
+    let req_w = (b.requested_bytes.min(b.size_bytes) as f64 * scale).max(0.5);
+    let fill = if b.pending_free {
+        PENDING
+    } else {
+        b.group.map_or(OTHER, |g| group_fill(map, g))
+    };
+    svg.rect(
+        bx,
+        y + 1.0,
+        req_w,
+        ROW - 2.0,
+        &format!(r#" fill="{fill}" data-bytes="{}""#, b.size_bytes),
+        Some(block_tip(map, b).trim_end()),
+    )?;
+    if b.size_bytes > b.requested_bytes {
+        let waste = (b.size_bytes - b.requested_bytes) as f64 * scale;
         svg.rect(
-            x0,
-            y,
-            (s.size_bytes as f64 * scale).max(1.0),
-            ROW,
-            &format!(r##" fill="{FREE}" stroke="#888" stroke-width="0.6""##),
+            bx + req_w,
+            y + 1.0,
+            waste,
+            ROW - 2.0,
+            &format!(r#" fill="{WASTE}""#),
             Some(&format!(
-                "s'{:x}: segment {}, {} in blocks, {} free",
-                s.addr,
-                bytes(s.size_bytes),
-                bytes(used),
-                bytes(s.size_bytes.saturating_sub(used))
+                "rounding waste {}",
+                bytes(b.size_bytes - b.requested_bytes)
             )),
         )?;
-        for &(addr, size) in &s.holes {
-            let w = size as f64 * scale;
-            if w > 60.0 {
-                svg.text(
-                    x0 + (addr - s.addr) as f64 * scale + w / 2.0,
-                    y + 12.0,
-                    "middle",
-                    r##" font-size="10" fill="#555""##,
-                    &bytes(size),
-                )?;
-            }
-        }
-        for b in &s.blocks {
-            let bx = x0 + (b.addr - s.addr) as f64 * scale;
-            let req_w = (b.requested_bytes.min(b.size_bytes) as f64 * scale).max(0.5);
-            let fill = if b.pending_free {
-                PENDING
-            } else {
-                b.group.map_or(OTHER, |g| group_fill(map, g))
-            };
-            let mut tip = format!(
-                "{}  {} requested, block {}\n",
-                b.label.as_deref().unwrap_or(&format!("b'{:x}", b.addr)),
-                bytes(b.requested_bytes),
-                bytes(b.size_bytes),
-            );
-            if let Some(g) = b.group {
-                tip.push_str(&format!(
-                    "{} [{}]\n",
-                    group_display(&map.groups[g].name, map.groups[g].kind),
-                    map.groups[g].category
-                ));
-            }
-            if b.pending_free {
-                tip.push_str("freed, waiting for other streams (record_stream)\n");
-            }
-            for f in &b.frames {
-                tip.push_str(f);
-                tip.push('\n');
-            }
-            svg.rect(
-                bx,
-                y + 1.0,
-                req_w,
-                ROW - 2.0,
-                &format!(r#" fill="{fill}" data-bytes="{}""#, b.size_bytes),
-                Some(tip.trim_end()),
-            )?;
-            if b.size_bytes > b.requested_bytes {
-                let waste = (b.size_bytes - b.requested_bytes) as f64 * scale;
-                svg.rect(
-                    bx + req_w,
-                    y + 1.0,
-                    waste,
-                    ROW - 2.0,
-                    &format!(r#" fill="{WASTE}""#),
-                    Some(&format!(
-                        "rounding waste {}",
-                        bytes(b.size_bytes - b.requested_bytes)
-                    )),
-                )?;
-            }
-        }
-        y += ROW + GAP;
     }
-    if segments.len() > shown.len() {
-        svg.text(
-            20.0,
-            y + 16.0,
-            "start",
-            "",
-            &format!("{} more segments not drawn", segments.len() - shown.len()),
-        )?;
+    Ok(())
+}
+
+/// A block's tooltip: its label and sizes, its group and category, whether it waits on
+/// other streams, and its frames.
+fn block_tip(map: &SegmentMap, b: &MapBlock) -> String {
+    let mut tip = format!(
+        "{}  {} requested, block {}\n",
+        b.label.as_deref().unwrap_or(&format!("b'{:x}", b.addr)),
+        bytes(b.requested_bytes),
+        bytes(b.size_bytes),
+    );
+    if let Some(g) = b.group {
+        tip.push_str(&format!(
+            "{} [{}]\n",
+            group_display(&map.groups[g].name, map.groups[g].kind),
+            map.groups[g].category
+        ));
     }
-    svg.end()
+    if b.pending_free {
+        tip.push_str("freed, waiting for other streams (record_stream)\n");
+    }
+    for f in &b.frames {
+        tip.push_str(f);
+        tip.push('\n');
+    }
+    tip
 }

@@ -299,6 +299,19 @@ fn write_heading(svg: &mut Svg, title: &ChartTitle) -> io::Result<()> {
     Ok(())
 }
 
+/// What every piece of the body reads: the view drawn, its frame, and the whole chart's
+/// view when this is the zoom panel.
+struct Panel<'a> {
+    view: &'a TimelineView,
+    f: &'a Frame,
+    main: Option<&'a TimelineView>,
+}
+
+/// The bottom edge of the plot area.
+const PLOT_BOTTOM: f64 = HEIGHT - BOTTOM;
+/// The right edge of the plot area; the legend is right of it.
+const PLOT_RIGHT: f64 = WIDTH - RIGHT;
+
 /// Everything under the heading: spans, axes, bands, lines, markers, legend, lanes; the
 /// zoom's range outlined when given.
 fn write_body(
@@ -309,19 +322,79 @@ fn write_body(
     outline: Option<Zoom>,
     main: Option<&TimelineView>,
 ) -> io::Result<()> {
-    let plot_bottom = HEIGHT - BOTTOM;
-    let plot_right = WIDTH - RIGHT;
-    // Grid and y axis.
+    let p = Panel { view, f, main };
+    draw_y_axis(svg, f)?;
+    draw_x_axis(svg, &p)?;
+    // Everything drawn against the x axis, in a viewport of the plot's width: a zoom of
+    // the report shows a part of it there, the axes and legend staying where they are.
+    let plot_height = HEIGHT + lanes.map_or(0.0, lanes_height);
+    writeln!(
+        svg.out,
+        r#"<svg class="plot" x="{l}" y="0" width="{w}" height="{h}" viewBox="{l} 0 {w} {h}" preserveAspectRatio="none">"#,
+        l = num(LEFT),
+        w = num(PLOT_RIGHT - LEFT),
+        h = num(plot_height)
+    )?;
+    draw_annotations(svg, &p)?;
+    draw_rest_band(svg, &p)?;
+    draw_bands(svg, &p)?;
+    draw_peak(svg, &p)?;
+    draw_memory_lines(svg, &p)?;
+    draw_device_lines(svg, &p)?;
+    draw_markers(svg, &p)?;
+    if let Some(z) = outline {
+        draw_outline(svg, f, z)?;
+    }
+    if let Some(l) = lanes {
+        write_lane_spans(svg, f, l)?;
+    }
+    writeln!(svg.out, "</svg>")?;
+    // Frame of the plot area.
+    svg.line(
+        LEFT,
+        PLOT_BOTTOM,
+        PLOT_RIGHT,
+        PLOT_BOTTOM,
+        r##" stroke="#333""##,
+    )?;
+    svg.line(LEFT, TOP, LEFT, PLOT_BOTTOM, r##" stroke="#333""##)?;
+    let ly = legend_lines(svg, view)?;
+    legend_bands(svg, &p, ly)?;
+    if view.annotations_dropped > 0 {
+        svg.text(
+            LEGEND_X,
+            HEIGHT - 14.0,
+            "start",
+            r#" font-size="10""#,
+            &format!(
+                "{} short annotation spans not drawn",
+                view.annotations_dropped
+            ),
+        )?;
+    }
+    if let Some(l) = lanes {
+        write_lane_labels(svg, l)?;
+    }
+    Ok(())
+}
+
+/// The grid and the y axis, in binary units.
+fn draw_y_axis(svg: &mut Svg, f: &Frame) -> io::Result<()> {
     let step = byte_step(f.y_max, 6.0);
     let mut v = 0.0;
     while v <= f.y_max {
         let y = f.py(v);
-        svg.line(LEFT, y, plot_right, y, r##" stroke="#e4e4e4""##)?;
+        svg.line(LEFT, y, PLOT_RIGHT, y, r##" stroke="#e4e4e4""##)?;
         svg.text(LEFT - 6.0, y + 4.0, "end", "", &bytes(v as u64))?;
         v += step;
     }
-    // x axis, in a group that says its range: the report's script draws its ticks anew
-    // for the part of the range a zoom shows.
+    Ok(())
+}
+
+/// The x axis, in a group that says its range: the report's script draws its ticks anew
+/// for the part of the range a zoom shows. Then the axis label.
+fn draw_x_axis(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    let (view, f) = (p.view, p.f);
     let (unit, scale, label) = match view.x_axis {
         XAxis::Events => ("", 1.0, "event".to_string()),
         XAxis::Time if f.x_span < 2e6 => (" ms", 1e3, "time since the first event (ms)".into()),
@@ -335,8 +408,8 @@ fn write_body(
         scale,
         unit.trim(),
         num(LEFT),
-        num(plot_right),
-        num(plot_bottom)
+        num(PLOT_RIGHT),
+        num(PLOT_BOTTOM)
     )?;
     let xs = decimal_step(f.x_span / scale, 8.0) * scale;
     let mut x = (view.x_min / xs).ceil() * xs;
@@ -344,36 +417,29 @@ fn write_body(
         let px = f.px(x);
         svg.line(
             px,
-            plot_bottom,
+            PLOT_BOTTOM,
             px,
-            plot_bottom + 5.0,
+            PLOT_BOTTOM + 5.0,
             r##" stroke="#333""##,
         )?;
         let text = format!("{}{unit}", num(x / scale));
-        svg.text(px, plot_bottom + 18.0, "middle", "", &text)?;
+        svg.text(px, PLOT_BOTTOM + 18.0, "middle", "", &text)?;
         x += xs;
     }
     writeln!(svg.out, "</g>")?;
     svg.text(
-        (LEFT + plot_right) / 2.0,
+        (LEFT + PLOT_RIGHT) / 2.0,
         HEIGHT - 14.0,
         "middle",
         "",
         &label,
-    )?;
-    // Everything drawn against the x axis, in a viewport of the plot's width: a zoom of
-    // the report shows a part of it there, the axes and legend staying where they are.
-    let plot_height = HEIGHT + lanes.map_or(0.0, lanes_height);
-    writeln!(
-        svg.out,
-        r#"<svg class="plot" x="{l}" y="0" width="{w}" height="{h}" viewBox="{l} 0 {w} {h}" preserveAspectRatio="none">"#,
-        l = num(LEFT),
-        w = num(plot_right - LEFT),
-        h = num(plot_height)
-    )?;
-    // Annotation spans in a strip above the plot.
-    for (i, a) in view.annotations.iter().enumerate() {
-        let (x0, x1) = (f.px(a.x0), f.px(a.x1));
+    )
+}
+
+/// Annotation spans in a strip above the plot, each labelled as far as the label fits.
+fn draw_annotations(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    for (i, a) in p.view.annotations.iter().enumerate() {
+        let (x0, x1) = (p.f.px(a.x0), p.f.px(a.x1));
         let fill = if i % 2 == 0 { "#dfe7f2" } else { "#c9d6ea" };
         svg.rect(
             x0,
@@ -396,21 +462,37 @@ fn write_body(
             )?;
         }
     }
-    // Everything not in a band, as one band at the bottom.
-    let what = |n: usize| match view.by {
+    Ok(())
+}
+
+/// What the merged band holds: so many other allocations, or other groups.
+fn rest_name(view: &TimelineView) -> String {
+    let n = view.rest_groups;
+    match view.by {
         BandBy::Allocation => crate::units::count(n, "other allocation", "other allocations"),
         BandBy::Group(_) => crate::units::count(n, "other group", "other groups"),
-    };
+    }
+}
+
+/// The most the merged band holds in any bucket.
+fn max_rest(view: &TimelineView) -> u64 {
+    view.buckets.iter().map(|b| b.rest_bytes).max().unwrap_or(0)
+}
+
+/// Everything not in a band, as one band at the bottom; nothing when it never holds a
+/// byte.
+fn draw_rest_band(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    let (view, f) = (p.view, p.f);
     let rest_top = steps(
         view.buckets
             .iter()
             .map(|b| (f.px(b.x0), f.px(b.x1), f.py(b.rest_bytes as f64))),
     );
-    let max_rest = view.buckets.iter().map(|b| b.rest_bytes).max().unwrap_or(0);
+    let max_rest = max_rest(view);
     if !rest_top.is_empty() && max_rest > 0 {
         let mut pts = rest_top.clone();
-        pts.push((pts.last().map_or(LEFT, |p| p.0), plot_bottom));
-        pts.push((pts[0].0, plot_bottom));
+        pts.push((pts.last().map_or(LEFT, |q| q.0), PLOT_BOTTOM));
+        pts.push((pts[0].0, PLOT_BOTTOM));
         svg.polygon(
             &pts,
             &format!(
@@ -418,15 +500,20 @@ fn write_body(
             ),
             Some(&format!(
                 "{}, merged (at most {} at once)",
-                what(view.rest_groups),
+                rest_name(view),
                 bytes(max_rest)
             )),
         )?;
     }
-    // The bands, bottom to top. A band in several runs has one tooltip for all of them,
-    // so its stack is written once.
+    Ok(())
+}
+
+/// The bands, bottom to top. A band in several runs has one tooltip for all of them, so
+/// its stack is written once.
+fn draw_bands(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    let (view, f) = (p.view, p.f);
     for (i, band) in view.bands.iter().enumerate() {
-        let fill = band_color(view, i, main);
+        let fill = band_color(view, i, p.main);
         let tip = band_title(band);
         let grouped = band.runs.len() > 1;
         if grouped {
@@ -463,34 +550,44 @@ fn write_body(
             writeln!(svg.out, "</g>")?;
         }
     }
-    // The peak of requested memory.
-    if let Some(p) = &view.peak {
-        let (px, py) = (f.px(p.x), f.py(p.bytes as f64));
-        svg.polygon(
-            &[(px - 5.0, py - 9.0), (px + 5.0, py - 9.0), (px, py - 1.0)],
-            &format!(r##" fill="#111111" class="glyph" data-x="{}""##, num(px)),
-            Some(&format!(
-                "peak: {} requested{}",
-                bytes(p.bytes),
-                p.event
-                    .map(|e| format!(" after event {e}"))
-                    .unwrap_or_default()
-            )),
-        )?;
-        let (x, anchor) = if px > plot_right - 120.0 {
-            (px - 8.0, "end")
-        } else {
-            (px + 8.0, "start")
-        };
-        svg.text(
-            x,
-            (py - 4.0).max(TOP + 10.0),
-            anchor,
-            r#" font-size="11" font-weight="bold""#,
-            &format!("peak {}", bytes(p.bytes)),
-        )?;
-    }
-    // Allocated memory in block bytes; the gap up to reserved is cached free memory.
+    Ok(())
+}
+
+/// The peak of requested memory: a glyph and its label, kept inside the plot.
+fn draw_peak(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    let Some(peak) = &p.view.peak else {
+        return Ok(());
+    };
+    let (px, py) = (p.f.px(peak.x), p.f.py(peak.bytes as f64));
+    svg.polygon(
+        &[(px - 5.0, py - 9.0), (px + 5.0, py - 9.0), (px, py - 1.0)],
+        &format!(r##" fill="#111111" class="glyph" data-x="{}""##, num(px)),
+        Some(&format!(
+            "peak: {} requested{}",
+            bytes(peak.bytes),
+            peak.event
+                .map(|e| format!(" after event {e}"))
+                .unwrap_or_default()
+        )),
+    )?;
+    let (x, anchor) = if px > PLOT_RIGHT - 120.0 {
+        (px - 8.0, "end")
+    } else {
+        (px + 8.0, "start")
+    };
+    svg.text(
+        x,
+        (py - 4.0).max(TOP + 10.0),
+        anchor,
+        r#" font-size="11" font-weight="bold""#,
+        &format!("peak {}", bytes(peak.bytes)),
+    )
+}
+
+/// Allocated memory in block bytes (the gap up to reserved is cached free memory), then
+/// reserved memory where the file records it.
+fn draw_memory_lines(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    let (view, f) = (p.view, p.f);
     let active = steps(
         view.buckets
             .iter()
@@ -514,7 +611,6 @@ fn write_body(
             "allocated: live allocations in block bytes, pending frees included (the file records no reserved memory)".to_string()
         }),
     )?;
-    // Reserved memory, where the file records it.
     if view.reserved_recorded {
         let reserved = steps(
             view.buckets
@@ -527,56 +623,67 @@ fn write_body(
             Some("reserved: bytes in segments"),
         )?;
     }
-    // Device readings, when given: device used, memory outside the allocator, others.
-    if !view.device.is_empty() {
-        let pts = |f2: &dyn Fn(&crate::analysis::timeline_view::DevicePoint) -> Option<i64>| -> Vec<(f64, f64)> {
-            view.device
-                .iter()
-                .filter_map(|p| f2(p).map(|v| (f.px(p.x), f.py(v.max(0) as f64))))
-                .collect()
-        };
-        let used = pts(&|p| Some(p.used_bytes as i64));
-        let max_used = view.device.iter().map(|p| p.used_bytes).max().unwrap_or(0);
-        svg.polyline(
-            &used,
-            r##" stroke="#111111" stroke-width="1.4""##,
-            Some(&format!(
-                "device used (nvidia-smi / NVML), up to {}",
-                bytes(max_used)
-            )),
-        )?;
-        let outside = pts(&|p| p.outside_allocator_bytes);
-        if !outside.is_empty() {
-            svg.polyline(
-                &outside,
-                r##" stroke="#e07000" stroke-width="1.2" stroke-dasharray="5 2""##,
-                Some("this process outside the caching allocator (process used − reserved)"),
-            )?;
-        }
-        let other = pts(&|p| p.other_bytes);
-        if !other.is_empty() {
-            svg.polyline(
-                &other,
-                r##" stroke="#7a3fb0" stroke-width="1.2" stroke-dasharray="1 2""##,
-                Some("other processes and driver (device used − this process)"),
-            )?;
-        }
+    Ok(())
+}
+
+/// Device readings, when given: device used, memory outside the allocator, others.
+fn draw_device_lines(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    let (view, f) = (p.view, p.f);
+    if view.device.is_empty() {
+        return Ok(());
     }
-    // Markers.
-    for m in &view.markers {
-        let px = f.px(m.x);
+    let pts = |f2: &dyn Fn(&crate::analysis::timeline_view::DevicePoint) -> Option<i64>| -> Vec<(f64, f64)> {
+        view.device
+            .iter()
+            .filter_map(|p| f2(p).map(|v| (f.px(p.x), f.py(v.max(0) as f64))))
+            .collect()
+    };
+    let used = pts(&|p| Some(p.used_bytes as i64));
+    let max_used = view.device.iter().map(|p| p.used_bytes).max().unwrap_or(0);
+    svg.polyline(
+        &used,
+        r##" stroke="#111111" stroke-width="1.4""##,
+        Some(&format!(
+            "device used (nvidia-smi / NVML), up to {}",
+            bytes(max_used)
+        )),
+    )?;
+    let outside = pts(&|p| p.outside_allocator_bytes);
+    if !outside.is_empty() {
+        svg.polyline(
+            &outside,
+            r##" stroke="#e07000" stroke-width="1.2" stroke-dasharray="5 2""##,
+            Some("this process outside the caching allocator (process used − reserved)"),
+        )?;
+    }
+    let other = pts(&|p| p.other_bytes);
+    if !other.is_empty() {
+        svg.polyline(
+            &other,
+            r##" stroke="#7a3fb0" stroke-width="1.2" stroke-dasharray="1 2""##,
+            Some("other processes and driver (device used − this process)"),
+        )?;
+    }
+    Ok(())
+}
+
+/// The OOM and snapshot markers: a line, a hover strip saying what happened, and for an
+/// OOM a label kept inside the plot.
+fn draw_markers(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    for m in &p.view.markers {
+        let px = p.f.px(m.x);
         let style = if m.kind == MarkerKind::Oom {
             r##" stroke="#d62728" stroke-width="1.5""##
         } else {
             r##" stroke="#777777" stroke-dasharray="4 3""##
         };
         writeln!(svg.out, "<g>")?;
-        svg.line(px, TOP, px, plot_bottom, style)?;
+        svg.line(px, TOP, px, PLOT_BOTTOM, style)?;
         svg.rect(
             px - 3.0,
             TOP,
             6.0,
-            plot_bottom - TOP,
+            PLOT_BOTTOM - TOP,
             r#" fill="transparent""#,
             Some(&match m.kind {
                 MarkerKind::Oom => format!(
@@ -590,7 +697,7 @@ fn write_body(
         )?;
         if m.kind == MarkerKind::Oom {
             // Keep the label inside the plot near its right edge.
-            let (x, anchor) = if px > plot_right - 40.0 {
+            let (x, anchor) = if px > PLOT_RIGHT - 40.0 {
                 (px - 3.0, "end")
             } else {
                 (px + 3.0, "start")
@@ -605,32 +712,29 @@ fn write_body(
         }
         writeln!(svg.out, "</g>")?;
     }
-    if let Some(z) = outline {
-        let (x0, x1) = (f.px(z.x0), f.px(z.x1));
-        svg.rect(
-            x0,
-            TOP,
-            (x1 - x0).max(2.0),
-            plot_bottom - TOP,
-            r##" fill="none" stroke="#d62728" stroke-width="1" stroke-dasharray="4 2""##,
-            Some("drawn wider below"),
-        )?;
-    }
-    if let Some(l) = lanes {
-        write_lane_spans(svg, f, l)?;
-    }
-    writeln!(svg.out, "</svg>")?;
-    // Frame of the plot area.
-    svg.line(
-        LEFT,
-        plot_bottom,
-        plot_right,
-        plot_bottom,
-        r##" stroke="#333""##,
-    )?;
-    svg.line(LEFT, TOP, LEFT, plot_bottom, r##" stroke="#333""##)?;
-    // Legend: reserved, the rest band, then bands grouped by their headline frame.
-    let lx = plot_right + 16.0;
+    Ok(())
+}
+
+/// The zoom's range outlined on the whole chart.
+fn draw_outline(svg: &mut Svg, f: &Frame, z: Zoom) -> io::Result<()> {
+    let (x0, x1) = (f.px(z.x0), f.px(z.x1));
+    svg.rect(
+        x0,
+        TOP,
+        (x1 - x0).max(2.0),
+        PLOT_BOTTOM - TOP,
+        r##" fill="none" stroke="#d62728" stroke-width="1" stroke-dasharray="4 2""##,
+        Some("drawn wider below"),
+    )
+}
+
+/// The legend's x: right of the plot.
+const LEGEND_X: f64 = PLOT_RIGHT + 16.0;
+
+/// The legend's lines: reserved, allocated, and the device's readings when given. Gives
+/// the y where the bands' entries start.
+fn legend_lines(svg: &mut Svg, view: &TimelineView) -> io::Result<f64> {
+    let lx = LEGEND_X;
     let mut ly = TOP + 4.0;
     if view.reserved_recorded {
         svg.line(
@@ -672,9 +776,16 @@ fn write_body(
             ly += 18.0;
         }
     }
-    // Bands, top of the stack first, as the eye meets them, each with its bytes at the
-    // chart's highest state (what `top` counts at the peak) and, where that is less, the
-    // most it held at once.
+    Ok(ly)
+}
+
+/// The legend's bands from `ly` down, top of the stack first, as the eye meets them, each
+/// with its bytes at the chart's highest state (what `top` counts at the peak) and, where
+/// that is less, the most it held at once; as many as fit, then how many did not, then
+/// the merged band.
+fn legend_bands(svg: &mut Svg, p: &Panel, mut ly: f64) -> io::Result<()> {
+    let view = p.view;
+    let lx = LEGEND_X;
     let peak_bucket = (0..view.buckets.len())
         .max_by_key(|&i| (view.buckets[i].requested_bytes, std::cmp::Reverse(i)));
     if !view.bands.is_empty() {
@@ -683,7 +794,7 @@ fn write_body(
             ly + 4.0,
             "start",
             r#" font-size="11" font-style="italic""#,
-            if main.is_some() {
+            if p.main.is_some() {
                 "bytes at this range's highest point (and most at once):"
             } else {
                 "bytes at the peak (and the most at once):"
@@ -699,33 +810,16 @@ fn write_body(
             ly - 6.0,
             18.0,
             10.0,
-            &format!(r#" fill="{}""#, band_color(view, i, main)),
+            &format!(r#" fill="{}""#, band_color(view, i, p.main)),
             Some(&band.name),
         )?;
-        let name = match band.kind {
-            "frame" | "stack" => tiny_frame(&band.name),
-            "file" => band
-                .name
-                .rsplit('/')
-                .next()
-                .unwrap_or(&band.name)
-                .to_string(),
-            _ => group_display(&band.name, band.kind),
-        };
         let at_peak = peak_bucket.map_or(0, |b| band_height_at(band, b));
-        let value = if at_peak == band.max_bytes {
-            bytes(at_peak)
-        } else {
-            format!("{}, max {}", bytes(at_peak), bytes(band.max_bytes))
-        };
-        let chars = 50usize.saturating_sub(value.chars().count() + 3).max(12);
-        let name = fit_label(&name, chars as f64 * 6.0 + 4.0).unwrap_or_default();
         svg.text(
             lx + 24.0,
             ly + 4.0,
             "start",
             r#" font-size="11""#,
-            &format!("{name} ({value})"),
+            &legend_band_label(band, at_peak),
         )?;
         ly += 16.0;
     }
@@ -739,6 +833,7 @@ fn write_body(
         )?;
         ly += 16.0;
     }
+    let max_rest = max_rest(view);
     if max_rest > 0 {
         svg.rect(lx, ly - 6.0, 18.0, 10.0, r##" fill="#c8c8c8""##, None)?;
         svg.text(
@@ -746,34 +841,41 @@ fn write_body(
             ly + 4.0,
             "start",
             r#" font-size="11""#,
-            &format!("{} (up to {})", what(view.rest_groups), bytes(max_rest)),
+            &format!("{} (up to {})", rest_name(view), bytes(max_rest)),
         )?;
-    }
-    if view.annotations_dropped > 0 {
-        svg.text(
-            lx,
-            HEIGHT - 14.0,
-            "start",
-            r#" font-size="10""#,
-            &format!(
-                "{} short annotation spans not drawn",
-                view.annotations_dropped
-            ),
-        )?;
-    }
-    if let Some(l) = lanes {
-        write_lane_labels(svg, l)?;
     }
     Ok(())
 }
 
+/// A band's legend text: its short name cut to leave room for its bytes at the peak
+/// (`at_peak`) and, where that is less, the most it held.
+fn legend_band_label(band: &Band, at_peak: u64) -> String {
+    let name = match band.kind {
+        "frame" | "stack" => tiny_frame(&band.name),
+        "file" => band
+            .name
+            .rsplit('/')
+            .next()
+            .unwrap_or(&band.name)
+            .to_string(),
+        _ => group_display(&band.name, band.kind),
+    };
+    let value = if at_peak == band.max_bytes {
+        bytes(at_peak)
+    } else {
+        format!("{}, max {}", bytes(at_peak), bytes(band.max_bytes))
+    };
+    let chars = 50usize.saturating_sub(value.chars().count() + 3).max(12);
+    let name = fit_label(&name, chars as f64 * 6.0 + 4.0).unwrap_or_default();
+    format!("{name} ({value})")
+}
+
+/// The height the profiler's lanes add under the chart.
 fn lanes_height(l: &TraceLanes) -> f64 {
     8.0 + l.lanes.len() as f64 * LANE_H + 24.0
 }
 
-/// The trace's spans in lanes under the x axis label, each named on the right, and a line
-/// saying how the trace was placed.
-/// The lanes' spans, in the plot's viewport.
+/// The lanes' spans under the x axis label, in the plot's viewport.
 fn write_lane_spans(svg: &mut Svg, f: &Frame, l: &TraceLanes) -> io::Result<()> {
     let plot_right = WIDTH - RIGHT;
     let mut y = HEIGHT + 4.0;
@@ -894,8 +996,6 @@ fn short_op(name: &str) -> &str {
     }
 }
 
-/// The label cut to fit `width` pixels (about 6 per character at size 10), or None when
-/// not even a few characters fit.
 /// The bytes a band holds in one bucket (0 where it holds none).
 fn band_height_at(band: &Band, bucket: usize) -> u64 {
     band.runs
@@ -904,6 +1004,8 @@ fn band_height_at(band: &Band, bucket: usize) -> u64 {
         .map_or(0, |(first, cols)| cols[bucket - first].1)
 }
 
+/// The label cut to fit `width` pixels (about 6 per character at size 10), or None when
+/// not even a few characters fit.
 fn fit_label(label: &str, width: f64) -> Option<String> {
     let room = ((width - 4.0) / 6.0).floor() as usize;
     let n = label.chars().count();
