@@ -6,7 +6,7 @@
 //! analyses' aggregators) → [`analysis`] (report structs) → [`render`] (text, JSON, SVG
 //! charts, and the one-page HTML report of [`render::html`]).
 //!
-//! Beside that flow: [`devlog`] and [`oom_log`] read side inputs (device logs, profiler
+//! Beside that flow: [`devlog`] reads the side inputs (device logs, profiler
 //! traces, OOM messages), [`export`] writes the replay's rows as tables, [`redact`]
 //! rewrites a snapshot's strings for sharing, and [`units`] writes bytes and times as text.
 
@@ -15,7 +15,6 @@ pub mod devlog;
 pub mod export;
 pub mod input;
 pub mod model;
-pub mod oom_log;
 pub mod pickle;
 pub mod redact;
 pub mod render;

@@ -3,7 +3,7 @@
 //! the reader never panics.
 
 use proptest::prelude::*;
-use vramlens::oom_log::{
+use vramlens::devlog::oom_log::{
     OomForm, OomMessage, parse_oom_messages, parse_oom_messages_from, parse_size,
 };
 
@@ -677,7 +677,8 @@ fn check_invariants(log: &str) {
     }
     // The streaming reader (logs read piece by piece) finds exactly the same.
     let streamed =
-        vramlens::oom_log::parse_oom_messages_from(std::io::Cursor::new(log.as_bytes())).unwrap();
+        vramlens::devlog::oom_log::parse_oom_messages_from(std::io::Cursor::new(log.as_bytes()))
+            .unwrap();
     assert_eq!(found, streamed, "the streaming reader differs");
 }
 

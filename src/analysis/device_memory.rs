@@ -15,7 +15,7 @@
 
 use super::oom::OomAnalysis;
 use super::reconcile::{DeviceReconciliation, IdleUse, Moment, OverTime};
-use crate::oom_log::OomMessage;
+use crate::devlog::oom_log::OomMessage;
 use serde::Serialize;
 
 /// What the OOM message (or `--device-total`) gives, against the snapshot's reserved.
@@ -146,7 +146,7 @@ fn reserved_at(over_time: &[OverTime], time_us: i64) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::analysis::oom::{OomReport, analyze_messages};
-    use crate::oom_log::parse_oom_messages;
+    use crate::devlog::oom_log::parse_oom_messages;
 
     const MIB: u64 = 1 << 20;
 

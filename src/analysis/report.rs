@@ -20,9 +20,9 @@ use super::timeline_view::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, 
 use super::top::{Group, LiveState, Versions, add_times, group_live, limit_groups, live_states};
 use crate::devlog::DeviceLog;
 use crate::devlog::convert::Converted;
+use crate::devlog::oom_log::OomMessage;
 use crate::input::SourceInfo;
 use crate::model::Snapshot;
-use crate::oom_log::OomMessage;
 use crate::timeline::replay::DeviceReplay;
 use rayon::prelude::*;
 use std::collections::BTreeMap;

@@ -127,7 +127,7 @@ fn outside_of(
     path: &str,
     device: i64,
     args: &BudgetArgs,
-    messages: Option<&[vramlens::oom_log::OomMessage]>,
+    messages: Option<&[vramlens::devlog::oom_log::OomMessage]>,
 ) -> Result<Outside> {
     use vramlens::analysis::reconcile::{
         LOG_MARGIN_US, Moment, ReconcileOptions, analyze_reconcile, focus_ranges, snapshot_range,

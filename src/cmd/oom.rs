@@ -7,8 +7,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::device::check_device;
 use vramlens::analysis::oom::{OomOptions, OomReport, analyze_messages, analyze_oom};
+use vramlens::devlog::oom_log::parse_oom_messages_from;
 use vramlens::input::ReadOptions;
-use vramlens::oom_log::parse_oom_messages_from;
 use vramlens::render::oom::write_oom_text;
 use vramlens::render::{Style, write_json};
 use vramlens::units::bytes;
@@ -68,7 +68,9 @@ fn utf16_encoding(path: &std::path::Path) -> Option<&'static str> {
 }
 
 /// The OOM messages of a log (`--log`): at least one, none damaged.
-pub(super) fn read_oom_log(path: &std::path::Path) -> Result<Vec<vramlens::oom_log::OomMessage>> {
+pub(super) fn read_oom_log(
+    path: &std::path::Path,
+) -> Result<Vec<vramlens::devlog::oom_log::OomMessage>> {
     let file = vramlens::input::open_side_input(path)
         .with_context(|| format!("cannot read log {}", super::shown_path(path)))?;
     let found = parse_oom_messages_from(file)

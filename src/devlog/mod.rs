@@ -1,16 +1,18 @@
-//! Side inputs: device-level memory logs and profiler memory events, the evidence a user
-//! may bring beside a snapshot, one file per format.
+//! Side inputs: device-level memory logs, profiler memory events and the CUDA
+//! out-of-memory messages of a log ([`oom_log`]), the evidence a user may bring beside a
+//! snapshot, one file per format.
 //!
-//! A side entrance beside the snapshot flow, like [`crate::oom_log`]: each reader takes a
+//! A side entrance beside the snapshot flow: each reader takes a
 //! byte stream and gives plain, sorted samples, reading it line by line (text formats) or
 //! event by event (JSON traces), so memory follows what is kept, not the file's size; and
 //! what a device log keeps inside its window is bounded too ([`LogLimits`]: past 2^18
 //! rows, a series of first/last/lowest/highest readings per time bucket).
-//! Only [`convert`] imports other modules of the crate (the model, and units for the
-//! wording of its warnings), to turn a profiler trace into a
-//! [`Snapshot`](crate::model::Snapshot). Nothing here analyses or resamples; the converter
+//! Beyond [`crate::units`] (sizes read by one rule, [`crate::units::scaled_bytes`]), only
+//! [`convert`] imports other modules of the crate (the model), to turn a profiler trace
+//! into a [`Snapshot`](crate::model::Snapshot). Nothing here analyses or resamples; the converter
 //! pairs frees with allocations only where a trace has no addresses.
 //!
+//! - [`oom_log`]: the CUDA out-of-memory messages of a training log, both forms.
 //! - [`nvsmi`]: `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]` and
 //!   `--query-compute-apps=...` logs (spec 8.3).
 //! - [`nvml`]: the NVML JSON-lines file `scripts/vramlens_capture.py` writes (`nvml.jsonl`).
@@ -34,6 +36,7 @@ pub mod kineto;
 pub mod memory_timeline;
 pub mod nvml;
 pub mod nvsmi;
+pub mod oom_log;
 
 pub use clock::{ClockOptions, TimeRange};
 pub use kineto::{MemoryEvent, ProfileKind, ProfileTrace, TraceClock, read_profile};

@@ -124,7 +124,7 @@ pub struct OomMessage {
 /// `None` for anything else, a number without a unit, or a value above `u64::MAX`.
 ///
 /// ```
-/// use vramlens::oom_log::parse_size;
+/// use vramlens::devlog::oom_log::parse_size;
 /// assert_eq!(parse_size("20.00 MiB"), Some(20 * 1024 * 1024));
 /// assert_eq!(parse_size("512 bytes"), Some(512));
 /// assert_eq!(parse_size("1.5 KiB"), Some(1536));
