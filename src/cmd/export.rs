@@ -591,26 +591,21 @@ fn rows_json(c: &RowCounts, tables: &[Table]) -> Value {
     Value::Object(map)
 }
 
-pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
-    #[cfg(not(feature = "parquet"))]
-    if args.format == ExportFormat::Parquet {
-        bail!(NO_PARQUET);
-    }
-    let attribution = attribution_options(&args.attribution)?;
-    let (all, skipped) = super::expand_inputs_listing(&args.files)?;
-    let shard = args.shard.unwrap_or(Shard { index: 0, count: 1 });
-    let files: Vec<PathBuf> = all
-        .iter()
+/// The files of the shard asked for: every N-th of the list, from the K-th.
+fn shard_files(all: &[PathBuf], shard: Shard) -> Vec<PathBuf> {
+    all.iter()
         .enumerate()
         .filter(|(i, _)| *i as u64 % u64::from(shard.count) == u64::from(shard.index))
         .map(|(_, f)| f.clone())
-        .collect();
-    let tables = tables(args.events);
-    let staging = Staging::create(&args.output)?;
-    // A path given twice (as a file and in its folder, say) is exported once, the first
-    // time: both would be the same partition.
+        .collect()
+}
+
+/// For each file, the earlier place of the same path in the list, if any: a path given
+/// twice (as a file and in its folder, say) is exported once, the first time, as both
+/// would be the same partition.
+fn duplicates_of(files: &[PathBuf]) -> Vec<Option<usize>> {
     let mut first_of: BTreeMap<&Path, usize> = BTreeMap::new();
-    let duplicate_of: Vec<Option<usize>> = files
+    files
         .iter()
         .enumerate()
         .map(|(i, f)| match first_of.get(f.as_path()) {
@@ -620,7 +615,164 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
                 None
             }
         })
+        .collect()
+}
+
+/// What the files' outcomes add up to: the rows, the partitions written, the manifest's
+/// entry of each file, the duplicates and the errors, in the files' order.
+#[derive(Default)]
+struct Tally<'h> {
+    total: RowCounts,
+    keys: Vec<&'h str>,
+    errors: Vec<anyhow::Error>,
+    manifest_files: Vec<Value>,
+    duplicates: Vec<String>,
+}
+
+fn tally<'h>(
+    files: &[PathBuf],
+    outcomes: Vec<Outcome>,
+    hashed: &'h [Option<Input>],
+    tables: &[Table],
+) -> Tally<'h> {
+    let mut t = Tally::default();
+    for (i, (o, h)) in outcomes.into_iter().zip(hashed).enumerate() {
+        let path = files[i].display().to_string();
+        let (key, sha) = match h {
+            Some(input) => (json!(input.key), json!(input.sha256)),
+            None => (Value::Null, Value::Null),
+        };
+        let mut entry = json!({"path": path, "file": key, "sha256": sha});
+        match o {
+            Outcome::Exported(c) => {
+                for table in Table::ALL {
+                    t.total.add(table, c.rows(table));
+                }
+                if let Some(input) = h {
+                    t.keys.push(&input.key);
+                }
+                entry["status"] = json!("exported");
+                entry["rows"] = rows_json(&c, tables);
+            }
+            Outcome::Duplicate(j) => {
+                entry["status"] = json!("duplicate");
+                entry["duplicate_of"] = json!(files[j].display().to_string());
+                t.duplicates
+                    .push(format!("{path} (as {})", files[j].display()));
+            }
+            Outcome::Failed(e) => {
+                entry["status"] = json!("failed");
+                entry["error"] = json!(format!("{e:#}"));
+                t.errors.push(e);
+            }
+        }
+        t.manifest_files.push(entry);
+    }
+    t
+}
+
+/// The manifest of the run (its file name and bytes): the inputs, the shard, each file's
+/// outcome and the files of the folders left out.
+fn manifest(
+    args: &ExportArgs,
+    all: &[PathBuf],
+    skipped: &[PathBuf],
+    shard: Shard,
+    tables: &[Table],
+    manifest_files: Vec<Value>,
+) -> Result<(String, Vec<u8>)> {
+    let list = list_sha256(all);
+    let manifest = json!({
+        "schema_version": SCHEMA_VERSION,
+        "vramlens": env!("CARGO_PKG_VERSION"),
+        "format": extension(args.format),
+        "tables": tables.iter().map(|t| t.name()).collect::<Vec<_>>(),
+        "device": args.device,
+        "inputs": {"files": all.len(), "list_sha256": list},
+        "shard": {"index": shard.index, "count": shard.count},
+        "files": manifest_files,
+        "skipped": skipped.iter().map(|p| json!({
+            "path": p.display().to_string(),
+            "reason": "not a snapshot: no snapshot extension, and not a pickle or gzip stream by its first bytes",
+        })).collect::<Vec<_>>(),
+    });
+    let name = format!(
+        "{}.shard-{:05}-of-{:05}.json",
+        &list[..16],
+        shard.index,
+        shard.count
+    );
+    let mut bytes = serde_json::to_vec_pretty(&manifest)?;
+    bytes.push(b'\n');
+    Ok((name, bytes))
+}
+
+/// The line saying what was exported, and the paths given twice.
+fn write_exported(
+    out: &mut dyn Write,
+    args: &ExportArgs,
+    t: &Tally,
+    files: usize,
+    all: usize,
+    shard: Shard,
+    tables: &[Table],
+) -> Result<()> {
+    let counts: Vec<String> = tables
+        .iter()
+        .map(|&table| format!("{} {} rows", table.name(), t.total.rows(table)))
         .collect();
+    let of_shard = if shard.count > 1 {
+        format!(" (shard {}/{} of {all} inputs)", shard.index, shard.count)
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "exported {} of {files} files{of_shard} to {} ({}): {}",
+        t.keys.len(),
+        args.output.display(),
+        extension(args.format),
+        counts.join(", ")
+    )?;
+    if !t.duplicates.is_empty() {
+        writeln!(
+            out,
+            "not exported again, given twice: {}",
+            t.duplicates.join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+/// The files of the folders that were left out, named.
+fn write_skipped(out: &mut dyn Write, skipped: &[PathBuf]) -> Result<()> {
+    if skipped.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = skipped.iter().map(|p| p.display().to_string()).collect();
+    writeln!(
+        out,
+        "left out {} file{} of the folders that {} not a snapshot by name or content: {}",
+        skipped.len(),
+        if skipped.len() == 1 { "" } else { "s" },
+        if skipped.len() == 1 { "is" } else { "are" },
+        names.join(", ")
+    )?;
+    Ok(())
+}
+
+pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
+    #[cfg(not(feature = "parquet"))]
+    if args.format == ExportFormat::Parquet {
+        bail!(NO_PARQUET);
+    }
+    let attribution = attribution_options(&args.attribution)?;
+    let (all, skipped) = super::expand_inputs_listing(&args.files)?;
+    let shard = args.shard.unwrap_or(Shard { index: 0, count: 1 });
+    let files = shard_files(&all, shard);
+    let tables = tables(args.events);
+    let staging = Staging::create(&args.output)?;
+    let duplicate_of = duplicates_of(&files);
     let job = Job {
         format: args.format,
         tables: &tables,
@@ -643,114 +795,19 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
             }
         })
         .unzip();
-    let mut total = RowCounts::default();
-    let mut keys: Vec<&str> = Vec::new();
-    let mut errors = Vec::new();
-    let mut manifest_files = Vec::new();
-    let mut duplicates = Vec::new();
-    for (i, (o, h)) in outcomes.into_iter().zip(&hashed).enumerate() {
-        let path = files[i].display().to_string();
-        let (key, sha) = match h {
-            Some(input) => (json!(input.key), json!(input.sha256)),
-            None => (Value::Null, Value::Null),
-        };
-        let mut entry = json!({"path": path, "file": key, "sha256": sha});
-        match o {
-            Outcome::Exported(c) => {
-                for t in Table::ALL {
-                    total.add(t, c.rows(t));
-                }
-                if let Some(input) = h {
-                    keys.push(&input.key);
-                }
-                entry["status"] = json!("exported");
-                entry["rows"] = rows_json(&c, &tables);
-            }
-            Outcome::Duplicate(j) => {
-                entry["status"] = json!("duplicate");
-                entry["duplicate_of"] = json!(files[j].display().to_string());
-                duplicates.push(format!("{path} (as {})", files[j].display()));
-            }
-            Outcome::Failed(e) => {
-                entry["status"] = json!("failed");
-                entry["error"] = json!(format!("{e:#}"));
-                errors.push(e);
-            }
-        }
-        manifest_files.push(entry);
-    }
-    let exported = keys.len();
+    let mut t = tally(&files, outcomes, &hashed, &tables);
     // Nothing is written when no file could be read, except a shard's manifest (so that
     // a reader sees the shard ran, with what failed, and a shard with no file at all).
-    if exported > 0 || files.is_empty() || args.shard.is_some() {
-        let list = list_sha256(&all);
-        let manifest = json!({
-            "schema_version": SCHEMA_VERSION,
-            "vramlens": env!("CARGO_PKG_VERSION"),
-            "format": extension(args.format),
-            "tables": tables.iter().map(|t| t.name()).collect::<Vec<_>>(),
-            "device": args.device,
-            "inputs": {"files": all.len(), "list_sha256": list},
-            "shard": {"index": shard.index, "count": shard.count},
-            "files": manifest_files,
-            "skipped": skipped.iter().map(|p| json!({
-                "path": p.display().to_string(),
-                "reason": "not a snapshot: no snapshot extension, and not a pickle or gzip stream by its first bytes",
-            })).collect::<Vec<_>>(),
-        });
-        let name = format!(
-            "{}.shard-{:05}-of-{:05}.json",
-            &list[..16],
-            shard.index,
-            shard.count
-        );
-        let mut bytes = serde_json::to_vec_pretty(&manifest)?;
-        bytes.push(b'\n');
-        staging.publish(&tables, &keys, (&name, &bytes))?;
-        let counts: Vec<String> = tables
-            .iter()
-            .map(|&t| format!("{} {} rows", t.name(), total.rows(t)))
-            .collect();
-        let of_shard = if shard.count > 1 {
-            format!(
-                " (shard {}/{} of {} inputs)",
-                shard.index,
-                shard.count,
-                all.len()
-            )
-        } else {
-            String::new()
-        };
-        writeln!(
-            out,
-            "exported {exported} of {} files{of_shard} to {} ({}): {}",
-            files.len(),
-            args.output.display(),
-            extension(args.format),
-            counts.join(", ")
-        )?;
-        if !duplicates.is_empty() {
-            writeln!(
-                out,
-                "not exported again, given twice: {}",
-                duplicates.join(", ")
-            )?;
-        }
+    if !t.keys.is_empty() || files.is_empty() || args.shard.is_some() {
+        let entries = std::mem::take(&mut t.manifest_files);
+        let (name, bytes) = manifest(args, &all, &skipped, shard, &tables, entries)?;
+        staging.publish(&tables, &t.keys, (&name, &bytes))?;
+        write_exported(out, args, &t, files.len(), all.len(), shard, &tables)?;
     }
-    if !skipped.is_empty() {
-        let names: Vec<String> = skipped.iter().map(|p| p.display().to_string()).collect();
-        writeln!(
-            out,
-            "left out {} file{} of the folders that {} not a snapshot by name or content: {}",
-            skipped.len(),
-            if skipped.len() == 1 { "" } else { "s" },
-            if skipped.len() == 1 { "is" } else { "are" },
-            names.join(", ")
-        )?;
-    }
-    match errors.len() {
+    write_skipped(out, &skipped)?;
+    match t.errors.len() {
         0 => Ok(()),
-        1 => Err(errors.remove(0)),
-        _ => Err(super::Failures(errors).into()),
+        1 => Err(t.errors.remove(0)),
+        _ => Err(super::Failures(t.errors).into()),
     }
 }
