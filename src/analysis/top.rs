@@ -52,32 +52,9 @@ pub fn live_state(r: &DeviceReplay, at: Option<usize>, versions: Versions) -> Li
 
 /// What was alive just after each of `ats` (in their order), from one replay.
 pub fn live_states(r: &DeviceReplay, ats: &[Option<usize>], versions: Versions) -> Vec<LiveState> {
-    let mut states = ats.to_vec();
-    states.sort_unstable();
-    states.dedup();
-    let mut live = LiveAt::new(&states);
-    let mut totals = TotalsAt::new(states.clone());
-    let start = r.run((&mut live, &mut totals));
-    ats.iter()
-        .map(|&at| {
-            let k = states.binary_search(&at).expect("every moment asked for");
-            let run = totals.values.get(k).copied().unwrap_or_default();
-            let mut lifetimes = live.set(at).to_vec();
-            if versions == Versions::Counted {
-                r.fill_versions(&mut lifetimes);
-            }
-            LiveState {
-                at,
-                block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
-                lifetimes,
-                streams: live.streams.clone(),
-                pools: live.pools.clone(),
-                requested_bytes: start.requested_after(&run),
-                allocated_bytes: start.allocated_after(&run),
-                reserved_bytes: start.reserved_after(&run),
-            }
-        })
-        .collect()
+    let mut live = LiveStateAt::at_each(ats);
+    let start = r.run(&mut live);
+    live.finish_each(r, start, versions)
 }
 
 /// [`live_state`], running `extra` in the same replay.
@@ -92,40 +69,65 @@ fn live_state_with<A: Aggregator>(
     live.finish(r, start, versions)
 }
 
-/// What [`live_state`] collects, as an aggregator to run beside others in one replay;
-/// [`LiveStateAt::finish`] gives the state.
+/// What [`live_state`] collects (at one moment or several), as an aggregator to run
+/// beside others in one replay; [`LiveStateAt::finish`] gives the state.
 pub struct LiveStateAt {
-    at: Option<usize>,
+    /// The moments asked for, in their order.
+    ats: Vec<Option<usize>>,
+    /// The same, ascending and once each, as the collectors take them.
+    states: Vec<Option<usize>>,
     live: LiveAt,
     totals: TotalsAt,
 }
 
 impl LiveStateAt {
     pub fn new(at: Option<usize>) -> Self {
+        Self::at_each(&[at])
+    }
+
+    /// The live sets at each of `ats`, in one replay.
+    pub fn at_each(ats: &[Option<usize>]) -> Self {
+        let mut states = ats.to_vec();
+        states.sort_unstable();
+        states.dedup();
         LiveStateAt {
-            at,
-            live: LiveAt::new(&[at]),
-            totals: TotalsAt::new(vec![at]),
+            ats: ats.to_vec(),
+            live: LiveAt::new(&states),
+            totals: TotalsAt::new(states.clone()),
+            states,
         }
     }
 
+    /// The state at the one moment of [`LiveStateAt::new`].
     pub fn finish(self, r: &DeviceReplay, start: Start, versions: Versions) -> LiveState {
-        let at = self.at;
-        let run = self.totals.values.first().copied().unwrap_or_default();
-        let mut lifetimes = self.live.set(at).to_vec();
-        if versions == Versions::Counted {
-            r.fill_versions(&mut lifetimes);
-        }
-        LiveState {
-            at,
-            block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
-            lifetimes,
-            streams: self.live.streams,
-            pools: self.live.pools,
-            requested_bytes: start.requested_after(&run),
-            allocated_bytes: start.allocated_after(&run),
-            reserved_bytes: start.reserved_after(&run),
-        }
+        self.finish_each(r, start, versions)
+            .pop()
+            .expect("one moment asked for")
+    }
+
+    /// The state at each moment of [`LiveStateAt::at_each`], in its order.
+    pub fn finish_each(self, r: &DeviceReplay, start: Start, versions: Versions) -> Vec<LiveState> {
+        self.ats
+            .iter()
+            .map(|&at| {
+                let k = self.states.binary_search(&at).expect("a moment asked for");
+                let run = self.totals.values.get(k).copied().unwrap_or_default();
+                let mut lifetimes = self.live.set(at).to_vec();
+                if versions == Versions::Counted {
+                    r.fill_versions(&mut lifetimes);
+                }
+                LiveState {
+                    at,
+                    block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
+                    lifetimes,
+                    streams: self.live.streams.clone(),
+                    pools: self.live.pools.clone(),
+                    requested_bytes: start.requested_after(&run),
+                    allocated_bytes: start.allocated_after(&run),
+                    reserved_bytes: start.reserved_after(&run),
+                }
+            })
+            .collect()
     }
 }
 
