@@ -16,8 +16,8 @@ use super::oom::{OomOptions, OomReport, analyze_oom};
 use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile};
 use super::segment_map::{SegmentMap, segment_map};
 use super::summary::{Summary, SummaryOptions, analyze_summary};
-use super::timeline_view::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, build_view};
-use super::top::{Group, LiveState, Versions, add_times, group_live, limit_groups, live_states};
+use super::timeline_view::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, prepare_view};
+use super::top::{Group, LiveState, LiveStateAt, Versions, add_times, group_live, limit_groups};
 use crate::devlog::DeviceLog;
 use crate::devlog::convert::Converted;
 use crate::devlog::oom_log::OomMessage;
@@ -313,11 +313,12 @@ fn device_report(
     let peak_event = d.and_then(|d| d.peak_requested_event);
     let ooms: Vec<usize> = d.map_or(Vec::new(), |d| d.ooms.iter().map(|o| o.index).collect());
     let (wanted, more_ooms) = moments(&r, peak_event, &ooms);
+    // One replay collects both timeline views and what was live at every moment.
+    let view_attr = attr();
     let view = |by: GroupBy| {
-        build_view(
-            snap,
+        prepare_view(
             &r,
-            &attr(),
+            &view_attr,
             ViewOptions {
                 x: XAxis::Events,
                 by: BandBy::Group(by),
@@ -327,35 +328,34 @@ fn device_report(
             },
         )
     };
-    let ((by_callsite, by_category), moments) = rayon::join(
-        || rayon::join(|| view(GroupBy::Callsite), || view(GroupBy::Category)),
-        || {
-            // What was live at every moment, from one replay.
-            let ats: Vec<Option<usize>> = wanted
-                .iter()
-                .map(|(m, _)| m.event.map(|e| e as usize))
-                .collect();
-            let lives = live_states(&r, &ats, Versions::Counted);
-            wanted
-                .into_par_iter()
-                .zip(lives)
-                .map(|((m, also), live)| {
-                    let peak_reserved = d.and_then(|d| d.peak_reserved_bytes);
-                    moment_report(
-                        snap,
-                        path,
-                        &r,
-                        &attr(),
-                        m,
-                        also,
-                        live,
-                        &choice,
-                        peak_reserved,
-                    )
-                })
-                .collect::<Vec<_>>()
-        },
-    );
+    let (mut callsite, mut category) = (view(GroupBy::Callsite), view(GroupBy::Category));
+    let ats: Vec<Option<usize>> = wanted
+        .iter()
+        .map(|(m, _)| m.event.map(|e| e as usize))
+        .collect();
+    let mut lives = LiveStateAt::at_each(&ats);
+    let start = r.run((callsite.as_mut().ok(), category.as_mut().ok(), &mut lives));
+    let by_callsite = callsite.map(|p| p.finish(snap, &r, &view_attr, start));
+    let by_category = category.map(|p| p.finish(snap, &r, &view_attr, start));
+    let lives = lives.finish_each(&r, start, Versions::Counted);
+    let moments: Vec<MomentReport> = wanted
+        .into_par_iter()
+        .zip(lives)
+        .map(|((m, also), live)| {
+            let peak_reserved = d.and_then(|d| d.peak_reserved_bytes);
+            moment_report(
+                snap,
+                path,
+                &r,
+                &attr(),
+                m,
+                also,
+                live,
+                &choice,
+                peak_reserved,
+            )
+        })
+        .collect();
     let mut timelines = by_callsite.and_then(|c| {
         by_category.map(|k| {
             let stacks = c

@@ -621,6 +621,34 @@ pub fn build_view(
     attr: &Attributor,
     options: ViewOptions,
 ) -> Result<TimelineView, ViewError> {
+    let mut pass = prepare_view(r, attr, options)?;
+    let start = r.run(&mut pass);
+    Ok(pass.finish(snap, r, attr, start))
+}
+
+/// A view being built: what its one pass collects, to run in a replay beside other
+/// aggregators ([`prepare_view`]), then [`ViewPass::finish`].
+pub struct ViewPass<'t, 'a> {
+    options: ViewOptions,
+    origin: Option<i64>,
+    grid: Grid,
+    x_max: f64,
+    top: usize,
+    /// Each bucket's shown state, every allocation into the buckets whose shown state it
+    /// is alive in (by group, or the largest allocations), and the exact peaks.
+    groups: Option<ChartPass<'t, GroupSeries<'a>>>,
+    largest: Option<ChartPass<'t, LargestAllocations>>,
+    peaks: Peaks,
+}
+
+crate::aggregator_of_fields!(ViewPass<'_, '_>, groups, largest, peaks);
+
+/// The pass of a view of one device, or why the device has none.
+pub fn prepare_view<'t, 'a>(
+    r: &DeviceReplay<'t>,
+    attr: &'a Attributor<'a>,
+    options: ViewOptions,
+) -> Result<ViewPass<'t, 'a>, ViewError> {
     let trace = r.trace;
     let n = trace.len();
     if let Some(none) = r.no_timeline() {
@@ -642,15 +670,10 @@ pub fn build_view(
     let nb = options.buckets.clamp(1, n + 1);
     let top = options.top.max(1);
     let range = (x_min, span, x_max);
-    // One pass: each bucket's shown state, every allocation into the buckets whose
-    // shown state it is alive in, the exact peaks.
-    let mut peaks = Peaks::default();
-    let (start, shown, filled) = match options.by {
+    let (groups, largest) = match options.by {
         BandBy::Group(by) => {
             let bands = GroupSeries::for_ranges(attr, by, nb);
-            let mut pass = ChartPass::new(axis(), range, nb, n, bands);
-            let start = r.run((&mut pass, &mut peaks));
-            (start, pass.shown, Filled::Groups(pass.bands))
+            (Some(ChartPass::new(axis(), range, nb, n, bands)), None)
         }
         BandBy::Allocation => {
             let bands = LargestAllocations {
@@ -660,53 +683,83 @@ pub fn build_view(
                 streams: Vec::new(),
                 pools: Vec::new(),
             };
-            let mut pass = ChartPass::new(axis(), range, nb, n, bands);
-            let start = r.run((&mut pass, &mut peaks));
-            (start, pass.shown, Filled::Largest(pass.bands))
+            (None, Some(ChartPass::new(axis(), range, nb, n, bands)))
         }
     };
-    let peaks = peaks.with_times(trace);
-    let rel: Vec<i64> = shown.iter().map(|s| s.state.run.requested).collect();
-    let requested: Vec<u64> = rel
-        .iter()
-        .map(|&v| (start.requested as i64 + v).max(0) as u64)
-        .collect();
-    // Per-band values per bucket.
-    let (mut series, rest_groups) = match filled {
-        Filled::Groups(groups) => group_bands(groups, attr, &requested, nb, top),
-        Filled::Largest(largest) => allocation_bands(&largest, attr, trace, nb),
-    };
-    // Stack bottom to top in order of first appearance (earlier-allocated memory lower).
-    series.sort_by_key(|(band, values)| {
-        (
-            values.iter().position(|&v| v > 0).unwrap_or(usize::MAX),
-            std::cmp::Reverse(band.max_bytes),
-        )
-    });
-    let grid = Grid { x_min, span, nb };
-    let buckets = stack_buckets(&mut series, &requested, &shown, start, grid);
-    let markers = markers(trace, options.x, origin_us, x_min, x_max);
-    let (annotations, annotations_dropped) =
-        annotations(snap, r.device, trace, options.x, origin_us, x_min, x_max);
-    Ok(TimelineView {
-        x_axis: options.x,
-        by: options.by,
-        x_min,
+    Ok(ViewPass {
+        options,
+        origin,
+        grid: Grid { x_min, span, nb },
         x_max,
-        time_origin_us: origin,
-        max_bytes: highest_bytes(&buckets),
-        peak: peak_mark(&buckets),
-        buckets,
-        bands: series.into_iter().map(|(b, _)| b).collect(),
-        rest_groups,
-        markers,
-        annotations,
-        annotations_dropped,
-        device: Vec::new(),
-        requested_peak: peaks.requested,
-        reserved_peak: peaks.reserved,
-        reserved_recorded: !snap.features.reserved_unrecorded.contains(&r.device),
+        top,
+        groups,
+        largest,
+        peaks: Peaks::default(),
     })
+}
+
+impl ViewPass<'_, '_> {
+    /// The view, from what the pass collected (`start`: the replay's start).
+    pub fn finish(
+        self,
+        snap: &Snapshot,
+        r: &DeviceReplay,
+        attr: &Attributor,
+        start: Start,
+    ) -> TimelineView {
+        let trace = r.trace;
+        let options = self.options;
+        let origin = self.origin;
+        let origin_us = origin.unwrap_or(0);
+        let Grid { x_min, nb, .. } = self.grid;
+        let (x_max, top) = (self.x_max, self.top);
+        let (shown, filled) = match (self.groups, self.largest) {
+            (Some(pass), _) => (pass.shown, Filled::Groups(pass.bands)),
+            (None, Some(pass)) => (pass.shown, Filled::Largest(pass.bands)),
+            (None, None) => unreachable!("a view pass has its bands"),
+        };
+        let peaks = self.peaks.with_times(trace);
+        let rel: Vec<i64> = shown.iter().map(|s| s.state.run.requested).collect();
+        let requested: Vec<u64> = rel
+            .iter()
+            .map(|&v| (start.requested as i64 + v).max(0) as u64)
+            .collect();
+        // Per-band values per bucket.
+        let (mut series, rest_groups) = match filled {
+            Filled::Groups(groups) => group_bands(groups, attr, &requested, nb, top),
+            Filled::Largest(largest) => allocation_bands(&largest, attr, trace, nb),
+        };
+        // Stack bottom to top in order of first appearance (earlier-allocated memory lower).
+        series.sort_by_key(|(band, values)| {
+            (
+                values.iter().position(|&v| v > 0).unwrap_or(usize::MAX),
+                std::cmp::Reverse(band.max_bytes),
+            )
+        });
+        let buckets = stack_buckets(&mut series, &requested, &shown, start, self.grid);
+        let markers = markers(trace, options.x, origin_us, x_min, x_max);
+        let (annotations, annotations_dropped) =
+            annotations(snap, r.device, trace, options.x, origin_us, x_min, x_max);
+        TimelineView {
+            x_axis: options.x,
+            by: options.by,
+            x_min,
+            x_max,
+            time_origin_us: origin,
+            max_bytes: highest_bytes(&buckets),
+            peak: peak_mark(&buckets),
+            buckets,
+            bands: series.into_iter().map(|(b, _)| b).collect(),
+            rest_groups,
+            markers,
+            annotations,
+            annotations_dropped,
+            device: Vec::new(),
+            requested_peak: peaks.requested,
+            reserved_peak: peaks.reserved,
+            reserved_recorded: !snap.features.reserved_unrecorded.contains(&r.device),
+        }
+    }
 }
 
 /// The x range drawn: the whole trace (state 0 at 0, the last state at the last event's

@@ -50,13 +50,6 @@ pub fn live_state(r: &DeviceReplay, at: Option<usize>, versions: Versions) -> Li
     live_state_with(r, at, versions, ())
 }
 
-/// What was alive just after each of `ats` (in their order), from one replay.
-pub fn live_states(r: &DeviceReplay, ats: &[Option<usize>], versions: Versions) -> Vec<LiveState> {
-    let mut live = LiveStateAt::at_each(ats);
-    let start = r.run(&mut live);
-    live.finish_each(r, start, versions)
-}
-
 /// [`live_state`], running `extra` in the same replay.
 fn live_state_with<A: Aggregator>(
     r: &DeviceReplay,
