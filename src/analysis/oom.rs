@@ -19,6 +19,7 @@ use super::leaks::{LeakReport, LeakSampler};
 use super::top::{LiveState, LiveStateAt, Versions, group_live};
 use crate::devlog::oom_log::OomMessage;
 use crate::model::{Action, Snapshot};
+use crate::timeline::Start;
 use crate::timeline::replay::DeviceReplay;
 use crate::timeline::state::allocator_state;
 use serde::Serialize;
@@ -655,6 +656,69 @@ struct Known {
 }
 
 /// Analyses one moment of one device.
+/// What the analysis of one moment collects in a replay: the live set there and the
+/// leak search's samples up to it. Run alone by the analysis, or beside a command's own
+/// aggregators ([`OomPrepared`]).
+pub struct MomentPass<'a> {
+    at: Option<usize>,
+    live: LiveStateAt,
+    sampler: Option<LeakSampler<'a>>,
+}
+
+crate::aggregator_of_fields!(MomentPass<'_>, live, sampler);
+
+impl<'a> MomentPass<'a> {
+    pub fn new(r: &DeviceReplay, attr: &'a Attributor<'a>, at: Option<usize>) -> Self {
+        MomentPass {
+            at,
+            live: LiveStateAt::new(at),
+            sampler: r
+                .has_timeline()
+                .then(|| LeakSampler::new(r, attr, GroupBy::Callsite, at)),
+        }
+    }
+
+    /// What the pass collected (`start`: the replay's start).
+    pub fn finish(self, snap: &Snapshot, r: &DeviceReplay, start: Start) -> Collected {
+        Collected {
+            at: self.at,
+            live: self.live.finish(r, start, Versions::NotNeeded),
+            leaks: self.sampler.map(|s| s.finish(snap, r, start)),
+        }
+    }
+}
+
+/// What a [`MomentPass`] collected.
+pub struct Collected {
+    at: Option<usize>,
+    live: LiveState,
+    leaks: Option<LeakReport>,
+}
+
+/// The moments [`analyze_oom`] analyses on `device` when asked about that device alone:
+/// its first OOM events, else its final state.
+pub fn oom_moments(r: &DeviceReplay) -> Vec<Option<usize>> {
+    let ooms: Vec<Option<usize>> = (0..r.len())
+        .filter(|&i| r.trace.action(i) == Action::Oom)
+        .take(MAX_ANALYSES)
+        .map(Some)
+        .collect();
+    if ooms.is_empty() {
+        vec![r.len().checked_sub(1)]
+    } else {
+        ooms
+    }
+}
+
+/// For the analysis of one device asked for: its attributor (bound to the device) and
+/// what the command's replay collected at [`oom_moments`].
+pub struct OomPrepared<'p, 'a> {
+    pub device: i64,
+    pub attr: &'p Attributor<'a>,
+    pub collected: Vec<Collected>,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn analyze_at(
     snap: &Snapshot,
     r: &DeviceReplay,
@@ -662,6 +726,7 @@ fn analyze_at(
     at: Option<usize>,
     known: Known,
     settings: Settings,
+    collected: Option<Collected>,
 ) -> OomAnalysis {
     let state = allocator_state(snap, r.device, at);
     let reserved: u64 = state.iter().map(|s| s.size).sum();
@@ -672,14 +737,16 @@ fn analyze_at(
         .filter(|b| b.pending_free)
         .map(|b| b.size)
         .sum();
-    // What was alive at the moment and the leak search's samples, from one replay.
-    let mut live = LiveStateAt::new(at);
-    let mut sampler = r
-        .has_timeline()
-        .then(|| LeakSampler::new(r, attr, GroupBy::Callsite, at));
-    let start = r.run((&mut live, sampler.as_mut()));
-    let live: LiveState = live.finish(r, start, Versions::NotNeeded);
-    let leaks = sampler.map(|s| s.finish(snap, r, start));
+    // What was alive at the moment and the leak search's samples, from one replay (or
+    // from the command's replay, which collected them beside its own).
+    let Collected { live, leaks, .. } = match collected {
+        Some(c) if c.at == at => c,
+        _ => {
+            let mut pass = MomentPass::new(r, attr, at);
+            let start = r.run(&mut pass);
+            pass.finish(snap, r, start)
+        }
+    };
     let mut pools: BTreeMap<(Option<(i64, i64)>, u64), PoolFree> = BTreeMap::new();
     let (mut largest, mut largest_same) = (0u64, 0u64);
     for s in &state {
@@ -798,6 +865,34 @@ pub fn analyze_oom(
     options: OomOptions,
     attribution: &AttributionOptions,
 ) -> OomReport {
+    analyze_oom_prepared(snap, path, device, messages, options, attribution, None)
+}
+
+/// [`analyze_oom`], with what a command's replay already collected for the device it
+/// asks about ([`OomPrepared`]): that device's analyses replay nothing more.
+pub fn analyze_oom_prepared(
+    snap: &Snapshot,
+    path: &str,
+    device: Option<i64>,
+    messages: Vec<OomMessage>,
+    options: OomOptions,
+    attribution: &AttributionOptions,
+    prepared: Option<OomPrepared>,
+) -> OomReport {
+    let (prepared_device, prepared_attr, mut collected) = match prepared {
+        Some(p) if device == Some(p.device) => (Some(p.device), Some(p.attr), p.collected),
+        _ => (None, None, Vec::new()),
+    };
+    // The attributor given for device `d`, if any.
+    let given = |d: i64| prepared_attr.filter(|_| prepared_device == Some(d));
+    // What was collected at `at` on device `d`, taken once.
+    let mut take = |d: i64, at: Option<usize>| -> Option<Collected> {
+        if prepared_device != Some(d) {
+            return None;
+        }
+        let k = collected.iter().position(|c| c.at == at)?;
+        Some(collected.swap_remove(k))
+    };
     fn bound<'a>(
         snap: &'a Snapshot,
         attribution: &AttributionOptions,
@@ -829,7 +924,14 @@ pub fn analyze_oom(
         if ooms.len() > MAX_ANALYSES {
             more.insert(d, ooms.len() - MAX_ANALYSES);
         }
-        let attr = bound(snap, attribution, &r);
+        let own;
+        let attr = match given(d) {
+            Some(a) => a,
+            None => {
+                own = bound(snap, attribution, &r);
+                &own
+            }
+        };
         for &i in ooms.iter().take(MAX_ANALYSES) {
             let e = r.trace.get(i);
             let m = message_for(&messages, d);
@@ -845,7 +947,16 @@ pub fn analyze_oom(
                 this_process: message_about(&messages, d).and_then(|m| m.this_process_bytes),
                 message_line: None,
             };
-            analyses.push(analyze_at(snap, &r, &attr, Some(i), known, settings));
+            let collected = take(d, Some(i));
+            analyses.push(analyze_at(
+                snap,
+                &r,
+                attr,
+                Some(i),
+                known,
+                settings,
+                collected,
+            ));
         }
     }
     let mut reason = match (device, all.len()) {
@@ -871,7 +982,14 @@ pub fn analyze_oom(
         };
         if let Some(d) = d {
             let r = DeviceReplay::new(snap, d);
-            let attr = bound(snap, attribution, &r);
+            let own;
+            let attr = match given(d) {
+                Some(a) => a,
+                None => {
+                    own = bound(snap, attribution, &r);
+                    &own
+                }
+            };
             let message = message_for(&messages, d);
             let known = Known {
                 source: Source::FinalState,
@@ -884,14 +1002,9 @@ pub fn analyze_oom(
                 this_process: message_about(&messages, d).and_then(|m| m.this_process_bytes),
                 message_line: message.map(|m| m.line),
             };
-            analyses.push(analyze_at(
-                snap,
-                &r,
-                &attr,
-                r.len().checked_sub(1),
-                known,
-                settings,
-            ));
+            let at = r.len().checked_sub(1);
+            let collected = take(d, at);
+            analyses.push(analyze_at(snap, &r, attr, at, known, settings, collected));
         }
     }
     OomReport {

@@ -12,7 +12,9 @@ use super::device::{DeviceChoice, DeviceError, choose_device};
 use super::flame::{FlameNode, FlameOptions, flame};
 use super::frames::user_frames;
 use super::moment::{Moment, MomentKind, ResolvedMoment, resolve};
-use super::oom::{OomOptions, OomReport, analyze_oom};
+use super::oom::{
+    MomentPass, OomOptions, OomPrepared, OomReport, analyze_oom_prepared, oom_moments,
+};
 use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile};
 use super::segment_map::{SegmentMap, segment_map};
 use super::summary::{Summary, SummaryOptions, analyze_summary};
@@ -334,7 +336,21 @@ fn device_report(
         .map(|(m, _)| m.event.map(|e| e as usize))
         .collect();
     let mut lives = LiveStateAt::at_each(&ats);
-    let start = r.run((callsite.as_mut().ok(), category.as_mut().ok(), &mut lives));
+    // And what the OOM analysis of the device needs at its moments.
+    let mut oom_passes: Vec<MomentPass> = oom_moments(&r)
+        .into_iter()
+        .map(|at| MomentPass::new(&r, &view_attr, at))
+        .collect();
+    let start = r.run((
+        callsite.as_mut().ok(),
+        category.as_mut().ok(),
+        &mut lives,
+        &mut oom_passes,
+    ));
+    let collected = oom_passes
+        .into_iter()
+        .map(|p| p.finish(snap, &r, start))
+        .collect();
     let by_callsite = callsite.map(|p| p.finish(snap, &r, &view_attr, start));
     let by_category = category.map(|p| p.finish(snap, &r, &view_attr, start));
     let lives = lives.finish_each(&r, start, Versions::Counted);
@@ -374,13 +390,18 @@ fn device_report(
             }
         })
     });
-    let oom = analyze_oom(
+    let oom = analyze_oom_prepared(
         snap,
         path,
         Some(device),
         options.messages.to_vec(),
         options.oom,
         options.attribution,
+        Some(OomPrepared {
+            device,
+            attr: &view_attr,
+            collected,
+        }),
     );
     let reconcile = match options.readings {
         Some(readings) => {

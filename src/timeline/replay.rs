@@ -249,6 +249,33 @@ impl<A: Aggregator> Aggregator for Option<A> {
     }
 }
 
+/// Aggregators of one kind, as many as a command asks for (one per moment, say), each
+/// handed every call in order.
+impl<A: Aggregator> Aggregator for Vec<A> {
+    fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        self.iter_mut().for_each(|a| a.alloc(i, l, run))
+    }
+    fn free_requested(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        self.iter_mut().for_each(|a| a.free_requested(i, l, run))
+    }
+    fn free_completed(&mut self, i: usize, l: &Lifetime, run: &Running) {
+        self.iter_mut().for_each(|a| a.free_completed(i, l, run))
+    }
+    fn segment(&mut self, i: usize, action: Action, delta: i64, run: &Running) {
+        self.iter_mut()
+            .for_each(|a| a.segment(i, action, delta, run))
+    }
+    fn event(&mut self, i: usize, action: Action, run: &Running) {
+        self.iter_mut().for_each(|a| a.event(i, action, run))
+    }
+    fn finish(&mut self, end: &End) {
+        self.iter_mut().for_each(|a| a.finish(end))
+    }
+    fn wants_versions(&self) -> bool {
+        self.iter().any(|a| a.wants_versions())
+    }
+}
+
 impl<A: Aggregator + ?Sized> Aggregator for &mut A {
     fn alloc(&mut self, i: usize, l: &Lifetime, run: &Running) {
         (**self).alloc(i, l, run)
