@@ -3,7 +3,7 @@
 //! The changes add up to the difference of the two totals. And the budget check built on
 //! it: a peak against a limit or a baseline.
 
-use super::attribution::GroupBy;
+use super::attribution::{GroupBy, GroupKind};
 use super::moment::Moment;
 use super::top::{Group, TopReport};
 use crate::timeline::replay::Peaks;
@@ -51,7 +51,7 @@ pub enum Change {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct GroupChange {
     pub name: String,
-    pub kind: &'static str,
+    pub kind: GroupKind,
     pub change: Change,
     pub base_bytes: u64,
     pub new_bytes: u64,
