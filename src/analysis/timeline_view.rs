@@ -8,12 +8,13 @@
 //! One replay pass and nothing per event: it picks each bucket's state as it leaves the
 //! bucket and adds every allocation to the buckets whose state it is alive in.
 
+use super::HOW_TO_RECORD;
 use super::attribution::{Attributor, GroupBy, GroupKind};
 use super::frames::user_frames;
 use super::group_series::{GroupSeries, GroupValues};
 use crate::model::{Action, DeviceTrace, Snapshot};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, PoolId, Running, Start};
-use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
+use crate::timeline::traced::NoTimeline;
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
 use std::collections::HashMap;

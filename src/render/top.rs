@@ -147,7 +147,7 @@ pub fn write_top_text(
         writeln!(
             out,
             "  (only the final state is known, as no trace was recorded: {})",
-            crate::timeline::traced::HOW_TO_RECORD
+            crate::analysis::HOW_TO_RECORD
         )?;
     } else if r
         .groups
