@@ -233,7 +233,7 @@ fn lifetime_with(stack: StackId) -> vramlens::timeline::Lifetime {
         device_traces: vec![trace],
         ..Snapshot::default()
     };
-    let tl = vramlens::timeline::build(&snap, 0);
+    let tl = common::timeline::build(&snap, 0);
     tl.lifetimes[0]
 }
 
