@@ -7,6 +7,8 @@
 //! `scripts/gen_profile_pair.py` (one script of allocator events written as a snapshot and
 //! as a trace); real traces from `../shared/data` (ignored when absent).
 
+mod common;
+
 use assert_cmd::Command;
 use serde_json::Value;
 use std::io::Read;
@@ -208,7 +210,7 @@ fn every_real_trace_replays_to_its_own_peak() {
         );
         // Memory from before profiling: the first event's Total Allocated minus its Bytes,
         // rebuilt as snapshot replay rebuilds memory from before a trace.
-        let tl = timeline::build(&snap, slot);
+        let tl = common::timeline::build(&snap, slot);
         let before = mem[0]
             .total_allocated
             .map_or(0, |t| (t - mem[0].bytes) as u64);
@@ -305,7 +307,7 @@ fn memory_timeline_rows_group_by_pytorch_category() {
         }
     }
     let snap = snapshot(&path);
-    let tl = timeline::build(&snap, 0);
+    let tl = common::timeline::build(&snap, 0);
     assert_eq!(tl.peak_requested.bytes, best.0 as u64);
     let at = best.1;
     assert_eq!(tl.peak_requested.event.map(|e| e.index()), Some(at));

@@ -246,7 +246,7 @@ fn check_columns(view: &TimelineView) -> Result<(), TestCaseError> {
 }
 
 /// Requested bytes after each event.
-fn requested_series(tl: &timeline::DeviceTimeline) -> Vec<u64> {
+fn requested_series(tl: &common::timeline::DeviceTimeline) -> Vec<u64> {
     (0..tl.events()).map(|i| tl.requested_at(Some(i))).collect()
 }
 
@@ -257,7 +257,7 @@ proptest! {
     fn replay_of_a_complete_trace(ops in prop::collection::vec(op(), 0..120)) {
         let script = run_script(&ops, false);
         let snap = snapshot(&script.events, &script.slots);
-        let tl = timeline::build(&snap, 0);
+        let tl = common::timeline::build(&snap, 0);
         // Bytes are conserved: after each event, allocated = what the script holds.
         prop_assert_eq!(tl.start.requested, 0);
         prop_assert_eq!(&requested_series(&tl), &script.held_after);
@@ -312,7 +312,7 @@ proptest! {
         // Block bytes: the final block of each allocation that holds one at the end,
         // every other held allocation rounded up to whole 512-byte units.
         let states: Vec<Option<usize>> = (0..script.events.len()).map(Some).collect();
-        let active = timeline::allocated_at(&tl, &snap, &states);
+        let active = common::timeline::allocated_at(&tl, &snap, &states);
         for (i, a) in active.iter().enumerate() {
             let want: u64 = script_held_blocks(&script, i);
             prop_assert_eq!(*a, want);
@@ -417,7 +417,7 @@ proptest! {
     ) {
         let script = run_script(&ops, false);
         let snap = snapshot(&script.events, &script.slots);
-        let tl = timeline::build(&snap, 0);
+        let tl = common::timeline::build(&snap, 0);
         let at = at.min(script.events.len() - 1);
         let state = allocator_state(&snap, 0, Some(at));
         // One segment, allocated by event 0.
@@ -446,10 +446,10 @@ proptest! {
         // Frees all complete, so every allocation alive at the end is a plain survivor.
         let script = run_script(&ops, true);
         let full_snap = snapshot(&script.events, &script.slots);
-        let full = timeline::build(&full_snap, 0);
+        let full = common::timeline::build(&full_snap, 0);
         let cut = cut.min(script.events.len() - 1);
         let truncated = snapshot(&script.events[cut..], &script.slots);
-        let tl = timeline::build(&truncated, 0);
+        let tl = common::timeline::build(&truncated, 0);
         // Orphan frees and survivors restore what existed before the window.
         prop_assert_eq!(tl.start.requested, full.requested_at(cut.checked_sub(1)));
         prop_assert_eq!(&requested_series(&tl)[..], &requested_series(&full)[cut..]);

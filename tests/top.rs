@@ -5,7 +5,9 @@ mod common;
 
 use assert_cmd::Command;
 use common::root;
-use vramlens::analysis::attribution::{AttributionOptions, Attributor, GroupBy, parse_rules};
+use vramlens::analysis::attribution::{
+    AttributionOptions, Attributor, GroupBy, GroupKind, parse_rules,
+};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::moment::Moment;
 use vramlens::analysis::top::Versions;
@@ -231,7 +233,7 @@ fn lifetime_with(stack: StackId) -> vramlens::timeline::Lifetime {
         device_traces: vec![trace],
         ..Snapshot::default()
     };
-    let tl = vramlens::timeline::build(&snap, 0);
+    let tl = common::timeline::build(&snap, 0);
     tl.lifetimes[0]
 }
 
@@ -279,7 +281,7 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
                 assert!(
                     r.groups
                         .windows(2)
-                        .all(|w| w[0].bytes >= w[1].bytes || w[1].kind == "rest")
+                        .all(|w| w[0].bytes >= w[1].bytes || w[1].kind == GroupKind::Rest)
                 );
             }
         }

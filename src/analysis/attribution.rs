@@ -88,6 +88,51 @@ pub enum GroupKey {
     File(crate::model::StrId),
 }
 
+/// What a group (or a band of a chart) is: the kind of its key, the merged rest, or
+/// one allocation. Written in JSON by its snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    /// A Python frame: `filename:line:name`.
+    Frame,
+    /// A source file.
+    File,
+    /// The backward of an autograd node.
+    BackwardNode,
+    /// A stack with C++ frames only.
+    Cpp,
+    /// Allocated before recording began.
+    BeforeRecording,
+    /// No stack was recorded.
+    NoStack,
+    /// A category.
+    Category,
+    /// A whole stack.
+    Stack,
+    /// The groups past a limit, merged.
+    Rest,
+    /// One allocation (a band of a chart by allocation).
+    Allocation,
+}
+
+impl GroupKind {
+    /// The name JSON and export tables write.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupKind::Frame => "frame",
+            GroupKind::File => "file",
+            GroupKind::BackwardNode => "backward_node",
+            GroupKind::Cpp => "cpp",
+            GroupKind::BeforeRecording => "before_recording",
+            GroupKind::NoStack => "no_stack",
+            GroupKind::Category => "category",
+            GroupKind::Stack => "stack",
+            GroupKind::Rest => "rest",
+            GroupKind::Allocation => "allocation",
+        }
+    }
+}
+
 /// Built-in categories, in the order the names table holds them.
 pub const BUILTIN_CATEGORIES: [&str; 13] = [
     "parameters",
@@ -796,17 +841,17 @@ impl<'f> Attributor<'f> {
         }
     }
 
-    /// The kind of a group key, for JSON.
-    pub fn kind(key: &GroupKey) -> &'static str {
+    /// The kind of a group key.
+    pub fn kind(key: &GroupKey) -> GroupKind {
         match key {
-            GroupKey::Site(Site::Frame(_)) => "frame",
-            GroupKey::File(_) => "file",
-            GroupKey::Site(Site::BackwardOf(_)) => "backward_node",
-            GroupKey::Site(Site::Cpp(_)) => "cpp",
-            GroupKey::Site(Site::BeforeRecording) => "before_recording",
-            GroupKey::Site(Site::NoStack) => "no_stack",
-            GroupKey::Category(_) => "category",
-            GroupKey::Stack(_) => "stack",
+            GroupKey::Site(Site::Frame(_)) => GroupKind::Frame,
+            GroupKey::File(_) => GroupKind::File,
+            GroupKey::Site(Site::BackwardOf(_)) => GroupKind::BackwardNode,
+            GroupKey::Site(Site::Cpp(_)) => GroupKind::Cpp,
+            GroupKey::Site(Site::BeforeRecording) => GroupKind::BeforeRecording,
+            GroupKey::Site(Site::NoStack) => GroupKind::NoStack,
+            GroupKey::Category(_) => GroupKind::Category,
+            GroupKey::Stack(_) => GroupKind::Stack,
         }
     }
 
@@ -832,4 +877,29 @@ fn backward_node(frame_text: &str) -> Option<&str> {
     let name = name.rsplit(':').next()?;
     let trimmed = name.trim_end_matches(|c: char| c.is_ascii_digit());
     (trimmed.ends_with("Backward") && trimmed.len() > "Backward".len()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GroupKind;
+
+    #[test]
+    fn group_kind_json_is_its_name() {
+        use GroupKind::*;
+        for k in [
+            Frame,
+            File,
+            BackwardNode,
+            Cpp,
+            BeforeRecording,
+            NoStack,
+            Category,
+            Stack,
+            Rest,
+            Allocation,
+        ] {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.name()));
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! The changes add up to the difference of the two totals. And the budget check built on
 //! it: a peak against a limit or a baseline.
 
-use super::attribution::GroupBy;
+use super::attribution::{GroupBy, GroupKind};
 use super::moment::Moment;
 use super::top::{Group, TopReport};
 use crate::timeline::replay::Peaks;
@@ -51,7 +51,7 @@ pub enum Change {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct GroupChange {
     pub name: String,
-    pub kind: &'static str,
+    pub kind: GroupKind,
     pub change: Change,
     pub base_bytes: u64,
     pub new_bytes: u64,
@@ -150,12 +150,20 @@ impl std::str::FromStr for Metric {
     }
 }
 
+/// Which limit `check` holds a file to.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// An absolute budget (`--max-peak`).
+    MaxPeak,
+    /// The baseline's figure plus the tolerance.
+    Baseline,
+}
+
 /// One limit and whether the peak kept it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Limit {
-    /// "max_peak" (an absolute budget) or "baseline" (the baseline's peak plus the
-    /// tolerance).
-    pub kind: &'static str,
+    pub kind: LimitKind,
     pub limit_bytes: u64,
     pub passed: bool,
 }
@@ -247,7 +255,7 @@ pub fn check(
     let mut limits = Vec::new();
     if let Some(max) = options.max_peak {
         limits.push(Limit {
-            kind: "max_peak",
+            kind: LimitKind::MaxPeak,
             limit_bytes: max,
             passed: peak <= max,
         });
@@ -259,7 +267,7 @@ pub fn check(
         baseline_peak = Some(base_value);
         let limit = (base_value as f64 * (1.0 + options.tolerance_percent / 100.0)).floor() as u64;
         limits.push(Limit {
-            kind: "baseline",
+            kind: LimitKind::Baseline,
             limit_bytes: limit,
             passed: peak <= limit,
         });

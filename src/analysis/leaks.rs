@@ -8,7 +8,7 @@
 //! `Optimizer.step`) or the total falling back by a tenth of its high at least twice. A
 //! single forward pass also grows steadily; without repeated steps nothing is a suspect.
 
-use super::attribution::{Attributor, GroupBy};
+use super::attribution::{Attributor, GroupBy, GroupKind};
 use super::frames::user_frames;
 use super::group_series::GroupSeries;
 use crate::model::Snapshot;
@@ -44,7 +44,7 @@ impl StepEvidence {
 pub struct LeakSuspect {
     /// The group's name (see `top`).
     pub name: String,
-    pub kind: &'static str,
+    pub kind: GroupKind,
     /// Live bytes at the moment (requested).
     pub bytes: u64,
     /// Live bytes when the group first appears in the samples.

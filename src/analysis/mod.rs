@@ -27,6 +27,13 @@ pub mod timeline_view;
 pub mod top;
 pub mod trace_lanes;
 
+/// How to record a trace, for devices that have none (or one that shows nothing). Words
+/// for people, printed by the analyses' own errors (no moment, no timeline) and by the
+/// renderers (`summary`, `top`); it sits here, not in the replay, so the replay holds
+/// no sentences, and here rather than in `render` so the errors can name it without
+/// the analyses reading the renderers.
+pub const HOW_TO_RECORD: &str = "record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the work, then torch.cuda.memory._dump_snapshot(path)";
+
 /// `part / whole` rounded to 4 decimals (half up, in integers, so one rule gives every
 /// share and ratio of the JSON outputs); a whole of 0 counts as 1.
 pub fn share(part: u64, whole: u64) -> f64 {

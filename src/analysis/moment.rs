@@ -1,9 +1,10 @@
 //! Moments of a device's timeline as users name them (`--at`), resolved to the event
 //! just after which the state is taken.
 
+use super::HOW_TO_RECORD;
 use crate::model::{Action, DeviceTrace};
 use crate::timeline::replay::{Aggregator, DeviceReplay, Running};
-use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
+use crate::timeline::traced::NoTimeline;
 use crate::units::{duration_us, parse_duration_us, parse_utc_time, utc_time, utc_time_to};
 use serde::Serialize;
 

@@ -13,7 +13,7 @@
 //! enough, the memory was there but in pieces (fragmentation, private pools) or the
 //! device refused with room to spare (a cap).
 
-use super::attribution::{AttributionOptions, Attributor, GroupBy};
+use super::attribution::{AttributionOptions, Attributor, GroupBy, GroupKind};
 use super::device::{DeviceReason, choose_device};
 use super::leaks::{LeakReport, LeakSampler};
 use super::top::{LiveState, LiveStateAt, Versions, group_live};
@@ -136,7 +136,7 @@ pub struct PoolFree {
 pub struct SiteUse {
     /// A call site (see `top`).
     pub name: String,
-    pub kind: &'static str,
+    pub kind: GroupKind,
     pub bytes: u64,
     pub allocations: usize,
     /// The category of most of its bytes, and whether that is an inference.

@@ -2,7 +2,7 @@
 //! device), the ranks whose peak stands out from the median, and the groups that differ
 //! between the largest rank and the median one.
 
-use super::attribution::{Attributor, GroupBy};
+use super::attribution::{Attributor, GroupBy, GroupKind};
 use super::device::choose_device;
 use super::diff::{GroupChange, diff};
 use super::moment::Moment;
@@ -83,7 +83,7 @@ pub struct RankRow {
     pub ooms: usize,
     /// The largest group at the peak, and its bytes.
     pub top_group: Option<String>,
-    pub top_group_kind: Option<&'static str>,
+    pub top_group_kind: Option<GroupKind>,
     pub top_group_bytes: Option<u64>,
     /// Peak over the median peak, rounded to 4 decimals.
     pub peak_over_median: Option<f64>,

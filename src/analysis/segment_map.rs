@@ -2,7 +2,7 @@
 //! allocation that made it (its stack, call site or category), from the backward rebuild
 //! of the allocator state (spec 6.5) and the replay's live set at that moment.
 
-use super::attribution::{Attributor, GroupBy};
+use super::attribution::{Attributor, GroupBy, GroupKind};
 use super::moment::ResolvedMoment;
 use super::top::LiveState;
 use crate::model::Snapshot;
@@ -46,7 +46,7 @@ pub struct MapSegment {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct MapGroup {
     pub name: String,
-    pub kind: &'static str,
+    pub kind: GroupKind,
     /// Block bytes of its blocks in the map.
     pub bytes: u64,
     pub blocks: usize,

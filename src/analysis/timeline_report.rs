@@ -1,8 +1,9 @@
 //! The replay of one device in numbers: peaks, allocations by origin, start and end.
 
+use super::HOW_TO_RECORD;
 use crate::model::Action;
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, Running};
-use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
+use crate::timeline::traced::NoTimeline;
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
 

@@ -8,12 +8,13 @@
 //! One replay pass and nothing per event: it picks each bucket's state as it leaves the
 //! bucket and adds every allocation to the buckets whose state it is alive in.
 
-use super::attribution::{Attributor, GroupBy};
+use super::HOW_TO_RECORD;
+use super::attribution::{Attributor, GroupBy, GroupKind};
 use super::frames::user_frames;
 use super::group_series::{GroupSeries, GroupValues};
 use crate::model::{Action, DeviceTrace, Snapshot};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, PoolId, Running, Start};
-use crate::timeline::traced::{HOW_TO_RECORD, NoTimeline};
+use crate::timeline::traced::NoTimeline;
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -188,8 +189,8 @@ pub struct AllocationBand {
 pub struct Band {
     /// The group's name (see `top`), or the allocation's label.
     pub name: String,
-    /// The group's kind, or "allocation".
-    pub kind: &'static str,
+    /// The group's kind, or [`GroupKind::Allocation`].
+    pub kind: GroupKind,
     /// The most the band holds in one bucket.
     pub max_bytes: u64,
     /// Allocations that are alive in at least one shown state.
@@ -877,7 +878,7 @@ fn allocation_bands(
             (
                 Band {
                     name: l.label(),
-                    kind: "allocation",
+                    kind: GroupKind::Allocation,
                     max_bytes: l.size,
                     count: 1,
                     category: attr.categories[attr.category(l) as usize].clone(),

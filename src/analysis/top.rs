@@ -1,7 +1,7 @@
 //! What was live at one moment, grouped by call site, category, stack or file: the
 //! answer to "what was using memory at the peak, and which line put it there".
 
-use super::attribution::{Attributor, GroupBy, GroupKey};
+use super::attribution::{Attributor, GroupBy, GroupKey, GroupKind};
 use super::frames::user_frames;
 use super::moment::ResolvedMoment;
 use crate::timeline::Lifetime;
@@ -188,9 +188,8 @@ pub struct Group {
     /// Stable name: `filename:line:name` for a frame, a category name, a file path, or a
     /// parenthesised token for allocations without a frame.
     pub name: String,
-    /// "frame", "cpp", "before_recording", "no_stack", "category", "stack", "file" or
-    /// "rest" (the groups past the limit, merged).
-    pub kind: &'static str,
+    /// The kind of its key, or [`GroupKind::Rest`] (the groups past the limit, merged).
+    pub kind: GroupKind,
     /// Requested bytes.
     pub bytes: u64,
     /// Block bytes (the real blocks of allocations alive at the end; requests rounded up
@@ -240,7 +239,8 @@ pub struct TopReport {
     pub allocated_bytes: u64,
     pub reserved_bytes: i64,
     pub count: usize,
-    /// Largest first; past the limit the rest are merged into one group of kind "rest".
+    /// Largest first; past the limit the rest are merged into one group of kind
+    /// [`GroupKind::Rest`].
     pub groups: Vec<Group>,
     /// Groups growing across repeated steps (`--leaks`), else null.
     pub leaks: Option<super::leaks::LeakReport>,
@@ -326,7 +326,7 @@ pub fn limit_groups(mut groups: Vec<Group>, limit: usize, total: u64) -> Vec<Gro
             rest.len(),
             if rest.len() == 1 { "" } else { "s" }
         ),
-        kind: "rest",
+        kind: GroupKind::Rest,
         bytes,
         allocated_bytes: rest.iter().map(|g| g.allocated_bytes).sum(),
         count: rest.iter().map(|g| g.count).sum(),

@@ -14,7 +14,7 @@ pub mod jsonl;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 
-use crate::analysis::attribution::{Attributor, GroupKey, Site};
+use crate::analysis::attribution::{Attributor, GroupKey, GroupKind, Site};
 use crate::analysis::summary::{DeviceSummary, Summary};
 use crate::model::{Action, Snapshot, StackId};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, PoolLookup, Running};
@@ -513,7 +513,7 @@ struct Names {
     callsite: String,
     /// The call site as `top` shows it.
     short: String,
-    kind: &'static str,
+    kind: GroupKind,
 }
 
 /// Attribution names, computed once per stack; categories, per allocation by the rules
@@ -723,7 +723,7 @@ impl LifetimeRows<'_, '_> {
             Cell::Ts(time_us(l.free_completed)),
             Cell::Str(Some(&names.callsite)),
             Cell::Str(Some(&names.short)),
-            Cell::Str(Some(names.kind)),
+            Cell::Str(Some(names.kind.name())),
             Cell::Str(Some(&category)),
             Cell::Str(Some(&evidence)),
             Cell::Bool(Some(decision.inferred())),

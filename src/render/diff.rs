@@ -2,7 +2,7 @@
 
 use super::Style;
 use super::names::{group_display, moment_text};
-use crate::analysis::diff::{Change, CheckReport, DiffReport, GroupChange, Metric};
+use crate::analysis::diff::{Change, CheckReport, DiffReport, GroupChange, LimitKind, Metric};
 use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};
@@ -122,8 +122,8 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
     }
     for l in &r.limits {
         let what = match l.kind {
-            "max_peak" => "the budget (--max-peak)".to_string(),
-            _ => format!(
+            LimitKind::MaxPeak => "the budget (--max-peak)".to_string(),
+            LimitKind::Baseline => format!(
                 "the baseline {} ({}) + {}%",
                 shown(r.baseline_path.as_deref().unwrap_or("?")),
                 bytes(r.baseline_peak_bytes.unwrap_or(0)),
@@ -131,7 +131,7 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
             ),
         };
         // The limit as understood, in bytes too: `36GB` is 36 * 10^9, `36GiB` 36 * 2^30.
-        let exact = if l.kind == "max_peak" {
+        let exact = if l.kind == LimitKind::MaxPeak {
             format!(" ({} bytes)", l.limit_bytes)
         } else {
             String::new()

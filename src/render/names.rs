@@ -1,6 +1,7 @@
 //! Names shared by the text renderers: frames shortened for reading, devices, moments,
 //! groups. Every name from a file comes out on one visible line ([`shown`]).
 
+use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::{DeviceChoice, DeviceReason};
 use crate::analysis::moment::{MomentKind, ResolvedMoment};
 use crate::units::{shown, utc_time};
@@ -82,16 +83,16 @@ pub fn tiny_frame(frame: &str) -> String {
 }
 
 /// A group name for people: frames shortened, tokens explained briefly.
-pub fn group_display(name: &str, kind: &str) -> String {
+pub fn group_display(name: &str, kind: GroupKind) -> String {
     match kind {
-        "frame" => short_frame(name),
-        "file" => short_path(name),
-        "stack" => match name.rsplit_once(" (stack ") {
+        GroupKind::Frame => short_frame(name),
+        GroupKind::File => short_path(name),
+        GroupKind::Stack => match name.rsplit_once(" (stack ") {
             Some((frame, id)) => format!("{} (stack {}", short_frame(frame), shown(id)),
             None => shown(name).into_owned(),
         },
-        "before_recording" => "allocated before recording began (stack unknown)".into(),
-        "no_stack" => "no stack recorded".into(),
+        GroupKind::BeforeRecording => "allocated before recording began (stack unknown)".into(),
+        GroupKind::NoStack => "no stack recorded".into(),
         _ => shown(name).into_owned(),
     }
 }

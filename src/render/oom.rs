@@ -2,6 +2,7 @@
 
 use super::Style;
 use super::names::group_display;
+use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceReason;
 use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Verdict};
 use crate::units::shown;
@@ -177,7 +178,11 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
             )
         }
         Cause::Leak => {
-            let sites: Vec<String> = v.sites.iter().map(|s| group_display(s, "frame")).collect();
+            let sites: Vec<String> = v
+                .sites
+                .iter()
+                .map(|s| group_display(s, GroupKind::Frame))
+                .collect();
             format!(
                 "a leak: {} kept growing across the steps and hold {} at this moment{}",
                 sites.join(" and "),
@@ -314,9 +319,9 @@ fn write_request(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
             group_display(
                 site,
                 if site.starts_with('(') {
-                    "cpp"
+                    GroupKind::Cpp
                 } else {
-                    "frame"
+                    GroupKind::Frame
                 }
             )
         )?;

@@ -2,6 +2,7 @@
 
 use super::Style;
 use super::names::{clip, group_display, tiny_frame};
+use crate::analysis::attribution::GroupKind;
 use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
 use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
@@ -22,7 +23,7 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
         let group = match (&row.top_group, row.top_group_kind, row.top_group_bytes) {
             (Some(g), Some(kind), Some(b)) => {
                 let name = match kind {
-                    "frame" | "stack" => tiny_frame(g),
+                    GroupKind::Frame | GroupKind::Stack => tiny_frame(g),
                     _ => group_display(g, kind),
                 };
                 format!("{} {}", bytes(b), clip(&name, 34))

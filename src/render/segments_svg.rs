@@ -6,6 +6,7 @@
 
 use super::names::{device_line, group_display, moment_text, tiny_frame};
 use super::svg::{PALETTE, Svg, category_color};
+use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::segment_map::{MapBlock, MapSegment, SegmentMap};
 use crate::units::bytes;
@@ -47,7 +48,7 @@ fn group_name(s: &MapSegment) -> String {
 /// groups past the coloured ones share.
 fn group_fill(map: &SegmentMap, g: usize) -> &'static str {
     let group = &map.groups[g];
-    if group.kind == "category"
+    if group.kind == GroupKind::Category
         && let Some(c) = category_color(&group.name)
     {
         return c;
@@ -205,7 +206,7 @@ fn legend(svg: &mut Svg, map: &SegmentMap) -> io::Result<()> {
             Some(&group.name),
         )?;
         let name = match group.kind {
-            "frame" | "stack" => tiny_frame(&group.name),
+            GroupKind::Frame | GroupKind::Stack => tiny_frame(&group.name),
             _ => group_display(&group.name, group.kind),
         };
         let name = super::names::clip(&name, 30);

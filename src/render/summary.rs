@@ -40,7 +40,7 @@ fn truncation_text(e: &TruncationEvidence) -> String {
     }
 }
 
-pub use crate::timeline::traced::HOW_TO_RECORD;
+pub use crate::analysis::HOW_TO_RECORD;
 
 /// What to do for a fuller history of a profiler trace: it records from the moment the
 /// profiler starts, not from `_record_memory_history`.

@@ -5,6 +5,7 @@
 
 use super::names::{device_line, group_display, tiny_frame};
 use super::svg::{PALETTE, Svg, category_color, color, escape, num};
+use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::timeline_view::{
     Band, BandBy, MarkerKind, TimelineView, XAxis, Zoom, ZoomAround,
@@ -92,7 +93,7 @@ fn decimal_step(span: f64, ticks: f64) -> f64 {
 /// colour the same band has in the whole chart (`main`), so a group reads alike in both.
 fn band_color(view: &TimelineView, i: usize, main: Option<&TimelineView>) -> &'static str {
     let band = &view.bands[i];
-    if band.kind == "category"
+    if band.kind == GroupKind::Category
         && let Some(c) = category_color(&band.name)
     {
         return c;
@@ -851,8 +852,8 @@ fn legend_bands(svg: &mut Svg, p: &Panel, mut ly: f64) -> io::Result<()> {
 /// (`at_peak`) and, where that is less, the most it held.
 fn legend_band_label(band: &Band, at_peak: u64) -> String {
     let name = match band.kind {
-        "frame" | "stack" => tiny_frame(&band.name),
-        "file" => band
+        GroupKind::Frame | GroupKind::Stack => tiny_frame(&band.name),
+        GroupKind::File => band
             .name
             .rsplit('/')
             .next()

@@ -2,6 +2,7 @@
 
 use super::Style;
 use super::names::{MomentTotals, group_display, write_moment_heading};
+use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::leaks::LeakReport;
 use crate::analysis::top::TopReport;
@@ -146,9 +147,13 @@ pub fn write_top_text(
         writeln!(
             out,
             "  (only the final state is known, as no trace was recorded: {})",
-            crate::timeline::traced::HOW_TO_RECORD
+            crate::analysis::HOW_TO_RECORD
         )?;
-    } else if r.groups.iter().any(|g| g.kind == "before_recording") {
+    } else if r
+        .groups
+        .iter()
+        .any(|g| g.kind == GroupKind::BeforeRecording)
+    {
         writeln!(
             out,
             "  (memory allocated before recording began has no allocation stack in the file: start torch.cuda.memory._record_memory_history(max_entries=100000) earlier to see it)"

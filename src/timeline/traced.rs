@@ -14,9 +14,6 @@ use super::replay::DeviceReplay;
 use crate::model::{Action, DeviceTrace};
 use serde::Serialize;
 
-/// How to record a trace, for devices that have none (or one that shows nothing).
-pub const HOW_TO_RECORD: &str = "record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the work, then torch.cuda.memory._dump_snapshot(path)";
-
 /// Events that change memory a trace needs to show it over time.
 const MIN_CHANGES: usize = 2;
 

@@ -176,3 +176,5 @@ pub fn chromium_pixels(url: &str, width: u32, height: u32) -> (Vec<u8>, usize) {
     buf.truncate(info.buffer_size());
     (buf, info.color_type.samples())
 }
+
+pub mod timeline;

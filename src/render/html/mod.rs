@@ -21,6 +21,7 @@ use super::reconcile::write_reconcile_text;
 use super::segments_svg::write_segments_svg;
 use super::summary::write_summary_text;
 use super::timeline_svg::{ChartTitle, write_timeline_svg};
+use crate::analysis::attribution::GroupKind;
 use crate::analysis::moment::MomentKind;
 use crate::analysis::oom::Role;
 use crate::analysis::ranks::RanksReport;
@@ -442,7 +443,7 @@ fn live_table(m: &MomentReport) -> String {
                 percent(bytes_rest, m.total_bytes)
             );
         }
-        let name = if g.kind == "rest" {
+        let name = if g.kind == GroupKind::Rest {
             g.name.clone()
         } else {
             group_display(&g.name, g.kind)
@@ -949,7 +950,12 @@ fn answer_section(out: &mut String, d: &DeviceReport, id: &str) {
             m.count,
             escape_html(&bytes(m.reserved_bytes.max(0) as u64))
         );
-        for g in m.groups.iter().filter(|g| g.kind != "rest").take(3) {
+        for g in m
+            .groups
+            .iter()
+            .filter(|g| g.kind != GroupKind::Rest)
+            .take(3)
+        {
             let _ = writeln!(
                 out,
                 "<li>{} ({}) {}{}</li>",
