@@ -131,14 +131,8 @@ pub struct ReportArgs {
     /// A log with "CUDA out of memory" messages, for the OOM verdicts.
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
-    /// Minutes to add to nvidia-smi's local timestamps to get UTC.
-    #[arg(
-        long,
-        default_value_t = 0,
-        value_name = "MINUTES",
-        allow_hyphen_values = true
-    )]
-    pub utc_offset: i32,
+    #[command(flatten)]
+    pub clock: ClockArgs,
     /// Go on when the device log's or the trace's times do not overlap the snapshot's
     /// (without using them).
     #[arg(long)]
@@ -448,6 +442,20 @@ pub enum XArg {
     Time,
 }
 
+/// The clock of nvidia-smi's readings, as timeline and report word it (budget and
+/// reconcile say it in their own words: the log's times, an example offset).
+#[derive(Args, Debug)]
+pub struct ClockArgs {
+    /// Minutes to add to nvidia-smi's local timestamps to get UTC.
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "MINUTES",
+        allow_hyphen_values = true
+    )]
+    pub utc_offset: i32,
+}
+
 #[derive(Args, Debug)]
 pub struct TimelineArgs {
     /// Snapshot file (pickle, gzip, JSON or a memory_viz HTML page).
@@ -493,14 +501,8 @@ pub struct TimelineArgs {
     /// under the chart (with -o). A trace given as SNAPSHOT draws its own spans.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Minutes to add to nvidia-smi's local timestamps to get UTC.
-    #[arg(
-        long,
-        default_value_t = 0,
-        value_name = "MINUTES",
-        allow_hyphen_values = true
-    )]
-    pub utc_offset: i32,
+    #[command(flatten)]
+    pub clock: ClockArgs,
     #[command(flatten)]
     pub attribution: AttributionArgs,
     /// JSON instead of text (schema in docs/json.md).

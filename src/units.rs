@@ -71,6 +71,47 @@ pub fn duration_us(us: i64) -> String {
     }
 }
 
+// The civil calendar, written once: every date vramlens prints or reads (its own times,
+// nvidia-smi's and ISO 8601 stamps in `devlog::clock`) goes through these three. Proleptic
+// Gregorian dates and days since 1970-01-01 (Howard Hinnant's `civil_from_days` and
+// `days_from_civil`); no calendar crate, as none is among the dependencies and three
+// functions are all the calendar needed.
+
+/// Days since 1970-01-01 to a proleptic Gregorian date.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (inverse of `civil_from_days`).
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Days in a month of the proleptic Gregorian calendar.
+pub(crate) fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        _ => 28,
+    }
+}
+
 /// Unix-epoch microseconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
 pub fn utc_time(us: i64) -> String {
     let secs = us.div_euclid(1_000_000);
@@ -132,20 +173,6 @@ pub fn utc_time_to(us: i64, unit_us: i64) -> String {
     format!("{second}.{} UTC", &fraction[..digits])
 }
 
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 /// Percent with one decimal, `-` when the whole is zero.
 pub fn percent(part: u64, whole: u64) -> String {
     if whole == 0 {
@@ -153,17 +180,6 @@ pub fn percent(part: u64, whole: u64) -> String {
     } else {
         format!("{:.1}%", part as f64 * 100.0 / whole as f64)
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (inverse of `civil_from_days`).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// A UTC date-time as vramlens prints it (`2025-06-15 15:06:40.006 UTC`) or in ISO form
@@ -455,6 +471,33 @@ mod tests {
         assert_eq!(bytes(u64::MAX), "16.0 EiB");
         assert_eq!(bytes_signed(-2048), "-2.0 KiB");
         assert_eq!(bytes_signed(5), "5 B");
+    }
+
+    /// The calendar, tested once for every date vramlens reads or prints.
+    #[test]
+    fn civil_dates_and_days_since_1970() {
+        for (days, date) in [
+            (0, (1970, 1, 1)),
+            (-1, (1969, 12, 31)),
+            (11_017, (2000, 3, 1)),
+            (11_016, (2000, 2, 29)),
+            (19_782, (2024, 2, 29)),
+            (2_932_896, (9999, 12, 31)),
+            (-719_162, (1, 1, 1)),
+        ] {
+            assert_eq!(civil_from_days(days), date, "{days}");
+            assert_eq!(days_from_civil(date.0, date.1, date.2), days, "{date:?}");
+        }
+        for d in -800_000..3_000_000 {
+            let (y, m, day) = civil_from_days(d);
+            assert!((1..=days_in_month(y, m)).contains(&day));
+            assert_eq!(days_from_civil(y, m, day), d);
+        }
+        assert_eq!(days_in_month(2024, 2), 29);
+        assert_eq!(days_in_month(2025, 2), 28);
+        assert_eq!(days_in_month(1900, 2), 28);
+        assert_eq!(days_in_month(2000, 2), 29);
+        assert_eq!(days_in_month(2025, 4), 30);
     }
 
     #[test]

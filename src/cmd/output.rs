@@ -1,18 +1,19 @@
 //! Output files (`-o`): what may be written and how.
 //!
 //! A chart is written to a temporary file created exclusively beside the target (never
-//! through a link planted at its name), then moved into place: without `--force` by a
-//! hard link that fails if the name was taken meanwhile, with `--force` by a rename that
-//! replaces the directory entry (a link or device is never written through). Only a new
+//! through a link planted at its name), then moved into place by tempfile: without
+//! `--force` by `persist_noclobber` (a rename that will not replace, else a hard link),
+//! which fails if the name was taken meanwhile; with `--force` by a rename that replaces
+//! the directory entry (a link or device is never written through). Only a new
 //! name or a regular file is ever replaced; a directory, link, FIFO, device or socket at
 //! the name is refused even with `--force`, and so is an output that is one of the inputs.
 
 use crate::cli::Command;
 use anyhow::{Context, Result, anyhow, bail};
-use std::fs::{self, File, OpenOptions};
-use std::hash::{BuildHasher, RandomState};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use tempfile::NamedTempFile;
 
 /// What is at the output name now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,51 +224,53 @@ pub fn check_command_output(command: &Command) -> Result<()> {
     }
 }
 
-/// Creates a new file beside the target whose name nobody else holds.
-fn create_temp(dir: &Path, name: &str) -> io::Result<(PathBuf, File)> {
-    let pid = std::process::id();
-    let mut last = None;
-    for _ in 0..64 {
-        // A random part so another process cannot guess the name ahead of time.
-        let nonce = RandomState::new().hash_one(pid);
-        let tmp = dir.join(format!(".{name}.{pid}.{nonce:016x}.vramlens-tmp"));
-        // create_new: O_CREAT | O_EXCL, which fails on any existing entry, a link included.
-        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-            Ok(f) => return Ok((tmp, f)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| io::Error::other("no free temporary name")))
+/// Creates a new file beside the target whose name nobody else holds, removed when dropped
+/// unless persisted. tempfile picks the random name (retrying on a taken one); the file is
+/// opened here with `create_new` (O_CREAT | O_EXCL, which fails on any existing entry, a
+/// link included) and the usual mode (0666 less the umask, not tempfile's 0600), and its
+/// errors pass unchanged (tempfile's own would name the temporary file).
+fn create_temp(dir: &Path, name: &str) -> io::Result<NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".vramlens-tmp")
+        .rand_bytes(16)
+        .make_in(dir, |tmp| {
+            OpenOptions::new().write(true).create_new(true).open(tmp)
+        })
 }
 
 /// Moves the finished temporary file to `path`.
-fn publish(tmp: &Path, path: &Path, force: bool) -> Result<()> {
+fn publish(tmp: NamedTempFile, path: &Path, force: bool) -> Result<()> {
     let exists = || {
         anyhow!(
             "{}: already exists; use --force to overwrite it",
             path.display()
         )
     };
+    let cannot = || format!("cannot write {}", super::shown_path(path));
     if force {
         // Checked again just before: only a new name or a regular file is replaced.
         inspect(path)?;
-        return fs::rename(tmp, path)
-            .with_context(|| format!("cannot write {}", super::shown_path(path)));
+        return tmp
+            .persist(path)
+            .map(drop)
+            .map_err(|e| e.error)
+            .with_context(cannot);
     }
-    match fs::hard_link(tmp, path) {
-        Ok(()) => {
-            let _ = fs::remove_file(tmp);
-            Ok(())
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(exists()),
-        // A file system without hard links: check, then rename.
-        Err(_) => {
+    // renameat2(RENAME_NOREPLACE), else a hard link: fails if the name was taken meanwhile.
+    match tmp.persist_noclobber(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => Err(exists()),
+        // A file system without either: check, then rename.
+        Err(e) => {
             if inspect(path)? != Target::Absent {
                 return Err(exists());
             }
-            fs::rename(tmp, path)
-                .with_context(|| format!("cannot write {}", super::shown_path(path)))
+            e.file
+                .persist(path)
+                .map(drop)
+                .map_err(|e| e.error)
+                .with_context(cannot)
         }
     }
 }
@@ -287,7 +290,7 @@ pub fn write_new_file(
         .file_name()
         .ok_or_else(|| anyhow!("{}: not a file name", super::shown_path(path)))?
         .to_string_lossy();
-    let (tmp, file) = match create_temp(dir, &name) {
+    let mut tmp = match create_temp(dir, &name) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             bail!(
@@ -300,17 +303,15 @@ pub fn write_new_file(
             return Err(e).with_context(|| format!("cannot write {}", super::shown_path(path)));
         }
     };
-    let written = (|| -> io::Result<()> {
-        let mut f = io::BufWriter::new(file);
+    // Through the File itself: NamedTempFile's own writes would name the temporary file in
+    // their errors. On an error `tmp` is dropped, and with it the temporary file.
+    (|| -> io::Result<()> {
+        let mut f = io::BufWriter::new(tmp.as_file_mut());
         write(&mut f)?;
         f.flush()
     })()
-    .with_context(|| format!("cannot write {}", super::shown_path(path)));
-    let result = written.and_then(|()| publish(&tmp, path, force));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    .with_context(|| format!("cannot write {}", super::shown_path(path)))?;
+    publish(tmp, path, force)
 }
 
 #[cfg(test)]
@@ -321,13 +322,15 @@ mod tests {
     fn temporary_names_differ_and_stay_beside_the_target() {
         let dir = std::env::temp_dir().join(format!("vramlens-output-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        let (a, _) = create_temp(&dir, "x.svg").unwrap();
-        let (b, _) = create_temp(&dir, "x.svg").unwrap();
-        assert_ne!(a, b);
-        for p in [&a, &b] {
+        let a = create_temp(&dir, "x.svg").unwrap();
+        let b = create_temp(&dir, "x.svg").unwrap();
+        assert_ne!(a.path(), b.path());
+        for p in [a.path(), b.path()] {
+            assert_eq!(p.parent(), Some(dir.as_path()));
             let name = p.file_name().unwrap().to_string_lossy();
             assert!(name.starts_with(".x.svg.") && name.ends_with(".vramlens-tmp"));
         }
+        drop((a, b));
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -61,7 +61,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
                 let focus = focus_ranges(&snap, args.device);
                 Some(super::read_device_logs_in(
                     &args.nvml,
-                    args.utc_offset,
+                    args.clock.utc_offset,
                     keep,
                     &focus,
                 )?)
@@ -69,7 +69,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
             let options = ReportOptions {
                 readings: log.as_ref().map(|log| Readings {
                     log,
-                    utc_offset_minutes: args.utc_offset,
+                    utc_offset_minutes: args.clock.utc_offset,
                     profile: trace_path.as_deref().zip(converted.as_ref()),
                     allow_no_overlap: args.allow_no_overlap,
                 }),

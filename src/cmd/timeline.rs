@@ -116,7 +116,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             use vramlens::analysis::reconcile::{LOG_MARGIN_US, focus_ranges, snapshot_range};
             let keep = snapshot_range(&snap, Some(device)).map(|r| r.widen(LOG_MARGIN_US));
             let focus = focus_ranges(&snap, Some(device));
-            let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
+            let log = super::read_device_logs_in(&args.nvml, args.clock.utc_offset, keep, &focus)?;
             let samples = vramlens::analysis::reconcile::gpu_samples(&log, device);
             let rows =
                 vramlens::analysis::reconcile::readings_over_time(&snap, device, &log, &samples);

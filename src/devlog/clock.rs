@@ -1,8 +1,10 @@
 //! Clocks and time zones of side inputs: nvidia-smi's local timestamps, ISO 8601 stamps with
 //! a zone, and the whole-hour shift that would line up two time ranges (a time-zone slip).
 //!
-//! Times become Unix microseconds with a small days-from-civil function, so no calendar
-//! crate is needed. Nothing here reads files.
+//! Times become Unix microseconds through the one civil calendar of [`crate::units`].
+//! Nothing here reads files.
+
+use crate::units::{days_from_civil, days_in_month};
 
 /// How to read the clock of a device log.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -11,26 +13,6 @@ pub struct ClockOptions {
     /// time without a zone): -480 for a log written at UTC+8. Default 0: the log is taken as
     /// UTC. Timestamps that carry a zone (ISO 8601 `+08:00`, `Z`) ignore it.
     pub utc_offset_minutes: i32,
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = i64::from((month + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        _ => 28,
-    }
 }
 
 /// Fixed-width decimal number, digits only.
@@ -205,14 +187,6 @@ pub fn whole_hour_shifts(log: TimeRange, reference: TimeRange) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_days() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(1969, 12, 31), -1);
-        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
-    }
 
     #[test]
     fn timestamps() {
