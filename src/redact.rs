@@ -38,8 +38,8 @@
 //! when one holds one), unknown action names and unknown block states. Not touched: the
 //! action, state and segment-type names vramlens knows, and the keys of the format.
 
-use crate::model::extras::ExtraKeys;
 use crate::model::frames::FxMap;
+use crate::model::round_trip::ExtraKeys;
 use crate::model::{BlockState, Frame, FrameTable, Snapshot, StrId, TraceString};
 use regex::Regex;
 use serde::Serialize;

@@ -3,8 +3,8 @@
 
 use super::HOW_TO_RECORD;
 use crate::model::{Action, DeviceTrace};
+use crate::timeline::coverage::NoTimeline;
 use crate::timeline::replay::{Aggregator, DeviceReplay, Running};
-use crate::timeline::traced::NoTimeline;
 use crate::units::{duration_us, parse_duration_us, parse_utc_time, utc_time, utc_time_to};
 use serde::Serialize;
 
@@ -212,7 +212,7 @@ pub struct ResolvedMoment {
     pub event: Option<u32>,
     pub time_us: Option<i64>,
     /// Whether the device's trace shows memory over time; false: the moment is the final
-    /// state, the only one known (see [`crate::timeline::traced`]).
+    /// state, the only one known (see [`crate::timeline::coverage`]).
     pub has_timeline: bool,
     /// For `time:`, the events that share the time given, when several do.
     pub same_time: Option<SameTime>,

@@ -129,7 +129,7 @@ pub struct DeviceSummary {
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
 pub struct TraceSummary {
     pub events: usize,
-    /// Whether the trace shows memory over time (see [`crate::timeline::traced`]): false
+    /// Whether the trace shows memory over time (see [`crate::timeline::coverage`]): false
     /// with no events, or too few to change memory, and then every peak is null.
     pub has_timeline: bool,
     pub actions: BTreeMap<String, u64>,
@@ -267,7 +267,7 @@ impl<'a> TraceStats<'a> {
         }
         TraceSummary {
             events: trace.len(),
-            has_timeline: crate::timeline::traced::has_timeline(trace),
+            has_timeline: crate::timeline::coverage::has_timeline(trace),
             actions,
             first_time_us: trace.first_stamped_time(),
             last_time_us: (0..trace.len()).rev().find_map(|i| trace.stamped_time(i)),

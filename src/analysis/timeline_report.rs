@@ -2,8 +2,8 @@
 
 use super::HOW_TO_RECORD;
 use crate::model::Action;
+use crate::timeline::coverage::NoTimeline;
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, Peak, Peaks, Running};
-use crate::timeline::traced::NoTimeline;
 use crate::timeline::{Lifetime, Origin};
 use serde::Serialize;
 

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use std::io::Write;
 use vramlens::analysis::flame::{FlameOptions, flame};
 use vramlens::render::flame_svg::{FlameTitle, write_flame_svg};
-use vramlens::render::names::{device_line, moment_text};
+use vramlens::render::labels::{device_line, moment_text};
 use vramlens::units::bytes;
 
 fn write_folded(w: &mut dyn Write, lines: &[(String, u64)]) -> std::io::Result<()> {

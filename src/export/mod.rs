@@ -544,7 +544,7 @@ impl<'f> SiteNames<'f> {
         let callsite = self.attr.site_name(&site);
         let kind = Attributor::kind(&GroupKey::Site(site));
         Names {
-            short: crate::render::names::group_display(&callsite, kind),
+            short: crate::render::labels::group_display(&callsite, kind),
             callsite,
             kind,
         }

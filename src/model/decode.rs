@@ -3,11 +3,11 @@
 //! [`SnapshotBuilder`] plugs into the pickle reader so that trace entries are decoded into
 //! compact events while the file is read and never exist as a value tree.
 
-#[path = "fast.rs"]
-mod fast;
+#[path = "trace_entries.rs"]
+mod trace_entries;
 
-use super::extras::{BlockHistory, HistoryRecord};
 use super::frames::{FrameId, FxMap};
+use super::round_trip::{BlockHistory, HistoryRecord};
 use super::trace::{NewEvent, UNKNOWN_FREE};
 use super::*;
 use crate::pickle::{self, ListId, SharedKey, Value};
@@ -1081,12 +1081,12 @@ pub struct SnapshotBuilder {
     segment_lists_seen: u32,
     annotation_lists: Lists<Taken<Option<Annotation>>>,
     /// The fast path's classes of memo values (by memo value) and pending stores.
-    classes: Vec<(u64, fast::Class)>,
-    cache: Box<fast::IndexCache>,
-    stores: Vec<fast::Store>,
+    classes: Vec<(u64, trace_entries::Class)>,
+    cache: Box<trace_entries::IndexCache>,
+    stores: Vec<trace_entries::Store>,
     /// Workers decoding stretches ahead: what they may use, then the running ones.
-    parallel: Option<fast::Parallel>,
-    workers: Option<fast::Workers>,
+    parallel: Option<trace_entries::Parallel>,
+    workers: Option<trace_entries::Workers>,
     /// Whether trace entries may be decoded straight from the bytes, and how many were.
     fast: bool,
     fast_entries: u64,
@@ -1244,7 +1244,7 @@ impl SnapshotBuilder {
             fast: true,
             fast_entries: 0,
             spliced_entries: 0,
-            workers_after: fast::WORKERS_AFTER,
+            workers_after: trace_entries::WORKERS_AFTER,
         }
     }
 
@@ -1277,7 +1277,7 @@ impl SnapshotBuilder {
         refs: pickle::MemoReferences,
         workers: usize,
     ) {
-        self.set_parallel_inner(fast::Parallel {
+        self.set_parallel_inner(trace_entries::Parallel {
             data,
             release,
             chunks: std::sync::Arc::new(stretches),

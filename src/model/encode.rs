@@ -14,8 +14,8 @@
 //! (blocks are written at segment address plus preceding sizes). Tuples inside allocator
 //! settings are written as lists, and `stream` values are written as unsigned integers.
 
-use super::extras::{BlockHistory, Extra, Place};
 use super::frames::{FrameId, StackId, StrId};
+use super::round_trip::{BlockHistory, Extra, Place};
 use super::trace::DeviceTrace;
 use super::{Action, Annotation, Block, BlockState, Segment, SegmentType, Snapshot};
 use crate::pickle::{MemoId, PickleWriter};

@@ -8,15 +8,15 @@
 
 mod decode;
 pub mod encode;
-pub mod extras;
 pub mod frames;
+pub mod round_trip;
 pub mod trace;
 
 pub use decode::{
     DecodeError, MAX_DEVICES, MODEL_BUDGET_FLOOR, SnapshotBuilder, decode_json, decode_value,
 };
-pub use extras::{Extra, Extras, Place};
 pub use frames::{Frame, FrameId, FrameTable, StackId, StrId};
+pub use round_trip::{Extra, Extras, Place};
 pub use trace::{Action, DeviceTrace, EntryKeys, TraceEvent, TraceString, UNKNOWN_FREE};
 
 use std::collections::BTreeMap;

@@ -7,8 +7,8 @@
 //! almost always at their default (pool ids, compile context, user metadata, forward
 //! frames, keys vramlens does not know) live in sparse side tables keyed by event index.
 
-use super::extras::ExtraKeys;
 use super::frames::{FxMap, StackId, StrId};
+use super::round_trip::ExtraKeys;
 
 /// What a trace entry records (spec section 3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -553,7 +553,7 @@ impl DeviceTrace {
     }
 
     /// Keys of the entry that the model does not interpret, in file order.
-    pub fn extra_keys(&self, i: usize) -> &[(String, super::extras::Extra)] {
+    pub fn extra_keys(&self, i: usize) -> &[(String, super::round_trip::Extra)] {
         self.side(|r| &r.extra_keys, i)
             .map_or(&[], |v| v.as_slice())
     }

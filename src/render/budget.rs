@@ -107,7 +107,7 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
         "{}: device {}, {}",
         shown(&r.path),
         r.device,
-        super::names::moment_text(&r.moment)
+        super::labels::moment_text(&r.moment)
     )?;
     if !r.moment.has_timeline {
         writeln!(
@@ -343,7 +343,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
                     .map(|d| {
                         format!(
                             "{} {} ({}{}, {})",
-                            super::names::short_frame(&d.callsite),
+                            super::labels::short_frame(&d.callsite),
                             d.category,
                             if d.change_bytes < 0 { "-" } else { "+" },
                             bytes(d.change_bytes.unsigned_abs()),

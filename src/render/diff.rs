@@ -1,7 +1,7 @@
 //! Text rendering of a [`DiffReport`] and a [`CheckReport`].
 
 use super::Style;
-use super::names::{group_display, moment_text};
+use super::labels::{group_display, moment_text};
 use crate::analysis::diff::{Change, CheckReport, DiffReport, GroupChange, LimitKind, Metric};
 use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
@@ -104,12 +104,12 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
                 Some(m) if !m.has_timeline => format!(
                     "{metric} {}, {}",
                     bytes(r.peak_bytes),
-                    super::names::moment_text(m)
+                    super::labels::moment_text(m)
                 ),
                 Some(m) => format!(
                     "{metric} {} {}",
                     bytes(r.peak_bytes),
-                    super::names::moment_text(m)
+                    super::labels::moment_text(m)
                 ),
             }
         ))

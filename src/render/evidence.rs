@@ -1,7 +1,7 @@
 //! What decided a category, in words for people: the evidence codes that analyses give
 //! ([`crate::analysis::categories::Evidence::code`]) read back into a short phrase.
 
-use super::names::short_frame;
+use super::labels::short_frame;
 
 /// A phrase for an evidence code such as `lifetime:made_in_backward_outlived_it`.
 pub fn words(code: &str) -> String {

@@ -2,7 +2,7 @@
 //! the live bytes, labelled with its function and bytes where they fit, tooltips
 //! (`<title>`) with the whole name, bytes, share and count; no script.
 
-use super::names::clip;
+use super::labels::clip;
 use super::svg::{Svg, escape, num};
 use crate::analysis::flame::FlameNode;
 use crate::units::{bytes, percent};
@@ -54,7 +54,7 @@ const MIN_NAME: usize = 6;
 /// nanogpt/model.py:42`); in a narrower box the function cut before the bytes
 /// (`forward_b… (3.9 GiB)`), and in the narrowest the function alone, cut.
 fn label(name: &str, size_bytes: u64, fits: usize) -> String {
-    let short = super::names::short_frame(name);
+    let short = super::labels::short_frame(name);
     let (function, place) = match short.rsplit_once(" in ") {
         Some((place, function)) => (function.to_string(), Some(place.to_string())),
         None => (short, None),

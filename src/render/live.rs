@@ -1,7 +1,7 @@
 //! Text rendering of a [`LiveSet`].
 
 use super::Style;
-use super::names::{MomentTotals, write_moment_heading};
+use super::labels::{MomentTotals, write_moment_heading};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::live::LiveSet;
 use crate::timeline::Origin;

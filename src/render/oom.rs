@@ -1,7 +1,7 @@
 //! Text rendering of an [`OomReport`]: the figures, then the verdicts in plain words.
 
 use super::Style;
-use super::names::group_display;
+use super::labels::group_display;
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceReason;
 use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Verdict};
@@ -613,7 +613,7 @@ pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::R
         writeln!(
             out,
             "  sharding is on already (the stacks have frames of {}): not proposed",
-            super::names::short_path(file)
+            super::labels::short_path(file)
         )?;
     }
     for (device, n) in &r.more_oom_events {

@@ -1,7 +1,7 @@
 //! Text rendering of a [`RanksReport`].
 
 use super::Style;
-use super::names::{clip, group_display, tiny_frame};
+use super::labels::{clip, group_display, tiny_frame};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
 use crate::units::shown;

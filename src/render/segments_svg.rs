@@ -4,7 +4,7 @@
 //! holes in colours no group uses, holes labelled with their size. Every shape has a
 //! tooltip.
 
-use super::names::{device_line, group_display, moment_text, tiny_frame};
+use super::labels::{device_line, group_display, moment_text, tiny_frame};
 use super::svg::{PALETTE, Svg, category_color};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
@@ -209,7 +209,7 @@ fn legend(svg: &mut Svg, map: &SegmentMap) -> io::Result<()> {
             GroupKind::Frame | GroupKind::Stack => tiny_frame(&group.name),
             _ => group_display(&group.name, group.kind),
         };
-        let name = super::names::clip(&name, 30);
+        let name = super::labels::clip(&name, 30);
         svg.text(
             lx + 20.0,
             ly,

@@ -1,7 +1,7 @@
 //! Text rendering of a [`SegmentMap`]: one line per segment.
 
 use super::Style;
-use super::names::{device_line, group_display, moment_note, moment_text};
+use super::labels::{device_line, group_display, moment_note, moment_text};
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::segment_map::SegmentMap;
 use crate::units::bytes;

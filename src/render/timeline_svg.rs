@@ -3,7 +3,7 @@
 //! binary units, a legend and a title. Every band has a tooltip and its exact size in
 //! `data-bytes`.
 
-use super::names::{device_line, group_display, tiny_frame};
+use super::labels::{device_line, group_display, tiny_frame};
 use super::svg::{PALETTE, Svg, category_color, color, escape, num};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
@@ -1013,7 +1013,7 @@ fn fit_label(label: &str, width: f64) -> Option<String> {
     if n <= room {
         Some(label.to_string())
     } else if room >= 4 {
-        Some(super::names::clip(label, room))
+        Some(super::labels::clip(label, room))
     } else {
         None
     }

@@ -1,7 +1,7 @@
 //! Text rendering of a [`TimelineReport`].
 
 use super::Style;
-use super::names::device_line;
+use super::labels::device_line;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::timeline_report::TimelineReport;
 use crate::timeline::Peak;

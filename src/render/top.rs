@@ -1,7 +1,7 @@
 //! Text rendering of a [`TopReport`].
 
 use super::Style;
-use super::names::{MomentTotals, group_display, write_moment_heading};
+use super::labels::{MomentTotals, group_display, write_moment_heading};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::leaks::LeakReport;

@@ -8,9 +8,9 @@
 //! series rebuilt from the final segments and the segment events (spec 6.3). Devices are
 //! independent, so callers build them in parallel. Nothing here draws or formats.
 
+pub mod coverage;
 pub mod replay;
 pub mod state;
-pub mod traced;
 
 use crate::model::{Snapshot, StackId};
 use std::num::NonZeroU32;

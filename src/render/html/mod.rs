@@ -15,7 +15,7 @@
 
 use super::Style;
 use super::flame_svg::{FlameTitle, write_flame_svg};
-use super::names::{group_display, moment_text};
+use super::labels::{group_display, moment_text};
 use super::oom::{verdict_text, write_analysis};
 use super::reconcile::write_reconcile_text;
 use super::segments_svg::write_segments_svg;
