@@ -13,7 +13,7 @@ use super::flame::{FlameNode, FlameOptions, flame};
 use super::frames::user_frames;
 use super::moment::{Moment, MomentKind, ResolvedMoment, resolve};
 use super::oom::{
-    MomentPass, OomOptions, OomPrepared, OomReport, analyze_oom_prepared, oom_moments,
+    Collected, MomentPass, OomOptions, OomPrepared, OomReport, analyze_oom_prepared, oom_moments,
 };
 use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile};
 use super::segment_map::{SegmentMap, segment_map};
@@ -290,6 +290,60 @@ pub fn analyze_report_file(
     })
 }
 
+/// What the one replay of a device gives the report.
+struct Replayed {
+    by_callsite: Result<TimelineView, ViewError>,
+    by_category: Result<TimelineView, ViewError>,
+    /// What was live at each moment of `ats`, in its order.
+    lives: Vec<LiveState>,
+    /// What the OOM analysis needs at its moments ([`oom_moments`]).
+    collected: Vec<Collected>,
+}
+
+/// One replay of the device for both timeline views, what was live at every moment of
+/// `ats`, and the OOM analysis's live sets and leak samples.
+fn replay_once(
+    snap: &Snapshot,
+    r: &DeviceReplay,
+    attr: &Attributor,
+    ats: &[Option<usize>],
+) -> Replayed {
+    let view = |by: GroupBy| {
+        prepare_view(
+            r,
+            attr,
+            ViewOptions {
+                x: XAxis::Events,
+                by: BandBy::Group(by),
+                top: TIMELINE_BANDS,
+                buckets: (60_000 / TIMELINE_BANDS).clamp(200, 1000),
+                window: None,
+            },
+        )
+    };
+    let (mut callsite, mut category) = (view(GroupBy::Callsite), view(GroupBy::Category));
+    let mut lives = LiveStateAt::at_each(ats);
+    let mut oom_passes: Vec<MomentPass> = oom_moments(r)
+        .into_iter()
+        .map(|at| MomentPass::new(r, attr, at))
+        .collect();
+    let start = r.run((
+        callsite.as_mut().ok(),
+        category.as_mut().ok(),
+        &mut lives,
+        &mut oom_passes,
+    ));
+    Replayed {
+        collected: oom_passes
+            .into_iter()
+            .map(|p| p.finish(snap, r, start))
+            .collect(),
+        by_callsite: callsite.map(|p| p.finish(snap, r, attr, start)),
+        by_category: category.map(|p| p.finish(snap, r, attr, start)),
+        lives: lives.finish_each(r, start, Versions::Counted),
+    }
+}
+
 /// The sections of one device of a file.
 fn device_report(
     snap: &Snapshot,
@@ -315,45 +369,17 @@ fn device_report(
     let peak_event = d.and_then(|d| d.peak_requested_event);
     let ooms: Vec<usize> = d.map_or(Vec::new(), |d| d.ooms.iter().map(|o| o.index).collect());
     let (wanted, more_ooms) = moments(&r, peak_event, &ooms);
-    // One replay collects both timeline views and what was live at every moment.
     let view_attr = attr();
-    let view = |by: GroupBy| {
-        prepare_view(
-            &r,
-            &view_attr,
-            ViewOptions {
-                x: XAxis::Events,
-                by: BandBy::Group(by),
-                top: TIMELINE_BANDS,
-                buckets: (60_000 / TIMELINE_BANDS).clamp(200, 1000),
-                window: None,
-            },
-        )
-    };
-    let (mut callsite, mut category) = (view(GroupBy::Callsite), view(GroupBy::Category));
     let ats: Vec<Option<usize>> = wanted
         .iter()
         .map(|(m, _)| m.event.map(|e| e as usize))
         .collect();
-    let mut lives = LiveStateAt::at_each(&ats);
-    // And what the OOM analysis of the device needs at its moments.
-    let mut oom_passes: Vec<MomentPass> = oom_moments(&r)
-        .into_iter()
-        .map(|at| MomentPass::new(&r, &view_attr, at))
-        .collect();
-    let start = r.run((
-        callsite.as_mut().ok(),
-        category.as_mut().ok(),
-        &mut lives,
-        &mut oom_passes,
-    ));
-    let collected = oom_passes
-        .into_iter()
-        .map(|p| p.finish(snap, &r, start))
-        .collect();
-    let by_callsite = callsite.map(|p| p.finish(snap, &r, &view_attr, start));
-    let by_category = category.map(|p| p.finish(snap, &r, &view_attr, start));
-    let lives = lives.finish_each(&r, start, Versions::Counted);
+    let Replayed {
+        by_callsite,
+        by_category,
+        lives,
+        collected,
+    } = replay_once(snap, &r, &view_attr, &ats);
     let moments: Vec<MomentReport> = wanted
         .into_par_iter()
         .zip(lives)
