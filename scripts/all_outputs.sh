@@ -6,6 +6,9 @@
 #   scripts/all_outputs.sh target/release/vramlens /tmp/after
 #   diff -r /tmp/before /tmp/after
 #
+# ONLY=WORD runs just the runs whose name holds WORD (ONLY=report: the reports); compare
+# those with `for f in /tmp/after/*; do cmp "$f" "/tmp/before/${f##*/}"; done`.
+#
 # Real files are read from ../shared/data when it is there. Exit statuses are recorded
 # beside the outputs (bad input must keep its status too).
 set -u
@@ -22,6 +25,7 @@ fi
 
 run() { # NAME ARGS...: stdout, stderr and status of one run
     local name=$1; shift
+    [[ -n ${ONLY:-} && $name != *"$ONLY"* ]] && return
     "$bin" "$@" >"$out/$name.out" 2>"$out/$name.err"
     echo $? >"$out/$name.rc"
 }

@@ -296,16 +296,7 @@ pub fn run_budget<'a>(
     let mut peak = LiveAtPeak::default();
     let mut peaks = Peaks::default();
     let start = r.run((&mut peak, &mut peaks));
-    let live = LiveState {
-        at: peak.at,
-        block_bytes: peak.set.iter().map(|l| r.block_bytes_of(l)).collect(),
-        lifetimes: std::mem::take(&mut peak.set),
-        streams: std::mem::take(&mut peak.streams),
-        pools: std::mem::take(&mut peak.pools),
-        requested_bytes: start.requested_after(&peak.totals),
-        allocated_bytes: start.allocated_after(&peak.totals),
-        reserved_bytes: start.reserved_after(&peak.totals),
-    };
+    let live = LiveState::at_peak(&r, start, peak, super::top::Versions::NotNeeded);
     let moment = super::moment::resolve(&r, super::moment::Moment::Peak, || live.at)
         .expect("the peak of any trace resolves");
     let peak_reserved = r.has_timeline().then_some(peaks.reserved.bytes);

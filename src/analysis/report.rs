@@ -17,15 +17,20 @@ use super::oom::{
 };
 use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile};
 use super::segment_map::{SegmentMap, segment_map};
-use super::summary::{Summary, SummaryOptions, analyze_summary};
+use super::summary::{
+    DeviceSummary, Summary, SummaryOptions, SummaryPass, analyze_summary, summary_with,
+};
 use super::timeline_view::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, prepare_view};
-use super::top::{Group, LiveState, LiveStateAt, Versions, add_times, group_live, limit_groups};
+use super::top::{
+    Group, LiveState, LiveStateAt, Versions, add_times, count_versions, group_live, limit_groups,
+};
 use crate::devlog::DeviceLog;
 use crate::devlog::convert::Converted;
 use crate::devlog::oom_log::OomMessage;
 use crate::input::SourceInfo;
+use crate::model::Action;
 use crate::model::Snapshot;
-use crate::timeline::replay::DeviceReplay;
+use crate::timeline::replay::{DeviceReplay, LiveAtPeak};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
@@ -194,18 +199,10 @@ fn moment_report(
     }
 }
 
-/// The moments to offer: the peak, the first OOMs, the end; one per state.
-fn moments(
-    r: &DeviceReplay,
-    peak_event: Option<u32>,
-    ooms: &[usize],
-) -> (Vec<(ResolvedMoment, Vec<MomentKind>)>, usize) {
+/// The moments known before the replay: the first OOMs and the end (the replay finds the
+/// peak).
+fn moments_before(r: &DeviceReplay, ooms: &[usize]) -> Vec<ResolvedMoment> {
     let mut list: Vec<ResolvedMoment> = Vec::new();
-    if r.has_timeline()
-        && let Ok(m) = resolve(r, Moment::Peak, || peak_event.map(|e| e as usize))
-    {
-        list.push(m);
-    }
     for &i in ooms.iter().take(MAX_OOM_MOMENTS) {
         if let Ok(m) = resolve(r, Moment::Event(i), || None) {
             list.push(ResolvedMoment {
@@ -217,14 +214,22 @@ fn moments(
     if let Ok(m) = resolve(r, Moment::End, || None) {
         list.push(m);
     }
-    let mut out: Vec<(ResolvedMoment, Vec<MomentKind>)> = Vec::new();
-    for m in list {
-        match out.iter_mut().find(|(o, _)| o.event == m.event) {
-            Some((_, also)) => also.push(m.kind),
-            None => out.push((m, Vec::new())),
+    list
+}
+
+/// The moments to offer, with what was live at each: the peak, the first OOMs, the end;
+/// one per state, under the first of its names.
+fn one_per_state(
+    moments: impl IntoIterator<Item = (ResolvedMoment, LiveState)>,
+) -> Vec<(ResolvedMoment, Vec<MomentKind>, LiveState)> {
+    let mut out: Vec<(ResolvedMoment, Vec<MomentKind>, LiveState)> = Vec::new();
+    for (m, live) in moments {
+        match out.iter_mut().find(|(o, _, _)| o.event == m.event) {
+            Some((_, also, _)) => also.push(m.kind),
+            None => out.push((m, Vec::new(), live)),
         }
     }
-    (out, ooms.len().saturating_sub(MAX_OOM_MOMENTS))
+    out
 }
 
 /// Gathers the report of one snapshot.
@@ -234,14 +239,13 @@ pub fn analyze_report_file(
     options: ReportOptions,
 ) -> Result<FileReport, ReportError> {
     let path = source.path.as_str();
-    let summary = analyze_summary(snap, source, SummaryOptions::default());
     let choice = match choose_device(snap, options.device) {
         Ok(c) => c,
         // A file without a device still has its summary (and its warnings) to show.
         Err(DeviceError::NoDevice) if options.device.is_none() => {
             return Ok(FileReport {
                 path: path.to_string(),
-                summary,
+                summary: analyze_summary(snap, source, SummaryOptions::default()),
                 device: None,
                 other_devices: Vec::new(),
                 devices_left_out: Vec::new(),
@@ -257,7 +261,7 @@ pub fn analyze_report_file(
     };
     let (shown, left_out) = others.split_at(others.len().min(MAX_DEVICES - 1));
     let (first, rest) = rayon::join(
-        || device_report(snap, path, &summary, choice.clone(), options),
+        || device_report(snap, path, choice.clone(), options),
         || {
             shown
                 .par_iter()
@@ -270,7 +274,6 @@ pub fn analyze_report_file(
                     device_report(
                         snap,
                         path,
-                        &summary,
                         asked,
                         ReportOptions {
                             readings: None,
@@ -281,10 +284,16 @@ pub fn analyze_report_file(
                 .collect::<Result<Vec<_>, _>>()
         },
     );
+    let (first, first_summary) = first?;
+    let (rest, mut summaries): (Vec<DeviceReport>, Vec<DeviceSummary>) = rest?.into_iter().unzip();
+    summaries.push(first_summary);
+    // The summary covers every device; those the report replayed are summarised from
+    // that replay.
+    let summary = summary_with(snap, source, &snap.devices(), summaries);
     Ok(FileReport {
         path: path.to_string(),
-        device: Some(first?),
-        other_devices: rest?,
+        device: Some(first),
+        other_devices: rest,
         devices_left_out: left_out.to_vec(),
         summary,
     })
@@ -296,12 +305,16 @@ struct Replayed {
     by_category: Result<TimelineView, ViewError>,
     /// What was live at each moment of `ats`, in its order.
     lives: Vec<LiveState>,
+    /// What was live at the peak of requested bytes (none without a timeline).
+    peak: Option<LiveState>,
     /// What the OOM analysis needs at its moments ([`oom_moments`]).
     collected: Vec<Collected>,
+    summary: DeviceSummary,
 }
 
-/// One replay of the device for both timeline views, what was live at every moment of
-/// `ats`, and the OOM analysis's live sets and leak samples.
+/// One replay of the device for both timeline views, what was live at the peak and at
+/// every moment of `ats`, the OOM analysis's live sets and leak samples, and the device's
+/// summary. The live sets' versions are not counted yet.
 fn replay_once(
     snap: &Snapshot,
     r: &DeviceReplay,
@@ -327,20 +340,25 @@ fn replay_once(
         .into_iter()
         .map(|at| MomentPass::new(r, attr, at))
         .collect();
+    let mut peak = r.has_timeline().then(LiveAtPeak::default);
+    let mut summary = SummaryPass::new(r);
     let start = r.run((
         callsite.as_mut().ok(),
         category.as_mut().ok(),
-        &mut lives,
+        (&mut lives, &mut peak),
         &mut oom_passes,
+        &mut summary,
     ));
     Replayed {
+        peak: peak.map(|p| LiveState::at_peak(r, start, p, Versions::NotNeeded)),
+        summary: summary.finish(snap, r),
         collected: oom_passes
             .into_iter()
             .map(|p| p.finish(snap, r, start))
             .collect(),
         by_callsite: callsite.map(|p| p.finish(snap, r, attr, start)),
         by_category: category.map(|p| p.finish(snap, r, attr, start)),
-        lives: lives.finish_each(r, start, Versions::Counted),
+        lives: lives.finish_each(r, start, Versions::NotNeeded),
     }
 }
 
@@ -348,10 +366,9 @@ fn replay_once(
 fn device_report(
     snap: &Snapshot,
     path: &str,
-    summary: &Summary,
     choice: DeviceChoice,
     options: ReportOptions,
-) -> Result<DeviceReport, ReportError> {
+) -> Result<(DeviceReport, DeviceSummary), ReportError> {
     let device = choice.device;
     let r = DeviceReplay::new(snap, device);
     // An attributor caches per frame and is not shared between threads: one per task,
@@ -365,26 +382,36 @@ fn device_report(
         a.bind(categories.clone());
         a
     };
-    let d = summary.devices.iter().find(|d| d.device == device);
-    let peak_event = d.and_then(|d| d.peak_requested_event);
-    let ooms: Vec<usize> = d.map_or(Vec::new(), |d| d.ooms.iter().map(|o| o.index).collect());
-    let (wanted, more_ooms) = moments(&r, peak_event, &ooms);
-    let view_attr = attr();
-    let ats: Vec<Option<usize>> = wanted
-        .iter()
-        .map(|(m, _)| m.event.map(|e| e as usize))
+    let ooms: Vec<usize> = (0..r.len())
+        .filter(|&i| r.trace.action(i) == Action::Oom)
         .collect();
+    let before = moments_before(&r, &ooms);
+    let more_ooms = ooms.len().saturating_sub(MAX_OOM_MOMENTS);
+    let view_attr = attr();
+    let ats: Vec<Option<usize>> = before.iter().map(|m| m.event.map(|e| e as usize)).collect();
     let Replayed {
         by_callsite,
         by_category,
         lives,
+        peak,
         collected,
+        summary: d,
     } = replay_once(snap, &r, &view_attr, &ats);
+    let peak = peak.and_then(|live| {
+        let m = resolve(&r, Moment::Peak, || live.at).ok()?;
+        Some((m, live))
+    });
+    let wanted = one_per_state(peak.into_iter().chain(before.into_iter().zip(lives)));
+    let (wanted, mut lives): (Vec<_>, Vec<LiveState>) = wanted
+        .into_iter()
+        .map(|(m, also, live)| ((m, also), live))
+        .unzip();
+    count_versions(&r, &mut lives);
+    let peak_reserved = d.peak_reserved_bytes;
     let moments: Vec<MomentReport> = wanted
         .into_par_iter()
         .zip(lives)
         .map(|((m, also), live)| {
-            let peak_reserved = d.and_then(|d| d.peak_reserved_bytes);
             moment_report(
                 snap,
                 path,
@@ -466,14 +493,17 @@ fn device_report(
         .filter(|a| a.oom_recorded)
         .filter_map(|a| super::device_memory::oom_ledger(a, &oom.messages, readings))
         .collect();
-    Ok(DeviceReport {
-        choice,
-        events: r.len(),
-        timelines,
-        moments,
-        more_ooms,
-        oom,
-        reconcile,
-        oom_ledgers,
-    })
+    Ok((
+        DeviceReport {
+            choice,
+            events: r.len(),
+            timelines,
+            moments,
+            more_ooms,
+            oom,
+            reconcile,
+            oom_ledgers,
+        },
+        d,
+    ))
 }

@@ -97,14 +97,16 @@ pub fn segment_map(
             })
             .or_insert(l);
     }
-    // Labels of the allocations the map shows, their versions counted here: the live
-    // set may hold far more (versions in `live` are not read).
+    // Labels of the allocations the map shows, their versions counted here unless the
+    // live set carries them: it may hold far more than the map shows.
     let mut shown: Vec<Lifetime> = state
         .iter()
         .flat_map(|s| &s.blocks)
         .filter_map(|b| by_addr.get(&b.addr).map(|&l| *l))
         .collect();
-    r.fill_versions(&mut shown);
+    if live.versions == super::top::Versions::NotNeeded {
+        r.fill_versions(&mut shown);
+    }
     let labels: FxMap<u64, String> = shown.iter().map(|l| (l.addr, l.label())).collect();
     let mut group_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut groups: Vec<MapGroup> = Vec::new();

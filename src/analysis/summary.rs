@@ -414,7 +414,8 @@ fn settings(snap: &Snapshot) -> Settings {
     s
 }
 
-fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
+/// What the file's segments say of a device (its trace not read).
+fn segments_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
     let mut d = DeviceSummary {
         device,
         reserved_recorded: !snap.features.reserved_unrecorded.contains(&device),
@@ -481,46 +482,79 @@ fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
             reserved_bytes,
         })
         .collect();
-    let r = DeviceReplay::new(snap, device);
-    let (trace, peaks, ooms) = replay_trace(snap, &r);
-    if trace.has_timeline {
-        let set = |p: &crate::timeline::Peak| {
-            (Some(p.bytes), p.event.map(|e| e.index() as u32), p.time_us)
-        };
-        (
-            d.peak_requested_bytes,
-            d.peak_requested_event,
-            d.peak_requested_time_us,
-        ) = set(&peaks.requested);
-        (
-            d.peak_allocated_bytes,
-            d.peak_allocated_event,
-            d.peak_allocated_time_us,
-        ) = set(&peaks.allocated);
-        if d.reserved_recorded {
-            (
-                d.peak_reserved_bytes,
-                d.peak_reserved_event,
-                d.peak_reserved_time_us,
-            ) = set(&peaks.reserved);
+    d
+}
+
+/// What the summary of a device collects in a replay: run it beside a command's other
+/// aggregators, and [`SummaryPass::finish`] gives the device's summary.
+pub struct SummaryPass<'a> {
+    stats: TraceStats<'a>,
+    peaks: Peaks,
+}
+
+crate::aggregator_of_fields!(SummaryPass<'_>, stats, peaks);
+
+impl<'a> SummaryPass<'a> {
+    pub fn new(r: &DeviceReplay<'a>) -> Self {
+        SummaryPass {
+            stats: TraceStats::new(r.trace),
+            peaks: Peaks::default(),
         }
     }
-    d.trace = trace;
-    d.trace.frees_paired_by_size = snap.features.frees_paired_by_size.contains(&device);
-    d.ooms = ooms
-        .into_iter()
-        .map(|i| {
-            let e = r.trace.get(i);
-            OomEvent {
-                index: i,
-                size: e.size,
-                device_free: e.device_free(),
-                stream: e.stream,
-                time_us: e.time_us,
+
+    /// The summary of the device `r` replayed.
+    pub fn finish(self, snap: &Snapshot, r: &DeviceReplay) -> DeviceSummary {
+        let mut d = segments_summary(snap, r.device);
+        let trace = self.stats.summary(r.trace, snap);
+        let peaks = self.peaks.with_times(r.trace);
+        let ooms = self.stats.ooms;
+        if trace.has_timeline {
+            let set = |p: &crate::timeline::Peak| {
+                (Some(p.bytes), p.event.map(|e| e.index() as u32), p.time_us)
+            };
+            (
+                d.peak_requested_bytes,
+                d.peak_requested_event,
+                d.peak_requested_time_us,
+            ) = set(&peaks.requested);
+            (
+                d.peak_allocated_bytes,
+                d.peak_allocated_event,
+                d.peak_allocated_time_us,
+            ) = set(&peaks.allocated);
+            if d.reserved_recorded {
+                (
+                    d.peak_reserved_bytes,
+                    d.peak_reserved_event,
+                    d.peak_reserved_time_us,
+                ) = set(&peaks.reserved);
             }
-        })
-        .collect();
-    d
+        }
+        d.trace = trace;
+        d.trace.frees_paired_by_size = snap.features.frees_paired_by_size.contains(&r.device);
+        d.ooms = ooms
+            .into_iter()
+            .map(|i| {
+                let e = r.trace.get(i);
+                OomEvent {
+                    index: i,
+                    size: e.size,
+                    device_free: e.device_free(),
+                    stream: e.stream,
+                    time_us: e.time_us,
+                }
+            })
+            .collect();
+        d
+    }
+}
+
+/// The summary of one device, from a replay of its own.
+fn device_summary(snap: &Snapshot, device: i64) -> DeviceSummary {
+    let r = DeviceReplay::new(snap, device);
+    let mut pass = SummaryPass::new(&r);
+    r.run(&mut pass);
+    pass.finish(snap, &r)
 }
 
 /// Builds the summary of one snapshot; devices are summarised in parallel.
@@ -530,9 +564,27 @@ pub fn analyze_summary(snap: &Snapshot, source: &SourceInfo, options: SummaryOpt
         .into_iter()
         .filter(|d| options.device.is_none_or(|want| want == *d))
         .collect();
-    let devices: Vec<DeviceSummary> = devices
-        .par_iter()
-        .map(|&d| device_summary(snap, d))
+    summary_with(snap, source, &devices, Vec::new())
+}
+
+/// The summary of the devices `wanted` (in the file's order, [`Snapshot::devices`]), with
+/// the summaries in `known` (from a [`SummaryPass`] a command ran beside its own
+/// aggregators) taken as they are, and the others summarised here, in parallel.
+pub fn summary_with(
+    snap: &Snapshot,
+    source: &SourceInfo,
+    wanted: &[i64],
+    known: Vec<DeviceSummary>,
+) -> Summary {
+    let mut known: BTreeMap<i64, DeviceSummary> =
+        known.into_iter().map(|d| (d.device, d)).collect();
+    let devices: Vec<DeviceSummary> = wanted
+        .iter()
+        .map(|d| known.remove(d))
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .zip(wanted.par_iter())
+        .map(|(known, &d)| known.unwrap_or_else(|| device_summary(snap, d)))
         .collect();
     let host = (!snap.host_segments.is_empty() || !snap.host_trace.is_empty()).then(|| {
         let mut reserved_bytes = 0;

@@ -5,7 +5,9 @@ use super::attribution::{Attributor, GroupBy, GroupKey, GroupKind};
 use super::frames::user_frames;
 use super::moment::ResolvedMoment;
 use crate::timeline::Lifetime;
-use crate::timeline::replay::{Aggregator, DeviceReplay, LiveAt, PoolId, Start, TotalsAt};
+use crate::timeline::replay::{
+    Aggregator, DeviceReplay, LiveAt, LiveAtPeak, PoolId, Start, TotalsAt,
+};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -24,9 +26,30 @@ pub struct LiveState {
     pub requested_bytes: u64,
     pub allocated_bytes: u64,
     pub reserved_bytes: i64,
+    /// Whether `lifetimes` carry their versions.
+    pub versions: Versions,
 }
 
 impl LiveState {
+    /// The state at the peak a [`LiveAtPeak`] found in a replay that began at `start`.
+    pub fn at_peak(r: &DeviceReplay, start: Start, peak: LiveAtPeak, versions: Versions) -> Self {
+        let mut state = LiveState {
+            at: peak.at,
+            block_bytes: peak.set.iter().map(|l| r.block_bytes_of(l)).collect(),
+            lifetimes: peak.set,
+            streams: peak.streams,
+            pools: peak.pools,
+            requested_bytes: start.requested_after(&peak.totals),
+            allocated_bytes: start.allocated_after(&peak.totals),
+            reserved_bytes: start.reserved_after(&peak.totals),
+            versions: Versions::NotNeeded,
+        };
+        if versions == Versions::Counted {
+            count_versions(r, std::slice::from_mut(&mut state));
+        }
+        state
+    }
+
     pub fn stream(&self, l: &Lifetime) -> u64 {
         self.streams.get(l.stream as usize).copied().unwrap_or(0)
     }
@@ -98,17 +121,16 @@ impl LiveStateAt {
             .expect("one moment asked for")
     }
 
-    /// The state at each moment of [`LiveStateAt::at_each`], in its order.
+    /// The state at each moment of [`LiveStateAt::at_each`], in its order (versions, if
+    /// counted, counted for all of them at once).
     pub fn finish_each(self, r: &DeviceReplay, start: Start, versions: Versions) -> Vec<LiveState> {
-        self.ats
+        let mut states: Vec<LiveState> = self
+            .ats
             .iter()
             .map(|&at| {
                 let k = self.states.binary_search(&at).expect("a moment asked for");
                 let run = self.totals.values.get(k).copied().unwrap_or_default();
-                let mut lifetimes = self.live.set(at).to_vec();
-                if versions == Versions::Counted {
-                    r.fill_versions(&mut lifetimes);
-                }
+                let lifetimes = self.live.set(at).to_vec();
                 LiveState {
                     at,
                     block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
@@ -118,9 +140,33 @@ impl LiveStateAt {
                     requested_bytes: start.requested_after(&run),
                     allocated_bytes: start.allocated_after(&run),
                     reserved_bytes: start.reserved_after(&run),
+                    versions: Versions::NotNeeded,
                 }
             })
-            .collect()
+            .collect();
+        if versions == Versions::Counted {
+            count_versions(r, &mut states);
+        }
+        states
+    }
+}
+
+/// Counts the versions of the lifetimes of every state that lacks them, in one search of
+/// the trace (the search costs the same for one state as for many).
+pub fn count_versions(r: &DeviceReplay, states: &mut [LiveState]) {
+    let lacking = |s: &&mut LiveState| s.versions == Versions::NotNeeded;
+    let mut all: Vec<Lifetime> = states
+        .iter_mut()
+        .filter(lacking)
+        .flat_map(|s| s.lifetimes.iter().copied())
+        .collect();
+    r.fill_versions(&mut all);
+    let mut rest = all.as_slice();
+    for s in states.iter_mut().filter(lacking) {
+        let (these, after) = rest.split_at(s.lifetimes.len());
+        s.lifetimes.copy_from_slice(these);
+        s.versions = Versions::Counted;
+        rest = after;
     }
 }
 
@@ -139,20 +185,7 @@ fn live_state_at_peak_with<A: Aggregator>(
 ) -> LiveState {
     let mut peak = crate::timeline::replay::LiveAtPeak::default();
     let start = r.run((&mut peak, extra));
-    let mut lifetimes = std::mem::take(&mut peak.set);
-    if versions == Versions::Counted {
-        r.fill_versions(&mut lifetimes);
-    }
-    LiveState {
-        at: peak.at,
-        block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
-        lifetimes,
-        streams: peak.streams,
-        pools: peak.pools,
-        requested_bytes: start.requested_after(&peak.totals),
-        allocated_bytes: start.allocated_after(&peak.totals),
-        reserved_bytes: start.reserved_after(&peak.totals),
-    }
+    LiveState::at_peak(r, start, peak, versions)
 }
 
 /// A moment resolved, and what was alive there (for the peak, one replay finds both).
