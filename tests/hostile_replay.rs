@@ -143,6 +143,7 @@ fn many_oom_events_are_counted_past_the_first_ones() {
         Vec::new(),
         OomOptions::default(),
         &AttributionOptions::default(),
+        None,
     );
     assert_eq!(report.analyses.len(), vramlens::analysis::oom::MAX_ANALYSES);
     assert_eq!(

@@ -264,6 +264,7 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
                     by,
                     limit,
                     &mut attr,
+                    (),
                 )
                 .unwrap();
                 assert_eq!(r.total_bytes, peak, "{} device {device}", info.path);

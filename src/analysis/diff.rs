@@ -209,7 +209,7 @@ pub fn measure<'a>(
 ) -> Result<Measured, super::moment::MomentError> {
     let mut peaks = Peaks::default();
     let top =
-        super::top::analyze_top_with(snap, path, choice, moment, by, usize::MAX, attr, &mut peaks)?;
+        super::top::analyze_top(snap, path, choice, moment, by, usize::MAX, attr, &mut peaks)?;
     Ok(Measured { top, peaks })
 }
 

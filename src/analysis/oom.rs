@@ -718,6 +718,22 @@ pub struct OomPrepared<'p, 'a> {
     pub collected: Vec<Collected>,
 }
 
+impl<'p, 'a> OomPrepared<'p, 'a> {
+    /// The attributor given for device `d`, if it is the device prepared.
+    fn attr_for(&self, d: i64) -> Option<&'p Attributor<'a>> {
+        (d == self.device).then_some(self.attr)
+    }
+
+    /// What was collected at `at` on device `d`, taken once.
+    fn take(&mut self, d: i64, at: Option<usize>) -> Option<Collected> {
+        if d != self.device {
+            return None;
+        }
+        let k = self.collected.iter().position(|c| c.at == at)?;
+        Some(self.collected.swap_remove(k))
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn analyze_at(
     snap: &Snapshot,
@@ -857,20 +873,9 @@ fn device_total(
 
 /// Analyses every `oom` event of a snapshot (all devices, or one), or its final state
 /// when it has none.
+/// With `prepared`, what a command's replay already collected for the device it asks
+/// about ([`OomPrepared`]): that device's analyses replay nothing more.
 pub fn analyze_oom(
-    snap: &Snapshot,
-    path: &str,
-    device: Option<i64>,
-    messages: Vec<OomMessage>,
-    options: OomOptions,
-    attribution: &AttributionOptions,
-) -> OomReport {
-    analyze_oom_prepared(snap, path, device, messages, options, attribution, None)
-}
-
-/// [`analyze_oom`], with what a command's replay already collected for the device it
-/// asks about ([`OomPrepared`]): that device's analyses replay nothing more.
-pub fn analyze_oom_prepared(
     snap: &Snapshot,
     path: &str,
     device: Option<i64>,
@@ -879,20 +884,7 @@ pub fn analyze_oom_prepared(
     attribution: &AttributionOptions,
     prepared: Option<OomPrepared>,
 ) -> OomReport {
-    let (prepared_device, prepared_attr, mut collected) = match prepared {
-        Some(p) if device == Some(p.device) => (Some(p.device), Some(p.attr), p.collected),
-        _ => (None, None, Vec::new()),
-    };
-    // The attributor given for device `d`, if any.
-    let given = |d: i64| prepared_attr.filter(|_| prepared_device == Some(d));
-    // What was collected at `at` on device `d`, taken once.
-    let mut take = |d: i64, at: Option<usize>| -> Option<Collected> {
-        if prepared_device != Some(d) {
-            return None;
-        }
-        let k = collected.iter().position(|c| c.at == at)?;
-        Some(collected.swap_remove(k))
-    };
+    let mut prepared = prepared.filter(|p| device == Some(p.device));
     fn bound<'a>(
         snap: &'a Snapshot,
         attribution: &AttributionOptions,
@@ -924,14 +916,11 @@ pub fn analyze_oom_prepared(
         if ooms.len() > MAX_ANALYSES {
             more.insert(d, ooms.len() - MAX_ANALYSES);
         }
-        let own;
-        let attr = match given(d) {
-            Some(a) => a,
-            None => {
-                own = bound(snap, attribution, &r);
-                &own
-            }
-        };
+        let given = prepared.as_ref().and_then(|p| p.attr_for(d));
+        let own = given.is_none().then(|| bound(snap, attribution, &r));
+        let attr = given
+            .or(own.as_ref())
+            .expect("an attributor, given or made");
         for &i in ooms.iter().take(MAX_ANALYSES) {
             let e = r.trace.get(i);
             let m = message_for(&messages, d);
@@ -947,7 +936,7 @@ pub fn analyze_oom_prepared(
                 this_process: message_about(&messages, d).and_then(|m| m.this_process_bytes),
                 message_line: None,
             };
-            let collected = take(d, Some(i));
+            let collected = prepared.as_mut().and_then(|p| p.take(d, Some(i)));
             analyses.push(analyze_at(
                 snap,
                 &r,
@@ -982,14 +971,11 @@ pub fn analyze_oom_prepared(
         };
         if let Some(d) = d {
             let r = DeviceReplay::new(snap, d);
-            let own;
-            let attr = match given(d) {
-                Some(a) => a,
-                None => {
-                    own = bound(snap, attribution, &r);
-                    &own
-                }
-            };
+            let given = prepared.as_ref().and_then(|p| p.attr_for(d));
+            let own = given.is_none().then(|| bound(snap, attribution, &r));
+            let attr = given
+                .or(own.as_ref())
+                .expect("an attributor, given or made");
             let message = message_for(&messages, d);
             let known = Known {
                 source: Source::FinalState,
@@ -1003,7 +989,7 @@ pub fn analyze_oom_prepared(
                 message_line: message.map(|m| m.line),
             };
             let at = r.len().checked_sub(1);
-            let collected = take(d, at);
+            let collected = prepared.as_mut().and_then(|p| p.take(d, at));
             analyses.push(analyze_at(snap, &r, attr, at, known, settings, collected));
         }
     }

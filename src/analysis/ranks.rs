@@ -6,7 +6,7 @@ use super::attribution::{Attributor, GroupBy, GroupKind};
 use super::device::choose_device;
 use super::diff::{GroupChange, diff};
 use super::moment::Moment;
-use super::top::{TopReport, analyze_top_with};
+use super::top::{TopReport, analyze_top};
 use crate::model::{Action, Snapshot};
 use crate::timeline::replay::{DeviceReplay, Peaks};
 use serde::Serialize;
@@ -42,7 +42,7 @@ pub fn rank_input<'a>(
     let mut peaks = Peaks::default();
     let top = traced
         .then(|| {
-            analyze_top_with(
+            analyze_top(
                 snap,
                 path,
                 &choice,

@@ -13,7 +13,7 @@ use super::flame::{FlameNode, FlameOptions, flame};
 use super::frames::user_frames;
 use super::moment::{Moment, MomentKind, ResolvedMoment, resolve};
 use super::oom::{
-    Collected, MomentPass, OomOptions, OomPrepared, OomReport, analyze_oom_prepared, oom_moments,
+    Collected, MomentPass, OomOptions, OomPrepared, OomReport, analyze_oom, oom_moments,
 };
 use super::reconcile::{ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile};
 use super::segment_map::{SegmentMap, segment_map};
@@ -325,13 +325,7 @@ fn replay_once(
         prepare_view(
             r,
             attr,
-            ViewOptions {
-                x: XAxis::Events,
-                by: BandBy::Group(by),
-                top: TIMELINE_BANDS,
-                buckets: (60_000 / TIMELINE_BANDS).clamp(200, 1000),
-                window: None,
-            },
+            ViewOptions::new(XAxis::Events, BandBy::Group(by), TIMELINE_BANDS),
         )
     };
     let (mut callsite, mut category) = (view(GroupBy::Callsite), view(GroupBy::Category));
@@ -443,7 +437,7 @@ fn device_report(
             }
         })
     });
-    let oom = analyze_oom_prepared(
+    let oom = analyze_oom(
         snap,
         path,
         Some(device),

@@ -51,6 +51,21 @@ pub struct ViewOptions {
     pub window: Option<(f64, f64)>,
 }
 
+impl ViewOptions {
+    /// A view of `top` bands (1 to 500) over the whole axis; fewer columns when many bands
+    /// are drawn keeps the chart small.
+    pub fn new(x: XAxis, by: BandBy, top: usize) -> Self {
+        let top = top.clamp(1, 500);
+        ViewOptions {
+            x,
+            by,
+            top,
+            buckets: (60_000 / top).clamp(200, 1000),
+            window: None,
+        }
+    }
+}
+
 impl Default for ViewOptions {
     fn default() -> Self {
         ViewOptions {

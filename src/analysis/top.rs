@@ -396,22 +396,10 @@ pub fn peak_event(r: &DeviceReplay) -> Option<usize> {
     peaks.requested.event.map(|e| e.index())
 }
 
-/// `top` for one device of a snapshot.
-pub fn analyze_top<'a>(
-    snap: &'a crate::model::Snapshot,
-    path: &str,
-    choice: &super::device::DeviceChoice,
-    moment: super::moment::Moment,
-    by: GroupBy,
-    limit: usize,
-    attr: &mut Attributor<'a>,
-) -> Result<TopReport, super::moment::MomentError> {
-    analyze_top_with(snap, path, choice, moment, by, limit, attr, ())
-}
-
-/// [`analyze_top`], running `extra` in the same replay (e.g. the peaks `check` compares).
+/// `top` for one device of a snapshot, running `extra` in the same replay (the peaks
+/// `check` compares, say; `()` for none).
 #[allow(clippy::too_many_arguments)]
-pub fn analyze_top_with<'a, A: Aggregator>(
+pub fn analyze_top<'a, A: Aggregator>(
     snap: &'a crate::model::Snapshot,
     path: &str,
     choice: &super::device::DeviceChoice,

@@ -137,6 +137,7 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
                 messages.clone(),
                 options,
                 &attribution,
+                None,
             );
             check_total(&report, &info.path)?;
             Ok(report)

@@ -81,14 +81,9 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     let r = DeviceReplay::new(&snap, device);
     let style = Style::detect(std::io::stdout().is_terminal());
     if let Some(o) = &args.output {
-        let top = args.top.clamp(1, 500);
         let view_options = ViewOptions {
-            x,
-            by,
-            top,
-            // Fewer columns when many bands are drawn keeps the file small.
-            buckets: (60_000 / top).clamp(200, 1000),
             window,
+            ..ViewOptions::new(x, by, args.top)
         };
         let mut attr = Attributor::new(&snap.frames, &options);
         attr.bind_to(&r);

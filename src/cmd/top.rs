@@ -29,6 +29,7 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
         by,
         args.limit,
         &mut attr,
+        (),
     )
     .map_err(|e| anyhow!("{path}: {e}"))?;
     if args.leaks {
