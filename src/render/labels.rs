@@ -4,7 +4,10 @@
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::{DeviceChoice, DeviceReason};
 use crate::analysis::moment::{MomentKind, ResolvedMoment};
+use crate::analysis::top::GroupName;
 use crate::units::{shown, utc_time};
+use serde::{Serialize, Serializer};
+use std::borrow::Cow;
 
 /// A path shortened to the part a reader needs: from the package root inside
 /// site-packages, from `torch/`, else the last two components; a relative path (as
@@ -79,6 +82,37 @@ pub fn tiny_frame(frame: &str) -> String {
             format!("{}:{rest}", path.rsplit('/').next().unwrap_or(path))
         }
         _ => short,
+    }
+}
+
+/// The name of the groups past a limit, merged: "(3 more groups)".
+pub fn rest_name(groups: usize) -> String {
+    format!(
+        "({})",
+        crate::units::count(groups, "more group", "more groups")
+    )
+}
+
+/// A group's name as JSON and export tables write it: the key, or [`rest_name`].
+pub fn group_name_text(name: &GroupName) -> Cow<'_, str> {
+    match name {
+        GroupName::Key(k) => Cow::Borrowed(k),
+        GroupName::Rest { groups } => Cow::Owned(rest_name(*groups)),
+    }
+}
+
+/// Written as the string [`group_name_text`] gives.
+impl Serialize for GroupName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&group_name_text(self))
+    }
+}
+
+/// [`group_display`] of a group's key, or [`rest_name`].
+pub fn group_name_display(name: &GroupName, kind: GroupKind) -> String {
+    match name {
+        GroupName::Key(k) => group_display(k, kind),
+        GroupName::Rest { groups } => rest_name(*groups),
     }
 }
 
