@@ -29,7 +29,8 @@ pub struct Summary {
     pub external_annotations: usize,
     pub distinct_frames: usize,
     pub distinct_stacks: usize,
-    pub warnings: Vec<Warning>,
+    /// Written as a list of `{message, count}` ordered by message (`render::warnings`).
+    pub warnings: crate::model::Warnings,
 }
 
 /// Which PyTorch release the file's layout looks like (spec section 1.3).
@@ -53,12 +54,6 @@ pub struct Settings {
     pub max_split_size_bytes: Option<u64>,
     pub garbage_collection_threshold: Option<f64>,
     pub alloc_conf: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Warning {
-    pub message: String,
-    pub count: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -565,15 +560,7 @@ pub fn analyze_summary(snap: &Snapshot, source: &SourceInfo, options: SummaryOpt
         external_annotations: snap.external_annotations.len(),
         distinct_frames: snap.frames.frame_count(),
         distinct_stacks: snap.frames.stack_count(),
-        warnings: snap
-            .warnings
-            .0
-            .iter()
-            .map(|(message, &count)| Warning {
-                message: message.clone(),
-                count,
-            })
-            .collect(),
+        warnings: snap.warnings.clone(),
     }
 }
 

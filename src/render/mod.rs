@@ -23,6 +23,7 @@ pub mod terminal;
 pub mod timeline_svg;
 pub mod timeline_text;
 pub mod top;
+pub mod warnings;
 
 use std::io::{self, Write};
 

@@ -401,13 +401,13 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
     }
     if !s.warnings.is_empty() {
         writeln!(out, "{}", style.heading("warnings"))?;
-        for w in &s.warnings {
-            let times = if w.count > 1 {
-                format!(" ({} times)", w.count)
+        for (message, count) in super::warnings::warning_lines(&s.warnings) {
+            let times = if count > 1 {
+                format!(" ({count} times)")
             } else {
                 String::new()
             };
-            writeln!(out, "  {}{times}", style.warn(&shown(&w.message)))?;
+            writeln!(out, "  {}{times}", style.warn(&shown(&message)))?;
         }
     }
     Ok(())

@@ -681,13 +681,13 @@ fn warnings_section(f: &FileReport, id: &str) -> String {
         out.push_str("<p>None: every part of the file was read as expected.</p>\n");
     } else {
         out.push_str("<ul class=\"warnings\">\n");
-        for w in &f.summary.warnings {
-            let times = if w.count > 1 {
-                format!(" ({} times)", w.count)
+        for (message, count) in crate::render::warnings::warning_lines(&f.summary.warnings) {
+            let times = if count > 1 {
+                format!(" ({count} times)")
             } else {
                 String::new()
             };
-            let _ = writeln!(out, "<li>{}{times}</li>", escape_html(&w.message));
+            let _ = writeln!(out, "<li>{}{times}</li>", escape_html(&message));
         }
         out.push_str("</ul>\n");
     }
