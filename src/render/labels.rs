@@ -252,6 +252,37 @@ pub fn write_moment_heading(
     )
 }
 
+/// The words for a feature a release guess rests on.
+pub fn layout_evidence_text(e: LayoutEvidence) -> &'static str {
+    match e {
+        LayoutEvidence::RootIsList => {
+            "the root is a bare list of segments (1.13, or memory_snapshot() of any release)"
+        }
+        LayoutEvidence::BlockHistory => "blocks carry history",
+        LayoutEvidence::PoolIdOrBlockFrames => "segment_pool_id / block frames",
+        LayoutEvidence::EntryTimeUs => "time_us in trace entries",
+        LayoutEvidence::AllocatorSettings => "allocator_settings",
+        LayoutEvidence::ExternalAnnotations => "external_annotations",
+        LayoutEvidence::EntryCompileContext => "compile_context in trace entries",
+        LayoutEvidence::GraphCaptureRecordStreamReuse => {
+            "graph_capture_record_stream_reuse setting"
+        }
+        LayoutEvidence::EntryUserMetadata => "user_metadata in trace entries",
+        LayoutEvidence::ForwardFrames => "forward_frames",
+        LayoutEvidence::EntryPoolId => "pool_id in trace entries",
+        LayoutEvidence::HostSegments => "host_segments",
+        LayoutEvidence::EntryInternalMetadata => "internal_metadata in trace entries",
+        LayoutEvidence::CppFrames => "cpp_frames strings",
+    }
+}
+
+/// Written as its words ([`layout_evidence_text`]).
+impl Serialize for LayoutEvidence {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(layout_evidence_text(*self))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,36 +336,5 @@ mod tests {
         assert_eq!(clip("abcdefghij", 5), "abcd…");
         assert_eq!(clip("abc", 0), "");
         assert!(clip("abcdefghijklmnopqrstuvwxyz", 10).chars().count() <= 10);
-    }
-}
-
-/// The words for a feature a release guess rests on.
-pub fn layout_evidence_text(e: LayoutEvidence) -> &'static str {
-    match e {
-        LayoutEvidence::RootIsList => {
-            "the root is a bare list of segments (1.13, or memory_snapshot() of any release)"
-        }
-        LayoutEvidence::BlockHistory => "blocks carry history",
-        LayoutEvidence::PoolIdOrBlockFrames => "segment_pool_id / block frames",
-        LayoutEvidence::EntryTimeUs => "time_us in trace entries",
-        LayoutEvidence::AllocatorSettings => "allocator_settings",
-        LayoutEvidence::ExternalAnnotations => "external_annotations",
-        LayoutEvidence::EntryCompileContext => "compile_context in trace entries",
-        LayoutEvidence::GraphCaptureRecordStreamReuse => {
-            "graph_capture_record_stream_reuse setting"
-        }
-        LayoutEvidence::EntryUserMetadata => "user_metadata in trace entries",
-        LayoutEvidence::ForwardFrames => "forward_frames",
-        LayoutEvidence::EntryPoolId => "pool_id in trace entries",
-        LayoutEvidence::HostSegments => "host_segments",
-        LayoutEvidence::EntryInternalMetadata => "internal_metadata in trace entries",
-        LayoutEvidence::CppFrames => "cpp_frames strings",
-    }
-}
-
-/// Written as its words ([`layout_evidence_text`]).
-impl Serialize for LayoutEvidence {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(layout_evidence_text(*self))
     }
 }
