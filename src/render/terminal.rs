@@ -13,7 +13,7 @@
 //! such a filter, and must not be confusable with file content. So `Style` writes a marker
 //! (a private-use character, U+E000, then a key drawn at random when the process starts,
 //! then one letter) that only `TerminalText` turns into the styles' escape codes, which
-//! `anstyle` writes ([`Mark`]). File content cannot know the key; a U+E000 in it is shown
+//! `anstyle` writes (`Mark`). File content cannot know the key; a U+E000 in it is shown
 //! as `\u{e000}`. JSON is written with these characters as `\u` escapes
 //! ([`super::write_json`]), so it passes through unchanged.
 //!
