@@ -1,5 +1,7 @@
 //! Names shared by the text renderers: frames shortened for reading, devices, moments,
-//! groups. Every name from a file comes out on one visible line ([`shown`]).
+//! groups. Every name from a file comes out on one visible line ([`shown`]). And the
+//! words of the analyses' data that JSON writes as strings too (the merged rest of the
+//! groups, the layout evidence), through their `Serialize`, so both say them alike.
 
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::{DeviceChoice, DeviceReason};
