@@ -814,10 +814,9 @@ fn decode_pickle(
     // Pages written by _memory_viz pad the pickle with NUL bytes; anything else after
     // STOP is not part of the snapshot.
     if parse_info.trailing_bytes > 0 && (parse_info.trailing_nonzero || !padded) {
-        snapshot.warnings.add(format!(
-            "{} bytes after the end of the pickle (STOP) were ignored",
-            parse_info.trailing_bytes
-        ));
+        snapshot.warnings.add(crate::model::Warning::TrailingBytes {
+            bytes: parse_info.trailing_bytes,
+        });
     }
     Ok(snapshot)
 }

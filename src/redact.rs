@@ -1038,12 +1038,11 @@ impl<'o> Redactor<'o> {
         // Warnings quote what the file had (an unknown key's name): they show what the
         // rest shows, cleaned by the same rules.
         let warnings = std::mem::take(&mut snap.warnings.0);
-        for (message, count) in warnings {
-            *snap
-                .warnings
-                .0
-                .entry(self.clean_text(&message))
-                .or_insert(0) += count;
+        for (mut warning, count) in warnings {
+            if let Some(name) = warning.quoted_mut() {
+                *name = self.clean_text(name);
+            }
+            *snap.warnings.0.entry(warning).or_insert(0) += count;
         }
         for ((field, original), (redacted, count)) in changes {
             self.report.changes.push(Change {

@@ -335,7 +335,11 @@ pub fn budget_of(
     for g in group_live(attr, live, GroupBy::Callsite) {
         for part in g.categories {
             *groups
-                .entry((g.name.clone(), part.category.clone()))
+                // `group_live` names every group by its key (only a limit merges a rest).
+                .entry((
+                    g.name.key().unwrap_or_default().to_string(),
+                    part.category.clone(),
+                ))
                 .or_default() += part.bytes;
             let parts = by_line
                 .entry(Line::of_category(&part.category))

@@ -5,7 +5,7 @@
 
 use super::attribution::{GroupBy, GroupKind};
 use super::moment::Moment;
-use super::top::{Group, TopReport};
+use super::top::{Group, GroupName, TopReport};
 use crate::timeline::replay::Peaks;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -50,7 +50,7 @@ pub enum Change {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct GroupChange {
-    pub name: String,
+    pub name: GroupName,
     pub kind: GroupKind,
     pub change: Change,
     pub base_bytes: u64,
@@ -75,7 +75,7 @@ pub struct DiffReport {
 
 /// Compares the full group lists of two `top` reports (no limit applied).
 pub fn diff(base: &TopReport, new: &TopReport) -> DiffReport {
-    let mut table: BTreeMap<String, (Option<&Group>, Option<&Group>)> = BTreeMap::new();
+    let mut table: BTreeMap<GroupName, (Option<&Group>, Option<&Group>)> = BTreeMap::new();
     for g in &base.groups {
         table.entry(g.name.clone()).or_default().0 = Some(g);
     }
@@ -122,6 +122,31 @@ pub fn diff(base: &TopReport, new: &TopReport) -> DiffReport {
         delta_bytes: new.total_bytes as i64 - base.total_bytes as i64,
         groups,
     }
+}
+
+/// The changes past `limit`, merged as `top` merges its groups past a limit
+/// ([`super::top::limit_groups`]): one change named [`GroupName::Rest`], its figures the
+/// sums of theirs. None when all fit.
+pub fn merge_rest(groups: &[GroupChange], limit: usize) -> Option<GroupChange> {
+    let rest = groups.get(limit..).filter(|r| !r.is_empty())?;
+    let base_bytes: u64 = rest.iter().map(|g| g.base_bytes).sum();
+    let new_bytes: u64 = rest.iter().map(|g| g.new_bytes).sum();
+    let delta_bytes: i64 = rest.iter().map(|g| g.delta_bytes).sum();
+    Some(GroupChange {
+        name: GroupName::Rest { groups: rest.len() },
+        kind: GroupKind::Rest,
+        change: match delta_bytes {
+            d if d > 0 => Change::Grew,
+            d if d < 0 => Change::Shrank,
+            _ => Change::Same,
+        },
+        base_bytes,
+        new_bytes,
+        delta_bytes,
+        base_count: rest.iter().map(|g| g.base_count).sum(),
+        new_count: rest.iter().map(|g| g.new_count).sum(),
+        category: String::new(),
+    })
 }
 
 /// What `check` compares.

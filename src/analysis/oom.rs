@@ -135,7 +135,7 @@ pub struct PoolFree {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SiteUse {
     /// A call site (see `top`).
-    pub name: String,
+    pub name: super::top::GroupName,
     pub kind: GroupKind,
     pub bytes: u64,
     pub allocations: usize,

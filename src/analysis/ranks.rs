@@ -82,7 +82,7 @@ pub struct RankRow {
     pub reserved_bytes: u64,
     pub ooms: usize,
     /// The largest group at the peak, and its bytes.
-    pub top_group: Option<String>,
+    pub top_group: Option<super::top::GroupName>,
     pub top_group_kind: Option<GroupKind>,
     pub top_group_bytes: Option<u64>,
     /// Peak over the median peak, rounded to 4 decimals.

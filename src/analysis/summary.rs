@@ -29,7 +29,8 @@ pub struct Summary {
     pub external_annotations: usize,
     pub distinct_frames: usize,
     pub distinct_stacks: usize,
-    pub warnings: Vec<Warning>,
+    /// Written as a list of `{message, count}` ordered by message (`render::warnings`).
+    pub warnings: crate::model::Warnings,
 }
 
 /// Which PyTorch release the file's layout looks like (spec section 1.3).
@@ -42,7 +43,31 @@ pub struct Layout {
     /// Latest release consistent with what is missing, when that can be told.
     pub max_release: Option<&'static str>,
     /// The features the guess rests on.
-    pub evidence: Vec<String>,
+    pub evidence: Vec<LayoutEvidence>,
+}
+
+/// A feature of the file a release guess rests on (written as its words by
+/// `render::labels`, JSON included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutEvidence {
+    /// The root is a bare list of segments.
+    RootIsList,
+    /// Blocks carry `history`.
+    BlockHistory,
+    /// `segment_pool_id` or block `frames`.
+    PoolIdOrBlockFrames,
+    EntryTimeUs,
+    AllocatorSettings,
+    ExternalAnnotations,
+    EntryCompileContext,
+    GraphCaptureRecordStreamReuse,
+    EntryUserMetadata,
+    ForwardFrames,
+    EntryPoolId,
+    HostSegments,
+    EntryInternalMetadata,
+    /// `cpp_frames` strings.
+    CppFrames,
 }
 
 /// The allocator settings that matter for memory behaviour, decoded.
@@ -53,12 +78,6 @@ pub struct Settings {
     pub max_split_size_bytes: Option<u64>,
     pub garbage_collection_threshold: Option<f64>,
     pub alloc_conf: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Warning {
-    pub message: String,
-    pub count: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -318,52 +337,46 @@ fn layout(snap: &Snapshot) -> Layout {
     let mut min = "2.0";
     let mut max = None;
     if f.root_is_list {
-        evidence.push(
-            "the root is a bare list of segments (1.13, or memory_snapshot() of any release)"
-                .into(),
-        );
+        evidence.push(LayoutEvidence::RootIsList);
         min = "1.13";
     } else if f.block_history && !f.block_frames {
-        evidence.push("blocks carry history".into());
+        evidence.push(LayoutEvidence::BlockHistory);
         if !f.segment_requested_size {
             min = "1.13";
         }
         max = Some("2.0");
     } else {
+        use LayoutEvidence as E;
         // (release, present?, what)
-        let steps: [(&'static str, bool, &str); 11] = [
+        let steps: [(&'static str, bool, LayoutEvidence); 11] = [
             (
                 "2.1",
                 f.segment_pool_id || f.block_frames,
-                "segment_pool_id / block frames",
+                E::PoolIdOrBlockFrames,
             ),
-            ("2.2", e.time_us, "time_us in trace entries"),
-            ("2.3", f.allocator_settings, "allocator_settings"),
-            ("2.5", f.external_annotations, "external_annotations"),
-            ("2.8", e.compile_context, "compile_context in trace entries"),
+            ("2.2", e.time_us, E::EntryTimeUs),
+            ("2.3", f.allocator_settings, E::AllocatorSettings),
+            ("2.5", f.external_annotations, E::ExternalAnnotations),
+            ("2.8", e.compile_context, E::EntryCompileContext),
             (
                 "2.9",
                 f.graph_capture_record_stream_reuse,
-                "graph_capture_record_stream_reuse setting",
+                E::GraphCaptureRecordStreamReuse,
             ),
-            ("2.10", e.user_metadata, "user_metadata in trace entries"),
+            ("2.10", e.user_metadata, E::EntryUserMetadata),
             (
                 "2.11",
                 e.forward_frames || f.forward_frames,
-                "forward_frames",
+                E::ForwardFrames,
             ),
-            ("2.12", e.pool_id, "pool_id in trace entries"),
-            ("2.14", f.host_segments, "host_segments"),
-            (
-                "2.15",
-                e.internal_metadata,
-                "internal_metadata in trace entries",
-            ),
+            ("2.12", e.pool_id, E::EntryPoolId),
+            ("2.14", f.host_segments, E::HostSegments),
+            ("2.15", e.internal_metadata, E::EntryInternalMetadata),
         ];
         for (release, present, what) in steps {
             if present {
                 min = release;
-                evidence.push(what.to_string());
+                evidence.push(what);
             }
         }
         // Keys written by every release from some point on bound the release from above
@@ -379,7 +392,7 @@ fn layout(snap: &Snapshot) -> Layout {
             .find(|(missing, bound)| *missing && release_key(min) <= release_key(bound))
             .map(|(_, bound)| bound);
         if e.cpp_frames {
-            evidence.push("cpp_frames strings".into());
+            evidence.push(LayoutEvidence::CppFrames);
         }
     }
     Layout {
@@ -617,15 +630,7 @@ pub fn summary_with(
         external_annotations: snap.external_annotations.len(),
         distinct_frames: snap.frames.frame_count(),
         distinct_stacks: snap.frames.stack_count(),
-        warnings: snap
-            .warnings
-            .0
-            .iter()
-            .map(|(message, &count)| Warning {
-                message: message.clone(),
-                count,
-            })
-            .collect(),
+        warnings: snap.warnings.clone(),
     }
 }
 

@@ -215,12 +215,31 @@ pub fn resolve_live_with<A: Aggregator>(
     Ok((resolved, live))
 }
 
+/// What names a group: its key, or the count of groups merged past a limit (written as
+/// a string by the renderers, `impl Serialize` in `render::labels`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GroupName {
+    /// Stable name: `filename:line:name` for a frame, a category name, a file path, or a
+    /// parenthesised token for allocations without a frame.
+    Key(String),
+    /// The groups past a limit, merged into one ([`GroupKind::Rest`]): how many.
+    Rest { groups: usize },
+}
+
+impl GroupName {
+    /// The key; None for the merged rest.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            GroupName::Key(k) => Some(k),
+            GroupName::Rest { .. } => None,
+        }
+    }
+}
+
 /// One group of live allocations.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Group {
-    /// Stable name: `filename:line:name` for a frame, a category name, a file path, or a
-    /// parenthesised token for allocations without a frame.
-    pub name: String,
+    pub name: GroupName,
     /// The kind of its key, or [`GroupKind::Rest`] (the groups past the limit, merged).
     pub kind: GroupKind,
     /// Requested bytes.
@@ -317,7 +336,7 @@ pub fn group_live(attr: &Attributor, live: &LiveState, by: GroupBy) -> Vec<Group
             let categories = super::categories::split(attr, members.iter().copied());
             let main = categories.first();
             Group {
-                name: attr.name(&key),
+                name: GroupName::Key(attr.name(&key)),
                 kind: Attributor::kind(&key),
                 bytes,
                 allocated_bytes,
@@ -354,11 +373,7 @@ pub fn limit_groups(mut groups: Vec<Group>, limit: usize, total: u64) -> Vec<Gro
     let bytes: u64 = rest.iter().map(|g| g.bytes).sum();
     let largest = rest.iter().max_by_key(|g| g.largest_bytes).cloned();
     groups.push(Group {
-        name: format!(
-            "({} more group{})",
-            rest.len(),
-            if rest.len() == 1 { "" } else { "s" }
-        ),
+        name: GroupName::Rest { groups: rest.len() },
         kind: GroupKind::Rest,
         bytes,
         allocated_bytes: rest.iter().map(|g| g.allocated_bytes).sum(),

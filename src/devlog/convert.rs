@@ -26,7 +26,7 @@ use crate::model::frames::FxMap;
 use crate::model::trace::NewEvent;
 use crate::model::{
     Action, Annotation, Block, BlockState, ConvertedFrom, DeviceTrace, Features, Frame, FrameTable,
-    Segment, SegmentType, Snapshot, StackId, Warnings,
+    Segment, SegmentType, Snapshot, StackId, Warning, Warnings,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -216,64 +216,45 @@ fn add_warnings(
     w: &mut Warnings,
 ) {
     match trace.kind {
-        ProfileKind::KinetoTrace => w.add(
-            "converted from a profiler trace: stacks are the operators and Python functions enclosing each allocation; segments are synthetic (one per block alive at the end, one for memory from before profiling, one for cached free memory)",
-        ),
-        _ => w.add(
-            "converted from an export_memory_timeline file: it names no device (shown as device 0) and no address; stacks are PyTorch's memory categories",
-        ),
+        ProfileKind::KinetoTrace => w.add(Warning::ConvertedFromKineto),
+        _ => w.add(Warning::ConvertedFromMemoryTimeline),
     }
     if trace.skipped_elements > 0 {
-        w.add(format!(
-            "{} elements of the list of events are not events (nested lists, numbers, strings) and were skipped",
-            trace.skipped_elements
-        ));
+        w.add(Warning::SkippedElements {
+            elements: trace.skipped_elements,
+        });
     }
     for d in devices {
         if d.before_profiling_bytes > 0 {
-            w.add(format!(
-                "device {}: {} was allocated before profiling started (the first event's Total Allocated minus its Bytes); it is one block from before the trace",
-                d.device,
-                crate::units::bytes(d.before_profiling_bytes)
-            ));
+            w.add(Warning::BeforeProfiling {
+                device: d.device,
+                bytes: d.before_profiling_bytes,
+            });
         }
         if d.source == DeviceSource::Cpu {
-            w.add(format!(
-                "the trace has memory events only for the CPU: device {} holds the CPU allocator's events",
-                d.device
-            ));
+            w.add(Warning::CpuOnly { device: d.device });
         }
         if d.paired_by_size && trace.kind == ProfileKind::KinetoTrace {
-            w.add(format!(
-                "device {}: the trace has no addresses (2021 format): each free is paired with the latest open allocation of the same size, so totals are exact but which block was live at a moment is a best guess",
-                d.device
-            ));
+            w.add(Warning::PairedBySize { device: d.device });
         }
         if d.peak_total_reserved_bytes.is_none()
             && trace.kind == ProfileKind::KinetoTrace
             && d.source != DeviceSource::Cpu
         {
-            w.add(format!(
-                "device {}: the trace has no Total Reserved: reserved memory is unknown and shown as the peak allocated",
-                d.device
-            ));
+            w.add(Warning::NoTotalReserved { device: d.device });
         }
         if d.total_allocated_mismatches > 0 {
-            w.add(format!(
-                "device {}: {} events whose Total Allocated did not move by their Bytes (events missing from the trace)",
-                d.device, d.total_allocated_mismatches
-            ));
+            w.add(Warning::TotalAllocatedMismatches {
+                device: d.device,
+                events: d.total_allocated_mismatches,
+            });
         }
     }
     if cpu_left > 0 {
-        w.add(format!(
-            "{cpu_left} CPU memory events left out (the trace has CUDA memory events)"
-        ));
+        w.add(Warning::CpuEventsLeftOut { events: cpu_left });
     }
     if other_left > 0 {
-        w.add(format!(
-            "{other_left} memory events of devices other than CPU and CUDA left out"
-        ));
+        w.add(Warning::OtherEventsLeftOut { events: other_left });
     }
 }
 

@@ -447,7 +447,7 @@ pub fn write_snapshot_rows(
     } else {
         summary.devices.iter().map(Some).collect()
     };
-    let warnings: u64 = summary.warnings.iter().map(|w| w.count).sum();
+    let warnings: u64 = summary.warnings.total();
     for d in devices {
         let dev = d.unwrap_or(&empty);
         let first_oom = dev.ooms.first();

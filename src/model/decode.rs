@@ -94,7 +94,8 @@ fn as_size(v: &Value) -> Result<u64, DecodeError> {
 /// within 2^53 us (285 years) of 1970. Beyond that a time is not a time.
 const MAX_TIME_US: i64 = 1 << 53;
 
-/// A name from the file as shown in a warning: at most 60 characters.
+/// A name from the file as a warning keeps it: at most 60 characters (then `...`), so
+/// a file of long unknown keys cannot make the warnings large.
 fn shown(name: &str) -> String {
     let mut out: String = name.chars().take(60).collect();
     if out.len() < name.len() {
@@ -305,8 +306,7 @@ impl Decoder {
         {
             Some(t) => Ok(Some(t)),
             None => {
-                self.warnings
-                    .add("time_us more than 285 years from 1970 (2^53 us): taken as absent");
+                self.warnings.add(Warning::TimeOutOfRange);
                 Ok(None)
             }
         }
@@ -347,7 +347,7 @@ impl Decoder {
             }
         }
         if filename.is_none() || name.is_none() || line.is_none() {
-            self.warnings.add("frame without filename, name or line");
+            self.warnings.add(Warning::FrameIncomplete);
         }
         // Filename first, then name: string ids follow this order.
         let empty = self.frames.intern_str("");
@@ -470,7 +470,7 @@ impl Decoder {
         let keys = &mut out.keys;
         for (k, val) in d.iter() {
             let Some(key) = k.as_str() else {
-                self.warnings.add("non-string key in a trace entry");
+                self.warnings.add(Warning::NonStringEntryKey);
                 continue;
             };
             let r: Result<(), DecodeError> = (|| {
@@ -479,8 +479,7 @@ impl Decoder {
                         let name = as_str(val)?;
                         let action = Action::from_name(name);
                         if action == Action::Other {
-                            self.warnings
-                                .add(format!("unknown trace action '{}'", shown(name)));
+                            self.warnings.add(Warning::UnknownAction(shown(name)));
                             e.other_action = Some(self.intern(val)?);
                         }
                         e.action = Some(action);
@@ -490,9 +489,7 @@ impl Decoder {
                     "device_free" => match val.as_u64().filter(|&f| f <= MAX_SIZE) {
                         Some(f) => e.addr = f,
                         None if val.as_i128().is_some() => {
-                            self.warnings.add(
-                                "oom entry with a device_free that is not a size (negative or 2^63 and above): taken as unknown",
-                            );
+                            self.warnings.add(Warning::OomFreeNotASize);
                             e.addr = UNKNOWN_FREE;
                         }
                         None => return Err(expected("an int", val)),
@@ -543,8 +540,7 @@ impl Decoder {
                         .get_or_insert_with(Vec::new)
                         .push((key.to_string(), Extra::from_value(val))),
                     other => {
-                        self.warnings
-                            .add(format!("unknown trace entry key '{}'", shown(other)));
+                        self.warnings.add(Warning::UnknownEntryKey(shown(other)));
                         e.extra_keys
                             .get_or_insert_with(Vec::new)
                             .push((key.to_string(), Extra::from_value(val)));
@@ -662,8 +658,7 @@ impl Decoder {
                             "active_pending_free" => BlockState::ActivePendingFree,
                             "inactive" => BlockState::Inactive,
                             other => {
-                                self.warnings
-                                    .add(format!("unknown block state '{}'", shown(other)));
+                                self.warnings.add(Warning::UnknownBlockState(shown(other)));
                                 BlockState::Other(self.intern(val)?)
                             }
                         })
@@ -693,8 +688,7 @@ impl Decoder {
                         self.extras.forward_frames.insert(place, strings);
                     }
                     other => {
-                        self.warnings
-                            .add(format!("unknown block key '{}'", shown(other)));
+                        self.warnings.add(Warning::UnknownBlockKey(shown(other)));
                         self.extras.add_key(place, other, val);
                     }
                 }
@@ -710,8 +704,7 @@ impl Decoder {
         if let Some(a) = stored_address
             && a != address
         {
-            self.warnings
-                .add("block address differs from segment address plus preceding block sizes");
+            self.warnings.add(Warning::BlockAddressMismatch);
         }
         // 2.1+: requested_size; 1.13/2.0: the newest history record (spec 2.3, 6.1).
         if let Some(mut h) = history {
@@ -789,8 +782,7 @@ impl Decoder {
                             "large" => SegmentType::Large,
                             "small" => SegmentType::Small,
                             other => {
-                                self.warnings
-                                    .add(format!("unknown segment_type '{}'", shown(other)));
+                                self.warnings.add(Warning::UnknownSegmentType(shown(other)));
                                 self.extras.add_key(segment_place, key, val);
                                 SegmentType::Other
                             }
@@ -811,8 +803,7 @@ impl Decoder {
                     }
                     "blocks" => blocks_value = Some(val.clone()),
                     other => {
-                        self.warnings
-                            .add(format!("unknown segment key '{}'", shown(other)));
+                        self.warnings.add(Warning::UnknownSegmentKey(shown(other)));
                         self.extras.add_key(segment_place, other, val);
                     }
                 }
@@ -826,8 +817,7 @@ impl Decoder {
             ));
         }
         if !has_device {
-            self.warnings
-                .add("segment without 'device' (taken as device 0)");
+            self.warnings.add(Warning::SegmentWithoutDevice);
         }
         if s.address.checked_add(s.total_size).is_none() {
             return Err(DecodeError::new(format!(
@@ -854,8 +844,7 @@ impl Decoder {
         }
         let sum: u64 = s.blocks.iter().map(|b| b.size).sum();
         if sum != s.total_size {
-            self.warnings
-                .add("block sizes of a segment do not add up to its total_size");
+            self.warnings.add(Warning::BlockSizesMismatch);
         }
         Ok(s)
     }
@@ -949,11 +938,11 @@ impl Decoder {
                     None => time_ok = false,
                 },
                 Some(other) => {
-                    self.warnings.add("unknown external_annotations key");
+                    self.warnings.add(Warning::UnknownAnnotationKey);
                     self.extras
                         .add_key(Place::Annotation(self.at_annotation), other, val);
                 }
-                None => self.warnings.add("unknown external_annotations key"),
+                None => self.warnings.add(Warning::UnknownAnnotationKey),
             }
         }
         self.spend(std::mem::size_of::<Annotation>() as u64)?;
@@ -1357,7 +1346,7 @@ impl SnapshotBuilder {
                 }
                 for (k, v) in pairs.iter() {
                     let Some(key) = k.as_str() else {
-                        dec.warnings.add("non-string top-level key");
+                        dec.warnings.add(Warning::NonStringTopLevelKey);
                         continue;
                     };
                     match key {
@@ -1420,8 +1409,7 @@ impl SnapshotBuilder {
                                 .map_err(|e| e.under("external_annotations"))?;
                         }
                         other => {
-                            dec.warnings
-                                .add(format!("unknown top-level key '{}'", shown(other)));
+                            dec.warnings.add(Warning::UnknownTopLevelKey(shown(other)));
                             dec.extras.add_key(Place::Root, other, v);
                         }
                     }

@@ -88,13 +88,111 @@ pub struct Annotation {
     pub time_us: i64,
 }
 
+/// Something met while reading a file that is not an error: what it was, with the names
+/// and numbers that say it. The sentence for each is `render::warnings`'s.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Warning {
+    /// A `time_us` beyond 2^53 us of 1970, taken as absent.
+    TimeOutOfRange,
+    /// A frame without one of filename, name and line.
+    FrameIncomplete,
+    /// A key of a trace entry that is not a string.
+    NonStringEntryKey,
+    /// The names here are the file's, at most 60 characters (then `...`).
+    UnknownAction(String),
+    /// An oom entry whose `device_free` is not a size, taken as unknown.
+    OomFreeNotASize,
+    UnknownEntryKey(String),
+    UnknownBlockState(String),
+    UnknownBlockKey(String),
+    /// A block's address is not its segment's plus the sizes of the blocks before it.
+    BlockAddressMismatch,
+    UnknownSegmentType(String),
+    UnknownSegmentKey(String),
+    /// A segment without `device`, taken as device 0.
+    SegmentWithoutDevice,
+    /// The block sizes of a segment do not add up to its `total_size`.
+    BlockSizesMismatch,
+    UnknownAnnotationKey,
+    NonStringTopLevelKey,
+    UnknownTopLevelKey(String),
+    /// Bytes after the pickle's STOP, ignored.
+    TrailingBytes {
+        bytes: u64,
+    },
+    /// Converted from a Kineto / Chrome trace (`devlog::convert`): what its stacks and
+    /// segments are.
+    ConvertedFromKineto,
+    /// Converted from `export_memory_timeline` rows.
+    ConvertedFromMemoryTimeline,
+    /// Elements of a trace's event list that are not events, skipped.
+    SkippedElements {
+        elements: u64,
+    },
+    /// Memory allocated before profiling started on a converted device.
+    BeforeProfiling {
+        device: i64,
+        bytes: u64,
+    },
+    /// The trace has memory events only for the CPU; `device` holds them.
+    CpuOnly {
+        device: i64,
+    },
+    /// A trace without addresses: frees paired with allocations by size.
+    PairedBySize {
+        device: i64,
+    },
+    /// A trace without `Total Reserved`.
+    NoTotalReserved {
+        device: i64,
+    },
+    /// Events whose `Total Allocated` did not move by their `Bytes`.
+    TotalAllocatedMismatches {
+        device: i64,
+        events: u64,
+    },
+    /// CPU memory events left out (the trace has CUDA ones).
+    CpuEventsLeftOut {
+        events: u64,
+    },
+    /// Memory events of devices other than CPU and CUDA left out.
+    OtherEventsLeftOut {
+        events: u64,
+    },
+}
+
+impl Warning {
+    /// The name from the file it quotes, if any (for `redact` to clean).
+    pub fn quoted_mut(&mut self) -> Option<&mut String> {
+        match self {
+            Warning::UnknownAction(s)
+            | Warning::UnknownEntryKey(s)
+            | Warning::UnknownBlockState(s)
+            | Warning::UnknownBlockKey(s)
+            | Warning::UnknownSegmentType(s)
+            | Warning::UnknownSegmentKey(s)
+            | Warning::UnknownTopLevelKey(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
 /// Warnings met while decoding, each kind counted once.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Warnings(pub BTreeMap<String, u64>);
+pub struct Warnings(pub BTreeMap<Warning, u64>);
 
 impl Warnings {
-    pub fn add(&mut self, message: impl Into<String>) {
-        *self.0.entry(message.into()).or_insert(0) += 1;
+    pub fn add(&mut self, warning: Warning) {
+        *self.0.entry(warning).or_insert(0) += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many were met, all kinds together.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
     }
 }
 

@@ -1,8 +1,10 @@
 //! Text rendering of a [`DiffReport`] and a [`CheckReport`].
 
 use super::Style;
-use super::labels::{group_display, moment_text};
-use crate::analysis::diff::{Change, CheckReport, DiffReport, GroupChange, LimitKind, Metric};
+use super::labels::{group_name_display, moment_text};
+use crate::analysis::diff::{
+    Change, CheckReport, DiffReport, GroupChange, LimitKind, Metric, merge_rest,
+};
 use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};
@@ -31,17 +33,16 @@ fn change_rows(out: &mut dyn Write, groups: &[GroupChange], limit: usize) -> io:
             },
             bytes(g.base_bytes),
             bytes(g.new_bytes),
-            group_display(&g.name, g.kind),
+            group_name_display(&g.name, g.kind),
             g.category
         )?;
     }
-    if groups.len() > limit {
-        let rest: i64 = groups[limit..].iter().map(|g| g.delta_bytes).sum();
+    if let Some(rest) = merge_rest(groups, limit) {
         writeln!(
             out,
-            "  {:>11}  ({})",
-            bytes_signed(rest),
-            crate::units::count(groups.len() - limit, "more group", "more groups")
+            "  {:>11}  {}",
+            bytes_signed(rest.delta_bytes),
+            group_name_display(&rest.name, rest.kind)
         )?;
     }
     Ok(())

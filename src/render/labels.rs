@@ -1,10 +1,16 @@
 //! Names shared by the text renderers: frames shortened for reading, devices, moments,
-//! groups. Every name from a file comes out on one visible line ([`shown`]).
+//! groups. Every name from a file comes out on one visible line ([`shown`]). And the
+//! words of the analyses' data that JSON writes as strings too (the merged rest of the
+//! groups, the layout evidence), through their `Serialize`, so both say them alike.
 
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::{DeviceChoice, DeviceReason};
 use crate::analysis::moment::{MomentKind, ResolvedMoment};
+use crate::analysis::summary::LayoutEvidence;
+use crate::analysis::top::GroupName;
 use crate::units::{shown, utc_time};
+use serde::{Serialize, Serializer};
+use std::borrow::Cow;
 
 /// A path shortened to the part a reader needs: from the package root inside
 /// site-packages, from `torch/`, else the last two components; a relative path (as
@@ -79,6 +85,37 @@ pub fn tiny_frame(frame: &str) -> String {
             format!("{}:{rest}", path.rsplit('/').next().unwrap_or(path))
         }
         _ => short,
+    }
+}
+
+/// The name of the groups past a limit, merged: "(3 more groups)".
+pub fn rest_name(groups: usize) -> String {
+    format!(
+        "({})",
+        crate::units::count(groups, "more group", "more groups")
+    )
+}
+
+/// A group's name as JSON and export tables write it: the key, or [`rest_name`].
+pub fn group_name_text(name: &GroupName) -> Cow<'_, str> {
+    match name {
+        GroupName::Key(k) => Cow::Borrowed(k),
+        GroupName::Rest { groups } => Cow::Owned(rest_name(*groups)),
+    }
+}
+
+/// Written as the string [`group_name_text`] gives.
+impl Serialize for GroupName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&group_name_text(self))
+    }
+}
+
+/// [`group_display`] of a group's key, or [`rest_name`].
+pub fn group_name_display(name: &GroupName, kind: GroupKind) -> String {
+    match name {
+        GroupName::Key(k) => group_display(k, kind),
+        GroupName::Rest { groups } => rest_name(*groups),
     }
 }
 
@@ -215,6 +252,37 @@ pub fn write_moment_heading(
         crate::units::bytes(t.allocated_bytes),
         crate::units::bytes(t.reserved_bytes.max(0) as u64)
     )
+}
+
+/// The words for a feature a release guess rests on.
+pub fn layout_evidence_text(e: LayoutEvidence) -> &'static str {
+    match e {
+        LayoutEvidence::RootIsList => {
+            "the root is a bare list of segments (1.13, or memory_snapshot() of any release)"
+        }
+        LayoutEvidence::BlockHistory => "blocks carry history",
+        LayoutEvidence::PoolIdOrBlockFrames => "segment_pool_id / block frames",
+        LayoutEvidence::EntryTimeUs => "time_us in trace entries",
+        LayoutEvidence::AllocatorSettings => "allocator_settings",
+        LayoutEvidence::ExternalAnnotations => "external_annotations",
+        LayoutEvidence::EntryCompileContext => "compile_context in trace entries",
+        LayoutEvidence::GraphCaptureRecordStreamReuse => {
+            "graph_capture_record_stream_reuse setting"
+        }
+        LayoutEvidence::EntryUserMetadata => "user_metadata in trace entries",
+        LayoutEvidence::ForwardFrames => "forward_frames",
+        LayoutEvidence::EntryPoolId => "pool_id in trace entries",
+        LayoutEvidence::HostSegments => "host_segments",
+        LayoutEvidence::EntryInternalMetadata => "internal_metadata in trace entries",
+        LayoutEvidence::CppFrames => "cpp_frames strings",
+    }
+}
+
+/// Written as its words ([`layout_evidence_text`]).
+impl Serialize for LayoutEvidence {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(layout_evidence_text(*self))
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub mod terminal;
 pub mod timeline_svg;
 pub mod timeline_text;
 pub mod top;
+pub mod warnings;
 
 use std::io::{self, Write};
 
@@ -45,7 +46,7 @@ impl Style {
 
     pub fn heading(&self, s: &str) -> String {
         if self.color {
-            styled(terminal::BOLD, s)
+            styled(terminal::Mark::Heading, s)
         } else {
             s.to_string()
         }
@@ -53,18 +54,18 @@ impl Style {
 
     pub fn warn(&self, s: &str) -> String {
         if self.color {
-            styled(terminal::YELLOW, s)
+            styled(terminal::Mark::Warning, s)
         } else {
             s.to_string()
         }
     }
 }
 
-fn styled(code: u8, s: &str) -> String {
+fn styled(mark: terminal::Mark, s: &str) -> String {
     format!(
         "{}{s}{}",
-        terminal::marker(code),
-        terminal::marker(terminal::RESET)
+        terminal::marker(mark),
+        terminal::marker(terminal::Mark::Reset)
     )
 }
 

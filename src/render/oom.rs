@@ -1,7 +1,7 @@
 //! Text rendering of an [`OomReport`]: the figures, then the verdicts in plain words.
 
 use super::Style;
-use super::labels::group_display;
+use super::labels::{group_display, group_name_display};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceReason;
 use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Verdict};
@@ -479,7 +479,7 @@ fn write_top_sites(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
                 "    {:>10}  {:>5}x  {}  [{}{}]",
                 bytes(s.bytes),
                 s.allocations,
-                group_display(&s.name, s.kind),
+                group_name_display(&s.name, s.kind),
                 if s.category_inferred { "~" } else { "" },
                 s.category
             )?;

@@ -1,7 +1,7 @@
 //! Text rendering of a [`RanksReport`].
 
 use super::Style;
-use super::labels::{clip, group_display, tiny_frame};
+use super::labels::{clip, group_name_display, group_name_text, tiny_frame};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
 use crate::units::shown;
@@ -23,8 +23,8 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
         let group = match (&row.top_group, row.top_group_kind, row.top_group_bytes) {
             (Some(g), Some(kind), Some(b)) => {
                 let name = match kind {
-                    GroupKind::Frame | GroupKind::Stack => tiny_frame(g),
-                    _ => group_display(g, kind),
+                    GroupKind::Frame | GroupKind::Stack => tiny_frame(&group_name_text(g)),
+                    _ => group_name_display(g, kind),
                 };
                 format!("{} {}", bytes(b), clip(&name, 34))
             }
@@ -87,7 +87,7 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
                 } else {
                     bytes_signed(g.delta_bytes)
                 },
-                group_display(&g.name, g.kind)
+                group_name_display(&g.name, g.kind)
             )?;
         }
     }

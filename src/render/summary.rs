@@ -397,17 +397,23 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         format!("{} external annotations", s.external_annotations),
     )?;
     if !s.layout.evidence.is_empty() {
-        row(out, "layout evidence", s.layout.evidence.join(", "))?;
+        let words: Vec<&str> = s
+            .layout
+            .evidence
+            .iter()
+            .map(|&e| super::labels::layout_evidence_text(e))
+            .collect();
+        row(out, "layout evidence", words.join(", "))?;
     }
     if !s.warnings.is_empty() {
         writeln!(out, "{}", style.heading("warnings"))?;
-        for w in &s.warnings {
-            let times = if w.count > 1 {
-                format!(" ({} times)", w.count)
+        for (message, count) in super::warnings::warning_lines(&s.warnings) {
+            let times = if count > 1 {
+                format!(" ({count} times)")
             } else {
                 String::new()
             };
-            writeln!(out, "  {}{times}", style.warn(&shown(&w.message)))?;
+            writeln!(out, "  {}{times}", style.warn(&shown(&message)))?;
         }
     }
     Ok(())

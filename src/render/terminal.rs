@@ -12,9 +12,16 @@
 //! The program's own styling ([`super::Style`]) cannot be sent as escape sequences through
 //! such a filter, and must not be confusable with file content. So `Style` writes a marker
 //! (a private-use character, U+E000, then a key drawn at random when the process starts,
-//! then one letter) that only `TerminalText` turns into SGR codes. File content cannot
-//! know the key; a U+E000 in it is shown as `\u{e000}`. JSON is written with these
-//! characters as `\u` escapes ([`super::write_json`]), so it passes through unchanged.
+//! then one letter) that only `TerminalText` turns into the styles' escape codes, which
+//! `anstyle` writes (`Mark`). File content cannot know the key; a U+E000 in it is shown
+//! as `\u{e000}`. JSON is written with these characters as `\u` escapes
+//! ([`super::write_json`]), so it passes through unchanged.
+//!
+//! Why markers rather than writing styles as the text is written (`anstream`, `termcolor`):
+//! the renderers build lines as strings holding file content and styles together, and one
+//! filter at the output that escapes everything but the markers is what makes a forged
+//! escape impossible, whatever a renderer forgets; writing codes directly would need
+//! every renderer to escape every name itself.
 
 use std::borrow::Cow;
 use std::hash::{BuildHasher, RandomState};
@@ -26,10 +33,45 @@ pub(crate) const MARK: char = '\u{E000}';
 const MARK_LEN: usize = MARK.len_utf8();
 const KEY_LEN: usize = 16;
 
-/// Bold, yellow, reset.
-pub(crate) const BOLD: u8 = b'b';
-pub(crate) const YELLOW: u8 = b'y';
-pub(crate) const RESET: u8 = b'0';
+/// What a marker stands for: a style to start, or the end of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// Headings: bold.
+    Heading,
+    /// Warnings: yellow.
+    Warning,
+    /// Back to plain text.
+    Reset,
+}
+
+const HEADING: anstyle::Style = anstyle::Style::new().bold();
+const WARNING: anstyle::Style = anstyle::AnsiColor::Yellow.on_default();
+
+impl Mark {
+    /// The letter that ends its marker.
+    fn letter(self) -> char {
+        match self {
+            Mark::Heading => 'b',
+            Mark::Warning => 'y',
+            Mark::Reset => '0',
+        }
+    }
+
+    fn of_letter(b: u8) -> Option<Mark> {
+        [Mark::Heading, Mark::Warning, Mark::Reset]
+            .into_iter()
+            .find(|m| m.letter() as u32 == u32::from(b))
+    }
+
+    /// Its escape codes (SGR), as `anstyle` writes them.
+    fn write_to(self, out: &mut dyn Write) -> io::Result<()> {
+        match self {
+            Mark::Heading => HEADING.write_to(out),
+            Mark::Warning => WARNING.write_to(out),
+            Mark::Reset => write!(out, "{}", anstyle::Reset.render()),
+        }
+    }
+}
 
 fn key() -> &'static str {
     static KEY: OnceLock<String> = OnceLock::new();
@@ -39,18 +81,9 @@ fn key() -> &'static str {
     })
 }
 
-/// The marker `TerminalText` turns into the SGR code for `code`.
-pub(crate) fn marker(code: u8) -> String {
-    format!("{MARK}{}{}", key(), code as char)
-}
-
-fn sgr(code: u8) -> Option<&'static [u8]> {
-    match code {
-        BOLD => Some(b"\x1b[1m"),
-        YELLOW => Some(b"\x1b[33m"),
-        RESET => Some(b"\x1b[0m"),
-        _ => None,
-    }
+/// The marker `TerminalText` turns into the escape codes of `mark`.
+pub(crate) fn marker(mark: Mark) -> String {
+    format!("{MARK}{}{}", key(), mark.letter())
 }
 
 /// A character shown as visible text instead of itself: all but the newline, which only
@@ -149,10 +182,10 @@ impl<W: Write> TerminalText<W> {
                 }
                 if rest.len() > KEY_LEN
                     && &rest[..KEY_LEN] == key
-                    && let Some(code) = sgr(rest[KEY_LEN])
+                    && let Some(mark) = Mark::of_letter(rest[KEY_LEN])
                 {
                     self.inner.write_all(&data[run..i])?;
-                    self.inner.write_all(code)?;
+                    mark.write_to(&mut self.inner)?;
                     i += whole;
                     run = i;
                     continue;

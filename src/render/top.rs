@@ -1,7 +1,7 @@
 //! Text rendering of a [`TopReport`].
 
 use super::Style;
-use super::labels::{MomentTotals, group_display, write_moment_heading};
+use super::labels::{MomentTotals, group_display, group_name_display, write_moment_heading};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::leaks::LeakReport;
@@ -91,7 +91,7 @@ pub fn write_top_text(
     let width = r
         .groups
         .iter()
-        .map(|g| group_display(&g.name, g.kind).chars().count())
+        .map(|g| group_name_display(&g.name, g.kind).chars().count())
         .max()
         .unwrap_or(0)
         .max(8);
@@ -122,7 +122,7 @@ pub fn write_top_text(
             bytes(g.largest_bytes),
         );
         if by_category {
-            let name = group_display(&g.name, g.kind);
+            let name = group_name_display(&g.name, g.kind);
             let decided = decided_by(g);
             writeln!(out, "{head}{name:<width$}  {decided}")?;
         } else {
@@ -130,7 +130,7 @@ pub fn write_top_text(
                 out,
                 "{head}{:<21} {}",
                 category_cell(g),
-                group_display(&g.name, g.kind)
+                group_name_display(&g.name, g.kind)
             )?;
         }
     }

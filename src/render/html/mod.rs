@@ -15,7 +15,7 @@
 
 use super::Style;
 use super::flame_svg::{FlameTitle, write_flame_svg};
-use super::labels::{group_display, moment_text};
+use super::labels::{group_name_display, moment_text};
 use super::oom::{verdict_text, write_analysis};
 use super::reconcile::write_reconcile_text;
 use super::segments_svg::write_segments_svg;
@@ -443,11 +443,7 @@ fn live_table(m: &MomentReport) -> String {
                 percent(bytes_rest, m.total_bytes)
             );
         }
-        let name = if g.kind == GroupKind::Rest {
-            g.name.clone()
-        } else {
-            group_display(&g.name, g.kind)
-        };
+        let name = group_name_display(&g.name, g.kind);
         let figures = format!(
             "{} requested ({} bytes) in {} allocation{}{}",
             bytes(g.bytes),
@@ -685,13 +681,13 @@ fn warnings_section(f: &FileReport, id: &str) -> String {
         out.push_str("<p>None: every part of the file was read as expected.</p>\n");
     } else {
         out.push_str("<ul class=\"warnings\">\n");
-        for w in &f.summary.warnings {
-            let times = if w.count > 1 {
-                format!(" ({} times)", w.count)
+        for (message, count) in crate::render::warnings::warning_lines(&f.summary.warnings) {
+            let times = if count > 1 {
+                format!(" ({count} times)")
             } else {
                 String::new()
             };
-            let _ = writeln!(out, "<li>{}{times}</li>", escape_html(&w.message));
+            let _ = writeln!(out, "<li>{}{times}</li>", escape_html(&message));
         }
         out.push_str("</ul>\n");
     }
@@ -961,7 +957,7 @@ fn answer_section(out: &mut String, d: &DeviceReport, id: &str) {
                 "<li>{} ({}) {}{}</li>",
                 escape_html(&bytes(g.bytes)),
                 percent(g.bytes, m.total_bytes),
-                escape_html(&group_display(&g.name, g.kind)),
+                escape_html(&group_name_display(&g.name, g.kind)),
                 if g.category.is_empty() {
                     String::new()
                 } else {
@@ -1063,7 +1059,7 @@ fn ranks_section(out: &mut String, r: &RanksReport, files: &[&str]) {
         next = i + 1;
         let group = match (&row.top_group, row.top_group_kind, row.top_group_bytes) {
             (Some(g), Some(kind), Some(b)) => {
-                format!("{} {}", bytes(b), group_display(g, kind))
+                format!("{} {}", bytes(b), group_name_display(g, kind))
             }
             _ => "-".into(),
         };
