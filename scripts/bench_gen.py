@@ -1147,13 +1147,13 @@ VA_TOP = 0x7f40_0000_0000
 
 
 class Generator:
-    def __init__(self, step, ntiles, sharing):
+    def __init__(self, step, ntiles, sharing, va_top=VA_TOP):
         self.step = step
         self.ntiles = ntiles
         self.sharing = sharing
         st = step
         self.shift = (st.va_span + (1 << 30) - 1) >> 30 << 30
-        self.base = VA_TOP - (ntiles + 1) * self.shift
+        self.base = va_top - (ntiles + 1) * self.shift
         if self.base < (1 << 41):
             raise SystemExit('too many tiles for the VA range (%d)' % ntiles)
         self.pbase = self.base - ((st.persistent.next_va + (1 << 30)) >> 30 << 30) - (1 << 32)
@@ -1443,6 +1443,9 @@ def main(argv=None):
     ap.add_argument('--sharing', choices=('capture', 'traceback'), default='capture',
                     help='frames-list sharing model (see module docstring)')
     ap.add_argument('--seed', type=int, default=1)
+    ap.add_argument('--va-top', type=lambda v: int(v, 0), default=VA_TOP,
+                    help='top of the address range (default 0x7f4000000000; '
+                         'add 2**48 for a trace whose addresses are all at or above 2^48)')
     ap.add_argument('--verify', action='store_true',
                     help='after writing, check pickle.dumps(pickle.load(f), protocol=4) == file')
     ap.add_argument('--stats', action='store_true', help='print model statistics')
@@ -1462,7 +1465,7 @@ def main(argv=None):
         fixed = s2.n - 2 * per_tile
         target = int(args.size_mb * 1e6)
         ntiles = max(1, round((target - fixed) / per_tile))
-    gen = Generator(step, ntiles, args.sharing)
+    gen = Generator(step, ntiles, args.sharing, args.va_top)
     out_dir = os.path.dirname(os.path.abspath(args.output))
     os.makedirs(out_dir, exist_ok=True)
     tmp = args.output + '.tmp'
