@@ -3,8 +3,8 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use vramlens::analysis::attribution::GroupBy;
+use vramlens::analysis::chart::BandBy;
 use vramlens::analysis::moment::Moment;
-use vramlens::analysis::timeline_view::BandBy;
 
 /// `--by` of the timeline: a grouping, or `allocation` (one band each).
 fn band_by(s: &str) -> Result<BandBy, String> {

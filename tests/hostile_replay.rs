@@ -3,8 +3,8 @@
 //! Each must finish (linear or n log n work) with sane answers and no panic.
 
 use vramlens::analysis::attribution::{AttributionOptions, Attributor};
+use vramlens::analysis::chart::{ViewError, ViewOptions, XAxis, build_view};
 use vramlens::analysis::oom::{OomOptions, analyze_oom};
-use vramlens::analysis::timeline_view::{ViewError, ViewOptions, XAxis, build_view};
 use vramlens::model::trace::NewEvent;
 use vramlens::model::{Action, Annotation, DeviceTrace, Snapshot};
 use vramlens::timeline::replay::DeviceReplay;

@@ -601,7 +601,7 @@ fn drawn_spans(svg: &str) -> Vec<(String, String)> {
 fn a_trace_of_the_same_run_draws_its_operators_under_the_chart() {
     use vramlens::analysis::align::line_up;
     use vramlens::analysis::attribution::{AttributionOptions, Attributor};
-    use vramlens::analysis::timeline_view::{ViewOptions, XAxis, build_view};
+    use vramlens::analysis::chart::{ViewOptions, XAxis, build_view};
     use vramlens::analysis::trace_lanes::{LaneKind, build_lanes};
     use vramlens::timeline::replay::DeviceReplay;
 

@@ -6,7 +6,7 @@ use assert_cmd::Command;
 use common::{require_shared_data, root};
 use proptest::prelude::*;
 use vramlens::analysis::attribution::{Attributor, GroupBy};
-use vramlens::analysis::timeline_view::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
+use vramlens::analysis::chart::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
 use vramlens::analysis::top::Versions;
 use vramlens::model::trace::NewEvent;
 use vramlens::model::{Action, Block, BlockState, DeviceTrace, Segment, SegmentType, Snapshot};

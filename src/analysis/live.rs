@@ -39,7 +39,7 @@ pub struct LiveAllocation {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct LiveSet {
+pub struct LiveReport {
     pub schema_version: u32,
     pub path: String,
     pub device: i64,
@@ -64,7 +64,7 @@ pub fn live_set(
     live: &LiveState,
     trace: &DeviceTrace,
     frames: usize,
-) -> LiveSet {
+) -> LiveReport {
     let mut list: Vec<&crate::timeline::Lifetime> = live.lifetimes.iter().collect();
     list.sort_by(|a, b| {
         b.size
@@ -96,7 +96,7 @@ pub fn live_set(
             frames: user_frames(&snap.frames, Attributor::allocation_stack(l), frames),
         })
         .collect();
-    LiveSet {
+    LiveReport {
         schema_version: SCHEMA_VERSION,
         path: path.to_string(),
         device: choice.device,

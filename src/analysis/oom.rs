@@ -16,7 +16,7 @@
 use super::attribution::{AttributionOptions, Attributor, GroupBy, GroupKind};
 use super::device::{DeviceReason, choose_device};
 use super::leaks::{LeakReport, LeakSampler};
-use super::top::{LiveState, LiveStateAt, Versions, group_live};
+use super::top::{LiveState, LiveStatePass, Versions, group_live};
 use crate::devlog::oom_log::OomMessage;
 use crate::model::{Action, Snapshot};
 use crate::timeline::Start;
@@ -661,7 +661,7 @@ struct Known {
 /// aggregators ([`OomPrepared`]).
 pub struct MomentPass<'a> {
     at: Option<usize>,
-    live: LiveStateAt,
+    live: LiveStatePass,
     sampler: Option<LeakSampler<'a>>,
 }
 
@@ -671,7 +671,7 @@ impl<'a> MomentPass<'a> {
     pub fn new(r: &DeviceReplay, attr: &'a Attributor<'a>, at: Option<usize>) -> Self {
         MomentPass {
             at,
-            live: LiveStateAt::new(at),
+            live: LiveStatePass::new(at),
             sampler: r
                 .has_timeline()
                 .then(|| LeakSampler::new(r, attr, GroupBy::Callsite, at)),

@@ -8,6 +8,7 @@
 //! that is also the last event) are one, under every name it has.
 
 use super::attribution::{AttributionOptions, Attributor, GroupBy};
+use super::chart::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, prepare_view};
 use super::device::{DeviceChoice, DeviceError, choose_device};
 use super::flame::{FlameNode, FlameOptions, flame};
 use super::frames::user_frames;
@@ -20,9 +21,8 @@ use super::segment_map::{SegmentMap, segment_map};
 use super::summary::{
     DeviceSummary, Summary, SummaryOptions, SummaryPass, analyze_summary, summary_with,
 };
-use super::timeline_view::{BandBy, TimelineView, ViewError, ViewOptions, XAxis, prepare_view};
 use super::top::{
-    Group, LiveState, LiveStateAt, Versions, add_times, count_versions, group_live, limit_groups,
+    Group, LiveState, LiveStatePass, Versions, add_times, count_versions, group_live, limit_groups,
 };
 use crate::devlog::DeviceLog;
 use crate::devlog::convert::Converted;
@@ -329,7 +329,7 @@ fn replay_once(
         )
     };
     let (mut callsite, mut category) = (view(GroupBy::Callsite), view(GroupBy::Category));
-    let mut lives = LiveStateAt::at_each(ats);
+    let mut lives = LiveStatePass::at_each(ats);
     let mut oom_passes: Vec<MomentPass> = oom_moments(r)
         .into_iter()
         .map(|at| MomentPass::new(r, attr, at))
@@ -456,8 +456,8 @@ fn device_report(
                 let samples = super::reconcile::gpu_samples(readings.log, device);
                 let rows =
                     super::reconcile::readings_over_time(snap, device, readings.log, &samples);
-                super::timeline_view::add_device_readings(&mut t.by_callsite, &rows);
-                super::timeline_view::add_device_readings(&mut t.by_category, &rows);
+                super::chart::add_device_readings(&mut t.by_callsite, &rows);
+                super::chart::add_device_readings(&mut t.by_category, &rows);
             }
             Some(
                 analyze_reconcile(

@@ -80,14 +80,14 @@ fn live_state_with<A: Aggregator>(
     versions: Versions,
     extra: A,
 ) -> LiveState {
-    let mut live = LiveStateAt::new(at);
+    let mut live = LiveStatePass::new(at);
     let start = r.run((&mut live, extra));
     live.finish(r, start, versions)
 }
 
 /// What [`live_state`] collects (at one moment or several), as an aggregator to run
-/// beside others in one replay; [`LiveStateAt::finish`] gives the state.
-pub struct LiveStateAt {
+/// beside others in one replay; [`LiveStatePass::finish`] gives the state.
+pub struct LiveStatePass {
     /// The moments asked for, in their order.
     ats: Vec<Option<usize>>,
     /// The same, ascending and once each, as the collectors take them.
@@ -96,7 +96,7 @@ pub struct LiveStateAt {
     totals: TotalsAt,
 }
 
-impl LiveStateAt {
+impl LiveStatePass {
     pub fn new(at: Option<usize>) -> Self {
         Self::at_each(&[at])
     }
@@ -106,7 +106,7 @@ impl LiveStateAt {
         let mut states = ats.to_vec();
         states.sort_unstable();
         states.dedup();
-        LiveStateAt {
+        LiveStatePass {
             ats: ats.to_vec(),
             live: LiveAt::new(&states),
             totals: TotalsAt::new(states.clone()),
@@ -114,14 +114,14 @@ impl LiveStateAt {
         }
     }
 
-    /// The state at the one moment of [`LiveStateAt::new`].
+    /// The state at the one moment of [`LiveStatePass::new`].
     pub fn finish(self, r: &DeviceReplay, start: Start, versions: Versions) -> LiveState {
         self.finish_each(r, start, versions)
             .pop()
             .expect("one moment asked for")
     }
 
-    /// The state at each moment of [`LiveStateAt::at_each`], in its order (versions, if
+    /// The state at each moment of [`LiveStatePass::at_each`], in its order (versions, if
     /// counted, counted for all of them at once).
     pub fn finish_each(self, r: &DeviceReplay, start: Start, versions: Versions) -> Vec<LiveState> {
         let mut states: Vec<LiveState> = self
@@ -170,7 +170,7 @@ pub fn count_versions(r: &DeviceReplay, states: &mut [LiveState]) {
     }
 }
 
-crate::aggregator_of_fields!(LiveStateAt, live, totals);
+crate::aggregator_of_fields!(LiveStatePass, live, totals);
 
 /// What was alive at the peak of requested bytes, from the one replay that finds it.
 pub fn live_state_at_peak(r: &DeviceReplay, versions: Versions) -> LiveState {

@@ -7,7 +7,7 @@
 //! names and positions. Words are `render::timeline_svg`'s.
 
 use crate::analysis::align::{Alignment, Times};
-use crate::analysis::timeline_view::{TimelineView, XAxis};
+use crate::analysis::chart::{TimelineView, XAxis};
 use crate::devlog::kineto::{ProfileTrace, Span, SpanKind};
 use crate::model::DeviceTrace;
 use serde::Serialize;

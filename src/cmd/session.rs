@@ -25,7 +25,7 @@ pub struct Session {
 }
 
 /// The live set at a moment, with the replay and the bound attributor that found it.
-pub struct LiveAt<'s> {
+pub struct LiveMoment<'s> {
     pub replay: DeviceReplay<'s>,
     pub attr: Attributor<'s>,
     pub moment: ResolvedMoment,
@@ -71,13 +71,13 @@ impl Session {
     /// What was live at `moment` on the chosen device (versions not counted: for
     /// outputs that show no allocation's label), from one replay when the moment is the
     /// peak; the attributor comes bound to the device's categories.
-    pub fn live_at(&self, moment: Moment) -> Result<LiveAt<'_>> {
+    pub fn live_at(&self, moment: Moment) -> Result<LiveMoment<'_>> {
         let replay = self.replay();
         let (moment, live) = resolve_live(&replay, moment, Versions::NotNeeded)
             .map_err(|e| anyhow!("{}: {e}", self.path()))?;
         let mut attr = self.attributor();
         attr.bind_to(&replay);
-        Ok(LiveAt {
+        Ok(LiveMoment {
             replay,
             attr,
             moment,

@@ -7,11 +7,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::align::line_up;
 use vramlens::analysis::attribution::Attributor;
+use vramlens::analysis::chart::{TimelineView, ViewOptions, XAxis, build_view, zoom_window};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::live::live_set;
-use vramlens::analysis::timeline_view::{
-    TimelineView, ViewOptions, XAxis, build_view, zoom_window,
-};
 use vramlens::analysis::top::{Versions, resolve_live};
 use vramlens::analysis::trace_lanes::{LaneKind, TraceLanes, build_lanes};
 use vramlens::devlog::{read_profile, to_snapshot};
@@ -115,9 +113,9 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             let samples = vramlens::analysis::reconcile::gpu_samples(&log, device);
             let rows =
                 vramlens::analysis::reconcile::readings_over_time(&snap, device, &log, &samples);
-            vramlens::analysis::timeline_view::add_device_readings(&mut view, &rows);
+            vramlens::analysis::chart::add_device_readings(&mut view, &rows);
             if let Some(z) = zoom_view.as_mut() {
-                vramlens::analysis::timeline_view::add_device_readings(z, &rows);
+                vramlens::analysis::chart::add_device_readings(z, &rows);
             }
         }
         let zoom_panel = zoom
@@ -157,8 +155,8 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             write_live_text(out, &listing, &choice, style)?;
         }
     } else if args.output.is_none() || args.json {
-        let report = vramlens::analysis::timeline_report::report(path, &r)
-            .map_err(|e| anyhow!("{path}: {e}"))?;
+        let report =
+            vramlens::analysis::peaks::report(path, &r).map_err(|e| anyhow!("{path}: {e}"))?;
         if args.json {
             write_json(out, &report)?;
         } else {

@@ -1,9 +1,9 @@
-//! Text rendering of a [`LiveSet`].
+//! Text rendering of a [`LiveReport`].
 
 use super::Style;
 use super::labels::{MomentTotals, write_moment_heading};
 use crate::analysis::device::DeviceChoice;
-use crate::analysis::live::LiveSet;
+use crate::analysis::live::LiveReport;
 use crate::timeline::Origin;
 use crate::units::bytes;
 use crate::units::shown;
@@ -11,7 +11,7 @@ use std::io::{self, Write};
 
 pub fn write_live_text(
     out: &mut dyn Write,
-    live: &LiveSet,
+    live: &LiveReport,
     choice: &DeviceChoice,
     style: Style,
 ) -> io::Result<()> {

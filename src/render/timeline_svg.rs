@@ -6,10 +6,8 @@
 use super::labels::{device_line, group_display, tiny_frame};
 use super::svg::{PALETTE, Svg, category_color, color, escape, num};
 use crate::analysis::attribution::GroupKind;
+use crate::analysis::chart::{Band, BandBy, MarkerKind, TimelineView, XAxis, Zoom, ZoomAround};
 use crate::analysis::device::DeviceChoice;
-use crate::analysis::timeline_view::{
-    Band, BandBy, MarkerKind, TimelineView, XAxis, Zoom, ZoomAround,
-};
 use crate::analysis::trace_lanes::{Lane, LaneKind, TraceLanes};
 use crate::units::{bytes, duration_us, utc_time};
 use std::io::{self, Write};
@@ -633,12 +631,13 @@ fn draw_device_lines(svg: &mut Svg, p: &Panel) -> io::Result<()> {
     if view.device.is_empty() {
         return Ok(());
     }
-    let pts = |f2: &dyn Fn(&crate::analysis::timeline_view::DevicePoint) -> Option<i64>| -> Vec<(f64, f64)> {
-        view.device
-            .iter()
-            .filter_map(|p| f2(p).map(|v| (f.px(p.x), f.py(v.max(0) as f64))))
-            .collect()
-    };
+    let pts =
+        |f2: &dyn Fn(&crate::analysis::chart::DevicePoint) -> Option<i64>| -> Vec<(f64, f64)> {
+            view.device
+                .iter()
+                .filter_map(|p| f2(p).map(|v| (f.px(p.x), f.py(v.max(0) as f64))))
+                .collect()
+        };
     let used = pts(&|p| Some(p.used_bytes as i64));
     let max_used = view.device.iter().map(|p| p.used_bytes).max().unwrap_or(0);
     svg.polyline(

@@ -1,9 +1,9 @@
-//! Text rendering of a [`TimelineReport`].
+//! Text rendering of a [`PeaksReport`].
 
 use super::Style;
 use super::labels::device_line;
 use crate::analysis::device::DeviceChoice;
-use crate::analysis::timeline_report::TimelineReport;
+use crate::analysis::peaks::PeaksReport;
 use crate::timeline::Peak;
 use crate::units::shown;
 use crate::units::{bytes, utc_time};
@@ -20,7 +20,7 @@ fn peak(p: &Peak) -> String {
 
 pub fn write_timeline_text(
     out: &mut dyn Write,
-    r: &TimelineReport,
+    r: &PeaksReport,
     choice: &DeviceChoice,
     style: Style,
 ) -> io::Result<()> {

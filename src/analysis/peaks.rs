@@ -10,7 +10,7 @@ use serde::Serialize;
 pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct TimelineReport {
+pub struct PeaksReport {
     pub schema_version: u32,
     pub path: String,
     pub device: i64,
@@ -66,7 +66,7 @@ impl Aggregator for Counts {
 )]
 pub struct NoTrace(pub NoTimeline);
 
-pub fn report(path: &str, r: &DeviceReplay) -> Result<TimelineReport, NoTrace> {
+pub fn report(path: &str, r: &DeviceReplay) -> Result<PeaksReport, NoTrace> {
     if let Some(none) = r.no_timeline() {
         return Err(NoTrace(none));
     }
@@ -74,7 +74,7 @@ pub fn report(path: &str, r: &DeviceReplay) -> Result<TimelineReport, NoTrace> {
     let mut peaks = Peaks::default();
     let start = r.run((&mut counts, &mut peaks));
     let peaks = peaks.with_times(r.trace);
-    Ok(TimelineReport {
+    Ok(PeaksReport {
         schema_version: SCHEMA_VERSION,
         path: path.to_string(),
         device: r.device,
