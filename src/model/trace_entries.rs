@@ -7,11 +7,12 @@
 //! a memo read (the action name, a shared frames list, a shared string) or a short
 //! string, or a frames list of memo reads of frame dicts. Entries of that shape are
 //! decoded one after another (passing the batch ends between them) without making a
-//! single pickle value. At anything else (a key or value of another shape, a frame seen
-//! for the first time, a store read back as a dict, a value the decoder would warn about
-//! or refuse) the fast path stops and leaves the entry to the reader, which decodes it
-//! as values: results, warnings and errors are the same either way (the tests compare
-//! both on every fixture and real snapshot).
+//! single pickle value: a [`Cursor`] reads the opcodes, and this file says which keys
+//! and values an entry has. At anything else (a key or value of another shape, a frame
+//! seen for the first time, a store read back as a dict, a value the decoder would warn
+//! about or refuse) the fast path stops and leaves the entry to the reader, which
+//! decodes it as values: results, warnings and errors are the same either way (the tests
+//! compare both on every fixture and real snapshot).
 //!
 //! With more than one thread, stretches of a file held in memory are decoded ahead by
 //! workers ([`Workers`]): a worker starts at a frame boundary (protocol 4 frames hold
@@ -25,7 +26,10 @@
 //! identical for any number of threads.
 
 use super::*;
-use crate::pickle::{FastTake, ListId, Memo, MemoReferences, Value};
+use crate::pickle::opcodes::{
+    APPEND, BINGET, EMPTY_DICT, EMPTY_LIST, FRAME_HEADER, LONG_BINGET, MARK, SETITEMS,
+};
+use crate::pickle::{Cursor, FastTake, ListId, Memo, MemoReferences, Value};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -94,139 +98,6 @@ fn classify(v: &Value) -> Class {
         Value::Str(s) => classify_str(s),
         Value::Handle(id) => Class::Stack(StackId(*id as u32)),
         _ => Class::Other,
-    }
-}
-
-/// A cursor over the bytes of one entry. Every read returns None at the end of the
-/// bytes or at an opcode of another kind, which ends the fast path there.
-struct Cur<'a> {
-    b: &'a [u8],
-    p: usize,
-}
-
-impl<'a> Cur<'a> {
-    #[cold]
-    fn skip_frames(&mut self) -> Option<()> {
-        while *self.b.get(self.p)? == 0x95 {
-            self.p += 9;
-        }
-        Some(())
-    }
-
-    /// The next opcode byte (after any FRAMEs).
-    #[inline(always)]
-    fn peek(&mut self) -> Option<u8> {
-        let b = *self.b.get(self.p)?;
-        if b != 0x95 {
-            return Some(b);
-        }
-        self.skip_frames()?;
-        self.b.get(self.p).copied()
-    }
-
-    #[inline(always)]
-    fn expect(&mut self, op: u8) -> Option<()> {
-        (self.peek()? == op).then(|| self.p += 1)
-    }
-
-    #[inline(always)]
-    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.p..self.p + n)?;
-        self.p += n;
-        Some(s)
-    }
-
-    /// BINGET or LONG_BINGET.
-    #[inline(always)]
-    fn get(&mut self) -> Option<u64> {
-        match self.peek()? {
-            b'h' => {
-                let i = *self.b.get(self.p + 1)?;
-                self.p += 2;
-                Some(i as u64)
-            }
-            b'j' => {
-                let b = self.b.get(self.p + 1..self.p + 5)?;
-                self.p += 5;
-                Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
-            }
-            _ => None,
-        }
-    }
-
-    /// A memo store after an object: Some(None) when there is none, Some(Some(i)) for
-    /// MEMOIZE (at `next`) or BINPUT/LONG_BINPUT of `next`; None for a PUT elsewhere.
-    #[inline(always)]
-    fn store(&mut self, next: u64) -> Option<Option<u64>> {
-        let index = match self.peek()? {
-            0x94 => {
-                self.p += 1;
-                next
-            }
-            b'q' => {
-                let i = *self.b.get(self.p + 1)? as u64;
-                self.p += 2;
-                i
-            }
-            b'r' => {
-                let b = self.b.get(self.p + 1..self.p + 5)?;
-                self.p += 5;
-                u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64
-            }
-            _ => return Some(None),
-        };
-        (index == next).then_some(Some(index))
-    }
-
-    /// BININT1, BININT2, BININT or LONG1 (up to 16 bytes).
-    #[inline(always)]
-    fn int(&mut self) -> Option<i128> {
-        match self.peek()? {
-            b'K' => Some(self.bytes(2)?[1] as i128),
-            b'M' => {
-                let b = self.bytes(3)?;
-                Some(u16::from_le_bytes([b[1], b[2]]) as i128)
-            }
-            b'J' => {
-                let b = self.bytes(5)?;
-                Some(i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i128)
-            }
-            0x8a => {
-                let n = *self.b.get(self.p + 1)? as usize;
-                if n == 0 || n > 16 {
-                    return None;
-                }
-                self.p += 2;
-                let b = self.bytes(n)?;
-                let mut buf = if b[n - 1] & 0x80 != 0 {
-                    [0xff; 16]
-                } else {
-                    [0; 16]
-                };
-                buf[..n].copy_from_slice(b);
-                Some(i128::from_le_bytes(buf))
-            }
-            _ => None,
-        }
-    }
-
-    /// SHORT_BINUNICODE or BINUNICODE, as valid UTF-8.
-    #[inline]
-    fn text(&mut self) -> Option<&'a str> {
-        let n = match self.peek()? {
-            0x8c => {
-                let n = *self.b.get(self.p + 1)? as usize;
-                self.p += 2;
-                n
-            }
-            b'X' => {
-                let b = self.b.get(self.p + 1..self.p + 5)?;
-                self.p += 5;
-                u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-            }
-            _ => return None,
-        };
-        std::str::from_utf8(self.bytes(n)?).ok()
     }
 }
 
@@ -312,11 +183,11 @@ trait Resolve {
 /// next store; the entry's stores are collected, to be committed with the entry.
 fn decode_entry<R: Resolve>(
     r: &mut R,
-    c: &mut Cur,
+    c: &mut Cursor,
     next: &mut u64,
     stores: &mut Vec<Store>,
 ) -> Option<Entry> {
-    c.expect(b'}')?;
+    c.expect(EMPTY_DICT)?;
     // The entry dict itself: kept only if nothing reads it back.
     if let Some(index) = c.store(*next)? {
         if r.read_back(index) {
@@ -328,7 +199,7 @@ fn decode_entry<R: Resolve>(
         });
         *next += 1;
     }
-    c.expect(b'(')?;
+    c.expect(MARK)?;
     let mut e = Entry {
         action: Action::Other,
         action_at: None,
@@ -344,11 +215,11 @@ fn decode_entry<R: Resolve>(
     let mut has_action = false;
     loop {
         let key = match c.peek()? {
-            b'u' => {
-                c.p += 1;
+            SETITEMS => {
+                c.expect(SETITEMS)?;
                 break;
             }
-            b'h' | b'j' => match r.class(c.get()?)? {
+            BINGET | LONG_BINGET => match r.class(c.get()?)? {
                 Class::Key(k) => k,
                 _ => return None,
             },
@@ -364,7 +235,7 @@ fn decode_entry<R: Resolve>(
             Key::Action => {
                 has_action = true;
                 e.action_at = None;
-                if matches!(c.peek()?, b'h' | b'j') {
+                if c.at_get()? {
                     let index = c.get()?;
                     match r.class(index) {
                         Some(Class::Action(a)) => e.action = a,
@@ -394,14 +265,14 @@ fn decode_entry<R: Resolve>(
             }
             Key::Frames => {
                 e.keys.frames = true;
-                e.stack = Some(if c.peek()? == b']' {
+                e.stack = Some(if c.peek()? == EMPTY_LIST {
                     frames_list(r, c, next, stores)?
                 } else {
                     r.stack_at(c.get()?)?
                 });
             }
             Key::CompileContext | Key::UserMetadata => {
-                let v = if matches!(c.peek()?, b'h' | b'j') {
+                let v = if c.at_get()? {
                     r.text_at(c.get()?, key)?
                 } else {
                     let s = c.text()?;
@@ -425,7 +296,7 @@ fn decode_entry<R: Resolve>(
 /// The store after a string written in place, if any.
 fn stored_text<R: Resolve>(
     r: &mut R,
-    c: &mut Cur,
+    c: &mut Cursor,
     next: &mut u64,
     stores: &mut Vec<Store>,
     s: &str,
@@ -447,11 +318,11 @@ fn stored_text<R: Resolve>(
 /// reader takes over: it decodes it as values, to the empty stack.
 fn frames_list<R: Resolve>(
     r: &mut R,
-    c: &mut Cur,
+    c: &mut Cursor,
     next: &mut u64,
     stores: &mut Vec<Store>,
 ) -> Option<Ref> {
-    c.expect(b']')?;
+    c.expect(EMPTY_LIST)?;
     let list_store = c.store(*next)?;
     if list_store.is_some() {
         *next += 1;
@@ -459,36 +330,14 @@ fn frames_list<R: Resolve>(
     r.frames_start();
     loop {
         match c.peek()? {
-            b'(' => {
-                c.p += 1;
-                // Batches of BINGET/LONG_BINGET up to APPENDS (FRAMEs may come between).
-                let b = c.b;
-                let mut p = c.p;
-                loop {
-                    match *b.get(p)? {
-                        b'j' => {
-                            let x = b.get(p + 1..p + 5)?;
-                            p += 5;
-                            r.frame_push(u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as u64)?;
-                        }
-                        b'h' => {
-                            let i = *b.get(p + 1)?;
-                            p += 2;
-                            r.frame_push(i as u64)?;
-                        }
-                        b'e' => {
-                            p += 1;
-                            break;
-                        }
-                        0x95 => p += 9,
-                        _ => return None,
-                    }
-                }
-                c.p = p;
+            // Batches of memo reads of frame dicts.
+            MARK => {
+                c.expect(MARK)?;
+                c.gets_to_appends(|index| r.frame_push(index))?;
             }
-            b'h' | b'j' if r.frames_len() == 0 => {
+            BINGET | LONG_BINGET if r.frames_len() == 0 => {
                 r.frame_push(c.get()?)?;
-                c.expect(b'a')?;
+                c.expect(APPEND)?;
                 break;
             }
             _ => break,
@@ -673,7 +522,7 @@ fn store_value(v: StoreVal, stack: impl Fn(Ref) -> Option<u32>) -> Option<Option
 impl SnapshotBuilder {
     /// Decodes one entry at the start of `b` into the trace of `list`, or nothing.
     fn fast_entry(&mut self, b: &[u8], memo: &mut Memo, list: ListId) -> Option<usize> {
-        let mut c = Cur { b, p: 0 };
+        let mut c = Cursor::new(b, 0);
         let mut next = memo.next_sequential()?;
         let mut stores = std::mem::take(&mut self.stores);
         stores.clear();
@@ -691,7 +540,7 @@ impl SnapshotBuilder {
             _ => None,
         };
         self.stores = stores;
-        done.map(|()| c.p)
+        done.map(|()| c.pos())
     }
 
     /// Checks an entry as the decoder would, then records its stores and appends it.
@@ -799,7 +648,7 @@ impl SnapshotBuilder {
                 break;
             }
             let rest = &bytes[pos..];
-            if rest.first() == Some(&b'}') {
+            if Cursor::new(rest, 0).is_at(EMPTY_DICT) {
                 if let Some(n) = self.splice(offset + pos as u64, memo, list) {
                     pos += n.bytes;
                     taken.items += n.items;
@@ -817,14 +666,14 @@ impl SnapshotBuilder {
                 }
             }
             // A batch end and the next batch's MARK, or a FRAME, between entries.
-            let mut c = Cur { b: rest, p: 0 };
-            if c.expect(b'e').is_some() && c.expect(b'(').is_some() && c.peek() == Some(b'}') {
-                pos += c.p;
+            let mut c = Cursor::new(rest, 0);
+            if c.next_batch().is_some() && c.peek() == Some(EMPTY_DICT) {
+                pos += c.pos();
                 taken.bytes = pos;
                 continue;
             }
-            if rest.first() == Some(&0x95) && rest.len() >= 9 {
-                pos += 9;
+            if Cursor::new(rest, 0).frame().is_some() {
+                pos += FRAME_HEADER;
                 taken.bytes = pos;
                 continue;
             }
@@ -1196,9 +1045,9 @@ fn decode_run(
         if p >= end || cancel.load(Ordering::Relaxed) {
             return None;
         }
-        if bytes[p] == b'}' {
+        if Cursor::new(bytes, p).is_at(EMPTY_DICT) {
             let mark = w.mark();
-            let mut c = Cur { b: bytes, p };
+            let mut c = Cursor::new(bytes, p);
             let mut n = next;
             stores.clear();
             let ok = decode_entry(&mut w, &mut c, &mut n, &mut stores).is_some();
@@ -1225,15 +1074,15 @@ fn decode_run(
         order: Vec::new(),
         spent: 0,
     };
-    let mut c = Cur { b: bytes, p };
+    let mut c = Cursor::new(bytes, p);
     let mut count = 0u64;
-    while c.p < end {
+    while c.pos() < end {
         if count.is_multiple_of(4096) && cancel.load(Ordering::Relaxed) {
             return None;
         }
-        let at = c.p;
-        if c.peek() == Some(b'}') {
-            c.p = at;
+        let at = c;
+        if c.peek() == Some(EMPTY_DICT) {
+            c = at;
             let mark = w.mark();
             let mut n = next;
             stores.clear();
@@ -1256,12 +1105,12 @@ fn decode_run(
             run.stores += n - next;
             next = n;
             count += 1;
-            run.end = c.p as u64;
+            run.end = c.pos() as u64;
             continue;
         }
         // Batch ends between entries (FRAMEs are passed by the cursor).
-        c.p = at;
-        if c.expect(b'e').is_some() && c.expect(b'(').is_some() && c.peek() == Some(b'}') {
+        c = at;
+        if c.next_batch().is_some() && c.peek() == Some(EMPTY_DICT) {
             continue;
         }
         break;

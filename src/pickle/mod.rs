@@ -12,12 +12,15 @@
 //!
 //! This module knows nothing of PyTorch: it imports no other module of the crate.
 
+mod cursor;
 mod memo;
+pub mod opcodes;
 mod ops;
 mod value;
 mod vm;
 mod write;
 
+pub use cursor::Cursor;
 pub use memo::{
     MemoReferences, Stretches, chunks, frame_starts, scan_references, scan_slice,
     scan_slice_chunks, scan_slice_releasing, step,

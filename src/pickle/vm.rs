@@ -8,6 +8,7 @@
 
 pub use super::memo::Memo;
 use super::memo::{MemoRead, MemoReferences};
+use super::opcodes;
 use super::ops::{Input, Op, ReadInput, Release, SliceInput, next_op, text_index};
 use super::value::ListId;
 use super::{Error, Value};
@@ -839,7 +840,7 @@ fn parse_input<I: Input, B: Builder>(
                 values: m.held,
             });
         }
-        if input.window().first() == Some(&b'}') && m.try_fast(input)? {
+        if input.window().first() == Some(&opcodes::EMPTY_DICT) && m.try_fast(input)? {
             continue;
         }
         let op = next_op(input, &mut m.offset)?;
