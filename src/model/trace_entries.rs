@@ -29,7 +29,9 @@ use super::*;
 use crate::pickle::opcodes::{
     APPEND, BINGET, EMPTY_DICT, EMPTY_LIST, FRAME_HEADER, LONG_BINGET, MARK, SETITEMS,
 };
-use crate::pickle::{Cursor, FastTake, ListId, Memo, MemoReferences, Value};
+use crate::pickle::{
+    Cursor, FastTake, ListId, Memo, MemoReferences, SharedBytes, SharedRelease, Value,
+};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -908,17 +910,12 @@ struct Run {
     spent: u64,
 }
 
-/// The bytes a worker reads: the file as the reader has it.
-pub(super) type Shared = Arc<dyn AsRef<[u8]> + Send + Sync>;
-/// Told the bytes `[start, end)` a worker has read.
-pub(super) type Release = Arc<dyn Fn(usize, usize) + Send + Sync>;
-
 /// What the reader gives the workers: the bytes, where they may start, the memo count
 /// at each start, and which stores are read back.
 pub(super) struct Parallel {
-    pub(super) data: Shared,
+    pub(super) data: SharedBytes,
     /// Gives back the pages of bytes a worker has read (a mapped file's).
-    pub(super) release: Option<Release>,
+    pub(super) release: Option<SharedRelease>,
     /// `(start, end, stores before start)` of each stretch, in order.
     pub(super) chunks: Arc<Vec<(usize, usize, u64)>>,
     pub(super) refs: Arc<MemoReferences>,
@@ -960,8 +957,8 @@ impl Drop for Workers {
 
 /// A worker's loop: stretches from the last one down, until the reader has taken one.
 struct Job {
-    data: Shared,
-    release: Option<Release>,
+    data: SharedBytes,
+    release: Option<SharedRelease>,
     chunks: Arc<Vec<(usize, usize, u64)>>,
     first: usize,
     refs: Arc<MemoReferences>,

@@ -2,8 +2,8 @@
 //! written.
 //!
 //! Names and values are those of CPython's `pickle.py` (and `pickletools`), so a byte
-//! met in a hex dump reads the same here. The decoder ([`super::ops`]), the reference
-//! scan ([`super::memo`]), the writer ([`super::write`]) and [`super::Cursor`] match on
+//! met in a hex dump reads the same here. The decoder (`ops.rs`), the reference scan
+//! (`memo.rs`), the writer ([`super::PickleWriter`]) and [`super::Cursor`] match on
 //! these; code outside the pickle reader names opcodes through them and never by value.
 //! Nothing here says which opcodes are allowed: the decoder refuses the ones that import
 //! or call.

@@ -94,6 +94,13 @@ pub trait Builder {
         let _ = (list, taking);
         false
     }
+    /// Offered by [`super::Reader`], before the second pass, where the input is large
+    /// and workers were allowed: stretches of the bytes the builder may decode ahead on
+    /// its own threads (for [`Builder::take_items`] to use once the reader gets there).
+    /// Ignored by default.
+    fn read_ahead(&mut self, plan: super::ReadAhead) {
+        let _ = plan;
+    }
 }
 
 /// What [`Builder::take_items`] took.
