@@ -1256,8 +1256,37 @@ impl SnapshotBuilder {
         }
     }
 
-    /// Splices a run in, or leaves everything as it was (None) when it cannot be used.
+    /// Splices a run in, or leaves everything as it was (None) when it cannot be used:
+    /// checked first, then what it refers to interned in the sequential path's order,
+    /// then its events appended and its stores made.
     fn apply(&mut self, run: Run, memo: &mut Memo, list: ListId) -> Option<FastTake> {
+        let total = self.run_fits(&run, memo, list)?;
+        let ids = self.intern_run(&run, memo)?;
+        let n = self.push_run(&run, &ids, list)?;
+        let p = self.pending.get_mut(&list)?;
+        p.trace.size_total = total;
+        p.trace.keys.merge(run.trace.keys);
+        self.dec.spent += run.spent;
+        self.fast_entries += n as u64;
+        self.spliced_entries += n as u64;
+        let values: Vec<(u64, Value)> = run
+            .defs
+            .into_iter()
+            .filter_map(|(index, v)| Some((index, store_value(v, |r| ids.stack(r))??)))
+            .collect();
+        memo.store_run(run.base, run.stores, values);
+        Some(FastTake {
+            bytes: (run.end - run.start) as usize,
+            items: n as u64,
+        })
+    }
+
+    /// Whether a run can be spliced at the reader's place: the memo count it assumed,
+    /// a trace without error whose sizes stay in range, every deferred memo read of the
+    /// kind it was taken for, and the budget for it all. Checked before interning
+    /// anything, so that a run dropped here leaves the tables as they were (interning
+    /// may spend budget on strings). Gives the trace's new size total.
+    fn run_fits(&self, run: &Run, memo: &Memo, list: ListId) -> Option<u64> {
         if memo.next_sequential() != Some(run.base) {
             return None;
         }
@@ -1269,8 +1298,6 @@ impl SnapshotBuilder {
         if total > MAX_SIZE {
             return None;
         }
-        // Check every deferred read before interning anything, so that a run dropped
-        // here leaves the tables as they were (interning may spend budget on strings).
         let mut spend = run.spent + run.strings.iter().map(|s| s.len() as u64).sum::<u64>();
         for &(index, role) in &run.deferred_list {
             let (_, v) = memo.peek_index(index)?;
@@ -1290,90 +1317,56 @@ impl SnapshotBuilder {
                 return None;
             }
         }
-        if self.dec.spent + spend > self.dec.budget {
-            return None;
-        }
-        // Intern in the order the sequential path would have.
-        let mut resolved = vec![Resolved::Text(None); run.deferred_list.len()];
-        let mut stacks = vec![StackId(0); run.stack_list.len()];
-        let mut strings = vec![StrId(0); run.strings.len()];
-        {
-            let mut r = Main {
-                dec: &mut self.dec,
-                cache: &mut self.cache,
-                classes: &mut self.classes,
-                memo,
-            };
-            for u in &run.order {
-                match *u {
-                    Use::Deferred(n) => {
-                        let (index, role) = run.deferred_list[n as usize];
-                        resolved[n as usize] = match role {
-                            Role::Frame => Resolved::Frame(r.frame_id(index)?),
-                            Role::Stack => match r.stack_at(index)? {
-                                Ref::Id(s) => Resolved::Stack(StackId(s)),
+        (self.dec.spent + spend <= self.dec.budget).then_some(total)
+    }
+
+    /// Interns what a run refers to (memo reads it deferred, frames lists and strings it
+    /// made) in the order the sequential path would have met them, so every id is the
+    /// one that path gives.
+    fn intern_run(&mut self, run: &Run, memo: &mut Memo) -> Option<RunIds> {
+        let mut ids = RunIds {
+            resolved: vec![Resolved::Text(None); run.deferred_list.len()],
+            stacks: vec![StackId(0); run.stack_list.len()],
+            strings: vec![StrId(0); run.strings.len()],
+        };
+        let mut r = Main {
+            dec: &mut self.dec,
+            cache: &mut self.cache,
+            classes: &mut self.classes,
+            memo,
+        };
+        for u in &run.order {
+            match *u {
+                Use::Deferred(n) => {
+                    let (index, role) = run.deferred_list[n as usize];
+                    ids.resolved[n as usize] = resolve_deferred(&mut r, index, role)?;
+                }
+                Use::Stack(n) => {
+                    let mut frames = Vec::with_capacity(run.stack_list[n as usize].len());
+                    for f in &run.stack_list[n as usize] {
+                        frames.push(match *f {
+                            Ref::Id(f) => FrameId(f),
+                            Ref::Deferred(m) => match ids.resolved[m as usize] {
+                                Resolved::Frame(f) => f,
                                 _ => return None,
                             },
-                            Role::Action => match r.class(index)? {
-                                Class::Action(a) => Resolved::Action(a),
-                                _ => return None,
-                            },
-                            Role::Text(cc) => {
-                                let key = if cc == 1 {
-                                    Key::CompileContext
-                                } else {
-                                    Key::UserMetadata
-                                };
-                                Resolved::Text(match r.text_at(index, key)? {
-                                    Some(Ref::Id(s)) => Some(StrId(s)),
-                                    None => None,
-                                    _ => return None,
-                                })
-                            }
-                        };
+                            Ref::Local(_) => return None,
+                        });
                     }
-                    Use::Stack(n) => {
-                        let mut ids = Vec::with_capacity(run.stack_list[n as usize].len());
-                        for f in &run.stack_list[n as usize] {
-                            ids.push(match *f {
-                                Ref::Id(f) => FrameId(f),
-                                Ref::Deferred(m) => match resolved[m as usize] {
-                                    Resolved::Frame(f) => f,
-                                    _ => return None,
-                                },
-                                Ref::Local(_) => return None,
-                            });
-                        }
-                        stacks[n as usize] = r.dec.frames.intern_stack(&ids);
-                    }
-                    Use::Str(n) => {
-                        let v = Value::Str(Rc::from(&*run.strings[n as usize]));
-                        strings[n as usize] = r.dec.intern(&v).ok()?;
-                    }
+                    ids.stacks[n as usize] = r.dec.frames.intern_stack(&frames);
+                }
+                Use::Str(n) => {
+                    let v = Value::Str(Rc::from(&*run.strings[n as usize]));
+                    ids.strings[n as usize] = r.dec.intern(&v).ok()?;
                 }
             }
         }
-        let stack_of = |packed: u32| -> Option<StackId> {
-            match packed & (3 << 30) {
-                0 => Some(StackId(packed)),
-                LOCAL => Some(stacks[(packed & !LOCAL) as usize]),
-                DEFERRED => match resolved[(packed & !DEFERRED) as usize] {
-                    Resolved::Stack(s) => Some(s),
-                    _ => None,
-                },
-                _ => None,
-            }
-        };
-        let str_of = |packed: u32| -> Option<Option<StrId>> {
-            match packed & (3 << 30) {
-                LOCAL => Some(Some(strings[(packed & !LOCAL) as usize])),
-                DEFERRED => match resolved[(packed & !DEFERRED) as usize] {
-                    Resolved::Text(t) => Some(t),
-                    _ => None,
-                },
-                _ => None,
-            }
-        };
+        Some(ids)
+    }
+
+    /// Appends a run's events to the trace of `list`, their packed references resolved;
+    /// gives how many.
+    fn push_run(&mut self, run: &Run, ids: &RunIds, list: ListId) -> Option<usize> {
         let p = self.pending.get_mut(&list)?;
         let mut actions = run.actions.iter().peekable();
         let n = run.trace.len();
@@ -1385,7 +1378,7 @@ impl SnapshotBuilder {
                 && at as usize == i
             {
                 actions.next();
-                if let Resolved::Action(a) = resolved[m as usize] {
+                if let Resolved::Action(a) = ids.resolved[m as usize] {
                     action = a;
                 }
             }
@@ -1396,45 +1389,95 @@ impl SnapshotBuilder {
                 stream: e.stream,
                 time_us: e.time_us,
                 stack: match e.stack {
-                    Some(s) => stack_of(s.0),
+                    Some(s) => ids.packed_stack(s.0),
                     None => None,
                 },
                 compile_context: run
                     .trace
                     .compile_context(i)
-                    .and_then(|s| str_of(s.0).flatten()),
+                    .and_then(|s| ids.packed_str(s.0).flatten()),
                 user_metadata: run
                     .trace
                     .user_metadata(i)
-                    .and_then(|s| str_of(s.0).flatten()),
+                    .and_then(|s| ids.packed_str(s.0).flatten()),
                 ..NewEvent::default()
             };
             p.trace.push(new);
         }
-        p.trace.size_total = total;
-        p.trace.keys.merge(run.trace.keys);
-        self.dec.spent += run.spent;
-        self.fast_entries += n as u64;
-        self.spliced_entries += n as u64;
-        let values: Vec<(u64, Value)> = run
-            .defs
-            .into_iter()
-            .filter_map(|(index, v)| {
-                let v = store_value(v, |r| match r {
-                    Ref::Id(i) => Some(i),
-                    Ref::Local(n) => Some(stacks[n as usize].0),
-                    Ref::Deferred(m) => match resolved[m as usize] {
-                        Resolved::Stack(s) => Some(s.0),
-                        _ => None,
-                    },
-                })??;
-                Some((index, v))
+        Some(n)
+    }
+}
+
+/// What the reader resolved a deferred memo read of a run to (see [`Role`]).
+fn resolve_deferred(r: &mut Main, index: u64, role: Role) -> Option<Resolved> {
+    Some(match role {
+        Role::Frame => Resolved::Frame(r.frame_id(index)?),
+        Role::Stack => match r.stack_at(index)? {
+            Ref::Id(s) => Resolved::Stack(StackId(s)),
+            _ => return None,
+        },
+        Role::Action => match r.class(index)? {
+            Class::Action(a) => Resolved::Action(a),
+            _ => return None,
+        },
+        Role::Text(cc) => {
+            let key = if cc == 1 {
+                Key::CompileContext
+            } else {
+                Key::UserMetadata
+            };
+            Resolved::Text(match r.text_at(index, key)? {
+                Some(Ref::Id(s)) => Some(StrId(s)),
+                None => None,
+                _ => return None,
             })
-            .collect();
-        memo.store_run(run.base, run.stores, values);
-        Some(FastTake {
-            bytes: (run.end - run.start) as usize,
-            items: n as u64,
-        })
+        }
+    })
+}
+
+/// The ids the reader gave what a run refers to: its deferred memo reads, and the
+/// frames lists and strings it made (by their numbers in the run).
+struct RunIds {
+    resolved: Vec<Resolved>,
+    stacks: Vec<StackId>,
+    strings: Vec<StrId>,
+}
+
+impl RunIds {
+    /// The stack of a packed reference ([`pack`]).
+    fn packed_stack(&self, packed: u32) -> Option<StackId> {
+        match packed & (3 << 30) {
+            0 => Some(StackId(packed)),
+            LOCAL => Some(self.stacks[(packed & !LOCAL) as usize]),
+            DEFERRED => match self.resolved[(packed & !DEFERRED) as usize] {
+                Resolved::Stack(s) => Some(s),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The string of a packed reference ([`pack`]); Some(None) for a key's default.
+    fn packed_str(&self, packed: u32) -> Option<Option<StrId>> {
+        match packed & (3 << 30) {
+            LOCAL => Some(Some(self.strings[(packed & !LOCAL) as usize])),
+            DEFERRED => match self.resolved[(packed & !DEFERRED) as usize] {
+                Resolved::Text(t) => Some(t),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The stack id a frames list stored by the run stands for.
+    fn stack(&self, r: Ref) -> Option<u32> {
+        match r {
+            Ref::Id(i) => Some(i),
+            Ref::Local(n) => Some(self.stacks[n as usize].0),
+            Ref::Deferred(m) => match self.resolved[m as usize] {
+                Resolved::Stack(s) => Some(s.0),
+                _ => None,
+            },
+        }
     }
 }
