@@ -122,9 +122,6 @@ impl AsRef<[u8]> for Data {
     }
 }
 
-/// Files at least this large are read with workers on every thread but one.
-const PARALLEL_MIN_BYTES: usize = 16 << 20;
-
 impl std::ops::Deref for Data {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -721,92 +718,62 @@ pub fn read_snapshot(
 
 /// Decodes a snapshot from bytes held in memory, as [`read_snapshot`] reads a file's.
 pub fn read_snapshot_bytes(bytes: &[u8]) -> Result<(Snapshot, SourceInfo), InputError> {
-    let held = Held {
-        release: None,
-        shared: None,
-        worker_release: None,
-    };
-    decode_data(bytes, "(bytes)".into(), ReadOptions::default(), held)
+    decode_data(
+        bytes,
+        "(bytes)".into(),
+        ReadOptions::default(),
+        Held::default(),
+    )
 }
 
 fn read_inner(path: &Path, options: ReadOptions) -> Result<(Snapshot, SourceInfo), InputError> {
     let data = std::sync::Arc::new(open(path)?);
     let label = path.display().to_string();
-    let shared: pickle_shared::Shared = data.clone();
-    match &*data {
-        Data::Mapped(map) => {
-            // Pages already read go back to the page cache, so the mapping does not add
-            // the file's size to the process's memory.
-            let release = |start: usize, end: usize| give_back(map, start, end);
-            let mapped = data.clone();
-            let worker_release: pickle_shared::WorkerRelease =
-                std::sync::Arc::new(move |start, end| {
-                    if let Data::Mapped(map) = &*mapped {
-                        give_back(map, start, end)
-                    }
-                });
-            let held = Held {
-                release: Some(&release),
-                shared: Some(shared),
-                worker_release: Some(worker_release),
-            };
-            decode_data(&data, label, options, held)
-        }
-        Data::Owned(_) => {
-            let held = Held {
-                release: None,
-                shared: Some(shared),
-                worker_release: None,
-            };
-            decode_data(&data, label, options, held)
-        }
-    }
+    // Pages already read go back to the page cache, so the mapping does not add the
+    // file's size to the process's memory.
+    let release = matches!(*data, Data::Mapped(_)).then(|| {
+        let mapped = data.clone();
+        let release: pickle::SharedRelease = std::sync::Arc::new(move |start, end| {
+            if let Data::Mapped(map) = &*mapped {
+                give_back(map, start, end)
+            }
+        });
+        release
+    });
+    let held = Held {
+        shared: Some(data.clone()),
+        release,
+    };
+    decode_data(&data, label, options, held)
 }
 
-mod pickle_shared {
-    /// The bytes of an input, shared with the reader's workers.
-    pub type Shared = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
-    /// Gives back the pages of the bytes a worker has read.
-    pub type WorkerRelease = std::sync::Arc<dyn Fn(usize, usize) + Send + Sync>;
+/// Where the input's bytes are, for the reader and its workers: held for other threads,
+/// and how to give their pages back (a mapped file's).
+#[derive(Default)]
+struct Held {
+    shared: Option<pickle::SharedBytes>,
+    release: Option<pickle::SharedRelease>,
 }
 
-/// Where the input's bytes are, for the reader and its workers.
-struct Held<'a> {
-    release: Option<pickle::Release<'a>>,
-    shared: Option<pickle_shared::Shared>,
-    worker_release: Option<pickle_shared::WorkerRelease>,
-}
-
-/// The pickle passes over the content, with the trailing bytes checked. `release` gives
-/// the pages of a mapped file back once read.
+/// The pickle passes over the content, with the trailing bytes checked. Content held
+/// in memory is read with workers on every thread but one, and its pages given back
+/// once read, as `held` allows.
 fn decode_pickle(
     content: &Content,
     info: &mut SourceInfo,
     padded: bool,
-    release: Option<pickle::Release>,
-    shared: Option<pickle_shared::Shared>,
-    worker_release: Option<pickle_shared::WorkerRelease>,
+    held: Held,
 ) -> Result<Snapshot, InputError> {
     let mut builder = SnapshotBuilder::new();
     let (root, parse_info) = if content.gzip {
         let refs = pickle::scan_references(content.stream(Some("scanning")))?;
         pickle::parse_with(content.stream(Some("reading")), refs, &mut builder)?
     } else {
-        let threads = rayon::current_num_threads();
-        let (refs, stretches) = pickle::scan_slice_chunks(content.raw, threads * 16, release)?;
-        if let (Some(stretches), Some(data)) = (stretches, shared)
-            && threads > 1
-            && content.raw.len() >= PARALLEL_MIN_BYTES
-        {
-            builder.set_parallel_releasing(
-                data,
-                worker_release,
-                stretches,
-                refs.clone(),
-                threads - 1,
-            );
+        let mut reader = pickle::Reader::new(content.raw).releasing(held.release);
+        if let Some(shared) = held.shared {
+            reader = reader.workers(rayon::current_num_threads() - 1, shared);
         }
-        pickle::parse_slice_releasing(content.raw, refs, &mut builder, release)?
+        reader.parse(&mut builder)?
     };
     info.pickle_protocol = parse_info.protocol;
     let mut snapshot = builder.finish_sized(&root, parse_info.bytes)?;
@@ -911,7 +878,7 @@ fn decode_data(
     // Profiler traces and memory timelines are converted into a snapshot.
     if crate::devlog::is_profile(&head) {
         let converted = crate::devlog::read_profile_snapshot(
-            content.stream_releasing(Some("reading"), held.release),
+            content.stream_releasing(Some("reading"), held.release.as_deref().map(|f| f as _)),
         )?;
         info.format = match converted.kind {
             crate::devlog::ProfileKind::KinetoTrace => SourceFormat::KinetoTrace,
@@ -951,16 +918,9 @@ fn decode_data(
                 progress: false,
                 label: String::new(),
             };
-            decode_pickle(&inner, &mut info, true, None, None, None)?
+            decode_pickle(&inner, &mut info, true, Held::default())?
         }
-        Kind::Pickle => decode_pickle(
-            &content,
-            &mut info,
-            false,
-            held.release,
-            held.shared,
-            held.worker_release,
-        )?,
+        Kind::Pickle => decode_pickle(&content, &mut info, false, held)?,
     };
     Ok((snapshot, info))
 }

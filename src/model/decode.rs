@@ -1141,6 +1141,17 @@ impl pickle::Builder for SnapshotBuilder {
             }
     }
 
+    /// Workers decode trace entries ahead in the stretches (`trace_entries.rs`).
+    fn read_ahead(&mut self, plan: pickle::ReadAhead) {
+        self.set_parallel_inner(trace_entries::Parallel {
+            data: plan.data,
+            release: plan.release,
+            chunks: std::sync::Arc::new(plan.stretches),
+            refs: std::sync::Arc::new(plan.refs),
+            workers: plan.workers,
+        });
+    }
+
     fn take_items(
         &mut self,
         list: ListId,
@@ -1246,29 +1257,17 @@ impl SnapshotBuilder {
     /// Lets `workers` threads decode stretches of `data` (the bytes the reader reads)
     /// ahead of the reader; `stretches` and `refs` come from the first pass
     /// ([`pickle::scan_slice_chunks`]). The result is the same as without.
+    /// [`pickle::Reader`] offers the same through [`pickle::Builder::read_ahead`].
     pub fn set_parallel(
         &mut self,
-        data: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
-        stretches: pickle::Stretches,
-        refs: pickle::MemoReferences,
-        workers: usize,
-    ) {
-        self.set_parallel_releasing(data, None, stretches, refs, workers);
-    }
-
-    /// [`SnapshotBuilder::set_parallel`], with `release` told the bytes each worker has
-    /// read (so that a mapped file's pages go back).
-    pub fn set_parallel_releasing(
-        &mut self,
-        data: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
-        release: Option<std::sync::Arc<dyn Fn(usize, usize) + Send + Sync>>,
+        data: pickle::SharedBytes,
         stretches: pickle::Stretches,
         refs: pickle::MemoReferences,
         workers: usize,
     ) {
         self.set_parallel_inner(trace_entries::Parallel {
             data,
-            release,
+            release: None,
             chunks: std::sync::Arc::new(stretches),
             refs: std::sync::Arc::new(refs),
             workers,

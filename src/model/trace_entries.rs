@@ -7,11 +7,12 @@
 //! a memo read (the action name, a shared frames list, a shared string) or a short
 //! string, or a frames list of memo reads of frame dicts. Entries of that shape are
 //! decoded one after another (passing the batch ends between them) without making a
-//! single pickle value. At anything else (a key or value of another shape, a frame seen
-//! for the first time, a store read back as a dict, a value the decoder would warn about
-//! or refuse) the fast path stops and leaves the entry to the reader, which decodes it
-//! as values: results, warnings and errors are the same either way (the tests compare
-//! both on every fixture and real snapshot).
+//! single pickle value: a [`Cursor`] reads the opcodes, and this file says which keys
+//! and values an entry has. At anything else (a key or value of another shape, a frame
+//! seen for the first time, a store read back as a dict, a value the decoder would warn
+//! about or refuse) the fast path stops and leaves the entry to the reader, which
+//! decodes it as values: results, warnings and errors are the same either way (the tests
+//! compare both on every fixture and real snapshot).
 //!
 //! With more than one thread, stretches of a file held in memory are decoded ahead by
 //! workers ([`Workers`]): a worker starts at a frame boundary (protocol 4 frames hold
@@ -25,7 +26,12 @@
 //! identical for any number of threads.
 
 use super::*;
-use crate::pickle::{FastTake, ListId, Memo, MemoReferences, Value};
+use crate::pickle::opcodes::{
+    APPEND, BINGET, EMPTY_DICT, EMPTY_LIST, FRAME_HEADER, LONG_BINGET, MARK, SETITEMS,
+};
+use crate::pickle::{
+    Cursor, FastTake, ListId, Memo, MemoReferences, SharedBytes, SharedRelease, Value,
+};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -94,139 +100,6 @@ fn classify(v: &Value) -> Class {
         Value::Str(s) => classify_str(s),
         Value::Handle(id) => Class::Stack(StackId(*id as u32)),
         _ => Class::Other,
-    }
-}
-
-/// A cursor over the bytes of one entry. Every read returns None at the end of the
-/// bytes or at an opcode of another kind, which ends the fast path there.
-struct Cur<'a> {
-    b: &'a [u8],
-    p: usize,
-}
-
-impl<'a> Cur<'a> {
-    #[cold]
-    fn skip_frames(&mut self) -> Option<()> {
-        while *self.b.get(self.p)? == 0x95 {
-            self.p += 9;
-        }
-        Some(())
-    }
-
-    /// The next opcode byte (after any FRAMEs).
-    #[inline(always)]
-    fn peek(&mut self) -> Option<u8> {
-        let b = *self.b.get(self.p)?;
-        if b != 0x95 {
-            return Some(b);
-        }
-        self.skip_frames()?;
-        self.b.get(self.p).copied()
-    }
-
-    #[inline(always)]
-    fn expect(&mut self, op: u8) -> Option<()> {
-        (self.peek()? == op).then(|| self.p += 1)
-    }
-
-    #[inline(always)]
-    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.p..self.p + n)?;
-        self.p += n;
-        Some(s)
-    }
-
-    /// BINGET or LONG_BINGET.
-    #[inline(always)]
-    fn get(&mut self) -> Option<u64> {
-        match self.peek()? {
-            b'h' => {
-                let i = *self.b.get(self.p + 1)?;
-                self.p += 2;
-                Some(i as u64)
-            }
-            b'j' => {
-                let b = self.b.get(self.p + 1..self.p + 5)?;
-                self.p += 5;
-                Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
-            }
-            _ => None,
-        }
-    }
-
-    /// A memo store after an object: Some(None) when there is none, Some(Some(i)) for
-    /// MEMOIZE (at `next`) or BINPUT/LONG_BINPUT of `next`; None for a PUT elsewhere.
-    #[inline(always)]
-    fn store(&mut self, next: u64) -> Option<Option<u64>> {
-        let index = match self.peek()? {
-            0x94 => {
-                self.p += 1;
-                next
-            }
-            b'q' => {
-                let i = *self.b.get(self.p + 1)? as u64;
-                self.p += 2;
-                i
-            }
-            b'r' => {
-                let b = self.b.get(self.p + 1..self.p + 5)?;
-                self.p += 5;
-                u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64
-            }
-            _ => return Some(None),
-        };
-        (index == next).then_some(Some(index))
-    }
-
-    /// BININT1, BININT2, BININT or LONG1 (up to 16 bytes).
-    #[inline(always)]
-    fn int(&mut self) -> Option<i128> {
-        match self.peek()? {
-            b'K' => Some(self.bytes(2)?[1] as i128),
-            b'M' => {
-                let b = self.bytes(3)?;
-                Some(u16::from_le_bytes([b[1], b[2]]) as i128)
-            }
-            b'J' => {
-                let b = self.bytes(5)?;
-                Some(i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as i128)
-            }
-            0x8a => {
-                let n = *self.b.get(self.p + 1)? as usize;
-                if n == 0 || n > 16 {
-                    return None;
-                }
-                self.p += 2;
-                let b = self.bytes(n)?;
-                let mut buf = if b[n - 1] & 0x80 != 0 {
-                    [0xff; 16]
-                } else {
-                    [0; 16]
-                };
-                buf[..n].copy_from_slice(b);
-                Some(i128::from_le_bytes(buf))
-            }
-            _ => None,
-        }
-    }
-
-    /// SHORT_BINUNICODE or BINUNICODE, as valid UTF-8.
-    #[inline]
-    fn text(&mut self) -> Option<&'a str> {
-        let n = match self.peek()? {
-            0x8c => {
-                let n = *self.b.get(self.p + 1)? as usize;
-                self.p += 2;
-                n
-            }
-            b'X' => {
-                let b = self.b.get(self.p + 1..self.p + 5)?;
-                self.p += 5;
-                u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-            }
-            _ => return None,
-        };
-        std::str::from_utf8(self.bytes(n)?).ok()
     }
 }
 
@@ -312,11 +185,11 @@ trait Resolve {
 /// next store; the entry's stores are collected, to be committed with the entry.
 fn decode_entry<R: Resolve>(
     r: &mut R,
-    c: &mut Cur,
+    c: &mut Cursor,
     next: &mut u64,
     stores: &mut Vec<Store>,
 ) -> Option<Entry> {
-    c.expect(b'}')?;
+    c.expect(EMPTY_DICT)?;
     // The entry dict itself: kept only if nothing reads it back.
     if let Some(index) = c.store(*next)? {
         if r.read_back(index) {
@@ -328,7 +201,7 @@ fn decode_entry<R: Resolve>(
         });
         *next += 1;
     }
-    c.expect(b'(')?;
+    c.expect(MARK)?;
     let mut e = Entry {
         action: Action::Other,
         action_at: None,
@@ -344,11 +217,11 @@ fn decode_entry<R: Resolve>(
     let mut has_action = false;
     loop {
         let key = match c.peek()? {
-            b'u' => {
-                c.p += 1;
+            SETITEMS => {
+                c.expect(SETITEMS)?;
                 break;
             }
-            b'h' | b'j' => match r.class(c.get()?)? {
+            BINGET | LONG_BINGET => match r.class(c.get()?)? {
                 Class::Key(k) => k,
                 _ => return None,
             },
@@ -364,7 +237,7 @@ fn decode_entry<R: Resolve>(
             Key::Action => {
                 has_action = true;
                 e.action_at = None;
-                if matches!(c.peek()?, b'h' | b'j') {
+                if c.at_get()? {
                     let index = c.get()?;
                     match r.class(index) {
                         Some(Class::Action(a)) => e.action = a,
@@ -394,14 +267,14 @@ fn decode_entry<R: Resolve>(
             }
             Key::Frames => {
                 e.keys.frames = true;
-                e.stack = Some(if c.peek()? == b']' {
+                e.stack = Some(if c.peek()? == EMPTY_LIST {
                     frames_list(r, c, next, stores)?
                 } else {
                     r.stack_at(c.get()?)?
                 });
             }
             Key::CompileContext | Key::UserMetadata => {
-                let v = if matches!(c.peek()?, b'h' | b'j') {
+                let v = if c.at_get()? {
                     r.text_at(c.get()?, key)?
                 } else {
                     let s = c.text()?;
@@ -425,7 +298,7 @@ fn decode_entry<R: Resolve>(
 /// The store after a string written in place, if any.
 fn stored_text<R: Resolve>(
     r: &mut R,
-    c: &mut Cur,
+    c: &mut Cursor,
     next: &mut u64,
     stores: &mut Vec<Store>,
     s: &str,
@@ -447,11 +320,11 @@ fn stored_text<R: Resolve>(
 /// reader takes over: it decodes it as values, to the empty stack.
 fn frames_list<R: Resolve>(
     r: &mut R,
-    c: &mut Cur,
+    c: &mut Cursor,
     next: &mut u64,
     stores: &mut Vec<Store>,
 ) -> Option<Ref> {
-    c.expect(b']')?;
+    c.expect(EMPTY_LIST)?;
     let list_store = c.store(*next)?;
     if list_store.is_some() {
         *next += 1;
@@ -459,36 +332,14 @@ fn frames_list<R: Resolve>(
     r.frames_start();
     loop {
         match c.peek()? {
-            b'(' => {
-                c.p += 1;
-                // Batches of BINGET/LONG_BINGET up to APPENDS (FRAMEs may come between).
-                let b = c.b;
-                let mut p = c.p;
-                loop {
-                    match *b.get(p)? {
-                        b'j' => {
-                            let x = b.get(p + 1..p + 5)?;
-                            p += 5;
-                            r.frame_push(u32::from_le_bytes([x[0], x[1], x[2], x[3]]) as u64)?;
-                        }
-                        b'h' => {
-                            let i = *b.get(p + 1)?;
-                            p += 2;
-                            r.frame_push(i as u64)?;
-                        }
-                        b'e' => {
-                            p += 1;
-                            break;
-                        }
-                        0x95 => p += 9,
-                        _ => return None,
-                    }
-                }
-                c.p = p;
+            // Batches of memo reads of frame dicts.
+            MARK => {
+                c.expect(MARK)?;
+                c.gets_to_appends(|index| r.frame_push(index))?;
             }
-            b'h' | b'j' if r.frames_len() == 0 => {
+            BINGET | LONG_BINGET if r.frames_len() == 0 => {
                 r.frame_push(c.get()?)?;
-                c.expect(b'a')?;
+                c.expect(APPEND)?;
                 break;
             }
             _ => break,
@@ -673,7 +524,7 @@ fn store_value(v: StoreVal, stack: impl Fn(Ref) -> Option<u32>) -> Option<Option
 impl SnapshotBuilder {
     /// Decodes one entry at the start of `b` into the trace of `list`, or nothing.
     fn fast_entry(&mut self, b: &[u8], memo: &mut Memo, list: ListId) -> Option<usize> {
-        let mut c = Cur { b, p: 0 };
+        let mut c = Cursor::new(b, 0);
         let mut next = memo.next_sequential()?;
         let mut stores = std::mem::take(&mut self.stores);
         stores.clear();
@@ -691,7 +542,7 @@ impl SnapshotBuilder {
             _ => None,
         };
         self.stores = stores;
-        done.map(|()| c.p)
+        done.map(|()| c.pos())
     }
 
     /// Checks an entry as the decoder would, then records its stores and appends it.
@@ -799,7 +650,7 @@ impl SnapshotBuilder {
                 break;
             }
             let rest = &bytes[pos..];
-            if rest.first() == Some(&b'}') {
+            if Cursor::new(rest, 0).is_at(EMPTY_DICT) {
                 if let Some(n) = self.splice(offset + pos as u64, memo, list) {
                     pos += n.bytes;
                     taken.items += n.items;
@@ -817,14 +668,14 @@ impl SnapshotBuilder {
                 }
             }
             // A batch end and the next batch's MARK, or a FRAME, between entries.
-            let mut c = Cur { b: rest, p: 0 };
-            if c.expect(b'e').is_some() && c.expect(b'(').is_some() && c.peek() == Some(b'}') {
-                pos += c.p;
+            let mut c = Cursor::new(rest, 0);
+            if c.next_batch().is_some() && c.peek() == Some(EMPTY_DICT) {
+                pos += c.pos();
                 taken.bytes = pos;
                 continue;
             }
-            if rest.first() == Some(&0x95) && rest.len() >= 9 {
-                pos += 9;
+            if Cursor::new(rest, 0).frame().is_some() {
+                pos += FRAME_HEADER;
                 taken.bytes = pos;
                 continue;
             }
@@ -1059,17 +910,12 @@ struct Run {
     spent: u64,
 }
 
-/// The bytes a worker reads: the file as the reader has it.
-pub(super) type Shared = Arc<dyn AsRef<[u8]> + Send + Sync>;
-/// Told the bytes `[start, end)` a worker has read.
-pub(super) type Release = Arc<dyn Fn(usize, usize) + Send + Sync>;
-
 /// What the reader gives the workers: the bytes, where they may start, the memo count
 /// at each start, and which stores are read back.
 pub(super) struct Parallel {
-    pub(super) data: Shared,
+    pub(super) data: SharedBytes,
     /// Gives back the pages of bytes a worker has read (a mapped file's).
-    pub(super) release: Option<Release>,
+    pub(super) release: Option<SharedRelease>,
     /// `(start, end, stores before start)` of each stretch, in order.
     pub(super) chunks: Arc<Vec<(usize, usize, u64)>>,
     pub(super) refs: Arc<MemoReferences>,
@@ -1111,8 +957,8 @@ impl Drop for Workers {
 
 /// A worker's loop: stretches from the last one down, until the reader has taken one.
 struct Job {
-    data: Shared,
-    release: Option<Release>,
+    data: SharedBytes,
+    release: Option<SharedRelease>,
     chunks: Arc<Vec<(usize, usize, u64)>>,
     first: usize,
     refs: Arc<MemoReferences>,
@@ -1196,9 +1042,9 @@ fn decode_run(
         if p >= end || cancel.load(Ordering::Relaxed) {
             return None;
         }
-        if bytes[p] == b'}' {
+        if Cursor::new(bytes, p).is_at(EMPTY_DICT) {
             let mark = w.mark();
-            let mut c = Cur { b: bytes, p };
+            let mut c = Cursor::new(bytes, p);
             let mut n = next;
             stores.clear();
             let ok = decode_entry(&mut w, &mut c, &mut n, &mut stores).is_some();
@@ -1225,15 +1071,15 @@ fn decode_run(
         order: Vec::new(),
         spent: 0,
     };
-    let mut c = Cur { b: bytes, p };
+    let mut c = Cursor::new(bytes, p);
     let mut count = 0u64;
-    while c.p < end {
+    while c.pos() < end {
         if count.is_multiple_of(4096) && cancel.load(Ordering::Relaxed) {
             return None;
         }
-        let at = c.p;
-        if c.peek() == Some(b'}') {
-            c.p = at;
+        let at = c;
+        if c.peek() == Some(EMPTY_DICT) {
+            c = at;
             let mark = w.mark();
             let mut n = next;
             stores.clear();
@@ -1256,12 +1102,12 @@ fn decode_run(
             run.stores += n - next;
             next = n;
             count += 1;
-            run.end = c.p as u64;
+            run.end = c.pos() as u64;
             continue;
         }
         // Batch ends between entries (FRAMEs are passed by the cursor).
-        c.p = at;
-        if c.expect(b'e').is_some() && c.expect(b'(').is_some() && c.peek() == Some(b'}') {
+        c = at;
+        if c.next_batch().is_some() && c.peek() == Some(EMPTY_DICT) {
             continue;
         }
         break;
@@ -1410,8 +1256,37 @@ impl SnapshotBuilder {
         }
     }
 
-    /// Splices a run in, or leaves everything as it was (None) when it cannot be used.
+    /// Splices a run in, or leaves everything as it was (None) when it cannot be used:
+    /// checked first, then what it refers to interned in the sequential path's order,
+    /// then its events appended and its stores made.
     fn apply(&mut self, run: Run, memo: &mut Memo, list: ListId) -> Option<FastTake> {
+        let total = self.run_fits(&run, memo, list)?;
+        let ids = self.intern_run(&run, memo)?;
+        let n = self.push_run(&run, &ids, list)?;
+        let p = self.pending.get_mut(&list)?;
+        p.trace.size_total = total;
+        p.trace.keys.merge(run.trace.keys);
+        self.dec.spent += run.spent;
+        self.fast_entries += n as u64;
+        self.spliced_entries += n as u64;
+        let values: Vec<(u64, Value)> = run
+            .defs
+            .into_iter()
+            .filter_map(|(index, v)| Some((index, store_value(v, |r| ids.stack(r))??)))
+            .collect();
+        memo.store_run(run.base, run.stores, values);
+        Some(FastTake {
+            bytes: (run.end - run.start) as usize,
+            items: n as u64,
+        })
+    }
+
+    /// Whether a run can be spliced at the reader's place: the memo count it assumed,
+    /// a trace without error whose sizes stay in range, every deferred memo read of the
+    /// kind it was taken for, and the budget for it all. Checked before interning
+    /// anything, so that a run dropped here leaves the tables as they were (interning
+    /// may spend budget on strings). Gives the trace's new size total.
+    fn run_fits(&self, run: &Run, memo: &Memo, list: ListId) -> Option<u64> {
         if memo.next_sequential() != Some(run.base) {
             return None;
         }
@@ -1423,8 +1298,6 @@ impl SnapshotBuilder {
         if total > MAX_SIZE {
             return None;
         }
-        // Check every deferred read before interning anything, so that a run dropped
-        // here leaves the tables as they were (interning may spend budget on strings).
         let mut spend = run.spent + run.strings.iter().map(|s| s.len() as u64).sum::<u64>();
         for &(index, role) in &run.deferred_list {
             let (_, v) = memo.peek_index(index)?;
@@ -1444,90 +1317,56 @@ impl SnapshotBuilder {
                 return None;
             }
         }
-        if self.dec.spent + spend > self.dec.budget {
-            return None;
-        }
-        // Intern in the order the sequential path would have.
-        let mut resolved = vec![Resolved::Text(None); run.deferred_list.len()];
-        let mut stacks = vec![StackId(0); run.stack_list.len()];
-        let mut strings = vec![StrId(0); run.strings.len()];
-        {
-            let mut r = Main {
-                dec: &mut self.dec,
-                cache: &mut self.cache,
-                classes: &mut self.classes,
-                memo,
-            };
-            for u in &run.order {
-                match *u {
-                    Use::Deferred(n) => {
-                        let (index, role) = run.deferred_list[n as usize];
-                        resolved[n as usize] = match role {
-                            Role::Frame => Resolved::Frame(r.frame_id(index)?),
-                            Role::Stack => match r.stack_at(index)? {
-                                Ref::Id(s) => Resolved::Stack(StackId(s)),
+        (self.dec.spent + spend <= self.dec.budget).then_some(total)
+    }
+
+    /// Interns what a run refers to (memo reads it deferred, frames lists and strings it
+    /// made) in the order the sequential path would have met them, so every id is the
+    /// one that path gives.
+    fn intern_run(&mut self, run: &Run, memo: &mut Memo) -> Option<RunIds> {
+        let mut ids = RunIds {
+            resolved: vec![Resolved::Text(None); run.deferred_list.len()],
+            stacks: vec![StackId(0); run.stack_list.len()],
+            strings: vec![StrId(0); run.strings.len()],
+        };
+        let mut r = Main {
+            dec: &mut self.dec,
+            cache: &mut self.cache,
+            classes: &mut self.classes,
+            memo,
+        };
+        for u in &run.order {
+            match *u {
+                Use::Deferred(n) => {
+                    let (index, role) = run.deferred_list[n as usize];
+                    ids.resolved[n as usize] = resolve_deferred(&mut r, index, role)?;
+                }
+                Use::Stack(n) => {
+                    let mut frames = Vec::with_capacity(run.stack_list[n as usize].len());
+                    for f in &run.stack_list[n as usize] {
+                        frames.push(match *f {
+                            Ref::Id(f) => FrameId(f),
+                            Ref::Deferred(m) => match ids.resolved[m as usize] {
+                                Resolved::Frame(f) => f,
                                 _ => return None,
                             },
-                            Role::Action => match r.class(index)? {
-                                Class::Action(a) => Resolved::Action(a),
-                                _ => return None,
-                            },
-                            Role::Text(cc) => {
-                                let key = if cc == 1 {
-                                    Key::CompileContext
-                                } else {
-                                    Key::UserMetadata
-                                };
-                                Resolved::Text(match r.text_at(index, key)? {
-                                    Some(Ref::Id(s)) => Some(StrId(s)),
-                                    None => None,
-                                    _ => return None,
-                                })
-                            }
-                        };
+                            Ref::Local(_) => return None,
+                        });
                     }
-                    Use::Stack(n) => {
-                        let mut ids = Vec::with_capacity(run.stack_list[n as usize].len());
-                        for f in &run.stack_list[n as usize] {
-                            ids.push(match *f {
-                                Ref::Id(f) => FrameId(f),
-                                Ref::Deferred(m) => match resolved[m as usize] {
-                                    Resolved::Frame(f) => f,
-                                    _ => return None,
-                                },
-                                Ref::Local(_) => return None,
-                            });
-                        }
-                        stacks[n as usize] = r.dec.frames.intern_stack(&ids);
-                    }
-                    Use::Str(n) => {
-                        let v = Value::Str(Rc::from(&*run.strings[n as usize]));
-                        strings[n as usize] = r.dec.intern(&v).ok()?;
-                    }
+                    ids.stacks[n as usize] = r.dec.frames.intern_stack(&frames);
+                }
+                Use::Str(n) => {
+                    let v = Value::Str(Rc::from(&*run.strings[n as usize]));
+                    ids.strings[n as usize] = r.dec.intern(&v).ok()?;
                 }
             }
         }
-        let stack_of = |packed: u32| -> Option<StackId> {
-            match packed & (3 << 30) {
-                0 => Some(StackId(packed)),
-                LOCAL => Some(stacks[(packed & !LOCAL) as usize]),
-                DEFERRED => match resolved[(packed & !DEFERRED) as usize] {
-                    Resolved::Stack(s) => Some(s),
-                    _ => None,
-                },
-                _ => None,
-            }
-        };
-        let str_of = |packed: u32| -> Option<Option<StrId>> {
-            match packed & (3 << 30) {
-                LOCAL => Some(Some(strings[(packed & !LOCAL) as usize])),
-                DEFERRED => match resolved[(packed & !DEFERRED) as usize] {
-                    Resolved::Text(t) => Some(t),
-                    _ => None,
-                },
-                _ => None,
-            }
-        };
+        Some(ids)
+    }
+
+    /// Appends a run's events to the trace of `list`, their packed references resolved;
+    /// gives how many.
+    fn push_run(&mut self, run: &Run, ids: &RunIds, list: ListId) -> Option<usize> {
         let p = self.pending.get_mut(&list)?;
         let mut actions = run.actions.iter().peekable();
         let n = run.trace.len();
@@ -1539,7 +1378,7 @@ impl SnapshotBuilder {
                 && at as usize == i
             {
                 actions.next();
-                if let Resolved::Action(a) = resolved[m as usize] {
+                if let Resolved::Action(a) = ids.resolved[m as usize] {
                     action = a;
                 }
             }
@@ -1550,45 +1389,95 @@ impl SnapshotBuilder {
                 stream: e.stream,
                 time_us: e.time_us,
                 stack: match e.stack {
-                    Some(s) => stack_of(s.0),
+                    Some(s) => ids.packed_stack(s.0),
                     None => None,
                 },
                 compile_context: run
                     .trace
                     .compile_context(i)
-                    .and_then(|s| str_of(s.0).flatten()),
+                    .and_then(|s| ids.packed_str(s.0).flatten()),
                 user_metadata: run
                     .trace
                     .user_metadata(i)
-                    .and_then(|s| str_of(s.0).flatten()),
+                    .and_then(|s| ids.packed_str(s.0).flatten()),
                 ..NewEvent::default()
             };
             p.trace.push(new);
         }
-        p.trace.size_total = total;
-        p.trace.keys.merge(run.trace.keys);
-        self.dec.spent += run.spent;
-        self.fast_entries += n as u64;
-        self.spliced_entries += n as u64;
-        let values: Vec<(u64, Value)> = run
-            .defs
-            .into_iter()
-            .filter_map(|(index, v)| {
-                let v = store_value(v, |r| match r {
-                    Ref::Id(i) => Some(i),
-                    Ref::Local(n) => Some(stacks[n as usize].0),
-                    Ref::Deferred(m) => match resolved[m as usize] {
-                        Resolved::Stack(s) => Some(s.0),
-                        _ => None,
-                    },
-                })??;
-                Some((index, v))
+        Some(n)
+    }
+}
+
+/// What the reader resolved a deferred memo read of a run to (see [`Role`]).
+fn resolve_deferred(r: &mut Main, index: u64, role: Role) -> Option<Resolved> {
+    Some(match role {
+        Role::Frame => Resolved::Frame(r.frame_id(index)?),
+        Role::Stack => match r.stack_at(index)? {
+            Ref::Id(s) => Resolved::Stack(StackId(s)),
+            _ => return None,
+        },
+        Role::Action => match r.class(index)? {
+            Class::Action(a) => Resolved::Action(a),
+            _ => return None,
+        },
+        Role::Text(cc) => {
+            let key = if cc == 1 {
+                Key::CompileContext
+            } else {
+                Key::UserMetadata
+            };
+            Resolved::Text(match r.text_at(index, key)? {
+                Some(Ref::Id(s)) => Some(StrId(s)),
+                None => None,
+                _ => return None,
             })
-            .collect();
-        memo.store_run(run.base, run.stores, values);
-        Some(FastTake {
-            bytes: (run.end - run.start) as usize,
-            items: n as u64,
-        })
+        }
+    })
+}
+
+/// The ids the reader gave what a run refers to: its deferred memo reads, and the
+/// frames lists and strings it made (by their numbers in the run).
+struct RunIds {
+    resolved: Vec<Resolved>,
+    stacks: Vec<StackId>,
+    strings: Vec<StrId>,
+}
+
+impl RunIds {
+    /// The stack of a packed reference ([`pack`]).
+    fn packed_stack(&self, packed: u32) -> Option<StackId> {
+        match packed & (3 << 30) {
+            0 => Some(StackId(packed)),
+            LOCAL => Some(self.stacks[(packed & !LOCAL) as usize]),
+            DEFERRED => match self.resolved[(packed & !DEFERRED) as usize] {
+                Resolved::Stack(s) => Some(s),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The string of a packed reference ([`pack`]); Some(None) for a key's default.
+    fn packed_str(&self, packed: u32) -> Option<Option<StrId>> {
+        match packed & (3 << 30) {
+            LOCAL => Some(Some(self.strings[(packed & !LOCAL) as usize])),
+            DEFERRED => match self.resolved[(packed & !DEFERRED) as usize] {
+                Resolved::Text(t) => Some(t),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The stack id a frames list stored by the run stands for.
+    fn stack(&self, r: Ref) -> Option<u32> {
+        match r {
+            Ref::Id(i) => Some(i),
+            Ref::Local(n) => Some(self.stacks[n as usize].0),
+            Ref::Deferred(m) => match self.resolved[m as usize] {
+                Resolved::Stack(s) => Some(s.0),
+                _ => None,
+            },
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! picklers never exceed; anything else goes to a sorted set that grows by one entry per
 //! opcode at most.
 
+use super::opcodes::*;
 use super::ops::{Input, Op, RELEASE_STEP, ReadInput, Release, SliceInput, next_op, text_index};
 use super::vm::SharedKey;
 use super::{Error, Value};
@@ -297,58 +298,46 @@ fn scan_range_inner(
         }
         let op = d[p];
         let step = match op {
-            b'h' if p + 2 <= end => {
+            BINGET if p + 2 <= end => {
                 counts.get(d[p + 1] as u64, stores_before + counts.stores + 1);
                 2
             }
-            b'j' if p + 5 <= end => {
+            LONG_BINGET if p + 5 <= end => {
                 let i = u32::from_le_bytes([d[p + 1], d[p + 2], d[p + 3], d[p + 4]]) as u64;
                 counts.get(i, stores_before + counts.stores + 1);
                 5
             }
-            0x94 => {
+            MEMOIZE => {
                 counts.stores += 1;
                 1
             }
-            b'('
-            | b'}'
-            | b']'
-            | b')'
-            | b'u'
-            | b'e'
-            | b'a'
-            | b's'
-            | b'N'
-            | b't'
-            | b'l'
-            | b'd'
-            | b'0'
-            | b'1'
-            | b'2'
-            | 0x85..=0x89
-            | 0x8f..=0x91 => 1,
-            b'K' | 0x80 if p + 2 <= end => 2,
-            b'M' if p + 3 <= end => 3,
-            b'J' if p + 5 <= end => 5,
-            b'G' | 0x95 if p + 9 <= end => 9,
-            0x8c | 0x8a | b'U' | b'C' if p + 2 <= end && p + 2 + d[p + 1] as usize <= end => {
+            MARK | EMPTY_DICT | EMPTY_LIST | EMPTY_TUPLE | SETITEMS | APPENDS | APPEND
+            | SETITEM | NONE | TUPLE | LIST | DICT | POP | POP_MARK | DUP | TUPLE1 | TUPLE2
+            | TUPLE3 | NEWTRUE | NEWFALSE | EMPTY_SET | ADDITEMS | FROZENSET => 1,
+            BININT1 | PROTO if p + 2 <= end => 2,
+            BININT2 if p + 3 <= end => 3,
+            BININT if p + 5 <= end => 5,
+            BINFLOAT | FRAME if p + 9 <= end => 9,
+            SHORT_BINUNICODE | LONG1 | SHORT_BINSTRING | SHORT_BINBYTES
+                if p + 2 <= end && p + 2 + d[p + 1] as usize <= end =>
+            {
                 2 + d[p + 1] as usize
             }
-            b'X' | b'T' | b'B' if p + 5 <= end => {
+            BINUNICODE | BINSTRING | BINBYTES if p + 5 <= end => {
                 let n = u32::from_le_bytes([d[p + 1], d[p + 2], d[p + 3], d[p + 4]]) as usize;
                 if end - p - 5 >= n { 5 + n } else { 0 }
             }
-            b'q' if p + 2 <= end => {
+            BINPUT if p + 2 <= end => {
                 counts.stores += 1;
                 counts.puts += 1;
                 2
             }
-            b'r' if p + 5 <= end => {
+            LONG_BINPUT if p + 5 <= end => {
                 counts.stores += 1;
                 counts.puts += 1;
                 5
             }
-            b'.' => return Ok((counts, Some(p + 1))),
+            STOP => return Ok((counts, Some(p + 1))),
             _ => 0,
         };
         if step > 0 {
@@ -384,7 +373,7 @@ fn scan_range_inner(
 /// Where the FRAMEs of a protocol 4+ pickle start (frames hold whole opcodes, so a
 /// reader may start at any of them), or None when the bytes are not framed.
 pub fn frame_starts(data: &[u8], release: Option<Release>) -> Option<Vec<usize>> {
-    let mut p = if data.starts_with(&[0x80]) && data.len() >= 2 {
+    let mut p = if data.starts_with(&[PROTO]) && data.len() >= 2 {
         2
     } else {
         0
@@ -400,10 +389,10 @@ pub fn frame_starts(data: &[u8], release: Option<Release>) -> Option<Vec<usize>>
             f(released, p);
             released = p;
         }
-        if data[p] == 0x95 {
-            let n = data.get(p + 1..p + 9)?;
+        if data[p] == FRAME {
+            let n = data.get(p + 1..p + FRAME_HEADER)?;
             let n = usize::try_from(u64::from_le_bytes(n.try_into().ok()?)).ok()?;
-            let next = p.checked_add(9)?.checked_add(n)?;
+            let next = p.checked_add(FRAME_HEADER)?.checked_add(n)?;
             if next > data.len() {
                 return None;
             }

@@ -5,24 +5,32 @@
 //! (GLOBAL, REDUCE, BUILD, ...) end the read with [`Error::NotDataOnly`], so nothing in a
 //! file is ever run. Reading takes two passes over the input: [`scan_references`] finds the
 //! memo indices that are read back, then [`parse_with`] builds values and keeps only those.
-//! Every error carries the byte offset of the opcode at fault.
+//! [`Reader`] runs both over bytes held in memory, giving pages back behind it and
+//! offering a builder stretches to decode ahead on other threads. Every error carries the
+//! byte offset of the opcode at fault. [`opcodes`] names every opcode byte, and a
+//! [`Cursor`] reads a layout a builder knows straight from the bytes (its fast path).
 //!
 //! [`PickleWriter`] goes the other way: it writes data-only protocol 4 pickles laid out as
 //! CPython's pickler lays them out.
 //!
 //! This module knows nothing of PyTorch: it imports no other module of the crate.
 
+mod cursor;
 mod memo;
+pub mod opcodes;
 mod ops;
+mod reader;
 mod value;
 mod vm;
 mod write;
 
+pub use cursor::Cursor;
 pub use memo::{
     MemoReferences, Stretches, chunks, frame_starts, scan_references, scan_slice,
     scan_slice_chunks, scan_slice_releasing, step,
 };
 pub use ops::{MAX_STREAM_ARGUMENT, RELEASE_STEP, Release};
+pub use reader::{READ_AHEAD_MIN_BYTES, ReadAhead, Reader, SharedBytes, SharedRelease};
 pub use value::{ListId, Value};
 pub use vm::{
     Builder, FastTake, HELD_VALUES_FLOOR, MAX_DECIMAL_DIGITS, MAX_DEPTH, Memo, ParseInfo,

@@ -4,6 +4,7 @@
 //! field in a hostile file can never make us allocate more than the file holds.
 
 use super::Error;
+use super::opcodes::*;
 use std::io::Read;
 
 const INITIAL_BUFFER: usize = 1 << 20;
@@ -335,21 +336,21 @@ pub enum Op<'a> {
 /// Name of an opcode that runs code or needs objects from outside the file.
 fn forbidden_name(code: u8) -> Option<&'static str> {
     Some(match code {
-        b'c' => "GLOBAL",
-        0x93 => "STACK_GLOBAL",
-        b'R' => "REDUCE",
-        b'b' => "BUILD",
-        b'i' => "INST",
-        b'o' => "OBJ",
-        0x81 => "NEWOBJ",
-        0x92 => "NEWOBJ_EX",
-        b'P' => "PERSID",
-        b'Q' => "BINPERSID",
-        0x82 => "EXT1",
-        0x83 => "EXT2",
-        0x84 => "EXT4",
-        0x97 => "NEXT_BUFFER",
-        0x98 => "READONLY_BUFFER",
+        GLOBAL => "GLOBAL",
+        STACK_GLOBAL => "STACK_GLOBAL",
+        REDUCE => "REDUCE",
+        BUILD => "BUILD",
+        INST => "INST",
+        OBJ => "OBJ",
+        NEWOBJ => "NEWOBJ",
+        NEWOBJ_EX => "NEWOBJ_EX",
+        PERSID => "PERSID",
+        BINPERSID => "BINPERSID",
+        EXT1 => "EXT1",
+        EXT2 => "EXT2",
+        EXT4 => "EXT4",
+        NEXT_BUFFER => "NEXT_BUFFER",
+        READONLY_BUFFER => "READONLY_BUFFER",
         _ => return None,
     })
 }
@@ -371,22 +372,22 @@ pub fn next_op<'a, I: Input>(input: &'a mut I, start: &mut u64) -> Result<Op<'a>
     let w = input.window();
     if w.len() >= 9 {
         let (op, used) = match w[0] {
-            b'j' => (Op::Get(u32_le(&w[1..5]) as u64), 5),
-            b'h' => (Op::Get(w[1] as u64), 2),
-            0x94 => (Op::Memoize, 1),
-            b'(' => (Op::Mark, 1),
-            b'K' => (Op::Int(w[1] as i64), 2),
-            b'J' => (
+            LONG_BINGET => (Op::Get(u32_le(&w[1..5]) as u64), 5),
+            BINGET => (Op::Get(w[1] as u64), 2),
+            MEMOIZE => (Op::Memoize, 1),
+            MARK => (Op::Mark, 1),
+            BININT1 => (Op::Int(w[1] as i64), 2),
+            BININT => (
                 Op::Int(i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64),
                 5,
             ),
-            b'}' => (Op::EmptyDict, 1),
-            b']' => (Op::EmptyList, 1),
-            b'u' => (Op::SetItems, 1),
-            b'e' => (Op::Appends, 1),
-            0x86 => (Op::Tuple2, 1),
-            0x88 => (Op::Bool(true), 1),
-            0x89 => (Op::Bool(false), 1),
+            EMPTY_DICT => (Op::EmptyDict, 1),
+            EMPTY_LIST => (Op::EmptyList, 1),
+            SETITEMS => (Op::SetItems, 1),
+            APPENDS => (Op::Appends, 1),
+            TUPLE2 => (Op::Tuple2, 1),
+            NEWTRUE => (Op::Bool(true), 1),
+            NEWFALSE => (Op::Bool(false), 1),
             _ => (Op::Stop, 0),
         };
         if used > 0 {
@@ -396,30 +397,32 @@ pub fn next_op<'a, I: Input>(input: &'a mut I, start: &mut u64) -> Result<Op<'a>
     }
     let code = input.byte("an opcode")?;
     Ok(match code {
-        b'(' => Op::Mark,
-        b'.' => Op::Stop,
-        b'0' => Op::Pop,
-        b'1' => Op::PopMark,
-        b'2' => Op::Dup,
-        0x80 => Op::Proto(input.byte("the PROTO version")?),
-        0x95 => {
+        MARK => Op::Mark,
+        STOP => Op::Stop,
+        POP => Op::Pop,
+        POP_MARK => Op::PopMark,
+        DUP => Op::Dup,
+        PROTO => Op::Proto(input.byte("the PROTO version")?),
+        FRAME => {
             input.take(8, "the FRAME length")?;
             Op::Frame
         }
-        b'N' => Op::None,
-        0x88 => Op::Bool(true),
-        0x89 => Op::Bool(false),
-        b'J' => Op::Int(i32::from_le_bytes(input.take(4, "a BININT")?.try_into().unwrap()) as i64),
-        b'K' => Op::Int(input.byte("a BININT1")? as i64),
-        b'M' => {
+        NONE => Op::None,
+        NEWTRUE => Op::Bool(true),
+        NEWFALSE => Op::Bool(false),
+        BININT => {
+            Op::Int(i32::from_le_bytes(input.take(4, "a BININT")?.try_into().unwrap()) as i64)
+        }
+        BININT1 => Op::Int(input.byte("a BININT1")? as i64),
+        BININT2 => {
             let b = input.take(2, "a BININT2")?;
             Op::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
         }
-        0x8a => {
+        LONG1 => {
             let n = input.byte("the LONG1 length")? as u64;
             Op::Long(input.take_len(n, "LONG1 bytes")?)
         }
-        0x8b => {
+        LONG4 => {
             let n = i32::from_le_bytes(input.take(4, "the LONG4 length")?.try_into().unwrap());
             if n < 0 {
                 return Err(Error::Invalid {
@@ -429,68 +432,68 @@ pub fn next_op<'a, I: Input>(input: &'a mut I, start: &mut u64) -> Result<Op<'a>
             }
             Op::Long(input.take_len(n as u64, "LONG4 bytes")?)
         }
-        b'I' | b'L' => Op::TextInt(input.line("an INT/LONG text argument")?),
-        b'G' => Op::Float(f64::from_be_bytes(
+        INT | LONG => Op::TextInt(input.line("an INT/LONG text argument")?),
+        BINFLOAT => Op::Float(f64::from_be_bytes(
             input.take(8, "a BINFLOAT")?.try_into().unwrap(),
         )),
-        b'F' => Op::TextFloat(input.line("a FLOAT text argument")?),
-        0x8c => {
+        FLOAT => Op::TextFloat(input.line("a FLOAT text argument")?),
+        SHORT_BINUNICODE => {
             let n = input.byte("the SHORT_BINUNICODE length")? as u64;
             Op::Str(input.take_len(n, "SHORT_BINUNICODE bytes")?)
         }
-        b'X' => {
+        BINUNICODE => {
             let n = u32_le(input.take(4, "the BINUNICODE length")?) as u64;
             Op::Str(input.take_len(n, "BINUNICODE bytes")?)
         }
-        0x8d => {
+        BINUNICODE8 => {
             let n = u64_le(input.take(8, "the BINUNICODE8 length")?);
             Op::Str(input.take_len(n, "BINUNICODE8 bytes")?)
         }
-        b'V' => Op::RawUnicode(input.line("a UNICODE text argument")?),
-        b'S' => Op::QuotedStr(input.line("a STRING text argument")?),
-        b'T' => {
+        UNICODE => Op::RawUnicode(input.line("a UNICODE text argument")?),
+        STRING => Op::QuotedStr(input.line("a STRING text argument")?),
+        BINSTRING => {
             let n = u32_le(input.take(4, "the BINSTRING length")?) as u64;
             Op::Latin1(input.take_len(n, "BINSTRING bytes")?)
         }
-        b'U' => {
+        SHORT_BINSTRING => {
             let n = input.byte("the SHORT_BINSTRING length")? as u64;
             Op::Latin1(input.take_len(n, "SHORT_BINSTRING bytes")?)
         }
-        b'C' => {
+        SHORT_BINBYTES => {
             let n = input.byte("the SHORT_BINBYTES length")? as u64;
             Op::Bytes(input.take_len(n, "SHORT_BINBYTES bytes")?)
         }
-        b'B' => {
+        BINBYTES => {
             let n = u32_le(input.take(4, "the BINBYTES length")?) as u64;
             Op::Bytes(input.take_len(n, "BINBYTES bytes")?)
         }
-        0x8e | 0x96 => {
+        BINBYTES8 | BYTEARRAY8 => {
             let n = u64_le(input.take(8, "the BINBYTES8 length")?);
             Op::Bytes(input.take_len(n, "BINBYTES8 bytes")?)
         }
-        b']' => Op::EmptyList,
-        b'a' => Op::Append,
-        b'e' => Op::Appends,
-        b'l' => Op::List,
-        b')' => Op::EmptyTuple,
-        b't' => Op::Tuple,
-        0x85 => Op::Tuple1,
-        0x86 => Op::Tuple2,
-        0x87 => Op::Tuple3,
-        b'}' => Op::EmptyDict,
-        b'd' => Op::Dict,
-        b's' => Op::SetItem,
-        b'u' => Op::SetItems,
-        0x8f => Op::EmptySet,
-        0x90 => Op::AddItems,
-        0x91 => Op::FrozenSet,
-        b'h' => Op::Get(input.byte("a BINGET index")? as u64),
-        b'j' => Op::Get(u32_le(input.take(4, "a LONG_BINGET index")?) as u64),
-        b'g' => Op::TextGet(input.line("a GET index")?),
-        b'q' => Op::Put(input.byte("a BINPUT index")? as u64),
-        b'r' => Op::Put(u32_le(input.take(4, "a LONG_BINPUT index")?) as u64),
-        b'p' => Op::TextPut(input.line("a PUT index")?),
-        0x94 => Op::Memoize,
+        EMPTY_LIST => Op::EmptyList,
+        APPEND => Op::Append,
+        APPENDS => Op::Appends,
+        LIST => Op::List,
+        EMPTY_TUPLE => Op::EmptyTuple,
+        TUPLE => Op::Tuple,
+        TUPLE1 => Op::Tuple1,
+        TUPLE2 => Op::Tuple2,
+        TUPLE3 => Op::Tuple3,
+        EMPTY_DICT => Op::EmptyDict,
+        DICT => Op::Dict,
+        SETITEM => Op::SetItem,
+        SETITEMS => Op::SetItems,
+        EMPTY_SET => Op::EmptySet,
+        ADDITEMS => Op::AddItems,
+        FROZENSET => Op::FrozenSet,
+        BINGET => Op::Get(input.byte("a BINGET index")? as u64),
+        LONG_BINGET => Op::Get(u32_le(input.take(4, "a LONG_BINGET index")?) as u64),
+        GET => Op::TextGet(input.line("a GET index")?),
+        BINPUT => Op::Put(input.byte("a BINPUT index")? as u64),
+        LONG_BINPUT => Op::Put(u32_le(input.take(4, "a LONG_BINPUT index")?) as u64),
+        PUT => Op::TextPut(input.line("a PUT index")?),
+        MEMOIZE => Op::Memoize,
         other => {
             if let Some(name) = forbidden_name(other) {
                 return Err(Error::NotDataOnly {

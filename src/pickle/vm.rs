@@ -8,6 +8,7 @@
 
 pub use super::memo::Memo;
 use super::memo::{MemoRead, MemoReferences};
+use super::opcodes;
 use super::ops::{Input, Op, ReadInput, Release, SliceInput, next_op, text_index};
 use super::value::ListId;
 use super::{Error, Value};
@@ -92,6 +93,13 @@ pub trait Builder {
     fn fast_list(&mut self, list: Option<ListId>, taking: Option<bool>) -> bool {
         let _ = (list, taking);
         false
+    }
+    /// Offered by [`super::Reader`], before the second pass, where the input is large
+    /// and workers were allowed: stretches of the bytes the builder may decode ahead on
+    /// its own threads (for [`Builder::take_items`] to use once the reader gets there).
+    /// Ignored by default.
+    fn read_ahead(&mut self, plan: super::ReadAhead) {
+        let _ = plan;
     }
 }
 
@@ -839,7 +847,7 @@ fn parse_input<I: Input, B: Builder>(
                 values: m.held,
             });
         }
-        if input.window().first() == Some(&b'}') && m.try_fast(input)? {
+        if input.window().first() == Some(&opcodes::EMPTY_DICT) && m.try_fast(input)? {
             continue;
         }
         let op = next_op(input, &mut m.offset)?;

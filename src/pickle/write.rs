@@ -24,39 +24,12 @@
 
 use std::io::{self, Write};
 
-const PROTO: u8 = 0x80;
-const FRAME: u8 = 0x95;
-const STOP: u8 = b'.';
-const MARK: u8 = b'(';
-const NONE: u8 = b'N';
-const NEWTRUE: u8 = 0x88;
-const NEWFALSE: u8 = 0x89;
-const BININT: u8 = b'J';
-const BININT1: u8 = b'K';
-const BININT2: u8 = b'M';
-const LONG1: u8 = 0x8a;
-const LONG4: u8 = 0x8b;
-const BINFLOAT: u8 = b'G';
-const SHORT_BINUNICODE: u8 = 0x8c;
-const BINUNICODE: u8 = b'X';
-const BINUNICODE8: u8 = 0x8d;
-const SHORT_BINBYTES: u8 = b'C';
-const BINBYTES: u8 = b'B';
-const BINBYTES8: u8 = 0x8e;
-const EMPTY_LIST: u8 = b']';
-const APPEND: u8 = b'a';
-const APPENDS: u8 = b'e';
-const EMPTY_DICT: u8 = b'}';
-const SETITEM: u8 = b's';
-const SETITEMS: u8 = b'u';
-const EMPTY_TUPLE: u8 = b')';
-const TUPLE: u8 = b't';
-const TUPLE1: u8 = 0x85;
-const TUPLE2: u8 = 0x86;
-const TUPLE3: u8 = 0x87;
-const MEMOIZE: u8 = 0x94;
-const BINGET: u8 = b'h';
-const LONG_BINGET: u8 = b'j';
+use super::opcodes::{
+    APPEND, APPENDS, BINBYTES, BINBYTES8, BINFLOAT, BINGET, BININT, BININT1, BININT2, BINUNICODE,
+    BINUNICODE8, EMPTY_DICT, EMPTY_LIST, EMPTY_TUPLE, FRAME, LONG_BINGET, LONG1, LONG4, MARK,
+    MEMOIZE, NEWFALSE, NEWTRUE, NONE, PROTO, SETITEM, SETITEMS, SHORT_BINBYTES, SHORT_BINUNICODE,
+    STOP, TUPLE, TUPLE1, TUPLE2, TUPLE3,
+};
 
 /// CPython closes a frame at the first object boundary past this many bytes.
 pub const FRAME_SIZE_TARGET: usize = 64 * 1024;
@@ -543,7 +516,7 @@ mod tests {
             w.end_dict()
         });
         let body = b"}\x94(\x8c\x01a\x94]\x94(K\x01h\x01e\x8c\x01b\x94K\x00K\x00\x86\x94u.";
-        let mut want = vec![0x80, 4, 0x95];
+        let mut want = vec![PROTO, 4, FRAME];
         want.extend_from_slice(&(body.len() as u64).to_le_bytes());
         want.extend_from_slice(body);
         assert_eq!(got, want);

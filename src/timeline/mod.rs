@@ -8,7 +8,9 @@
 //! series rebuilt from the final segments and the segment events (spec 6.3). Devices are
 //! independent, so callers build them in parallel. Nothing here draws or formats.
 
+pub mod aggregators;
 pub mod coverage;
+mod pairing;
 pub mod replay;
 pub mod state;
 
@@ -65,10 +67,10 @@ pub struct Lifetime {
     pub free_requested: Option<EventIdx>,
     /// The `free_completed` event; None when still alive at the end.
     pub free_completed: Option<EventIdx>,
-    /// Index into the streams of the replay ([`replay::Lifetimes::streams`]).
+    /// Index into the streams of the replay ([`aggregators::Lifetimes::streams`]).
     #[serde(skip)]
     pub stream: u16,
-    /// Index into the pools of the replay ([`replay::Lifetimes::pools`]).
+    /// Index into the pools of the replay ([`aggregators::Lifetimes::pools`]).
     #[serde(skip)]
     pub pool: u16,
     /// Stack id, `u32::MAX` for none (see [`Lifetime::stack`]).
