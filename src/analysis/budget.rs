@@ -30,7 +30,7 @@ use super::gpus::Gpu;
 use super::moment::ResolvedMoment;
 use super::top::{LiveState, group_live};
 use crate::model::Snapshot;
-use crate::timeline::replay::{DeviceReplay, LiveAtPeak, Peaks};
+use crate::timeline::replay::{DeviceReplay, LifetimesAtPeak, Peaks};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -293,7 +293,7 @@ pub fn run_budget<'a>(
         .expect("the end of any device resolves");
         return budget_of(snap, path, choice, &r, attr, &live, moment, None, outside);
     }
-    let mut peak = LiveAtPeak::default();
+    let mut peak = LifetimesAtPeak::default();
     let mut peaks = Peaks::default();
     let start = r.run((&mut peak, &mut peaks));
     let live = LiveState::at_peak(&r, start, peak, super::top::Versions::NotNeeded);

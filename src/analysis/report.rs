@@ -30,7 +30,7 @@ use crate::devlog::oom_log::OomMessage;
 use crate::input::SourceInfo;
 use crate::model::Action;
 use crate::model::Snapshot;
-use crate::timeline::replay::{DeviceReplay, LiveAtPeak};
+use crate::timeline::replay::{DeviceReplay, LifetimesAtPeak};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
@@ -334,7 +334,7 @@ fn replay_once(
         .into_iter()
         .map(|at| MomentPass::new(r, attr, at))
         .collect();
-    let mut peak = r.has_timeline().then(LiveAtPeak::default);
+    let mut peak = r.has_timeline().then(LifetimesAtPeak::default);
     let mut summary = SummaryPass::new(r);
     let start = r.run((
         callsite.as_mut().ok(),

@@ -6,7 +6,7 @@ use super::frames::user_frames;
 use super::moment::ResolvedMoment;
 use crate::timeline::Lifetime;
 use crate::timeline::replay::{
-    Aggregator, DeviceReplay, LiveAt, LiveAtPeak, PoolId, Start, TotalsAt,
+    Aggregator, DeviceReplay, LifetimesAt, LifetimesAtPeak, PoolId, Start, TotalsAt,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -31,8 +31,13 @@ pub struct LiveState {
 }
 
 impl LiveState {
-    /// The state at the peak a [`LiveAtPeak`] found in a replay that began at `start`.
-    pub fn at_peak(r: &DeviceReplay, start: Start, peak: LiveAtPeak, versions: Versions) -> Self {
+    /// The state at the peak a [`LifetimesAtPeak`] found in a replay that began at `start`.
+    pub fn at_peak(
+        r: &DeviceReplay,
+        start: Start,
+        peak: LifetimesAtPeak,
+        versions: Versions,
+    ) -> Self {
         let mut state = LiveState {
             at: peak.at,
             block_bytes: peak.set.iter().map(|l| r.block_bytes_of(l)).collect(),
@@ -92,7 +97,7 @@ pub struct LiveStatePass {
     ats: Vec<Option<usize>>,
     /// The same, ascending and once each, as the collectors take them.
     states: Vec<Option<usize>>,
-    live: LiveAt,
+    live: LifetimesAt,
     totals: TotalsAt,
 }
 
@@ -108,7 +113,7 @@ impl LiveStatePass {
         states.dedup();
         LiveStatePass {
             ats: ats.to_vec(),
-            live: LiveAt::new(&states),
+            live: LifetimesAt::new(&states),
             totals: TotalsAt::new(states.clone()),
             states,
         }
@@ -183,7 +188,7 @@ fn live_state_at_peak_with<A: Aggregator>(
     versions: Versions,
     extra: A,
 ) -> LiveState {
-    let mut peak = crate::timeline::replay::LiveAtPeak::default();
+    let mut peak = crate::timeline::replay::LifetimesAtPeak::default();
     let start = r.run((&mut peak, extra));
     LiveState::at_peak(r, start, peak, versions)
 }

@@ -355,10 +355,10 @@ impl Aggregator for TotalsAt {
 /// The allocations alive at the peak of requested bytes (the event [`Peaks`] names), found
 /// in the same pass that finds the peak: each free after the latest peak of an allocation
 /// made by then is kept (at most the live set at that peak), and at the end those and
-/// the allocations still open that were made by then are the set. Ordered as [`LiveAt`]
+/// the allocations still open that were made by then are the set. Ordered as [`LifetimesAt`]
 /// orders its sets.
 #[derive(Debug, Default)]
-pub struct LiveAtPeak {
+pub struct LifetimesAtPeak {
     max: i64,
     /// The peak's event (None: before the first event).
     pub at: Option<usize>,
@@ -370,7 +370,7 @@ pub struct LiveAtPeak {
     pub pools: Vec<PoolId>,
 }
 
-impl LiveAtPeak {
+impl LifetimesAtPeak {
     fn made_by_peak(&self, l: &Lifetime) -> bool {
         made_by(l.alloc, self.at)
     }
@@ -379,7 +379,7 @@ impl LiveAtPeak {
 /// Versions are not counted:
 /// [`DeviceReplay::fill_versions`](super::replay::DeviceReplay::fill_versions) sets
 /// them on the set.
-impl Aggregator for LiveAtPeak {
+impl Aggregator for LifetimesAtPeak {
     fn free_completed(&mut self, _i: usize, l: &Lifetime, _run: &Running) {
         if self.made_by_peak(l) {
             self.freed.push(*l);
@@ -404,10 +404,10 @@ impl Aggregator for LiveAtPeak {
 /// The allocations alive just after each of a few chosen events (None: before the
 /// first), each list in allocation order: traced ones by alloc event, then those from
 /// before the trace by free event, then survivors. Nothing is kept per open allocation:
-/// as [`LiveAtPeak`] does, each free of an allocation alive at a moment is kept, and the
+/// as [`LifetimesAtPeak`] does, each free of an allocation alive at a moment is kept, and the
 /// allocations still open at the end complete the sets.
 #[derive(Debug)]
-pub struct LiveAt {
+pub struct LifetimesAt {
     /// Moments, ascending (None first).
     moments: Vec<Option<usize>>,
     /// Per moment: allocations alive at it and freed after it.
@@ -417,13 +417,13 @@ pub struct LiveAt {
     pub pools: Vec<PoolId>,
 }
 
-impl LiveAt {
-    /// `moments` in any order; [`LiveAt::set`] finds each one's set.
+impl LifetimesAt {
+    /// `moments` in any order; [`LifetimesAt::set`] finds each one's set.
     pub fn new(moments: &[Option<usize>]) -> Self {
         let mut m = moments.to_vec();
         m.sort_unstable();
         m.dedup();
-        LiveAt {
+        LifetimesAt {
             freed: vec![Vec::new(); m.len()],
             sets: vec![Vec::new(); m.len()],
             moments: m,
@@ -432,7 +432,7 @@ impl LiveAt {
         }
     }
 
-    /// The set at a moment given to [`LiveAt::new`].
+    /// The set at a moment given to [`LifetimesAt::new`].
     pub fn set(&self, at: Option<usize>) -> &[Lifetime] {
         match self.moments.binary_search(&at) {
             Ok(k) => &self.sets[k],
@@ -496,7 +496,7 @@ fn made_by(alloc: Option<EventIdx>, moment: Option<usize>) -> bool {
 /// Versions are not counted:
 /// [`DeviceReplay::fill_versions`](super::replay::DeviceReplay::fill_versions) sets
 /// them on the sets.
-impl Aggregator for LiveAt {
+impl Aggregator for LifetimesAt {
     fn free_completed(&mut self, i: usize, l: &Lifetime, _run: &Running) {
         for (k, &m) in self.moments.iter().enumerate() {
             if made_by(l.alloc, m) && m.is_none_or(|m| m < i) {

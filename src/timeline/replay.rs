@@ -29,7 +29,8 @@ use std::sync::{LazyLock, OnceLock};
 /// The shared aggregators, named here too: callers name the engine and what it feeds by
 /// one path (`replay::Peaks` beside `replay::DeviceReplay`).
 pub use super::aggregators::{
-    Lifetimes, LiveAt, LiveAtPeak, Peak, Peaks, RequestedSeries, ReservedChanges, TotalsAt,
+    Lifetimes, LifetimesAt, LifetimesAtPeak, Peak, Peaks, RequestedSeries, ReservedChanges,
+    TotalsAt,
 };
 
 /// The trace of a device that has none.
