@@ -2,8 +2,9 @@
 //!
 //! A large snapshot holds tens of millions of trace entries of about 60 bytes each in the
 //! file. Each is kept in 20 bytes: address with action and stream packed beside it, size,
-//! time (an offset from a base per block of 4096 events) and stack id; the rare address
-//! above 2^48 and size of 4 GiB or more are kept beside the events. Fields that are
+//! time (an offset from a base per block of 4096 events) and stack id. An address keeps its
+//! low 48 bits in place and its high 16 bits once per block; the rare address whose high
+//! bits are not its block's, and a size of 4 GiB or more, are kept beside the events. Fields that are
 //! almost always at their default (pool ids, compile context, user metadata, forward
 //! frames, keys vramlens does not know) live in sparse side tables keyed by event index.
 
@@ -83,7 +84,8 @@ impl Action {
     }
 }
 
-/// Addresses kept in place: below 2^48 (every x86-64 and arm64 user-space pointer).
+/// Addresses are kept in place by their low 48 bits (all of every x86-64 and arm64
+/// user-space pointer); the high 16 bits are kept once per block of events.
 const ADDR_BITS: u32 = 48;
 const ADDR_ESCAPE: u64 = (1 << ADDR_BITS) - 1;
 const ACTION_SHIFT: u32 = ADDR_BITS;
@@ -175,6 +177,11 @@ pub struct DeviceTrace {
     stream_index: FxMap<u64, u32>,
     /// `time_us` of the first timed event of each block of 4096 events.
     time_base: Vec<i64>,
+    /// The high 16 bits of the address of the first event of each block of 4096 events:
+    /// an address in the block with other high bits is kept in a side table. A trace's
+    /// addresses share their high bits, so a trace whose addresses all sit at or above
+    /// 2^48 keeps them in place as well.
+    addr_high: Vec<u16>,
     /// Fields almost always at their default, kept apart so an empty trace stays small.
     rare: Option<Box<Rare>>,
     pub keys: EntryKeys,
@@ -355,11 +362,18 @@ impl DeviceTrace {
                 SIZE_ESCAPE
             }
         };
-        let addr_bits = if e.addr >= ADDR_ESCAPE {
+        let block = (index >> TIME_BLOCK_BITS) as usize;
+        if block == self.time_base.len() {
+            self.time_base.push(NO_BASE);
+            self.addr_high.push((e.addr >> ADDR_BITS) as u16);
+        }
+        let low = e.addr & ADDR_ESCAPE;
+        let addr_bits = if low == ADDR_ESCAPE || e.addr >> ADDR_BITS != self.addr_high[block] as u64
+        {
             self.rare().big_addrs.push((index, e.addr));
             ADDR_ESCAPE
         } else {
-            e.addr
+            low
         };
         let stream_index = match self.stream_slot(e.stream) {
             Some(p) => p,
@@ -373,10 +387,6 @@ impl DeviceTrace {
         }
         if let Some(s) = e.user_metadata {
             self.rare().user_metadata.push((index, s));
-        }
-        let block = (index >> TIME_BLOCK_BITS) as usize;
-        if block == self.time_base.len() {
-            self.time_base.push(NO_BASE);
         }
         let time = match e.time_us {
             None => NO_TIME,
@@ -472,7 +482,7 @@ impl DeviceTrace {
     fn unpack_addr(&self, addr_action_stream: u64, i: usize) -> u64 {
         match addr_action_stream & ADDR_ESCAPE {
             ADDR_ESCAPE => self.escaped_addr(i),
-            a => a,
+            a => ((self.addr_high[i >> TIME_BLOCK_BITS] as u64) << ADDR_BITS) | a,
         }
     }
 
@@ -664,6 +674,46 @@ mod tests {
         assert_eq!(t.get(1).device_free(), Some(123));
         assert_eq!(t.pool_id(2), (1, 2));
         assert_eq!(t.pool_id(0), (0, 0));
+    }
+
+    #[test]
+    fn addresses_at_or_above_2_48_stay_in_place_when_a_block_shares_their_high_bits() {
+        let high = 1u64 << 48;
+        // Blocks of 4096: the first all at 2^48 and above, the second starting below.
+        let addrs: Vec<u64> = (0..10_000u64)
+            .map(|i| match i {
+                4096 => 0x7f00_0000_0000,
+                _ if i % 1000 == 999 => 5,
+                _ if i % 1000 == 998 => u64::MAX,
+                _ => high + 0x7f00_0000_0000 + i * 512,
+            })
+            .collect();
+        let mut t = DeviceTrace::default();
+        for &addr in &addrs {
+            t.push(NewEvent {
+                action: Some(Action::Alloc),
+                addr,
+                ..Default::default()
+            });
+        }
+        for (i, &addr) in addrs.iter().enumerate() {
+            assert_eq!(t.addr(i), addr, "event {i}");
+            assert_eq!(t.get(i).addr, addr, "event {i}");
+        }
+        // Kept beside the events: every u64::MAX, and each address whose high bits are
+        // not those of its block's first address (the low ones among high ones, and the
+        // high ones of the block that starts low).
+        let beside = t.rare.as_ref().map_or(0, |r| r.big_addrs.len());
+        let expected = addrs
+            .iter()
+            .enumerate()
+            .filter(|&(i, &a)| {
+                let first = addrs[i / 4096 * 4096];
+                a == u64::MAX || a >> 48 != first >> 48
+            })
+            .count();
+        assert_eq!(beside, expected);
+        assert!(beside < 4200, "{beside} kept beside the events");
     }
 
     #[test]
