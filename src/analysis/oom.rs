@@ -18,7 +18,7 @@ use super::device::{DeviceReason, choose_device};
 use super::leaks::{LeakReport, LeakSampler};
 use super::top::{LiveState, LiveStatePass, Versions, group_live};
 use crate::devlog::oom_log::OomMessage;
-use crate::model::{Action, Snapshot};
+use crate::model::Snapshot;
 use crate::timeline::Start;
 use crate::timeline::replay::DeviceReplay;
 use crate::timeline::state::allocator_state;
@@ -698,11 +698,7 @@ pub struct Collected {
 /// The moments [`analyze_oom`] analyses on `device` when asked about that device alone:
 /// its first OOM events, else its final state.
 pub fn oom_moments(r: &DeviceReplay) -> Vec<Option<usize>> {
-    let ooms: Vec<Option<usize>> = (0..r.len())
-        .filter(|&i| r.trace.action(i) == Action::Oom)
-        .take(MAX_ANALYSES)
-        .map(Some)
-        .collect();
+    let ooms: Vec<Option<usize>> = r.trace.oom_events().take(MAX_ANALYSES).map(Some).collect();
     if ooms.is_empty() {
         vec![r.len().checked_sub(1)]
     } else {
@@ -910,9 +906,7 @@ pub fn analyze_oom(
         .flatten();
     for &d in &devices {
         let r = DeviceReplay::new(snap, d);
-        let ooms: Vec<usize> = (0..r.len())
-            .filter(|&i| r.trace.action(i) == Action::Oom)
-            .collect();
+        let ooms: Vec<usize> = r.trace.oom_events().collect();
         if ooms.len() > MAX_ANALYSES {
             more.insert(d, ooms.len() - MAX_ANALYSES);
         }

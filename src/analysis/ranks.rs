@@ -7,7 +7,7 @@ use super::device::choose_device;
 use super::diff::{GroupChange, diff};
 use super::moment::Moment;
 use super::top::{TopReport, analyze_top};
-use crate::model::{Action, Snapshot};
+use crate::model::Snapshot;
 use crate::timeline::replay::{DeviceReplay, Peaks};
 use serde::Serialize;
 
@@ -64,9 +64,7 @@ pub fn rank_input<'a>(
         peak_requested_bytes: traced.then_some(peaks.requested.bytes),
         peak_reserved_bytes: traced.then_some(peaks.reserved.bytes),
         reserved_bytes: snap.segments_of(choice.device).map(|s| s.total_size).sum(),
-        ooms: (0..r.len())
-            .filter(|&i| r.trace.action(i) == Action::Oom)
-            .count(),
+        ooms: r.trace.oom_events().count(),
         top,
     })
 }

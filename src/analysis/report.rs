@@ -28,7 +28,6 @@ use crate::devlog::DeviceLog;
 use crate::devlog::convert::Converted;
 use crate::devlog::oom_log::OomMessage;
 use crate::input::SourceInfo;
-use crate::model::Action;
 use crate::model::Snapshot;
 use crate::timeline::replay::{DeviceReplay, LifetimesAtPeak};
 use rayon::prelude::*;
@@ -376,9 +375,7 @@ fn device_report(
         a.bind(categories.clone());
         a
     };
-    let ooms: Vec<usize> = (0..r.len())
-        .filter(|&i| r.trace.action(i) == Action::Oom)
-        .collect();
+    let ooms: Vec<usize> = r.trace.oom_events().collect();
     let before = moments_before(&r, &ooms);
     let more_ooms = ooms.len().saturating_sub(MAX_OOM_MOMENTS);
     let view_attr = attr();

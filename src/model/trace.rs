@@ -441,6 +441,11 @@ impl DeviceTrace {
         self.time_us(i).filter(|&t| t > 0)
     }
 
+    /// The indices of the trace's `oom` events, in order.
+    pub fn oom_events(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.len()).filter(|&i| self.action(i) == Action::Oom)
+    }
+
     /// The first stamped time of the trace.
     pub fn first_stamped_time(&self) -> Option<i64> {
         (0..self.len()).find_map(|i| self.stamped_time(i))
