@@ -25,7 +25,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::device::check_device;
-use vramlens::analysis::summary::{Summary, SummaryOptions, analyze_summary};
+use vramlens::analysis::summary::{DeviceSummary, summary_with};
 use vramlens::export::{
     PARTITION_COLUMN, RowCounts, SCHEMA_VERSION, Source, Table, TableWriter, WithSource,
     partition_key, write_events, write_lifetimes, write_snapshot_rows, write_stacks,
@@ -472,8 +472,8 @@ struct Job<'a> {
 }
 
 /// Reads one file and writes its partition of every table. The summary behind the
-/// `snapshots` row is computed beside the other tables (it is a replay of its own, and
-/// the lifetimes' three threads leave part of two cores idle).
+/// `snapshots` row comes from the replay that makes the `lifetimes` rows (one replay per
+/// device), so that table is written last.
 fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<RowCounts> {
     // A regular file is hashed while it is read (each from the mapped file); anything
     // else is read once, by the hash, and decoded from the bytes kept.
@@ -501,7 +501,9 @@ fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<Row
         .into_iter()
         .filter(|d| job.device.is_none_or(|want| want == *d))
         .collect();
-    let write_table = |table: Table, summary: Option<&Summary>| -> Result<u64> {
+    // The summaries the lifetimes' replay found, one per device.
+    let mut summaries: Vec<DeviceSummary> = Vec::new();
+    let mut write_table = |table: Table| -> Result<u64> {
         let dir = job.staging.partition(table, name);
         let file_name = format!("part-0.{}", extension(job.format));
         let shown = job.staging.published(table, name).join(&file_name);
@@ -516,19 +518,18 @@ fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<Row
                 w = Box::new(WithSource::new(w, &info.path, &input.sha256));
             }
             match table {
-                Table::Snapshots => write_snapshot_rows(
-                    summary.expect("the snapshots table is written with the summary"),
-                    &Source {
+                Table::Snapshots => {
+                    let summary =
+                        summary_with(&snap, &info, &devices, std::mem::take(&mut summaries));
+                    let source = Source {
                         sha256: &input.sha256,
-                    },
-                    &mut *w,
-                )?,
-                Table::Lifetimes => write_lifetimes(
-                    &snap,
-                    &devices,
-                    Attributor::new(&snap.frames, job.attribution),
-                    &mut *w,
-                )?,
+                    };
+                    write_snapshot_rows(&summary, &source, &mut *w)?
+                }
+                Table::Lifetimes => {
+                    let attr = Attributor::new(&snap.frames, job.attribution);
+                    summaries = write_lifetimes(&snap, &devices, attr, &mut *w)?;
+                }
                 Table::Events => write_events(&snap, &devices, &mut *w)?,
                 Table::Stacks => write_stacks(&snap, &mut *w)?,
             }
@@ -536,25 +537,14 @@ fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<Row
         })();
         written.map_err(|e| anyhow!("cannot write {}: {e}", shown.display()))
     };
-    let (summary, others) = rayon::join(
-        || analyze_summary(&snap, &info, SummaryOptions { device: job.device }),
-        || -> Result<RowCounts> {
-            let mut counts = RowCounts::default();
-            for &table in job.tables.iter().filter(|t| **t != Table::Snapshots) {
-                counts.add(table, write_table(table, None)?);
-            }
+    let order = job.tables.iter().filter(|t| **t != Table::Snapshots);
+    let last = job.tables.iter().filter(|t| **t == Table::Snapshots);
+    let written = order
+        .chain(last)
+        .try_fold(RowCounts::default(), |mut counts, &table| {
+            counts.add(table, write_table(table)?);
             Ok(counts)
-        },
-    );
-    let written = others.and_then(|mut counts| {
-        if job.tables.contains(&Table::Snapshots) {
-            counts.add(
-                Table::Snapshots,
-                write_table(Table::Snapshots, Some(&summary))?,
-            );
-        }
-        Ok(counts)
-    });
+        });
     if written.is_err() {
         // A file is in the dataset whole or not at all.
         for &t in job.tables {

@@ -15,7 +15,7 @@ pub mod jsonl;
 pub mod parquet;
 
 use crate::analysis::attribution::{Attributor, GroupKey, GroupKind, Site};
-use crate::analysis::summary::{DeviceSummary, Summary};
+use crate::analysis::summary::{DeviceSummary, Summary, SummaryPass};
 use crate::model::{Action, Snapshot, StackId};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, PoolLookup, Running};
 use crate::timeline::{Lifetime, Origin};
@@ -739,13 +739,15 @@ impl LifetimeRows<'_, '_> {
 /// survivors from before the trace.
 ///
 /// The replay runs here while another thread makes the rows of the lifetimes it closed
-/// (names, pools, times looked up in the trace) and hands them to the writer.
+/// (names, pools, times looked up in the trace) and hands them to the writer. The same
+/// replay finds each device's summary (for the `snapshots` row), given back in the order
+/// of `devices`; a device whose rows stopped on an error has none.
 pub fn write_lifetimes(
     snap: &Snapshot,
     devices: &[i64],
     attr: Attributor,
     out: &mut dyn TableWriter,
-) -> io::Result<()> {
+) -> io::Result<Vec<DeviceSummary>> {
     let replays: Vec<DeviceReplay> = devices
         .iter()
         .map(|&d| DeviceReplay::new(snap, d))
@@ -771,6 +773,7 @@ pub fn write_lifetimes(
                 }
                 Ok(())
             })?;
+        let mut summaries = Vec::with_capacity(replays.len());
         for (device, replay) in replays.iter().enumerate() {
             let mut collect = Collect {
                 device,
@@ -778,15 +781,18 @@ pub fn write_lifetimes(
                 send: &send,
                 stopped: false,
             };
-            replay.run(&mut collect);
+            let mut summary = SummaryPass::new(replay);
+            replay.run((&mut collect, &mut summary));
             if collect.stopped {
                 break;
             }
+            summaries.push(summary.finish(snap, replay));
         }
         drop(send);
         writer
             .join()
-            .map_err(|_| io::Error::other("the lifetime row writer panicked"))?
+            .map_err(|_| io::Error::other("the lifetime row writer panicked"))??;
+        Ok(summaries)
     })
 }
 
@@ -1022,6 +1028,7 @@ mod tests {
             Attributor::new(&snap.frames, &options),
             &mut out,
         )
+        .map(drop)
     }
 
     #[test]
@@ -1035,6 +1042,33 @@ mod tests {
         lifetimes_of(&snap, &mut rows).unwrap();
         let expected: Vec<u64> = (1..=n as u64).map(|i| 0x1000 * i).collect();
         assert_eq!(rows.addrs, expected);
+    }
+
+    #[test]
+    fn the_lifetimes_replay_gives_each_device_its_summary() {
+        // Blocks of 512 bytes held one at a time: the peak is one block, reached by the
+        // first allocation (event 0); every block is freed by the end.
+        let snap = alloc_free_snapshot(5);
+        let options = crate::analysis::attribution::AttributionOptions::default();
+        let mut rows = Rows {
+            addrs: Vec::new(),
+            ok: usize::MAX,
+        };
+        let mut out = &mut rows;
+        let summaries = write_lifetimes(
+            &snap,
+            &[0],
+            Attributor::new(&snap.frames, &options),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(summaries.len(), 1);
+        let d = &summaries[0];
+        assert_eq!(d.device, 0);
+        assert_eq!(d.peak_requested_bytes, Some(512));
+        assert_eq!(d.peak_requested_event, Some(0));
+        assert_eq!(d.peak_allocated_bytes, Some(512));
+        assert_eq!(rows.addrs.len(), 5);
     }
 
     #[test]
