@@ -537,10 +537,10 @@ fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<Row
         })();
         written.map_err(|e| anyhow!("cannot write {}: {e}", shown.display()))
     };
-    let order = job.tables.iter().filter(|t| **t != Table::Snapshots);
-    let last = job.tables.iter().filter(|t| **t == Table::Snapshots);
-    let written = order
-        .chain(last)
+    let others = job.tables.iter().filter(|t| **t != Table::Snapshots);
+    let snapshots = job.tables.iter().filter(|t| **t == Table::Snapshots);
+    let written = others
+        .chain(snapshots)
         .try_fold(RowCounts::default(), |mut counts, &table| {
             counts.add(table, write_table(table)?);
             Ok(counts)

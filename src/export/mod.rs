@@ -741,7 +741,7 @@ impl LifetimeRows<'_, '_> {
 /// The replay runs here while another thread makes the rows of the lifetimes it closed
 /// (names, pools, times looked up in the trace) and hands them to the writer. The same
 /// replay finds each device's summary (for the `snapshots` row), given back in the order
-/// of `devices`; a device whose rows stopped on an error has none.
+/// of `devices`.
 pub fn write_lifetimes(
     snap: &Snapshot,
     devices: &[i64],
@@ -1019,7 +1019,7 @@ mod tests {
         }
     }
 
-    fn lifetimes_of(snap: &Snapshot, rows: &mut Rows) -> io::Result<()> {
+    fn lifetimes_of(snap: &Snapshot, rows: &mut Rows) -> io::Result<Vec<DeviceSummary>> {
         let options = crate::analysis::attribution::AttributionOptions::default();
         let mut out = rows;
         write_lifetimes(
@@ -1028,7 +1028,6 @@ mod tests {
             Attributor::new(&snap.frames, &options),
             &mut out,
         )
-        .map(drop)
     }
 
     #[test]
@@ -1049,19 +1048,11 @@ mod tests {
         // Blocks of 512 bytes held one at a time: the peak is one block, reached by the
         // first allocation (event 0); every block is freed by the end.
         let snap = alloc_free_snapshot(5);
-        let options = crate::analysis::attribution::AttributionOptions::default();
         let mut rows = Rows {
             addrs: Vec::new(),
             ok: usize::MAX,
         };
-        let mut out = &mut rows;
-        let summaries = write_lifetimes(
-            &snap,
-            &[0],
-            Attributor::new(&snap.frames, &options),
-            &mut out,
-        )
-        .unwrap();
+        let summaries = lifetimes_of(&snap, &mut rows).unwrap();
         assert_eq!(summaries.len(), 1);
         let d = &summaries[0];
         assert_eq!(d.device, 0);
