@@ -10,6 +10,7 @@
 //! traces, OOM messages), [`export`] writes the replay's rows as tables, [`redact`]
 //! rewrites a snapshot's strings for sharing, and [`units`] writes bytes and times as text.
 
+pub mod allocator;
 pub mod analysis;
 pub mod devlog;
 pub mod export;
