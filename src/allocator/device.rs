@@ -41,11 +41,11 @@ impl CapacityDevice {
 }
 
 impl Device for CapacityDevice {
-    fn cuda_malloc(&mut self, size: u64, reserved: u64) -> Option<u64> {
+    fn cuda_malloc(&mut self, size: u64, reserved: u64, _released: usize) -> Option<u64> {
         self.fits(size, reserved).then(|| self.bump(size))
     }
 
-    fn map(&mut self, _addr: u64, size: u64, reserved: u64) -> bool {
+    fn map(&mut self, _addr: u64, size: u64, reserved: u64, _released: usize) -> bool {
         self.fits(size, reserved)
     }
 

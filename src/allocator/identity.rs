@@ -1,1 +1,538 @@
-//! (being written)
+//! The identity replay: the recorded requests, with the recorded settings, compared with
+//! the recording event by event (spec 4.4, check 2, and section 5).
+//!
+//! Takes a snapshot and a device; gives [`Identity`]: how many allocations the model put
+//! at their recorded address, how many `segment_*` entries it reproduced, whether it ran
+//! out of memory where the recording did, and the first divergence. Every answer that
+//! uses the model says this first.
+//!
+//! What the file does not record is taken from it as the spec's section 5 does: the
+//! state at the first event ([`super::start`]); where `cudaMalloc` failed (a call whose
+//! recording shows segment releases before its new segment, or an `oom`, took the
+//! out-of-memory retry: the device here answers as the recording shows); the
+//! `empty_cache` calls ([`super::requests`]); and the addresses of new segments, taken
+//! from the recording. After a divergence the model is put back in step where it can be
+//! (an allocation moved to its recorded address) and the counts go on.
+
+use super::model::{Allocator, BlockId, Device, ModelEvent};
+use super::requests::{PoolLookup, Recorded, Request, Requests};
+use super::settings::{Profile, Settings};
+use super::start::{self, StartState};
+use crate::model::{Action, Snapshot};
+use serde::Serialize;
+
+/// The device of an identity replay: `cudaMalloc` and page mappings succeed where the
+/// recording shows them, at the recorded addresses, once the model has released what
+/// the recording released before them.
+struct Recording<'a> {
+    outputs: &'a [Recorded],
+    /// The next output not yet consumed by a growth.
+    next: usize,
+    ends_in_oom: bool,
+    /// Addresses for growth the recording does not show (a divergence).
+    spare: u64,
+}
+
+impl Recording<'_> {
+    /// The next recorded growth of `action` the model may take now, and its index.
+    fn grow(&mut self, action: Action, released: usize) -> Option<Option<usize>> {
+        let j = (self.next..self.outputs.len()).find(|&j| self.outputs[j].action == action);
+        match j {
+            Some(j) => {
+                let before = self.outputs[..j].iter().filter(|o| o.releases()).count();
+                if released >= before {
+                    self.next = j + 1;
+                    Some(Some(j))
+                } else {
+                    None
+                }
+            }
+            None => {
+                let releases = self.outputs.iter().filter(|o| o.releases()).count();
+                if self.ends_in_oom || released < releases {
+                    None
+                } else {
+                    Some(None)
+                }
+            }
+        }
+    }
+
+    fn spare(&mut self, size: u64) -> u64 {
+        let a = self.spare;
+        self.spare = self.spare.saturating_add(size.div_ceil(2 << 20) * (2 << 20) + (2 << 20));
+        a
+    }
+}
+
+impl Device for Recording<'_> {
+    fn cuda_malloc(&mut self, size: u64, _reserved: u64, released: usize) -> Option<u64> {
+        match self.grow(Action::SegmentAlloc, released)? {
+            Some(j) => Some(self.outputs[j].addr),
+            None => Some(self.spare(size)),
+        }
+    }
+
+    fn map(&mut self, _addr: u64, _size: u64, _reserved: u64, released: usize) -> bool {
+        self.grow(Action::SegmentMap, released).is_some()
+    }
+
+    fn reserve(&mut self, size: u64) -> u64 {
+        match (self.next..self.outputs.len()).find(|&j| self.outputs[j].action == Action::SegmentMap) {
+            Some(j) => self.outputs[j].addr,
+            None => self.spare(size),
+        }
+    }
+}
+
+/// A `segment_*` entry, as the model made it or as the recording shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SegmentEntry {
+    pub action: &'static str,
+    pub addr: u64,
+    pub size_bytes: u64,
+}
+
+impl SegmentEntry {
+    fn of_model(e: &ModelEvent) -> Option<SegmentEntry> {
+        let (action, addr, size) = match *e {
+            ModelEvent::SegmentAlloc { addr, size, .. } => ("segment_alloc", addr, size),
+            ModelEvent::SegmentFree { addr, size, .. } => ("segment_free", addr, size),
+            ModelEvent::SegmentMap { addr, size, .. } => ("segment_map", addr, size),
+            ModelEvent::SegmentUnmap { addr, size, .. } => ("segment_unmap", addr, size),
+            ModelEvent::FreeCompleted { .. } => return None,
+        };
+        Some(SegmentEntry {
+            action,
+            addr,
+            size_bytes: size,
+        })
+    }
+
+    fn of_recorded(r: &Recorded) -> SegmentEntry {
+        SegmentEntry {
+            action: r.action.name(),
+            addr: r.addr,
+            size_bytes: r.size,
+        }
+    }
+}
+
+/// Where the model first did something else than the recording.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Divergence {
+    /// The trace entry of the call (its `alloc`, `oom`, or first entry of an
+    /// `empty_cache`).
+    pub event: u32,
+    pub kind: DivergenceKind,
+    /// The request's size, for allocations and OOMs.
+    pub request_bytes: Option<u64>,
+    pub stream: Option<u64>,
+    /// The address the model chose and the recorded one (allocations).
+    pub model_addr: Option<u64>,
+    pub recorded_addr: Option<u64>,
+    /// The segment entries of the call, as the model made them and as recorded.
+    pub model_segments: Vec<SegmentEntry>,
+    pub recorded_segments: Vec<SegmentEntry>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DivergenceKind {
+    /// An allocation at another address.
+    Address,
+    /// Other segment entries than the recorded ones.
+    Segments,
+    /// The model ran out of memory where the recording allocated.
+    ModelOom,
+    /// The model allocated where the recording ran out of memory.
+    MissedOom,
+}
+
+/// A recorded OOM and the capacity it implies: what the allocator held when it failed
+/// plus what the device said was still free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct OomCapacity {
+    pub event: u32,
+    pub request_bytes: u64,
+    pub reserved_bytes: u64,
+    pub device_free_bytes: Option<u64>,
+    /// `reserved_bytes + device_free_bytes`: the memory this process's allocator could
+    /// have held then.
+    pub capacity_bytes: Option<u64>,
+}
+
+/// How well the model reproduced a recording.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Identity {
+    pub profile: Profile,
+    pub allocations: u64,
+    pub allocations_at_recorded_address: u64,
+    /// `segment_*` entries recorded, reproduced (same action, address and size in the
+    /// same call), and made by the model without a recorded match.
+    pub segment_events: u64,
+    pub segment_events_reproduced: u64,
+    pub segment_events_extra: u64,
+    pub ooms: u64,
+    pub ooms_reproduced: u64,
+    /// Inferred `empty_cache` calls and calls that took the out-of-memory retry.
+    pub empty_cache_calls: u64,
+    pub retry_calls: u64,
+    /// Calls that diverged.
+    pub divergences: u64,
+    pub first_divergence: Option<Divergence>,
+    pub peak_reserved_bytes: u64,
+    pub recorded_peak_reserved_bytes: u64,
+    pub final_reserved_bytes: u64,
+    pub recorded_final_reserved_bytes: u64,
+    /// Final segments of the snapshot, and how many the model ends with exactly (same
+    /// address, size and blocks).
+    pub final_segments: u64,
+    pub final_segments_equal: u64,
+    pub start_blocks: u64,
+    pub start_blocks_inferred: u64,
+    pub start_reserved_bytes: u64,
+    pub oom_capacities: Vec<OomCapacity>,
+}
+
+impl Identity {
+    /// Every allocation at its address, every segment entry reproduced and no other,
+    /// every OOM where it was.
+    pub fn exact(&self) -> bool {
+        self.divergences == 0
+            && self.allocations == self.allocations_at_recorded_address
+            && self.segment_events == self.segment_events_reproduced
+            && self.segment_events_extra == 0
+            && self.ooms == self.ooms_reproduced
+    }
+}
+
+/// Why a device cannot be replayed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum NotReplayable {
+    #[error("device {device} has no trace of allocations to replay")]
+    NoTrace { device: i64 },
+    #[error("the recording used backend:cudaMallocAsync, a different allocator")]
+    AsyncBackend,
+}
+
+/// A device's recording prepared for replays: its requests and its start state.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub device: i64,
+    pub settings: Settings,
+    pub profile: Profile,
+    pub requests: Requests,
+    pub start: StartState,
+}
+
+impl Prepared {
+    /// The requests and start state of `device`, with the recorded settings (the
+    /// defaults where the file records none) and the guessed or given profile.
+    pub fn new(
+        snap: &Snapshot,
+        device: i64,
+        profile: Option<Profile>,
+    ) -> Result<Prepared, NotReplayable> {
+        let trace = snap
+            .trace(device)
+            .filter(|t| (0..t.len()).any(|i| t.action(i) == Action::Alloc || t.action(i) == Action::Oom))
+            .ok_or(NotReplayable::NoTrace { device })?;
+        let profile = profile.unwrap_or_else(|| Profile::guess(&snap.features));
+        let settings = Settings::of_snapshot(snap, profile).unwrap_or_default();
+        if settings.backend_async {
+            return Err(NotReplayable::AsyncBackend);
+        }
+        let pools = PoolLookup::new(
+            snap.segments_of(device)
+                .map(|s| (s.address, s.total_size, s.pool_id)),
+        );
+        let mut requests = Requests::build(trace, &snap.frames, &pools);
+        let probe = Allocator::new(settings.clone(), profile, None);
+        let start = start::rebuild(
+            snap,
+            device,
+            &mut requests,
+            &|s| probe.round_size(s),
+            settings.expandable_segments,
+        );
+        Ok(Prepared {
+            device,
+            settings,
+            profile,
+            requests,
+            start,
+        })
+    }
+}
+
+/// Replays `p` against its recording; `snap` gives the final segments to compare.
+pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
+    let mut a = Allocator::new(p.settings.clone(), p.profile, None);
+    let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
+    for (tag, id) in p.start.restore(&mut a) {
+        by_tag[tag as usize] = Some(id);
+    }
+    let spare_base = p
+        .start
+        .top_address()
+        .max(p.requests.outputs.iter().map(|o| o.addr + o.size).max().unwrap_or(0))
+        .saturating_add(1 << 40);
+    let mut id = Identity {
+        profile: p.profile,
+        allocations: 0,
+        allocations_at_recorded_address: 0,
+        segment_events: p.requests.outputs.len() as u64,
+        segment_events_reproduced: 0,
+        segment_events_extra: 0,
+        ooms: 0,
+        ooms_reproduced: 0,
+        empty_cache_calls: 0,
+        retry_calls: 0,
+        divergences: 0,
+        first_divergence: None,
+        peak_reserved_bytes: a.reserved(),
+        recorded_peak_reserved_bytes: p.start.reserved,
+        final_reserved_bytes: 0,
+        recorded_final_reserved_bytes: 0,
+        final_segments: 0,
+        final_segments_equal: 0,
+        start_blocks: p.start.blocks,
+        start_blocks_inferred: p.start.blocks_inferred,
+        start_reserved_bytes: p.start.reserved,
+        oom_capacities: Vec::new(),
+    };
+    let mut recorded_reserved = p.start.reserved as i128;
+    let mut spare = spare_base;
+    for item in &p.requests.items {
+        match item {
+            Request::Alloc {
+                tag,
+                size,
+                stream,
+                pool,
+                event,
+                addr,
+                outputs,
+            } => {
+                let outs = p.requests.outputs_of(outputs);
+                if took_retry(outs) {
+                    id.retry_calls += 1;
+                }
+                let mut dev = Recording {
+                    outputs: outs,
+                    next: 0,
+                    ends_in_oom: false,
+                    spare,
+                };
+                let r = a.malloc(&mut dev, *size, *stream, *pool, *tag);
+                spare = dev.spare;
+                let made = drain(&mut a, &mut by_tag);
+                let segs_ok = compare(&made, outs, &mut id);
+                id.allocations += 1;
+                let mut div = (!segs_ok).then_some(DivergenceKind::Segments);
+                let mut model_addr = None;
+                match r {
+                    Ok(b) => {
+                        model_addr = Some(a.block_addr(b));
+                        if a.block_addr(b) == *addr {
+                            id.allocations_at_recorded_address += 1;
+                            by_tag[*tag as usize] = Some(b);
+                        } else {
+                            div = div.or(Some(DivergenceKind::Address));
+                            // Back in step: the allocation where the recording put it.
+                            a.free(b);
+                            let moved = a.allocate_at(*addr, *size, *stream, *pool, *tag);
+                            by_tag[*tag as usize] = Some(moved.unwrap_or_else(|| {
+                                a.malloc(&mut dev_spare(&mut spare), *size, *stream, *pool, *tag)
+                                    .expect("an unlimited device")
+                            }));
+                            drain(&mut a, &mut by_tag);
+                        }
+                    }
+                    Err(_) => {
+                        div = Some(DivergenceKind::ModelOom);
+                        by_tag[*tag as usize] = a.allocate_at(*addr, *size, *stream, *pool, *tag);
+                    }
+                }
+                if let Some(kind) = div {
+                    diverged(&mut id, *event, kind, Some(*size), Some(*stream), model_addr, Some(*addr), &made, outs);
+                }
+                recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
+            }
+            Request::Oom {
+                size,
+                stream,
+                pool,
+                event,
+                device_free,
+                outputs,
+            } => {
+                let outs = p.requests.outputs_of(outputs);
+                id.ooms += 1;
+                id.retry_calls += 1;
+                let mut dev = Recording {
+                    outputs: outs,
+                    next: 0,
+                    ends_in_oom: true,
+                    spare,
+                };
+                let r = a.malloc(&mut dev, *size, *stream, *pool, u32::MAX);
+                spare = dev.spare;
+                let made = drain(&mut a, &mut by_tag);
+                let segs_ok = compare(&made, outs, &mut id);
+                match r {
+                    Err(_) => {
+                        id.ooms_reproduced += 1;
+                        if !segs_ok {
+                            diverged(&mut id, *event, DivergenceKind::Segments, Some(*size), Some(*stream), None, None, &made, outs);
+                        }
+                    }
+                    Ok(b) => {
+                        let at = a.block_addr(b);
+                        a.free(b);
+                        diverged(&mut id, *event, DivergenceKind::MissedOom, Some(*size), Some(*stream), Some(at), None, &made, outs);
+                    }
+                }
+                recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
+                id.oom_capacities.push(OomCapacity {
+                    event: *event,
+                    request_bytes: *size,
+                    reserved_bytes: recorded_reserved.max(0) as u64,
+                    device_free_bytes: *device_free,
+                    capacity_bytes: device_free.map(|f| (recorded_reserved.max(0) as u64).saturating_add(f)),
+                });
+            }
+            Request::EmptyCache { event, outputs } => {
+                let outs = p.requests.outputs_of(outputs);
+                id.empty_cache_calls += 1;
+                a.empty_cache();
+                let made = drain(&mut a, &mut by_tag);
+                if !compare(&made, outs, &mut id) {
+                    diverged(&mut id, *event, DivergenceKind::Segments, None, None, None, None, &made, outs);
+                }
+                recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
+            }
+            Request::FreeRequested { tag, .. } => {
+                if let Some(b) = by_tag[*tag as usize] {
+                    a.free_requested(b);
+                }
+            }
+            Request::Free { tag, .. } => {
+                if let Some(b) = by_tag[*tag as usize].take() {
+                    a.free(b);
+                }
+            }
+        }
+        id.peak_reserved_bytes = id.peak_reserved_bytes.max(a.reserved());
+    }
+    id.final_reserved_bytes = a.reserved();
+    id.recorded_final_reserved_bytes = recorded_reserved.max(0) as u64;
+    let model_final = a.segments();
+    for s in snap.segments_of(p.device) {
+        id.final_segments += 1;
+        let equal = model_final
+            .binary_search_by_key(&s.address, |m| m.addr)
+            .ok()
+            .map(|k| &model_final[k])
+            .is_some_and(|m| {
+                m.size == s.total_size
+                    && m.blocks.len() == s.blocks.len()
+                    && m.blocks.iter().zip(&s.blocks).all(|(mb, sb)| {
+                        mb.0 == sb.address && mb.1 == sb.size && mb.2 == sb.state.is_active()
+                    })
+            });
+        if equal {
+            id.final_segments_equal += 1;
+        }
+    }
+    id
+}
+
+/// A device with no limit, for putting an allocation somewhere after a divergence.
+fn dev_spare(spare: &mut u64) -> super::device::CapacityDevice {
+    let d = super::device::CapacityDevice::new(None, *spare);
+    *spare = spare.saturating_add(1 << 36);
+    d
+}
+
+/// Whether a recorded call took the out-of-memory retry: segment releases before its
+/// first new segment.
+fn took_retry(outs: &[Recorded]) -> bool {
+    outs.iter()
+        .take_while(|o| !matches!(o.action, Action::SegmentAlloc | Action::SegmentMap))
+        .any(Recorded::releases)
+}
+
+/// The model's segment entries of the call; pending frees it completed are marked done.
+fn drain(a: &mut Allocator, by_tag: &mut [Option<BlockId>]) -> Vec<SegmentEntry> {
+    let mut out = Vec::new();
+    for e in a.take_events() {
+        if let ModelEvent::FreeCompleted { tag } = e {
+            if let Some(slot) = by_tag.get_mut(tag as usize) {
+                *slot = None;
+            }
+        } else if let Some(s) = SegmentEntry::of_model(&e) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// Counts the call's reproduced and extra segment entries; whether they are the same
+/// sequence.
+fn compare(made: &[SegmentEntry], outs: &[Recorded], id: &mut Identity) -> bool {
+    let recorded: Vec<SegmentEntry> = outs.iter().map(SegmentEntry::of_recorded).collect();
+    let mut left = recorded.clone();
+    let mut reproduced = 0u64;
+    for m in made {
+        if let Some(k) = left.iter().position(|r| r == m) {
+            left.remove(k);
+            reproduced += 1;
+        }
+    }
+    id.segment_events_reproduced += reproduced;
+    id.segment_events_extra += made.len() as u64 - reproduced;
+    made == recorded.as_slice()
+}
+
+fn reserved_after(reserved: i128, outs: &[Recorded], id: &mut Identity) -> i128 {
+    let mut r = reserved;
+    for o in outs {
+        match o.action {
+            Action::SegmentAlloc | Action::SegmentMap => r += o.size as i128,
+            Action::SegmentFree | Action::SegmentUnmap => r -= o.size as i128,
+            _ => {}
+        }
+        id.recorded_peak_reserved_bytes = id.recorded_peak_reserved_bytes.max(r.max(0) as u64);
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn diverged(
+    id: &mut Identity,
+    event: u32,
+    kind: DivergenceKind,
+    request_bytes: Option<u64>,
+    stream: Option<u64>,
+    model_addr: Option<u64>,
+    recorded_addr: Option<u64>,
+    made: &[SegmentEntry],
+    outs: &[Recorded],
+) {
+    id.divergences += 1;
+    if id.first_divergence.is_none() {
+        id.first_divergence = Some(Divergence {
+            event,
+            kind,
+            request_bytes,
+            stream,
+            model_addr,
+            recorded_addr,
+            model_segments: made.to_vec(),
+            recorded_segments: outs.iter().map(SegmentEntry::of_recorded).collect(),
+        });
+    }
+}

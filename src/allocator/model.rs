@@ -58,13 +58,16 @@ impl PoolKey {
 }
 
 /// What the allocator asks of the device.
+///
+/// Each call also gets `released`: how many segments (or ranges) the allocator call
+/// under way has freed or unmapped so far, for a device that follows a recording.
 pub trait Device {
     /// `cudaMalloc(size)` while the allocator holds `reserved` bytes: the address, or None
     /// when it fails.
-    fn cuda_malloc(&mut self, size: u64, reserved: u64) -> Option<u64>;
+    fn cuda_malloc(&mut self, size: u64, reserved: u64, released: usize) -> Option<u64>;
     /// Map `size` bytes (whole pages) at `addr` of an expandable segment while the
     /// allocator holds `reserved` bytes: whether every page could be created.
-    fn map(&mut self, addr: u64, size: u64, reserved: u64) -> bool;
+    fn map(&mut self, addr: u64, size: u64, reserved: u64, released: usize) -> bool;
     /// The base address of a new expandable segment's reservation of `size` bytes.
     fn reserve(&mut self, size: u64) -> u64;
 }
@@ -129,7 +132,6 @@ struct Pool {
 #[derive(Clone, Copy, Debug)]
 struct Expandable {
     base: u64,
-    size: u64,
     page: u64,
     alive: bool,
 }
@@ -169,6 +171,26 @@ pub struct Allocator {
     allocated: u64,
     /// Bytes the allocated blocks' requests asked for.
     requested: u64,
+    /// Segments freed or ranges unmapped since the events were last taken.
+    released: usize,
+    pub stats: Stats,
+}
+
+/// What the allocator asked of the device, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// `cudaMalloc` calls that succeeded (new segments).
+    pub segment_allocs: u64,
+    /// `cudaFree` calls.
+    pub segment_frees: u64,
+    /// Successful page mappings of expandable segments (calls, not pages).
+    pub maps: u64,
+    pub unmaps: u64,
+    /// Times the out-of-memory retry flushed the cache (`release_cached_blocks` from
+    /// `malloc`): each synchronises the device.
+    pub retry_flushes: u64,
+    /// Garbage collections that freed something.
+    pub gc_runs: u64,
 }
 
 impl Allocator {
@@ -187,6 +209,8 @@ impl Allocator {
             reserved: 0,
             allocated: 0,
             requested: 0,
+            released: 0,
+            stats: Stats::default(),
         };
         // The default pools first: garbage collection and `empty_cache` walk them by name.
         a.pool(PoolKey::DEFAULT_LARGE);
@@ -215,6 +239,7 @@ impl Allocator {
 
     /// The events since the last call, oldest first.
     pub fn take_events(&mut self) -> std::vec::Drain<'_, ModelEvent> {
+        self.released = 0;
         self.events.drain(..)
     }
 
@@ -399,7 +424,6 @@ impl Allocator {
         let seg = self.expandables.len() as u32;
         self.expandables.push(Expandable {
             base,
-            size,
             page,
             alive: true,
         });
@@ -507,6 +531,7 @@ impl Allocator {
                 found = self.alloc_block(dev, size, asize, stream, pool);
             }
             if found.is_none() {
+                self.stats.retry_flushes += 1;
                 self.release_cached();
                 found = self.alloc_block(dev, size, asize, stream, pool);
             }
@@ -683,7 +708,8 @@ impl Allocator {
         if self.expandable_active(pool) {
             return self.try_allocate_expandable(dev, size, stream, pool);
         }
-        let addr = dev.cuda_malloc(asize, self.reserved)?;
+        let addr = dev.cuda_malloc(asize, self.reserved, self.released)?;
+        self.stats.segment_allocs += 1;
         self.events.push(ModelEvent::SegmentAlloc {
             addr,
             size: asize,
@@ -777,7 +803,6 @@ impl Allocator {
         let seg = self.expandables.len() as u32;
         self.expandables.push(Expandable {
             base,
-            size: va,
             page,
             alive: true,
         });
@@ -813,7 +838,7 @@ impl Allocator {
         let b = *self.b(i);
         let page = self.expandables[b.expandable as usize].page;
         let bytes = n.div_ceil(page).saturating_mul(page).min(b.size);
-        if bytes == 0 || !dev.map(b.addr, bytes, self.reserved) {
+        if bytes == 0 || !dev.map(b.addr, bytes, self.reserved, self.released) {
             return false;
         }
         self.remove_unmapped(i);
@@ -846,6 +871,7 @@ impl Allocator {
         self.try_merge(i, next);
         self.insert_free(i);
         self.reserved += bytes;
+        self.stats.maps += 1;
         self.events.push(ModelEvent::SegmentMap {
             addr: b.addr,
             size: bytes,
@@ -902,6 +928,8 @@ impl Allocator {
         self.try_merge(i, next);
         self.insert_unmapped(i);
         self.reserved -= end - begin;
+        self.stats.unmaps += 1;
+        self.released += 1;
         self.events.push(ModelEvent::SegmentUnmap {
             addr: begin,
             size: end - begin,
@@ -1030,6 +1058,8 @@ impl Allocator {
         let b = *self.b(i);
         self.remove_free(i);
         self.reserved -= b.size;
+        self.stats.segment_frees += 1;
+        self.released += 1;
         self.events.push(ModelEvent::SegmentFree {
             addr: b.addr,
             size: b.size,
@@ -1103,6 +1133,7 @@ impl Allocator {
         let mut count = candidates.len() as u64;
         let mut reclaimed = 0u64;
         let mut freed = true;
+        let before = self.stats.segment_frees;
         while reclaimed < target && freed && count > 0 {
             let threshold_age = total_age as f64 / count as f64;
             freed = false;
@@ -1119,6 +1150,59 @@ impl Allocator {
                 }
             }
         }
+        if self.stats.segment_frees > before {
+            self.stats.gc_runs += 1;
+        }
+    }
+
+    // ---- re-synchronising with a recording ----
+
+    /// Puts the allocation of `orig` bytes at `addr`, as a recording shows it, when `addr`
+    /// starts inside a free block of `private`'s pool on `stream` with room for it: the
+    /// free space before it stays free, the rest is split as `malloc` would. None (and
+    /// nothing changed) when no free block holds it.
+    pub fn allocate_at(
+        &mut self,
+        addr: u64,
+        orig: u64,
+        stream: u64,
+        private: (i64, i64),
+        tag: u32,
+    ) -> Option<BlockId> {
+        let size = self.round_size(orig);
+        let pool = self.pool(PoolKey {
+            private,
+            small: size <= SMALL_SIZE,
+        });
+        let found = self.pools[pool as usize]
+            .free
+            .range((stream, 0, 0)..=(stream, u64::MAX, u64::MAX))
+            .map(|(_, &i)| i)
+            .find(|&i| {
+                let b = self.b(i);
+                b.addr <= addr && addr.saturating_add(size) <= b.addr + b.size
+            })?;
+        self.remove_free(found);
+        let f = *self.b(found);
+        let mut i = found;
+        if addr > f.addr {
+            let front = self.new_block(Block {
+                size: addr - f.addr,
+                next: found,
+                ..f
+            });
+            if f.prev != NIL {
+                self.bm(f.prev).next = front;
+            }
+            let m = self.bm(found);
+            m.prev = front;
+            m.addr = addr;
+            m.size -= addr - f.addr;
+            self.insert_free(front);
+            i = found;
+        }
+        let split = self.should_split(i, size);
+        Some(BlockId(self.alloc_found_block(i, size, orig, split, tag)))
     }
 
     // ---- views ----

@@ -16,7 +16,7 @@ fn alloc(settings: Settings) -> (Allocator, CapacityDevice) {
 }
 
 fn conf(s: &str) -> Settings {
-    Settings::parse(s).unwrap()
+    Settings::parse(s, Profile::V2_10).unwrap()
 }
 
 fn events(a: &mut Allocator) -> Vec<ModelEvent> {
@@ -306,9 +306,9 @@ fn expandable_grows_from_the_free_tail_before_the_unmapped_range() {
 
 #[test]
 fn garbage_collection_frees_old_cached_segments_above_the_threshold() {
-    // Fraction 1.0 of 100 MiB, threshold 0.5: GC runs once reserved is above 50 MiB and
+    // Fraction 0.99 of 100 MiB, threshold 0.5: GC runs once reserved is above 49.5 MiB and
     // a search failed; it frees whole cached segments at least as old as the average.
-    let s = conf("garbage_collection_threshold:0.5,per_process_memory_fraction:1.0");
+    let s = conf("garbage_collection_threshold:0.5,per_process_memory_fraction:0.99");
     let mut a = Allocator::new(s, Profile::V2_4, Some(100 * MIB));
     let mut d = CapacityDevice::new(Some(100 * MIB), 0);
     let x = a.malloc(&mut d, 30 * MIB, 0, (0, 0), 0).unwrap();
@@ -319,9 +319,9 @@ fn garbage_collection_frees_old_cached_segments_above_the_threshold() {
     let z = a.malloc(&mut d, 24 * MIB, 0, (0, 0), 2).unwrap(); // clock 3
     a.free(z); // y's block again, age base 3
     events(&mut a);
-    // 40 MiB: no fit (30 and 24 cached), reserved 54 > 50: GC. Ages: 30 MiB block
+    // 40 MiB: no fit (30 and 24 cached), reserved 54 > 49.5: GC. Ages: 30 MiB block
     // 4 - 2 = 2, 24 MiB block 4 - 3 = 1; average 1.5: the 30 MiB one goes (54 - 30 =
-    // 24 <= 50, target 4 reached). Then a 40 MiB segment.
+    // 24 <= 49.5, target 4.5 reached). Then a 40 MiB segment.
     a.malloc(&mut d, 40 * MIB, 0, (0, 0), 3).unwrap();
     let ev = events(&mut a);
     assert!(matches!(ev[0], ModelEvent::SegmentFree { size, .. } if size == 30 * MIB));

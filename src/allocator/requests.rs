@@ -1,1 +1,361 @@
-//! (being written)
+//! A device's trace as requests to the allocator, and what each allocator call recorded
+//! (spec 4.4, "Replay driver").
+//!
+//! Takes a [`DeviceTrace`]; gives [`Requests`]: the *commands* (each `alloc` with its
+//! requested size and stream, each completed free, each deferred free, the inferred
+//! `empty_cache` calls, the requests that ran out of memory) and, beside each allocator
+//! call, the *outputs* the recording shows for it (its `segment_*` entries and the
+//! address it returned), which only the identity check reads.
+//!
+//! Allocations are named by a tag, not an address, so that a replay whose addresses
+//! differ still frees the right block: each `alloc` gets a new tag, and its
+//! `free_completed` is paired by address with the allocation alive there (the viewer's
+//! versioned addresses). A free with no allocation before it in the trace names a block
+//! from before recording: it gets a tag of its own, listed in [`Requests::before`].
+//!
+//! How the calls are cut out of the trace: one `malloc` is the `segment_*` entries since
+//! the last command, then its `alloc` (or `oom`). A burst of `segment_free` or
+//! `segment_unmap` entries that no `alloc` follows, or whose stack runs through
+//! `empty_cache`, is an `empty_cache()` call (no entry marks them). A `free_completed`
+//! that follows its `free_requested` at once is a plain free; one that comes later was
+//! waiting for other streams, and one that comes after the segment frees of a `malloc`
+//! was completed by that call's out-of-memory retry.
+
+use crate::model::{Action, DeviceTrace, FrameTable, StackId};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+/// One `segment_*` entry of the recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub action: Action,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub event: u32,
+}
+
+impl Recorded {
+    /// A `segment_free` or `segment_unmap`.
+    pub fn releases(&self) -> bool {
+        matches!(self.action, Action::SegmentFree | Action::SegmentUnmap)
+    }
+}
+
+/// One command to the allocator, in recorded order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Alloc {
+        tag: u32,
+        /// The requested (unrounded) size.
+        size: u64,
+        stream: u64,
+        /// The private pool (`(0, 0)`: the default one).
+        pool: (i64, i64),
+        event: u32,
+        /// The address the recording shows.
+        addr: u64,
+        outputs: Range<u32>,
+    },
+    /// The user freed a block other streams still use: it waits.
+    FreeRequested { tag: u32, event: u32 },
+    /// `free_completed`: the block goes back to its pool.
+    Free { tag: u32, event: u32 },
+    /// An inferred `empty_cache()` call; `event` is its first entry.
+    EmptyCache { event: u32, outputs: Range<u32> },
+    /// A request that ran out of memory (`oom`); `size` is the rounded request.
+    Oom {
+        size: u64,
+        stream: u64,
+        pool: (i64, i64),
+        event: u32,
+        /// `device_free` of the entry: what the device had left.
+        device_free: Option<u64>,
+        outputs: Range<u32>,
+    },
+}
+
+impl Request {
+    pub fn event(&self) -> u32 {
+        match *self {
+            Request::Alloc { event, .. }
+            | Request::FreeRequested { event, .. }
+            | Request::Free { event, .. }
+            | Request::EmptyCache { event, .. }
+            | Request::Oom { event, .. } => event,
+        }
+    }
+}
+
+/// A block allocated before the trace and freed in it: known by its address and the
+/// requested size its free recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BeforeBlock {
+    pub tag: u32,
+    pub addr: u64,
+    pub requested: u64,
+    pub stream: u64,
+    /// Its `free_completed`.
+    pub freed_at: u32,
+}
+
+/// A device's trace as requests.
+#[derive(Clone, Debug, Default)]
+pub struct Requests {
+    pub items: Vec<Request>,
+    /// Outputs of the allocator calls, indexed by the calls' `outputs` ranges.
+    pub outputs: Vec<Recorded>,
+    pub before: Vec<BeforeBlock>,
+    /// Tags in use: `0..tags`.
+    pub tags: u32,
+    /// Allocations traced (`alloc` entries), recorded OOMs and inferred `empty_cache`
+    /// calls.
+    pub allocs: u64,
+    pub ooms: u64,
+    pub empty_caches: u64,
+    /// Tags of traced allocations still alive at the end, by address.
+    pub alive_at_end: BTreeMap<u64, u32>,
+    /// Every `alloc`'s (address, event), by address: where allocations landed.
+    pub alloc_sites: Vec<(u64, u32)>,
+}
+
+/// Where the private pool of an allocation comes from: the entry's own pool id when it
+/// has one, else the final segment holding its address.
+pub struct PoolLookup {
+    /// (start, end, pool) of the final segments in private pools, by start.
+    private: Vec<(u64, u64, (i64, i64))>,
+}
+
+impl PoolLookup {
+    pub fn new(segments: impl Iterator<Item = (u64, u64, Option<(i64, i64)>)>) -> PoolLookup {
+        let mut private: Vec<(u64, u64, (i64, i64))> = segments
+            .filter_map(|(a, s, p)| {
+                p.filter(|p| *p != (0, 0))
+                    .map(|p| (a, a.saturating_add(s), p))
+            })
+            .collect();
+        private.sort_unstable();
+        PoolLookup { private }
+    }
+
+    fn of(&self, addr: u64) -> (i64, i64) {
+        let i = self.private.partition_point(|s| s.0 <= addr);
+        i.checked_sub(1)
+            .map(|i| self.private[i])
+            .filter(|s| addr < s.1)
+            .map_or((0, 0), |s| s.2)
+    }
+}
+
+/// Whether a stack runs through `empty_cache` (Python's `torch.cuda.empty_cache` or the
+/// C++ `emptyCache`).
+fn through_empty_cache(frames: &FrameTable, stack: StackId, memo: &mut HashMap<u32, bool>) -> bool {
+    *memo.entry(stack.0).or_insert_with(|| {
+        frames.stack(stack).iter().any(|&f| {
+            let name = frames.str(frames.frame(f).name);
+            name == "empty_cache" || name.contains("emptyCache")
+        })
+    })
+}
+
+struct Builder<'a> {
+    trace: &'a DeviceTrace,
+    frames: &'a FrameTable,
+    pools: &'a PoolLookup,
+    out: Requests,
+    /// Segment entries since the last command.
+    open: Vec<u32>,
+    /// Deferred frees completed inside the open call (after its segment frees).
+    late_frees: Vec<Request>,
+    live: HashMap<u64, u32>,
+    memo: HashMap<u32, bool>,
+}
+
+impl Builder<'_> {
+    fn recorded(&self, i: u32) -> Recorded {
+        let e = self.trace.get(i as usize);
+        Recorded {
+            action: e.action,
+            addr: e.addr,
+            size: e.size,
+            stream: e.stream,
+            event: i,
+        }
+    }
+
+    fn push_outputs(&mut self, events: &[u32]) -> Range<u32> {
+        let start = self.out.outputs.len() as u32;
+        for &i in events {
+            let r = self.recorded(i);
+            self.out.outputs.push(r);
+        }
+        start..self.out.outputs.len() as u32
+    }
+
+    /// The open entries as an `empty_cache()` call, when there are any.
+    fn flush_empty_cache(&mut self) {
+        if self.open.is_empty() {
+            return;
+        }
+        let open = std::mem::take(&mut self.open);
+        let outputs = self.push_outputs(&open);
+        self.out.items.push(Request::EmptyCache {
+            event: open[0],
+            outputs,
+        });
+        self.out.empty_caches += 1;
+        let late = std::mem::take(&mut self.late_frees);
+        self.out.items.extend(late);
+    }
+
+    /// Before a `malloc`: its leading segment releases whose stack runs through
+    /// `empty_cache` were a call of their own.
+    fn split_empty_cache(&mut self) {
+        let k = self
+            .open
+            .iter()
+            .take_while(|&&i| {
+                matches!(
+                    self.trace.action(i as usize),
+                    Action::SegmentFree | Action::SegmentUnmap
+                ) && self
+                    .trace
+                    .stack(i as usize)
+                    .is_some_and(|s| through_empty_cache(self.frames, s, &mut self.memo))
+            })
+            .count();
+        if k > 0 {
+            let rest = self.open.split_off(k);
+            self.flush_empty_cache();
+            self.open = rest;
+        }
+    }
+
+    fn tag(&mut self) -> u32 {
+        let t = self.out.tags;
+        self.out.tags += 1;
+        t
+    }
+
+    fn event(&mut self, i: u32) {
+        let t = self.trace;
+        let idx = i as usize;
+        let action = t.action(idx);
+        match action {
+            Action::SegmentAlloc
+            | Action::SegmentFree
+            | Action::SegmentMap
+            | Action::SegmentUnmap => self.open.push(i),
+            Action::Alloc => {
+                self.split_empty_cache();
+                let e = t.get(idx);
+                let tag = self.tag();
+                let open = std::mem::take(&mut self.open);
+                let outputs = self.push_outputs(&open);
+                let pool = match t.pool_id(idx) {
+                    (0, 0) => self.pools.of(e.addr),
+                    p => p,
+                };
+                self.out.items.push(Request::Alloc {
+                    tag,
+                    size: e.size,
+                    stream: e.stream,
+                    pool,
+                    event: i,
+                    addr: e.addr,
+                    outputs,
+                });
+                self.out.allocs += 1;
+                self.out.alloc_sites.push((e.addr, i));
+                let late = std::mem::take(&mut self.late_frees);
+                self.out.items.extend(late);
+                self.live.insert(e.addr, tag);
+            }
+            Action::Oom => {
+                self.split_empty_cache();
+                let e = t.get(idx);
+                let open = std::mem::take(&mut self.open);
+                let outputs = self.push_outputs(&open);
+                self.out.items.push(Request::Oom {
+                    size: e.size,
+                    stream: e.stream,
+                    pool: t.pool_id(idx),
+                    event: i,
+                    device_free: e.device_free(),
+                    outputs,
+                });
+                self.out.ooms += 1;
+                let late = std::mem::take(&mut self.late_frees);
+                self.out.items.extend(late);
+            }
+            Action::FreeRequested => {
+                let addr = t.addr(idx);
+                let completes_next = idx + 1 < t.len()
+                    && t.action(idx + 1) == Action::FreeCompleted
+                    && t.addr(idx + 1) == addr;
+                if !completes_next && let Some(&tag) = self.live.get(&addr) {
+                    self.flush_empty_cache();
+                    self.out.items.push(Request::FreeRequested { tag, event: i });
+                }
+            }
+            Action::FreeCompleted => {
+                let e = t.get(idx);
+                let plain = idx > 0
+                    && t.action(idx - 1) == Action::FreeRequested
+                    && t.addr(idx - 1) == e.addr;
+                let tag = match self.live.remove(&e.addr) {
+                    Some(tag) => tag,
+                    None => {
+                        let tag = self.tag();
+                        self.out.before.push(BeforeBlock {
+                            tag,
+                            addr: e.addr,
+                            requested: e.size,
+                            stream: e.stream,
+                            freed_at: i,
+                        });
+                        tag
+                    }
+                };
+                let free = Request::Free { tag, event: i };
+                if plain || self.open.is_empty() {
+                    self.flush_empty_cache();
+                    self.out.items.push(free);
+                } else {
+                    self.late_frees.push(free);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Requests {
+    /// The requests of `trace`; `pools` says which allocations went to private pools.
+    pub fn build(trace: &DeviceTrace, frames: &FrameTable, pools: &PoolLookup) -> Requests {
+        let mut b = Builder {
+            trace,
+            frames,
+            pools,
+            out: Requests::default(),
+            open: Vec::new(),
+            late_frees: Vec::new(),
+            live: HashMap::new(),
+            memo: HashMap::new(),
+        };
+        for i in 0..trace.len() {
+            b.event(i as u32);
+        }
+        b.flush_empty_cache();
+        let late = std::mem::take(&mut b.late_frees);
+        b.out.items.extend(late);
+        b.out.alive_at_end = b.live.into_iter().collect();
+        b.out.alloc_sites.sort_unstable();
+        b.out
+    }
+
+    /// The outputs of a call.
+    pub fn outputs_of(&self, r: &Range<u32>) -> &[Recorded] {
+        &self.outputs[r.start as usize..r.end as usize]
+    }
+}

@@ -62,9 +62,10 @@ fn err<T>(s: impl Into<String>) -> Result<T, ConfError> {
     Err(ConfError(s.into()))
 }
 
-/// The tokens of `lexArgs`: runs of characters between `,` `:` `[` `]`, each separator a
-/// token of its own; spaces dropped.
-fn lex(conf: &str) -> Vec<String> {
+/// The tokens of the allocator's tokenizer: runs of characters between `,` `:` `[` `]`,
+/// each separator a token of its own. Up to 2.9 only spaces are dropped; from 2.10 all
+/// white space is.
+fn lex(conf: &str, all_space: bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut buf = String::new();
     for ch in conf.chars() {
@@ -73,7 +74,7 @@ fn lex(conf: &str) -> Vec<String> {
                 out.push(std::mem::take(&mut buf));
             }
             out.push(ch.to_string());
-        } else if ch != ' ' {
+        } else if !(ch == ' ' || all_space && ch.is_whitespace()) {
             buf.push(ch);
         }
     }
@@ -86,88 +87,143 @@ fn lex(conf: &str) -> Vec<String> {
 struct Tokens {
     t: Vec<String>,
     i: usize,
+    /// The parser of 2.10 and later: it checks no separator (any token stands in for
+    /// one) and says "Index out of bounds" when tokens run out.
+    new: bool,
 }
 
 impl Tokens {
     fn expect(&mut self, sep: &str) -> Result<(), ConfError> {
         self.i += 1;
-        if self.t.get(self.i).map(String::as_str) != Some(sep) {
-            return err(format!(
+        match self.t.get(self.i) {
+            Some(t) if t == sep || self.new => Ok(()),
+            None if self.new => err("Index out of bounds in ConfigTokenizer"),
+            _ => err(format!(
                 "Error parsing CachingAllocator settings, expected {sep}"
-            ));
+            )),
         }
-        Ok(())
     }
 
     fn value(&mut self, what: &str) -> Result<String, ConfError> {
         self.i += 1;
         match self.t.get(self.i) {
-            Some(v) if !matches!(v.as_str(), "," | ":" | "[" | "]") => Ok(v.clone()),
+            Some(v) if self.new || !matches!(v.as_str(), "," | ":" | "[" | "]") => Ok(v.clone()),
+            None if self.new => err("Index out of bounds in ConfigTokenizer"),
             _ => err(format!("Error, expecting {what} value")),
         }
     }
 }
 
-/// A whole number as C's `stoul` reads the start of a token, refusing trailing text
-/// (PyTorch would take `128abc` as 128; a typo is worth a refusal here).
-fn whole(v: &str, key: &str) -> Result<u64, ConfError> {
-    v.parse::<u64>()
-        .map_err(|_| ConfError(format!("{key}: expected a whole number, found {v:?}")))
+/// A whole number as C's `stoi`/`stoull` read a token: its leading digits (and sign),
+/// the rest ignored (`100abc` is 100, `1.5` is 1); a negative number wraps to the
+/// largest. A token with no leading digit is refused as they refuse it.
+fn whole(v: &str, key: &str, new: bool) -> Result<u64, ConfError> {
+    let (neg, digits) = match v.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, v.strip_prefix('+').unwrap_or(v)),
+    };
+    let n: String = digits.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let func = if new { "stoull" } else { "stoi" };
+    if n.is_empty() {
+        return err(format!("{key}: {func} cannot read {v:?} as a whole number"));
+    }
+    let x: u64 = n
+        .parse()
+        .map_err(|_| ConfError(format!("{key}: {v:?} is out of range for {func}")))?;
+    if !new && x > i32::MAX as u64 {
+        return err(format!("{key}: {v:?} is out of range for stoi"));
+    }
+    Ok(if neg { u64::MAX } else { x })
 }
 
-fn boolean(v: &str, key: &str) -> Result<bool, ConfError> {
+/// A number as C's `stod` reads the start of a token.
+fn real(v: &str, key: &str) -> Result<f64, ConfError> {
+    let mut end = 0;
+    for k in (1..=v.len()).rev() {
+        if v.is_char_boundary(k) && v[..k].parse::<f64>().is_ok() {
+            end = k;
+            break;
+        }
+    }
+    if end == 0 {
+        return err(format!("{key}: stod cannot read {v:?} as a number"));
+    }
+    Ok(v[..end].parse().expect("parsed above"))
+}
+
+fn boolean(v: &str, key: &str, new: bool) -> Result<bool, ConfError> {
     match v {
         "True" => Ok(true),
         "False" => Ok(false),
+        _ if new => err(format!(
+            "Expected 'True' or 'False' in ConfigTokenizer but got '{v}' (for {key})"
+        )),
         _ => err(format!("Expected a single True/False argument for {key}")),
     }
 }
 
+/// Megabytes as the allocator stores them: capped so that the bytes fit.
+fn mib_bytes(v: u64) -> u64 {
+    v.min(u64::MAX / MIB) * MIB
+}
+
 impl Settings {
-    /// Reads `PYTORCH_CUDA_ALLOC_CONF` as PyTorch does: every key not given keeps its
-    /// default. Refuses what PyTorch refuses, with its message.
-    pub fn parse(conf: &str) -> Result<Settings, ConfError> {
+    /// Reads `PYTORCH_CUDA_ALLOC_CONF` as the release of `profile` does: every key not
+    /// given keeps its default, the last of a repeated key wins, and what that release
+    /// refuses is refused with its message.
+    pub fn parse(conf: &str, profile: Profile) -> Result<Settings, ConfError> {
+        let new = profile >= Profile::V2_10;
         let mut s = Settings::default();
-        let mut tk = Tokens { t: lex(conf), i: 0 };
+        let mut tk = Tokens {
+            t: lex(conf, new),
+            i: 0,
+            new,
+        };
+        // 2.11 and later read large_segment_size_mb first: it sets the smallest
+        // max_split_size_mb and the default max_non_split_rounding_mb.
+        if profile >= Profile::V2_11
+            && let Some(k) = tk.t.iter().position(|t| t == "large_segment_size_mb")
+        {
+            let raw = tk.t.get(k + 2).cloned().unwrap_or_default();
+            let v = whole(&raw, "large_segment_size_mb", true)?;
+            if v <= 10 {
+                return err("CachingAllocator option large_segment_size_mb must be > 10 MB");
+            }
+            s.large_segment_size = mib_bytes(v);
+            s.max_non_split_rounding = s.large_segment_size;
+        }
+        let min_split_mb = s.large_segment_size / MIB;
         while tk.i < tk.t.len() {
             let key = tk.t[tk.i].clone();
+            let known = key_known(&key, profile);
             match key.as_str() {
-                "max_split_size_mb" => {
+                "max_split_size_mb" | "max_non_split_rounding_mb" if known => {
                     tk.expect(":")?;
-                    let v = whole(&tk.value("max_split_size_mb")?, &key)?;
-                    if v <= LARGE_BUFFER / MIB {
+                    let v = whole(&tk.value(&key)?, &key, new)?;
+                    let too_small = if new { v < min_split_mb } else { v <= min_split_mb };
+                    if too_small {
+                        let rel = if new { ">=" } else { ">" };
                         return err(format!(
-                            "CachingAllocator option max_split_size_mb too small, must be > {}",
-                            LARGE_BUFFER / MIB
+                            "CachingAllocator option {key} too small, must be {rel} {min_split_mb}"
                         ));
                     }
-                    s.max_split_size = v.saturating_mul(MIB);
-                }
-                "max_non_split_rounding_mb" => {
-                    tk.expect(":")?;
-                    let v = whole(&tk.value("max_non_split_rounding_mb")?, &key)?;
-                    if v <= LARGE_BUFFER / MIB {
-                        return err(format!(
-                            "CachingAllocator option max_non_split_rounding_mb too small, must be > {}",
-                            LARGE_BUFFER / MIB
-                        ));
+                    if key == "max_split_size_mb" {
+                        s.max_split_size = mib_bytes(v);
+                    } else {
+                        s.max_non_split_rounding = mib_bytes(v);
                     }
-                    s.max_non_split_rounding = v.saturating_mul(MIB);
                 }
-                "large_segment_size_mb" => {
+                "large_segment_size_mb" if known => {
+                    // Read before the rest.
                     tk.expect(":")?;
-                    let v = whole(&tk.value("large_segment_size_mb")?, &key)?;
-                    if v == 0 || v % 2 != 0 {
-                        return err("large_segment_size_mb: expected a positive even number of MiB (a multiple of the 2 MiB segment rounding)");
+                    tk.value(&key)?;
+                }
+                "garbage_collection_threshold" if known => {
+                    tk.expect(":")?;
+                    let v = real(&tk.value(&key)?, &key)?;
+                    if new && !(v > 0.0 && v < 1.0) {
+                        return err("garbage_collect_threshold is invalid, set it in (0.0, 1.0)");
                     }
-                    s.large_segment_size = v.saturating_mul(MIB);
-                }
-                "garbage_collection_threshold" => {
-                    tk.expect(":")?;
-                    let raw = tk.value("garbage_collection_threshold")?;
-                    let v: f64 = raw.parse().map_err(|_| {
-                        ConfError(format!("{key}: expected a number, found {raw:?}"))
-                    })?;
                     if v.is_nan() || v <= 0.0 {
                         return err("garbage_collect_threshold too small, set it 0.0~1.0");
                     }
@@ -176,35 +232,47 @@ impl Settings {
                     }
                     s.gc_threshold = v;
                 }
-                "per_process_memory_fraction" => {
+                "per_process_memory_fraction" if known => {
                     tk.expect(":")?;
-                    let raw = tk.value("per_process_memory_fraction")?;
-                    let v: f64 = raw.parse().map_err(|_| {
-                        ConfError(format!("{key}: expected a number, found {raw:?}"))
-                    })?;
-                    if !(v > 0.0 && v <= 1.0) {
-                        return err("per_process_memory_fraction: expected a number in (0, 1]");
+                    let v = real(&tk.value(&key)?, &key)?;
+                    if !(0.0..=1.0).contains(&v) {
+                        return err("per_process_memory_fraction is invalid, set it in [0.0, 1.0]");
                     }
-                    s.memory_fraction = Some(v);
+                    // A fraction of 1 sets no limit (and leaves garbage collection off).
+                    s.memory_fraction = (v < 1.0).then_some(v);
                 }
-                "roundup_power2_divisions" => {
+                "roundup_power2_divisions" if known => {
                     tk.expect(":")?;
-                    parse_divisions(&mut tk, &mut s.divisions)?;
+                    parse_divisions(&mut tk, &mut s.divisions, profile)?;
                 }
-                "expandable_segments" => {
+                "expandable_segments" if known => {
                     tk.expect(":")?;
-                    s.expandable_segments = boolean(&tk.value(&key)?, &key)?;
+                    s.expandable_segments = boolean(&tk.value(&key)?, &key, new)?;
                 }
                 "release_lock_on_cudamalloc"
                 | "pinned_use_cuda_host_register"
                 | "pinned_use_background_threads"
-                | "graph_capture_record_stream_reuse" => {
+                | "graph_capture_record_stream_reuse"
+                    if known =>
+                {
                     tk.expect(":")?;
-                    boolean(&tk.value(&key)?, &key)?;
+                    boolean(&tk.value(&key)?, &key, new)?;
                 }
-                "pinned_num_register_threads" | "pinned_reserve_segment_size_mb" => {
+                "pinned_num_register_threads" if known => {
                     tk.expect(":")?;
-                    whole(&tk.value(&key)?, &key)?;
+                    let v = whole(&tk.value(&key)?, &key, new)?;
+                    if !v.is_power_of_two() {
+                        return err("Number of register threads has to be power of 2 ");
+                    }
+                    if v > 128 {
+                        return err("Number of register threads should be less than or equal to 128");
+                    }
+                }
+                "pinned_reserve_segment_size_mb" if known => {
+                    tk.expect(":")?;
+                    if whole(&tk.value(&key)?, &key, new)? == 0 {
+                        return err("Pinned reserve segment size has to be greater than 0");
+                    }
                 }
                 "backend" => {
                     tk.expect(":")?;
@@ -218,13 +286,18 @@ impl Settings {
                         }
                     }
                 }
+                other if new => {
+                    return err(format!(
+                        "Unrecognized key '{other}' in CUDA allocator config."
+                    ));
+                }
                 other => {
                     return err(format!("Unrecognized CachingAllocator option: {other}"));
                 }
             }
             tk.i += 1;
             if tk.i < tk.t.len() {
-                if tk.t[tk.i] != "," {
+                if !new && tk.t[tk.i] != "," {
                     return err("Error parsing CachingAllocator settings, expected ,");
                 }
                 tk.i += 1;
@@ -237,12 +310,12 @@ impl Settings {
     /// keys the record lacks), then the recorded values, which are the ones in force when
     /// the snapshot was taken. None when the file has no `allocator_settings` (before
     /// PyTorch 2.3).
-    pub fn of_snapshot(snap: &Snapshot) -> Option<Settings> {
+    pub fn of_snapshot(snap: &Snapshot, profile: Profile) -> Option<Settings> {
         let map = snap.allocator_settings.as_ref()?;
         let mut s = map
             .get("PYTORCH_CUDA_ALLOC_CONF")
             .and_then(|v| v.as_str())
-            .and_then(|c| Settings::parse(c).ok())
+            .and_then(|c| Settings::parse(c, profile).ok())
             .unwrap_or_default();
         if let Some(v) = map.get("max_split_size").and_then(|v| v.as_i64()) {
             s.max_split_size = if v < 0 { u64::MAX } else { v as u64 };
@@ -340,15 +413,25 @@ fn mb(bytes: u64) -> String {
 }
 
 /// `roundup_power2_divisions:N` or `:[MB:N,...,>:N]`.
-fn parse_divisions(tk: &mut Tokens, div: &mut [u64; DIVISION_BUCKETS]) -> Result<(), ConfError> {
+fn parse_divisions(
+    tk: &mut Tokens,
+    div: &mut [u64; DIVISION_BUCKETS],
+    profile: Profile,
+) -> Result<(), ConfError> {
+    let new = tk.new;
+    let spelled = if profile == Profile::V2_0 { "divisons" } else { "divisions" };
     tk.i += 1;
     let Some(v) = tk.t.get(tk.i).cloned() else {
-        return err("Error, expecting roundup_power2_divisions value");
+        return if new {
+            err("Index out of bounds in ConfigTokenizer")
+        } else {
+            err("Error, expecting roundup_power2_divisions value")
+        };
     };
     if v != "[" {
-        let n = whole(&v, "roundup_power2_divisions")?;
+        let n = whole(&v, "roundup_power2_divisions", new)?;
         if !n.is_power_of_two() {
-            return err("For roundups, the divisons has to be power of 2 ");
+            return err(format!("For roundups, the {spelled} has to be power of 2 "));
         }
         div.fill(n);
         return Ok(());
@@ -358,7 +441,11 @@ fn parse_divisions(tk: &mut Tokens, div: &mut [u64; DIVISION_BUCKETS]) -> Result
     loop {
         tk.i += 1;
         let Some(key) = tk.t.get(tk.i).cloned() else {
-            return err("Error parsing roundup_power2_divisions value");
+            return if new {
+                err("Index out of bounds in ConfigTokenizer")
+            } else {
+                err("Error parsing CachingAllocator settings, expected ,")
+            };
         };
         if key == "]" {
             return Ok(());
@@ -367,18 +454,23 @@ fn parse_divisions(tk: &mut Tokens, div: &mut [u64; DIVISION_BUCKETS]) -> Result
         let n = whole(
             &tk.value("roundup_power2_divisions")?,
             "roundup_power2_divisions",
+            new,
         )?;
-        if n != 0 && !n.is_power_of_two() {
-            return err(
-                "For roundups, the divisons has to be power of 2 or 0 to disable roundup ",
-            );
+        // 2.0-2.3 refuse 0; later releases take it as "no rounding".
+        if !(n.is_power_of_two() || n == 0 && profile > Profile::V2_0) {
+            return err(format!(
+                "For roundups, the {spelled} has to be power of 2 or 0 to disable roundup "
+            ));
         }
         if key == ">" {
-            for d in div.iter_mut().skip(last) {
+            // Up to 2.9 the fill starts at the last named bucket (overwriting it); from
+            // 2.10 just after it (pytorch#165304).
+            let from = if new { last + 1 } else { last };
+            for d in div.iter_mut().skip(from) {
                 *d = n;
             }
         } else {
-            let mb = whole(&key, "roundup_power2_divisions")?;
+            let mb = whole(&key, "roundup_power2_divisions", new)?;
             if !mb.is_power_of_two() {
                 return err("For roundups, the intervals have to be power of 2 ");
             }
@@ -387,30 +479,47 @@ fn parse_divisions(tk: &mut Tokens, div: &mut [u64; DIVISION_BUCKETS]) -> Result
                 for d in div.iter_mut().take(index) {
                     *d = n;
                 }
-                first = false;
             }
+            first = false;
             div[index] = n;
             last = index;
         }
         match tk.t.get(tk.i + 1).map(String::as_str) {
             Some("]") => {}
+            Some(_) if new => tk.i += 1,
             Some(",") => tk.i += 1,
             _ => return err("Error parsing CachingAllocator settings, expected ,"),
         }
     }
 }
 
+/// Whether the release of `profile` knows a key (pytorch's tests of its wheels).
+fn key_known(key: &str, profile: Profile) -> bool {
+    match key {
+        "max_non_split_rounding_mb" | "pinned_use_background_threads" => profile >= Profile::V2_4,
+        "graph_capture_record_stream_reuse" => profile >= Profile::V2_4,
+        "pinned_reserve_segment_size_mb" | "per_process_memory_fraction" => {
+            profile >= Profile::V2_10
+        }
+        "large_segment_size_mb" => profile >= Profile::V2_11,
+        _ => true,
+    }
+}
+
 /// Releases of PyTorch whose allocator behaves differently where this model looks
-/// (spec 1.3, 1.6, 4.3).
+/// (spec sections 1.3, 1.6 and 4.3; the parser's changes as PyTorch's own wheels show).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub enum Profile {
-    /// 2.0-2.3: `roundup_power2_divisions` of 1 leaves sizes unaligned; no expandable
-    /// segments in private pools.
+    /// 2.0-2.3: `roundup_power2_divisions` of 1 leaves sizes unaligned.
     #[serde(rename = "2.0")]
     V2_0,
-    /// 2.4-2.10: one division is plain 512-byte rounding.
+    /// 2.4-2.9: one division is plain 512-byte rounding; the first configuration parser.
     #[serde(rename = "2.4")]
     V2_4,
+    /// 2.10: the second configuration parser (`max_split_size_mb` of 20 accepted,
+    /// `per_process_memory_fraction`, `>` of the divisions list after the last bucket).
+    #[serde(rename = "2.10")]
+    V2_10,
     /// 2.11 and later: `large_segment_size_mb`; expandable segments in private pools;
     /// `should_split` asks the block's pool.
     #[serde(rename = "2.11")]
@@ -418,13 +527,15 @@ pub enum Profile {
 }
 
 impl Profile {
-    pub const ALL: [Profile; 3] = [Profile::V2_0, Profile::V2_4, Profile::V2_11];
+    pub const ALL: [Profile; 4] = [Profile::V2_0, Profile::V2_4, Profile::V2_10, Profile::V2_11];
 
     /// The release guessed from a file's fields (spec 4.3): `allocator_settings` came in
-    /// 2.3, so a file without it is older; the rest is 2.4-2.10 unless told otherwise.
+    /// 2.3, `user_metadata` in trace entries in 2.10.
     pub fn guess(features: &Features) -> Profile {
         if !features.allocator_settings {
             Profile::V2_0
+        } else if features.entries.user_metadata {
+            Profile::V2_10
         } else {
             Profile::V2_4
         }
@@ -434,6 +545,7 @@ impl Profile {
         match self {
             Profile::V2_0 => "2.0",
             Profile::V2_4 => "2.4",
+            Profile::V2_10 => "2.10",
             Profile::V2_11 => "2.11",
         }
     }
@@ -442,22 +554,24 @@ impl Profile {
     pub fn releases(self) -> &'static str {
         match self {
             Profile::V2_0 => "2.0-2.3",
-            Profile::V2_4 => "2.4-2.10",
+            Profile::V2_4 => "2.4-2.9",
+            Profile::V2_10 => "2.10",
             Profile::V2_11 => "2.11 and later",
         }
     }
 
-    /// A release as `2.5` or `2.5.1` (or a profile's name).
+    /// A release as `2.5` or `2.5.1`.
     pub fn parse(s: &str) -> Result<Profile, String> {
         let mut it = s.trim().split('.');
-        let major: u32 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        let major: Option<u32> = it.next().and_then(|x| x.parse().ok());
         let minor: Option<u32> = it.next().and_then(|x| x.parse().ok());
         match (major, minor) {
-            (2, Some(m)) if m <= 3 => Ok(Profile::V2_0),
-            (2, Some(m)) if m <= 10 => Ok(Profile::V2_4),
-            (2, Some(_)) => Ok(Profile::V2_11),
+            (Some(2), Some(m)) if m <= 3 => Ok(Profile::V2_0),
+            (Some(2), Some(m)) if m <= 9 => Ok(Profile::V2_4),
+            (Some(2), Some(10)) => Ok(Profile::V2_10),
+            (Some(2), Some(_)) => Ok(Profile::V2_11),
             _ => Err(format!(
-                "expected a PyTorch release from 2.0 on, such as 2.4 or 2.11, found {s:?}"
+                "expected a PyTorch release from 2.0 on, such as 2.4 or 2.10, found {s:?}"
             )),
         }
     }
@@ -478,5 +592,135 @@ impl Profile {
 impl fmt::Display for Profile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.releases())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each case as PyTorch's own wheels (2.3, 2.8, 2.9, 2.10, 2.15) parsed it.
+    use super::*;
+
+    fn ok(s: &str, p: Profile) -> Settings {
+        Settings::parse(s, p).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    fn refused(s: &str, p: Profile) -> String {
+        Settings::parse(s, p).expect_err(s).0
+    }
+
+    #[test]
+    fn keys_values_and_defaults() {
+        let s = ok("", Profile::V2_4);
+        assert_eq!(s, Settings::default());
+        let s = ok(" max_split_size_mb : 1 2 8 ,expandable_segments:True,", Profile::V2_4);
+        assert_eq!(s.max_split_size, 128 << 20);
+        assert!(s.expandable_segments);
+        // The last of a repeated key wins; digits then anything are the digits.
+        assert_eq!(
+            ok("max_split_size_mb:100,max_split_size_mb:200abc", Profile::V2_4).max_split_size,
+            200 << 20
+        );
+        assert_eq!(ok("garbage_collection_threshold:.5", Profile::V2_4).gc_threshold, 0.5);
+        assert_eq!(ok("garbage_collection_threshold:5e-1", Profile::V2_10).gc_threshold, 0.5);
+    }
+
+    #[test]
+    fn refusals_by_release() {
+        assert_eq!(
+            refused("max_split_size_mb:20", Profile::V2_4),
+            "CachingAllocator option max_split_size_mb too small, must be > 20"
+        );
+        assert_eq!(ok("max_split_size_mb:20", Profile::V2_10).max_split_size, 20 << 20);
+        assert_eq!(
+            refused("max_split_size_mb:19", Profile::V2_10),
+            "CachingAllocator option max_split_size_mb too small, must be >= 20"
+        );
+        assert_eq!(
+            refused("expandable_segments:true", Profile::V2_4),
+            "Expected a single True/False argument for expandable_segments"
+        );
+        assert_eq!(
+            refused("garbage_collection_threshold:1", Profile::V2_4),
+            "garbage_collect_threshold too big, set it 0.0~1.0"
+        );
+        assert_eq!(
+            refused("garbage_collection_threshold:0", Profile::V2_10),
+            "garbage_collect_threshold is invalid, set it in (0.0, 1.0)"
+        );
+        assert_eq!(
+            refused("expandable=True", Profile::V2_4),
+            "Unrecognized CachingAllocator option: expandable=True"
+        );
+        assert_eq!(
+            refused("per_process_memory_fraction:0.5", Profile::V2_4),
+            "Unrecognized CachingAllocator option: per_process_memory_fraction"
+        );
+        assert_eq!(
+            refused(",expandable_segments:True", Profile::V2_10),
+            "Unrecognized key ',' in CUDA allocator config."
+        );
+        assert_eq!(
+            refused("expandable_segments,True", Profile::V2_4),
+            "Error parsing CachingAllocator settings, expected :"
+        );
+        // 2.10's tokenizer checks no separator.
+        assert!(ok("expandable_segments,True", Profile::V2_10).expandable_segments);
+        assert_eq!(
+            refused("backend:cuda", Profile::V2_4),
+            "Unknown allocator backend, options are native and cudaMallocAsync"
+        );
+        assert_eq!(
+            refused("roundup_power2_divisions:3", Profile::V2_4),
+            "For roundups, the divisions has to be power of 2 "
+        );
+        assert_eq!(
+            refused("large_segment_size_mb:10", Profile::V2_11),
+            "CachingAllocator option large_segment_size_mb must be > 10 MB"
+        );
+        assert!(refused("max_split_size_mb:abc", Profile::V2_4).contains("stoi"));
+    }
+
+    #[test]
+    fn divisions_lists() {
+        let d = |s: &str, p| ok(s, p).divisions;
+        assert_eq!(d("roundup_power2_divisions:4", Profile::V2_4), [4; 16]);
+        let mut want = [0u64; 16];
+        want[0] = 4;
+        want[6] = 8;
+        assert_eq!(d("roundup_power2_divisions:[1:4,64:8]", Profile::V2_4), want);
+        // `>` overwrote the last named bucket up to 2.9, starts after it from 2.10.
+        let mut old = [8u64; 16];
+        old[..9].fill(1);
+        assert_eq!(d("roundup_power2_divisions:[256:1,512:2,>:8]", Profile::V2_4), old);
+        let mut new = [8u64; 16];
+        new[..9].fill(1);
+        new[9] = 2;
+        assert_eq!(d("roundup_power2_divisions:[256:1,512:2,>:8]", Profile::V2_10), new);
+        assert_eq!(d("roundup_power2_divisions:[>:8]", Profile::V2_4), [8; 16]);
+        let mut skip_first = [8u64; 16];
+        skip_first[0] = 0;
+        assert_eq!(d("roundup_power2_divisions:[>:8]", Profile::V2_10), skip_first);
+        assert_eq!(
+            ok("roundup_power2_divisions:[65536:4]", Profile::V2_4).divisions[15],
+            4
+        );
+    }
+
+    #[test]
+    fn settings_round_trip_as_conf_text() {
+        let text = "expandable_segments:True,max_split_size_mb:128,garbage_collection_threshold:0.6";
+        let s = ok(text, Profile::V2_4);
+        assert_eq!(s.to_conf(), text);
+        assert_eq!(ok(&s.to_conf(), Profile::V2_4), s);
+        assert_eq!(Settings::default().to_conf(), "");
+    }
+
+    #[test]
+    fn releases_by_name() {
+        assert_eq!(Profile::parse("2.3.1"), Ok(Profile::V2_0));
+        assert_eq!(Profile::parse("2.9"), Ok(Profile::V2_4));
+        assert_eq!(Profile::parse("2.10"), Ok(Profile::V2_10));
+        assert_eq!(Profile::parse("2.15"), Ok(Profile::V2_11));
+        assert!(Profile::parse("1.13").is_err());
     }
 }

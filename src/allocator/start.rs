@@ -1,1 +1,282 @@
-//! (being written)
+//! The allocator's state at a trace's first event (spec 4.4 "Start state", and section 5's
+//! first inference).
+//!
+//! Takes a snapshot, a device and its [`Requests`]; gives [`StartState`]: the segments
+//! before the first event (the final segments with every traced segment event undone,
+//! [`crate::timeline::state::allocator_state`]), the blocks alive in them, and the
+//! expandable segments' reservations. Blocks still alive at the end have their exact
+//! size; a block freed in the trace is known only by its requested size, so its block
+//! size is inferred: its rounded size, plus the free space after it when that is too
+//! small to have been split off (1 MiB in the large pool, 512 bytes where every remainder
+//! is split), else up to the first later allocation that lands right after it while it
+//! is alive.
+
+use super::model::{Allocator, BlockId, MIN_BLOCK, PoolKey, SMALL_BUFFER, SMALL_SIZE};
+use super::requests::Requests;
+use crate::model::{SegmentType, Snapshot};
+use crate::timeline::state::allocator_state;
+use std::collections::BTreeMap;
+
+/// A `cudaMalloc` segment at the start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartSegment {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: PoolKey,
+    /// (address, block size, requested bytes, tag), by address.
+    pub blocks: Vec<(u64, u64, u64, u32)>,
+}
+
+/// An expandable segment at the start: its reservation and the ranges mapped in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartReservation {
+    /// The lowest address mapped in it at any time the file shows (its first page is
+    /// mapped first).
+    pub base: u64,
+    pub stream: u64,
+    pub pool: PoolKey,
+    /// (address, size) of each mapped range, by address.
+    pub mapped: Vec<(u64, u64)>,
+    pub blocks: Vec<(u64, u64, u64, u32)>,
+}
+
+/// The state at the first event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StartState {
+    pub segments: Vec<StartSegment>,
+    pub reservations: Vec<StartReservation>,
+    /// Blocks alive at the start.
+    pub blocks: u64,
+    /// Of those, blocks whose size was inferred (freed in the trace).
+    pub blocks_inferred: u64,
+    /// Bytes reserved at the start.
+    pub reserved: u64,
+    /// Requested bytes alive at the start.
+    pub requested: u64,
+}
+
+impl StartState {
+    /// Nothing allocated and nothing reserved: recording began before the first
+    /// allocation.
+    pub fn is_empty(&self) -> bool {
+        self.reserved == 0
+    }
+
+    /// The highest address in use at the start.
+    pub fn top_address(&self) -> u64 {
+        let a = self.segments.iter().map(|s| s.addr + s.size);
+        let b = self
+            .reservations
+            .iter()
+            .flat_map(|r| r.mapped.iter().map(|m| m.0 + m.1));
+        a.chain(b).max().unwrap_or(0)
+    }
+
+    /// The blocks alive at the start: (tag, requested bytes, stream, private pool), by
+    /// address: what a replay under other settings allocates first.
+    pub fn live_requests(&self) -> Vec<(u64, u32, u64, u64, (i64, i64))> {
+        let mut out = Vec::new();
+        for s in &self.segments {
+            for b in &s.blocks {
+                out.push((b.0, b.3, b.2, s.stream, s.pool.private));
+            }
+        }
+        for r in &self.reservations {
+            for b in &r.blocks {
+                out.push((b.0, b.3, b.2, r.stream, r.pool.private));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// Puts the state into a new allocator; gives each live block's id by tag.
+    pub fn restore(&self, a: &mut Allocator) -> BTreeMap<u32, BlockId> {
+        let mut by_tag = BTreeMap::new();
+        for s in &self.segments {
+            let ids = a.restore_segment(s.addr, s.size, s.stream, s.pool, &s.blocks);
+            for (b, id) in s.blocks.iter().zip(ids) {
+                by_tag.insert(b.3, id);
+            }
+        }
+        for r in &self.reservations {
+            let page = if r.pool.small {
+                SMALL_BUFFER
+            } else {
+                a.settings().large_segment_size
+            };
+            let size = a.reservation_size(page);
+            let ids = a.restore_expandable(r.base, size, r.stream, r.pool, &r.mapped, &r.blocks);
+            for (b, id) in r.blocks.iter().zip(ids) {
+                by_tag.insert(b.3, id);
+            }
+        }
+        by_tag
+    }
+}
+
+/// The state at the first event of `device`; blocks alive at the end with no `alloc` in
+/// the trace get new tags from `requests`. `round` is the allocator's `round_size`;
+/// `split_small` says whether large-pool blocks split like small ones (expandable
+/// segments on).
+pub fn rebuild(
+    snap: &Snapshot,
+    device: i64,
+    requests: &mut Requests,
+    round: &dyn Fn(u64) -> u64,
+    split_small: bool,
+) -> StartState {
+    let segments = allocator_state(snap, device, None);
+    let finals: Vec<(u64, u64, u64, bool, bool)> = snap
+        .segments_of(device)
+        .map(|s| {
+            (
+                s.address,
+                s.total_size,
+                s.stream,
+                s.is_expandable,
+                s.segment_type == SegmentType::Small,
+            )
+        })
+        .collect();
+    let before: BTreeMap<u64, (u32, u64, u32)> = requests
+        .before
+        .iter()
+        .map(|b| (b.addr, (b.tag, b.requested, b.freed_at)))
+        .collect();
+    let mut out = StartState::default();
+    let mut groups: BTreeMap<(u64, PoolKey), StartReservation> = BTreeMap::new();
+    for seg in &segments {
+        let small = if seg.expandable {
+            expandable_is_small(&finals, seg.addr, seg.size, seg.stream)
+        } else {
+            finals
+                .iter()
+                .find(|f| f.0 == seg.addr && !f.3)
+                .map_or(seg.size == SMALL_BUFFER, |f| f.4)
+        };
+        let pool = PoolKey {
+            private: seg.pool_id.unwrap_or((0, 0)),
+            small,
+        };
+        let seg_end = seg.addr + seg.size;
+        let mut blocks: Vec<(u64, u64, u64, u32)> = Vec::new();
+        for (k, b) in seg.blocks.iter().enumerate() {
+            let next = seg.blocks.get(k + 1).map_or(seg_end, |n| n.addr).min(seg_end);
+            out.blocks += 1;
+            out.requested += b.requested;
+            match before.get(&b.addr) {
+                Some(&(tag, requested, freed_at)) => {
+                    out.blocks_inferred += 1;
+                    let size = inferred_size(
+                        b.addr,
+                        requested,
+                        next,
+                        freed_at,
+                        round,
+                        small || split_small,
+                        &requests.alloc_sites,
+                    );
+                    blocks.push((b.addr, size, requested, tag));
+                }
+                None => {
+                    let tag = requests.tags;
+                    requests.tags += 1;
+                    blocks.push((b.addr, b.size.min(next - b.addr), b.requested, tag));
+                }
+            }
+        }
+        out.reserved += seg.size;
+        if seg.expandable {
+            let g = groups
+                .entry((seg.stream, pool))
+                .or_insert_with(|| StartReservation {
+                    base: seg.addr,
+                    stream: seg.stream,
+                    pool,
+                    mapped: Vec::new(),
+                    blocks: Vec::new(),
+                });
+            g.base = g.base.min(seg.addr);
+            g.mapped.push((seg.addr, seg.size));
+            g.blocks.extend(blocks);
+        } else {
+            out.segments.push(StartSegment {
+                addr: seg.addr,
+                size: seg.size,
+                stream: seg.stream,
+                pool,
+                blocks,
+            });
+        }
+    }
+    for (&(stream, pool), g) in groups.iter_mut() {
+        // The reservation starts at the lowest address mapped in it that the file shows.
+        for f in finals
+            .iter()
+            .filter(|f| f.3 && f.2 == stream && f.4 == pool.small)
+        {
+            if same_reservation(f.0, g) {
+                g.base = g.base.min(f.0);
+            }
+        }
+        g.mapped.sort_unstable();
+        g.blocks.sort_unstable();
+    }
+    out.reservations = groups.into_values().collect();
+    out.segments.sort_by_key(|s| s.addr);
+    out
+}
+
+/// Within the span of one reservation (no device reserves 2^40 bytes of address space
+/// for one pool).
+fn same_reservation(addr: u64, g: &StartReservation) -> bool {
+    let lo = g.mapped.iter().map(|m| m.0).min().unwrap_or(g.base);
+    addr.abs_diff(lo) < 1 << 40
+}
+
+/// Whether an expandable range at the start belongs to the small pool: as the final
+/// segment of its stream nearest to it.
+fn expandable_is_small(finals: &[(u64, u64, u64, bool, bool)], addr: u64, size: u64, stream: u64) -> bool {
+    finals
+        .iter()
+        .filter(|f| f.3 && f.2 == stream)
+        .min_by_key(|f| {
+            let (a0, a1) = (addr, addr + size);
+            let (b0, b1) = (f.0, f.0 + f.1);
+            if a0 < b1 && b0 < a1 { 0 } else { a0.abs_diff(b1).min(b0.abs_diff(a1)) }
+        })
+        .map_or(size == SMALL_BUFFER, |f| f.4)
+}
+
+/// The block size of a block from before the trace, known by its requested size (spec
+/// section 5, first inference).
+fn inferred_size(
+    addr: u64,
+    requested: u64,
+    next: u64,
+    freed_at: u32,
+    round: &dyn Fn(u64) -> u64,
+    splits_small: bool,
+    alloc_sites: &[(u64, u32)],
+) -> u64 {
+    let room = next.saturating_sub(addr);
+    let size = round(requested).min(room);
+    let gap = room - size;
+    let limit = if splits_small { MIN_BLOCK - 1 } else { SMALL_SIZE };
+    if gap <= limit {
+        // Too small to have been split off: it belongs to the block.
+        return room;
+    }
+    // The first allocation that lands within what could belong to it, while it is
+    // alive, starts where it ends.
+    let end0 = addr + size;
+    let lo = alloc_sites.partition_point(|s| s.0 < end0);
+    alloc_sites[lo..]
+        .iter()
+        .take_while(|s| s.0 <= end0 + limit)
+        .filter(|s| s.1 < freed_at)
+        .min_by_key(|s| s.1)
+        .map_or(size, |s| s.0 - addr)
+}

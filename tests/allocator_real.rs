@@ -1,0 +1,69 @@
+//! The allocator model replays every real recording of `../shared/data` as the spec's
+//! identity check describes (spec 4.4, check 2): every allocation at its recorded
+//! address, every `segment_*` entry reproduced and none added, every OOM where it was,
+//! the recorded peak of reserved memory reached. Needs `../shared/data` (ignored by
+//! default; `.ci/run` runs it where it exists).
+
+mod common;
+
+use common::require_shared_data;
+use vramlens::allocator::identity::{Prepared, check};
+use vramlens::input::{ReadOptions, read_snapshot};
+
+fn snapshots(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(snapshots(&p));
+        } else if p.extension().is_some_and(|x| x == "pickle" || x == "pkl") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn identity_replay_of_every_real_recording() {
+    let data = require_shared_data();
+    let mut lines = Vec::new();
+    let mut bad = Vec::new();
+    for path in snapshots(&data) {
+        let (snap, _) = read_snapshot(&path, ReadOptions::default()).unwrap();
+        for device in snap.devices() {
+            let Ok(p) = Prepared::new(&snap, device, None) else {
+                continue;
+            };
+            let id = check(&snap, &p);
+            let rel = path.strip_prefix(&data).unwrap().display().to_string();
+            let line = format!(
+                "{rel} dev {device}: allocs {}/{} segs {}/{} (+{}) ooms {}/{} peak {} vs {} final segs {}/{} start blocks {} ({} inferred) empty_cache {} retries {} div {}",
+                id.allocations_at_recorded_address,
+                id.allocations,
+                id.segment_events_reproduced,
+                id.segment_events,
+                id.segment_events_extra,
+                id.ooms_reproduced,
+                id.ooms,
+                id.peak_reserved_bytes,
+                id.recorded_peak_reserved_bytes,
+                id.final_segments_equal,
+                id.final_segments,
+                id.start_blocks,
+                id.start_blocks_inferred,
+                id.empty_cache_calls,
+                id.retry_calls,
+                id.divergences,
+            );
+            if !id.exact() || id.peak_reserved_bytes != id.recorded_peak_reserved_bytes {
+                bad.push(format!("{line}\n   first: {:?}", id.first_divergence));
+            }
+            lines.push(line);
+        }
+    }
+    eprintln!("{}", lines.join("\n"));
+    assert!(!lines.is_empty());
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
