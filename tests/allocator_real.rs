@@ -8,6 +8,7 @@ mod common;
 
 use common::require_shared_data;
 use vramlens::allocator::identity::{Prepared, check};
+use vramlens::allocator::scenario::{Scenario, run};
 use vramlens::input::{ReadOptions, read_snapshot};
 
 fn snapshots(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -57,7 +58,25 @@ fn identity_replay_of_every_real_recording() {
                 id.retry_calls,
                 id.divergences,
             );
-            if !id.exact() || id.peak_reserved_bytes != id.recorded_peak_reserved_bytes {
+            let finals_ok = id.final_state_later || id.final_segments_equal == id.final_segments;
+            // Each recorded OOM again, with no recording to follow: the recorded settings
+            // and the capacity the OOM implies.
+            let mut oom_lines = Vec::new();
+            for oc in &id.oom_capacities {
+                let sc = Scenario {
+                    settings: p.settings.clone(),
+                    capacity: oc.capacity_bytes,
+                    total_memory: None,
+                };
+                let o = run(&p, &sc).unwrap();
+                let at = o.first_oom.as_ref().map(|f| f.event);
+                oom_lines.push(format!("oom at {} -> scenario oom at {at:?}", oc.event));
+                if at != Some(oc.event) {
+                    bad.push(format!("{rel} dev {device}: recorded OOM at {} not reproduced at capacity {:?}: first OOM {:?}", oc.event, oc.capacity_bytes, o.first_oom));
+                }
+            }
+            let line = format!("{line} {}", oom_lines.join(" "));
+            if !id.exact() || id.peak_reserved_bytes != id.recorded_peak_reserved_bytes || !finals_ok {
                 bad.push(format!("{line}\n   first: {:?}", id.first_divergence));
             }
             lines.push(line);

@@ -189,6 +189,10 @@ pub struct Identity {
     /// address, size and blocks).
     pub final_segments: u64,
     pub final_segments_equal: u64,
+    /// The snapshot's final state is later than the trace's end: allocations the trace
+    /// leaves alive are not in it (freed after recording stopped), so the final
+    /// segments cannot be compared.
+    pub final_state_later: bool,
     pub start_blocks: u64,
     pub start_blocks_inferred: u64,
     pub start_reserved_bytes: u64,
@@ -298,6 +302,7 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
         recorded_final_reserved_bytes: 0,
         final_segments: 0,
         final_segments_equal: 0,
+        final_state_later: false,
         start_blocks: p.start.blocks,
         start_blocks_inferred: p.start.blocks_inferred,
         start_reserved_bytes: p.start.reserved,
@@ -429,6 +434,17 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
     }
     id.final_reserved_bytes = a.reserved();
     id.recorded_final_reserved_bytes = recorded_reserved.max(0) as u64;
+    let active: std::collections::BTreeSet<u64> = snap
+        .segments_of(p.device)
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state.is_active())
+        .map(|b| b.address)
+        .collect();
+    id.final_state_later = p
+        .requests
+        .alive_at_end
+        .keys()
+        .any(|addr| !active.contains(addr));
     let model_final = a.segments();
     for s in snap.segments_of(p.device) {
         id.final_segments += 1;
