@@ -103,6 +103,56 @@ pub enum Command {
     /// per allocation, per stack frame and (--events) per trace entry, as Parquet or JSON
     /// Lines in a folder partitioned by file (schema in docs/export.md).
     Export(ExportArgs),
+    /// What if: the recorded requests replayed through a model of PyTorch's caching
+    /// allocator, checked against the recording first, on other GPUs (--gpu) and under
+    /// other settings (--alloc-conf): would it run out of memory, where and why, and the
+    /// smallest device that runs it.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    /// Snapshot file with a trace (recorded with torch.cuda.memory._record_memory_history).
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: PathBuf,
+    /// Only this device (default: every device with a trace).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i64>,
+    /// A GPU to fit: a name (h100, h200, a100-80gb, a100-40gb, l40s, l4, a10, rtx4090,
+    /// rtx5090, b200, mi300x, v100, t4) or a size (24GiB). Repeatable. Default: the
+    /// capacity the recorded out-of-memory error implies, else no limit.
+    #[arg(long = "gpu", value_name = "NAME|SIZE", value_parser = parse_gpu)]
+    pub gpus: Vec<vramlens::analysis::gpus::Gpu>,
+    /// Memory outside the allocator on those GPUs (CUDA context, NCCL buffers, other
+    /// libraries): a size such as 800MiB. Default: 1 GiB, the top of the usual range.
+    #[arg(long, value_name = "SIZE", value_parser = vramlens::units::parse_size_arg)]
+    pub outside: Option<u64>,
+    /// Allocator settings to try, in PYTORCH_CUDA_ALLOC_CONF syntax (read as that
+    /// PyTorch release reads it), e.g. "expandable_segments:True" or
+    /// "max_split_size_mb:128,garbage_collection_threshold:0.6". Repeatable; the
+    /// recording's own settings are always the first scenario.
+    #[arg(long = "alloc-conf", value_name = "CONF")]
+    pub alloc_confs: Vec<String>,
+    /// The PyTorch release whose allocator to model, e.g. 2.4 or 2.10 (default: guessed
+    /// from the file's fields).
+    #[arg(long, value_name = "VERSION", value_parser = vramlens::allocator::Profile::parse)]
+    pub torch: Option<vramlens::allocator::Profile>,
+    /// Skip the search for the smallest device (a dozen replays per setting).
+    #[arg(long)]
+    pub no_min_capacity: bool,
+    /// Write a chart of reserved memory per scenario to this SVG file.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// JSON instead of text (schema in docs/json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_gpu(s: &str) -> Result<vramlens::analysis::gpus::Gpu, String> {
+    vramlens::analysis::gpus::find(s)
 }
 
 #[derive(Args, Debug)]

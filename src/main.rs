@@ -58,6 +58,7 @@ fn main() -> ExitCode {
             cli::Command::Redact(args) => cmd::redact::run(args, &mut out),
             cli::Command::Report(args) => cmd::report::run(args, &mut out),
             cli::Command::Export(args) => cmd::export::run(args, &mut out),
+            cli::Command::Simulate(args) => cmd::simulate::run(args, &mut out),
         })
         .and_then(|()| out.flush().map_err(anyhow::Error::from));
     match result {

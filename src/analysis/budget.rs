@@ -126,6 +126,8 @@ pub enum OutsideSource {
     NvmlDevice,
     /// An OOM message: "this process has X memory in use" minus what PyTorch reserved.
     OomMessage,
+    /// Given on the command line (`--outside`).
+    Given,
     /// Nothing measured it: assumed.
     NotMeasured,
 }

@@ -23,6 +23,7 @@ pub mod ranks;
 pub mod reconcile;
 pub mod report;
 pub mod segment_map;
+pub mod simulate;
 pub mod summary;
 pub mod top;
 pub mod trace_lanes;

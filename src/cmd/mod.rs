@@ -11,6 +11,7 @@ pub mod redact;
 pub mod report;
 pub mod segments;
 pub mod session;
+pub mod simulate;
 pub mod summary;
 pub mod timeline;
 pub mod top;

@@ -213,6 +213,10 @@ pub fn check_command_output(command: &Command) -> Result<()> {
             }
             None => Ok(()),
         },
+        Command::Simulate(a) => match &a.output {
+            Some(o) => check_output_path(o, a.force, &[&a.snapshot], true),
+            None => Ok(()),
+        },
         // redact checks its output itself (refusing the input in its own words).
         Command::Redact(_)
         | Command::Summary(_)

@@ -76,6 +76,7 @@ fn decided(l: &BudgetLine, r: &RunBudget) -> String {
             OutsideSource::Nvml => "measured: this process's use in the device readings minus reserved, at the peak".into(),
             OutsideSource::NvmlDevice => "measured: the device's use minus reserved at the peak (no per-process readings: other processes included)".into(),
             OutsideSource::OomMessage => "measured: \"this process has ... in use\" of the OOM message minus what PyTorch reserved".into(),
+            OutsideSource::Given => "given with --outside".into(),
             OutsideSource::NotMeasured => format!(
                 "~not measured: the CUDA context and libraries take {} to {} on one GPU (more with NCCL); counted at the top; measure it with --nvml (python -m vramlens.capture records it) or --log with an OOM message",
                 bytes(r.outside.typical_low_bytes),

@@ -17,6 +17,7 @@ pub mod reconcile;
 pub mod redact;
 pub mod segments_svg;
 pub mod segments_text;
+pub mod simulate;
 pub mod summary;
 pub mod svg;
 pub mod terminal;

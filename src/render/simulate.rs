@@ -1,0 +1,614 @@
+//! `simulate` in words and as a chart: first how well the model reproduces the
+//! recording, then each scenario's answer (does it run, where does it run out of memory
+//! and why, the smallest device), then the table of scenarios; the chart draws reserved
+//! memory over the trace per scenario against the recorded line and each capacity.
+
+use super::Style;
+use super::labels::short_frame;
+use super::svg::{Svg, escape, num};
+use crate::allocator::identity::{DivergenceKind, Identity};
+use crate::analysis::budget::OutsideSource;
+use crate::analysis::simulate::{
+    CapacitySource, DeviceSimulation, OomAt, ScenarioReport, SimulateReport,
+};
+use crate::allocator::scenario::OomCause;
+use crate::units::{bytes, count, shown, utc_time};
+use std::io::{self, Write};
+
+/// A scenario's settings in words: "the recorded settings (expandable_segments:True)".
+fn settings_name(s: &ScenarioReport) -> String {
+    let conf = if s.alloc_conf.is_empty() {
+        "defaults".to_string()
+    } else {
+        s.alloc_conf.clone()
+    };
+    if s.baseline {
+        format!("the recorded settings ({conf})")
+    } else {
+        conf
+    }
+}
+
+/// The identity check in one sentence.
+pub fn identity_text(id: &Identity) -> String {
+    let counts = format!(
+        "{} of {} allocations at their recorded address, {} of {} segment events{}{}",
+        count_n(id.allocations_at_recorded_address),
+        count_n(id.allocations),
+        count_n(id.segment_events_reproduced),
+        count_n(id.segment_events),
+        if id.segment_events_extra > 0 {
+            format!(" (and {} it made that the recording does not show)", count_n(id.segment_events_extra))
+        } else {
+            String::new()
+        },
+        if id.ooms > 0 {
+            format!(
+                ", {} of {} out-of-memory errors",
+                count_n(id.ooms_reproduced),
+                count_n(id.ooms)
+            )
+        } else {
+            String::new()
+        },
+    );
+    if id.exact() {
+        let peak = if id.peak_reserved_bytes == id.recorded_peak_reserved_bytes {
+            format!("; peak reserved {} as recorded", bytes(id.peak_reserved_bytes))
+        } else {
+            format!(
+                "; peak reserved {} where the recording shows {}",
+                bytes(id.peak_reserved_bytes),
+                bytes(id.recorded_peak_reserved_bytes)
+            )
+        };
+        return format!("the model replays the recording exactly: {counts}{peak}");
+    }
+    let first = id.first_divergence.as_ref().map_or(String::new(), |d| {
+        let what = match d.kind {
+            DivergenceKind::Address => format!(
+                "put a {} request at {} where the recording shows {}",
+                bytes(d.request_bytes.unwrap_or(0)),
+                hex(d.model_addr),
+                hex(d.recorded_addr)
+            ),
+            DivergenceKind::Segments => format!(
+                "made {} where the recording shows {}",
+                segments_text(&d.model_segments),
+                segments_text(&d.recorded_segments)
+            ),
+            DivergenceKind::ModelOom => format!(
+                "ran out of memory on a {} request the recording allocated",
+                bytes(d.request_bytes.unwrap_or(0))
+            ),
+            DivergenceKind::MissedOom => format!(
+                "allocated a {} request where the recording ran out of memory",
+                bytes(d.request_bytes.unwrap_or(0))
+            ),
+        };
+        format!("first at event {}: the model {what}", count_n(d.event as u64))
+    });
+    format!(
+        "the model departs from the recording in {} of its allocator calls ({first}); put back in step after each: {counts}",
+        count_n(id.divergences)
+    )
+}
+
+fn hex(a: Option<u64>) -> String {
+    a.map_or("nothing".into(), |a| format!("{a:#x}"))
+}
+
+fn segments_text(s: &[crate::allocator::identity::SegmentEntry]) -> String {
+    if s.is_empty() {
+        return "no segment event".into();
+    }
+    s.iter()
+        .map(|e| format!("{} {}", e.action, bytes(e.size_bytes)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn count_n(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn event_text(event: u32, time_us: Option<i64>) -> String {
+    match time_us {
+        Some(t) => format!("event {}, {}", count_n(event as u64), utc_time(t)),
+        None => format!("event {}", count_n(event as u64)),
+    }
+}
+
+/// Where a scenario's capacity comes from, in words.
+fn capacity_text(d: &DeviceSimulation, s: &ScenarioReport) -> String {
+    match s.capacity_source {
+        CapacitySource::Gpu => format!(
+            "on {} ({} for the allocator after {} outside it, {})",
+            s.gpu.as_deref().unwrap_or("the device"),
+            bytes(s.allocator_capacity_bytes.unwrap_or(0)),
+            bytes(d.outside.counted_bytes),
+            outside_source(d.outside.source)
+        ),
+        CapacitySource::RecordedOom => {
+            let oc = d.identity.oom_capacities.iter().find(|o| o.capacity_bytes.is_some());
+            match oc {
+                Some(o) => format!(
+                    "at the capacity the recorded OOM implies ({}: {} reserved + {} the device had free then)",
+                    bytes(s.capacity_bytes.unwrap_or(0)),
+                    bytes(o.reserved_bytes),
+                    bytes(o.device_free_bytes.unwrap_or(0))
+                ),
+                None => "at the recorded OOM's capacity".into(),
+            }
+        }
+        CapacitySource::Unlimited => "with no limit on memory".into(),
+    }
+}
+
+fn outside_source(s: OutsideSource) -> &'static str {
+    match s {
+        OutsideSource::Given => "as given",
+        OutsideSource::NotMeasured => "assumed: a CUDA context with its libraries; give --outside to change it",
+        OutsideSource::Nvml | OutsideSource::NvmlDevice => "measured by the device readings",
+        OutsideSource::OomMessage => "measured by the OOM message",
+    }
+}
+
+fn oom_text(o: &OomAt) -> String {
+    let site = o
+        .callsite
+        .as_deref()
+        .map(|c| format!(" ({})", shown(&short_frame(c))))
+        .unwrap_or_default();
+    let cause = match o.cause {
+        OomCause::Capacity => format!(
+            "capacity: {} live in blocks + the request exceed what the allocator may hold",
+            bytes(o.allocated_bytes)
+        ),
+        OomCause::Fragmentation => format!(
+            "fragmentation: {} reserved, {} of it in live blocks, but no free piece of {} (the largest is {})",
+            bytes(o.reserved_bytes),
+            bytes(o.allocated_bytes),
+            bytes(o.rounded_bytes),
+            bytes(o.largest_free_bytes)
+        ),
+    };
+    format!(
+        "runs out of memory at {}{site}, a {} request{}; {cause}",
+        event_text(o.event, o.time_us),
+        bytes(o.request_bytes),
+        if o.recorded { ", as recorded" } else { "" },
+    )
+}
+
+/// One scenario's answer in a sentence.
+fn answer(s: &ScenarioReport) -> String {
+    if let Some(e) = &s.start_does_not_fit {
+        return format!(
+            "cannot start: the {} alive before recording do not fit",
+            bytes(e.live_bytes)
+        );
+    }
+    match &s.first_oom {
+        Some(o) => oom_text(o),
+        None => format!(
+            "fits: peak reserved {} ({} of it cache and fragmentation){}",
+            bytes(s.peak_reserved_bytes),
+            bytes(s.reserved_minus_allocated_at_peak_bytes),
+            if s.recorded_ooms_passed > 0 {
+                format!(
+                    "; the {} the recording ran out of memory on would have been allocated",
+                    count(s.recorded_ooms_passed as usize, "request", "requests")
+                )
+            } else {
+                String::new()
+            }
+        ),
+    }
+}
+
+pub fn write_simulate_text(out: &mut dyn Write, r: &SimulateReport, style: Style) -> io::Result<()> {
+    for (k, d) in r.devices.iter().enumerate() {
+        if k > 0 {
+            writeln!(out)?;
+        }
+        write_device(out, r, d, style)?;
+    }
+    for n in &r.not_simulated {
+        writeln!(
+            out,
+            "{}  device {}: not simulated: {}",
+            shown(&r.path),
+            n.device,
+            n.reason
+        )?;
+    }
+    Ok(())
+}
+
+fn write_device(
+    out: &mut dyn Write,
+    r: &SimulateReport,
+    d: &DeviceSimulation,
+    style: Style,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!(
+            "{}  device {}  (the allocator of PyTorch {}{})",
+            shown(&r.path),
+            d.device,
+            d.profile.releases(),
+            if d.profile_guessed {
+                ", guessed from the file; --torch names another"
+            } else {
+                ""
+            }
+        ))
+    )?;
+    let id = &d.identity;
+    writeln!(out, "  check      {}", identity_text(id))?;
+    if id.start_blocks > 0 {
+        writeln!(
+            out,
+            "             it starts from the state before the first event: {} reserved, {} alive{}",
+            bytes(id.start_reserved_bytes),
+            count(id.start_blocks as usize, "block", "blocks"),
+            if id.start_blocks_inferred > 0 {
+                format!(
+                    " ({} of them freed in the trace, their block size inferred from where later allocations land)",
+                    id.start_blocks_inferred
+                )
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    if id.final_state_later {
+        writeln!(
+            out,
+            "             the snapshot's final state is later than its trace (blocks freed after recording stopped): not compared"
+        )?;
+    }
+    if !d.settings_recorded {
+        writeln!(
+            out,
+            "             the file records no allocator settings (PyTorch before 2.3): the defaults are assumed"
+        )?;
+    }
+    if !id.exact() {
+        writeln!(
+            out,
+            "  {}",
+            style.warn(
+                "the answers below come from a model that does not reproduce this recording exactly: read them as estimates"
+            )
+        )?;
+    }
+    // The answers, grouped by capacity.
+    let mut caps: Vec<(CapacitySource, Option<String>, Option<u64>)> = Vec::new();
+    for s in &d.scenarios {
+        let key = (s.capacity_source, s.gpu.clone(), s.capacity_bytes);
+        if !caps.contains(&key) {
+            caps.push(key);
+        }
+    }
+    for key in &caps {
+        let group: Vec<&ScenarioReport> = d
+            .scenarios
+            .iter()
+            .filter(|s| (s.capacity_source, s.gpu.clone(), s.capacity_bytes) == *key)
+            .collect();
+        writeln!(out, "  {}:", capacity_text(d, group[0]))?;
+        for s in &group {
+            writeln!(out, "    with {}: {}", settings_name(s), answer(s))?;
+            if s.start_replaced {
+                writeln!(
+                    out,
+                    "      (the blocks alive before recording were placed first, in address order: the recording's segments are of the other kind)"
+                )?;
+            }
+        }
+    }
+    let mins: Vec<&ScenarioReport> = {
+        let mut seen: Vec<&str> = Vec::new();
+        d.scenarios
+            .iter()
+            .filter(|s| s.min_capacity_bytes.is_some())
+            .filter(|s| {
+                let new = !seen.contains(&s.alloc_conf.as_str());
+                seen.push(&s.alloc_conf);
+                new
+            })
+            .collect()
+    };
+    if !mins.is_empty() {
+        writeln!(
+            out,
+            "  smallest device that runs it ({} outside the allocator, {}):",
+            bytes(d.outside.counted_bytes),
+            outside_source(d.outside.source)
+        )?;
+        for s in mins {
+            writeln!(
+                out,
+                "    with {}: {}",
+                settings_name(s),
+                bytes(s.min_capacity_bytes.unwrap_or(0))
+            )?;
+        }
+    }
+    writeln!(out)?;
+    write_table(out, d)?;
+    writeln!(
+        out,
+        "  not simulated: memory outside the allocator beyond what is counted, other processes, CUDA graph replays, what the program does after an out-of-memory error (each replay stops at the first)"
+    )
+}
+
+fn write_table(out: &mut dyn Write, d: &DeviceSimulation) -> io::Result<()> {
+    let rows: Vec<[String; 7]> = d
+        .scenarios
+        .iter()
+        .map(|s| {
+            [
+                if s.baseline {
+                    "recorded".to_string()
+                } else if s.alloc_conf.is_empty() {
+                    "defaults".into()
+                } else {
+                    s.alloc_conf.clone()
+                },
+                match (s.capacity_source, &s.gpu) {
+                    (CapacitySource::Unlimited, _) => "unlimited".into(),
+                    (_, Some(g)) => g.clone(),
+                    _ => bytes(s.capacity_bytes.unwrap_or(0)),
+                },
+                bytes(s.peak_reserved_bytes),
+                bytes(s.reserved_minus_allocated_at_peak_bytes),
+                format!("+{} -{}", s.segments_created, s.segments_freed),
+                s.retry_flushes.to_string(),
+                match (&s.first_oom, &s.start_does_not_fit) {
+                    (_, Some(_)) => "cannot start".into(),
+                    (Some(o), _) => format!(
+                        "event {} ({})",
+                        count_n(o.event as u64),
+                        match o.cause {
+                            OomCause::Capacity => "capacity",
+                            OomCause::Fragmentation => "fragmentation",
+                        }
+                    ),
+                    (None, _) => "none".into(),
+                },
+            ]
+        })
+        .collect();
+    let head = [
+        "settings",
+        "capacity",
+        "peak reserved",
+        "cache+frag",
+        "segments",
+        "flushes",
+        "first OOM",
+    ];
+    let mut w = head.map(|h| h.chars().count());
+    for r in &rows {
+        for (k, c) in r.iter().enumerate() {
+            w[k] = w[k].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        let mut s = String::from(" ");
+        for (k, c) in cells.iter().enumerate() {
+            let pad = w[k] - c.chars().count();
+            if k == 0 {
+                s.push_str(&format!(" {c}{}", " ".repeat(pad)));
+            } else {
+                s.push_str(&format!("  {}{c}", " ".repeat(pad)));
+            }
+        }
+        s.trim_end().to_string()
+    };
+    writeln!(out, "{}", line(&head.map(String::from)))?;
+    for r in &rows {
+        writeln!(out, "{}", shown(&line(r)))?;
+    }
+    Ok(())
+}
+
+// ---- the chart ----
+
+const WIDTH: f64 = 960.0;
+const HEIGHT: f64 = 420.0;
+const LEFT: f64 = 80.0;
+const RIGHT: f64 = 24.0;
+const TOP: f64 = 40.0;
+const BOTTOM: f64 = 120.0;
+
+/// Colours of the scenarios' lines, in order (the recorded line is grey).
+const LINE_COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
+];
+
+/// A tick step of 1, 2 or 5 times a power of ten of GiB (or of MiB below 1 GiB).
+fn tick_step(max: f64) -> (f64, f64, &'static str) {
+    let gib = (1u64 << 30) as f64;
+    let mib = (1u64 << 20) as f64;
+    let (unit, name) = if max >= 2.0 * gib { (gib, "GiB") } else { (mib, "MiB") };
+    let raw = (max / unit / 4.0).max(1e-9);
+    let p = 10f64.powi(raw.log10().floor() as i32);
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * p);
+    (step * unit, unit, name)
+}
+
+/// Reserved memory over the trace (x: trace entries) for each scenario of device `d`,
+/// the recorded line, and each capacity as a dashed line.
+pub fn write_simulate_svg(
+    out: &mut dyn Write,
+    r: &SimulateReport,
+    d: &DeviceSimulation,
+    recorded: &[(Option<u32>, u64)],
+    events: u32,
+) -> io::Result<()> {
+    let mut svg = Svg { out };
+    let title = format!(
+        "{} device {}: reserved memory by scenario",
+        r.path, d.device
+    );
+    svg.begin(WIDTH, HEIGHT, &title)?;
+    let max_bytes = d
+        .scenarios
+        .iter()
+        .flat_map(|s| {
+            s.series
+                .iter()
+                .map(|p| p.1)
+                .chain(s.allocator_capacity_bytes)
+                .chain(s.capacity_bytes)
+        })
+        .chain(recorded.iter().map(|p| p.1))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let (step, unit, unit_name) = tick_step(max_bytes);
+    let top_value = (max_bytes / step).ceil() * step;
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let x_of = |e: Option<u32>| LEFT + plot_w * e.map_or(0.0, |e| (e + 1) as f64) / events.max(1) as f64;
+    let y_of = |b: u64| TOP + plot_h * (1.0 - b as f64 / top_value);
+    svg.text(LEFT, 22.0, "start", r#" font-size="14""#, &title)?;
+    let mut v = 0.0;
+    while v <= top_value + step / 2.0 {
+        let y = y_of(v as u64);
+        svg.line(LEFT, y, WIDTH - RIGHT, y, r##" stroke="#e0e0e0""##)?;
+        let label = format!("{} {unit_name}", num(v / unit));
+        svg.text(LEFT - 6.0, y + 4.0, "end", r##" fill="#444""##, &label)?;
+        v += step;
+    }
+    svg.line(LEFT, TOP + plot_h, WIDTH - RIGHT, TOP + plot_h, r##" stroke="#888""##)?;
+    svg.text(
+        LEFT + plot_w / 2.0,
+        TOP + plot_h + 20.0,
+        "middle",
+        r##" fill="#444""##,
+        &format!("trace entries (0 to {})", count_n(events as u64)),
+    )?;
+    let step_points = |series: &[(Option<u32>, u64)], end: Option<u32>| -> Vec<(f64, f64)> {
+        let mut pts = Vec::new();
+        let mut last: Option<u64> = None;
+        for &(e, b) in series {
+            let x = x_of(e);
+            if let Some(l) = last {
+                pts.push((x, y_of(l)));
+            }
+            pts.push((x, y_of(b)));
+            last = Some(b);
+        }
+        if let Some(l) = last {
+            pts.push((x_of(end.or(Some(events.saturating_sub(1)))), y_of(l)));
+        }
+        pts
+    };
+    let mut legend: Vec<(String, String, bool)> = Vec::new();
+    // Capacities, dashed.
+    let mut caps_drawn: Vec<u64> = Vec::new();
+    for s in &d.scenarios {
+        if let Some(c) = s.allocator_capacity_bytes
+            && !caps_drawn.contains(&c)
+        {
+            caps_drawn.push(c);
+            let y = y_of(c);
+            let name = match (&s.gpu, s.capacity_source) {
+                (Some(g), _) => format!("{g}: {} for the allocator", bytes(c)),
+                (None, CapacitySource::RecordedOom) => format!("capacity at the recorded OOM: {}", bytes(c)),
+                _ => bytes(c),
+            };
+            svg.line(
+                LEFT,
+                y,
+                WIDTH - RIGHT,
+                y,
+                &format!(r##" stroke="#000" stroke-dasharray="6,4" data-bytes="{c}""##),
+            )?;
+            svg.text(WIDTH - RIGHT - 4.0, y - 4.0, "end", r##" fill="#000""##, &name)?;
+        }
+    }
+    if !recorded.is_empty() {
+        let pts = step_points(recorded, None);
+        svg.polyline(
+            &pts,
+            r##" stroke="#999" stroke-width="5" stroke-opacity="0.6""##,
+            Some("recorded reserved"),
+        )?;
+        legend.push(("#999".into(), "recorded".into(), true));
+    }
+    let mut settings_seen: Vec<String> = Vec::new();
+    for s in &d.scenarios {
+        if !settings_seen.contains(&s.alloc_conf) {
+            settings_seen.push(s.alloc_conf.clone());
+        }
+        let k = settings_seen.iter().position(|c| *c == s.alloc_conf).unwrap_or(0);
+        let color = LINE_COLORS[k % LINE_COLORS.len()];
+        let end = s.first_oom.as_ref().map(|o| o.event);
+        let pts = step_points(&s.series, end);
+        let name = format!(
+            "{}{}",
+            settings_name(s),
+            s.gpu.as_ref().map(|g| format!(" on {g}")).unwrap_or_default()
+        );
+        svg.polyline(
+            &pts,
+            &format!(r#" stroke="{color}" stroke-width="1.5" data-bytes="{}""#, s.peak_reserved_bytes),
+            Some(&format!("{name}: peak reserved {}", bytes(s.peak_reserved_bytes))),
+        )?;
+        if let Some(o) = &s.first_oom {
+            let x = x_of(Some(o.event));
+            let y = y_of(o.reserved_bytes);
+            svg.text(x, y - 6.0, "middle", &format!(r#" fill="{color}" font-weight="bold""#), "✕ OOM")?;
+        }
+        let label = format!(
+            "{name}: {}",
+            match &s.first_oom {
+                Some(o) => format!("out of memory at event {}", count_n(o.event as u64)),
+                None => format!("peak {}", bytes(s.peak_reserved_bytes)),
+            }
+        );
+        if !legend.iter().any(|l| l.1 == label) {
+            legend.push((color.to_string(), label, false));
+        }
+    }
+    let mut y = TOP + plot_h + 42.0;
+    for (color, label, thick) in legend.iter().take(6) {
+        let w = if *thick { 5.0 } else { 2.0 };
+        svg.line(LEFT, y - 4.0, LEFT + 24.0, y - 4.0, &format!(r#" stroke="{color}" stroke-width="{w}""#))?;
+        svg.text(LEFT + 30.0, y, "start", "", &escape_label(label))?;
+        y += 16.0;
+    }
+    svg.end()
+}
+
+fn escape_label(s: &str) -> String {
+    // `Svg::text` escapes; this only cuts very long labels.
+    let _ = escape;
+    let s = shown(s).into_owned();
+    if s.chars().count() > 130 {
+        let cut: String = s.chars().take(127).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
