@@ -225,6 +225,8 @@ pub enum NotReplayable {
 #[derive(Clone, Debug)]
 pub struct Prepared {
     pub device: i64,
+    /// The device's total memory, when known (a memory fraction acts only with it).
+    pub total_memory: Option<u64>,
     pub settings: Settings,
     pub profile: Profile,
     pub requests: Requests,
@@ -263,6 +265,7 @@ impl Prepared {
         );
         Ok(Prepared {
             device,
+            total_memory: None,
             settings,
             profile,
             requests,
@@ -273,7 +276,7 @@ impl Prepared {
 
 /// Replays `p` against its recording; `snap` gives the final segments to compare.
 pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
-    let mut a = Allocator::new(p.settings.clone(), p.profile, None);
+    let mut a = Allocator::new(p.settings.clone(), p.profile, p.total_memory);
     let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
     for (tag, id) in p.start.restore(&mut a) {
         by_tag[tag as usize] = Some(id);

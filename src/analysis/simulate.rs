@@ -73,8 +73,14 @@ pub struct OomAt {
 /// One scenario's answer.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ScenarioReport {
-    /// The settings in `PYTORCH_CUDA_ALLOC_CONF` syntax ("" for all defaults).
+    /// The settings as given with `--alloc-conf`, or the recording's own in
+    /// `PYTORCH_CUDA_ALLOC_CONF` syntax ("": all defaults).
     pub alloc_conf: String,
+    /// The settings in effect, in that syntax, keys at their defaults left out.
+    pub effective_alloc_conf: String,
+    /// `garbage_collection_threshold` is set without a memory fraction, so garbage
+    /// collection never runs (PyTorch acts on it only under a fraction).
+    pub gc_inactive: bool,
     /// The recording's own settings.
     pub baseline: bool,
     /// The `--gpu` fitted, when the capacity is a device's.
@@ -223,8 +229,8 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
     }
     let mut settings: Vec<(String, Settings, bool)> =
         vec![(p.settings.to_conf(), p.settings.clone(), true)];
-    for (_, s) in &options.alloc_confs {
-        settings.push((s.to_conf(), s.clone(), false));
+    for (given, s) in &options.alloc_confs {
+        settings.push((given.clone(), s.clone(), false));
     }
     let mins: Vec<Option<u64>> = settings
         .par_iter()
@@ -251,6 +257,8 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
             };
             let mut r = ScenarioReport {
                 alloc_conf: conf.clone(),
+                effective_alloc_conf: s.to_conf(),
+                gc_inactive: s.gc_threshold > 0.0 && s.memory_fraction.is_none(),
                 baseline: *baseline,
                 gpu: cap.gpu.clone(),
                 capacity_source: cap.source,

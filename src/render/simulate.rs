@@ -5,7 +5,7 @@
 
 use super::Style;
 use super::labels::short_frame;
-use super::svg::{Svg, escape, num};
+use super::svg::{Svg, num};
 use crate::allocator::identity::{DivergenceKind, Identity};
 use crate::analysis::budget::OutsideSource;
 use crate::analysis::simulate::{
@@ -18,12 +18,12 @@ use std::io::{self, Write};
 /// A scenario's settings in words: "the recorded settings (expandable_segments:True)".
 fn settings_name(s: &ScenarioReport) -> String {
     let conf = if s.alloc_conf.is_empty() {
-        "defaults".to_string()
+        "the defaults".to_string()
     } else {
         s.alloc_conf.clone()
     };
     if s.baseline {
-        format!("the recorded settings ({conf})")
+        format!("the recorded settings ({})", conf.trim_start_matches("the "))
     } else {
         conf
     }
@@ -311,6 +311,12 @@ fn write_device(
         writeln!(out, "  {}:", capacity_text(d, group[0]))?;
         for s in &group {
             writeln!(out, "    with {}: {}", settings_name(s), answer(s))?;
+            if s.gc_inactive {
+                writeln!(
+                    out,
+                    "      (garbage_collection_threshold acts only under a memory fraction: add per_process_memory_fraction, or call torch.cuda.set_per_process_memory_fraction; alone it changes nothing)"
+                )?;
+            }
             if s.start_replaced {
                 writeln!(
                     out,
@@ -356,7 +362,7 @@ fn write_device(
 }
 
 fn write_table(out: &mut dyn Write, d: &DeviceSimulation) -> io::Result<()> {
-    let rows: Vec<[String; 7]> = d
+    let rows: Vec<[String; 8]> = d
         .scenarios
         .iter()
         .map(|s| {
@@ -389,6 +395,7 @@ fn write_table(out: &mut dyn Write, d: &DeviceSimulation) -> io::Result<()> {
                     ),
                     (None, _) => "none".into(),
                 },
+                s.min_capacity_bytes.map_or("-".into(), bytes),
             ]
         })
         .collect();
@@ -400,6 +407,7 @@ fn write_table(out: &mut dyn Write, d: &DeviceSimulation) -> io::Result<()> {
         "segments",
         "flushes",
         "first OOM",
+        "smallest device",
     ];
     let mut w = head.map(|h| h.chars().count());
     for r in &rows {
@@ -570,15 +578,26 @@ pub fn write_simulate_svg(
             settings_name(s),
             s.gpu.as_ref().map(|g| format!(" on {g}")).unwrap_or_default()
         );
+        let width = if s.baseline { 3.0 } else { 1.5 };
         svg.polyline(
             &pts,
-            &format!(r#" stroke="{color}" stroke-width="1.5" data-bytes="{}""#, s.peak_reserved_bytes),
+            &format!(
+                r#" stroke="{color}" stroke-width="{width}" data-bytes="{}""#,
+                s.peak_reserved_bytes
+            ),
             Some(&format!("{name}: peak reserved {}", bytes(s.peak_reserved_bytes))),
         )?;
         if let Some(o) = &s.first_oom {
             let x = x_of(Some(o.event));
             let y = y_of(o.reserved_bytes);
-            svg.text(x, y - 6.0, "middle", &format!(r#" fill="{color}" font-weight="bold""#), "✕ OOM")?;
+            let anchor = if x > WIDTH - RIGHT - 40.0 { "end" } else { "middle" };
+            svg.text(
+                x,
+                y - 6.0,
+                anchor,
+                &format!(r#" fill="{color}" font-weight="bold""#),
+                "✕ OOM",
+            )?;
         }
         let label = format!(
             "{name}: {}",
@@ -601,9 +620,8 @@ pub fn write_simulate_svg(
     svg.end()
 }
 
+/// A legend label, cut when very long (`Svg::text` escapes it).
 fn escape_label(s: &str) -> String {
-    // `Svg::text` escapes; this only cuts very long labels.
-    let _ = escape;
     let s = shown(s).into_owned();
     if s.chars().count() > 130 {
         let cut: String = s.chars().take(127).collect();

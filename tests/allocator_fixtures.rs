@@ -1,0 +1,120 @@
+//! One hand-written trace per mechanism of the caching allocator (the entries worked
+//! out by hand in scripts/gen_allocator_fixtures.py, from the spec's algorithm): the
+//! model reproduces each entry, and the what-ifs worked out beside them.
+
+mod common;
+
+use common::root;
+use vramlens::allocator::identity::{Identity, Prepared, check};
+use vramlens::allocator::scenario::{OomCause, Scenario, min_capacity, run};
+use vramlens::allocator::{Profile, Settings};
+use vramlens::input::{ReadOptions, read_snapshot};
+use vramlens::model::Snapshot;
+
+const MIB: u64 = 1 << 20;
+
+fn load(name: &str) -> Snapshot {
+    read_snapshot(
+        &root().join("testdata/allocator").join(name),
+        ReadOptions::default(),
+    )
+    .unwrap()
+    .0
+}
+
+/// The identity replay of a fixture, which must be exact; its counts.
+fn exact(name: &str, total: Option<u64>) -> (Identity, Prepared) {
+    let snap = load(name);
+    let mut p = Prepared::new(&snap, 0, None).unwrap();
+    p.total_memory = total;
+    let id = check(&snap, &p);
+    assert!(
+        id.exact(),
+        "{name}: {:?}\n{:#?}",
+        id.first_divergence,
+        id
+    );
+    assert_eq!(id.final_segments, id.final_segments_equal, "{name}: final segments");
+    assert_eq!(id.peak_reserved_bytes, id.recorded_peak_reserved_bytes);
+    (id, p)
+}
+
+#[test]
+fn split_rules_rounding_and_best_fit() {
+    let (id, _) = exact("split_rules.pickle", None);
+    assert_eq!((id.allocations, id.segment_events), (8, 3));
+    assert_eq!(id.peak_reserved_bytes, (12 + 2 + 20) * MIB);
+}
+
+#[test]
+fn max_split_keeps_oversize_blocks_whole() {
+    let (id, p) = exact("max_split.pickle", None);
+    assert_eq!(p.settings.max_split_size, 40 * MIB);
+    assert_eq!((id.allocations, id.segment_events, id.retry_calls), (4, 4, 1));
+}
+
+#[test]
+fn garbage_collection_under_a_memory_fraction() {
+    let (id, p) = exact("gc_threshold.pickle", Some(100 * MIB));
+    assert_eq!(p.profile, Profile::V2_10);
+    assert_eq!(p.settings.memory_fraction, Some(0.99));
+    assert_eq!(id.segment_events, 4);
+    // Without the device's total there is no fraction to act under: no collection,
+    // and the model departs where the recording collected.
+    let snap = load("gc_threshold.pickle");
+    let p = Prepared::new(&snap, 0, None).unwrap();
+    assert!(!check(&snap, &p).exact());
+}
+
+#[test]
+fn expandable_segments_map_and_unmap_pages() {
+    let (id, _) = exact("expandable.pickle", None);
+    assert_eq!((id.allocations, id.segment_events, id.empty_cache_calls), (4, 4, 1));
+    assert_eq!(id.final_reserved_bytes, 22 * MIB);
+}
+
+#[test]
+fn pending_frees_wait_for_other_streams() {
+    let (id, _) = exact("pending_frees.pickle", None);
+    assert_eq!((id.allocations, id.segment_events), (4, 3));
+}
+
+#[test]
+fn oom_retry_releases_cached_segments_and_what_ifs() {
+    let (id, p) = exact("oom_retry.pickle", None);
+    assert_eq!((id.ooms, id.ooms_reproduced, id.retry_calls), (1, 1, 2));
+    // The OOM implies 90 MiB reserved + 30 MiB free.
+    assert_eq!(id.oom_capacities[0].capacity_bytes, Some(120 * MIB));
+    let at = |settings: Settings, c: u64| {
+        run(
+            &p,
+            &Scenario {
+                settings,
+                capacity: Some(c),
+                total_memory: None,
+            },
+        )
+        .unwrap()
+    };
+    // At 120 MiB with the recorded settings: the recorded OOM, by fragmentation (70 MiB
+    // live + 40 MiB fit in 120, but the 50 MiB free are 20 in a segment and 30 uncommitted).
+    let o = at(p.settings.clone(), 120 * MIB);
+    let oom = o.first_oom.unwrap();
+    assert_eq!(oom.event as usize, p.requests.items.last().unwrap().event() as usize);
+    assert!(oom.recorded);
+    assert_eq!(oom.cause, OomCause::Fragmentation);
+    assert_eq!(o.stats.retry_flushes, 2);
+    // With expandable segments at the same capacity (worked out by hand): 40 + 40 MiB in
+    // four pages, the second freed and 20 MiB of it reused, the first freed; 50 MiB grows
+    // from the free 20 MiB tail by two pages (120 MiB mapped); the last 40 MiB takes the
+    // freed first 40. It fits: peak 120 MiB.
+    let exp = Settings::parse("expandable_segments:True", p.profile).unwrap();
+    let o = at(exp, 120 * MIB);
+    assert!(o.first_oom.is_none(), "{:?}", o.first_oom);
+    assert_eq!(o.recorded_ooms_passed, 1);
+    assert_eq!(o.peak_reserved_bytes, 120 * MIB);
+    // Smallest capacity with the recorded settings: keeping A's 40 MiB segment through
+    // the 50 MiB request takes 130 MiB; at any less the retry frees it, and the last
+    // 40 MiB then needs 90 + 40 = 130.
+    assert_eq!(min_capacity(&p, &p.settings, 0), Some(130 * MIB));
+}
