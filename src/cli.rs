@@ -125,7 +125,7 @@ pub struct SimulateArgs {
     pub gpus: Vec<vramlens::analysis::gpus::Gpu>,
     /// Memory outside the allocator on those GPUs (CUDA context, NCCL buffers, other
     /// libraries): a size such as 800MiB. Default: 1 GiB, the top of the usual range.
-    #[arg(long, value_name = "SIZE", value_parser = vramlens::units::parse_size_arg)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_outside)]
     pub outside: Option<u64>,
     /// Allocator settings to try, in PYTORCH_CUDA_ALLOC_CONF syntax (read as that
     /// PyTorch release reads it), e.g. "expandable_segments:True" or
@@ -149,6 +149,14 @@ pub struct SimulateArgs {
     /// JSON instead of text (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,
+}
+
+/// A size, or 0 (nothing outside the allocator).
+fn parse_outside(s: &str) -> Result<u64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    vramlens::units::parse_size_arg(s)
 }
 
 fn parse_gpu(s: &str) -> Result<vramlens::analysis::gpus::Gpu, String> {

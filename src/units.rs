@@ -10,6 +10,19 @@ pub fn count(n: usize, singular: &str, plural: &str) -> String {
 
 /// The binary unit [`bytes()`] prints `n` in: its name and its size in bytes (`B` for
 /// less than 1 KiB).
+/// A whole number with commas between groups of three digits: `6,488`.
+pub fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 pub fn binary_unit(n: u64) -> (&'static str, u64) {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if n < 1024 {
@@ -515,6 +528,14 @@ mod tests {
         assert_eq!(duration_us(7_380_000_000), "2 h 03 min");
         assert_eq!(percent(1, 3), "33.3%");
         assert_eq!(percent(1, 0), "-");
+    }
+
+    #[test]
+    fn grouped_digits() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(6488), "6,488");
+        assert_eq!(grouped(1_234_567), "1,234,567");
     }
 
     #[test]

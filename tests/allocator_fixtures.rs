@@ -28,13 +28,11 @@ fn exact(name: &str, total: Option<u64>) -> (Identity, Prepared) {
     let mut p = Prepared::new(&snap, 0, None).unwrap();
     p.total_memory = total;
     let id = check(&snap, &p);
-    assert!(
-        id.exact(),
-        "{name}: {:?}\n{:#?}",
-        id.first_divergence,
-        id
+    assert!(id.exact(), "{name}: {:?}\n{:#?}", id.first_divergence, id);
+    assert_eq!(
+        id.final_segments, id.final_segments_equal,
+        "{name}: final segments"
     );
-    assert_eq!(id.final_segments, id.final_segments_equal, "{name}: final segments");
     assert_eq!(id.peak_reserved_bytes, id.recorded_peak_reserved_bytes);
     (id, p)
 }
@@ -50,7 +48,10 @@ fn split_rules_rounding_and_best_fit() {
 fn max_split_keeps_oversize_blocks_whole() {
     let (id, p) = exact("max_split.pickle", None);
     assert_eq!(p.settings.max_split_size, 40 * MIB);
-    assert_eq!((id.allocations, id.segment_events, id.retry_calls), (4, 4, 1));
+    assert_eq!(
+        (id.allocations, id.segment_events, id.retry_calls),
+        (4, 4, 1)
+    );
 }
 
 #[test]
@@ -69,7 +70,10 @@ fn garbage_collection_under_a_memory_fraction() {
 #[test]
 fn expandable_segments_map_and_unmap_pages() {
     let (id, _) = exact("expandable.pickle", None);
-    assert_eq!((id.allocations, id.segment_events, id.empty_cache_calls), (4, 4, 1));
+    assert_eq!(
+        (id.allocations, id.segment_events, id.empty_cache_calls),
+        (4, 4, 1)
+    );
     assert_eq!(id.final_reserved_bytes, 22 * MIB);
 }
 
@@ -100,7 +104,10 @@ fn oom_retry_releases_cached_segments_and_what_ifs() {
     // live + 40 MiB fit in 120, but the 50 MiB free are 20 in a segment and 30 uncommitted).
     let o = at(p.settings.clone(), 120 * MIB);
     let oom = o.first_oom.unwrap();
-    assert_eq!(oom.event as usize, p.requests.items.last().unwrap().event() as usize);
+    assert_eq!(
+        oom.event as usize,
+        p.requests.items.last().unwrap().event() as usize
+    );
     assert!(oom.recorded);
     assert_eq!(oom.cause, OomCause::Fragmentation);
     assert_eq!(o.stats.retry_flushes, 2);

@@ -76,7 +76,10 @@ fn identity_replay_of_every_real_recording() {
                 }
             }
             let line = format!("{line} {}", oom_lines.join(" "));
-            if !id.exact() || id.peak_reserved_bytes != id.recorded_peak_reserved_bytes || !finals_ok {
+            if !id.exact()
+                || id.peak_reserved_bytes != id.recorded_peak_reserved_bytes
+                || !finals_ok
+            {
                 bad.push(format!("{line}\n   first: {:?}", id.first_divergence));
             }
             lines.push(line);

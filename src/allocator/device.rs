@@ -21,7 +21,11 @@ impl CapacityDevice {
     pub fn new(capacity: Option<u64>, above: u64) -> CapacityDevice {
         CapacityDevice {
             capacity,
-            next: above.div_ceil(ALIGN).saturating_add(1).saturating_mul(ALIGN).max(1 << 32),
+            next: above
+                .div_ceil(ALIGN)
+                .saturating_add(1)
+                .saturating_mul(ALIGN)
+                .max(1 << 32),
         }
     }
 

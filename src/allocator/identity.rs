@@ -60,7 +60,9 @@ impl Recording<'_> {
 
     fn spare(&mut self, size: u64) -> u64 {
         let a = self.spare;
-        self.spare = self.spare.saturating_add(size.div_ceil(2 << 20) * (2 << 20) + (2 << 20));
+        self.spare = self
+            .spare
+            .saturating_add(size.div_ceil(2 << 20) * (2 << 20) + (2 << 20));
         a
     }
 }
@@ -78,7 +80,9 @@ impl Device for Recording<'_> {
     }
 
     fn reserve(&mut self, size: u64) -> u64 {
-        match (self.next..self.outputs.len()).find(|&j| self.outputs[j].action == Action::SegmentMap) {
+        match (self.next..self.outputs.len())
+            .find(|&j| self.outputs[j].action == Action::SegmentMap)
+        {
             Some(j) => self.outputs[j].addr,
             None => self.spare(size),
         }
@@ -243,7 +247,9 @@ impl Prepared {
     ) -> Result<Prepared, NotReplayable> {
         let trace = snap
             .trace(device)
-            .filter(|t| (0..t.len()).any(|i| t.action(i) == Action::Alloc || t.action(i) == Action::Oom))
+            .filter(|t| {
+                (0..t.len()).any(|i| t.action(i) == Action::Alloc || t.action(i) == Action::Oom)
+            })
             .ok_or(NotReplayable::NoTrace { device })?;
         let profile = profile.unwrap_or_else(|| Profile::guess(&snap.features));
         let settings = Settings::of_snapshot(snap, profile).unwrap_or_default();
@@ -284,7 +290,14 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
     let spare_base = p
         .start
         .top_address()
-        .max(p.requests.outputs.iter().map(|o| o.addr + o.size).max().unwrap_or(0))
+        .max(
+            p.requests
+                .outputs
+                .iter()
+                .map(|o| o.addr + o.size)
+                .max()
+                .unwrap_or(0),
+        )
         .saturating_add(1 << 40);
     let mut id = Identity {
         profile: p.profile,
@@ -365,7 +378,17 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                     }
                 }
                 if let Some(kind) = div {
-                    diverged(&mut id, *event, kind, Some(*size), Some(*stream), model_addr, Some(*addr), &made, outs);
+                    diverged(
+                        &mut id,
+                        *event,
+                        kind,
+                        Some(*size),
+                        Some(*stream),
+                        model_addr,
+                        Some(*addr),
+                        &made,
+                        outs,
+                    );
                 }
                 recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
             }
@@ -394,13 +417,33 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                     Err(_) => {
                         id.ooms_reproduced += 1;
                         if !segs_ok {
-                            diverged(&mut id, *event, DivergenceKind::Segments, Some(*size), Some(*stream), None, None, &made, outs);
+                            diverged(
+                                &mut id,
+                                *event,
+                                DivergenceKind::Segments,
+                                Some(*size),
+                                Some(*stream),
+                                None,
+                                None,
+                                &made,
+                                outs,
+                            );
                         }
                     }
                     Ok(b) => {
                         let at = a.block_addr(b);
                         a.free(b);
-                        diverged(&mut id, *event, DivergenceKind::MissedOom, Some(*size), Some(*stream), Some(at), None, &made, outs);
+                        diverged(
+                            &mut id,
+                            *event,
+                            DivergenceKind::MissedOom,
+                            Some(*size),
+                            Some(*stream),
+                            Some(at),
+                            None,
+                            &made,
+                            outs,
+                        );
                     }
                 }
                 recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
@@ -409,7 +452,8 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                     request_bytes: *size,
                     reserved_bytes: recorded_reserved.max(0) as u64,
                     device_free_bytes: *device_free,
-                    capacity_bytes: device_free.map(|f| (recorded_reserved.max(0) as u64).saturating_add(f)),
+                    capacity_bytes: device_free
+                        .map(|f| (recorded_reserved.max(0) as u64).saturating_add(f)),
                 });
             }
             Request::EmptyCache { event, outputs } => {
@@ -418,7 +462,17 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                 a.empty_cache();
                 let made = drain(&mut a, &mut by_tag);
                 if !compare(&made, outs, &mut id) {
-                    diverged(&mut id, *event, DivergenceKind::Segments, None, None, None, None, &made, outs);
+                    diverged(
+                        &mut id,
+                        *event,
+                        DivergenceKind::Segments,
+                        None,
+                        None,
+                        None,
+                        None,
+                        &made,
+                        outs,
+                    );
                 }
                 recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
             }

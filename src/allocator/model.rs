@@ -75,14 +75,32 @@ pub trait Device {
 /// What the model did that the recording shows as a trace entry, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelEvent {
-    SegmentAlloc { addr: u64, size: u64, stream: u64 },
-    SegmentFree { addr: u64, size: u64, stream: u64 },
-    SegmentMap { addr: u64, size: u64, stream: u64 },
-    SegmentUnmap { addr: u64, size: u64, stream: u64 },
+    SegmentAlloc {
+        addr: u64,
+        size: u64,
+        stream: u64,
+    },
+    SegmentFree {
+        addr: u64,
+        size: u64,
+        stream: u64,
+    },
+    SegmentMap {
+        addr: u64,
+        size: u64,
+        stream: u64,
+    },
+    SegmentUnmap {
+        addr: u64,
+        size: u64,
+        stream: u64,
+    },
     /// A pending free (freed while other streams used the block) completed by the
     /// synchronisation of `empty_cache` or of the out-of-memory retry; `tag` is the one
     /// given to `malloc`.
-    FreeCompleted { tag: u32 },
+    FreeCompleted {
+        tag: u32,
+    },
 }
 
 /// Why a `malloc` failed, with what the allocator held at that moment.
@@ -614,9 +632,7 @@ impl Allocator {
         if size < max_split && bsize >= max_split {
             return None;
         }
-        if size >= max_split
-            && bsize >= size.saturating_add(self.settings.max_non_split_rounding)
-        {
+        if size >= max_split && bsize >= size.saturating_add(self.settings.max_non_split_rounding) {
             return None;
         }
         self.remove_free(chosen);
@@ -1078,7 +1094,11 @@ impl Allocator {
         }
         let key = size.max(max_split);
         let p = &self.pools[pool as usize];
-        let first = p.free.range((stream, key, 0)..).next().map(|(k, &i)| (*k, i));
+        let first = p
+            .free
+            .range((stream, key, 0)..)
+            .next()
+            .map(|(k, &i)| (*k, i));
         if let Some((k, i)) = first
             && k.0 == stream
             && self.b(i).expandable == NIL
@@ -1126,10 +1146,7 @@ impl Allocator {
             .copied()
             .filter(|&i| !self.is_split(i) && self.b(i).expandable == NIL)
             .collect();
-        let mut total_age: u64 = candidates
-            .iter()
-            .map(|&i| clock - self.b(i).gc_base)
-            .sum();
+        let mut total_age: u64 = candidates.iter().map(|&i| clock - self.b(i).gc_base).sum();
         let mut count = candidates.len() as u64;
         let mut reclaimed = 0u64;
         let mut freed = true;

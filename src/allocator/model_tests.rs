@@ -58,7 +58,10 @@ fn four_32_mib_then_eight_16_mib_reserve_128_mib() {
     for s in &segs {
         assert_eq!(
             s.blocks,
-            vec![(s.addr, 16 * MIB, true), (s.addr + 16 * MIB, 16 * MIB, true)]
+            vec![
+                (s.addr, 16 * MIB, true),
+                (s.addr + 16 * MIB, 16 * MIB, true)
+            ]
         );
     }
 }

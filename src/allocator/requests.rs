@@ -295,7 +295,9 @@ impl Builder<'_> {
                     && t.addr(idx + 1) == addr;
                 if !completes_next && let Some(&tag) = self.live.get(&addr) {
                     self.flush_empty_cache();
-                    self.out.items.push(Request::FreeRequested { tag, event: i });
+                    self.out
+                        .items
+                        .push(Request::FreeRequested { tag, event: i });
                 }
             }
             Action::FreeCompleted => {

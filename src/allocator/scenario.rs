@@ -92,7 +92,9 @@ pub struct Outcome {
 
 /// A scenario that cannot start: the blocks alive before recording do not fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
-#[error("the blocks alive before recording ({live_bytes} bytes) do not fit in {capacity_bytes} bytes")]
+#[error(
+    "the blocks alive before recording ({live_bytes} bytes) do not fit in {capacity_bytes} bytes"
+)]
 pub struct StartDoesNotFit {
     pub live_bytes: u64,
     pub capacity_bytes: u64,
@@ -102,10 +104,14 @@ pub struct StartDoesNotFit {
 pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
     let mut a = Allocator::new(sc.settings.clone(), p.profile, sc.total_memory);
     let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
-    let above = p
-        .start
-        .top_address()
-        .max(p.requests.outputs.iter().map(|o| o.addr + o.size).max().unwrap_or(0));
+    let above = p.start.top_address().max(
+        p.requests
+            .outputs
+            .iter()
+            .map(|o| o.addr + o.size)
+            .max()
+            .unwrap_or(0),
+    );
     let mut dev = CapacityDevice::new(sc.capacity, above);
     let keep_start = sc.settings.expandable_segments == p.settings.expandable_segments;
     let start_fails = |a: &Allocator| StartDoesNotFit {
@@ -124,9 +130,9 @@ pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
             }
         }
     } else {
-        for (_, tag, requested, stream, pool) in p.start.live_requests() {
-            match a.malloc(&mut dev, requested, stream, pool, tag) {
-                Ok(b) => by_tag[tag as usize] = Some(b),
+        for l in p.start.live_requests() {
+            match a.malloc(&mut dev, l.requested, l.stream, l.private, l.tag) {
+                Ok(b) => by_tag[l.tag as usize] = Some(b),
                 Err(_) => return Err(start_fails(&a)),
             }
         }
@@ -139,7 +145,7 @@ pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
         stats: Stats::default(),
         first_oom: None,
         recorded_ooms_passed: 0,
-        start_replaced: !keep_start,
+        start_replaced: !keep_start && p.start.blocks > 0,
         series: vec![(None, a.reserved())],
     };
     let stats_at_start = a.stats;

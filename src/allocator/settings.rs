@@ -200,7 +200,11 @@ impl Settings {
                 "max_split_size_mb" | "max_non_split_rounding_mb" if known => {
                     tk.expect(":")?;
                     let v = whole(&tk.value(&key)?, &key, new)?;
-                    let too_small = if new { v < min_split_mb } else { v <= min_split_mb };
+                    let too_small = if new {
+                        v < min_split_mb
+                    } else {
+                        v <= min_split_mb
+                    };
                     if too_small {
                         let rel = if new { ">=" } else { ">" };
                         return err(format!(
@@ -265,7 +269,9 @@ impl Settings {
                         return err("Number of register threads has to be power of 2 ");
                     }
                     if v > 128 {
-                        return err("Number of register threads should be less than or equal to 128");
+                        return err(
+                            "Number of register threads should be less than or equal to 128",
+                        );
                     }
                 }
                 "pinned_reserve_segment_size_mb" if known => {
@@ -320,7 +326,10 @@ impl Settings {
         if let Some(v) = map.get("max_split_size").and_then(|v| v.as_i64()) {
             s.max_split_size = if v < 0 { u64::MAX } else { v as u64 };
         }
-        if let Some(v) = map.get("garbage_collection_threshold").and_then(|v| v.as_f64()) {
+        if let Some(v) = map
+            .get("garbage_collection_threshold")
+            .and_then(|v| v.as_f64())
+        {
             s.gc_threshold = v;
         }
         if let Some(v) = map.get("expandable_segments").and_then(|v| v.as_bool()) {
@@ -387,7 +396,10 @@ impl Settings {
             }
         }
         if self.gc_threshold != d.gc_threshold {
-            parts.push(format!("garbage_collection_threshold:{}", self.gc_threshold));
+            parts.push(format!(
+                "garbage_collection_threshold:{}",
+                self.gc_threshold
+            ));
         }
         if let Some(f) = self.memory_fraction {
             parts.push(format!("per_process_memory_fraction:{f}"));
@@ -405,7 +417,7 @@ impl Settings {
 /// Bytes as whole MiB, or the byte count with a `B` marker where they are not whole MiB
 /// (a recorded `max_split_size` may be any size).
 fn mb(bytes: u64) -> String {
-    if bytes % MIB == 0 {
+    if bytes.is_multiple_of(MIB) {
         (bytes / MIB).to_string()
     } else {
         format!("{:.3}", bytes as f64 / MIB as f64)
@@ -419,7 +431,11 @@ fn parse_divisions(
     profile: Profile,
 ) -> Result<(), ConfError> {
     let new = tk.new;
-    let spelled = if profile == Profile::V2_0 { "divisons" } else { "divisions" };
+    let spelled = if profile == Profile::V2_0 {
+        "divisons"
+    } else {
+        "divisions"
+    };
     tk.i += 1;
     let Some(v) = tk.t.get(tk.i).cloned() else {
         return if new {
@@ -612,16 +628,29 @@ mod tests {
     fn keys_values_and_defaults() {
         let s = ok("", Profile::V2_4);
         assert_eq!(s, Settings::default());
-        let s = ok(" max_split_size_mb : 1 2 8 ,expandable_segments:True,", Profile::V2_4);
+        let s = ok(
+            " max_split_size_mb : 1 2 8 ,expandable_segments:True,",
+            Profile::V2_4,
+        );
         assert_eq!(s.max_split_size, 128 << 20);
         assert!(s.expandable_segments);
         // The last of a repeated key wins; digits then anything are the digits.
         assert_eq!(
-            ok("max_split_size_mb:100,max_split_size_mb:200abc", Profile::V2_4).max_split_size,
+            ok(
+                "max_split_size_mb:100,max_split_size_mb:200abc",
+                Profile::V2_4
+            )
+            .max_split_size,
             200 << 20
         );
-        assert_eq!(ok("garbage_collection_threshold:.5", Profile::V2_4).gc_threshold, 0.5);
-        assert_eq!(ok("garbage_collection_threshold:5e-1", Profile::V2_10).gc_threshold, 0.5);
+        assert_eq!(
+            ok("garbage_collection_threshold:.5", Profile::V2_4).gc_threshold,
+            0.5
+        );
+        assert_eq!(
+            ok("garbage_collection_threshold:5e-1", Profile::V2_10).gc_threshold,
+            0.5
+        );
     }
 
     #[test]
@@ -630,7 +659,10 @@ mod tests {
             refused("max_split_size_mb:20", Profile::V2_4),
             "CachingAllocator option max_split_size_mb too small, must be > 20"
         );
-        assert_eq!(ok("max_split_size_mb:20", Profile::V2_10).max_split_size, 20 << 20);
+        assert_eq!(
+            ok("max_split_size_mb:20", Profile::V2_10).max_split_size,
+            20 << 20
+        );
         assert_eq!(
             refused("max_split_size_mb:19", Profile::V2_10),
             "CachingAllocator option max_split_size_mb too small, must be >= 20"
@@ -687,19 +719,31 @@ mod tests {
         let mut want = [0u64; 16];
         want[0] = 4;
         want[6] = 8;
-        assert_eq!(d("roundup_power2_divisions:[1:4,64:8]", Profile::V2_4), want);
+        assert_eq!(
+            d("roundup_power2_divisions:[1:4,64:8]", Profile::V2_4),
+            want
+        );
         // `>` overwrote the last named bucket up to 2.9, starts after it from 2.10.
         let mut old = [8u64; 16];
         old[..9].fill(1);
-        assert_eq!(d("roundup_power2_divisions:[256:1,512:2,>:8]", Profile::V2_4), old);
+        assert_eq!(
+            d("roundup_power2_divisions:[256:1,512:2,>:8]", Profile::V2_4),
+            old
+        );
         let mut new = [8u64; 16];
         new[..9].fill(1);
         new[9] = 2;
-        assert_eq!(d("roundup_power2_divisions:[256:1,512:2,>:8]", Profile::V2_10), new);
+        assert_eq!(
+            d("roundup_power2_divisions:[256:1,512:2,>:8]", Profile::V2_10),
+            new
+        );
         assert_eq!(d("roundup_power2_divisions:[>:8]", Profile::V2_4), [8; 16]);
         let mut skip_first = [8u64; 16];
         skip_first[0] = 0;
-        assert_eq!(d("roundup_power2_divisions:[>:8]", Profile::V2_10), skip_first);
+        assert_eq!(
+            d("roundup_power2_divisions:[>:8]", Profile::V2_10),
+            skip_first
+        );
         assert_eq!(
             ok("roundup_power2_divisions:[65536:4]", Profile::V2_4).divisions[15],
             4
@@ -708,7 +752,8 @@ mod tests {
 
     #[test]
     fn settings_round_trip_as_conf_text() {
-        let text = "expandable_segments:True,max_split_size_mb:128,garbage_collection_threshold:0.6";
+        let text =
+            "expandable_segments:True,max_split_size_mb:128,garbage_collection_threshold:0.6";
         let s = ok(text, Profile::V2_4);
         assert_eq!(s.to_conf(), text);
         assert_eq!(ok(&s.to_conf(), Profile::V2_4), s);

@@ -41,6 +41,16 @@ pub struct StartReservation {
     pub blocks: Vec<(u64, u64, u64, u32)>,
 }
 
+/// A block alive at the start, as a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveRequest {
+    pub addr: u64,
+    pub tag: u32,
+    pub requested: u64,
+    pub stream: u64,
+    pub private: (i64, i64),
+}
+
 /// The state at the first event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StartState {
@@ -73,21 +83,28 @@ impl StartState {
         a.chain(b).max().unwrap_or(0)
     }
 
-    /// The blocks alive at the start: (tag, requested bytes, stream, private pool), by
-    /// address: what a replay under other settings allocates first.
-    pub fn live_requests(&self) -> Vec<(u64, u32, u64, u64, (i64, i64))> {
+    /// The blocks alive at the start, by address: what a replay under other settings
+    /// allocates first.
+    pub fn live_requests(&self) -> Vec<LiveRequest> {
         let mut out = Vec::new();
-        for s in &self.segments {
-            for b in &s.blocks {
-                out.push((b.0, b.3, b.2, s.stream, s.pool.private));
+        let mut add = |blocks: &[(u64, u64, u64, u32)], stream: u64, pool: PoolKey| {
+            for b in blocks {
+                out.push(LiveRequest {
+                    addr: b.0,
+                    tag: b.3,
+                    requested: b.2,
+                    stream,
+                    private: pool.private,
+                });
             }
+        };
+        for s in &self.segments {
+            add(&s.blocks, s.stream, s.pool);
         }
         for r in &self.reservations {
-            for b in &r.blocks {
-                out.push((b.0, b.3, b.2, r.stream, r.pool.private));
-            }
+            add(&r.blocks, r.stream, r.pool);
         }
-        out.sort_unstable();
+        out.sort_unstable_by_key(|l| l.addr);
         out
     }
 
@@ -163,7 +180,11 @@ pub fn rebuild(
         let seg_end = seg.addr + seg.size;
         let mut blocks: Vec<(u64, u64, u64, u32)> = Vec::new();
         for (k, b) in seg.blocks.iter().enumerate() {
-            let next = seg.blocks.get(k + 1).map_or(seg_end, |n| n.addr).min(seg_end);
+            let next = seg
+                .blocks
+                .get(k + 1)
+                .map_or(seg_end, |n| n.addr)
+                .min(seg_end);
             out.blocks += 1;
             out.requested += b.requested;
             match before.get(&b.addr) {
@@ -238,14 +259,23 @@ fn same_reservation(addr: u64, g: &StartReservation) -> bool {
 
 /// Whether an expandable range at the start belongs to the small pool: as the final
 /// segment of its stream nearest to it.
-fn expandable_is_small(finals: &[(u64, u64, u64, bool, bool)], addr: u64, size: u64, stream: u64) -> bool {
+fn expandable_is_small(
+    finals: &[(u64, u64, u64, bool, bool)],
+    addr: u64,
+    size: u64,
+    stream: u64,
+) -> bool {
     finals
         .iter()
         .filter(|f| f.3 && f.2 == stream)
         .min_by_key(|f| {
             let (a0, a1) = (addr, addr + size);
             let (b0, b1) = (f.0, f.0 + f.1);
-            if a0 < b1 && b0 < a1 { 0 } else { a0.abs_diff(b1).min(b0.abs_diff(a1)) }
+            if a0 < b1 && b0 < a1 {
+                0
+            } else {
+                a0.abs_diff(b1).min(b0.abs_diff(a1))
+            }
         })
         .map_or(size == SMALL_BUFFER, |f| f.4)
 }
@@ -264,7 +294,11 @@ fn inferred_size(
     let room = next.saturating_sub(addr);
     let size = round(requested).min(room);
     let gap = room - size;
-    let limit = if splits_small { MIN_BLOCK - 1 } else { SMALL_SIZE };
+    let limit = if splits_small {
+        MIN_BLOCK - 1
+    } else {
+        SMALL_SIZE
+    };
     if gap <= limit {
         // Too small to have been split off: it belongs to the block.
         return room;

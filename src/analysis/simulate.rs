@@ -13,7 +13,9 @@ use super::budget::Outside;
 use super::frames::{display_frames, headline_frame};
 use super::gpus::Gpu;
 use crate::allocator::identity::{Identity, NotReplayable, Prepared, check};
-use crate::allocator::scenario::{FirstOom, OomCause, Scenario, StartDoesNotFit, min_capacity, run};
+use crate::allocator::scenario::{
+    FirstOom, OomCause, Scenario, StartDoesNotFit, min_capacity, run,
+};
 use crate::allocator::{Profile, Settings};
 use crate::model::Snapshot;
 use serde::Serialize;
@@ -210,7 +212,11 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
         });
     }
     if capacities.is_empty() {
-        match identity.oom_capacities.iter().find_map(|o| o.capacity_bytes) {
+        match identity
+            .oom_capacities
+            .iter()
+            .find_map(|o| o.capacity_bytes)
+        {
             Some(c) => capacities.push(Capacity {
                 source: CapacitySource::RecordedOom,
                 gpu: None,
@@ -285,8 +291,9 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
                     r.peak_time_us = o
                         .peak_event
                         .and_then(|e| trace.and_then(|t| t.time_us(e as usize)));
-                    r.reserved_minus_allocated_at_peak_bytes =
-                        o.peak_reserved_bytes.saturating_sub(o.allocated_at_peak_bytes);
+                    r.reserved_minus_allocated_at_peak_bytes = o
+                        .peak_reserved_bytes
+                        .saturating_sub(o.allocated_at_peak_bytes);
                     r.segments_created = o.stats.segment_allocs + o.stats.maps;
                     r.segments_freed = o.stats.segment_frees + o.stats.unmaps;
                     r.retry_flushes = o.stats.retry_flushes;

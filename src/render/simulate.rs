@@ -7,12 +7,12 @@ use super::Style;
 use super::labels::short_frame;
 use super::svg::{Svg, num};
 use crate::allocator::identity::{DivergenceKind, Identity};
+use crate::allocator::scenario::OomCause;
 use crate::analysis::budget::OutsideSource;
 use crate::analysis::simulate::{
     CapacitySource, DeviceSimulation, OomAt, ScenarioReport, SimulateReport,
 };
-use crate::allocator::scenario::OomCause;
-use crate::units::{bytes, count, shown, utc_time};
+use crate::units::{bytes, count, grouped, shown, utc_time};
 use std::io::{self, Write};
 
 /// A scenario's settings in words: "the recorded settings (expandable_segments:True)".
@@ -23,7 +23,10 @@ fn settings_name(s: &ScenarioReport) -> String {
         s.alloc_conf.clone()
     };
     if s.baseline {
-        format!("the recorded settings ({})", conf.trim_start_matches("the "))
+        format!(
+            "the recorded settings ({})",
+            conf.trim_start_matches("the ")
+        )
     } else {
         conf
     }
@@ -33,20 +36,23 @@ fn settings_name(s: &ScenarioReport) -> String {
 pub fn identity_text(id: &Identity) -> String {
     let counts = format!(
         "{} of {} allocations at their recorded address, {} of {} segment events{}{}",
-        count_n(id.allocations_at_recorded_address),
-        count_n(id.allocations),
-        count_n(id.segment_events_reproduced),
-        count_n(id.segment_events),
+        grouped(id.allocations_at_recorded_address),
+        grouped(id.allocations),
+        grouped(id.segment_events_reproduced),
+        grouped(id.segment_events),
         if id.segment_events_extra > 0 {
-            format!(" (and {} it made that the recording does not show)", count_n(id.segment_events_extra))
+            format!(
+                " (and {} it made that the recording does not show)",
+                grouped(id.segment_events_extra)
+            )
         } else {
             String::new()
         },
         if id.ooms > 0 {
             format!(
                 ", {} of {} out-of-memory errors",
-                count_n(id.ooms_reproduced),
-                count_n(id.ooms)
+                grouped(id.ooms_reproduced),
+                grouped(id.ooms)
             )
         } else {
             String::new()
@@ -54,7 +60,10 @@ pub fn identity_text(id: &Identity) -> String {
     );
     if id.exact() {
         let peak = if id.peak_reserved_bytes == id.recorded_peak_reserved_bytes {
-            format!("; peak reserved {} as recorded", bytes(id.peak_reserved_bytes))
+            format!(
+                "; peak reserved {} as recorded",
+                bytes(id.peak_reserved_bytes)
+            )
         } else {
             format!(
                 "; peak reserved {} where the recording shows {}",
@@ -86,11 +95,14 @@ pub fn identity_text(id: &Identity) -> String {
                 bytes(d.request_bytes.unwrap_or(0))
             ),
         };
-        format!("first at event {}: the model {what}", count_n(d.event as u64))
+        format!(
+            "first at event {}: the model {what}",
+            grouped(d.event as u64)
+        )
     });
     format!(
         "the model departs from the recording in {} of its allocator calls ({first}); put back in step after each: {counts}",
-        count_n(id.divergences)
+        grouped(id.divergences)
     )
 }
 
@@ -108,22 +120,10 @@ fn segments_text(s: &[crate::allocator::identity::SegmentEntry]) -> String {
         .join(", ")
 }
 
-fn count_n(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn event_text(event: u32, time_us: Option<i64>) -> String {
     match time_us {
-        Some(t) => format!("event {}, {}", count_n(event as u64), utc_time(t)),
-        None => format!("event {}", count_n(event as u64)),
+        Some(t) => format!("event {}, {}", grouped(event as u64), utc_time(t)),
+        None => format!("event {}", grouped(event as u64)),
     }
 }
 
@@ -138,7 +138,11 @@ fn capacity_text(d: &DeviceSimulation, s: &ScenarioReport) -> String {
             outside_source(d.outside.source)
         ),
         CapacitySource::RecordedOom => {
-            let oc = d.identity.oom_capacities.iter().find(|o| o.capacity_bytes.is_some());
+            let oc = d
+                .identity
+                .oom_capacities
+                .iter()
+                .find(|o| o.capacity_bytes.is_some());
             match oc {
                 Some(o) => format!(
                     "at the capacity the recorded OOM implies ({}: {} reserved + {} the device had free then)",
@@ -156,7 +160,9 @@ fn capacity_text(d: &DeviceSimulation, s: &ScenarioReport) -> String {
 fn outside_source(s: OutsideSource) -> &'static str {
     match s {
         OutsideSource::Given => "as given",
-        OutsideSource::NotMeasured => "assumed: a CUDA context with its libraries; give --outside to change it",
+        OutsideSource::NotMeasured => {
+            "assumed: a CUDA context with its libraries; give --outside to change it"
+        }
         OutsideSource::Nvml | OutsideSource::NvmlDevice => "measured by the device readings",
         OutsideSource::OomMessage => "measured by the OOM message",
     }
@@ -203,10 +209,13 @@ fn answer(s: &ScenarioReport) -> String {
             "fits: peak reserved {} ({} of it cache and fragmentation){}",
             bytes(s.peak_reserved_bytes),
             bytes(s.reserved_minus_allocated_at_peak_bytes),
-            if s.recorded_ooms_passed > 0 {
+            if s.recorded_ooms_passed == 1 {
+                "; the request the recording ran out of memory on would have been allocated"
+                    .to_string()
+            } else if s.recorded_ooms_passed > 1 {
                 format!(
-                    "; the {} the recording ran out of memory on would have been allocated",
-                    count(s.recorded_ooms_passed as usize, "request", "requests")
+                    "; the {} requests the recording ran out of memory on would have been allocated",
+                    s.recorded_ooms_passed
                 )
             } else {
                 String::new()
@@ -215,7 +224,11 @@ fn answer(s: &ScenarioReport) -> String {
     }
 }
 
-pub fn write_simulate_text(out: &mut dyn Write, r: &SimulateReport, style: Style) -> io::Result<()> {
+pub fn write_simulate_text(
+    out: &mut dyn Write,
+    r: &SimulateReport,
+    style: Style,
+) -> io::Result<()> {
     for (k, d) in r.devices.iter().enumerate() {
         if k > 0 {
             writeln!(out)?;
@@ -387,7 +400,7 @@ fn write_table(out: &mut dyn Write, d: &DeviceSimulation) -> io::Result<()> {
                     (_, Some(_)) => "cannot start".into(),
                     (Some(o), _) => format!(
                         "event {} ({})",
-                        count_n(o.event as u64),
+                        grouped(o.event as u64),
                         match o.cause {
                             OomCause::Capacity => "capacity",
                             OomCause::Fragmentation => "fragmentation",
@@ -452,7 +465,11 @@ const LINE_COLORS: [&str; 8] = [
 fn tick_step(max: f64) -> (f64, f64, &'static str) {
     let gib = (1u64 << 30) as f64;
     let mib = (1u64 << 20) as f64;
-    let (unit, name) = if max >= 2.0 * gib { (gib, "GiB") } else { (mib, "MiB") };
+    let (unit, name) = if max >= 2.0 * gib {
+        (gib, "GiB")
+    } else {
+        (mib, "MiB")
+    };
     let raw = (max / unit / 4.0).max(1e-9);
     let p = 10f64.powi(raw.log10().floor() as i32);
     let step = [1.0, 2.0, 5.0, 10.0]
@@ -496,7 +513,8 @@ pub fn write_simulate_svg(
     let top_value = (max_bytes / step).ceil() * step;
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
-    let x_of = |e: Option<u32>| LEFT + plot_w * e.map_or(0.0, |e| (e + 1) as f64) / events.max(1) as f64;
+    let x_of =
+        |e: Option<u32>| LEFT + plot_w * e.map_or(0.0, |e| (e + 1) as f64) / events.max(1) as f64;
     let y_of = |b: u64| TOP + plot_h * (1.0 - b as f64 / top_value);
     svg.text(LEFT, 22.0, "start", r#" font-size="14""#, &title)?;
     let mut v = 0.0;
@@ -507,13 +525,19 @@ pub fn write_simulate_svg(
         svg.text(LEFT - 6.0, y + 4.0, "end", r##" fill="#444""##, &label)?;
         v += step;
     }
-    svg.line(LEFT, TOP + plot_h, WIDTH - RIGHT, TOP + plot_h, r##" stroke="#888""##)?;
+    svg.line(
+        LEFT,
+        TOP + plot_h,
+        WIDTH - RIGHT,
+        TOP + plot_h,
+        r##" stroke="#888""##,
+    )?;
     svg.text(
         LEFT + plot_w / 2.0,
         TOP + plot_h + 20.0,
         "middle",
         r##" fill="#444""##,
-        &format!("trace entries (0 to {})", count_n(events as u64)),
+        &format!("trace entries (0 to {})", grouped(events as u64)),
     )?;
     let step_points = |series: &[(Option<u32>, u64)], end: Option<u32>| -> Vec<(f64, f64)> {
         let mut pts = Vec::new();
@@ -542,7 +566,9 @@ pub fn write_simulate_svg(
             let y = y_of(c);
             let name = match (&s.gpu, s.capacity_source) {
                 (Some(g), _) => format!("{g}: {} for the allocator", bytes(c)),
-                (None, CapacitySource::RecordedOom) => format!("capacity at the recorded OOM: {}", bytes(c)),
+                (None, CapacitySource::RecordedOom) => {
+                    format!("capacity at the recorded OOM: {}", bytes(c))
+                }
                 _ => bytes(c),
             };
             svg.line(
@@ -552,7 +578,13 @@ pub fn write_simulate_svg(
                 y,
                 &format!(r##" stroke="#000" stroke-dasharray="6,4" data-bytes="{c}""##),
             )?;
-            svg.text(WIDTH - RIGHT - 4.0, y - 4.0, "end", r##" fill="#000""##, &name)?;
+            svg.text(
+                WIDTH - RIGHT - 4.0,
+                y - 4.0,
+                "end",
+                r##" fill="#000""##,
+                &name,
+            )?;
         }
     }
     if !recorded.is_empty() {
@@ -569,14 +601,20 @@ pub fn write_simulate_svg(
         if !settings_seen.contains(&s.alloc_conf) {
             settings_seen.push(s.alloc_conf.clone());
         }
-        let k = settings_seen.iter().position(|c| *c == s.alloc_conf).unwrap_or(0);
+        let k = settings_seen
+            .iter()
+            .position(|c| *c == s.alloc_conf)
+            .unwrap_or(0);
         let color = LINE_COLORS[k % LINE_COLORS.len()];
         let end = s.first_oom.as_ref().map(|o| o.event);
         let pts = step_points(&s.series, end);
         let name = format!(
             "{}{}",
             settings_name(s),
-            s.gpu.as_ref().map(|g| format!(" on {g}")).unwrap_or_default()
+            s.gpu
+                .as_ref()
+                .map(|g| format!(" on {g}"))
+                .unwrap_or_default()
         );
         let width = if s.baseline { 3.0 } else { 1.5 };
         svg.polyline(
@@ -585,12 +623,19 @@ pub fn write_simulate_svg(
                 r#" stroke="{color}" stroke-width="{width}" data-bytes="{}""#,
                 s.peak_reserved_bytes
             ),
-            Some(&format!("{name}: peak reserved {}", bytes(s.peak_reserved_bytes))),
+            Some(&format!(
+                "{name}: peak reserved {}",
+                bytes(s.peak_reserved_bytes)
+            )),
         )?;
         if let Some(o) = &s.first_oom {
             let x = x_of(Some(o.event));
             let y = y_of(o.reserved_bytes);
-            let anchor = if x > WIDTH - RIGHT - 40.0 { "end" } else { "middle" };
+            let anchor = if x > WIDTH - RIGHT - 40.0 {
+                "end"
+            } else {
+                "middle"
+            };
             svg.text(
                 x,
                 y - 6.0,
@@ -602,7 +647,7 @@ pub fn write_simulate_svg(
         let label = format!(
             "{name}: {}",
             match &s.first_oom {
-                Some(o) => format!("out of memory at event {}", count_n(o.event as u64)),
+                Some(o) => format!("out of memory at event {}", grouped(o.event as u64)),
                 None => format!("peak {}", bytes(s.peak_reserved_bytes)),
             }
         );
@@ -613,7 +658,13 @@ pub fn write_simulate_svg(
     let mut y = TOP + plot_h + 42.0;
     for (color, label, thick) in legend.iter().take(6) {
         let w = if *thick { 5.0 } else { 2.0 };
-        svg.line(LEFT, y - 4.0, LEFT + 24.0, y - 4.0, &format!(r#" stroke="{color}" stroke-width="{w}""#))?;
+        svg.line(
+            LEFT,
+            y - 4.0,
+            LEFT + 24.0,
+            y - 4.0,
+            &format!(r#" stroke="{color}" stroke-width="{w}""#),
+        )?;
         svg.text(LEFT + 30.0, y, "start", "", &escape_label(label))?;
         y += 16.0;
     }

@@ -1,0 +1,241 @@
+//! `vramlens simulate`: the real binary on the hand-written allocator fixtures (whose
+//! answers are worked out in scripts/gen_allocator_fixtures.py) and on bad input.
+
+mod common;
+
+use assert_cmd::Command;
+use common::root;
+use predicates::prelude::*;
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+fn vramlens() -> Command {
+    let mut c = Command::cargo_bin("vramlens").unwrap();
+    c.current_dir(root()).env_remove("NO_COLOR");
+    c
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = vramlens()
+        .arg("simulate")
+        .args(args)
+        .arg("--json")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn the_oom_fixture_at_its_own_capacity_and_with_expandable_segments() {
+    let v = json(&[
+        "testdata/allocator/oom_retry.pickle",
+        "--alloc-conf",
+        "expandable_segments:True",
+        "--outside",
+        "0",
+    ]);
+    assert_eq!(v["schema_version"], 1);
+    let d = &v["devices"][0];
+    let id = &d["identity"];
+    assert_eq!(id["allocations"], 4);
+    assert_eq!(id["allocations_at_recorded_address"], 4);
+    assert_eq!(id["segment_events"], 4);
+    assert_eq!(id["segment_events_reproduced"], 4);
+    assert_eq!(id["first_divergence"], Value::Null);
+    let sc = d["scenarios"].as_array().unwrap();
+    assert_eq!(sc.len(), 2);
+    // The recorded settings at the capacity the OOM implies (90 + 30 MiB).
+    assert_eq!(sc[0]["baseline"], true);
+    assert_eq!(sc[0]["alloc_conf"], "");
+    assert_eq!(sc[0]["capacity_source"], "recorded_oom");
+    assert_eq!(sc[0]["capacity_bytes"], 120 * MIB);
+    assert_eq!(sc[0]["first_oom"]["event"], 12);
+    assert_eq!(sc[0]["first_oom"]["request_bytes"], 40 * MIB);
+    assert_eq!(sc[0]["first_oom"]["cause"], "fragmentation");
+    assert_eq!(sc[0]["first_oom"]["recorded"], true);
+    assert_eq!(sc[0]["min_capacity_bytes"], 130 * MIB);
+    // Expandable segments fit at the same capacity.
+    assert_eq!(sc[1]["alloc_conf"], "expandable_segments:True");
+    assert_eq!(sc[1]["first_oom"], Value::Null);
+    assert_eq!(sc[1]["peak_reserved_bytes"], 120 * MIB);
+}
+
+#[test]
+fn text_leads_with_the_check_and_the_answers() {
+    let out = vramlens()
+        .args([
+            "simulate",
+            "testdata/allocator/oom_retry.pickle",
+            "--alloc-conf",
+            "expandable_segments:True",
+            "--outside",
+            "0",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("check      the model replays the recording exactly: 4 of 4 allocations at their recorded address, 4 of 4 segment events, 1 of 1 out-of-memory errors; peak reserved 90.0 MiB as recorded"),
+        "{text}"
+    );
+    assert!(text.contains("at the capacity the recorded OOM implies (120.0 MiB: 90.0 MiB reserved + 30.0 MiB the device had free then):"), "{text}");
+    assert!(
+        text.contains("with the recorded settings (defaults): runs out of memory at event 12"),
+        "{text}"
+    );
+    assert!(text.contains("as recorded; fragmentation"), "{text}");
+    assert!(text.contains("with expandable_segments:True: fits: peak reserved 120.0 MiB (50.0 MiB of it cache and fragmentation); the request the recording ran out of memory on would have been allocated"), "{text}");
+    assert!(
+        !text.contains("placed first"),
+        "nothing was alive before recording: {text}"
+    );
+}
+
+#[test]
+fn gpus_capacity_less_outside_and_the_start_that_does_not_fit() {
+    // A 100 MiB device with 60 MiB outside leaves 40: the first 40 MiB fits, the second not.
+    let v = json(&[
+        "testdata/allocator/oom_retry.pickle",
+        "--gpu",
+        "100MiB",
+        "--outside",
+        "60MiB",
+        "--no-min-capacity",
+    ]);
+    let s = &v["devices"][0]["scenarios"][0];
+    assert_eq!(s["capacity_source"], "gpu");
+    assert_eq!(s["capacity_bytes"], 100 * MIB);
+    assert_eq!(s["allocator_capacity_bytes"], 40 * MIB);
+    assert_eq!(s["first_oom"]["event"], 3);
+    assert_eq!(s["first_oom"]["cause"], "capacity");
+    assert_eq!(s["min_capacity_bytes"], Value::Null);
+    assert_eq!(v["devices"][0]["outside"]["source"], "given");
+}
+
+#[test]
+fn the_chart_is_an_svg_and_is_not_overwritten_without_force() {
+    let dir = tempdir();
+    let svg = dir.join("sim.svg");
+    vramlens()
+        .args(["simulate", "testdata/allocator/expandable.pickle", "-o"])
+        .arg(&svg)
+        .args(["--alloc-conf", "expandable_segments:False"])
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap();
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    assert!(text.contains("recorded"));
+    vramlens()
+        .args(["simulate", "testdata/allocator/expandable.pickle", "-o"])
+        .arg(&svg)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("already exists; use --force"));
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("vramlens-simulate-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn bad_input_one_line_exit_2() {
+    vramlens()
+        .args([
+            "simulate",
+            "testdata/allocator/oom_retry.pickle",
+            "--alloc-conf",
+            "max_split_size_mb:20",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::diff(
+            "vramlens: error: --alloc-conf \"max_split_size_mb:20\": PyTorch 2.4-2.9 refuses it: CachingAllocator option max_split_size_mb too small, must be > 20\n",
+        ));
+    vramlens()
+        .args([
+            "simulate",
+            "testdata/allocator/oom_retry.pickle",
+            "--alloc-conf",
+            "backend:cudaMallocAsync",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("another allocator"));
+    vramlens()
+        .args(["simulate", "testdata/empty.pickle"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nothing to simulate"));
+    vramlens()
+        .args([
+            "simulate",
+            "testdata/allocator/oom_retry.pickle",
+            "--torch",
+            "1.13",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "expected a PyTorch release from 2.0 on",
+        ));
+    vramlens()
+        .args([
+            "simulate",
+            "testdata/allocator/oom_retry.pickle",
+            "--gpu",
+            "h900",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown GPU"));
+    // The release named decides the parse: 2.10 takes 20.
+    vramlens()
+        .args([
+            "simulate",
+            "testdata/allocator/oom_retry.pickle",
+            "--torch",
+            "2.10",
+            "--alloc-conf",
+            "max_split_size_mb:20",
+        ])
+        .assert()
+        .success();
+}
+
+#[test]
+fn one_thread_and_many_give_the_same_bytes() {
+    let run = |threads: &str| {
+        vramlens()
+            .args([
+                "--threads",
+                threads,
+                "simulate",
+                "testdata/sample.pickle",
+                "--json",
+                "--gpu",
+                "200MiB",
+                "--gpu",
+                "1GiB",
+                "--alloc-conf",
+                "expandable_segments:True",
+                "--alloc-conf",
+                "max_split_size_mb:64",
+            ])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    assert_eq!(run("1"), run("4"));
+}
