@@ -115,7 +115,8 @@ pub struct SimulateArgs {
     /// Snapshot file with a trace (recorded with torch.cuda.memory._record_memory_history).
     #[arg(value_name = "SNAPSHOT")]
     pub snapshot: PathBuf,
-    /// Only this device (default: every device with a trace).
+    /// Device (default: the first with an OOM, else the one whose requested memory
+    /// peaked highest).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// A GPU to fit: a name (h100, h200, a100-80gb, a100-40gb, l40s, l4, a10, rtx4090,

@@ -10,6 +10,7 @@
 //! parallel; the report is the same for any number of threads.
 
 use super::budget::Outside;
+use super::device::DeviceChoice;
 use super::frames::{display_frames, headline_frame};
 use super::gpus::Gpu;
 use crate::allocator::identity::{Identity, NotReplayable, Prepared, check};
@@ -25,8 +26,6 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// What to simulate.
 #[derive(Clone, Debug, Default)]
 pub struct SimulateOptions {
-    /// Only this device (default: every device with a trace).
-    pub device: Option<i64>,
     /// Devices to fit (each a capacity).
     pub gpus: Vec<Gpu>,
     /// Memory outside the allocator on those devices (None: assumed, as `budget` does).
@@ -151,38 +150,44 @@ pub struct NotSimulated {
 pub struct SimulateReport {
     pub schema_version: u32,
     pub path: String,
+    /// The device simulated and why it was chosen (the one rule of every command).
+    pub choice: DeviceChoice,
+    /// The device simulated (one; a list so that a later version can give more).
     pub devices: Vec<DeviceSimulation>,
+    /// The chosen device when it cannot be simulated, and why.
     pub not_simulated: Vec<NotSimulated>,
 }
 
-/// Simulates each device of `snap` (or the one asked for).
-pub fn analyze_simulate(snap: &Snapshot, path: &str, options: &SimulateOptions) -> SimulateReport {
-    use rayon::prelude::*;
-    let devices: Vec<i64> = match options.device {
-        Some(d) => vec![d],
-        None => snap.devices(),
-    };
-    let results: Vec<Result<DeviceSimulation, NotSimulated>> = devices
-        .par_iter()
-        .map(|&d| {
-            let p = Prepared::new(snap, d, options.profile)
-                .map_err(|reason| NotSimulated { device: d, reason })?;
-            Ok(simulate_device(snap, &p, options))
-        })
-        .collect();
+/// Simulates the chosen device of `snap`.
+pub fn analyze_simulate(
+    snap: &Snapshot,
+    path: &str,
+    choice: &DeviceChoice,
+    options: &SimulateOptions,
+) -> SimulateReport {
     let mut out = SimulateReport {
         schema_version: SCHEMA_VERSION,
         path: path.to_string(),
+        choice: choice.clone(),
         devices: Vec::new(),
         not_simulated: Vec::new(),
     };
-    for r in results {
-        match r {
-            Ok(d) => out.devices.push(d),
-            Err(n) => out.not_simulated.push(n),
-        }
+    match simulate_one(snap, choice.device, options) {
+        Ok(d) => out.devices.push(d),
+        Err(n) => out.not_simulated.push(n),
     }
     out
+}
+
+/// The simulation of one device, or why there is none.
+pub fn simulate_one(
+    snap: &Snapshot,
+    device: i64,
+    options: &SimulateOptions,
+) -> Result<DeviceSimulation, NotSimulated> {
+    let p = Prepared::new(snap, device, options.profile)
+        .map_err(|reason| NotSimulated { device, reason })?;
+    Ok(simulate_device(snap, &p, options))
 }
 
 /// A capacity to try.

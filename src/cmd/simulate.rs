@@ -6,7 +6,7 @@ use crate::cli::SimulateArgs;
 use anyhow::{Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::allocator::{Profile, Settings};
-use vramlens::analysis::device::check_device;
+use vramlens::analysis::device::choose_device;
 use vramlens::analysis::simulate::{SimulateOptions, analyze_simulate};
 use vramlens::input::ReadOptions;
 use vramlens::render::simulate::{write_simulate_svg, write_simulate_text};
@@ -14,7 +14,8 @@ use vramlens::render::{Style, write_json};
 
 pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
     let (snap, info) = read_snapshot(&args.snapshot, ReadOptions { progress: true })?;
-    check_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
+    let choice =
+        choose_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
     let profile = args.torch;
     let parse_as = profile.unwrap_or_else(|| Profile::guess(&snap.features));
     let mut alloc_confs = Vec::new();
@@ -33,14 +34,13 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
         alloc_confs.push((c.clone(), s));
     }
     let options = SimulateOptions {
-        device: args.device,
         gpus: args.gpus.clone(),
         outside_bytes: args.outside,
         alloc_confs,
         profile,
         min_capacity: !args.no_min_capacity,
     };
-    let report = analyze_simulate(&snap, &info.path, &options);
+    let report = analyze_simulate(&snap, &info.path, &choice, &options);
     if report.devices.is_empty() {
         let why: Vec<String> = report
             .not_simulated

@@ -4,7 +4,7 @@
 //! memory over the trace per scenario against the recorded line and each capacity.
 
 use super::Style;
-use super::labels::short_frame;
+use super::labels::{device_line, short_frame};
 use super::svg::{Svg, num};
 use crate::allocator::identity::{DivergenceKind, Identity};
 use crate::allocator::scenario::OomCause;
@@ -256,17 +256,17 @@ fn write_device(
     writeln!(
         out,
         "{}",
-        style.heading(&format!(
-            "{}  device {}  (the allocator of PyTorch {}{})",
-            shown(&r.path),
-            d.device,
-            d.profile.releases(),
-            if d.profile_guessed {
-                ", guessed from the file; --torch names another"
-            } else {
-                ""
-            }
-        ))
+        style.heading(&format!("{}  {}", shown(&r.path), device_line(&r.choice)))
+    )?;
+    writeln!(
+        out,
+        "  model      the caching allocator of PyTorch {}{}",
+        d.profile.releases(),
+        if d.profile_guessed {
+            " (guessed from the file's fields; --torch VERSION names another)"
+        } else {
+            ""
+        }
     )?;
     let id = &d.identity;
     writeln!(out, "  check      {}", identity_text(id))?;
