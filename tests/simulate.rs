@@ -172,7 +172,7 @@ fn bad_input_one_line_exit_2() {
         .code(2)
         .stderr(predicate::str::contains("another allocator"));
     vramlens()
-        .args(["simulate", "testdata/empty.pickle"])
+        .args(["simulate", "testdata/v1_13_list.pickle"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains("nothing to simulate"));

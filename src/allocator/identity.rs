@@ -219,7 +219,7 @@ impl Identity {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum NotReplayable {
-    #[error("device {device} has no trace of allocations to replay")]
+    #[error("no trace of allocations to replay")]
     NoTrace { device: i64 },
     #[error("the recording used backend:cudaMallocAsync, a different allocator")]
     AsyncBackend,
