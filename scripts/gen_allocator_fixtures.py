@@ -2,7 +2,7 @@
 """Write testdata/allocator/: one small snapshot per mechanism of PyTorch's caching
 allocator, each trace written out by hand (standard library only).
 
-Run:  python3 scripts/gen_allocator_fixtures.py      (rewrites testdata/allocator/)
+Run:  python3 scripts/gen_allocator_fixtures.py [--out DIR]   (rewrites testdata/allocator/)
 
 Nothing here models the allocator. Every entry below is what the allocator's algorithm
 (shared/spec/caching-allocator.md, sections 1.3-1.6) records for the calls made, worked
@@ -16,6 +16,7 @@ gc_threshold.pickle, 2.10 (user_metadata), whose allocator reads
 per_process_memory_fraction from PYTORCH_CUDA_ALLOC_CONF.
 """
 
+import argparse
 import os
 import pickle
 
@@ -304,6 +305,9 @@ def oom_retry():
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=OUT, help="folder to write (default: testdata/allocator)")
+    OUT = ap.parse_args().out
     split_rules()
     max_split()
     gc_threshold()

@@ -96,6 +96,33 @@ fn files_under(dir: &Path, skip: &[&str]) -> Vec<PathBuf> {
     out
 }
 
+/// `testdata/allocator/` is exactly what `scripts/gen_allocator_fixtures.py` writes.
+#[test]
+fn committed_allocator_fixtures_are_what_their_generator_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = root().join("scripts/gen_allocator_fixtures.py");
+    let out = python3(
+        &[script.as_os_str(), "--out".as_ref(), dir.path().as_os_str()],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "gen_allocator_fixtures.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let committed = root().join("testdata/allocator");
+    let generated = files_under(dir.path(), &[]);
+    assert_eq!(generated, files_under(&committed, &[]));
+    for rel in &generated {
+        assert_eq!(
+            std::fs::read(dir.path().join(rel)).unwrap(),
+            std::fs::read(committed.join(rel)).unwrap(),
+            "{}",
+            rel.display()
+        );
+    }
+}
+
 /// The committed fixtures are exactly what `scripts/gen_fixtures.py` writes: it is run
 /// into a temporary folder and every file is compared byte for byte, and no file in
 /// `testdata/` is left over from an older generator (`gpu/` and `logs/` are recordings,
@@ -114,7 +141,10 @@ fn committed_fixtures_are_what_the_generator_writes() {
         String::from_utf8_lossy(&out.stderr)
     );
     let generated = files_under(dir.path(), &[]);
-    let committed = files_under(&root().join("testdata"), &["gpu", "logs", "profile"]);
+    let committed = files_under(
+        &root().join("testdata"),
+        &["gpu", "logs", "profile", "allocator"],
+    );
     assert_eq!(generated, committed, "generated vs committed file lists");
     let differ: Vec<_> = generated
         .iter()

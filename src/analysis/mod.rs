@@ -17,6 +17,7 @@ pub mod leaks;
 pub mod live;
 pub mod moment;
 pub mod oom;
+pub mod oom_what_if;
 pub mod peaks;
 pub mod phases;
 pub mod ranks;

@@ -22,6 +22,7 @@ use crate::model::Snapshot;
 use crate::timeline::Start;
 use crate::timeline::replay::DeviceReplay;
 use crate::timeline::state::allocator_state;
+use super::oom_what_if::OomWhatIf;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -224,6 +225,10 @@ pub struct OomAnalysis {
     pub leaks: Option<LeakReport>,
     /// Ranked: the primary cause first.
     pub verdicts: Vec<Verdict>,
+    /// The recorded request replayed through the allocator model at the capacity it
+    /// implies, under the settings the verdicts would suggest (null: no `oom` entry, or
+    /// one that does not say what the device had free, or a device without a trace).
+    pub what_if: Option<OomWhatIf>,
 }
 
 impl OomAnalysis {
@@ -264,6 +269,7 @@ impl OomAnalysis {
             top_sites: Vec::new(),
             leaks: None,
             verdicts: Vec::new(),
+            what_if: None,
         }
     }
 }
@@ -831,6 +837,7 @@ fn analyze_at(
         top_sites,
         leaks,
         verdicts: Vec::new(),
+        what_if: None,
     };
     derive(&mut a);
     a.verdicts = verdicts(&a, settings);
@@ -941,6 +948,9 @@ pub fn analyze_oom(
                 collected,
             ));
         }
+        if !ooms.is_empty() {
+            attach_what_ifs(snap, d, &mut analyses);
+        }
     }
     let mut reason = match (device, all.len()) {
         (Some(_), _) => Some(DeviceReason::Asked),
@@ -997,6 +1007,37 @@ pub fn analyze_oom(
         more_oom_events: more,
         messages,
         sharding_file: sharding_file(snap),
+    }
+}
+
+/// Each recorded OOM of `device` with its what-ifs; a setting they show does not let
+/// the request through is not offered.
+fn attach_what_ifs(snap: &Snapshot, device: i64, analyses: &mut [OomAnalysis]) {
+    use super::oom_what_if::{Tried, refutes, what_ifs};
+    let found = what_ifs(snap, device);
+    for a in analyses
+        .iter_mut()
+        .filter(|a| a.device == device && a.source == Source::OomEvent)
+    {
+        let Some(w) = found
+            .iter()
+            .find(|(e, _)| Some(*e) == a.event)
+            .map(|(_, w)| w.clone())
+        else {
+            continue;
+        };
+        for v in &mut a.verdicts {
+            v.knobs.retain(|k| {
+                let tried = match k {
+                    Knob::ExpandableSegments => Tried::ExpandableSegments,
+                    Knob::MaxSplitSize => Tried::MaxSplitSize,
+                    Knob::GcThreshold => Tried::GcThreshold,
+                    _ => return true,
+                };
+                !refutes(&w, tried)
+            });
+        }
+        a.what_if = Some(w);
     }
 }
 

@@ -257,6 +257,70 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
     write_needed(out, a)?;
     write_top_sites(out, a)?;
     write_verdicts(out, a, style)?;
+    write_what_if(out, a)?;
+    Ok(())
+}
+
+/// The settings replayed through the allocator model at the OOM's capacity.
+fn write_what_if(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
+    use crate::analysis::oom_what_if::Tried;
+    let Some(w) = &a.what_if else {
+        return Ok(());
+    };
+    let model = if w.model_exact {
+        format!(
+            "the allocator model replays this recording exactly ({} of {} allocations at their address, {} of {} segment events)",
+            crate::units::grouped(w.allocations_at_recorded_address),
+            crate::units::grouped(w.allocations),
+            crate::units::grouped(w.segment_events_reproduced),
+            crate::units::grouped(w.segment_events)
+        )
+    } else {
+        format!(
+            "estimates: the allocator model does not replay this recording exactly ({} of {} allocations at their address)",
+            crate::units::grouped(w.allocations_at_recorded_address),
+            crate::units::grouped(w.allocations)
+        )
+    };
+    let check = if w.reproduced {
+        "it runs out of memory here, as recorded"
+    } else {
+        "it does not run out of memory at this request: the capacity or the model is off, read what follows with care"
+    };
+    writeln!(
+        out,
+        "  what if             {model}; at the capacity the OOM implies ({}: reserved + free then) {check}",
+        bytes(w.capacity_bytes)
+    )?;
+    let rows: Vec<(String, String)> = w
+        .tries
+        .iter()
+        .map(|t| {
+            let name = match t.setting {
+                Tried::GcThreshold => {
+                    "garbage_collection_threshold:0.8 with a memory fraction".to_string()
+                }
+                _ => t.alloc_conf.clone(),
+            };
+            let what = match (t.lets_through, t.spare_bytes, t.later_oom_event) {
+                (false, _, _) => "does not help: the same request runs out of memory".to_string(),
+                (true, _, Some(e)) => format!(
+                    "lets this request through, but a later one runs out of memory (event {})",
+                    crate::units::grouped(e as u64)
+                ),
+                (true, Some(sp), None) if sp >= 0 => {
+                    format!("lets it through, {} to spare", bytes(sp as u64))
+                }
+                (true, _, None) => "lets it through".to_string(),
+            };
+            (name, what)
+        })
+        .collect();
+    let width = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
+    for (name, what) in rows {
+        let pad = width - name.chars().count();
+        writeln!(out, "    {name}{}  {what}", " ".repeat(pad))?;
+    }
     Ok(())
 }
 

@@ -1,0 +1,171 @@
+//! Would an allocator setting have let a recorded OOM's request through? Each recorded
+//! `oom` replayed through the allocator model at the capacity it implies (what the
+//! allocator held then plus what the device had free), under the settings `oom` would
+//! otherwise only suggest: `expandable_segments:True`, a `max_split_size_mb`, and
+//! garbage collection under a memory fraction.
+//!
+//! Takes a snapshot and a device; gives, per recorded OOM, an [`OomWhatIf`]: how well the
+//! model reproduced the recording and, per setting, whether the request goes through and
+//! with how much to spare. `oom` offers a setting only where this shows it helps (or where
+//! the model cannot say).
+
+use crate::allocator::identity::{Prepared, check};
+use crate::allocator::scenario::{Scenario, run};
+use crate::allocator::Settings;
+use crate::model::Snapshot;
+use serde::Serialize;
+
+/// The settings tried, each one change from the recording's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tried {
+    ExpandableSegments,
+    MaxSplitSize,
+    GcThreshold,
+}
+
+/// `max_split_size_mb` values tried; the one with the most to spare is reported.
+const MAX_SPLIT_MB: [u64; 4] = [64, 128, 256, 512];
+/// The threshold tried, under a memory fraction covering the capacity.
+const GC_THRESHOLD: f64 = 0.8;
+
+/// One setting at the OOM's capacity.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SettingTry {
+    pub setting: Tried,
+    /// The settings replayed, in `PYTORCH_CUDA_ALLOC_CONF` syntax.
+    pub alloc_conf: String,
+    /// The recorded request goes through.
+    pub lets_through: bool,
+    /// Capacity minus the most the allocator reserved up to the end of the trace
+    /// (negative: short by that much); null when the setting does not let it through.
+    pub spare_bytes: Option<i64>,
+    /// A later request that runs out of memory instead (trace entry), when one does.
+    pub later_oom_event: Option<u32>,
+}
+
+/// The what-ifs of one recorded OOM.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OomWhatIf {
+    /// The model replays this device's recording exactly (every allocation at its
+    /// address, every segment event and OOM); when not, the answers are estimates.
+    pub model_exact: bool,
+    pub allocations: u64,
+    pub allocations_at_recorded_address: u64,
+    pub segment_events: u64,
+    pub segment_events_reproduced: u64,
+    /// The capacity the OOM implies.
+    pub capacity_bytes: u64,
+    /// The recorded settings alone run out of memory at this request at that capacity
+    /// (the check that the capacity is the right one).
+    pub reproduced: bool,
+    pub tries: Vec<SettingTry>,
+}
+
+/// The what-ifs of each recorded OOM of `device` (trace entry → answers); empty when
+/// the device cannot be replayed or its OOMs do not say what the device had free.
+pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
+    let Ok(p) = Prepared::new(snap, device, None) else {
+        return Vec::new();
+    };
+    let id = check(snap, &p);
+    let mut out = Vec::new();
+    for oc in &id.oom_capacities {
+        let Some(capacity) = oc.capacity_bytes else {
+            continue;
+        };
+        let at = |settings: Settings, total: Option<u64>| {
+            run(
+                &p,
+                &Scenario {
+                    settings,
+                    capacity: Some(capacity),
+                    total_memory: total,
+                },
+            )
+            .ok()
+        };
+        let base = at(p.settings.clone(), None);
+        let reproduced = base
+            .as_ref()
+            .and_then(|o| o.first_oom.as_ref())
+            .is_some_and(|f| f.event == oc.event);
+        let try_one = |setting: Tried, s: Settings, total: Option<u64>| -> Option<SettingTry> {
+            let o = at(s.clone(), total)?;
+            let later = o.first_oom.as_ref().map(|f| f.event).filter(|&e| e != oc.event);
+            let lets_through = o.first_oom.as_ref().is_none_or(|f| f.event != oc.event);
+            Some(SettingTry {
+                setting,
+                alloc_conf: s.to_conf(),
+                lets_through,
+                spare_bytes: (lets_through && later.is_none())
+                    .then(|| capacity as i64 - o.peak_reserved_bytes as i64),
+                later_oom_event: later,
+            })
+        };
+        let mut tries = Vec::new();
+        if !p.settings.expandable_segments {
+            let s = Settings {
+                expandable_segments: true,
+                ..p.settings.clone()
+            };
+            tries.extend(try_one(Tried::ExpandableSegments, s, None));
+        }
+        if p.settings.max_split_size == u64::MAX {
+            // The value with the most to spare among those that let it through, else the
+            // first.
+            let all: Vec<SettingTry> = MAX_SPLIT_MB
+                .iter()
+                .filter_map(|&mb| {
+                    let s = Settings {
+                        max_split_size: mb << 20,
+                        ..p.settings.clone()
+                    };
+                    try_one(Tried::MaxSplitSize, s, None)
+                })
+                .collect();
+            let best = all
+                .iter()
+                .filter(|t| t.lets_through && t.later_oom_event.is_none())
+                .max_by_key(|t| t.spare_bytes)
+                .or(all.first())
+                .cloned();
+            tries.extend(best);
+        }
+        if p.settings.gc_threshold <= 0.0 {
+            // Garbage collection acts only under a memory fraction: one of the whole
+            // capacity (the device's total is not in the file).
+            let s = Settings {
+                gc_threshold: GC_THRESHOLD,
+                memory_fraction: Some(1.0),
+                ..p.settings.clone()
+            };
+            tries.extend(try_one(Tried::GcThreshold, s, Some(capacity)));
+        }
+        out.push((
+            oc.event,
+            OomWhatIf {
+                model_exact: id.exact(),
+                allocations: id.allocations,
+                allocations_at_recorded_address: id.allocations_at_recorded_address,
+                segment_events: id.segment_events,
+                segment_events_reproduced: id.segment_events_reproduced,
+                capacity_bytes: capacity,
+                reproduced,
+                tries,
+            },
+        ));
+    }
+    out
+}
+
+/// Whether the what-if shows that a knob of `oom` does not help (and so must not be
+/// offered): the model is exact, reproduces the OOM at its capacity, and the setting's
+/// replay runs out of memory at the same request.
+pub fn refutes(w: &OomWhatIf, setting: Tried) -> bool {
+    w.model_exact
+        && w.reproduced
+        && w.tries
+            .iter()
+            .any(|t| t.setting == setting && !t.lets_through)
+}
