@@ -197,6 +197,9 @@ pub struct RunBudget {
     /// The allocator settings that change how memory is laid out, for series checks.
     #[serde(skip)]
     pub settings: String,
+    /// The run replayed at each GPU's capacity (by GPU name), for the fits.
+    #[serde(skip)]
+    pub replays: Vec<(String, Replayed)>,
 }
 
 impl RunBudget {
@@ -219,10 +222,97 @@ pub enum Verdict {
     DoesNotFit,
 }
 
+/// A run replayed through the allocator model at a device's capacity (less the memory
+/// outside the allocator).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Replayed {
+    /// The model replays the run's recording exactly; when not, the fit falls back to
+    /// the peak and the headroom.
+    pub model_exact: bool,
+    /// The most the allocator reserved at that capacity (up to the first OOM).
+    pub peak_reserved_bytes: u64,
+    /// The first request that runs out of memory: its trace entry and cause.
+    pub oom_event: Option<u32>,
+    pub oom_cause: Option<crate::allocator::scenario::OomCause>,
+    /// When the recorded settings run out of memory: `expandable_segments:True` (the
+    /// setting tried) lets the run through.
+    pub fits_with_expandable: Option<bool>,
+}
+
+/// Replays a run at each GPU's capacity less `outside`: one [`Replayed`] per GPU, or
+/// none when the device has no trace to replay.
+pub fn replay_on(
+    snap: &Snapshot,
+    device: i64,
+    gpus: &[Gpu],
+    outside: u64,
+) -> Vec<(String, Replayed)> {
+    use crate::allocator::identity::{Prepared, check};
+    use crate::allocator::scenario::{Scenario, run};
+    use rayon::prelude::*;
+    let Ok(p) = Prepared::new(snap, device, None) else {
+        return Vec::new();
+    };
+    let exact = check(snap, &p).exact();
+    gpus.par_iter()
+        .filter_map(|g| {
+            let capacity = g.capacity_bytes.saturating_sub(outside);
+            let at = |settings: crate::allocator::Settings| {
+                run(
+                    &p,
+                    &Scenario {
+                        settings,
+                        capacity: Some(capacity),
+                        total_memory: Some(g.capacity_bytes),
+                    },
+                )
+            };
+            let o = match at(p.settings.clone()) {
+                Ok(o) => o,
+                // The blocks alive before recording alone do not fit.
+                Err(_) => {
+                    return Some((
+                        g.name.clone(),
+                        Replayed {
+                            model_exact: exact,
+                            peak_reserved_bytes: 0,
+                            oom_event: Some(0),
+                            oom_cause: Some(crate::allocator::scenario::OomCause::Capacity),
+                            fits_with_expandable: None,
+                        },
+                    ));
+                }
+            };
+            let fits_with_expandable = (o.first_oom.is_some() && !p.settings.expandable_segments)
+                .then(|| {
+                    let s = crate::allocator::Settings {
+                        expandable_segments: true,
+                        ..p.settings.clone()
+                    };
+                    at(s).is_ok_and(|e| e.first_oom.is_none())
+                });
+            Some((
+                g.name.clone(),
+                Replayed {
+                    model_exact: exact,
+                    peak_reserved_bytes: o.peak_reserved_bytes,
+                    oom_event: o.first_oom.as_ref().map(|f| f.event),
+                    oom_cause: o.first_oom.as_ref().map(|f| f.cause),
+                    fits_with_expandable,
+                },
+            ))
+        })
+        .collect()
+}
+
 /// A budget against one device.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Fit {
     pub gpu: Gpu,
+    /// The run replayed through the allocator model at this capacity, which decides the
+    /// verdict when the model reproduces the run exactly (null: a prediction, or a run
+    /// without a trace to replay).
+    pub replayed: Option<Replayed>,
     /// The total with the headroom asked for.
     pub needed_bytes: u64,
     /// Capacity minus the total (negative: short by that much).
@@ -239,6 +329,7 @@ pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
     let left = capacity as i64 - total as i64;
     Fit {
         gpu: gpu.clone(),
+        replayed: None,
         needed_bytes: needed,
         left_bytes: left,
         left_share: round4(left as f64 / capacity.max(1) as f64),
@@ -250,6 +341,47 @@ pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
             Verdict::DoesNotFit
         },
     }
+}
+
+/// Fits a run on `gpu`: from its replay at that capacity when the model reproduces the
+/// run exactly (runs out of memory: does not fit; else the replay's peak reserved plus
+/// the memory outside the allocator, with the headroom), else as [`fit`].
+pub fn fit_run(gpu: &Gpu, run: &RunBudget, headroom: f64) -> Fit {
+    let replayed = run
+        .replays
+        .iter()
+        .find(|(name, _)| *name == gpu.name)
+        .map(|(_, r)| r.clone());
+    let Some(mut r) = replayed.filter(|r| r.model_exact) else {
+        let mut f = fit(gpu, run.total_bytes, headroom);
+        f.replayed = run
+            .replays
+            .iter()
+            .find(|(name, _)| *name == gpu.name)
+            .map(|(_, r)| r.clone());
+        return f;
+    };
+    // Blocks live at the run's peak that alone exceed the capacity: that is capacity,
+    // whatever the moment the replay failed looked like.
+    if run.allocated_bytes > gpu.capacity_bytes.saturating_sub(run.outside.counted_bytes) {
+        r.oom_cause = r
+            .oom_cause
+            .map(|_| crate::allocator::scenario::OomCause::Capacity);
+    }
+    let mut f = if r.oom_event.is_some() {
+        // Short by at least what the budget counts beyond the capacity.
+        let mut f = fit(gpu, run.total_bytes, headroom);
+        f.verdict = Verdict::DoesNotFit;
+        f
+    } else {
+        fit(
+            gpu,
+            r.peak_reserved_bytes.saturating_add(run.outside.counted_bytes),
+            headroom,
+        )
+    };
+    f.replayed = Some(r);
+    f
 }
 
 fn round4(x: f64) -> f64 {
@@ -423,6 +555,7 @@ pub fn budget_of(
         total_bytes: total,
         groups,
         settings: layout_settings(snap),
+        replays: Vec::new(),
     }
 }
 
@@ -1092,9 +1225,7 @@ pub fn report(
         .max_by(|a, b| a.1.total_bytes.cmp(&b.1.total_bytes).then(b.0.cmp(&a.0)))
         .map_or(0, |(i, _)| i);
     let fits = runs.get(deciding_run).map_or(Vec::new(), |r| {
-        gpus.iter()
-            .map(|g| fit(g, r.total_bytes, headroom))
-            .collect()
+        gpus.iter().map(|g| fit_run(g, r, headroom)).collect()
     });
     let series = series.map(|o| fit_series(&runs, o));
     BudgetReport {

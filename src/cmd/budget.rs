@@ -9,6 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::budget::{
+    replay_on,
     Outside, OutsideSource, RunBudget, SeriesOptions, Vary, Verdict, report, run_budget,
     size_from_name,
 };
@@ -79,7 +80,9 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                     };
                     let outside = outside_of(&snap, &info.path, device, args, messages.as_deref())?;
                     let mut attr = Attributor::new(&snap.frames, &options);
-                    Ok(run_budget(&snap, &info.path, &this, &mut attr, outside))
+                    let mut run = run_budget(&snap, &info.path, &this, &mut attr, outside);
+                    run.replays = replay_on(&snap, device, &gpus, run.outside.counted_bytes);
+                    Ok(run)
                 })
                 .collect()
         })

@@ -188,6 +188,37 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
 }
 
 fn fit_text(f: &Fit, headroom: f64) -> String {
+    let verdict = verdict_text(f, headroom);
+    match &f.replayed {
+        Some(r) if r.model_exact => match r.oom_event {
+            Some(e) => format!(
+                "does not fit: replayed at this capacity, it runs out of memory at event {}{}{}",
+                crate::units::grouped(e as u64),
+                match r.oom_cause {
+                    Some(crate::allocator::scenario::OomCause::Fragmentation) => {
+                        " (fragmentation: the bytes are there, not in one piece)"
+                    }
+                    _ => "",
+                },
+                match r.fits_with_expandable {
+                    Some(true) => "; with expandable_segments:True it fits",
+                    Some(false) => "; expandable_segments:True does not help",
+                    None => "",
+                }
+            ),
+            None => format!(
+                "{verdict} (replayed at this capacity: peak reserved {})",
+                bytes(r.peak_reserved_bytes)
+            ),
+        },
+        Some(_) => format!(
+            "{verdict} (from the peak: the allocator model does not replay this run exactly)"
+        ),
+        None => verdict,
+    }
+}
+
+fn verdict_text(f: &Fit, headroom: f64) -> String {
     match f.verdict {
         Verdict::Fits => format!(
             "fits: {} left ({:.0}% of it), more than the {:.0}% headroom",
