@@ -144,8 +144,8 @@ fn sample_report_is_self_contained_with_the_independent_figures() {
     assert_eq!(rows, 468296708);
     // Each chart of the other renderers is inline, without its XML prolog: the two
     // timelines (each with its plot's viewport inside), a flame graph and a segment map
-    // per moment.
-    assert_eq!(html.matches("<svg ").count(), 2 * 2 + 3 * 2);
+    // per moment, and the what-if's chart.
+    assert_eq!(html.matches("<svg ").count(), 2 * 2 + 3 * 2 + 1);
     assert_eq!(html.matches("<svg class=\"plot\"").count(), 2);
     assert!(!html.contains("<?xml"));
     let charts = |kind: &str| {

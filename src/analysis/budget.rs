@@ -376,7 +376,8 @@ pub fn fit_run(gpu: &Gpu, run: &RunBudget, headroom: f64) -> Fit {
     } else {
         fit(
             gpu,
-            r.peak_reserved_bytes.saturating_add(run.outside.counted_bytes),
+            r.peak_reserved_bytes
+                .saturating_add(run.outside.counted_bytes),
             headroom,
         )
     };

@@ -16,13 +16,13 @@
 use super::attribution::{AttributionOptions, Attributor, GroupBy, GroupKind};
 use super::device::{DeviceReason, choose_device};
 use super::leaks::{LeakReport, LeakSampler};
+use super::oom_what_if::OomWhatIf;
 use super::top::{LiveState, LiveStatePass, Versions, group_live};
 use crate::devlog::oom_log::OomMessage;
 use crate::model::Snapshot;
 use crate::timeline::Start;
 use crate::timeline::replay::DeviceReplay;
 use crate::timeline::state::allocator_state;
-use super::oom_what_if::OomWhatIf;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

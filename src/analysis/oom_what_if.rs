@@ -9,9 +9,9 @@
 //! with how much to spare. `oom` offers a setting only where this shows it helps (or where
 //! the model cannot say).
 
+use crate::allocator::Settings;
 use crate::allocator::identity::{Prepared, check};
 use crate::allocator::scenario::{Scenario, run};
-use crate::allocator::Settings;
 use crate::model::Snapshot;
 use serde::Serialize;
 
@@ -92,7 +92,11 @@ pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
             .is_some_and(|f| f.event == oc.event);
         let try_one = |setting: Tried, s: Settings, total: Option<u64>| -> Option<SettingTry> {
             let o = at(s.clone(), total)?;
-            let later = o.first_oom.as_ref().map(|f| f.event).filter(|&e| e != oc.event);
+            let later = o
+                .first_oom
+                .as_ref()
+                .map(|f| f.event)
+                .filter(|&e| e != oc.event);
             let lets_through = o.first_oom.as_ref().is_none_or(|f| f.event != oc.event);
             Some(SettingTry {
                 setting,

@@ -138,6 +138,10 @@ pub struct DeviceReport {
     /// The device's memory at each analysed OOM from every source (the message, the
     /// nearest reading), in the order of `oom.analyses`.
     pub oom_ledgers: Vec<super::device_memory::OomLedger>,
+    /// What if: the recorded requests replayed with the recorded settings and with the
+    /// other kind of segments, at the recorded OOM's capacity (else none), and the
+    /// smallest device for each (null: no trace to replay).
+    pub simulate: Option<super::simulate::SimulateReport>,
 }
 
 impl FileReport {
@@ -478,6 +482,7 @@ fn device_report(
         let d = rec.devices.iter().find(|x| x.device == device)?;
         Some((rec.device_log_source, d))
     });
+    let simulate = what_if(snap, path, &choice);
     let oom_ledgers = oom
         .analyses
         .iter()
@@ -494,7 +499,35 @@ fn device_report(
             oom,
             reconcile,
             oom_ledgers,
+            simulate,
         },
         d,
     ))
+}
+
+/// The report's what-if: the recording's settings and the other kind of segments.
+fn what_if(
+    snap: &Snapshot,
+    path: &str,
+    choice: &DeviceChoice,
+) -> Option<super::simulate::SimulateReport> {
+    use super::simulate::{SimulateOptions, analyze_simulate};
+    let profile = crate::allocator::Profile::guess(&snap.features);
+    let recorded = crate::allocator::Settings::of_snapshot(snap, profile).unwrap_or_default();
+    let other = crate::allocator::Settings {
+        expandable_segments: !recorded.expandable_segments,
+        ..recorded
+    };
+    let given = if other.expandable_segments {
+        "expandable_segments:True"
+    } else {
+        "expandable_segments:False"
+    };
+    let options = SimulateOptions {
+        alloc_confs: vec![(given.to_string(), other)],
+        min_capacity: true,
+        ..SimulateOptions::default()
+    };
+    let r = analyze_simulate(snap, path, choice, &options);
+    (!r.devices.is_empty()).then_some(r)
 }

@@ -9,8 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::budget::{
-    replay_on,
-    Outside, OutsideSource, RunBudget, SeriesOptions, Vary, Verdict, report, run_budget,
+    Outside, OutsideSource, RunBudget, SeriesOptions, Vary, Verdict, replay_on, report, run_budget,
     size_from_name,
 };
 use vramlens::analysis::device::{DeviceChoice, choose_device};

@@ -14,8 +14,7 @@ use vramlens::render::{Style, write_json};
 
 pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
     let (snap, info) = read_snapshot(&args.snapshot, ReadOptions { progress: true })?;
-    let choice =
-        choose_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
+    let choice = choose_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
     let profile = args.torch;
     let parse_as = profile.unwrap_or_else(|| Profile::guess(&snap.features));
     let mut alloc_confs = Vec::new();
@@ -62,7 +61,12 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
     if args.json {
         write_json(out, &report)?;
     } else {
-        write_simulate_text(out, &report, Style::detect(std::io::stdout().is_terminal()))?;
+        write_simulate_text(
+            out,
+            &report,
+            Style::detect(std::io::stdout().is_terminal()),
+            true,
+        )?;
         if let Some(path) = &args.output {
             writeln!(out, "chart: {}", super::shown_path(path))?;
         }

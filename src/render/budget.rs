@@ -192,7 +192,12 @@ fn fit_text(f: &Fit, headroom: f64) -> String {
     match &f.replayed {
         Some(r) if r.model_exact => match r.oom_event {
             Some(e) => format!(
-                "does not fit: replayed at this capacity, it runs out of memory at event {}{}{}",
+                "does not fit{}: replayed at this capacity, it runs out of memory at event {}{}{}",
+                if f.left_bytes < 0 {
+                    format!(", short by at least {}", bytes(f.left_bytes.unsigned_abs()))
+                } else {
+                    String::new()
+                },
                 crate::units::grouped(e as u64),
                 match r.oom_cause {
                     Some(crate::allocator::scenario::OomCause::Fragmentation) => {

@@ -224,16 +224,19 @@ fn answer(s: &ScenarioReport) -> String {
     }
 }
 
+/// The text of `simulate`; `hints`: name the command's options where they would change
+/// an answer (off where no command line is at hand, as in the HTML report).
 pub fn write_simulate_text(
     out: &mut dyn Write,
     r: &SimulateReport,
     style: Style,
+    hints: bool,
 ) -> io::Result<()> {
     for (k, d) in r.devices.iter().enumerate() {
         if k > 0 {
             writeln!(out)?;
         }
-        write_device(out, r, d, style)?;
+        write_device(out, r, d, style, hints)?;
     }
     for n in &r.not_simulated {
         writeln!(
@@ -252,20 +255,26 @@ fn write_device(
     r: &SimulateReport,
     d: &DeviceSimulation,
     style: Style,
+    hints: bool,
 ) -> io::Result<()> {
+    let device = if hints {
+        device_line(&r.choice)
+    } else {
+        format!("device {}", d.device)
+    };
     writeln!(
         out,
         "{}",
-        style.heading(&format!("{}  {}", shown(&r.path), device_line(&r.choice)))
+        style.heading(&format!("{}  {device}", shown(&r.path)))
     )?;
     writeln!(
         out,
         "  model      the caching allocator of PyTorch {}{}",
         d.profile.releases(),
-        if d.profile_guessed {
-            " (guessed from the file's fields; --torch VERSION names another)"
-        } else {
-            ""
+        match (d.profile_guessed, hints) {
+            (true, true) => " (guessed from the file's fields; --torch VERSION names another)",
+            (true, false) => " (guessed from the file's fields)",
+            (false, _) => "",
         }
     )?;
     let id = &d.identity;

@@ -792,7 +792,7 @@ fn file_section(
             "<nav class=\"toc\">{}<a href=\"#{id}-summary\">Summary</a><a href=\"#{id}-warnings\">Warnings</a>{}</nav>",
             match &f.device {
                 Some(d) => format!(
-                    "<a href=\"#{id}-answer\">The answer</a><a href=\"#{id}-timeline\">Timeline</a><a href=\"#{id}-oom\">OOM verdicts</a><a href=\"#{id}-live\">What was live</a><a href=\"#{id}-budget\">Budget</a>{}",
+                    "<a href=\"#{id}-answer\">The answer</a><a href=\"#{id}-timeline\">Timeline</a><a href=\"#{id}-oom\">OOM verdicts</a><a href=\"#{id}-live\">What was live</a><a href=\"#{id}-whatif\">What if</a><a href=\"#{id}-budget\">Budget</a>{}",
                     if d.reconcile.is_some() {
                         format!("<a href=\"#{id}-reconcile\">Device readings</a>")
                     } else {
@@ -994,6 +994,35 @@ fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
     );
     s.optional(oom, note, (0, 1));
     moments_section(s, f, d, id)?;
+    if let Some(sim) = &d.simulate {
+        let text = text_of(|w| {
+            crate::render::simulate::write_simulate_text(w, sim, Style::default(), false)
+        })?;
+        let chart = match sim.devices.first() {
+            Some(dev) => inline_svg(|w| {
+                crate::render::simulate::write_simulate_svg(
+                    w,
+                    sim,
+                    dev,
+                    &dev.recorded_series,
+                    dev.events,
+                )
+            })?,
+            None => String::new(),
+        };
+        let html = format!(
+            "<section id=\"{id}-whatif\">\n<h3>What if</h3>\n<figure class=\"chart\">{chart}</figure>\n<pre>{text}</pre>\n</section>\n"
+        );
+        let note = format!(
+            "<section id=\"{id}-whatif\"><h3>What if</h3>{}</section>\n",
+            left_out(
+                "what-if",
+                html.len(),
+                &format!("vramlens simulate {}", shell_word(&f.path))
+            )
+        );
+        s.optional(html, note, (0, 1));
+    }
     if let Some(b) = d.moments.iter().find_map(|m| m.budget.as_ref()) {
         let text = text_of(|w| crate::render::budget::write_run_budget_text(w, b))?;
         let html = format!(
