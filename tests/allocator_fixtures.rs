@@ -104,10 +104,7 @@ fn oom_retry_releases_cached_segments_and_what_ifs() {
     // live + 40 MiB fit in 120, but the 50 MiB free are 20 in a segment and 30 uncommitted).
     let o = at(p.settings.clone(), 120 * MIB);
     let oom = o.first_oom.unwrap();
-    assert_eq!(
-        oom.event as usize,
-        p.requests.items.last().unwrap().event() as usize
-    );
+    assert_eq!(Some(oom.event), p.requests.last_event());
     assert!(oom.recorded);
     assert_eq!(oom.cause, OomCause::Fragmentation);
     assert_eq!(o.stats.retry_flushes, 2);

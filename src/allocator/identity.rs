@@ -229,6 +229,8 @@ pub enum NotReplayable {
 #[derive(Clone, Debug)]
 pub struct Prepared {
     pub device: i64,
+    /// `device_free` of each recorded OOM, in order.
+    pub device_free: Vec<Option<u64>>,
     /// The device's total memory, when known (a memory fraction acts only with it).
     pub total_memory: Option<u64>,
     pub settings: Settings,
@@ -260,23 +262,69 @@ impl Prepared {
             snap.segments_of(device)
                 .map(|s| (s.address, s.total_size, s.pool_id)),
         );
-        let mut requests = Requests::build(trace, &snap.frames, &pools);
+        // The requests (a forward pass) and the segments at the start (a backward one)
+        // are independent.
+        let (mut requests, segments) = rayon::join(
+            || Requests::build(trace, &snap.frames, &pools),
+            || crate::timeline::state::allocator_state(snap, device, None),
+        );
         let probe = Allocator::new(settings.clone(), profile, None);
         let start = start::rebuild(
             snap,
             device,
+            segments,
             &mut requests,
             &|s| probe.round_size(s),
             settings.expandable_segments,
         );
+        let device_free = trace
+            .oom_events()
+            .map(|i| trace.get(i).device_free())
+            .collect();
         Ok(Prepared {
             device,
+            device_free,
             total_memory: None,
             settings,
             profile,
             requests,
             start,
         })
+    }
+}
+
+impl Prepared {
+    /// Each recorded OOM and the capacity it implies, from the recording alone (the
+    /// reserved bytes the segment events give when it failed, plus `device_free`).
+    pub fn oom_capacities(&self) -> Vec<OomCapacity> {
+        let mut out = Vec::new();
+        let mut reserved = self.start.reserved as i128;
+        for r in self.requests.iter() {
+            let (Request::Alloc { outputs, .. }
+            | Request::EmptyCache { outputs, .. }
+            | Request::Oom { outputs, .. }) = &r
+            else {
+                continue;
+            };
+            for o in self.requests.outputs_of(outputs) {
+                match o.action {
+                    Action::SegmentAlloc | Action::SegmentMap => reserved += o.size as i128,
+                    Action::SegmentFree | Action::SegmentUnmap => reserved -= o.size as i128,
+                    _ => {}
+                }
+            }
+            if let Request::Oom { size, event, .. } = r {
+                let held = reserved.max(0) as u64;
+                out.push(OomCapacity {
+                    event,
+                    request_bytes: size,
+                    reserved_bytes: held,
+                    device_free_bytes: self.device_free[out.len()],
+                    capacity_bytes: self.device_free[out.len()].map(|f| held.saturating_add(f)),
+                });
+            }
+        }
+        out
     }
 }
 
@@ -326,17 +374,18 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
     };
     let mut recorded_reserved = p.start.reserved as i128;
     let mut spare = spare_base;
-    for item in &p.requests.items {
-        match item {
+    let trace = snap.trace(p.device).expect("a prepared device has a trace");
+    for item in p.requests.iter() {
+        match &item {
             Request::Alloc {
                 tag,
                 size,
                 stream,
                 pool,
                 event,
-                addr,
                 outputs,
             } => {
+                let addr = &trace.addr(*event as usize);
                 let outs = p.requests.outputs_of(outputs);
                 if took_retry(outs) {
                     id.retry_calls += 1;
@@ -397,7 +446,6 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                 stream,
                 pool,
                 event,
-                device_free,
                 outputs,
             } => {
                 let outs = p.requests.outputs_of(outputs);
@@ -447,14 +495,6 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                     }
                 }
                 recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
-                id.oom_capacities.push(OomCapacity {
-                    event: *event,
-                    request_bytes: *size,
-                    reserved_bytes: recorded_reserved.max(0) as u64,
-                    device_free_bytes: *device_free,
-                    capacity_bytes: device_free
-                        .map(|f| (recorded_reserved.max(0) as u64).saturating_add(f)),
-                });
             }
             Request::EmptyCache { event, outputs } => {
                 let outs = p.requests.outputs_of(outputs);
@@ -489,6 +529,7 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
         }
         id.peak_reserved_bytes = id.peak_reserved_bytes.max(a.reserved());
     }
+    id.oom_capacities = p.oom_capacities();
     id.final_reserved_bytes = a.reserved();
     id.recorded_final_reserved_bytes = recorded_reserved.max(0) as u64;
     let active: std::collections::BTreeSet<u64> = snap
@@ -541,6 +582,9 @@ fn took_retry(outs: &[Recorded]) -> bool {
 /// The model's segment entries of the call; pending frees it completed are marked done.
 fn drain(a: &mut Allocator, by_tag: &mut [Option<BlockId>]) -> Vec<SegmentEntry> {
     let mut out = Vec::new();
+    if !a.has_events() {
+        return out;
+    }
     for e in a.take_events() {
         if let ModelEvent::FreeCompleted { tag } = e {
             if let Some(slot) = by_tag.get_mut(tag as usize) {
@@ -556,6 +600,9 @@ fn drain(a: &mut Allocator, by_tag: &mut [Option<BlockId>]) -> Vec<SegmentEntry>
 /// Counts the call's reproduced and extra segment entries; whether they are the same
 /// sequence.
 fn compare(made: &[SegmentEntry], outs: &[Recorded], id: &mut Identity) -> bool {
+    if made.is_empty() && outs.is_empty() {
+        return true;
+    }
     let recorded: Vec<SegmentEntry> = outs.iter().map(SegmentEntry::of_recorded).collect();
     let mut left = recorded.clone();
     let mut reproduced = 0u64;

@@ -261,6 +261,11 @@ impl Allocator {
         self.events.drain(..)
     }
 
+    /// Whether events wait to be taken.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     pub fn block_addr(&self, b: BlockId) -> u64 {
         self.blocks[b.0 as usize].addr
     }

@@ -52,9 +52,8 @@ pub enum Request {
         stream: u64,
         /// The private pool (`(0, 0)`: the default one).
         pool: (i64, i64),
+        /// Its `alloc` entry (which holds the recorded address).
         event: u32,
-        /// The address the recording shows.
-        addr: u64,
         outputs: Range<u32>,
     },
     /// The user freed a block other streams still use: it waits.
@@ -68,11 +67,33 @@ pub enum Request {
         size: u64,
         stream: u64,
         pool: (i64, i64),
+        /// Its `oom` entry (which holds `device_free`, what the device had left).
         event: u32,
-        /// `device_free` of the entry: what the device had left.
-        device_free: Option<u64>,
         outputs: Range<u32>,
     },
+}
+
+/// A request as kept: 32 bytes, streams and pools by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Packed {
+    size: u64,
+    tag: u32,
+    event: u32,
+    outputs_start: u32,
+    outputs_len: u32,
+    stream: u32,
+    pool: u16,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Kind {
+    Alloc,
+    FreeRequested,
+    Free,
+    EmptyCache,
+    Oom,
 }
 
 impl Request {
@@ -102,7 +123,10 @@ pub struct BeforeBlock {
 /// A device's trace as requests.
 #[derive(Clone, Debug, Default)]
 pub struct Requests {
-    pub items: Vec<Request>,
+    items: Vec<Packed>,
+    /// Streams and private pools of the requests, by first appearance.
+    streams: Vec<u64>,
+    pools: Vec<(i64, i64)>,
     /// Outputs of the allocator calls, indexed by the calls' `outputs` ranges.
     pub outputs: Vec<Recorded>,
     pub before: Vec<BeforeBlock>,
@@ -115,8 +139,6 @@ pub struct Requests {
     pub empty_caches: u64,
     /// Tags of traced allocations still alive at the end, by address.
     pub alive_at_end: BTreeMap<u64, u32>,
-    /// Every `alloc`'s (address, event), by address: where allocations landed.
-    pub alloc_sites: Vec<(u64, u32)>,
 }
 
 /// Where the private pool of an allocation comes from: the entry's own pool id when it
@@ -199,13 +221,12 @@ impl Builder<'_> {
         }
         let open = std::mem::take(&mut self.open);
         let outputs = self.push_outputs(&open);
-        self.out.items.push(Request::EmptyCache {
+        self.push(Request::EmptyCache {
             event: open[0],
             outputs,
         });
         self.out.empty_caches += 1;
-        let late = std::mem::take(&mut self.late_frees);
-        self.out.items.extend(late);
+        self.push_late();
     }
 
     /// Before a `malloc`: its leading segment releases whose stack runs through
@@ -228,6 +249,16 @@ impl Builder<'_> {
             let rest = self.open.split_off(k);
             self.flush_empty_cache();
             self.open = rest;
+        }
+    }
+
+    fn push(&mut self, r: Request) {
+        self.out.push(r);
+    }
+
+    fn push_late(&mut self) {
+        for r in std::mem::take(&mut self.late_frees) {
+            self.out.push(r);
         }
     }
 
@@ -256,19 +287,16 @@ impl Builder<'_> {
                     (0, 0) => self.pools.of(e.addr),
                     p => p,
                 };
-                self.out.items.push(Request::Alloc {
+                self.push(Request::Alloc {
                     tag,
                     size: e.size,
                     stream: e.stream,
                     pool,
                     event: i,
-                    addr: e.addr,
                     outputs,
                 });
                 self.out.allocs += 1;
-                self.out.alloc_sites.push((e.addr, i));
-                let late = std::mem::take(&mut self.late_frees);
-                self.out.items.extend(late);
+                self.push_late();
                 self.live.insert(e.addr, tag);
             }
             Action::Oom => {
@@ -276,17 +304,15 @@ impl Builder<'_> {
                 let e = t.get(idx);
                 let open = std::mem::take(&mut self.open);
                 let outputs = self.push_outputs(&open);
-                self.out.items.push(Request::Oom {
+                self.push(Request::Oom {
                     size: e.size,
                     stream: e.stream,
                     pool: t.pool_id(idx),
                     event: i,
-                    device_free: e.device_free(),
                     outputs,
                 });
                 self.out.ooms += 1;
-                let late = std::mem::take(&mut self.late_frees);
-                self.out.items.extend(late);
+                self.push_late();
             }
             Action::FreeRequested => {
                 let addr = t.addr(idx);
@@ -295,9 +321,7 @@ impl Builder<'_> {
                     && t.addr(idx + 1) == addr;
                 if !completes_next && let Some(&tag) = self.live.get(&addr) {
                     self.flush_empty_cache();
-                    self.out
-                        .items
-                        .push(Request::FreeRequested { tag, event: i });
+                    self.push(Request::FreeRequested { tag, event: i });
                 }
             }
             Action::FreeCompleted => {
@@ -322,7 +346,7 @@ impl Builder<'_> {
                 let free = Request::Free { tag, event: i };
                 if plain || self.open.is_empty() {
                     self.flush_empty_cache();
-                    self.out.items.push(free);
+                    self.push(free);
                 } else {
                     self.late_frees.push(free);
                 }
@@ -349,15 +373,143 @@ impl Requests {
             b.event(i as u32);
         }
         b.flush_empty_cache();
-        let late = std::mem::take(&mut b.late_frees);
-        b.out.items.extend(late);
+        b.push_late();
         b.out.alive_at_end = b.live.into_iter().collect();
-        b.out.alloc_sites.sort_unstable();
         b.out
     }
 
     /// The outputs of a call.
     pub fn outputs_of(&self, r: &Range<u32>) -> &[Recorded] {
         &self.outputs[r.start as usize..r.end as usize]
+    }
+
+    /// The requests in recorded order.
+    pub fn iter(&self) -> impl Iterator<Item = Request> + '_ {
+        self.items.iter().map(|p| {
+            let outputs = p.outputs_start..p.outputs_start + p.outputs_len;
+            match p.kind {
+                Kind::Alloc => Request::Alloc {
+                    tag: p.tag,
+                    size: p.size,
+                    stream: self.streams[p.stream as usize],
+                    pool: self.pools[p.pool as usize],
+                    event: p.event,
+                    outputs,
+                },
+                Kind::FreeRequested => Request::FreeRequested {
+                    tag: p.tag,
+                    event: p.event,
+                },
+                Kind::Free => Request::Free {
+                    tag: p.tag,
+                    event: p.event,
+                },
+                Kind::EmptyCache => Request::EmptyCache {
+                    event: p.event,
+                    outputs,
+                },
+                Kind::Oom => Request::Oom {
+                    size: p.size,
+                    stream: self.streams[p.stream as usize],
+                    pool: self.pools[p.pool as usize],
+                    event: p.event,
+                    outputs,
+                },
+            }
+        })
+    }
+
+    /// How many requests there are.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The trace entry of the last request.
+    pub fn last_event(&self) -> Option<u32> {
+        self.items.last().map(|p| p.event)
+    }
+
+    fn stream_index(&mut self, stream: u64) -> u32 {
+        match self.streams.iter().position(|&s| s == stream) {
+            Some(i) => i as u32,
+            None => {
+                self.streams.push(stream);
+                (self.streams.len() - 1) as u32
+            }
+        }
+    }
+
+    fn pool_index(&mut self, pool: (i64, i64)) -> u16 {
+        match self.pools.iter().position(|&p| p == pool) {
+            Some(i) => i as u16,
+            None => {
+                self.pools.push(pool);
+                (self.pools.len() - 1) as u16
+            }
+        }
+    }
+
+    fn push(&mut self, r: Request) {
+        let blank = Packed {
+            size: 0,
+            tag: 0,
+            event: r.event(),
+            outputs_start: 0,
+            outputs_len: 0,
+            stream: 0,
+            pool: 0,
+            kind: Kind::Free,
+        };
+        let p = match r {
+            Request::Alloc {
+                tag,
+                size,
+                stream,
+                pool,
+                outputs,
+                ..
+            } => Packed {
+                size,
+                tag,
+                outputs_start: outputs.start,
+                outputs_len: outputs.end - outputs.start,
+                stream: self.stream_index(stream),
+                pool: self.pool_index(pool),
+                kind: Kind::Alloc,
+                ..blank
+            },
+            Request::FreeRequested { tag, .. } => Packed {
+                tag,
+                kind: Kind::FreeRequested,
+                ..blank
+            },
+            Request::Free { tag, .. } => Packed { tag, ..blank },
+            Request::EmptyCache { outputs, .. } => Packed {
+                outputs_start: outputs.start,
+                outputs_len: outputs.end - outputs.start,
+                kind: Kind::EmptyCache,
+                ..blank
+            },
+            Request::Oom {
+                size,
+                stream,
+                pool,
+                outputs,
+                ..
+            } => Packed {
+                size,
+                outputs_start: outputs.start,
+                outputs_len: outputs.end - outputs.start,
+                stream: self.stream_index(stream),
+                pool: self.pool_index(pool),
+                kind: Kind::Oom,
+                ..blank
+            },
+        };
+        self.items.push(p);
     }
 }

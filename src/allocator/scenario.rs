@@ -149,9 +149,9 @@ pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
         series: vec![(None, a.reserved())],
     };
     let stats_at_start = a.stats;
-    for item in &p.requests.items {
+    for item in p.requests.iter() {
         let before = a.reserved();
-        match item {
+        match &item {
             Request::Alloc {
                 tag,
                 size,

@@ -14,7 +14,7 @@
 use super::model::{Allocator, BlockId, MIN_BLOCK, PoolKey, SMALL_BUFFER, SMALL_SIZE};
 use super::requests::Requests;
 use crate::model::{SegmentType, Snapshot};
-use crate::timeline::state::allocator_state;
+use crate::timeline::state::StateSegment;
 use std::collections::BTreeMap;
 
 /// A `cudaMalloc` segment at the start.
@@ -133,18 +133,19 @@ impl StartState {
     }
 }
 
-/// The state at the first event of `device`; blocks alive at the end with no `alloc` in
+/// The state at the first event of `device`, from its segments then
+/// ([`crate::timeline::state::allocator_state`] at the start); blocks alive at the end with no `alloc` in
 /// the trace get new tags from `requests`. `round` is the allocator's `round_size`;
 /// `split_small` says whether large-pool blocks split like small ones (expandable
 /// segments on).
 pub fn rebuild(
     snap: &Snapshot,
     device: i64,
+    segments: Vec<StateSegment>,
     requests: &mut Requests,
     round: &dyn Fn(u64) -> u64,
     split_small: bool,
 ) -> StartState {
-    let segments = allocator_state(snap, device, None);
     let finals: Vec<(u64, u64, u64, bool, bool)> = snap
         .segments_of(device)
         .map(|s| {
@@ -162,6 +163,7 @@ pub fn rebuild(
         .iter()
         .map(|b| (b.addr, (b.tag, b.requested, b.freed_at)))
         .collect();
+    let landings = landings(snap, device, &segments, &before, round);
     let mut out = StartState::default();
     let mut groups: BTreeMap<(u64, PoolKey), StartReservation> = BTreeMap::new();
     for seg in &segments {
@@ -197,7 +199,7 @@ pub fn rebuild(
                         freed_at,
                         round,
                         small || split_small,
-                        &requests.alloc_sites,
+                        &landings,
                     );
                     blocks.push((b.addr, size, requested, tag));
                 }
@@ -278,6 +280,44 @@ fn expandable_is_small(
             }
         })
         .map_or(size == SMALL_BUFFER, |f| f.4)
+}
+
+/// Where allocations landed in the windows just after the blocks from before the trace
+/// that the trace frees (each block's rounded end to 1 MiB past it): (address, event),
+/// by address. One pass over the trace, only when there are such blocks.
+fn landings(
+    snap: &Snapshot,
+    device: i64,
+    segments: &[StateSegment],
+    before: &BTreeMap<u64, (u32, u64, u32)>,
+    round: &dyn Fn(u64) -> u64,
+) -> Vec<(u64, u32)> {
+    let mut windows: Vec<(u64, u64)> = segments
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter_map(|b| before.get(&b.addr).map(|&(_, req, _)| b.addr + round(req)))
+        .map(|end| (end, end + SMALL_SIZE))
+        .collect();
+    if windows.is_empty() {
+        return Vec::new();
+    }
+    windows.sort_unstable();
+    let Some(trace) = snap.trace(device) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for i in 0..trace.len() {
+        if trace.action(i) != crate::model::Action::Alloc {
+            continue;
+        }
+        let a = trace.addr(i);
+        let k = windows.partition_point(|w| w.0 <= a);
+        if k > 0 && a <= windows[k - 1].1 || windows.get(k).is_some_and(|w| w.0 == a) {
+            out.push((a, i as u32));
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 /// The block size of a block from before the trace, known by its requested size (spec

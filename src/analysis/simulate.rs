@@ -200,12 +200,47 @@ struct Capacity {
 }
 
 fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> DeviceSimulation {
-    use rayon::prelude::*;
-    let identity = check(snap, p);
-    let outside = match options.outside_bytes {
+    // The check and the scenarios are independent replays.
+    let (identity, scenarios) = rayon::join(|| check(snap, p), || scenarios_of(snap, p, options));
+    let outside = outside_of(options);
+    let trace = snap.trace(p.device);
+    let mut recorded_series = vec![(None, p.start.reserved)];
+    let mut reserved = p.start.reserved as i128;
+    for o in &p.requests.outputs {
+        match o.action {
+            crate::model::Action::SegmentAlloc | crate::model::Action::SegmentMap => {
+                reserved += o.size as i128
+            }
+            _ => reserved -= o.size as i128,
+        }
+        recorded_series.push((Some(o.event), reserved.max(0) as u64));
+    }
+    DeviceSimulation {
+        recorded_series,
+        events: trace.map_or(0, |t| t.len() as u32),
+        device: p.device,
+        profile: p.profile,
+        profile_guessed: options.profile.is_none(),
+        recorded_alloc_conf: p.settings.to_conf(),
+        settings_recorded: snap.allocator_settings.is_some(),
+        identity,
+        outside,
+        scenarios,
+    }
+}
+
+fn outside_of(options: &SimulateOptions) -> Outside {
+    match options.outside_bytes {
         Some(b) => Outside::measured(super::budget::OutsideSource::Given, b),
         None => Outside::not_measured(),
-    };
+    }
+}
+
+/// The scenarios of a device: every setting at every capacity, and each setting's
+/// smallest device.
+fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec<ScenarioReport> {
+    use rayon::prelude::*;
+    let outside = outside_of(options);
     let mut capacities = Vec::new();
     for g in &options.gpus {
         capacities.push(Capacity {
@@ -217,11 +252,7 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
         });
     }
     if capacities.is_empty() {
-        match identity
-            .oom_capacities
-            .iter()
-            .find_map(|o| o.capacity_bytes)
-        {
+        match p.oom_capacities().iter().find_map(|o| o.capacity_bytes) {
             Some(c) => capacities.push(Capacity {
                 source: CapacitySource::RecordedOom,
                 gpu: None,
@@ -312,29 +343,7 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
             r
         })
         .collect();
-    let mut recorded_series = vec![(None, p.start.reserved)];
-    let mut reserved = p.start.reserved as i128;
-    for o in &p.requests.outputs {
-        match o.action {
-            crate::model::Action::SegmentAlloc | crate::model::Action::SegmentMap => {
-                reserved += o.size as i128
-            }
-            _ => reserved -= o.size as i128,
-        }
-        recorded_series.push((Some(o.event), reserved.max(0) as u64));
-    }
-    DeviceSimulation {
-        recorded_series,
-        events: trace.map_or(0, |t| t.len() as u32),
-        device: p.device,
-        profile: p.profile,
-        profile_guessed: options.profile.is_none(),
-        recorded_alloc_conf: p.settings.to_conf(),
-        settings_recorded: snap.allocator_settings.is_some(),
-        identity,
-        outside,
-        scenarios,
-    }
+    scenarios
 }
 
 fn oom_at(snap: &Snapshot, device: i64, f: FirstOom) -> OomAt {
