@@ -14,6 +14,8 @@ const ALIGN: u64 = 2 << 20;
 pub struct CapacityDevice {
     pub capacity: Option<u64>,
     next: u64,
+    /// The most the allocator asked to hold (reserved + the new memory) since reset.
+    pub max_need: u64,
 }
 
 impl CapacityDevice {
@@ -21,6 +23,7 @@ impl CapacityDevice {
     pub fn new(capacity: Option<u64>, above: u64) -> CapacityDevice {
         CapacityDevice {
             capacity,
+            max_need: 0,
             next: above
                 .div_ceil(ALIGN)
                 .saturating_add(1)
@@ -29,7 +32,8 @@ impl CapacityDevice {
         }
     }
 
-    fn fits(&self, size: u64, reserved: u64) -> bool {
+    fn fits(&mut self, size: u64, reserved: u64) -> bool {
+        self.max_need = self.max_need.max(reserved.saturating_add(size));
         self.capacity
             .is_none_or(|c| reserved.saturating_add(size) <= c)
     }

@@ -135,7 +135,7 @@ struct Block {
     tag: u32,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Pool {
     key: Option<PoolKey>,
     /// Free mapped blocks by (stream, size, address).
@@ -168,7 +168,7 @@ pub struct SegmentView {
 }
 
 /// The allocator of one device.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Allocator {
     settings: Settings,
     profile: Profile,
@@ -259,6 +259,17 @@ impl Allocator {
     pub fn take_events(&mut self) -> std::vec::Drain<'_, ModelEvent> {
         self.released = 0;
         self.events.drain(..)
+    }
+
+    /// The allocated blocks and their tags (for saving a replay's state).
+    pub fn live_tags(&self) -> Vec<(u32, BlockId)> {
+        let spare: std::collections::BTreeSet<u32> = self.spare.iter().copied().collect();
+        self.blocks
+            .iter()
+            .enumerate()
+            .filter(|(i, b)| b.allocated && b.tag != NIL && !spare.contains(&(*i as u32)))
+            .map(|(i, b)| (b.tag, BlockId(i as u32)))
+            .collect()
     }
 
     /// Whether events wait to be taken.

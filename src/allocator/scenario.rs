@@ -102,119 +102,199 @@ pub struct StartDoesNotFit {
 
 /// Replays `p`'s requests under `sc`.
 pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
-    let mut a = Allocator::new(sc.settings.clone(), p.profile, sc.total_memory);
-    let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
-    let above = p.start.top_address().max(
-        p.requests
-            .outputs
-            .iter()
-            .map(|o| o.addr + o.size)
-            .max()
-            .unwrap_or(0),
-    );
-    let mut dev = CapacityDevice::new(sc.capacity, above);
-    let keep_start = sc.settings.expandable_segments == p.settings.expandable_segments;
-    let start_fails = |a: &Allocator| StartDoesNotFit {
-        live_bytes: a.allocated().max(p.start.requested),
-        capacity_bytes: sc.capacity.unwrap_or(u64::MAX),
-    };
-    if keep_start {
-        for (tag, id) in p.start.restore(&mut a) {
-            by_tag[tag as usize] = Some(id);
-        }
-        if sc.capacity.is_some_and(|c| a.reserved() > c) {
-            // A smaller device would not have cached as much: what was cached goes.
-            a.empty_cache();
-            if sc.capacity.is_some_and(|c| a.reserved() > c) {
-                return Err(start_fails(&a));
-            }
-        }
-    } else {
-        for l in p.start.live_requests() {
-            match a.malloc(&mut dev, l.requested, l.stream, l.private, l.tag) {
-                Ok(b) => by_tag[l.tag as usize] = Some(b),
-                Err(_) => return Err(start_fails(&a)),
-            }
-        }
-    }
-    a.take_events().for_each(drop);
+    let mut r = Replay::start(p, sc)?;
     let mut out = Outcome {
-        peak_reserved_bytes: a.reserved(),
+        peak_reserved_bytes: r.a.reserved(),
         peak_event: None,
-        allocated_at_peak_bytes: a.allocated(),
+        allocated_at_peak_bytes: r.a.allocated(),
         stats: Stats::default(),
         first_oom: None,
         recorded_ooms_passed: 0,
-        start_replaced: !keep_start && p.start.blocks > 0,
-        series: vec![(None, a.reserved())],
+        start_replaced: r.replaced,
+        series: vec![(None, r.a.reserved())],
     };
-    let stats_at_start = a.stats;
+    let stats_at_start = r.a.stats;
     for item in p.requests.iter() {
-        let before = a.reserved();
-        match &item {
-            Request::Alloc {
-                tag,
-                size,
-                stream,
-                pool,
-                event,
-                ..
-            } => match a.malloc(&mut dev, *size, *stream, *pool, *tag) {
-                Ok(b) => by_tag[*tag as usize] = Some(b),
-                Err(e) => {
-                    out.first_oom = Some(first_oom(&a, sc, *event, *size, *stream, e, false));
-                }
-            },
-            Request::Oom {
-                size,
-                stream,
-                pool,
-                event,
-                ..
-            } => match a.malloc(&mut dev, *size, *stream, *pool, u32::MAX) {
-                Ok(b) => {
-                    // The program never got it: it is gone at once.
-                    out.recorded_ooms_passed += 1;
-                    a.free(b);
-                }
-                Err(e) => {
-                    out.first_oom = Some(first_oom(&a, sc, *event, *size, *stream, e, true));
-                }
-            },
-            Request::EmptyCache { .. } => a.empty_cache(),
-            Request::FreeRequested { tag, .. } => {
-                if let Some(b) = by_tag[*tag as usize] {
-                    a.free_requested(b);
-                }
-            }
-            Request::Free { tag, .. } => {
-                if let Some(b) = by_tag[*tag as usize].take() {
-                    a.free(b);
-                }
+        let before = r.a.reserved();
+        match r.step(&item) {
+            Step::Done => {}
+            Step::PassedOom => out.recorded_ooms_passed += 1,
+            Step::Oom(e, recorded) => {
+                let (size, stream) = match item {
+                    Request::Alloc { size, stream, .. } | Request::Oom { size, stream, .. } => {
+                        (size, stream)
+                    }
+                    _ => (0, 0),
+                };
+                out.first_oom = Some(first_oom(&r.a, sc, item.event(), size, stream, e, recorded));
             }
         }
-        for e in a.take_events() {
-            if let ModelEvent::FreeCompleted { tag } = e
-                && let Some(slot) = by_tag.get_mut(tag as usize)
-            {
-                *slot = None;
-            }
+        let now = r.a.reserved();
+        if now != before {
+            out.series.push((Some(item.event()), now));
         }
-        let r = a.reserved();
-        if r != before {
-            out.series.push((Some(item.event()), r));
-        }
-        if r > out.peak_reserved_bytes {
-            out.peak_reserved_bytes = r;
+        if now > out.peak_reserved_bytes {
+            out.peak_reserved_bytes = now;
             out.peak_event = Some(item.event());
-            out.allocated_at_peak_bytes = a.allocated();
+            out.allocated_at_peak_bytes = r.a.allocated();
         }
         if out.first_oom.is_some() {
             break;
         }
     }
-    out.stats = sub_stats(a.stats, stats_at_start);
+    out.stats = sub_stats(r.a.stats, stats_at_start);
     Ok(out)
+}
+
+/// What one request did.
+enum Step {
+    Done,
+    /// A recorded OOM's request went through (and was freed at once).
+    PassedOom,
+    /// Out of memory; whether the recording ran out at this request too.
+    Oom(super::model::Oom, bool),
+}
+
+/// A replay's state as saved: the live requests' blocks listed, not indexed by tag.
+struct Saved {
+    a: Allocator,
+    dev: CapacityDevice,
+    live: Vec<(u32, BlockId)>,
+}
+
+/// A replay under way: the allocator, the device, and each live request's block.
+struct Replay {
+    a: Allocator,
+    dev: CapacityDevice,
+    by_tag: Vec<Option<BlockId>>,
+    replaced: bool,
+}
+
+impl Replay {
+    /// The state at the first event under `sc`.
+    fn start(p: &Prepared, sc: &Scenario) -> Result<Replay, StartDoesNotFit> {
+        let mut a = Allocator::new(sc.settings.clone(), p.profile, sc.total_memory);
+        let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
+        let above = p.start.top_address().max(
+            p.requests
+                .outputs
+                .iter()
+                .map(|o| o.addr + o.size)
+                .max()
+                .unwrap_or(0),
+        );
+        let mut dev = CapacityDevice::new(sc.capacity, above);
+        let keep_start = sc.settings.expandable_segments == p.settings.expandable_segments;
+        let start_fails = |a: &Allocator| StartDoesNotFit {
+            live_bytes: a.allocated().max(p.start.requested),
+            capacity_bytes: sc.capacity.unwrap_or(u64::MAX),
+        };
+        if keep_start {
+            for (tag, id) in p.start.restore(&mut a) {
+                by_tag[tag as usize] = Some(id);
+            }
+            if sc.capacity.is_some_and(|c| a.reserved() > c) {
+                // A smaller device would not have cached as much: what was cached goes.
+                a.empty_cache();
+                if sc.capacity.is_some_and(|c| a.reserved() > c) {
+                    return Err(start_fails(&a));
+                }
+            }
+        } else {
+            for l in p.start.live_requests() {
+                match a.malloc(&mut dev, l.requested, l.stream, l.private, l.tag) {
+                    Ok(b) => by_tag[l.tag as usize] = Some(b),
+                    Err(_) => return Err(start_fails(&a)),
+                }
+            }
+        }
+        a.take_events().for_each(drop);
+        Ok(Replay {
+            a,
+            dev,
+            by_tag,
+            replaced: !keep_start && p.start.blocks > 0,
+        })
+    }
+
+    fn save(&self) -> Saved {
+        Saved {
+            a: self.a.clone(),
+            dev: self.dev.clone(),
+            live: self.a.live_tags(),
+        }
+    }
+
+    fn restore(saved: &Saved, tags: u32) -> Replay {
+        let mut by_tag = vec![None; tags as usize];
+        for &(tag, b) in &saved.live {
+            if let Some(slot) = by_tag.get_mut(tag as usize) {
+                *slot = Some(b);
+            }
+        }
+        Replay {
+            a: saved.a.clone(),
+            dev: saved.dev.clone(),
+            by_tag,
+            replaced: false,
+        }
+    }
+
+    fn step(&mut self, item: &Request) -> Step {
+        let a = &mut self.a;
+        let by_tag = &mut self.by_tag;
+        let step = match item {
+            Request::Alloc {
+                tag,
+                size,
+                stream,
+                pool,
+                ..
+            } => match a.malloc(&mut self.dev, *size, *stream, *pool, *tag) {
+                Ok(b) => {
+                    by_tag[*tag as usize] = Some(b);
+                    Step::Done
+                }
+                Err(e) => Step::Oom(e, false),
+            },
+            Request::Oom {
+                size, stream, pool, ..
+            } => match a.malloc(&mut self.dev, *size, *stream, *pool, u32::MAX) {
+                Ok(b) => {
+                    // The program never got it: it is gone at once.
+                    a.free(b);
+                    Step::PassedOom
+                }
+                Err(e) => Step::Oom(e, true),
+            },
+            Request::EmptyCache { .. } => {
+                a.empty_cache();
+                Step::Done
+            }
+            Request::FreeRequested { tag, .. } => {
+                if let Some(b) = by_tag[*tag as usize] {
+                    a.free_requested(b);
+                }
+                Step::Done
+            }
+            Request::Free { tag, .. } => {
+                if let Some(b) = by_tag[*tag as usize].take() {
+                    a.free(b);
+                }
+                Step::Done
+            }
+        };
+        if a.has_events() {
+            for e in a.take_events() {
+                if let ModelEvent::FreeCompleted { tag } = e
+                    && let Some(slot) = by_tag.get_mut(tag as usize)
+                {
+                    *slot = None;
+                }
+            }
+        }
+        step
+    }
 }
 
 fn sub_stats(a: Stats, b: Stats) -> Stats {
@@ -265,11 +345,75 @@ fn first_oom(
     }
 }
 
+/// Requests between two saved states of the unlimited replay, when the smallest
+/// capacity is searched.
+const CHECKPOINT_EVERY: usize = 1 << 16;
+
+/// The unlimited replay, kept for searching capacities: its state every
+/// [`CHECKPOINT_EVERY`] requests and, for each request that asked the device for memory,
+/// the most the allocator would then hold. A replay under a capacity C is this one up to
+/// the first request that needed more than C, so it resumes from the state saved before
+/// that request.
+struct Search {
+    checkpoints: Vec<(usize, Saved)>,
+    /// (request index, reserved + what it asked of the device).
+    needs: Vec<(usize, u64)>,
+    peak_reserved: u64,
+    /// The most the live requests asked for at once: no capacity below it can serve them.
+    peak_requested: u64,
+}
+
+impl Search {
+    fn new(p: &Prepared, sc: &Scenario) -> Option<Search> {
+        let mut r = Replay::start(p, sc).ok()?;
+        let mut out = Search {
+            checkpoints: Vec::new(),
+            needs: Vec::new(),
+            peak_reserved: r.a.reserved(),
+            peak_requested: r.a.requested(),
+        };
+        for (i, item) in p.requests.iter().enumerate() {
+            if i % CHECKPOINT_EVERY == 0 {
+                out.checkpoints.push((i, r.save()));
+            }
+            r.dev.max_need = 0;
+            if let Step::Oom(..) = r.step(&item) {
+                // Refused with no limit (a memory fraction of the total).
+                return None;
+            }
+            if r.dev.max_need > 0 {
+                out.needs.push((i, r.dev.max_need));
+            }
+            out.peak_reserved = out.peak_reserved.max(r.a.reserved());
+            out.peak_requested = out.peak_requested.max(r.a.requested());
+        }
+        Some(out)
+    }
+
+    /// Whether the requests run within `capacity`.
+    fn fits(&self, p: &Prepared, capacity: u64) -> bool {
+        let Some(&(d, _)) = self.needs.iter().find(|n| n.1 > capacity) else {
+            return true;
+        };
+        let Some((from, saved)) = self.checkpoints.iter().rev().find(|c| c.0 <= d) else {
+            return false;
+        };
+        let mut r = Replay::restore(saved, p.requests.tags);
+        r.dev.capacity = Some(capacity);
+        for item in p.requests.iter().skip(*from) {
+            if let Step::Oom(..) = r.step(&item) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// The smallest capacity (a multiple of [`CAPACITY_STEP`]) for the allocator under
 /// `settings` that runs the requests without running out of memory, found by bisection
-/// between the live blocks' peak and the peak reserved with no limit; `outside` is the
-/// memory outside the allocator, which a device needs on top (for a memory fraction
-/// and expandable reservations). None when even the start does not fit anywhere.
+/// between the most the live requests asked for at once and the peak reserved with no
+/// limit; `outside` is the memory outside the allocator, which a device needs on top
+/// (for a memory fraction). None when the requests cannot run at all.
 pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<u64> {
     let probe = |c: Option<u64>| {
         run(
@@ -281,14 +425,36 @@ pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<u
             },
         )
     };
-    let free = probe(None).ok()?;
-    if free.first_oom.is_some() {
-        // Refused even with no limit (a memory fraction of an unknown total cannot
-        // refuse; a request beyond every address can).
-        return None;
-    }
-    let fits = |c: u64| probe(Some(c)).is_ok_and(|o| o.first_oom.is_none());
-    let mut hi = free.peak_reserved_bytes.div_ceil(CAPACITY_STEP) * CAPACITY_STEP;
+    // Without a memory fraction the device's total changes nothing until memory runs
+    // out, so the saved states of the unlimited replay serve every capacity.
+    let search = if settings.memory_fraction.is_none() {
+        Some(Search::new(
+            p,
+            &Scenario {
+                settings: settings.clone(),
+                capacity: None,
+                total_memory: None,
+            },
+        )?)
+    } else {
+        None
+    };
+    let fits = |c: u64| match &search {
+        // Below the reserved start, the start itself differs: a replay of its own.
+        Some(s) if c >= p.start.reserved => s.fits(p, c),
+        _ => probe(Some(c)).is_ok_and(|o| o.first_oom.is_none()),
+    };
+    let peak = match &search {
+        Some(s) => s.peak_reserved,
+        None => {
+            let free = probe(None).ok()?;
+            if free.first_oom.is_some() {
+                return None;
+            }
+            free.peak_reserved_bytes
+        }
+    };
+    let mut hi = peak.div_ceil(CAPACITY_STEP) * CAPACITY_STEP;
     if !fits(hi) {
         // Not monotone here (a memory fraction of the larger total): search upwards.
         let mut c = hi;
@@ -303,7 +469,10 @@ pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<u
             }
         }
     }
-    let mut lo = (p.start.requested / CAPACITY_STEP) * CAPACITY_STEP;
+    let floor = search
+        .as_ref()
+        .map_or(p.start.requested, |s| s.peak_requested);
+    let mut lo = (floor / CAPACITY_STEP) * CAPACITY_STEP;
     if lo >= hi {
         lo = 0;
     }
