@@ -238,6 +238,11 @@ pub struct ExportArgs {
     /// Also the events table: one row per trace entry (as large as the trace).
     #[arg(long)]
     pub events: bool,
+    /// Fill the snapshots table's sim_* columns: each device's requests replayed through
+    /// the allocator model, the smallest capacity that runs them with the recorded
+    /// settings and with expandable segments (a few dozen replays per device).
+    #[arg(long)]
+    pub simulate: bool,
     /// Only this device.
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,

@@ -138,7 +138,7 @@ fn fixtures_as_json_lines_add_up_to_the_independent_figures() {
             let d = &exp["device"];
             let what = format!("{name} device {d}");
             assert_eq!(&row["device"], d, "{what}");
-            assert_eq!(row["schema_version"], json!(3));
+            assert_eq!(row["schema_version"], json!(4));
             // The file's SHA-256, as an independent hasher computes it from its bytes.
             let digest = sha2::Sha256::digest(fs::read(source).unwrap());
             let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -301,7 +301,7 @@ fn parquet_files_hold_the_rows_of_the_json_lines() {
                 .join("part-0.parquet");
             let (parquet_rows, meta) = read_parquet(&path);
             assert_eq!(meta["vramlens.table"], table);
-            assert_eq!(meta["vramlens.schema_version"], "3");
+            assert_eq!(meta["vramlens.schema_version"], "4");
             assert_eq!(parquet_rows.len(), rows.len(), "{table} {name}");
             for (p, j) in parquet_rows.iter().zip(rows) {
                 // Same columns in the same order, same values.
@@ -823,10 +823,40 @@ fn duckdb_reads_the_export_of_every_real_snapshot() {
     let files: Vec<PathBuf> = expected.keys().map(|k| data.join(k)).collect();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    export(&files, &out, &["--events"]);
+    export(&files, &out, &["--events", "--simulate"]);
     let results = duckdb_queries(&out, "parquet");
     let checks = check_duckdb(&results, &summaries(&files));
     assert!(checks > 150, "{checks} checks");
+    // The simulated columns are simulate's figures (without memory outside the
+    // allocator); the real OOM of torchtitan's FSDP rank needs less with expandable
+    // segments.
+    let rows = results["smaller_with_expandable"].as_array().unwrap();
+    assert!(
+        rows.iter().any(|r| r["source_path"]
+            .as_str()
+            .unwrap()
+            .ends_with("rank0_memory_snapshot.pickle")),
+        "{rows:?}"
+    );
+    for r in rows {
+        let sim = vramlens()
+            .args(["simulate", "--json", "--outside", "0"])
+            .args(["--device", &r["device"].to_string()])
+            .args(["--alloc-conf", "expandable_segments:True"])
+            .arg(r["source_path"].as_str().unwrap())
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let sim: Value = serde_json::from_slice(&sim).unwrap();
+        let sc = &sim["devices"][0]["scenarios"];
+        assert_eq!(r["sim_min_capacity_bytes"], sc[0]["min_capacity_bytes"]);
+        assert_eq!(
+            r["sim_min_capacity_expandable_bytes"],
+            sc[1]["min_capacity_bytes"]
+        );
+    }
 }
 
 #[test]
@@ -908,7 +938,7 @@ fn manifest_files(root_dir: &Path, shards: u32) -> (Vec<(String, String)>, RowTo
         }
         seen += 1;
         let m: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
-        assert_eq!(m["schema_version"], json!(3));
+        assert_eq!(m["schema_version"], json!(4));
         assert_eq!(m["shard"]["count"], json!(shards));
         let skipped: Vec<&str> = m["skipped"]
             .as_array()

@@ -365,3 +365,48 @@ fn oom_at(snap: &Snapshot, device: i64, f: FirstOom) -> OomAt {
         recorded: f.recorded,
     }
 }
+
+/// The figures a fleet query asks of a device (`export --simulate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FleetFigures {
+    /// The model replays the device's recording exactly.
+    pub model_exact: bool,
+    /// The smallest memory the allocator needs to run the requests without an OOM,
+    /// with the recorded settings and with `expandable_segments:True` (memory outside
+    /// the allocator not included).
+    pub min_capacity_bytes: Option<u64>,
+    pub min_capacity_expandable_bytes: Option<u64>,
+}
+
+/// The fleet figures of `device`, or None when it has no trace to replay.
+pub fn fleet_figures(snap: &Snapshot, device: i64) -> Option<FleetFigures> {
+    let p = Prepared::new(snap, device, None).ok()?;
+    let expandable = Settings {
+        expandable_segments: true,
+        ..p.settings.clone()
+    };
+    let (exact, (plain, exp)) = rayon::join(
+        || check(snap, &p).exact(),
+        || {
+            rayon::join(
+                || min_capacity(&p, &p.settings, 0),
+                || {
+                    if p.settings.expandable_segments {
+                        None
+                    } else {
+                        min_capacity(&p, &expandable, 0)
+                    }
+                },
+            )
+        },
+    );
+    Some(FleetFigures {
+        model_exact: exact,
+        min_capacity_bytes: plain,
+        min_capacity_expandable_bytes: if p.settings.expandable_segments {
+            plain
+        } else {
+            exp
+        },
+    })
+}

@@ -25,6 +25,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::device::check_device;
+use vramlens::analysis::simulate::{FleetFigures, fleet_figures};
 use vramlens::analysis::summary::{DeviceSummary, summary_with};
 use vramlens::export::{
     PARTITION_COLUMN, RowCounts, SCHEMA_VERSION, Source, Table, TableWriter, WithSource,
@@ -465,6 +466,7 @@ fn before_export(snap: Snapshot) -> Snapshot {
 
 struct Job<'a> {
     format: ExportFormat,
+    simulate: bool,
     tables: &'a [Table],
     device: Option<i64>,
     attribution: &'a AttributionOptions,
@@ -524,7 +526,16 @@ fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<Row
                     let source = Source {
                         sha256: &input.sha256,
                     };
-                    write_snapshot_rows(&summary, &source, &mut *w)?
+                    let simulated: Vec<(i64, FleetFigures)> = if job.simulate {
+                        use rayon::prelude::*;
+                        devices
+                            .par_iter()
+                            .filter_map(|&d| fleet_figures(&snap, d).map(|f| (d, f)))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    write_snapshot_rows(&summary, &source, &simulated, &mut *w)?
                 }
                 Table::Lifetimes => {
                     let attr = Attributor::new(&snap.frames, job.attribution);
@@ -765,6 +776,7 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     let duplicate_of = duplicates_of(&files);
     let job = Job {
         format: args.format,
+        simulate: args.simulate,
         tables: &tables,
         device: args.device,
         attribution: &attribution,

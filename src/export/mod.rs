@@ -25,7 +25,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 
 /// Version of the tables' schema (columns, types, meanings). Raised on any change that
 /// could break a query; added columns raise it too.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The type of a column, as engines see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,7 +238,7 @@ impl TableWriter for WithSource {
 
 use Kind::{Bool, F64, I64, Str, Timestamp, U64};
 
-const SNAPSHOT_COLUMNS: [Column; 43] = [
+const SNAPSHOT_COLUMNS: [Column; 46] = [
     col("schema_version", I64),
     col("source_path", Str),
     col("source_sha256", Str),
@@ -282,6 +282,9 @@ const SNAPSHOT_COLUMNS: [Column; 43] = [
     opt("first_oom_device_free_bytes", I64),
     opt("first_oom_time_us", I64),
     opt("first_oom_time", Timestamp),
+    opt("sim_model_exact", Bool),
+    opt("sim_min_capacity_bytes", I64),
+    opt("sim_min_capacity_expandable_bytes", I64),
 ];
 
 const LIFETIME_COLUMNS: [Column; 27] = [
@@ -438,6 +441,7 @@ fn stack_cell(snap: &Snapshot, stack: Option<StackId>) -> Cell<'static> {
 pub fn write_snapshot_rows(
     summary: &Summary,
     source: &Source,
+    simulated: &[(i64, crate::analysis::simulate::FleetFigures)],
     out: &mut dyn TableWriter,
 ) -> io::Result<()> {
     let empty = DeviceSummary::default();
@@ -451,6 +455,12 @@ pub fn write_snapshot_rows(
     for d in devices {
         let dev = d.unwrap_or(&empty);
         let first_oom = dev.ooms.first();
+        let sim = d.and_then(|d| {
+            simulated
+                .iter()
+                .find(|(device, _)| *device == d.device)
+                .map(|(_, f)| f)
+        });
         let event = |e: Option<u32>| Cell::I64(e.map(i64::from));
         let row = [
             int(SCHEMA_VERSION as u64),
@@ -501,6 +511,9 @@ pub fn write_snapshot_rows(
             int_opt(first_oom.and_then(|o| o.device_free)),
             Cell::I64(first_oom.and_then(|o| o.time_us)),
             Cell::Ts(first_oom.and_then(|o| o.time_us)),
+            Cell::Bool(sim.map(|f| f.model_exact)),
+            int_opt(sim.and_then(|f| f.min_capacity_bytes)),
+            int_opt(sim.and_then(|f| f.min_capacity_expandable_bytes)),
         ];
         out.write_row(&row)?;
     }
