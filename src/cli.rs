@@ -126,8 +126,25 @@ pub struct SimulateArgs {
     pub gpus: Vec<vramlens::analysis::gpus::Gpu>,
     /// Memory outside the allocator on those GPUs (CUDA context, NCCL buffers, other
     /// libraries): a size such as 800MiB. Default: 1 GiB, the top of the usual range.
-    #[arg(long, value_name = "SIZE", value_parser = parse_outside)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_outside, conflicts_with_all = ["nvml", "log"])]
     pub outside: Option<u64>,
+    /// Device readings of the run (nvidia-smi CSV or NVML JSON lines): measure the memory
+    /// outside the allocator at the peak. Repeat for several files.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub nvml: Vec<PathBuf>,
+    /// A log with the run's CUDA out-of-memory message: its "this process has X in use"
+    /// measures the memory outside the allocator.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Minutes to add to the readings' times to make them UTC (nvidia-smi writes local
+    /// time).
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "MINUTES",
+        allow_hyphen_values = true
+    )]
+    pub utc_offset: i32,
     /// Allocator settings to try, in PYTORCH_CUDA_ALLOC_CONF syntax (read as that
     /// PyTorch release reads it), e.g. "expandable_segments:True" or
     /// "max_split_size_mb:128,garbage_collection_threshold:0.6". Repeatable; the

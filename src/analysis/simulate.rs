@@ -29,7 +29,7 @@ pub struct SimulateOptions {
     /// Devices to fit (each a capacity).
     pub gpus: Vec<Gpu>,
     /// Memory outside the allocator on those devices (None: assumed, as `budget` does).
-    pub outside_bytes: Option<u64>,
+    pub outside: Option<Outside>,
     /// Settings to try beside the recording's own: (the text as given, the settings).
     pub alloc_confs: Vec<(String, Settings)>,
     /// The PyTorch release to model (None: guessed from the file).
@@ -230,10 +230,7 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
 }
 
 fn outside_of(options: &SimulateOptions) -> Outside {
-    match options.outside_bytes {
-        Some(b) => Outside::measured(super::budget::OutsideSource::Given, b),
-        None => Outside::not_measured(),
-    }
+    options.outside.unwrap_or_else(Outside::not_measured)
 }
 
 /// The scenarios of a device: every setting at every capacity, and each setting's

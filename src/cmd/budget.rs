@@ -77,7 +77,14 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                         others: all.into_iter().filter(|&d| d != device).collect(),
                         peaks: Vec::new(),
                     };
-                    let outside = outside_of(&snap, &info.path, device, args, messages.as_deref())?;
+                    let outside = outside_of(
+                        &snap,
+                        &info.path,
+                        device,
+                        &args.nvml,
+                        args.utc_offset,
+                        messages.as_deref(),
+                    )?;
                     let mut attr = Attributor::new(&snap.frames, &options);
                     let mut run = run_budget(&snap, &info.path, &this, &mut attr, outside);
                     run.replays = replay_on(&snap, device, &gpus, run.outside.counted_bytes);
@@ -124,28 +131,29 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
 
 /// Memory outside the allocator at the run's peak: from device readings, else from an
 /// OOM message, else not measured.
-fn outside_of(
+pub(super) fn outside_of(
     snap: &vramlens::model::Snapshot,
     path: &str,
     device: i64,
-    args: &BudgetArgs,
+    nvml: &[PathBuf],
+    utc_offset: i32,
     messages: Option<&[vramlens::devlog::oom_log::OomMessage]>,
 ) -> Result<Outside> {
     use vramlens::analysis::reconcile::{
         LOG_MARGIN_US, Moment, ReconcileOptions, analyze_reconcile, focus_ranges, snapshot_range,
     };
-    if !args.nvml.is_empty() {
+    if !nvml.is_empty() {
         let keep = snapshot_range(snap, Some(device)).map(|r| r.widen(LOG_MARGIN_US));
         let focus = focus_ranges(snap, Some(device));
-        let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
+        let log = super::read_device_logs_in(nvml, utc_offset, keep, &focus)?;
         let options = ReconcileOptions {
             device: Some(device),
             gpu: None,
             allow_no_overlap: false,
         };
         let rec =
-            analyze_reconcile(snap, path, &log, args.utc_offset, None, options).map_err(|e| {
-                let logs: Vec<String> = args.nvml.iter().map(|p| p.display().to_string()).collect();
+            analyze_reconcile(snap, path, &log, utc_offset, None, options).map_err(|e| {
+                let logs: Vec<String> = nvml.iter().map(|p| p.display().to_string()).collect();
                 anyhow!(
                     "{}",
                     vramlens::render::reconcile::error_text(&e, &logs.join(", "), None)

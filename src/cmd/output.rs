@@ -214,7 +214,12 @@ pub fn check_command_output(command: &Command) -> Result<()> {
             None => Ok(()),
         },
         Command::Simulate(a) => match &a.output {
-            Some(o) => check_output_path(o, a.force, &[&a.snapshot], true),
+            Some(o) => {
+                let mut inputs: Vec<&Path> = vec![&a.snapshot];
+                inputs.extend(a.nvml.iter().map(PathBuf::as_path));
+                inputs.extend(a.log.as_deref());
+                check_output_path(o, a.force, &inputs, true)
+            }
             None => Ok(()),
         },
         // redact checks its output itself (refusing the input in its own words).

@@ -6,6 +6,7 @@ use crate::cli::SimulateArgs;
 use anyhow::{Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::allocator::{Profile, Settings};
+use vramlens::analysis::budget::{Outside, OutsideSource};
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::simulate::{SimulateOptions, analyze_simulate};
 use vramlens::input::ReadOptions;
@@ -32,9 +33,26 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
         }
         alloc_confs.push((c.clone(), s));
     }
+    let messages = args
+        .log
+        .as_deref()
+        .map(super::oom::read_oom_log)
+        .transpose()?;
+    let outside = match args.outside {
+        Some(b) => Some(Outside::measured(OutsideSource::Given, b)),
+        None if !args.nvml.is_empty() || messages.is_some() => Some(super::budget::outside_of(
+            &snap,
+            &info.path,
+            choice.device,
+            &args.nvml,
+            args.utc_offset,
+            messages.as_deref(),
+        )?),
+        None => None,
+    };
     let options = SimulateOptions {
         gpus: args.gpus.clone(),
-        outside_bytes: args.outside,
+        outside,
         alloc_confs,
         profile,
         min_capacity: !args.no_min_capacity,
