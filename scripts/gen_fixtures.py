@@ -563,9 +563,19 @@ class Sim:
 
     # -- cache release / oom / snapshot ----------------------------------------------
     def empty_cache(self, ctx=None):
+        """release_cached_blocks: the large pool, then the small one; in each, whole free
+        segments in (stream, size, address) order, then the free tails of expandable
+        segments unmapped."""
         tbc = self.frames.tb(ctx) if ctx else None
-        for seg in list(self.segments):
-            if seg.expandable:
+        for kind in ("large", "small"):
+            plain = sorted((s for s in self.segments if s.kind == kind and not s.expandable),
+                           key=lambda s: (s.stream, s.total, s.addr))
+            for seg in plain:
+                if len(seg.blocks) == 1 and seg.blocks[0].state == "inactive":
+                    self.record("segment_free", seg.addr, seg.total, seg.stream,
+                                tbc if tbc is not None else seg.tb, pool=seg.pool)
+                    self.segments.remove(seg)
+            for seg in [s for s in self.segments if s.kind == kind and s.expandable]:
                 page = SMALL_BUFFER if seg.kind == "small" else LARGE_BUFFER
                 tail = seg.blocks[-1] if seg.blocks else None
                 if tail is None or tail.state != "inactive":
@@ -581,11 +591,6 @@ class Sim:
                     seg.blocks.pop()
                 if not seg.blocks:
                     self.segments.remove(seg)
-                continue
-            if len(seg.blocks) == 1 and seg.blocks[0].state == "inactive":
-                self.record("segment_free", seg.addr, seg.total, seg.stream,
-                            tbc if tbc is not None else seg.tb, pool=seg.pool)
-                self.segments.remove(seg)
 
     def oom(self, req, ctx, device_free, stream=0):
         # malloc retry: release every fully free cached segment with the malloc's stack
@@ -824,8 +829,6 @@ def make_sample():
     sim.empty_cache("empty_cache")       # segment_free of the fully free segments
     # ---- evaluation: next batch prefetched, OOM on a huge logits tensor ----
     x2 = sim.malloc(B * T * 8, "batch")
-    pend = sim.malloc(B * T * 8, "prefetch", stream=COPY_STREAM)
-    sim.free(pend, pending=True)          # still waiting for its event at dump time
     EB = 4 * B                            # evaluation batch
     h = [sim.malloc(EB * T * N_EMBD * 2, "embed")]
     h.append(sim.malloc(3 * EB * T * N_EMBD * 2, "qkv"))
@@ -835,6 +838,10 @@ def make_sample():
     sim.oom(16 * EB * T * VOCAB * 2 + 100, "eval_logits", device_free=1288699904)
     sim.free(h[3])                        # exception unwinding
     sim.free(x2)
+    # After the OOM (whose retry would have completed any pending free): the next batch
+    # prefetched on the copy stream, freed, still waiting for its event at dump time.
+    pend = sim.malloc(B * T * 8, "prefetch", stream=COPY_STREAM)
+    sim.free(pend, pending=True)
     settings = allocator_settings(V)
     return build(V, {0: sim}, frames, 1, annotations=ann, settings=settings)
 
@@ -1911,6 +1918,15 @@ with PyTorch 2.11.0+cu130, Python 3.12, through `scripts/vramlens_capture.py`
   over all four jobs.
 
 `*.expected.json` beside each snapshot: `scripts/expected.py` (independent figures).
+
+## allocator/
+
+One snapshot per mechanism of PyTorch's caching allocator (split rules, `max_split_size_mb`,
+garbage collection under a memory fraction, expandable segments, frees that wait for other
+streams, the out-of-memory retry), written by `scripts/gen_allocator_fixtures.py`: each
+trace entry worked out by hand from the allocator's algorithm, beside it in the script.
+`tests/allocator_fixtures.rs` and `tests/simulate.rs` check that the allocator model
+reproduces every entry, and the what-ifs worked out there.
 """
 
 

@@ -26,7 +26,7 @@ fn summary_of_the_sample_prints_the_figures() {
     assert!(text.contains("device 0"), "{text}");
     assert!(text.contains("reserved             138.0 MiB"), "{text}");
     assert!(text.contains("allocated            115.0 MiB"), "{text}");
-    assert!(text.contains("event 325: requested 6.1 GiB"), "{text}");
+    assert!(text.contains("event 322: requested 6.1 GiB"), "{text}");
     assert!(!text.contains('\x1b'), "no colour when not on a terminal");
 }
 

@@ -124,10 +124,10 @@ fn sample_report_is_self_contained_with_the_independent_figures() {
     }
     assert_eq!(file("events"), ["330"]);
     assert_eq!(file("ooms"), ["1"]);
-    // The moments: the peak (event 71), the OOM (event 325), the end (event 329).
+    // The moments: the peak (event 71), the OOM (event 322), the end (event 329).
     let moment = |name: &str| attrs(&html, r#"div class="moment""#, name);
     assert_eq!(moment("kind"), ["peak", "oom", "end"]);
-    assert_eq!(moment("event"), ["71", "325", "329"]);
+    assert_eq!(moment("event"), ["71", "322", "329"]);
     // At the peak the live requests add up to the peak; the table's rows to that total.
     assert_eq!(
         moment("total-bytes")[0],

@@ -537,7 +537,7 @@ fn timeline_svg_of_the_sample() {
         "largest allocation band"
     );
     assert!(by_allocation.contains("cross_entropy"));
-    assert!(svg.contains("OOM at event 325"));
+    assert!(svg.contains("OOM at event 322"));
     assert!(svg.contains("ProfilerStep#0"));
     // The annotation spans wide enough carry their label (the part before '#'), drawn,
     // not only in the tooltip.
@@ -682,7 +682,7 @@ fn live_set_at_the_oom() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.starts_with("testdata/sample.pickle: device 0, at the OOM (after event 325"),
+        text.starts_with("testdata/sample.pickle: device 0, at the OOM (after event 322"),
         "{text}"
     );
     vramlens()
@@ -825,7 +825,7 @@ fn time_axis_and_window() {
         .success();
     let zoomed = std::fs::read_to_string(&zoom).unwrap();
     assert!(!zoomed.contains("drawn wider"));
-    assert!(zoomed.contains("OOM at event 325"));
+    assert!(zoomed.contains("OOM at event 322"));
 }
 
 /// Every real snapshot with a trace draws within the level-of-detail limits, with the
