@@ -241,7 +241,8 @@ class CommandsTest(unittest.TestCase):
     """Every command with --json has a function that returns what the command prints."""
 
     def setUp(self):
-        for name in ("oom", "diff", "check", "budget", "reconcile", "export", "report"):
+        for name in ("oom", "diff", "check", "budget", "reconcile", "export", "report",
+                     "simulate"):
             if not has_subcommand(name):
                 self.skipTest(f"this vramlens binary has no `{name}` subcommand")
 
@@ -268,6 +269,18 @@ class CommandsTest(unittest.TestCase):
         self.assertFalse(failed["passed"])
         self.assertEqual(failed, direct("check", fixture("sample.pickle"), "--max-peak",
                                         str(peak - 1), "--json", ok=(1,)))
+
+    def test_simulate_returns_the_commands_json(self):
+        snap = fixture("allocator/oom_retry.pickle")
+        got = vramlens.simulate(snap, alloc_conf=["expandable_segments:True"], outside=0)
+        self.assertEqual(got, direct("simulate", snap, "--alloc-conf",
+                                     "expandable_segments:True", "--outside", "0", "--json"))
+        # Worked out by hand in scripts/gen_allocator_fixtures.py: the recorded OOM again
+        # at 120 MiB, and expandable segments let it through.
+        scenarios = got["devices"][0]["scenarios"]
+        self.assertEqual(scenarios[0]["capacity_bytes"], 120 << 20)
+        self.assertEqual(scenarios[0]["first_oom"]["cause"], "fragmentation")
+        self.assertIsNone(scenarios[1]["first_oom"])
 
     def test_budget_and_reconcile_return_the_commands_json(self):
         got = vramlens.budget(fixture("sample.pickle"), gpus=["h100"])

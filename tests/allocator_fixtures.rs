@@ -122,3 +122,50 @@ fn oom_retry_releases_cached_segments_and_what_ifs() {
     // 40 MiB then needs 90 + 40 = 130.
     assert_eq!(min_capacity(&p, &p.settings, 0), Some(130 * MIB));
 }
+
+/// Our recordings on an H200 with PyTorch 2.11 (testdata/gpu: a run, a leak that ran out
+/// of memory, the same under a memory fraction and with expandable segments): replayed
+/// exactly, and each OOM again at the capacity it implies.
+#[test]
+fn the_h200_recordings_replay_exactly_and_their_ooms_recur() {
+    use vramlens::allocator::identity::OomLimit;
+    let mut checked = 0;
+    for dir in ["ok", "oom", "oom_cap", "oom_exp"] {
+        for name in ["snapshot.pickle", "oom_snapshot.pickle"] {
+            let path = root().join("testdata/gpu").join(dir).join(name);
+            if !path.exists() {
+                continue;
+            }
+            let snap = read_snapshot(&path, ReadOptions::default()).unwrap().0;
+            let p = Prepared::new(&snap, 0, None).unwrap();
+            let id = check(&snap, &p);
+            assert!(id.exact(), "{dir}/{name}: {:?}", id.first_divergence);
+            assert_eq!(id.peak_reserved_bytes, id.recorded_peak_reserved_bytes);
+            for oc in &id.oom_capacities {
+                // The capped run's device had plenty free: a memory fraction refused it.
+                let fraction = dir == "oom_cap";
+                assert_eq!(
+                    oc.limit,
+                    if fraction {
+                        OomLimit::MemoryFraction
+                    } else {
+                        OomLimit::DeviceFull
+                    },
+                    "{dir}"
+                );
+                let o = run(
+                    &p,
+                    &Scenario {
+                        settings: p.settings.clone(),
+                        capacity: oc.capacity_bytes,
+                        total_memory: None,
+                    },
+                )
+                .unwrap();
+                assert_eq!(o.first_oom.map(|f| f.event), Some(oc.event), "{dir}/{name}");
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 7);
+}

@@ -324,7 +324,7 @@ fn the_final_state_of_a_file_without_a_trace_is_named_so() {
     // With a timeline the end is still "at the end".
     let h = heading(&["segments"], Path::new("testdata/sample.pickle"));
     assert!(
-        h.ends_with("at the end (after event 329, 2025-06-15 15:06:40.030 UTC)"),
+        h.ends_with("at the end (after event 329, 2025-06-15 15:06:40.031 UTC)"),
         "{h}"
     );
 }
@@ -420,8 +420,8 @@ fn moment_json(args: &[&str]) -> serde_json::Value {
 /// what it was read as; inside, a printed time finds the event it was printed for.
 #[test]
 fn times_outside_the_trace_are_refused_and_printed_times_find_their_event() {
-    // The sample's events run from 15:06:40.000108 to 15:06:40.030903 (30795 us).
-    let range = "its trace runs from 2025-06-15 15:06:40.000 UTC to 2025-06-15 15:06:40.030 UTC (+0us to +30795us)";
+    // The sample's events run from 15:06:40.000108 to 15:06:40.031140 (31032 us).
+    let range = "its trace runs from 2025-06-15 15:06:40.000 UTC to 2025-06-15 15:06:40.031 UTC (+0us to +31032us)";
     for (at, message) in [
         (
             "time:+1.5s",
@@ -436,9 +436,9 @@ fn times_outside_the_trace_are_refused_and_printed_times_find_their_event() {
             ),
         ),
         (
-            "time:+30796us",
+            "time:+31033us",
             format!(
-                "time:+30796us (read as 2025-06-15 15:06:40.030904 UTC, 30.8 ms after the first event) is after the last event of device 0: {range}"
+                "time:+31033us (read as 2025-06-15 15:06:40.031141 UTC, 31.0 ms after the first event) is after the last event of device 0: {range}"
             ),
         ),
         (
@@ -463,7 +463,7 @@ fn times_outside_the_trace_are_refused_and_printed_times_find_their_event() {
         }
     }
     // The first and the last event are inside.
-    assert_eq!(moment_json(&["--at", "time:+30795us"])["event"], 329);
+    assert_eq!(moment_json(&["--at", "time:+31032us"])["event"], 329);
     assert_eq!(moment_json(&["--at", "time:1750000000000108"])["event"], 0);
     // The printed peak time: 12 events (65 to 76) are stamped within 15:06:40.006; the
     // most memory is requested after event 71, the peak.
@@ -513,7 +513,7 @@ fn windows_beyond_the_trace_are_refused_in_the_units_given() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("w.svg");
     let events = "the trace spans 0..330 on this axis (events); give a window inside it";
-    let time = "the trace spans 0..30.795 on this axis (milliseconds since the first event); give a window inside it";
+    let time = "the trace spans 0..31.032 on this axis (milliseconds since the first event); give a window inside it";
     for (args, message) in [
         (
             vec!["--window", "0..999999999"],
@@ -529,8 +529,8 @@ fn windows_beyond_the_trace_are_refused_in_the_units_given() {
             format!("--window 40..999: {time}"),
         ),
         (
-            vec!["--x", "time", "--window", "0..30.8"],
-            format!("--window 0..30.8: {time}"),
+            vec!["--x", "time", "--window", "0..31.1"],
+            format!("--window 0..31.1: {time}"),
         ),
     ] {
         vramlens()
@@ -547,7 +547,7 @@ fn windows_beyond_the_trace_are_refused_in_the_units_given() {
     for args in [
         vec!["--window", "0..330"],
         vec!["--window", "300..330"],
-        vec!["--x", "time", "--window", "0..30.795"],
+        vec!["--x", "time", "--window", "0..31.032"],
     ] {
         vramlens()
             .args(["timeline", "testdata/sample.pickle", "--force", "-o"])
@@ -685,7 +685,7 @@ fn timeline_at_the_end_is_the_final_state() {
     let file = Path::new("testdata/sample.pickle");
     assert_eq!(
         heading(&["timeline", "--at", "end"], file),
-        "testdata/sample.pickle: device 0, at the end (after event 329, 2025-06-15 15:06:40.030 UTC)"
+        "testdata/sample.pickle: device 0, at the end (after event 329, 2025-06-15 15:06:40.031 UTC)"
     );
     let v: serde_json::Value =
         serde_json::from_str(&stdout_of(&["timeline", "--json", "--at", "end"], file)).unwrap();

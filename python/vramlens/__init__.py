@@ -216,6 +216,25 @@ def budget(paths, gpus=None, headroom=None, vary=None, sizes=None, target=None, 
     return _run_json([*args, "--", *_paths(paths)])
 
 
+def simulate(path, gpus=None, alloc_conf=None, outside=None, torch=None, min_capacity=True,
+             nvml=None, log=None, device=None):
+    """`vramlens simulate PATH --json`: the recorded requests replayed through a model of
+    the caching allocator (first checked against the recording), on other GPUs (`gpus`:
+    names or sizes) and under other settings (`alloc_conf`: PYTORCH_CUDA_ALLOC_CONF
+    strings), as a dict."""
+    args = ["simulate", "--json"]
+    _opts(args, "--gpu", gpus)
+    _opts(args, "--alloc-conf", alloc_conf)
+    _opt(args, "--outside", outside)
+    _opt(args, "--torch", torch)
+    if not min_capacity:
+        args.append("--no-min-capacity")
+    _opts(args, "--nvml", nvml)
+    _opt(args, "--log", os.fspath(log) if log is not None else None)
+    _opt(args, "--device", None if device is None else int(device))
+    return _run_json([*args, "--", _one_file(path)])
+
+
 def reconcile(path, nvml, trace=None, utc_offset=None, gpu=None, device=None):
     """`vramlens reconcile PATH --nvml LOG... --json`: PyTorch's figures against the
     device's readings (nvidia-smi CSV or NVML lines) at the peak, each OOM and the end,

@@ -153,17 +153,32 @@ pub enum DivergenceKind {
     MissedOom,
 }
 
-/// A recorded OOM and the capacity it implies: what the allocator held when it failed
-/// plus what the device said was still free.
+/// A recorded OOM and the capacity it implies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct OomCapacity {
     pub event: u32,
     pub request_bytes: u64,
     pub reserved_bytes: u64,
     pub device_free_bytes: Option<u64>,
-    /// `reserved_bytes + device_free_bytes`: the memory this process's allocator could
-    /// have held then.
+    /// What limited the allocator.
+    pub limit: OomLimit,
+    /// The memory this process's allocator could hold then: `reserved_bytes +
+    /// device_free_bytes` when the device was full; under a memory fraction, the most it
+    /// held before (the limit lies between that and what the failed request needed).
     pub capacity_bytes: Option<u64>,
+}
+
+/// What a recorded OOM ran into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomLimit {
+    /// The device had less free than the segment the request needed.
+    DeviceFull,
+    /// The device had room for the segment: a memory fraction
+    /// (`torch.cuda.set_per_process_memory_fraction`) refused it.
+    MemoryFraction,
+    /// `device_free` not recorded.
+    Unknown,
 }
 
 /// How well the model reproduced a recording.
@@ -297,8 +312,10 @@ impl Prepared {
     /// Each recorded OOM and the capacity it implies, from the recording alone (the
     /// reserved bytes the segment events give when it failed, plus `device_free`).
     pub fn oom_capacities(&self) -> Vec<OomCapacity> {
+        let probe = Allocator::new(self.settings.clone(), self.profile, None);
         let mut out = Vec::new();
         let mut reserved = self.start.reserved as i128;
+        let mut most = self.start.reserved;
         for r in self.requests.iter() {
             let (Request::Alloc { outputs, .. }
             | Request::EmptyCache { outputs, .. }
@@ -312,15 +329,25 @@ impl Prepared {
                     Action::SegmentFree | Action::SegmentUnmap => reserved -= o.size as i128,
                     _ => {}
                 }
+                most = most.max(reserved.max(0) as u64);
             }
             if let Request::Oom { size, event, .. } = r {
                 let held = reserved.max(0) as u64;
+                let free = self.device_free[out.len()];
+                // The segment the failed request needed (a page, for expandable ones).
+                let needed = probe.allocation_size(probe.round_size(size));
+                let (limit, capacity) = match free {
+                    None => (OomLimit::Unknown, None),
+                    Some(f) if f >= needed => (OomLimit::MemoryFraction, Some(most)),
+                    Some(f) => (OomLimit::DeviceFull, Some(held.saturating_add(f))),
+                };
                 out.push(OomCapacity {
                     event,
                     request_bytes: size,
                     reserved_bytes: held,
-                    device_free_bytes: self.device_free[out.len()],
-                    capacity_bytes: self.device_free[out.len()].map(|f| held.saturating_add(f)),
+                    device_free_bytes: free,
+                    limit,
+                    capacity_bytes: capacity,
                 });
             }
         }

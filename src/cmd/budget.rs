@@ -151,14 +151,13 @@ pub(super) fn outside_of(
             gpu: None,
             allow_no_overlap: false,
         };
-        let rec =
-            analyze_reconcile(snap, path, &log, utc_offset, None, options).map_err(|e| {
-                let logs: Vec<String> = nvml.iter().map(|p| p.display().to_string()).collect();
-                anyhow!(
-                    "{}",
-                    vramlens::render::reconcile::error_text(&e, &logs.join(", "), None)
-                )
-            })?;
+        let rec = analyze_reconcile(snap, path, &log, utc_offset, None, options).map_err(|e| {
+            let logs: Vec<String> = nvml.iter().map(|p| p.display().to_string()).collect();
+            anyhow!(
+                "{}",
+                vramlens::render::reconcile::error_text(&e, &logs.join(", "), None)
+            )
+        })?;
         let ledger = rec
             .devices
             .iter()

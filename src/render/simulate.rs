@@ -6,7 +6,7 @@
 use super::Style;
 use super::labels::{device_line, short_frame};
 use super::svg::{Svg, num};
-use crate::allocator::identity::{DivergenceKind, Identity};
+use crate::allocator::identity::{DivergenceKind, Identity, OomLimit};
 use crate::allocator::scenario::OomCause;
 use crate::analysis::budget::OutsideSource;
 use crate::analysis::simulate::{
@@ -144,6 +144,12 @@ fn capacity_text(d: &DeviceSimulation, s: &ScenarioReport) -> String {
                 .iter()
                 .find(|o| o.capacity_bytes.is_some());
             match oc {
+                Some(o) if o.limit == OomLimit::MemoryFraction => format!(
+                    "at the capacity the recorded OOM implies ({}: the most the allocator held before it; the device still had {} free, so a memory fraction refused the request, somewhere below {})",
+                    bytes(s.capacity_bytes.unwrap_or(0)),
+                    bytes(o.device_free_bytes.unwrap_or(0)),
+                    bytes(o.reserved_bytes.saturating_add(o.request_bytes))
+                ),
                 Some(o) => format!(
                     "at the capacity the recorded OOM implies ({}: {} reserved + {} the device had free then)",
                     bytes(s.capacity_bytes.unwrap_or(0)),
