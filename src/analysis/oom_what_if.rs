@@ -54,8 +54,9 @@ pub struct OomWhatIf {
     pub allocations_at_recorded_address: u64,
     pub segment_events: u64,
     pub segment_events_reproduced: u64,
-    /// The capacity the OOM implies.
+    /// The capacity the OOM implies, and what limited it.
     pub capacity_bytes: u64,
+    pub limit: crate::allocator::identity::OomLimit,
     /// The recorded settings alone run out of memory at this request at that capacity
     /// (the check that the capacity is the right one).
     pub reproduced: bool,
@@ -155,6 +156,7 @@ pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
                 segment_events: id.segment_events,
                 segment_events_reproduced: id.segment_events_reproduced,
                 capacity_bytes: capacity,
+                limit: oc.limit,
                 reproduced,
                 tries,
             },

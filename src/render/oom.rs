@@ -287,9 +287,15 @@ fn write_what_if(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
     } else {
         "it does not run out of memory at this request: the capacity or the model is off, read what follows with care"
     };
+    let basis = match w.limit {
+        crate::allocator::identity::OomLimit::MemoryFraction => {
+            "the most the allocator held under its memory fraction"
+        }
+        _ => "reserved + free then",
+    };
     writeln!(
         out,
-        "  what if             {model}; at the capacity the OOM implies ({}: reserved + free then) {check}",
+        "  what if             {model}; at the capacity the OOM implies ({}: {basis}) {check}",
         bytes(w.capacity_bytes)
     )?;
     let rows: Vec<(String, String)> = w
@@ -308,7 +314,8 @@ fn write_what_if(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
                     "lets this request through, but a later one runs out of memory (event {})",
                     crate::units::grouped(e as u64)
                 ),
-                (true, Some(sp), None) if sp >= 0 => {
+                (true, Some(0), None) => "lets it through, with nothing to spare".to_string(),
+                (true, Some(sp), None) if sp > 0 => {
                     format!("lets it through, {} to spare", bytes(sp as u64))
                 }
                 (true, _, None) => "lets it through".to_string(),
