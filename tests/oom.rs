@@ -173,15 +173,34 @@ fn torchtitan_fsdp_ranks_run_out_of_capacity_with_fragmentation() {
             sharding.ends_with("torch/distributed/fsdp/_fully_shard/_fsdp_param.py"),
             "{sharding}"
         );
+        // Garbage collection is not offered: replayed through the allocator model (which
+        // reproduces this recording entry by entry) at the capacity the OOM implies, it
+        // runs out of memory at the same request; the other two settings let it through.
         assert_eq!(
             a["verdicts"][1]["knobs"],
             serde_json::json!([
                 "expandable_segments",
                 "max_split_size",
-                "gc_threshold",
                 "empty_cache_between_phases"
             ]),
             "{rank}"
+        );
+        let w = &a["what_if"];
+        assert_eq!(w["model_exact"], true);
+        assert_eq!(w["reproduced"], true);
+        let through: Vec<(&str, bool)> = w["tries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["setting"].as_str().unwrap(), t["lets_through"].as_bool().unwrap()))
+            .collect();
+        assert_eq!(
+            through,
+            [
+                ("expandable_segments", true),
+                ("max_split_size", true),
+                ("gc_threshold", false)
+            ]
         );
         // Without the device total, the same verdicts and words, and the way to give it.
         let text = oom_text(&[path.to_str().unwrap()]);

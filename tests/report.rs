@@ -169,7 +169,9 @@ fn sample_report_is_self_contained_with_the_independent_figures() {
         oom["size"].as_u64().unwrap(),
         oom["device_free"].as_u64().unwrap(),
     );
-    let reserved = dev["reserved_bytes"].as_u64().unwrap();
+    // Reserved at the OOM: the end's, less the 2 MiB small segment of the copy stream
+    // that the prefetch after the OOM made (scripts/gen_fixtures.py, make_sample).
+    let reserved = dev["reserved_bytes"].as_u64().unwrap() - (2 << 20);
     assert!(request > reserved + free);
     let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
