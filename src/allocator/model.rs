@@ -191,6 +191,9 @@ pub struct Allocator {
     requested: u64,
     /// Segments freed or ranges unmapped since the events were last taken.
     released: usize,
+    /// Free blocks by address, kept only for a replay that follows a recording
+    /// ([`Allocator::index_addresses`]), to put a block where the recording put it.
+    free_by_addr: Option<BTreeMap<u64, u32>>,
     pub stats: Stats,
 }
 
@@ -228,12 +231,19 @@ impl Allocator {
             allocated: 0,
             requested: 0,
             released: 0,
+            free_by_addr: None,
             stats: Stats::default(),
         };
         // The default pools first: garbage collection and `empty_cache` walk them by name.
         a.pool(PoolKey::DEFAULT_LARGE);
         a.pool(PoolKey::DEFAULT_SMALL);
         a
+    }
+
+    /// Keeps free blocks by address too, for [`Allocator::allocate_at`] (before any block
+    /// exists).
+    pub fn index_addresses(&mut self) {
+        self.free_by_addr = Some(BTreeMap::new());
     }
 
     pub fn settings(&self) -> &Settings {
@@ -395,6 +405,9 @@ impl Allocator {
         let key = (b.stream, b.size, b.addr);
         let pool = b.pool as usize;
         self.pools[pool].free.insert(key, i);
+        if let Some(index) = &mut self.free_by_addr {
+            index.insert(key.2, i);
+        }
     }
 
     fn remove_free(&mut self, i: u32) {
@@ -402,6 +415,9 @@ impl Allocator {
         self.pools[b.pool as usize]
             .free
             .remove(&(b.stream, b.size, b.addr));
+        if let Some(index) = &mut self.free_by_addr {
+            index.remove(&b.addr);
+        }
     }
 
     fn insert_unmapped(&mut self, i: u32) {
@@ -1207,14 +1223,25 @@ impl Allocator {
             private,
             small: size <= SMALL_SIZE,
         });
-        let found = self.pools[pool as usize]
-            .free
-            .range((stream, 0, 0)..=(stream, u64::MAX, u64::MAX))
-            .map(|(_, &i)| i)
-            .find(|&i| {
-                let b = self.b(i);
-                b.addr <= addr && addr.saturating_add(size) <= b.addr + b.size
-            })?;
+        let holds = |i: u32| {
+            let b = self.b(i);
+            b.pool == pool
+                && b.stream == stream
+                && b.addr <= addr
+                && addr.saturating_add(size) <= b.addr + b.size
+        };
+        let found = match &self.free_by_addr {
+            Some(index) => index
+                .range(..=addr)
+                .next_back()
+                .map(|(_, &i)| i)
+                .filter(|&i| holds(i))?,
+            None => self.pools[pool as usize]
+                .free
+                .range((stream, 0, 0)..=(stream, u64::MAX, u64::MAX))
+                .map(|(_, &i)| i)
+                .find(|&i| holds(i))?,
+        };
         self.remove_free(found);
         let f = *self.b(found);
         let mut i = found;

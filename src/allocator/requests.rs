@@ -73,21 +73,22 @@ pub enum Request {
     },
 }
 
-/// A request as kept: 32 bytes, streams and pools by index.
+/// A request as kept: 24 bytes. Streams and pools by index (a file with more than
+/// 65,535 of either has the rest share the last); outputs by count, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Packed {
     size: u64,
     tag: u32,
     event: u32,
-    outputs_start: u32,
     outputs_len: u32,
-    stream: u32,
+    stream: u16,
     pool: u16,
-    kind: Kind,
 }
 
+/// Bits of `Packed::outputs_len` that hold the kind.
+const KIND_SHIFT: u32 = 29;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
 enum Kind {
     Alloc,
     FreeRequested,
@@ -126,6 +127,7 @@ pub struct Requests {
     items: Vec<Packed>,
     /// Streams and private pools of the requests, by first appearance.
     streams: Vec<u64>,
+    stream_index: HashMap<u64, u16>,
     pools: Vec<(i64, i64)>,
     /// Outputs of the allocator calls, indexed by the calls' `outputs` ranges.
     pub outputs: Vec<Recorded>,
@@ -385,9 +387,19 @@ impl Requests {
 
     /// The requests in recorded order.
     pub fn iter(&self) -> impl Iterator<Item = Request> + '_ {
-        self.items.iter().map(|p| {
-            let outputs = p.outputs_start..p.outputs_start + p.outputs_len;
-            match p.kind {
+        let mut at = 0u32;
+        self.items.iter().map(move |p| {
+            let len = p.outputs_len & ((1 << KIND_SHIFT) - 1);
+            let outputs = at..at + len;
+            at += len;
+            let kind = match p.outputs_len >> KIND_SHIFT {
+                0 => Kind::Alloc,
+                1 => Kind::FreeRequested,
+                2 => Kind::Free,
+                3 => Kind::EmptyCache,
+                _ => Kind::Oom,
+            };
+            match kind {
                 Kind::Alloc => Request::Alloc {
                     tag: p.tag,
                     size: p.size,
@@ -433,12 +445,20 @@ impl Requests {
         self.items.last().map(|p| p.event)
     }
 
-    fn stream_index(&mut self, stream: u64) -> u32 {
-        match self.streams.iter().position(|&s| s == stream) {
-            Some(i) => i as u32,
+    fn stream_index(&mut self, stream: u64) -> u16 {
+        if let Some(&last) = self.streams.last()
+            && last == stream
+        {
+            return (self.streams.len() - 1) as u16;
+        }
+        match self.stream_index.get(&stream) {
+            Some(&i) => i,
+            None if self.streams.len() > u16::MAX as usize => u16::MAX,
             None => {
+                let i = self.streams.len() as u16;
                 self.streams.push(stream);
-                (self.streams.len() - 1) as u32
+                self.stream_index.insert(stream, i);
+                i
             }
         }
     }
@@ -446,6 +466,7 @@ impl Requests {
     fn pool_index(&mut self, pool: (i64, i64)) -> u16 {
         match self.pools.iter().position(|&p| p == pool) {
             Some(i) => i as u16,
+            None if self.pools.len() > u16::MAX as usize => u16::MAX,
             None => {
                 self.pools.push(pool);
                 (self.pools.len() - 1) as u16
@@ -454,17 +475,9 @@ impl Requests {
     }
 
     fn push(&mut self, r: Request) {
-        let blank = Packed {
-            size: 0,
-            tag: 0,
-            event: r.event(),
-            outputs_start: 0,
-            outputs_len: 0,
-            stream: 0,
-            pool: 0,
-            kind: Kind::Free,
-        };
-        let p = match r {
+        let event = r.event();
+        let len = |o: &Range<u32>| (o.end - o.start).min((1 << KIND_SHIFT) - 1);
+        let (kind, size, tag, outputs, stream, pool) = match r {
             Request::Alloc {
                 tag,
                 size,
@@ -472,44 +485,27 @@ impl Requests {
                 pool,
                 outputs,
                 ..
-            } => Packed {
-                size,
-                tag,
-                outputs_start: outputs.start,
-                outputs_len: outputs.end - outputs.start,
-                stream: self.stream_index(stream),
-                pool: self.pool_index(pool),
-                kind: Kind::Alloc,
-                ..blank
-            },
-            Request::FreeRequested { tag, .. } => Packed {
-                tag,
-                kind: Kind::FreeRequested,
-                ..blank
-            },
-            Request::Free { tag, .. } => Packed { tag, ..blank },
-            Request::EmptyCache { outputs, .. } => Packed {
-                outputs_start: outputs.start,
-                outputs_len: outputs.end - outputs.start,
-                kind: Kind::EmptyCache,
-                ..blank
-            },
+            } => (0, size, tag, len(&outputs), Some(stream), Some(pool)),
+            Request::FreeRequested { tag, .. } => (1, 0, tag, 0, None, None),
+            Request::Free { tag, .. } => (2, 0, tag, 0, None, None),
+            Request::EmptyCache { outputs, .. } => (3, 0, 0, len(&outputs), None, None),
             Request::Oom {
                 size,
                 stream,
                 pool,
                 outputs,
                 ..
-            } => Packed {
-                size,
-                outputs_start: outputs.start,
-                outputs_len: outputs.end - outputs.start,
-                stream: self.stream_index(stream),
-                pool: self.pool_index(pool),
-                kind: Kind::Oom,
-                ..blank
-            },
+            } => (4, size, 0, len(&outputs), Some(stream), Some(pool)),
         };
-        self.items.push(p);
+        let stream = stream.map_or(0, |s| self.stream_index(s));
+        let pool = pool.map_or(0, |p| self.pool_index(p));
+        self.items.push(Packed {
+            size,
+            tag,
+            event,
+            outputs_len: outputs | (kind << KIND_SHIFT),
+            stream,
+            pool,
+        });
     }
 }

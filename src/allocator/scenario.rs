@@ -346,11 +346,12 @@ fn first_oom(
 }
 
 /// Requests between two saved states of the unlimited replay, when the smallest
-/// capacity is searched.
+/// capacity is searched: at least this many, and no more than [`CHECKPOINTS`] states.
 const CHECKPOINT_EVERY: usize = 1 << 16;
+const CHECKPOINTS: usize = 16;
 
-/// The unlimited replay, kept for searching capacities: its state every
-/// [`CHECKPOINT_EVERY`] requests and, for each request that asked the device for memory,
+/// The unlimited replay, kept for searching capacities: its state every so many
+/// requests and, for each request that asked the device for memory,
 /// the most the allocator would then hold. A replay under a capacity C is this one up to
 /// the first request that needed more than C, so it resumes from the state saved before
 /// that request.
@@ -372,8 +373,9 @@ impl Search {
             peak_reserved: r.a.reserved(),
             peak_requested: r.a.requested(),
         };
+        let every = CHECKPOINT_EVERY.max(p.requests.len().div_ceil(CHECKPOINTS));
         for (i, item) in p.requests.iter().enumerate() {
-            if i % CHECKPOINT_EVERY == 0 {
+            if i % every == 0 {
                 out.checkpoints.push((i, r.save()));
             }
             r.dev.max_need = 0;
