@@ -192,7 +192,12 @@ fn torchtitan_fsdp_ranks_run_out_of_capacity_with_fragmentation() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|t| (t["setting"].as_str().unwrap(), t["lets_through"].as_bool().unwrap()))
+            .map(|t| {
+                (
+                    t["setting"].as_str().unwrap(),
+                    t["lets_through"].as_bool().unwrap(),
+                )
+            })
             .collect();
         assert_eq!(
             through,
