@@ -46,6 +46,11 @@ pub struct Cli {
 /// The most worker threads `--threads` accepts.
 pub const MAX_THREADS: usize = 1024;
 
+/// The one rule every command follows when `--device` is not given (the README says it).
+const DEVICE_CHOSEN: &str = "Device (default: the first with an OOM, else the one whose requested memory peaked highest; the output says which was chosen)";
+/// `diff`'s `--device`: the same rule, applied to each file on its own.
+const DEVICE_IN_BOTH: &str = "Device in both files (default: each file's own, by the rule every command follows: the first with an OOM, else the one whose requested memory peaked highest)";
+
 fn parse_threads(s: &str) -> Result<usize, String> {
     match s.parse::<u64>() {
         Ok(n) if n <= MAX_THREADS as u64 => Ok(n as usize),
@@ -115,9 +120,7 @@ pub struct SimulateArgs {
     /// Snapshot file with a trace (recorded with torch.cuda.memory._record_memory_history).
     #[arg(value_name = "SNAPSHOT")]
     pub snapshot: PathBuf,
-    /// Device (default: the first with an OOM, else the one whose requested memory
-    /// peaked highest).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
     /// A GPU to fit: a name (h100, h200, a100-80gb, a100-40gb, l40s, l4, a10, rtx4090,
     /// rtx5090, b200, mi300x, v100, t4) or a size (24GiB). Repeatable. Default: the
@@ -193,8 +196,7 @@ pub struct ReportArgs {
     /// Replace the output file if it exists (a regular file only).
     #[arg(long)]
     pub force: bool,
-    /// Device (default: the one with an OOM, else the largest peak).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
     /// Device readings (nvidia-smi CSV or NVML JSON lines): drawn on the timeline, and the
     /// reconciliation ledger added.
@@ -260,7 +262,7 @@ pub struct ExportArgs {
     /// settings and with expandable segments (a few dozen replays per device).
     #[arg(long)]
     pub simulate: bool,
-    /// Only this device.
+    /// Only this device (default: every device).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     #[command(flatten)]
@@ -309,9 +311,7 @@ pub struct DiffArgs {
     /// Changes listed in text (JSON lists all).
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub limit: usize,
-    /// Device in both files (default: each file's most active device, so two ranks
-    /// compare as they are).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = DEVICE_IN_BOTH)]
     pub device: Option<i64>,
     #[command(flatten)]
     pub attribution: AttributionArgs,
@@ -348,8 +348,7 @@ pub struct CheckArgs {
     /// Grouping of the report of what grew: callsite, category, stack or file.
     #[arg(long, default_value = "callsite", value_name = "KEY")]
     pub by: GroupBy,
-    /// Device (default: the one with an OOM, else the largest peak).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
     #[command(flatten)]
     pub attribution: AttributionArgs,
@@ -402,7 +401,8 @@ pub struct BudgetArgs {
     /// headroom does not fit every --gpu, 0 when it does, 2 on bad input.
     #[arg(long, requires = "gpus")]
     pub check: bool,
-    /// Device (default: the one with an OOM, else the largest peak).
+    /// Only this device (default: every device of every file: GPUs do not pool memory,
+    /// so the one that needs the most decides).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// Write a chart (SVG): the budget of each file stacked by line, the prediction, and
@@ -446,8 +446,7 @@ pub struct FlamegraphArgs {
     /// The moment: peak (default), oom, end, event:N or time:T.
     #[arg(long, default_value = "peak", value_name = "MOMENT")]
     pub at: Moment,
-    /// Device (default: the one with an OOM, else the largest peak).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
     #[command(flatten)]
     pub attribution: AttributionArgs,
@@ -489,8 +488,7 @@ pub struct TopArgs {
     /// the moment and are still alive there.
     #[arg(long)]
     pub leaks: bool,
-    /// Device (default: the one with an OOM, else the largest peak).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
     #[command(flatten)]
     pub attribution: AttributionArgs,
@@ -508,7 +506,7 @@ pub struct SummaryArgs {
     /// After the reports, a table of the files as ranks of one job (implied by a folder).
     #[arg(long)]
     pub ranks: bool,
-    /// Only this device.
+    /// Only this device (default: every device).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// One JSON object per file, one per line (schema in docs/json.md).
@@ -548,8 +546,7 @@ pub struct TimelineArgs {
     /// Replace the output file if it exists (a regular file only).
     #[arg(long)]
     pub force: bool,
-    /// Device (default: the one with an OOM, else the largest peak).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
     /// What the x axis counts: events (one step per allocator event, as the official
     /// viewer) or time (milliseconds since the first event; PyTorch 2.2 and later).
@@ -602,8 +599,7 @@ pub struct SegmentsArgs {
     /// Replace the output file if it exists (a regular file only).
     #[arg(long)]
     pub force: bool,
-    /// Device (default: the one with the longest trace).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
     /// The moment: end (default), peak, oom, event:N, or time:T (a UTC date-time as
     /// printed, +1.5s after the first event, or Unix microseconds).
@@ -633,7 +629,7 @@ pub struct OomArgs {
     /// each). Else taken from the OOM message when given.
     #[arg(long, value_name = "SIZE")]
     pub device_total: Option<String>,
-    /// Only this device.
+    /// Only this device (default: every device).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     #[command(flatten)]
@@ -664,7 +660,7 @@ pub struct ReconcileArgs {
         allow_hyphen_values = true
     )]
     pub utc_offset: i32,
-    /// Only this device.
+    /// Only this device (default: every device).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
     /// The GPU of the device log to read: nvidia-smi's index, or for a log without an

@@ -868,3 +868,47 @@ fn file_names_in_errors_are_shown_escaped() {
         )
     );
 }
+
+/// Each command's `--device` help states the rule the command follows: the README's rule
+/// (the first with an OOM, else the largest requested peak) where one device is chosen,
+/// every device where all are taken.
+#[test]
+fn every_device_help_says_the_rule_the_command_follows() {
+    let chosen = [
+        "top",
+        "timeline",
+        "segments",
+        "flamegraph",
+        "report",
+        "simulate",
+        "check",
+        "diff",
+    ];
+    let every = ["summary", "oom", "reconcile", "export", "budget"];
+    let help = |cmd: &str| {
+        let out = vramlens().args([cmd, "--help"]).assert().success();
+        let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+        // The paragraph of --device, joined across clap's line wrapping.
+        let mut lines = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("--device <N>"));
+        let first = lines.next().expect("a --device option");
+        let more = lines.take_while(|l| !l.trim_start().starts_with('-'));
+        std::iter::once(first)
+            .chain(more)
+            .flat_map(str::split_whitespace)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for cmd in chosen {
+        let h = help(cmd);
+        assert!(
+            h.contains("the first with an OOM, else the one whose requested memory peaked highest"),
+            "{cmd}: {h}"
+        );
+    }
+    for cmd in every {
+        let h = help(cmd);
+        assert!(h.contains("(default: every device"), "{cmd}: {h}");
+    }
+}
