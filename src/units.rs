@@ -362,10 +362,17 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
         return Err(format!("expected a number before the unit, found {s:?}"));
     }
     // At least one whole byte before rounding, and below 2^63.
-    match (at_least(Rounding::Down), at_least(Rounding::HalfUp)) {
-        (Some(down), Some(bytes)) if down >= 1 && bytes < 1 << 63 => Ok(bytes),
-        _ => Err(format!("{s:?} is not a size a device can have")),
+    let bytes = match (at_least(Rounding::Down), at_least(Rounding::HalfUp)) {
+        (Some(down), Some(bytes)) if down >= 1 && bytes < 1 << 63 => bytes,
+        _ => return Err(format!("{s:?} is not a size a device can have")),
+    };
+    // A bare number is bytes; one under a MiB was surely meant in a unit.
+    if unit.trim().is_empty() && bytes < 1 << 20 {
+        return Err(format!(
+            "{t:?} without a unit is {t} bytes: did you mean {t}GB or {t}GiB?"
+        ));
     }
+    Ok(bytes)
 }
 
 /// Bidirectional formatting characters: embeddings, overrides and isolates (U+202A to
@@ -587,8 +594,16 @@ mod tests {
         // The command line: a fraction of a byte rounds, less than one byte is refused.
         assert_eq!(parse_size_arg("1.5KiB"), Ok(1536));
         assert_eq!(parse_size_arg(".5KiB"), Ok(512));
-        assert_eq!(parse_size_arg("1.6"), Ok(2));
+        assert_eq!(parse_size_arg("1048576.6"), Ok(1_048_577));
         assert!(parse_size_arg("0.6").is_err());
+        // A bare number is bytes: under a MiB it was meant in a unit, and is refused.
+        assert_eq!(
+            parse_size_arg("80"),
+            Err("\"80\" without a unit is 80 bytes: did you mean 80GB or 80GiB?".to_string())
+        );
+        assert!(parse_size_arg("1048575").is_err());
+        assert_eq!(parse_size_arg("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size_arg("80KiB"), Ok(80 << 10));
         assert!(parse_size_arg("1.2.3GiB").is_err());
     }
 

@@ -265,6 +265,19 @@ fn check_exits_by_the_fit() {
     let (code, _, err) = budget(&["testdata/budget/batch_bs8.pickle", "--gpu", "h900"]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown GPU \"h900\""), "{err}");
+    // An RTX A6000 is answered as itself (47.54 GiB, not a 48 GB card with ECC on).
+    let (code, v, _) = budget(&[
+        "testdata/budget/batch_bs8.pickle",
+        "--gpu",
+        "a6000",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(v["fits"][0]["gpu"]["name"], "RTX A6000 48GB", "{v}");
+    // A bare number is bytes: one under a MiB is refused with the units it meant.
+    let (code, _, err) = budget(&["testdata/budget/batch_bs8.pickle", "--gpu", "80"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("did you mean 80GB or 80GiB?"), "{err}");
 }
 
 #[test]

@@ -912,3 +912,19 @@ fn every_device_help_says_the_rule_the_command_follows() {
         assert!(h.contains("(default: every device"), "{cmd}: {h}");
     }
 }
+
+/// A size without a unit is bytes; one under a MiB is refused, naming the units meant.
+#[test]
+fn a_bare_small_size_is_refused_with_the_units_it_meant() {
+    for args in [
+        &["check", "testdata/sample.pickle", "--max-peak", "20"][..],
+        &["oom", "testdata/sample.pickle", "--device-total", "20"][..],
+        &["simulate", "testdata/sample.pickle", "--outside", "20"][..],
+    ] {
+        vramlens()
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("did you mean 20GB or 20GiB?"));
+    }
+}

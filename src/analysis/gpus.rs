@@ -24,7 +24,7 @@ pub struct Gpu {
 }
 
 /// (names it is known by, lower case; shown name; capacity in GiB; source).
-const TABLE: [(&[&str], &str, f64, &str); 13] = [
+const TABLE: [(&[&str], &str, f64, &str); 19] = [
     (
         &["h100", "h100-80gb", "h100-sxm", "h100-pcie"],
         "H100 80GB",
@@ -36,6 +36,18 @@ const TABLE: [(&[&str], &str, f64, &str); 13] = [
         "H200 141GB",
         139.80,
         "our recording on an H200 (testdata/gpu/oom/oom.log): total capacity 139.80 GiB",
+    ),
+    (
+        &["h20", "h20-96gb"],
+        "H20 96GB",
+        94.97,
+        "nvidia-smi lists 97871 MiB on H20, as on the 96 GB GH200; PyTorch OOM messages on such devices: total capacity 94.97 GiB",
+    ),
+    (
+        &["gh200", "gh200-96gb", "gh200-480gb"],
+        "GH200 96GB",
+        94.97,
+        "nvidia-smi lists 97871 MiB on GH200 (96 GB HBM3, the 480GB and 120GB systems), as on the H20; PyTorch OOM messages on such devices: total capacity 94.97 GiB; the 144 GB HBM3e GH200 is given as a size",
     ),
     (
         &["a100-80gb", "a100-80", "a100"],
@@ -50,10 +62,22 @@ const TABLE: [(&[&str], &str, f64, &str); 13] = [
         "PyTorch OOM messages on A100 40GB: total capacity 39.39-39.56 GiB",
     ),
     (
-        &["l40s", "l40", "a6000", "rtx6000ada"],
+        &["l40s", "l40", "rtx6000ada"],
         "L40S 48GB",
         44.34,
-        "PyTorch OOM messages on 48 GB cards (L40S, L40, RTX A6000): total capacity 44.34-44.52 GiB",
+        "PyTorch OOM messages on 48 GB cards with ECC (L40S, L40, RTX 6000 Ada): total capacity 44.34-44.52 GiB",
+    ),
+    (
+        &["rtxa6000", "a6000"],
+        "RTX A6000 48GB",
+        47.54,
+        "PyTorch OOM messages on RTX A6000: total capacity 47.54 GiB",
+    ),
+    (
+        &["a40", "a40-48gb"],
+        "A40 48GB",
+        44.42,
+        "nvidia-smi lists 46068 MiB on A40, as on the L40S; a GPU test reading the driver's total: 44.42 GiB",
     ),
     (
         &["l4"],
@@ -74,6 +98,12 @@ const TABLE: [(&[&str], &str, f64, &str); 13] = [
         "PyTorch OOM messages on 24 GB GeForce cards (RTX 4090): total capacity 23.52-23.64 GiB",
     ),
     (
+        &["rtx3090", "3090", "rtx3090ti", "3090ti"],
+        "RTX 3090 24GB",
+        23.69,
+        "PyTorch OOM messages on RTX 3090: total capacity 23.69-23.70 GiB",
+    ),
+    (
         &["rtx5090", "5090"],
         "RTX 5090 32GB",
         31.36,
@@ -92,6 +122,12 @@ const TABLE: [(&[&str], &str, f64, &str); 13] = [
         "PyTorch (ROCm) OOM messages on MI300X: total capacity 191.69-191.98 GiB",
     ),
     (
+        &["mi250x", "mi250", "mi250x-gcd"],
+        "MI250X 64GB (one GCD)",
+        63.98,
+        "PyTorch (ROCm) OOM messages on 64 GB AMD devices (each of an MI250X's two GCDs is a device of its own): total capacity 63.98 GiB",
+    ),
+    (
         &["v100", "v100-32gb"],
         "V100 32GB",
         31.73,
@@ -102,6 +138,27 @@ const TABLE: [(&[&str], &str, f64, &str); 13] = [
         "T4 16GB",
         14.56,
         "PyTorch OOM messages on T4 (Colab, Kaggle): total capacity 14.56-14.74 GiB",
+    ),
+];
+
+/// Names of accelerators whose memory is not managed by PyTorch's CUDA caching
+/// allocator: a snapshot of one cannot be fitted to them. (key prefix, what it is).
+const NOT_CUDA: [(&str, &str); 4] = [
+    (
+        "gaudi",
+        "Intel Gaudi (Habana) is not a CUDA device: PyTorch runs there on its own allocator, which a CUDA memory snapshot says nothing about",
+    ),
+    (
+        "hpu",
+        "an HPU (Intel Gaudi) is not a CUDA device: PyTorch runs there on its own allocator, which a CUDA memory snapshot says nothing about",
+    ),
+    (
+        "tpu",
+        "a TPU is not a CUDA device: PyTorch/XLA manages its memory, which a CUDA memory snapshot says nothing about",
+    ),
+    (
+        "trainium",
+        "AWS Trainium is not a CUDA device: its memory is managed by the Neuron runtime, which a CUDA memory snapshot says nothing about",
     ),
 ];
 
@@ -141,11 +198,53 @@ pub fn find(text: &str) -> Result<Gpu, String> {
             source: "given as a size",
         });
     }
-    let names: Vec<&str> = TABLE.iter().map(|e| e.0[0]).collect();
+    if let Some((_, why)) = NOT_CUDA.iter().find(|(k, _)| compact.starts_with(k)) {
+        return Err(format!("{text:?}: {why}"));
+    }
     Err(format!(
-        "unknown GPU {text:?}: expected one of {} or a size such as 24GiB",
-        names.join(", ")
+        "unknown GPU {text:?}: the closest known are {}; or give its memory as a size such as 24GiB (the total capacity PyTorch prints in an OOM message)",
+        closest(&compact).join(", ")
     ))
+}
+
+/// The three table entries whose names are nearest to `key` (edit distance over every
+/// name an entry is known by; ties in table order), as "name (how to ask for it)".
+fn closest(key: &str) -> Vec<String> {
+    let mut scored: Vec<(usize, usize)> = TABLE
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let d =
+                e.0.iter()
+                    .map(|n| edit_distance(key, &n.replace('-', "")))
+                    .min()
+                    .unwrap_or(usize::MAX);
+            (d, i)
+        })
+        .collect();
+    scored.sort();
+    scored
+        .iter()
+        .take(3)
+        .map(|&(_, i)| format!("{} ({})", TABLE[i].1, TABLE[i].0[0]))
+        .collect()
+}
+
+/// Levenshtein distance over bytes (names are ASCII; input is cut to 64 bytes).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a = &a.as_bytes()[..a.len().min(64)];
+    let b = b.as_bytes();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 /// Every device of the table, in its order.
@@ -170,6 +269,42 @@ mod tests {
             (139.80 * (1u64 << 30) as f64).round() as u64
         );
         assert!(find("h900").unwrap_err().contains("unknown GPU \"h900\""));
+        // The cards people ask for are their own entries, not a neighbour's.
+        assert_eq!(find("a6000").unwrap().name, "RTX A6000 48GB");
+        assert_eq!(find("RTX A6000").unwrap().name, "RTX A6000 48GB");
+        assert_eq!(find("A40").unwrap().name, "A40 48GB");
+        assert_eq!(find("RTX 3090").unwrap().name, "RTX 3090 24GB");
+        assert_eq!(find("H20").unwrap().name, "H20 96GB");
+        assert_eq!(find("GH200").unwrap().name, "GH200 96GB");
+        assert_eq!(find("MI250X").unwrap().name, "MI250X 64GB (one GCD)");
+        // 47.54 GiB, as PyTorch prints it on an RTX A6000.
+        assert_eq!(
+            find("a6000").unwrap().capacity_bytes,
+            (47.54 * (1u64 << 30) as f64).round() as u64
+        );
+        // An unknown name: the nearest names, by edit distance.
+        let e = find("a6001").unwrap_err();
+        assert!(
+            e.starts_with("unknown GPU \"a6001\": the closest known are RTX A6000 48GB (rtxa6000)"),
+            "{e}"
+        );
+        let e = find("h10").unwrap_err();
+        assert!(
+            e.contains("H100 80GB (h100)") && e.contains("H20 96GB (h20)"),
+            "{e}"
+        );
+        // Not CUDA: refused for what it is.
+        let e = find("Gaudi2").unwrap_err();
+        assert!(e.contains("is not a CUDA device"), "{e}");
+        // Every name in the table is unique to its entry.
+        let mut names: Vec<String> = TABLE
+            .iter()
+            .flat_map(|e| e.0.iter().map(|n| n.replace('-', "")))
+            .collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n);
         assert!(DEFAULT_GPUS.iter().all(|g| find(g).is_ok()));
     }
 }
