@@ -264,12 +264,12 @@ fn caveat_text(c: &Caveat, vary: Vary) -> String {
             smallest_bytes,
             largest_bytes,
         } => format!(
-            "the files' weights differ ({} to {}): another model or precision; no prediction",
+            "the files' weights differ ({} to {}): another model or precision",
             bytes(*smallest_bytes),
             bytes(*largest_bytes)
         ),
         Caveat::PrecisionsDiffer { precisions } => format!(
-            "the file names state different precisions ({}): no prediction",
+            "the file names state different precisions ({})",
             precisions.join(", ")
         ),
         Caveat::SettingsDiffer { settings } => format!(
@@ -285,7 +285,7 @@ fn caveat_text(c: &Caveat, vary: Vary) -> String {
                 .join(" or ")
         ),
         Caveat::NotMonotonic { line } => format!(
-            "{} goes down as the {} goes up: the runs are not one workload (another mode, a trace that missed the peak); no prediction",
+            "{} goes down as the {} goes up: the runs are not one workload (another mode, a trace that missed the peak)",
             line_name(*line),
             vary_name(vary)
         ),
@@ -293,7 +293,7 @@ fn caveat_text(c: &Caveat, vary: Vary) -> String {
             "two sizes only: each group's growth is read from two points, and no error can be estimated (a third size gives one)".into()
         }
         Caveat::BeyondRange { target, largest } => format!(
-            "{target} is past twice the largest size measured ({largest}): no prediction; measure a larger size"
+            "{target} is past twice the largest size measured ({largest}): measure a larger size"
         ),
     }
 }
@@ -318,12 +318,25 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             .collect::<Vec<_>>()
             .join(", ")
     )?;
+    // A refused series says so first, with its reasons; its table is then measurements only.
+    let refusals: Vec<&Caveat> = s.caveats.iter().filter(|c| c.refuses()).collect();
+    for c in &refusals {
+        writeln!(out, "  no prediction: {}", caveat_text(c, s.vary))?;
+    }
+    // Past the range refuses the target only; the other refusals leave no law to show.
+    let refused = refusals
+        .iter()
+        .any(|c| !matches!(c, Caveat::BeyondRange { .. }));
     let width = 36;
     let mut head = format!("  {:<width$}", "line");
     for size in &s.sizes {
         head.push_str(&format!("  {:>10}", size));
     }
-    writeln!(out, "{head}  grows as")?;
+    if refused {
+        writeln!(out, "{head}")?;
+    } else {
+        writeln!(out, "{head}  grows as")?;
+    }
     for l in &s.lines {
         if l.measured_bytes.iter().all(|&b| b == 0) {
             continue;
@@ -331,6 +344,10 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
         let mut row = format!("  {:<width$}", line_name(l.line));
         for b in &l.measured_bytes {
             row.push_str(&format!("  {:>10}", bytes(*b)));
+        }
+        if refused {
+            writeln!(out, "{row}")?;
+            continue;
         }
         let worst = l
             .measured_bytes
@@ -345,7 +362,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             worst * 100.0
         )?;
     }
-    for (size, err) in &s.held_out {
+    for (size, err) in s.held_out.iter().filter(|_| !refused) {
         writeln!(
             out,
             "  held out: {size} predicted from the others: total {:+.1}%",
@@ -396,15 +413,8 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             }
             write_fits(out, &p.fits, r.headroom)?;
         }
-        None => writeln!(
-            out,
-            "  no prediction{}",
-            if s.caveats.iter().any(Caveat::refuses) {
-                " (see the caveats)"
-            } else {
-                " (give --target VALUE)"
-            }
-        )?,
+        None if !refusals.is_empty() => {}
+        None => writeln!(out, "  no prediction (give --target VALUE)")?,
     }
     if !s.largest.is_empty() {
         writeln!(
@@ -424,9 +434,10 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             writeln!(out, "  {:<16}  {what}", l.gpu.name)?;
         }
     }
-    if !s.caveats.is_empty() {
+    let others: Vec<&Caveat> = s.caveats.iter().filter(|c| !c.refuses()).collect();
+    if !others.is_empty() {
         writeln!(out, "caveats")?;
-        for c in &s.caveats {
+        for c in others {
             writeln!(out, "  - {}", caveat_text(c, s.vary))?;
         }
     }
