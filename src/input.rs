@@ -213,6 +213,15 @@ fn open(path: &Path) -> Result<Data, InputError> {
     }
 }
 
+/// How a memory snapshot is recorded, for a file that is something else.
+pub const RECORD_ADVICE: &str = "record a snapshot with torch.cuda.memory._record_memory_history() before the work and torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") after it";
+
+/// The name of a zip's first entry (its first local file header), if whole.
+fn zip_first_name(raw: &[u8]) -> Option<&[u8]> {
+    let len = u16::from_le_bytes([*raw.get(26)?, *raw.get(27)?]) as usize;
+    raw.get(30..30 + len)
+}
+
 /// Compressed formats by their magic bytes: Some(true) for gzip (read), an error naming
 /// the others.
 fn compression(raw: &[u8]) -> Result<Option<bool>, InputError> {
@@ -226,6 +235,11 @@ fn compression(raw: &[u8]) -> Result<Option<bool>, InputError> {
         [0x28, 0xb5, 0x2f, 0xfd, ..] => named("zstd", "zstd -d FILE"),
         [0xfd, b'7', b'z', b'X', b'Z', 0, ..] => named("xz", "xz -d FILE"),
         [b'B', b'Z', b'h', ..] => named("bzip2", "bunzip2 FILE"),
+        [b'P', b'K', 3, 4, ..] if zip_first_name(raw).is_some_and(|n| n.ends_with(b"data.pkl")) => {
+            Err(InputError::WrongKind(format!(
+                "a file torch.save wrote (a zip holding data.pkl: tensors or a model's state), not a memory snapshot; {RECORD_ADVICE}"
+            )))
+        }
         [b'P', b'K', 3, 4, ..] => Err(InputError::WrongKind(
             "a zip archive; unpack the snapshot from it first (unzip FILE)".into(),
         )),

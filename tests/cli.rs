@@ -928,3 +928,38 @@ fn a_bare_small_size_is_refused_with_the_units_it_meant() {
             .stderr(predicate::str::contains("did you mean 20GB or 20GiB?"));
     }
 }
+
+/// A `torch.save` file (a zip whose first entry is `<name>/data.pkl`) is named for what
+/// it is, with how to record a snapshot; another zip is still to be unpacked.
+#[test]
+fn a_torch_save_file_is_named_and_the_recording_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let zip = |name: &str| {
+        // A zip's local file header: signature, 22 bytes of version, flags, method,
+        // times, CRC and sizes, then the name's length, the extra field's, the name.
+        let mut b = b"PK\x03\x04".to_vec();
+        b.extend([0u8; 22]);
+        b.extend((name.len() as u16).to_le_bytes());
+        b.extend(0u16.to_le_bytes());
+        b.extend(name.as_bytes());
+        b.extend([0u8; 64]);
+        b
+    };
+    let pt = dir.path().join("model.pt");
+    std::fs::write(&pt, zip("model/data.pkl")).unwrap();
+    vramlens()
+        .args(["summary", pt.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("a file torch.save wrote"))
+        .stderr(predicate::str::contains("not a memory snapshot"))
+        .stderr(predicate::str::contains("_record_memory_history()"))
+        .stderr(predicate::str::contains("unzip").not());
+    let other = dir.path().join("snapshots.zip");
+    std::fs::write(&other, zip("run/snapshot.pickle")).unwrap();
+    vramlens()
+        .args(["summary", other.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unzip FILE"));
+}
