@@ -955,6 +955,19 @@ fn a_torch_save_file_is_named_and_the_recording_explained() {
         .stderr(predicate::str::contains("not a memory snapshot"))
         .stderr(predicate::str::contains("_record_memory_history()"))
         .stderr(predicate::str::contains("unzip").not());
+    // The legacy format: a pickle of torch.save's magic number opens the file.
+    let legacy = dir.path().join("legacy.pt");
+    let mut b = b"\x80\x02\x8a\x0a".to_vec();
+    b.extend(&0x1950a86a20f9469cfc6c_u128.to_le_bytes()[..10]);
+    b.push(b'.');
+    std::fs::write(&legacy, b).unwrap();
+    vramlens()
+        .args(["summary", legacy.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "a file torch.save wrote (its legacy format",
+        ));
     let other = dir.path().join("snapshots.zip");
     std::fs::write(&other, zip("run/snapshot.pickle")).unwrap();
     vramlens()

@@ -49,6 +49,10 @@ impl DecodeError {
 }
 
 /// Short description of a value for "found ..." messages.
+/// The first object of a file `torch.save` wrote in its legacy format
+/// (`torch/serialization.py`'s `MAGIC_NUMBER`).
+const TORCH_SAVE_LEGACY_MAGIC: i128 = 0x1950a86a20f9469cfc6c;
+
 fn describe(v: &Value) -> String {
     match v {
         Value::Str(s) => {
@@ -1413,6 +1417,14 @@ impl SnapshotBuilder {
                         }
                     }
                 }
+            }
+            // The magic number that opens torch.save's legacy (pre-zip) format.
+            other if other.as_i128() == Some(TORCH_SAVE_LEGACY_MAGIC) => {
+                return Err(DecodeError::new(format!(
+                    "a file torch.save wrote (its legacy format: tensors or a model's state), not a memory snapshot; {}",
+                    crate::input::RECORD_ADVICE
+                ))
+                .root());
             }
             other => {
                 return Err(DecodeError::new(format!(
