@@ -288,7 +288,7 @@ fn directory() {
     let path = dir.path().to_str().unwrap().to_string();
     bad_input(
         &path,
-        "a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html, or a pickle with no extension)",
+        "a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.json.gz, *.raw.gz, *.html, or a pickle with no extension)",
     );
     // Folders are read one level deep: snapshots further down are pointed at.
     let run = dir.path().join("run1");
@@ -975,4 +975,39 @@ fn a_torch_save_file_is_named_and_the_recording_explained() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("unzip FILE"));
+}
+
+/// A folder scan takes what is read when named: gzipped profiler traces (`*.json.gz`)
+/// and `export_memory_timeline` files (`*.raw.gz`), as well as snapshots.
+#[test]
+fn a_folder_scan_reads_gzipped_traces() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let trace = std::fs::read(root().join("testdata/profile/run.trace.json")).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&trace).unwrap();
+    let gz = gz.finish().unwrap();
+    std::fs::write(dir.path().join("worker0.pt.trace.json.gz"), &gz).unwrap();
+    let named = vramlens()
+        .args(["summary", "--json"])
+        .arg(dir.path().join("worker0.pt.trace.json.gz"))
+        .output()
+        .unwrap();
+    assert_eq!(named.status.code(), Some(0));
+    let folder = vramlens()
+        .args(["summary", "--json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        folder.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&folder.stderr)
+    );
+    // The folder's one file reads as it does when named.
+    let a: serde_json::Value = serde_json::from_slice(&named.stdout).unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&folder.stdout).unwrap();
+    assert_eq!(a["source"]["format"], "kineto_trace");
+    assert_eq!(a["devices"], b["devices"]);
 }

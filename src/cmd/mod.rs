@@ -136,15 +136,24 @@ fn attribution_options(
 }
 
 /// The files named: each folder stands for the snapshot files in it (`*.pickle`, `*.pkl`,
-/// `*.pickle.gz`, `*.json`, `*.html`, and files with no extension whose content starts as
+/// `*.pickle.gz`, `*.json` and `*.json.gz` (profiler traces too), `*.raw.gz`
+/// (`export_memory_timeline`), `*.html`, and files with no extension whose content starts as
 /// a pickle or a gzip stream does), by name; other paths as given.
 fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
     Ok(expand_inputs_listing(paths)?.0)
 }
 
 /// File names a folder's snapshot files have.
-const SNAPSHOT_EXTENSIONS: [&str; 6] =
-    [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".json", ".html"];
+const SNAPSHOT_EXTENSIONS: [&str; 8] = [
+    ".pickle",
+    ".pkl",
+    ".pickle.gz",
+    ".pkl.gz",
+    ".json",
+    ".json.gz",
+    ".raw.gz",
+    ".html",
+];
 
 /// A file with no extension that starts as a pickle (protocol 2 and later) or a gzip
 /// stream: how `torch.cuda.memory._dump_snapshot` output looks under any name.
@@ -210,7 +219,7 @@ fn expand_inputs_listing(
                 ),
             };
             let why = format!(
-                "{}: a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.html, or a pickle with no extension){hint}",
+                "{}: a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.json.gz, *.raw.gz, *.html, or a pickle with no extension){hint}",
                 p.display()
             );
             // Among several inputs (`DIR/*/`), an empty folder is passed over, said so.
