@@ -23,9 +23,14 @@
 //!   `user@HOST`), and words given by the caller, are replaced wherever they appear as
 //!   a whole word, in every text field.
 //! - Function names and line numbers stay (paths inside them cut) unless `strip_code`,
-//!   which replaces them by keyed hashes (SipHash-2-4) that keep equal frames equal and
-//!   distinct frames distinct; code text (`forward_frames`, `cpp_frames`) and compiled
-//!   regions (`compile_context`, but `N/A`) are hashed then too.
+//!   which replaces those of the user's own code by keyed hashes (SipHash-2-4) that keep
+//!   equal frames equal and distinct frames distinct; code text (`forward_frames`,
+//!   `cpp_frames`) and compiled regions (`compile_context`, but `N/A`) are hashed then
+//!   too. Libraries' frames (installed packages, the standard library, generated code,
+//!   trees built from source; native code in torch's, CPython's and the C runtime's
+//!   namespaces) keep theirs, and a user's function name stays where the built-in
+//!   category rules read it ([`crate::analysis::attribution::frame_evidence`]), so that
+//!   every command decides the same categories on a stripped copy.
 //! - Annotation names and user metadata are kept (after the rules above), hashed or
 //!   dropped, as asked.
 //! - Strings matching a `keep` pattern are left as they are.

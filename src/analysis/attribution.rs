@@ -305,7 +305,7 @@ const NAMES_READ: [&str; 4] = ["forward", "step", "_call_impl", "_wrapped_call_i
 /// What the built-in decisions read of one frame: a bit for each built-in rule of the
 /// frame's kind (Python or C++, by its file) that matches `filename:line:name`, one for
 /// the autograd engine's pattern, and one for each name looked for by itself (the names
-/// that build a module's tensors, [`NAMES_READ`]). Two frames of the same file with the
+/// that build a module's tensors, `NAMES_READ`). Two frames of the same file with the
 /// same evidence are alike to every built-in mark and category (user rules aside), so
 /// redaction keeps a function name only where replacing it would change this.
 pub fn frame_evidence(filename: &str, line: i64, name: &str) -> u64 {
