@@ -485,6 +485,7 @@ fn strip_code_hashes_names_and_lines_and_keeps_frames_distinct() {
             .zip(&stripped)
             .map(|(f, (s, _))| (f.clone(), s.clone(), true))
             .collect();
+        let mut user_functions = 0;
         for ((f, (_, frames)), checked) in files.iter().zip(&stripped).zip(python_check_all(&pairs))
         {
             // The Python check maps original frames to redacted ones one to one.
@@ -494,7 +495,10 @@ fn strip_code_hashes_names_and_lines_and_keeps_frames_distinct() {
                 "{}",
                 f.display()
             );
+            user_functions += checked["user_functions_hashed"].as_u64().unwrap();
         }
+        // The fixtures' own scripts (train.py's build_model, main, ...) were seen hashed.
+        assert!(user_functions > 0, "the Python check saw no user function");
     }
 }
 
@@ -785,25 +789,37 @@ fn every_real_snapshot_redacts_with_the_same_figures_and_no_names_left() {
         let (stripped_path, _, stripped) =
             redact_and_check_against(f, &original.figures, &dir, &["--strip-code"], false);
         assert_code_stripped(&original, &stripped);
-        std::fs::remove_file(&stripped_path).unwrap();
-        plain_copy
+        (plain_copy, stripped_path)
     });
-    let mut users = 0;
     if python {
+        // Each plain copy, then each stripped one (the user's functions hashed).
         let pairs: Vec<_> = files
             .iter()
-            .zip(plain)
-            .map(|(f, p)| (f.clone(), p, false))
+            .zip(&plain)
+            .map(|(f, (p, _))| (f.clone(), p.clone(), false))
+            .chain(
+                files
+                    .iter()
+                    .zip(&plain)
+                    .map(|(f, (_, s))| (f.clone(), s.clone(), true)),
+            )
             .collect();
-        users = python_check_all(&pairs)
+        let checked = python_check_all(&pairs);
+        let users: usize = checked[..files.len()]
             .iter()
             .map(|c| c["users"].as_array().map_or(0, |u| u.len()))
             .sum();
-    }
-    if python {
         assert!(
             users >= 15,
             "the Python check found too few user names: {users}"
+        );
+        let user_functions: u64 = checked[files.len()..]
+            .iter()
+            .map(|c| c["user_functions_hashed"].as_u64().unwrap())
+            .sum();
+        assert!(
+            user_functions >= 50,
+            "the Python check saw too few user functions: {user_functions}"
         );
     }
 }
@@ -947,6 +963,12 @@ fn strip_code_keeps_the_categories_of_real_snapshots() {
                 .arg(&out)
                 .assert()
                 .success();
+            if python3() {
+                // Independently: the user's function names are hashed, no home folder or
+                // user name is left.
+                let checked = python_check(f, &out, true);
+                assert_eq!(checked["ok"], true);
+            }
             let before = category_bytes(f);
             let after = category_bytes(&out);
             assert_eq!(before, after, "{}: categories differ", f.display());
