@@ -1646,6 +1646,8 @@ mod tests {
                 0
             ),
             frame("myext::workspace_for(at::Tensor const&)", "kernel.cu", 7),
+            // The name of a library's frame, in the user's own file: hashed there only.
+            frame("_bootstrap_inner", "/home/alice/proj/train.py", 3),
         ]);
         let json = serde_json::json!({
             "segments": [],
@@ -1681,15 +1683,24 @@ mod tests {
                 &h("at::Tensor myext::secret_kernel(at::Tensor const&)"),
                 // A workspace is a category the rules read off the name.
                 "myext::workspace_for(at::Tensor const&)",
+                &h("_bootstrap_inner"),
             ]
         );
+        // The report counts the frames of each form that differs from the original.
+        let bootstrap: Vec<(&str, u64)> = report
+            .changes
+            .iter()
+            .filter(|c| c.field == Field::Function && c.original == "_bootstrap_inner")
+            .map(|c| (c.redacted.as_str(), c.count))
+            .collect();
+        assert_eq!(bootstrap, [(h("_bootstrap_inner").as_str(), 1)]);
         // Libraries keep their lines; the user's frames' lines are hashed.
         let lines: Vec<i64> = got.iter().map(|f| f.2).collect();
         assert_eq!(&lines[..3], [1773, 66, 1045]);
         for (i, original) in [(3, 40), (4, 12), (5, 8), (6, 30), (7, 20), (8, 99), (13, 7)] {
             assert!(lines[i] > 0 && lines[i] != original, "frame {i}: {lines:?}");
         }
-        assert_eq!(report.lines_replaced, 7);
+        assert_eq!(report.lines_replaced, 8);
         // No user file path is left, and the user's other names are gone.
         for (file, name, _) in &got {
             assert!(!file.contains("alice") && !file.starts_with('/'), "{file}");
