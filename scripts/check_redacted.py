@@ -15,6 +15,9 @@ Independently of vramlens, it checks that:
   annotation names, user_metadata, compile_context, internal_metadata, cpp_frames,
   forward_frames, and values of keys PyTorch does not write);
 - the frames map one to one: equal frames stay equal and distinct frames distinct;
+- with --strip-code, every function name of the user's own Python files is hashed
+  (`f_` and 16 hex digits), but for the names the category rules read (`forward`,
+  `__init__`, `step`, a loss, ...) and names a library's frame also has;
 - no home folder survives anywhere in the bytes (/home/, /Users/, X:/Users/, /homes/,
   /homestud/, /scratch/, /pscratch/), nor the first two folders of any absolute file name
   of the original (/home/NAME, /pscratch/sd, D:/Dev, ...); no frame file name is an
@@ -211,6 +214,41 @@ class Walker:
             self.fail(path, f"two frames {back} and {ka} became one: {kb}")
 
 
+LIBRARY_FILE = re.compile(
+    r"(?i)[/\\](site|dist)-packages[/\\]|[/\\]lib(64)?[/\\]python[0-9.]*[/\\]"
+    r"|[/\\]python[0-9]+[/\\]lib[/\\]|torchinductor_|^<frozen ")
+# Names of the user's code that the category rules read (docs/redaction.md): kept by
+# --strip-code.
+RULE_NAMES = re.compile(
+    r"(?i)^(forward|step|__init__|reset_parameters|_init_weights|init_weights|zero_grad"
+    r"|_call_impl|_wrapped_call_impl|_apply|to_empty|materialize)$|loss|cross_entropy|cache"
+    r"|workspace|gather|scatter|reduce|broadcast|autotune|bench|compile|collate|pin_memory"
+    r"|dataloader|accumulate|state_dict")
+HASHED = re.compile(r"^f_[0-9a-f]{16}( \[[0-9]+\])?$")
+
+
+def user_functions_hashed(frame_map):
+    """With --strip-code: the function names of the user's own Python files (not an
+    installed package, the standard library or generated code) are hashed, but those the
+    category rules read and those a library's frame of the same file also has. Gives how
+    many distinct frames were checked."""
+    library_names = {ka[1] for ka in frame_map
+                     if isinstance(ka[0], str) and LIBRARY_FILE.search(ka[0])}
+    checked = 0
+    for ka, kb in frame_map.items():
+        file, name = ka[0], ka[1]
+        if not (isinstance(file, str) and isinstance(name, str)):
+            continue
+        if not file.endswith(".py") or LIBRARY_FILE.search(file):
+            continue
+        if not re.search(r"[A-Za-z0-9]", name) or name in library_names or RULE_NAMES.search(name):
+            continue
+        checked += 1
+        if not HASHED.match(kb[1] or ""):
+            raise Failed(f"function {name!r} of {file!r} is left as {kb[1]!r}")
+    return checked
+
+
 HOME = re.compile(r"(?:/home/|/Users/|[A-Za-z]:[/\\]Users[/\\]|/homestud/|/homes/(?:[^/]{1,2}/)*)([^/\\\s\"']{3,})")
 INDUCTOR = re.compile(r"torchinductor_([A-Za-z0-9][^/\\\s\"']*)")
 
@@ -264,7 +302,9 @@ def check(original_path, redacted_path, strip_code):
             m = whole_words(long_names).search(text)
             if m:
                 raise Failed(f"user name {m.group(0)!r} is left in the bytes")
+    hashed = user_functions_hashed(w.frame_map) if strip_code else 0
     return {"ok": True, "users": users, "folders": len(prefixes), "frames": w.frames,
+            "user_functions_hashed": hashed,
             "distinct_frames": len(w.frame_map), "numbers": w.numbers,
             "strings_changed": w.strings_changed}
 

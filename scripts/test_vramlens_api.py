@@ -320,6 +320,18 @@ class CommandsTest(unittest.TestCase):
             self.assertEqual(kept.path, page)
             self.assertEqual(kept.html, r.html)
 
+    def test_report_redacts_on_request(self):
+        # The sample's frames live under /home/alice (testdata/README.md): the plain page
+        # shows the folder, the redacted one neither the folder nor the name, and the same
+        # peak.
+        plain = vramlens.report(fixture("sample.pickle"))
+        redacted = vramlens.report(fixture("sample.pickle"), redact=True)
+        self.assertIn("/home/alice/", plain.html)
+        self.assertNotIn("/home/", redacted.html)
+        self.assertNotIn("alice", redacted.html)
+        peak = expected("sample.pickle")["devices"][0]["peak_requested_bytes"]
+        self.assertIn(f'data-peak-requested-bytes="{peak}"', redacted.html)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -697,8 +697,11 @@ pub struct RedactArgs {
     /// Overwrite the output file if it exists (never the input).
     #[arg(long)]
     pub force: bool,
-    /// Also replace function names, line numbers and code text by keyed hashes (equal
-    /// frames stay equal, distinct frames stay distinct).
+    /// Also replace the function names and line numbers of your own code, and code text,
+    /// by keyed hashes (equal frames stay equal, distinct frames stay distinct). Libraries'
+    /// frames (torch, installed packages, Python's standard library) and the names the
+    /// category rules read (`forward`, `__init__`, `step`, a loss, ...) stay, so the copy
+    /// has the original's categories (docs/redaction.md).
     #[arg(long)]
     pub strip_code: bool,
     /// Secret mixed into the hashes; without it anyone can check a guessed name against

@@ -23,9 +23,14 @@
 //!   `user@HOST`), and words given by the caller, are replaced wherever they appear as
 //!   a whole word, in every text field.
 //! - Function names and line numbers stay (paths inside them cut) unless `strip_code`,
-//!   which replaces them by keyed hashes (SipHash-2-4) that keep equal frames equal and
-//!   distinct frames distinct; code text (`forward_frames`, `cpp_frames`) and compiled
-//!   regions (`compile_context`, but `N/A`) are hashed then too.
+//!   which replaces those of the user's own code by keyed hashes (SipHash-2-4) that keep
+//!   equal frames equal and distinct frames distinct; code text (`forward_frames`,
+//!   `cpp_frames`) and compiled regions (`compile_context`, but `N/A`) are hashed then
+//!   too. Libraries' frames (installed packages, the standard library, generated code,
+//!   trees built from source; native code in torch's, CPython's and the C runtime's
+//!   namespaces) keep theirs, and a user's function name stays where the built-in
+//!   category rules read it ([`crate::analysis::attribution::frame_evidence`]), so that
+//!   every command decides the same categories on a stripped copy.
 //! - Annotation names and user metadata are kept (after the rules above), hashed or
 //!   dropped, as asked.
 //! - Strings matching a `keep` pattern are left as they are.
@@ -321,6 +326,13 @@ struct PathCutter {
 
 /// How a path is cut when a rule other than the shared-folder one applies.
 fn cut_by_rule(sp: &SplitPath) -> Option<String> {
+    cut_library(sp).or_else(|| cut_temporary(sp))
+}
+
+/// How a library's file is cut: an installed package from its root, the standard
+/// library from `pythonX.Y/`, a tree built from source from its top, code torch
+/// generated from `torchinductor/`. None for any other file.
+fn cut_library(sp: &SplitPath) -> Option<String> {
     let p = &sp.parts;
     let join = |from: usize| p[from..].join("/");
     if let Some(i) = p
@@ -356,6 +368,14 @@ fn cut_by_rule(sp: &SplitPath) -> Option<String> {
             format!("torchinductor/{rest}")
         });
     }
+    None
+}
+
+/// How a file below a temporary folder is cut (a notebook's cells, a script run from
+/// there: the user's own code).
+fn cut_temporary(sp: &SplitPath) -> Option<String> {
+    let p = &sp.parts;
+    let join = |from: usize| p[from..].join("/");
     // Temporary folders: /tmp, /var/tmp, macOS /var/folders/../T, Windows ...\Temp.
     if p.first() == Some(&"tmp") && p.len() > 1 {
         return Some(join(1));
@@ -561,6 +581,87 @@ fn carries_nothing(s: &str) -> bool {
     !s.chars().any(|c| c.is_alphanumeric())
 }
 
+/// Whether a frame's file is a library's rather than the user's own: an installed
+/// package (`site-packages`, `dist-packages`), Python's standard library (`pythonX.Y/`, a
+/// Windows `PythonXY/Lib`, a module frozen into the interpreter), code torch generated
+/// (`torchinductor_NAME/`), or a C or C++ source of a tree built from source
+/// (`python-3.10.14/Objects/call.c`, `glibc-2.31/...`; not a `.py` file, which may be a
+/// checkout of the user's named like a release).
+fn is_library_file(file: &str) -> bool {
+    if file.starts_with("<frozen ") {
+        return true;
+    }
+    if !is_absolute(file) {
+        return false;
+    }
+    let sp = split_path(file);
+    let p = &sp.parts;
+    let python_dir = p.windows(2).any(|w| {
+        ((w[0] == "lib" || w[0] == "lib64" || w[0] == "Lib") && PYTHON_DIR.is_match(w[1]))
+            || (WINDOWS_PYTHON_DIR.is_match(w[0]) && w[1].eq_ignore_ascii_case("lib"))
+    });
+    p.iter()
+        .any(|c| *c == "site-packages" || *c == "dist-packages" || c.starts_with("torchinductor_"))
+        || python_dir
+        || (!file.ends_with(".py") && cut_library(&sp).is_some())
+}
+
+/// Namespaces and prefixes of native code that is torch's (`at::`, `c10::`, `c10d::`,
+/// `torch::`, `caffe2::`, its Python bindings `THP...`), CPython's (`Py...`, `_Py...`),
+/// pybind11's, the C++ library's or the C runtime's.
+const LIBRARY_NATIVE: [&str; 14] = [
+    "at::",
+    "c10::",
+    "c10d::",
+    "torch::",
+    "caffe2::",
+    "pybind11::",
+    "std::",
+    "__gnu_cxx::",
+    "THP",
+    "Py",
+    "_Py",
+    "__libc_",
+    "_start",
+    "start_thread",
+];
+
+/// Whether a native frame's function (`[return type ]qualified::name(arguments)`) is a
+/// library's: its qualified name, not its return or argument types, starts in
+/// [`LIBRARY_NATIVE`].
+fn is_library_native(name: &str) -> bool {
+    let name = name.replace("(anonymous namespace)", "{anonymous}");
+    // The qualified name: from the last space outside template arguments up to the
+    // arguments (the first `(` outside template arguments).
+    let (mut depth, mut start, mut end) = (0i32, 0, name.len());
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            ' ' if depth == 0 => start = i + 1,
+            '(' if depth == 0 => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let head = name[start.min(end)..end].trim_start_matches(['*', '&']);
+    let head = head.strip_prefix("{anonymous}::").unwrap_or(head);
+    LIBRARY_NATIVE.iter().any(|p| head.starts_with(p))
+}
+
+/// With `strip_code`, what a frame keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FrameKeeps {
+    /// Nothing: its name and line are hashed (the user's own code).
+    Nothing,
+    /// Its name, which a category rule reads; its line is hashed.
+    Name,
+    /// Its name and line: a library's frame.
+    NameAndLine,
+}
+
 /// Rewrites the strings of `snap`; see the module documentation for the rules.
 pub fn apply(snap: &mut Snapshot, options: &RedactOptions) -> RedactReport {
     let mut r = Redactor::new(snap, options);
@@ -599,8 +700,14 @@ struct Redactor<'o> {
     hasher: Hasher24,
     /// Output for each (field, original) computed so far.
     text_out: FxMap<(Field, String), String>,
-    /// File and function names after redaction, made distinct.
+    /// File and function names after redaction, made distinct (with `strip_code`,
+    /// function names as hashed).
     id_out: FxMap<(Field, StrId), String>,
+    /// With `strip_code`, function names as kept (paths cut, names removed) by the frames
+    /// that keep them.
+    kept_names: FxMap<StrId, String>,
+    /// With `strip_code`, what each frame keeps, by frame id.
+    frame_keeps: Vec<FrameKeeps>,
     report: RedactReport,
     /// Changes of string-valued fields, merged into the report at the end.
     string_changes: BTreeMap<(Field, String), (String, u64)>,
@@ -805,6 +912,8 @@ impl<'o> Redactor<'o> {
             hasher: Hasher24::new(options.salt.as_deref()),
             text_out: FxMap::default(),
             id_out: FxMap::default(),
+            kept_names: FxMap::default(),
+            frame_keeps: Vec::new(),
             report: RedactReport {
                 names,
                 ..Default::default()
@@ -876,29 +985,36 @@ impl<'o> Redactor<'o> {
     /// Decides the output of every interned string, keeping file and function names
     /// distinct.
     fn plan_ids(&mut self, snap: &Snapshot, seen: &Seen) {
+        // Per distinct name, its outputs and how many frames take each: (id, kept form,
+        // output, changed, places).
+        let mut changes: Vec<(Field, StrId, String, u64)> = Vec::new();
         for field in [Field::Filename, Field::Function] {
-            let ids: Vec<(StrId, u64)> = seen
-                .iter()
-                .filter(|((f, _), _)| *f == field)
-                .map(|(&(_, id), &n)| (id, n))
-                .collect();
-            let mut planned: Vec<(StrId, String, bool)> = Vec::with_capacity(ids.len());
+            if field == Field::Function && self.options.strip_code {
+                self.plan_frame_keeps(snap);
+            }
+            // (id, kept form, output, changed, places)
+            let mut planned: Vec<(StrId, bool, String, bool, u64)> = Vec::new();
             let mut used: HashSet<String> = HashSet::new();
-            for &(id, _) in &ids {
+            let forms = self.forms(snap, seen, field);
+            for (id, kept_form, places) in forms {
                 let s = snap.frames.str(id);
-                let out = self.rule(field, s);
+                let out = if kept_form {
+                    self.clean_text(s)
+                } else {
+                    self.rule(field, s)
+                };
                 if out == s {
                     used.insert(out.clone());
-                    planned.push((id, out, false));
+                    planned.push((id, kept_form, out, false, places));
                 } else if self.kept(s) {
                     self.protected.insert((field, s.to_string()));
                     used.insert(s.to_string());
-                    planned.push((id, s.to_string(), false));
+                    planned.push((id, kept_form, s.to_string(), false, places));
                 } else {
-                    planned.push((id, out, true));
+                    planned.push((id, kept_form, out, true, places));
                 }
             }
-            for (id, out, changed) in &mut planned {
+            for (id, kept_form, out, changed, places) in &mut planned {
                 if *changed {
                     let mut candidate = out.clone();
                     let mut k = 2;
@@ -909,15 +1025,30 @@ impl<'o> Redactor<'o> {
                     used.insert(candidate.clone());
                     *out = candidate;
                 }
-                self.id_out.insert((field, *id), std::mem::take(out));
+                if snap.frames.str(*id) != out.as_str() {
+                    changes.push((field, *id, out.clone(), *places));
+                }
+                if *kept_form && field == Field::Function && self.options.strip_code {
+                    self.kept_names.insert(*id, std::mem::take(out));
+                } else {
+                    self.id_out.insert((field, *id), std::mem::take(out));
+                }
             }
         }
+        for (field, id, out, places) in changes {
+            self.report.changes.push(Change {
+                field,
+                original: snap.frames.str(id).to_string(),
+                redacted: out,
+                count: places,
+            });
+        }
         for (&(field, id), &count) in seen {
+            if matches!(field, Field::Filename | Field::Function) {
+                continue;
+            }
             let original = snap.frames.str(id);
-            let out = match field {
-                Field::Filename | Field::Function => self.id_out[&(field, id)].clone(),
-                _ => self.output(field, original),
-            };
+            let out = self.output(field, original);
             if out != original {
                 self.report.changes.push(Change {
                     field,
@@ -928,6 +1059,78 @@ impl<'o> Redactor<'o> {
             }
             self.id_out.insert((field, id), out);
         }
+    }
+
+    /// The forms a file or function name takes, with the frames that hold each: (id,
+    /// kept form, places). File names, and function names without `strip_code`, take
+    /// one; with it, a function name is hashed where its frame keeps nothing and kept
+    /// (cleaned) where its frame keeps it, and takes one form where both are the same
+    /// text (a name with no letter or digit).
+    fn forms(&self, snap: &Snapshot, seen: &Seen, field: Field) -> Vec<(StrId, bool, u64)> {
+        let strip = field == Field::Function && self.options.strip_code;
+        if !strip {
+            return seen
+                .iter()
+                .filter(|((f, _), _)| *f == field)
+                .map(|(&(_, id), &n)| (id, false, n))
+                .collect();
+        }
+        // (hashed, kept) frame counts per name.
+        let mut counts: BTreeMap<StrId, (u64, u64)> = BTreeMap::new();
+        for (i, keeps) in self.frame_keeps.iter().enumerate() {
+            let f = snap.frames.frame(crate::model::FrameId(i as u32));
+            let c = counts.entry(f.name).or_default();
+            if *keeps == FrameKeeps::Nothing && !carries_nothing(snap.frames.str(f.name)) {
+                c.0 += 1;
+            } else {
+                c.1 += 1;
+            }
+        }
+        let mut out = Vec::new();
+        for (id, (hashed, kept)) in counts {
+            if hashed > 0 {
+                out.push((id, false, hashed));
+            }
+            if kept > 0 {
+                out.push((id, true, kept));
+            }
+        }
+        out
+    }
+
+    /// With `strip_code`, what each frame keeps: a library's frame its name and line
+    /// (they identify nobody); a frame of the user's own code its name where hashing the
+    /// name would change what the category rules read of the frame
+    /// ([`frame_evidence`](crate::analysis::attribution::frame_evidence), on the file
+    /// name as cut), so that every command decides the same categories on the copy;
+    /// else nothing.
+    fn plan_frame_keeps(&mut self, snap: &Snapshot) {
+        use crate::analysis::attribution::frame_evidence;
+        let frames = &snap.frames;
+        self.frame_keeps = (0..frames.frame_count())
+            .map(|i| {
+                let f = frames.frame(crate::model::FrameId(i as u32));
+                let file = frames.str(f.filename);
+                let name = frames.str(f.name);
+                let python = file.ends_with(".py") || file.starts_with('<');
+                let library = if python || is_absolute(file) {
+                    is_library_file(file)
+                } else {
+                    is_library_native(name)
+                };
+                if library {
+                    return FrameKeeps::NameAndLine;
+                }
+                // Rules read line numbers only as digits, which a hashed line still is.
+                let cut = &self.id_out[&(Field::Filename, f.filename)];
+                let hashed = self.hasher.label("f_", name);
+                if frame_evidence(cut, f.line, name) != frame_evidence(cut, f.line, &hashed) {
+                    FrameKeeps::Name
+                } else {
+                    FrameKeeps::Nothing
+                }
+            })
+            .collect();
     }
 
     /// The output for a free-text string (cached by value).
@@ -953,8 +1156,22 @@ impl<'o> Redactor<'o> {
         for i in 0..old.frame_count() {
             let f = old.frame(crate::model::FrameId(i as u32));
             let filename = table.intern_str(&self.id_out[&(Field::Filename, f.filename)]);
-            let name = table.intern_str(&self.id_out[&(Field::Function, f.name)]);
-            let line = if self.options.strip_code && f.line > 0 {
+            let keeps = self
+                .frame_keeps
+                .get(i)
+                .copied()
+                .unwrap_or(FrameKeeps::Nothing);
+            let name = match self.kept_names.get(&f.name) {
+                Some(kept)
+                    if keeps != FrameKeeps::Nothing
+                        || !self.id_out.contains_key(&(Field::Function, f.name)) =>
+                {
+                    table.intern_str(kept)
+                }
+                _ => table.intern_str(&self.id_out[&(Field::Function, f.name)]),
+            };
+            let line = if self.options.strip_code && f.line > 0 && keeps != FrameKeeps::NameAndLine
+            {
                 let used = lines_used.entry((f.filename, f.name)).or_default();
                 // The cut file name, so that a frame of an installed package gets the
                 // same hash on every machine.
@@ -1360,19 +1577,171 @@ mod tests {
         };
         let report = apply(&mut snap, &options);
         let frames = frame_strings(&snap);
-        let forward = Hasher24::new(None).label("f_", "forward");
-        assert_eq!(frames[0].1, forward);
-        assert_eq!(frames[1].1, forward);
+        // torch's own frames keep their name and line; the user's `train` is hashed.
+        assert_eq!(frames[0].1, "forward");
+        assert_eq!(frames[1].1, "forward");
+        assert_eq!((frames[0].2, frames[1].2), (10, 10));
+        let train = Hasher24::new(None).label("f_", "train");
+        assert_eq!(
+            (frames[2].1.as_str(), frames[3].1.as_str()),
+            (&*train, &*train)
+        );
         assert_ne!(frames[2].2, frames[3].2, "distinct lines stay distinct");
         assert!(frames[2].2 > 0 && frames[3].2 > 0);
+        assert!(frames[2].2 != 5 || frames[3].2 != 6);
         assert_eq!(frames[4], (String::new(), "??".to_string(), 0));
-        assert_eq!(report.lines_replaced, 4);
+        assert_eq!(report.lines_replaced, 2);
         assert_eq!(snap.device_traces[0].user_metadata(0), None);
         assert_eq!(snap.external_annotations[0].name, "");
         // The same frames recorded by another user on another machine hash the same.
         let mut other = snapshot("bob");
         apply(&mut other, &options);
         assert_eq!(frame_strings(&other), frames);
+    }
+
+    #[test]
+    fn strip_code_keeps_library_names_and_what_the_categories_read() {
+        let frame = |name: &str, file: &str, line: i64| serde_json::json!({"name": name, "filename": file, "line": line});
+        let site = "/home/alice/env/lib/python3.11/site-packages";
+        let frames = serde_json::json!([
+            frame(
+                "_call_impl",
+                &format!("{site}/torch/nn/modules/module.py"),
+                1773
+            ),
+            frame(
+                "broadcast_coalesced",
+                &format!("{site}/torch/nn/parallel/comm.py"),
+                66
+            ),
+            frame(
+                "_bootstrap_inner",
+                "/home/alice/env/lib/python3.11/threading.py",
+                1045
+            ),
+            frame("forward", "/home/alice/proj/model.py", 40),
+            frame("compute_loss", "/home/alice/proj/train.py", 12),
+            frame("__init__", "/home/alice/proj/model.py", 8),
+            frame("step", "/home/alice/proj/optim.py", 30),
+            frame("secret_helper", "/home/alice/proj/train.py", 20),
+            frame("<module>", "/home/alice/proj/train.py", 99),
+            frame(
+                "at::Tensor at::native::empty_cuda(c10::ArrayRef<long>, std::optional<c10::ScalarType>)",
+                "EmptyTensor.cpp",
+                0
+            ),
+            frame(
+                "c10d::ProcessGroupNCCL::allgather(std::vector<at::Tensor>&)",
+                "ProcessGroupNCCL.cpp",
+                0
+            ),
+            frame(
+                "(anonymous namespace)::THPFunction_apply(_object*, _object*)",
+                "??",
+                0
+            ),
+            frame(
+                "at::Tensor myext::secret_kernel(at::Tensor const&)",
+                "kernel.cu",
+                0
+            ),
+            frame("myext::workspace_for(at::Tensor const&)", "kernel.cu", 7),
+            // The name of a library's frame, in the user's own file: hashed there only.
+            frame("_bootstrap_inner", "/home/alice/proj/train.py", 3),
+        ]);
+        let json = serde_json::json!({
+            "segments": [],
+            "device_traces": [[{"action": "alloc", "addr": 1048576, "size": 512, "stream": 0,
+                "time_us": 1, "frames": frames}]],
+        });
+        let mut snap = crate::model::decode_json(&json).unwrap();
+        let options = RedactOptions {
+            strip_code: true,
+            ..Default::default()
+        };
+        let report = apply(&mut snap, &options);
+        let h = |s: &str| Hasher24::new(None).label("f_", s);
+        let got = frame_strings(&snap);
+        let names: Vec<&str> = got.iter().map(|f| f.1.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "_call_impl",
+                "broadcast_coalesced",
+                "_bootstrap_inner",
+                // The user's names that the rules read: a module's forward, a loss, a
+                // module's __init__, an optimizer's step.
+                "forward",
+                "compute_loss",
+                "__init__",
+                "step",
+                &h("secret_helper"),
+                &h("<module>"),
+                "at::Tensor at::native::empty_cuda(c10::ArrayRef<long>, std::optional<c10::ScalarType>)",
+                "c10d::ProcessGroupNCCL::allgather(std::vector<at::Tensor>&)",
+                "(anonymous namespace)::THPFunction_apply(_object*, _object*)",
+                &h("at::Tensor myext::secret_kernel(at::Tensor const&)"),
+                // A workspace is a category the rules read off the name.
+                "myext::workspace_for(at::Tensor const&)",
+                &h("_bootstrap_inner"),
+            ]
+        );
+        // The report counts the frames of each form that differs from the original.
+        let bootstrap: Vec<(&str, u64)> = report
+            .changes
+            .iter()
+            .filter(|c| c.field == Field::Function && c.original == "_bootstrap_inner")
+            .map(|c| (c.redacted.as_str(), c.count))
+            .collect();
+        assert_eq!(bootstrap, [(h("_bootstrap_inner").as_str(), 1)]);
+        // Libraries keep their lines; the user's frames' lines are hashed.
+        let lines: Vec<i64> = got.iter().map(|f| f.2).collect();
+        assert_eq!(&lines[..3], [1773, 66, 1045]);
+        for (i, original) in [(3, 40), (4, 12), (5, 8), (6, 30), (7, 20), (8, 99), (13, 7)] {
+            assert!(lines[i] > 0 && lines[i] != original, "frame {i}: {lines:?}");
+        }
+        assert_eq!(report.lines_replaced, 8);
+        // No user file path is left, and the user's other names are gone.
+        for (file, name, _) in &got {
+            assert!(!file.contains("alice") && !file.starts_with('/'), "{file}");
+            assert!(!name.contains("secret"), "{name}");
+        }
+    }
+
+    #[test]
+    fn native_names_are_a_librarys_by_their_qualified_name() {
+        for name in [
+            "at::native::empty_cuda(c10::ArrayRef<long>)",
+            "at::Tensor at::functorch::le_Tensor_generated_plumbing<std::tuple<at::Tensor, std::optional<long> > (*)(at::Tensor const&), &at::le>(at::Tensor const&)",
+            "_object* torch::autograd::TypeError_to_NotImplemented_<&torch::autograd::THPVariable_add>(_object*, _object*, _object*)",
+            "(anonymous namespace)::THPFunction_apply(_object*, _object*)",
+            "_PyEval_EvalFrameDefault",
+            "PyObject_Call",
+            "__libc_start_main",
+        ] {
+            assert!(is_library_native(name), "{name}");
+        }
+        for name in [
+            "at::Tensor myext::attention(at::Tensor const&)",
+            "myext::run<at::Tensor>(at::Tensor const&)",
+            "secret_kernel",
+            "(anonymous namespace)::my_helper(int)",
+        ] {
+            assert!(!is_library_native(name), "{name}");
+        }
+        assert!(is_library_file(
+            "/home/a/env/lib/python3.11/site-packages/x/y.py"
+        ));
+        assert!(is_library_file("/usr/lib/python3.10/threading.py"));
+        assert!(is_library_file("<frozen runpy>"));
+        assert!(is_library_file("/tmp/torchinductor_a/qo/cqo.py"));
+        assert!(is_library_file(
+            "/usr/local/src/conda/python-3.10.14/Objects/call.c"
+        ));
+        assert!(!is_library_file("/home/a/proj-1.2/train.py"));
+        assert!(!is_library_file("/tmp/ipykernel_1/2.py"));
+        assert!(!is_library_file("/home/a/proj/train.py"));
+        assert!(!is_library_file("train.py"));
     }
 
     #[test]

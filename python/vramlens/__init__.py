@@ -281,12 +281,16 @@ class Report:
 
 
 def report(paths, output=None, nvml=None, trace=None, log=None, device_total=None,
-           device=None, force=False):
+           device=None, force=False, redact=False):
     """`vramlens report PATH... -o OUTPUT`: the self-contained HTML report, as a Report
     (shown inline by a notebook). Without `output` it is written to a temporary file that
-    is removed once read."""
+    is removed once read. `redact=True` is `--redact`: what the page shows of the
+    snapshots' strings is redacted by the rules of `vramlens redact` (docs/redaction.md),
+    every number kept."""
     import tempfile
     args = ["report"]
+    if redact:
+        args.append("--redact")
     _opts(args, "--nvml", nvml)
     _opt(args, "--trace", os.fspath(trace) if trace is not None else None)
     _opt(args, "--log", os.fspath(log) if log is not None else None)

@@ -18,6 +18,7 @@ use crate::timeline::{Lifetime, Origin};
 use regex::Regex;
 use serde::Serialize;
 use std::cell::RefCell;
+use std::sync::LazyLock;
 
 /// How allocations are grouped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -265,6 +266,79 @@ pub const CPP_RULES: [(RuleKind, &str); 4] = [
 /// C++ frames of the autograd engine.
 const BACKWARD_CPP: &str = r"autograd::Engine|evaluate_function|Backward[0-9]*::apply";
 
+/// The built-in tables, compiled once.
+struct BuiltinRules {
+    python: Vec<(Rule, Regex)>,
+    cpp: Vec<(Rule, Regex)>,
+    backward_python: Regex,
+    backward_cpp: Regex,
+}
+
+static BUILTIN: LazyLock<BuiltinRules> = LazyLock::new(|| {
+    let compile = |table: &[(RuleKind, &str)]| -> Vec<(Rule, Regex)> {
+        table
+            .iter()
+            .map(|(kind, pattern)| {
+                let rule = match kind {
+                    RuleKind::Category(name) => {
+                        Rule::Category(builtin_category(name).expect("built-in category"))
+                    }
+                    RuleKind::Mark(m) => Rule::Mark(*m),
+                };
+                (rule, Regex::new(pattern).expect("built-in rule"))
+            })
+            .collect()
+    };
+    BuiltinRules {
+        python: compile(&PYTHON_RULES),
+        cpp: compile(&CPP_RULES),
+        backward_python: Regex::new(BACKWARD_PYTHON).expect("built-in rule"),
+        backward_cpp: Regex::new(BACKWARD_CPP).expect("built-in rule"),
+    }
+});
+
+/// Names that the marks, the phases and the call site look for by themselves, whatever
+/// the rules' patterns say: a module's `forward`, an optimizer's `step` (their files
+/// are learnt from them), and the module call wrappers.
+const NAMES_READ: [&str; 4] = ["forward", "step", "_call_impl", "_wrapped_call_impl"];
+
+/// What the built-in decisions read of one frame: a bit for each built-in rule of the
+/// frame's kind (Python or C++, by its file) that matches `filename:line:name`, one for
+/// the autograd engine's pattern, and one for each name looked for by itself (the names
+/// that build a module's tensors, `NAMES_READ`). Two frames of the same file with the
+/// same evidence are alike to every built-in mark and category (user rules aside), so
+/// redaction keeps a function name only where replacing it would change this.
+pub fn frame_evidence(filename: &str, line: i64, name: &str) -> u64 {
+    let rules = &*BUILTIN;
+    let file = filename.replace('\\', "/");
+    let text = format!("{file}:{line}:{name}");
+    let python = is_python(filename) || filename.starts_with("<eval_with_key>");
+    let (table, backward, offset) = if python {
+        (&rules.python, &rules.backward_python, 0)
+    } else {
+        (&rules.cpp, &rules.backward_cpp, PYTHON_RULES.len())
+    };
+    let mut bits = 0u64;
+    for (i, (_, re)) in table.iter().enumerate() {
+        if re.is_match(&text) {
+            bits |= 1 << (offset + i);
+        }
+    }
+    let mut next = PYTHON_RULES.len() + CPP_RULES.len();
+    if backward.is_match(&text) {
+        bits |= 1 << next;
+    }
+    next += 1;
+    if INIT_NAMES.contains(&name) {
+        bits |= 1 << next;
+    }
+    next += 1;
+    if let Some(i) = NAMES_READ.iter().position(|n| *n == name) {
+        bits |= 1 << (next + i);
+    }
+    bits
+}
+
 /// What decided a category from the stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StackRule {
@@ -428,29 +502,15 @@ impl<'f> Attributor<'f> {
             };
             user_rules.push((index.min(u8::MAX as usize) as u8, re.clone()));
         }
-        let compile = |table: &[(RuleKind, &str)]| -> Vec<(Rule, Regex)> {
-            table
-                .iter()
-                .map(|(kind, pattern)| {
-                    let rule = match kind {
-                        RuleKind::Category(name) => {
-                            Rule::Category(builtin_category(name).expect("built-in category"))
-                        }
-                        RuleKind::Mark(m) => Rule::Mark(*m),
-                    };
-                    (rule, Regex::new(pattern).expect("built-in rule"))
-                })
-                .collect()
-        };
         Attributor {
             frames,
             keep: options.keep.clone(),
             skip: options.skip.clone(),
             user_rules,
-            python_rules: compile(&PYTHON_RULES),
-            cpp_rules: compile(&CPP_RULES),
-            backward_python: Regex::new(BACKWARD_PYTHON).expect("built-in rule"),
-            backward_cpp: Regex::new(BACKWARD_CPP).expect("built-in rule"),
+            python_rules: BUILTIN.python.clone(),
+            cpp_rules: BUILTIN.cpp.clone(),
+            backward_python: BUILTIN.backward_python.clone(),
+            backward_cpp: BUILTIN.backward_cpp.clone(),
             categories,
             cache: RefCell::new(vec![None; frames.stack_count()]),
             device: None,
