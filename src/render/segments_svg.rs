@@ -5,7 +5,7 @@
 //! tooltip.
 
 use super::labels::{device_line, group_display, moment_text, tiny_frame};
-use super::svg::{PALETTE, Svg, category_color};
+use super::svg::{Svg, group_color};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::segment_map::{MapBlock, MapSegment, SegmentMap};
@@ -44,17 +44,12 @@ fn group_name(s: &MapSegment) -> String {
     format!("{pool}, {stream}")
 }
 
-/// A group's colour: its category's, else its place in the palette, else the one the
-/// groups past the coloured ones share.
+/// A group's colour: its category's or its name's ([`group_color`], as the timeline and
+/// the flame graph draw it), else the one the groups past the coloured ones share.
 fn group_fill(map: &SegmentMap, g: usize) -> &'static str {
     let group = &map.groups[g];
-    if group.kind == GroupKind::Category
-        && let Some(c) = category_color(&group.name)
-    {
-        return c;
-    }
     if g < COLOURED {
-        PALETTE[g % PALETTE.len()]
+        group_color(&group.name, group.kind)
     } else {
         OTHER
     }

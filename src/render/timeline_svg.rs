@@ -4,7 +4,7 @@
 //! `data-bytes`.
 
 use super::labels::{device_line, group_display, tiny_frame};
-use super::svg::{PALETTE, Svg, category_color, color, escape, num};
+use super::svg::{Svg, color, escape, group_color, num};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::chart::{Band, BandBy, MarkerKind, TimelineView, XAxis, Zoom, ZoomAround};
 use crate::analysis::device::DeviceChoice;
@@ -87,23 +87,10 @@ fn decimal_step(span: f64, ticks: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-/// A band's colour: its category's, else its place in the palette; in a zoom panel, the
-/// colour the same band has in the whole chart (`main`), so a group reads alike in both.
-fn band_color(view: &TimelineView, i: usize, main: Option<&TimelineView>) -> &'static str {
-    let band = &view.bands[i];
-    if band.kind == GroupKind::Category
-        && let Some(c) = category_color(&band.name)
-    {
-        return c;
-    }
-    let i = main
-        .and_then(|m| {
-            m.bands
-                .iter()
-                .position(|b| b.name == band.name && b.kind == band.kind)
-        })
-        .unwrap_or_else(|| i + main.map_or(0, |m| m.bands.len()));
-    PALETTE[i % PALETTE.len()]
+/// A band's colour: its category's, else its name's ([`group_color`]), the same in the
+/// zoom panel, the segments map and the flame graph.
+fn band_color(band: &Band) -> &'static str {
+    group_color(&band.name, band.kind)
 }
 
 fn band_title(b: &Band) -> String {
@@ -511,8 +498,8 @@ fn draw_rest_band(svg: &mut Svg, p: &Panel) -> io::Result<()> {
 /// its stack is written once.
 fn draw_bands(svg: &mut Svg, p: &Panel) -> io::Result<()> {
     let (view, f) = (p.view, p.f);
-    for (i, band) in view.bands.iter().enumerate() {
-        let fill = band_color(view, i, p.main);
+    for band in &view.bands {
+        let fill = band_color(band);
         let tip = band_title(band);
         let grouped = band.runs.len() > 1;
         if grouped {
@@ -804,13 +791,13 @@ fn legend_bands(svg: &mut Svg, p: &Panel, mut ly: f64) -> io::Result<()> {
     }
     let room = ((HEIGHT - 40.0 - ly) / 16.0).floor().max(0.0) as usize;
     let shown = view.bands.len().min(room.saturating_sub(1));
-    for (i, band) in view.bands.iter().enumerate().rev().take(shown) {
+    for band in view.bands.iter().rev().take(shown) {
         svg.rect(
             lx,
             ly - 6.0,
             18.0,
             10.0,
-            &format!(r#" fill="{}""#, band_color(view, i, p.main)),
+            &format!(r#" fill="{}""#, band_color(band)),
             Some(&band.name),
         )?;
         let at_peak = peak_bucket.map_or(0, |b| band_height_at(band, b));

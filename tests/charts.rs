@@ -1,0 +1,209 @@
+//! Charts that agree with each other: one call site has one colour in every chart of a
+//! file, the zoom panel stacks its bands as the whole chart does, the budget chart's axis
+//! and capacity labels read cleanly, the segments map shows its free holes and the
+//! timeline the device's readings. Each test runs the binary and reads the SVG with an
+//! XML parser.
+
+use assert_cmd::Command;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `vramlens ARGS -o DIR/NAME` and gives the file written.
+fn chart(dir: &Path, name: &str, args: &[&str]) -> String {
+    let out = dir.join(name);
+    Command::cargo_bin("vramlens")
+        .unwrap()
+        .current_dir(root())
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success();
+    std::fs::read_to_string(&out).unwrap()
+}
+
+/// The H200 recording that ran out of memory (testdata/gpu/README.md).
+const OOM: &str = "testdata/gpu/oom/oom_snapshot.pickle";
+
+/// The first line of an element's `<title>` child.
+fn title(n: roxmltree::Node) -> Option<String> {
+    n.children()
+        .find(|c| c.has_tag_name("title"))
+        .and_then(|t| t.text())
+        .map(|t| t.lines().next().unwrap_or("").to_string())
+}
+
+/// Whether `n` is inside the timeline's zoom panel (the group moved under the chart).
+fn in_zoom(n: roxmltree::Node) -> bool {
+    n.ancestors()
+        .any(|a| a.has_tag_name("g") && a.attribute("transform").is_some())
+}
+
+/// Each band's fill in the whole timeline (not its zoom panel), by name, and their
+/// names bottom to top.
+fn timeline_bands(svg: &str, zoom: bool) -> (BTreeMap<String, String>, Vec<String>) {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let mut fills = BTreeMap::new();
+    let mut order = Vec::new();
+    for n in doc.descendants().filter(|n| n.has_tag_name("polygon")) {
+        let (Some(label), Some(fill)) = (n.attribute("data-label"), n.attribute("fill")) else {
+            continue;
+        };
+        if in_zoom(n) != zoom {
+            continue;
+        }
+        if !order.iter().any(|o| o == label) {
+            order.push(label.to_string());
+        }
+        let old = fills.insert(label.to_string(), fill.to_string());
+        assert!(old.is_none_or(|o| o == fill), "{label}: two fills");
+    }
+    (fills, order)
+}
+
+/// The fill of each legend entry with a name (a swatch whose tooltip is the name).
+fn legend_fills(svg: &str) -> BTreeMap<String, String> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("rect"))
+        .filter_map(|n| Some((title(n)?, n.attribute("fill")?.to_string())))
+        .collect()
+}
+
+/// The fill of each flame graph box, by its frame's name.
+fn flame_fills(svg: &str) -> BTreeMap<String, String> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("g"))
+        .filter_map(|g| {
+            let rect = g.children().find(|c| c.has_tag_name("rect"))?;
+            Some((title(g)?, rect.attribute("fill")?.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_call_site_has_one_colour_in_the_timeline_the_segments_map_and_the_flame_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let timeline = chart(dir.path(), "t.svg", &["timeline", OOM]);
+    let segments = chart(dir.path(), "s.svg", &["segments", OOM, "--at", "peak"]);
+    let flame = chart(dir.path(), "f.svg", &["flamegraph", OOM]);
+    let (bands, _) = timeline_bands(&timeline, false);
+    let (zoom_bands, _) = timeline_bands(&timeline, true);
+    let legend = legend_fills(&segments);
+    let flame = flame_fills(&flame);
+    // The two call sites that hold the memory at the OOM, and their palette entries as
+    // FNV-1a, MurmurHash3's finaliser and a multiply-shift into 20 entries give them
+    // (worked out apart from the code, in Python).
+    for (site, fill) in [
+        ("<string>:31:leaky_eval", "#73deb3"),
+        ("<string>:30:leaky_eval", "#51ae29"),
+    ] {
+        assert_eq!(
+            bands.get(site).map(String::as_str),
+            Some(fill),
+            "timeline {site}"
+        );
+        assert_eq!(
+            zoom_bands.get(site).map(String::as_str),
+            Some(fill),
+            "zoom {site}"
+        );
+        assert_eq!(
+            legend.get(site).map(String::as_str),
+            Some(fill),
+            "segments {site}"
+        );
+        assert_eq!(
+            flame.get(site).map(String::as_str),
+            Some(fill),
+            "flame {site}"
+        );
+    }
+    // Every group the segments map and the timeline both show: one colour.
+    let mut shared = 0;
+    for (name, fill) in &legend {
+        if let Some(band) = bands.get(name) {
+            assert_eq!(band, fill, "{name}: timeline {band}, segments {fill}");
+            shared += 1;
+        }
+    }
+    assert!(shared >= 5, "only {shared} groups in both charts");
+}
+
+/// The outermost `<svg>` elements of a page, as text.
+fn outermost_svgs(page: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let (mut depth, mut start, mut i) = (0usize, 0usize, 0usize);
+    while i < page.len() {
+        let rest = &page[i..];
+        if rest.starts_with("<svg") {
+            if depth == 0 {
+                start = i;
+            }
+            depth += 1;
+            i += 4;
+        } else if rest.starts_with("</svg>") {
+            depth = depth.saturating_sub(1);
+            i += 6;
+            if depth == 0 {
+                found.push(&page[start..i]);
+            }
+        } else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    found
+}
+
+#[test]
+fn the_report_colours_a_call_site_as_the_charts_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = chart(dir.path(), "r.html", &["report", OOM]);
+    // Each inline chart of the report (an outermost <svg> element), parsed on its own.
+    let mut fills: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut charts = 0;
+    for svg in outermost_svgs(&report) {
+        let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("{e}"));
+        charts += 1;
+        for n in doc.descendants() {
+            let name = n
+                .attribute("data-label")
+                .map(str::to_string)
+                .or_else(|| n.has_tag_name("rect").then(|| title(n)).flatten());
+            if let (Some(name), Some(fill)) = (name, n.attribute("fill")) {
+                fills.entry(name).or_default().push(fill.to_string());
+            }
+        }
+    }
+    assert!(charts >= 3, "{charts} charts");
+    let site = fills
+        .get("<string>:31:leaky_eval")
+        .expect("the call site in the report's charts");
+    assert!(site.len() >= 3, "{site:?}");
+    assert!(site.iter().all(|f| f == "#73deb3"), "{site:?}");
+}
+
+#[test]
+fn the_zoom_panel_stacks_its_bands_in_the_whole_charts_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let timeline = chart(dir.path(), "t.svg", &["timeline", OOM]);
+    let (_, main) = timeline_bands(&timeline, false);
+    let (_, zoom) = timeline_bands(&timeline, true);
+    assert!(zoom.len() >= 4, "{zoom:?}");
+    // The whole chart stacks the model's weights first (allocated first), the two call
+    // sites of the leaking loop last, :31 under :30.
+    let at = |v: &[String], s: &str| v.iter().position(|x| x == s);
+    let (m31, m30) = (
+        at(&main, "<string>:31:leaky_eval").unwrap(),
+        at(&main, "<string>:30:leaky_eval").unwrap(),
+    );
+    assert!(m31 < m30, "{main:?}");
+    let shown: Vec<&String> = zoom.iter().filter(|z| main.contains(z)).collect();
+    let in_main: Vec<&String> = main.iter().filter(|m| zoom.contains(m)).collect();
+    assert_eq!(shown, in_main, "zoom {zoom:?}, main {main:?}");
+}
