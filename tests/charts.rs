@@ -207,3 +207,88 @@ fn the_zoom_panel_stacks_its_bands_in_the_whole_charts_order() {
     let in_main: Vec<&String> = main.iter().filter(|m| zoom.contains(m)).collect();
     assert_eq!(shown, in_main, "zoom {zoom:?}, main {main:?}");
 }
+
+/// The texts of a class in an SVG: (y, text), top first.
+fn texts_of(svg: &str, class: &str) -> Vec<(f64, String)> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let mut v: Vec<(f64, String)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("class") == Some(class))
+        .map(|n| {
+            (
+                n.attribute("y").unwrap().parse().unwrap(),
+                n.text().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+#[test]
+fn the_budget_chart_has_round_ticks_and_capacity_labels_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = chart(
+        dir.path(),
+        "b.svg",
+        &[
+            "budget",
+            "testdata/budget/batch_bs8.pickle",
+            "--gpu",
+            "h200",
+            "--gpu",
+            "a100-80gb",
+            "--gpu",
+            "h100",
+            "--gpu",
+            "a100-40gb",
+        ],
+    );
+    // The highest line is the H200's 139.8 GiB: a quarter of it is 34.95 GiB, the next
+    // round step 40 GiB, and the axis ends at the first tick over 139.8 GiB.
+    let ticks: Vec<String> = texts_of(&svg, "tick").into_iter().map(|t| t.1).collect();
+    assert_eq!(ticks, ["160 GiB", "120 GiB", "80 GiB", "40 GiB", "0 GiB"]);
+    // A100 80GB (79.15 GiB) and H100 80GB (79.10 GiB) are 0.2 px apart: their labels are
+    // moved at least a font size (11) apart; every label is there once.
+    let labels = texts_of(&svg, "capacity");
+    let names: Vec<&str> = labels.iter().map(|l| l.1.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "H200 141GB 139.8 GiB",
+            "A100 80GB 79.2 GiB",
+            "H100 80GB 79.1 GiB",
+            "A100 40GB 39.4 GiB"
+        ]
+    );
+    for w in labels.windows(2) {
+        assert!(w[1].0 - w[0].0 >= 11.0, "{labels:?}");
+    }
+}
+
+#[test]
+fn gpus_of_one_capacity_share_a_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = chart(
+        dir.path(),
+        "b.svg",
+        &[
+            "budget",
+            "testdata/budget/batch_bs8.pickle",
+            "--gpu",
+            "a100-80gb",
+            "--gpu",
+            "79.15GiB",
+            "--gpu",
+            "2GiB",
+        ],
+    );
+    let labels: Vec<String> = texts_of(&svg, "capacity")
+        .into_iter()
+        .map(|t| t.1)
+        .collect();
+    assert_eq!(labels, ["A100 80GB, 79.15GiB 79.2 GiB", "2GiB"]);
+    // 79.2 GiB over four steps: 19.8 GiB, rounded up to 20 GiB.
+    let ticks: Vec<String> = texts_of(&svg, "tick").into_iter().map(|t| t.1).collect();
+    assert_eq!(ticks, ["80 GiB", "60 GiB", "40 GiB", "20 GiB", "0 GiB"]);
+}
