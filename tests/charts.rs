@@ -292,3 +292,139 @@ fn gpus_of_one_capacity_share_a_label() {
     let ticks: Vec<String> = texts_of(&svg, "tick").into_iter().map(|t| t.1).collect();
     assert_eq!(ticks, ["80 GiB", "60 GiB", "40 GiB", "20 GiB", "0 GiB"]);
 }
+
+const GIB: i64 = 1 << 30;
+const MIB: i64 = 1 << 20;
+
+/// A final-state snapshot of one 78 GiB segment: 40 GiB allocated, a free hole of
+/// 16 MiB, then the rest allocated (written with serde-pickle).
+fn one_hole_snapshot(path: &Path) {
+    use serde_pickle::{HashableValue as HV, SerOptions, Value as SV};
+    let dict = |items: Vec<(&str, SV)>| {
+        SV::Dict(
+            items
+                .into_iter()
+                .map(|(k, v)| (HV::String(k.into()), v))
+                .collect(),
+        )
+    };
+    let base: i64 = 0x7f00_0000_0000;
+    let total = 78 * GIB;
+    let parts = [
+        (40 * GIB, "active_allocated"),
+        (16 * MIB, "inactive"),
+        (total - 40 * GIB - 16 * MIB, "active_allocated"),
+    ];
+    let mut address = base;
+    let mut blocks = Vec::new();
+    for (size, state) in parts {
+        let frames = vec![dict(vec![
+            ("filename", SV::String("train.py".into())),
+            ("line", SV::I64(7)),
+            ("name", SV::String("step".into())),
+        ])];
+        blocks.push(dict(vec![
+            ("address", SV::I64(address)),
+            ("size", SV::I64(size)),
+            ("requested_size", SV::I64(size)),
+            ("state", SV::String(state.into())),
+            ("frames", SV::List(frames)),
+        ]));
+        address += size;
+    }
+    let used = total - 16 * MIB;
+    let segment = dict(vec![
+        ("device", SV::I64(0)),
+        ("address", SV::I64(base)),
+        ("total_size", SV::I64(total)),
+        ("allocated_size", SV::I64(used)),
+        ("active_size", SV::I64(used)),
+        ("requested_size", SV::I64(used)),
+        ("stream", SV::I64(0)),
+        ("segment_type", SV::String("large".into())),
+        ("blocks", SV::List(blocks)),
+    ]);
+    let root = dict(vec![
+        ("segments", SV::List(vec![segment])),
+        ("device_traces", SV::List(vec![SV::List(vec![])])),
+    ]);
+    std::fs::write(
+        path,
+        serde_pickle::value_to_vec(&root, SerOptions::new()).unwrap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_small_hole_in_a_large_segment_is_drawn_visibly() {
+    let dir = tempfile::tempdir().unwrap();
+    let pickle = dir.path().join("hole.pickle");
+    one_hole_snapshot(&pickle);
+    let svg = chart(dir.path(), "s.svg", &["segments", pickle.to_str().unwrap()]);
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let holes: Vec<roxmltree::Node> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("class") == Some("hole"))
+        .collect();
+    assert_eq!(holes.len(), 1, "{svg}");
+    let hole = holes[0];
+    assert_eq!(hole.attribute("data-bytes"), Some("16777216"));
+    let x: f64 = hole.attribute("x").unwrap().parse().unwrap();
+    let w: f64 = hole.attribute("width").unwrap().parse().unwrap();
+    // 16 MiB of 78 GiB over the 730 px row is 0.15 px: drawn 3 px wide, centred where it
+    // is, 40 GiB into the row (230 + 730 * 40 / 78 = 604.4 px).
+    assert!(w >= 3.0, "width {w}");
+    assert!((x + w / 2.0 - 604.4).abs() < 0.5, "x {x}, width {w}");
+    // Drawn over the blocks, not under them.
+    let last_block = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("data-bytes").is_some())
+        .rfind(|n| n.attribute("class") != Some("hole"))
+        .unwrap();
+    assert!(last_block.range().start < hole.range().start);
+}
+
+#[test]
+fn the_timeline_shows_the_gap_up_to_the_device_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = chart(
+        dir.path(),
+        "t.svg",
+        &["timeline", OOM, "--nvml", "testdata/gpu/oom/nvml.jsonl"],
+    );
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let gaps: Vec<roxmltree::Node> = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("device-gap") && !in_zoom(*n))
+        .collect();
+    assert!(!gaps.is_empty(), "no gap band");
+    for gap in &gaps {
+        // Points: the device line left to right, then reserved right to left; each x's
+        // two ys at least 3 px apart, so a gap of 0.7 GiB shows at a 150 GiB scale.
+        let pts: Vec<(f64, f64)> = gap
+            .attribute("points")
+            .unwrap()
+            .split(' ')
+            .map(|p| {
+                let (x, y) = p.split_once(',').unwrap();
+                (x.parse().unwrap(), y.parse().unwrap())
+            })
+            .collect();
+        let n = pts.len() / 2;
+        assert!(n >= 2 && pts.len() == 2 * n, "{pts:?}");
+        for i in 0..n {
+            let (top, bottom) = (pts[i], pts[pts.len() - 1 - i]);
+            assert_eq!(top.0, bottom.0);
+            assert!(bottom.1 - top.1 >= 3.0 - 0.05, "{top:?} {bottom:?}");
+        }
+    }
+    // The device line is drawn at least 2 px wide.
+    let device = doc
+        .descendants()
+        .find(|n| {
+            n.has_tag_name("polyline") && title(*n).is_some_and(|t| t.starts_with("device used"))
+        })
+        .unwrap();
+    let width: f64 = device.attribute("stroke-width").unwrap().parse().unwrap();
+    assert!(width >= 2.0);
+}

@@ -261,6 +261,8 @@ pub struct AnnotationSpan {
 pub struct DevicePoint {
     pub x: f64,
     pub used_bytes: u64,
+    /// PyTorch's reserved memory at the reading.
+    pub reserved_bytes: i64,
     /// This process's use minus PyTorch's reserved memory.
     pub outside_allocator_bytes: Option<i64>,
     /// Device use minus this process's use (other processes, driver).
@@ -1054,6 +1056,7 @@ pub fn add_device_readings(view: &mut TimelineView, rows: &[crate::analysis::rec
         let point = DevicePoint {
             x,
             used_bytes: r.device_used_bytes,
+            reserved_bytes: r.reserved_bytes,
             outside_allocator_bytes: r.process_used_bytes.map(|p| p as i64 - r.reserved_bytes),
             other_bytes: r
                 .process_used_bytes
