@@ -428,3 +428,31 @@ fn the_timeline_shows_the_gap_up_to_the_device_line() {
     let width: f64 = device.attribute("stroke-width").unwrap().parse().unwrap();
     assert!(width >= 2.0);
 }
+
+#[test]
+fn the_reports_live_tables_show_each_call_site_in_its_chart_colour() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = chart(dir.path(), "r.html", &["report", OOM]);
+    // Every row of a call site's table begins its call site with the swatch of the
+    // colour its band has in the timeline.
+    for (name, fill) in [
+        ("&lt;string&gt;:31 in leaky_eval", "#73deb3"),
+        ("&lt;string&gt;:30 in leaky_eval", "#51ae29"),
+    ] {
+        let rows: Vec<&str> = report
+            .split("<tr data-name=\"")
+            .skip(1)
+            .filter(|r| r.starts_with(&format!("{name}\"")))
+            .map(|r| &r[..r.find("</tr>").unwrap()])
+            .collect();
+        assert!(!rows.is_empty(), "{name}");
+        for r in rows {
+            assert!(
+                r.contains(&format!(
+                    "<span class=\"swatch\" style=\"background:{fill}\">"
+                )),
+                "{r}"
+            );
+        }
+    }
+}
