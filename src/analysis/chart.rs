@@ -261,6 +261,8 @@ pub struct AnnotationSpan {
 pub struct DevicePoint {
     pub x: f64,
     pub used_bytes: u64,
+    /// PyTorch's reserved memory at the reading.
+    pub reserved_bytes: i64,
     /// This process's use minus PyTorch's reserved memory.
     pub outside_allocator_bytes: Option<i64>,
     /// Device use minus this process's use (other processes, driver).
@@ -778,6 +780,48 @@ impl ViewPass<'_, '_> {
     }
 }
 
+/// Stacks `zoom`'s bands in the order `main` stacks them (bands `main` lacks above them,
+/// in their own order), so a panel drawn from a part of the axis shows the groups in the
+/// layers of the whole chart: each bucket's bands restacked on its rest band.
+pub fn stack_like(zoom: &mut TimelineView, main: &TimelineView) {
+    let nb = zoom.buckets.len();
+    let place = |b: &Band| {
+        main.bands
+            .iter()
+            .position(|m| m.name == b.name && m.kind == b.kind)
+            .unwrap_or(usize::MAX)
+    };
+    let mut bands: Vec<(Band, Vec<u64>)> = std::mem::take(&mut zoom.bands)
+        .into_iter()
+        .map(|mut band| {
+            let mut heights = vec![0u64; nb];
+            for (start, cells) in std::mem::take(&mut band.runs) {
+                for (j, (_, h)) in cells.into_iter().enumerate() {
+                    heights[start + j] = h;
+                }
+            }
+            (band, heights)
+        })
+        .collect();
+    // A stable sort: bands `main` lacks keep their order among themselves.
+    bands.sort_by_key(|(band, _)| place(band));
+    for (b, bucket) in zoom.buckets.iter().enumerate() {
+        let mut bottom = bucket.rest_bytes;
+        for (band, heights) in bands.iter_mut() {
+            let v = heights[b];
+            if v == 0 {
+                continue;
+            }
+            match band.runs.last_mut() {
+                Some((first, run)) if *first + run.len() == b => run.push((bottom, v)),
+                _ => band.runs.push((b, vec![(bottom, v)])),
+            }
+            bottom += v;
+        }
+    }
+    zoom.bands = bands.into_iter().map(|(band, _)| band).collect();
+}
+
 /// The x range drawn: the whole trace (state 0 at 0, the last state at the last event's
 /// position, read with `axis`), or the window asked for. A window is inside the trace,
 /// or refused: clipping it would draw another window than the one asked for.
@@ -1012,6 +1056,7 @@ pub fn add_device_readings(view: &mut TimelineView, rows: &[crate::analysis::rec
         let point = DevicePoint {
             x,
             used_bytes: r.device_used_bytes,
+            reserved_bytes: r.reserved_bytes,
             outside_allocator_bytes: r.process_used_bytes.map(|p| p as i64 - r.reserved_bytes),
             other_bytes: r
                 .process_used_bytes

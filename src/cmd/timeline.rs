@@ -103,6 +103,9 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
                 .map_err(|e| anyhow!("{path}: {e}"))
             })
             .transpose()?;
+        if let Some(z) = zoom_view.as_mut() {
+            vramlens::analysis::chart::stack_like(z, &view);
+        }
         if !args.nvml.is_empty() {
             // Only readings near the device's trace are drawn: the log is streamed, and
             // a long one folded into a bounded series.

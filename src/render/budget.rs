@@ -499,7 +499,7 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
 type Bar = (String, Vec<(Line, u64)>, bool);
 
 /// The chart's geometry: the plot's left edge, top, height and width, the bars' width
-/// and the gap between them, and the bytes at the top of the axis.
+/// and the gap between them, and the bytes at the top of the axis (a round tick).
 struct Chart {
     left: f64,
     top_px: f64,
@@ -508,6 +508,8 @@ struct Chart {
     bar_w: f64,
     gap: f64,
     top: f64,
+    /// The highest bar or capacity, which the axis' round top is over.
+    data_top: u64,
 }
 
 impl Chart {
@@ -525,14 +527,21 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
         Some(p) => p.fits.iter().collect(),
         None => r.fits.iter().collect(),
     };
-    let top = bars
+    let data_top = bars
         .iter()
         .map(|(_, l, _)| l.iter().map(|(_, b)| *b).sum::<u64>())
         .chain(gpus.iter().map(|f| f.gpu.capacity_bytes))
         .max()
         .unwrap_or(1)
-        .max(1) as f64;
-    let (left, right, top_px, plot_h) = (90.0, 440.0, 50.0, 360.0);
+        .max(1);
+    // The axis ends at the first round tick at or above the highest bar or capacity.
+    let (step, _, unit) = tick_step(data_top);
+    let step_bytes = step * unit as f64;
+    let top = ((data_top as f64 / step_bytes) * (1.0 - 1e-12))
+        .ceil()
+        .max(1.0)
+        * step_bytes;
+    let (left, right, top_px, plot_h) = (90.0, 480.0, 50.0, 360.0);
     let bar_w = 70.0;
     let gap = 40.0;
     let plot_w = (bars.len() as f64 * (bar_w + gap) + gap).max(300.0);
@@ -546,6 +555,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
         bar_w,
         gap,
         top,
+        data_top,
     };
     let mut svg = Svg { out };
     svg.begin(width, height, "VRAM budget")?;
@@ -609,20 +619,54 @@ fn bars(r: &BudgetReport) -> Vec<Bar> {
     bars
 }
 
-/// The y axis with four ticks, and their grid lines.
+/// About how many steps the y axis is cut into.
+const TICKS: f64 = 4.0;
+
+/// A round step for the y axis up to `max` bytes, in the binary unit `max` prints in:
+/// 1, 2, 4 or 5 times a power of ten of that unit (40 GiB for a 139.8 GiB axis, so it
+/// reads 40 / 80 / 120 GiB), and the unit's name and bytes.
+fn tick_step(max: u64) -> (f64, &'static str, u64) {
+    let (name, unit) = crate::units::binary_unit(max.max(1));
+    let raw = (max.max(1) as f64 / unit as f64 / TICKS).max(1e-6);
+    let p = 10f64.powi(raw.log10().floor() as i32);
+    let step = [1.0, 2.0, 4.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * p);
+    (step, name, unit)
+}
+
+/// A tick's label: its value in the axis' unit, without trailing zeros (`40 GiB`,
+/// `0.5 GiB`).
+fn tick_label(value: f64, name: &str) -> String {
+    let v = format!("{value:.3}");
+    let v = v.trim_end_matches('0').trim_end_matches('.');
+    format!("{v} {name}")
+}
+
+/// The y axis's round ticks up to the top of the chart, and their grid lines.
 fn draw_ticks(svg: &mut Svg, c: &Chart) -> io::Result<()> {
-    for k in 0..=4 {
-        let b = c.top * k as f64 / 4.0;
+    let (step, name, unit) = tick_step(c.data_top);
+    let mut k = 0u32;
+    loop {
+        let value = step * k as f64;
+        let b = value * unit as f64;
+        if b > c.top * (1.0 + 1e-9) {
+            break;
+        }
         writeln!(
             svg.out,
-            r##"<line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="#e4e4e4"/><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"##,
+            r##"<line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="#e4e4e4"/><text x="{}" y="{}" font-size="11" text-anchor="end" class="tick" data-bytes="{}">{}</text>"##,
             num(c.left),
             num(c.left + c.plot_w),
             num(c.left - 6.0),
             num(c.y(b) + 4.0),
-            escape(&bytes(b as u64)),
+            b.round() as u64,
+            escape(&tick_label(value, name)),
             y = num(c.y(b)),
         )?;
+        k += 1;
     }
     Ok(())
 }
@@ -668,26 +712,83 @@ fn draw_bars(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
     Ok(())
 }
 
-/// Each GPU's capacity as a dashed line across the plot, named at its right end.
+/// The height of a capacity's label (font size 11, and a little air).
+const LABEL_H: f64 = 13.0;
+
+/// Label baselines for lines at `ys` (top first): each at its line, moved down just
+/// enough to clear the one above by [`LABEL_H`], then up as a block where that pushes
+/// the last past `bottom`.
+fn spread_labels(ys: &[f64], bottom: f64) -> Vec<f64> {
+    let mut out: Vec<f64> = Vec::with_capacity(ys.len());
+    for &y in ys {
+        let y = match out.last() {
+            Some(&prev) => y.max(prev + LABEL_H),
+            None => y,
+        };
+        out.push(y);
+    }
+    let mut limit = bottom;
+    for y in out.iter_mut().rev() {
+        *y = y.min(limit);
+        limit = *y - LABEL_H;
+    }
+    out
+}
+
+/// Each GPU's capacity as a dashed line across the plot, named at its right end. GPUs of
+/// one capacity share the line and one label (`A100 80GB, H100 80GB 79.2 GiB`); labels
+/// of close capacities are moved apart, a short stroke tying a moved one to its line.
 fn draw_capacities(svg: &mut Svg, c: &Chart, gpus: &[&Fit]) -> io::Result<()> {
-    for f in gpus {
-        let yy = c.y(f.gpu.capacity_bytes as f64);
+    // Highest capacity first (top of the chart first); GPUs of one capacity in the
+    // order given.
+    let mut lines: Vec<(u64, Vec<&Fit>)> = Vec::new();
+    let mut sorted: Vec<&Fit> = gpus.to_vec();
+    sorted.sort_by_key(|f| std::cmp::Reverse(f.gpu.capacity_bytes));
+    for f in sorted {
+        match lines.last_mut() {
+            Some((cap, fits)) if *cap == f.gpu.capacity_bytes => fits.push(f),
+            _ => lines.push((f.gpu.capacity_bytes, vec![f])),
+        }
+    }
+    let ys: Vec<f64> = lines.iter().map(|(cap, _)| c.y(*cap as f64)).collect();
+    let label_ys = spread_labels(
+        &ys.iter().map(|y| y + 4.0).collect::<Vec<_>>(),
+        c.top_px + c.plot_h + 4.0,
+    );
+    let end = c.left + c.plot_w;
+    for (((cap, fits), yy), ly) in lines.iter().zip(&ys).zip(&label_ys) {
+        let names: Vec<&str> = fits.iter().map(|f| f.gpu.name.as_str()).collect();
+        let label = if fits.iter().all(|f| f.gpu.source == "given as a size") {
+            names.join(", ")
+        } else {
+            format!("{} {}", names.join(", "), bytes(*cap))
+        };
+        let tip: Vec<String> = fits
+            .iter()
+            .map(|f| format!("{}: {} ({} bytes)", f.gpu.name, bytes(*cap), cap))
+            .collect();
+        let moved = (ly - 4.0 - yy).abs() > 1.0;
         writeln!(
             svg.out,
-            r##"<g><title>{}: {} ({} bytes)</title><line x1="{}" x2="{}" y1="{yy}" y2="{yy}" stroke="#333333" stroke-dasharray="5 3"/><text x="{}" y="{}" font-size="11">{}</text></g>"##,
-            escape(&f.gpu.name),
-            escape(&bytes(f.gpu.capacity_bytes)),
-            f.gpu.capacity_bytes,
+            r##"<g><title>{}</title><line x1="{}" x2="{}" y1="{yy}" y2="{yy}" stroke="#333333" stroke-dasharray="5 3"/>{}<text x="{}" y="{}" font-size="11" class="capacity" data-bytes="{cap}">{}</text></g>"##,
+            escape(&tip.join("\n")),
             num(c.left),
-            num(c.left + c.plot_w),
-            num(c.left + c.plot_w + 6.0),
-            num(yy + 4.0),
-            escape(&if f.gpu.source == "given as a size" {
-                f.gpu.name.clone()
+            num(end),
+            if moved {
+                format!(
+                    r##"<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#999999"/>"##,
+                    num(end),
+                    num(end + 5.0),
+                    num(*yy),
+                    num(ly - 4.0)
+                )
             } else {
-                format!("{} {}", f.gpu.name, bytes(f.gpu.capacity_bytes))
-            }),
-            yy = num(yy),
+                String::new()
+            },
+            num(end + 8.0),
+            num(*ly),
+            escape(&label),
+            yy = num(*yy),
         )?;
     }
     Ok(())
@@ -695,7 +796,7 @@ fn draw_capacities(svg: &mut Svg, c: &Chart, gpus: &[&Fit]) -> io::Result<()> {
 
 /// The legend: the lines that appear in some bar.
 fn legend(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
-    let lx = c.left + c.plot_w + 180.0;
+    let lx = c.left + c.plot_w + 240.0;
     let shown: Vec<Line> = Line::ALL
         .iter()
         .copied()
@@ -718,4 +819,35 @@ fn legend(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod chart_tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn ticks_are_round_in_the_unit_shown() {
+        // 139.8 GiB / 4 = 34.95 GiB: 40 GiB. 2 GiB / 4 = 0.5 GiB. 900 MiB / 4 = 225 MiB:
+        // 400 MiB (200 is less). 10 GiB / 4 = 2.5 GiB: 4 GiB.
+        assert_eq!(tick_step(139_800 * GIB / 1000), (40.0, "GiB", GIB));
+        assert_eq!(tick_step(2 * GIB), (0.5, "GiB", GIB));
+        assert_eq!(tick_step(900 * MIB), (400.0, "MiB", MIB));
+        assert_eq!(tick_step(10 * GIB), (4.0, "GiB", GIB));
+        assert_eq!(tick_label(40.0, "GiB"), "40 GiB");
+        assert_eq!(tick_label(0.5 * 3.0, "GiB"), "1.5 GiB");
+        assert_eq!(tick_label(0.0, "GiB"), "0 GiB");
+    }
+
+    #[test]
+    fn close_labels_move_apart() {
+        assert_eq!(
+            spread_labels(&[100.0, 100.2, 200.0], 400.0),
+            [100.0, 113.0, 200.0]
+        );
+        // Pushed past the bottom: the block moves up.
+        assert_eq!(spread_labels(&[390.0, 395.0], 400.0), [387.0, 400.0]);
+    }
 }

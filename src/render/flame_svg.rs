@@ -3,7 +3,7 @@
 //! (`<title>`) with the whole name, bytes, share and count; no script.
 
 use super::labels::clip;
-use super::svg::{Svg, escape, num};
+use super::svg::{Svg, escape, name_color, num, text_on};
 use crate::analysis::flame::FlameNode;
 use crate::units::{bytes, percent};
 use std::io::{self, Write};
@@ -31,19 +31,24 @@ fn depth(n: &FlameNode, scale: f64) -> usize {
         .unwrap_or(0)
 }
 
-/// Warm colours for the user's code, blue for torch's own frames, grey for tokens.
+/// A frame's colour: the colour the timeline, the segments map and the report's legends
+/// give the call site of that name ([`name_color`]), so a call site reads alike in every
+/// chart; blue for torch's own frames (never a call site under the default rules) and
+/// grey for the element that stands for C++ frames.
 fn frame_color(name: &str) -> String {
-    let h = super::svg::name_hash(name);
-    if name.starts_with('(') {
+    if name.starts_with('(') && (name.ends_with(" C++ frame)") || name.ends_with(" C++ frames)")) {
         return "hsl(0,0%,70%)".into();
     }
-    let torch = name.contains("/torch/") || name.starts_with("torch/");
-    let hue = if torch { 195 + h % 40 } else { h % 50 };
-    format!(
-        "hsl({hue},{}%,{}%)",
-        60 + (h >> 8) % 25,
-        62 + (h >> 16) % 14
-    )
+    if name.contains("/torch/") || name.starts_with("torch/") {
+        let h = super::svg::name_hash(name);
+        return format!(
+            "hsl({},{}%,{}%)",
+            195 + h % 40,
+            60 + (h >> 8) % 25,
+            62 + (h >> 16) % 14
+        );
+    }
+    name_color(name).to_string()
 }
 
 /// Characters of a name kept, at the least, before a box's bytes in its label.
@@ -146,9 +151,13 @@ pub fn write_flame_svg(
             let label = label(&node.name, node.bytes, fits);
             writeln!(
                 svg.out,
-                r#"<text x="{}" y="{}" font-size="11">{}</text>"#,
+                r#"<text x="{}" y="{}" font-size="11"{}>{}</text>"#,
                 num(x + 3.0),
                 num(y + ROW - 5.0),
+                match text_on(&fill) {
+                    "#000000" => String::new(),
+                    c => format!(r#" fill="{c}""#),
+                },
                 escape(&label)
             )?;
         }

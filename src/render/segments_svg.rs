@@ -1,11 +1,11 @@
 //! The allocator's state at one moment as SVG: one row per segment, grouped by pool and
 //! stream, blocks drawn to scale inside and coloured by the group of the allocation that
 //! made them (with a legend), frees waiting on other streams, rounding waste and free
-//! holes in colours no group uses, holes labelled with their size. Every shape has a
-//! tooltip.
+//! holes in colours no group uses, holes drawn at least a few pixels wide (a 16 MiB hole
+//! in a 78 GiB segment shows) and labelled with their size. Every shape has a tooltip.
 
 use super::labels::{device_line, group_display, moment_text, tiny_frame};
-use super::svg::{PALETTE, Svg, category_color};
+use super::svg::{Svg, group_color};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::segment_map::{MapBlock, MapSegment, SegmentMap};
@@ -26,7 +26,11 @@ const COLOURED: usize = 19;
 
 const PENDING: &str = "#f0a030";
 const WASTE: &str = "#555555";
-const FREE: &str = "#eeeeee";
+/// A free hole: white, edged in red, at least [`HOLE_MIN`] wide.
+const FREE: &str = "#ffffff";
+const FREE_EDGE: &str = "#d62728";
+/// The narrowest a hole is drawn (pixels): 16 MiB of a 78 GiB segment is a fifth of one.
+const HOLE_MIN: f64 = 3.0;
 const OTHER: &str = "#b8b8b8";
 
 /// The heading of a run of rows: the segment's pool and stream.
@@ -44,17 +48,12 @@ fn group_name(s: &MapSegment) -> String {
     format!("{pool}, {stream}")
 }
 
-/// A group's colour: its category's, else its place in the palette, else the one the
-/// groups past the coloured ones share.
+/// A group's colour: its category's or its name's ([`group_color`], as the timeline and
+/// the flame graph draw it), else the one the groups past the coloured ones share.
 fn group_fill(map: &SegmentMap, g: usize) -> &'static str {
     let group = &map.groups[g];
-    if group.kind == GroupKind::Category
-        && let Some(c) = category_color(&group.name)
-    {
-        return c;
-    }
     if g < COLOURED {
-        PALETTE[g % PALETTE.len()]
+        group_color(&group.name, group.kind)
     } else {
         OTHER
     }
@@ -167,17 +166,17 @@ fn write_heading(svg: &mut Svg, map: &SegmentMap, heading: &str) -> io::Result<(
 fn legend(svg: &mut Svg, map: &SegmentMap) -> io::Result<()> {
     let lx = WIDTH - LEGEND + 10.0;
     let mut ly = 96.0;
-    for (fill, text) in [
-        (PENDING, "freed, waiting for other streams"),
-        (WASTE, "rounding waste"),
-        (FREE, "free"),
+    for (fill, edge, text) in [
+        (PENDING, "#999", "freed, waiting for other streams"),
+        (WASTE, "#999", "rounding waste"),
+        (FREE, FREE_EDGE, "free hole (at least 3 px wide)"),
     ] {
         svg.rect(
             lx,
             ly - 8.0,
             14.0,
             10.0,
-            &format!(r##" fill="{fill}" stroke="#999""##),
+            &format!(r##" fill="{fill}" stroke="{edge}""##),
             None,
         )?;
         svg.text(lx + 20.0, ly, "start", r#" font-size="11""#, text)?;
@@ -244,8 +243,9 @@ fn legend(svg: &mut Svg, map: &SegmentMap) -> io::Result<()> {
     Ok(())
 }
 
-/// One segment's row: its label, its outline (free unless a block covers it), its holes'
-/// sizes where they fit, and its blocks.
+/// One segment's row: its label, its outline, its blocks, then its free holes over them
+/// (each at least [`HOLE_MIN`] wide, centred where it is, so the smallest shows) with
+/// their sizes where they fit.
 fn draw_segment(svg: &mut Svg, map: &SegmentMap, s: &MapSegment, at: RowAt) -> io::Result<()> {
     let RowAt { y, scale } = at;
     let x0 = LABEL;
@@ -267,7 +267,7 @@ fn draw_segment(svg: &mut Svg, map: &SegmentMap, s: &MapSegment, at: RowAt) -> i
         y,
         (s.size_bytes as f64 * scale).max(1.0),
         ROW,
-        &format!(r##" fill="{FREE}" stroke="#888" stroke-width="0.6""##),
+        r##" fill="#ffffff" stroke="#888" stroke-width="0.6""##,
         Some(&format!(
             "s'{:x}: segment {}, {} in blocks, {} free",
             s.addr,
@@ -276,20 +276,39 @@ fn draw_segment(svg: &mut Svg, map: &SegmentMap, s: &MapSegment, at: RowAt) -> i
             bytes(s.size_bytes.saturating_sub(used))
         )),
     )?;
+    for b in &s.blocks {
+        draw_block(svg, map, s, b, at)?;
+    }
+    let row_w = (s.size_bytes as f64 * scale).max(1.0);
     for &(addr, size) in &s.holes {
+        let x = x0 + (addr - s.addr) as f64 * scale;
         let w = size as f64 * scale;
+        let drawn = w.max(HOLE_MIN);
+        let hx = (x + w / 2.0 - drawn / 2.0).clamp(x0, (x0 + row_w - drawn).max(x0));
+        svg.rect(
+            hx,
+            y + 1.0,
+            drawn,
+            ROW - 2.0,
+            &format!(
+                r#" class="hole" fill="{FREE}" stroke="{FREE_EDGE}" stroke-width="1" data-bytes="{size}""#
+            ),
+            Some(&format!(
+                "free hole {} ({size} bytes) at s'{:x} + {}",
+                bytes(size),
+                s.addr,
+                bytes(addr - s.addr)
+            )),
+        )?;
         if w > 60.0 {
             svg.text(
-                x0 + (addr - s.addr) as f64 * scale + w / 2.0,
+                x + w / 2.0,
                 y + 12.0,
                 "middle",
                 r##" font-size="10" fill="#555""##,
                 &bytes(size),
             )?;
         }
-    }
-    for b in &s.blocks {
-        draw_block(svg, map, s, b, at)?;
     }
     Ok(())
 }

@@ -61,6 +61,48 @@ pub const PALETTE: [&str; 20] = [
     "#a0ae29", "#73c9de", "#ae2986", "#b3de73",
 ];
 
+/// The colour of a group's name (a call site, a stack, a file) or an allocation's label:
+/// the palette's entry its hash picks. It depends on the name alone, so one call site has
+/// one colour in the timeline and its zoom panel, the segments map, the flame graph and
+/// every legend of the report, whatever else a chart shows. The hash is mixed before it
+/// picks (FNV's low bits barely differ between names that differ in a line number).
+pub fn name_color(name: &str) -> &'static str {
+    let mut h = name_hash(name);
+    // The finaliser of MurmurHash3: every input bit moves every output bit.
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    PALETTE[((h as u64 * PALETTE.len() as u64) >> 32) as usize]
+}
+
+/// The colour of a group or band: a built-in category's fixed colour, else its name's
+/// ([`name_color`]).
+pub fn group_color(name: &str, kind: crate::analysis::attribution::GroupKind) -> &'static str {
+    if kind == crate::analysis::attribution::GroupKind::Category
+        && let Some(c) = category_color(name)
+    {
+        return c;
+    }
+    name_color(name)
+}
+
+/// The colour of text written on a `#rrggbb` fill: white on the palette's dark entries,
+/// black on everything else (hsl fills are light).
+pub fn text_on(fill: &str) -> &'static str {
+    let channel = |i: usize| {
+        fill.get(i..i + 2)
+            .and_then(|c| u8::from_str_radix(c, 16).ok())
+            .map_or(255.0, f64::from)
+    };
+    if fill.len() != 7 || !fill.starts_with('#') {
+        return "#000000";
+    }
+    let luma = 0.299 * channel(1) + 0.587 * channel(3) + 0.114 * channel(5);
+    if luma < 135.0 { "#ffffff" } else { "#000000" }
+}
+
 /// Fixed colours of the built-in categories, so charts compare at a glance.
 pub fn category_color(name: &str) -> Option<&'static str> {
     Some(match name {

@@ -4,7 +4,7 @@
 //! `data-bytes`.
 
 use super::labels::{device_line, group_display, tiny_frame};
-use super::svg::{PALETTE, Svg, category_color, color, escape, num};
+use super::svg::{Svg, color, escape, group_color, num};
 use crate::analysis::attribution::GroupKind;
 use crate::analysis::chart::{Band, BandBy, MarkerKind, TimelineView, XAxis, Zoom, ZoomAround};
 use crate::analysis::device::DeviceChoice;
@@ -87,23 +87,10 @@ fn decimal_step(span: f64, ticks: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-/// A band's colour: its category's, else its place in the palette; in a zoom panel, the
-/// colour the same band has in the whole chart (`main`), so a group reads alike in both.
-fn band_color(view: &TimelineView, i: usize, main: Option<&TimelineView>) -> &'static str {
-    let band = &view.bands[i];
-    if band.kind == GroupKind::Category
-        && let Some(c) = category_color(&band.name)
-    {
-        return c;
-    }
-    let i = main
-        .and_then(|m| {
-            m.bands
-                .iter()
-                .position(|b| b.name == band.name && b.kind == band.kind)
-        })
-        .unwrap_or_else(|| i + main.map_or(0, |m| m.bands.len()));
-    PALETTE[i % PALETTE.len()]
+/// A band's colour: its category's, else its name's ([`group_color`]), the same in the
+/// zoom panel, the segments map and the flame graph.
+fn band_color(band: &Band) -> &'static str {
+    group_color(&band.name, band.kind)
 }
 
 fn band_title(b: &Band) -> String {
@@ -338,6 +325,8 @@ fn write_body(
     draw_rest_band(svg, &p)?;
     draw_bands(svg, &p)?;
     draw_peak(svg, &p)?;
+    // Under the reserved line, which it starts from.
+    draw_device_gap(svg, &p)?;
     draw_memory_lines(svg, &p)?;
     draw_device_lines(svg, &p)?;
     draw_markers(svg, &p)?;
@@ -511,8 +500,8 @@ fn draw_rest_band(svg: &mut Svg, p: &Panel) -> io::Result<()> {
 /// its stack is written once.
 fn draw_bands(svg: &mut Svg, p: &Panel) -> io::Result<()> {
     let (view, f) = (p.view, p.f);
-    for (i, band) in view.bands.iter().enumerate() {
-        let fill = band_color(view, i, p.main);
+    for band in &view.bands {
+        let fill = band_color(band);
         let tip = band_title(band);
         let grouped = band.runs.len() > 1;
         if grouped {
@@ -625,6 +614,73 @@ fn draw_memory_lines(svg: &mut Svg, p: &Panel) -> io::Result<()> {
     Ok(())
 }
 
+/// The fill of the gap between reserved memory and the device's use.
+const GAP_FILL: &str = r##" fill="#f4a259" fill-opacity="0.55""##;
+/// The least height of that gap (pixels): 0.7 GiB is 2.5 px on a 140 GiB axis.
+const GAP_MIN: f64 = 3.0;
+
+/// The gap from reserved memory up to the device's use, shaded where readings are given
+/// and the device holds more than PyTorch reserved: from the reserved line up, at least
+/// [`GAP_MIN`] tall, one shape per run of such readings.
+fn draw_device_gap(svg: &mut Svg, p: &Panel) -> io::Result<()> {
+    let (view, f) = (p.view, p.f);
+    if !view.reserved_recorded {
+        return Ok(());
+    }
+    let mut runs: Vec<Vec<&crate::analysis::chart::DevicePoint>> = Vec::new();
+    let mut open = false;
+    for d in &view.device {
+        if d.used_bytes as i64 > d.reserved_bytes {
+            if !open {
+                runs.push(Vec::new());
+            }
+            if let Some(run) = runs.last_mut() {
+                run.push(d);
+            }
+            open = true;
+        } else {
+            open = false;
+        }
+    }
+    for run in runs {
+        let edge = |d: &crate::analysis::chart::DevicePoint| {
+            let bottom = f.py(d.reserved_bytes.max(0) as f64);
+            (bottom, f.py(d.used_bytes as f64).min(bottom - GAP_MIN))
+        };
+        let mut top: Vec<(f64, f64)> = Vec::new();
+        let mut bottom: Vec<(f64, f64)> = Vec::new();
+        if let [d] = run[..] {
+            // One reading: a bar of the least width.
+            let (b, t) = edge(d);
+            let x = f.px(d.x);
+            top.extend([(x - GAP_MIN / 2.0, t), (x + GAP_MIN / 2.0, t)]);
+            bottom.extend([(x - GAP_MIN / 2.0, b), (x + GAP_MIN / 2.0, b)]);
+        } else {
+            for d in &run {
+                let (b, t) = edge(d);
+                top.push((f.px(d.x), t));
+                bottom.push((f.px(d.x), b));
+            }
+        }
+        let most = run
+            .iter()
+            .map(|d| (d.used_bytes as i64 - d.reserved_bytes) as u64)
+            .max()
+            .unwrap_or(0);
+        bottom.reverse();
+        top.extend(bottom);
+        svg.polygon(
+            &top,
+            &format!(r#"{GAP_FILL} class="device-gap" data-bytes="{most}""#),
+            Some(&format!(
+                "device used above reserved: memory PyTorch did not reserve (CUDA context, libraries, other processes), up to {}",
+                bytes(most)
+            )),
+        )?;
+    }
+    Ok(())
+}
+
 /// Device readings, when given: device used, memory outside the allocator, others.
 fn draw_device_lines(svg: &mut Svg, p: &Panel) -> io::Result<()> {
     let (view, f) = (p.view, p.f);
@@ -642,7 +698,7 @@ fn draw_device_lines(svg: &mut Svg, p: &Panel) -> io::Result<()> {
     let max_used = view.device.iter().map(|p| p.used_bytes).max().unwrap_or(0);
     svg.polyline(
         &used,
-        r##" stroke="#111111" stroke-width="1.4""##,
+        r##" stroke="#111111" stroke-width="2""##,
         Some(&format!(
             "device used (nvidia-smi / NVML), up to {}",
             bytes(max_used)
@@ -760,7 +816,7 @@ fn legend_lines(svg: &mut Svg, view: &TimelineView) -> io::Result<f64> {
     ly += 18.0;
     if !view.device.is_empty() {
         let entries = [
-            (r##" stroke="#111111" stroke-width="1.4""##, "device used"),
+            (r##" stroke="#111111" stroke-width="2""##, "device used"),
             (
                 r##" stroke="#e07000" stroke-width="1.2" stroke-dasharray="5 2""##,
                 "outside the allocator",
@@ -773,6 +829,17 @@ fn legend_lines(svg: &mut Svg, view: &TimelineView) -> io::Result<f64> {
         for (style, label) in entries {
             svg.line(lx, ly, lx + 18.0, ly, style)?;
             svg.text(lx + 24.0, ly + 4.0, "start", "", label)?;
+            ly += 18.0;
+        }
+        if view.reserved_recorded {
+            svg.rect(lx, ly - 5.0, 18.0, 10.0, GAP_FILL, None)?;
+            svg.text(
+                lx + 24.0,
+                ly + 4.0,
+                "start",
+                "",
+                "device used above reserved",
+            )?;
             ly += 18.0;
         }
     }
@@ -804,13 +871,13 @@ fn legend_bands(svg: &mut Svg, p: &Panel, mut ly: f64) -> io::Result<()> {
     }
     let room = ((HEIGHT - 40.0 - ly) / 16.0).floor().max(0.0) as usize;
     let shown = view.bands.len().min(room.saturating_sub(1));
-    for (i, band) in view.bands.iter().enumerate().rev().take(shown) {
+    for band in view.bands.iter().rev().take(shown) {
         svg.rect(
             lx,
             ly - 6.0,
             18.0,
             10.0,
-            &format!(r#" fill="{}""#, band_color(view, i, p.main)),
+            &format!(r#" fill="{}""#, band_color(band)),
             Some(&band.name),
         )?;
         let at_peak = peak_bucket.map_or(0, |b| band_height_at(band, b));

@@ -456,11 +456,18 @@ fn live_table(m: &MomentReport) -> String {
                 format!("; category {}", g.category)
             }
         );
+        // The colour the charts give the group (the merged rest: the rest band's grey).
+        let swatch = format!(
+            "<span class=\"swatch\" style=\"background:{}\"></span>",
+            g.name
+                .key()
+                .map_or("#c8c8c8", |k| super::svg::group_color(k, g.kind))
+        );
         let site = if g.frames.is_empty() {
-            escape_html(&name)
+            format!("{swatch}{}", escape_html(&name))
         } else {
             let mut s = format!(
-                "<details><summary>{}</summary><ol class=\"frames\" data-caption=\"stack of the largest allocation ({}), innermost first\">",
+                "<details><summary>{swatch}{}</summary><ol class=\"frames\" data-caption=\"stack of the largest allocation ({}), innermost first\">",
                 escape_html(&name),
                 escape_html(&bytes(g.largest_bytes))
             );
