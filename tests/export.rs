@@ -1191,8 +1191,13 @@ fn shards_fill_one_dataset_as_one_export_does() {
     )
     .unwrap();
     fs::write(folder.join("README"), "notes").unwrap();
+    // And an input folder with no snapshot in it.
+    let logs = dir.path().join("logs");
+    fs::create_dir(&logs).unwrap();
+    fs::write(logs.join("gpu.csv"), "timestamp, memory.used [MiB]\n").unwrap();
     let mut inputs = fixtures();
     inputs.push(folder.clone());
+    inputs.push(logs.clone());
     let all = dir.path().join("all");
     let sharded = dir.path().join("sharded");
     let o = vramlens()
@@ -1212,14 +1217,15 @@ fn shards_fill_one_dataset_as_one_export_does() {
     );
     assert!(
         stdout.contains(&format!(
-            "left out 1 file of the folders that is not a snapshot by name or content: {}",
-            folder.join("README").display()
+            "left out 2 files of the folders that are not a snapshot by name or content: {}, {}",
+            folder.join("README").display(),
+            logs.join("gpu.csv").display()
         )),
         "{stdout}"
     );
     for k in 0..3 {
         for _ in 0..2 {
-            vramlens()
+            let o = vramlens()
                 .args([
                     "export",
                     "--format",
@@ -1232,7 +1238,37 @@ fn shards_fill_one_dataset_as_one_export_does() {
                 .args(&inputs)
                 .assert()
                 .success();
+            // What the inputs passed over is said once for the dataset: by shard 0.
+            let out = o.get_output();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                said.contains("left out 2 files"),
+                k == 0,
+                "shard {k}: {said}"
+            );
+            assert_eq!(
+                said.contains(&format!("skipped {}", logs.display())),
+                k == 0,
+                "shard {k}: {said}"
+            );
         }
+    }
+    // Every shard's manifest keeps both.
+    for e in fs::read_dir(sharded.join("manifest")).unwrap() {
+        let m: Value = serde_json::from_slice(&fs::read(e.unwrap().path()).unwrap()).unwrap();
+        assert_eq!(m["skipped"].as_array().unwrap().len(), 2, "{m}");
+        let folders = m["skipped_folders"].as_array().unwrap();
+        assert_eq!(folders.len(), 1, "{m}");
+        assert!(
+            folders[0]
+                .as_str()
+                .unwrap()
+                .contains("a folder with no snapshot file")
+        );
     }
     let (a, b) = (table_tree(&all), table_tree(&sharded));
     assert_eq!(a.len(), n * 3, "three tables per file");

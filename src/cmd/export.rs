@@ -674,10 +674,18 @@ fn tally<'h>(
 
 /// The manifest of the run (its file name and bytes): the inputs, the shard, each file's
 /// outcome and the files of the folders left out.
+/// What the inputs' folders held that was not read.
+struct Passed<'a> {
+    /// Files that are not a snapshot by name or content.
+    files: &'a [PathBuf],
+    /// Folders with no snapshot file, each with why.
+    folders: &'a [String],
+}
+
 fn manifest(
     args: &ExportArgs,
     all: &[PathBuf],
-    skipped: &[PathBuf],
+    passed: Passed,
     shard: Shard,
     tables: &[Table],
     manifest_files: Vec<Value>,
@@ -692,10 +700,11 @@ fn manifest(
         "inputs": {"files": all.len(), "list_sha256": list},
         "shard": {"index": shard.index, "count": shard.count},
         "files": manifest_files,
-        "skipped": skipped.iter().map(|p| json!({
+        "skipped": passed.files.iter().map(|p| json!({
             "path": p.display().to_string(),
             "reason": "not a snapshot: no snapshot extension, and not a pickle or gzip stream by its first bytes",
         })).collect::<Vec<_>>(),
+        "skipped_folders": passed.folders,
     });
     let name = format!(
         "{}.shard-{:05}-of-{:05}.json",
@@ -768,8 +777,17 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         bail!(NO_PARQUET);
     }
     let attribution = attribution_options(&args.attribution)?;
-    let (all, skipped) = super::expand_inputs_listing(&args.files)?;
+    let inputs = super::expand_inputs_listing(&args.files)?;
+    let (all, skipped) = (inputs.files, inputs.left_out);
     let shard = args.shard.unwrap_or(Shard { index: 0, count: 1 });
+    // Every shard lists the same inputs: the first says what was passed over, once for
+    // the dataset (each manifest keeps it).
+    let says_inputs = shard.index == 0;
+    if says_inputs {
+        for why in &inputs.empty_folders {
+            eprintln!("vramlens: skipped {why}");
+        }
+    }
     let files = shard_files(&all, shard);
     let tables = tables(args.events);
     let staging = Staging::create(&args.output)?;
@@ -802,11 +820,17 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     // a reader sees the shard ran, with what failed, and a shard with no file at all).
     if !t.keys.is_empty() || files.is_empty() || args.shard.is_some() {
         let entries = std::mem::take(&mut t.manifest_files);
-        let (name, bytes) = manifest(args, &all, &skipped, shard, &tables, entries)?;
+        let passed_over = Passed {
+            files: &skipped,
+            folders: &inputs.empty_folders,
+        };
+        let (name, bytes) = manifest(args, &all, passed_over, shard, &tables, entries)?;
         staging.publish(&tables, &t.keys, (&name, &bytes))?;
         write_exported(out, args, &t, files.len(), all.len(), shard, &tables)?;
     }
-    write_skipped(out, &skipped)?;
+    if says_inputs {
+        write_skipped(out, &skipped)?;
+    }
     match t.errors.len() {
         0 => Ok(()),
         1 => Err(t.errors.remove(0)),

@@ -140,7 +140,21 @@ fn attribution_options(
 /// (`export_memory_timeline`), `*.html`, and files with no extension whose content starts as
 /// a pickle or a gzip stream does), by name; other paths as given.
 fn expand_inputs(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
-    Ok(expand_inputs_listing(paths)?.0)
+    let inputs = expand_inputs_listing(paths)?;
+    for why in &inputs.empty_folders {
+        eprintln!("vramlens: skipped {why}");
+    }
+    Ok(inputs.files)
+}
+
+/// The inputs a command line names, folders expanded.
+struct Inputs {
+    /// The files to read, in order.
+    files: Vec<std::path::PathBuf>,
+    /// Files of the folders that are not a snapshot by name or content.
+    left_out: Vec<std::path::PathBuf>,
+    /// Among several inputs, the folders with no snapshot file, each with why (shown).
+    empty_folders: Vec<String>,
 }
 
 /// File names a folder's snapshot files have.
@@ -167,12 +181,11 @@ fn looks_like_snapshot(path: &std::path::Path) -> bool {
 }
 
 /// As [`expand_inputs`], with the files of the folders that were left out (not hidden,
-/// not a snapshot by name or content).
-fn expand_inputs_listing(
-    paths: &[std::path::PathBuf],
-) -> Result<(Vec<std::path::PathBuf>, Vec<std::path::PathBuf>)> {
+/// not a snapshot by name or content) and the folders passed over, for the caller to say.
+fn expand_inputs_listing(paths: &[std::path::PathBuf]) -> Result<Inputs> {
     let mut out = Vec::new();
     let mut skipped = Vec::new();
+    let mut empty_folders = Vec::new();
     for p in paths {
         if !p.is_dir() {
             out.push(p.clone());
@@ -224,14 +237,18 @@ fn expand_inputs_listing(
             );
             // Among several inputs (`DIR/*/`), an empty folder is passed over, said so.
             if paths.len() > 1 {
-                eprintln!("vramlens: skipped {why}");
+                empty_folders.push(why);
                 continue;
             }
             anyhow::bail!(why);
         }
         out.extend(files);
     }
-    Ok((out, skipped))
+    Ok(Inputs {
+        files: out,
+        left_out: skipped,
+        empty_folders,
+    })
 }
 
 /// A size option (`--device-total`, `--max-peak`): a byte count, or a number with a unit
