@@ -1011,3 +1011,66 @@ fn a_folder_scan_reads_gzipped_traces() {
     assert_eq!(a["source"]["format"], "kineto_trace");
     assert_eq!(a["devices"], b["devices"]);
 }
+
+/// A profiler trace whose `ts` is a number no clock reaches (1e308) is refused saying
+/// which number and what was expected, not "expected a number, found a number".
+#[test]
+fn a_trace_time_out_of_range_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("far.trace.json");
+    std::fs::write(
+        &trace,
+        r#"{"traceEvents": [{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1e308,
+  "args": {"Device Type": 1, "Device Id": 0, "Addr": 139637976727552, "Bytes": 512,
+           "Total Allocated": 512, "Total Reserved": 2097152}}]}"#,
+    )
+    .unwrap();
+    let out = vramlens().arg("summary").arg(&trace).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("traceEvents[0].ts: expected a time in microseconds")
+            && err.contains("found the number 1e308"),
+        "{err}"
+    );
+    assert!(!err.contains("found a number"), "{err}");
+}
+
+/// A trace whose times go backwards (the last event stamped before the first) says so,
+/// with both times, instead of a negative span ("+-4 h 10 min").
+#[test]
+fn a_trace_whose_times_go_backwards_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("backwards.pickle");
+    // Two allocations of 512 bytes; the second stamped 4 h 10 min before the first.
+    let script = r#"
+import pickle, sys
+seg = {"device": 0, "address": 1 << 30, "total_size": 2097152, "allocated_size": 0,
+       "active_size": 0, "stream": 0, "segment_type": "small", "blocks": [
+       {"size": 2097152, "state": "inactive", "address": 1 << 30}]}
+t0 = 1750000000000000
+ev = lambda a, addr, t: {"action": a, "addr": addr, "size": 512, "stream": 0,
+                         "time_us": t, "frames": []}
+trace = [ev("segment_alloc", 1 << 30, t0), ev("alloc", 1 << 30, t0),
+         ev("free_requested", 1 << 30, t0 - 15000000000),
+         ev("free_completed", 1 << 30, t0 - 15000000000)]
+trace[0]["size"] = 2097152
+pickle.dump({"segments": [seg], "device_traces": [trace]}, open(sys.argv[1], "wb"), protocol=4)
+"#;
+    let ok = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let out = vramlens().arg("summary").arg(&path).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(
+            "2025-06-15 15:06:40.000 UTC .. 2025-06-15 10:56:40.000 UTC (the times go backwards: the last event is stamped 4 h 10 min before the first)"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("+-"), "{text}");
+}

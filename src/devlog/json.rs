@@ -97,6 +97,10 @@ impl Num {
         match self {
             Num::Int(i) => format!("the number {i}"),
             Num::Big(u) => format!("the number {u}"),
+            // Far from 1, in exponent form: `1e308`, not 309 digits.
+            Num::Float(f) if f != 0.0 && !(1e-6..1e16).contains(&f.abs()) => {
+                format!("the number {f:e}")
+            }
             Num::Float(f) => format!("the number {f}"),
             Num::Null => "null".into(),
             Num::Other(OtherKind::String) => "a string".into(),

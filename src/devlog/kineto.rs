@@ -511,7 +511,13 @@ impl Sink {
             let ts = match e.ts {
                 Some(v) => rel_ns(v).ok_or_else(|| DevlogError::Json {
                     path: format!("{path}.ts"),
-                    message: format!("expected a number, found {}", v.kind()),
+                    message: match v {
+                        Num::Int(_) | Num::Big(_) | Num::Float(_) => format!(
+                            "expected a time in microseconds within about ±292,000 years of the trace's clock, found {}",
+                            v.describe()
+                        ),
+                        _ => format!("expected a number, found {}", v.kind()),
+                    },
                 })?,
                 None => {
                     return Err(DevlogError::Json {

@@ -223,19 +223,25 @@ fn fit_text(f: &Fit, headroom: f64) -> String {
     }
 }
 
+/// The headroom in bytes: what the fit asks beyond the total (both of the need, one base).
+fn headroom_bytes(f: &Fit) -> u64 {
+    let total = f.gpu.capacity_bytes as i128 - f.left_bytes as i128;
+    (f.needed_bytes as i128 - total).max(0) as u64
+}
+
 fn verdict_text(f: &Fit, headroom: f64) -> String {
     match f.verdict {
         Verdict::Fits => format!(
-            "fits: {} left ({:.0}% of it), more than the {:.0}% headroom",
+            "fits: {} left, more than its {:.0}% headroom of {}",
             bytes(f.left_bytes as u64),
-            f.left_share * 100.0,
-            headroom * 100.0
+            headroom * 100.0,
+            bytes(headroom_bytes(f))
         ),
         Verdict::Tight => format!(
-            "tight: fits with {} left ({:.1}%), less than the {:.0}% headroom",
+            "tight: fits with {} left, less than its {:.0}% headroom of {}",
             bytes(f.left_bytes.max(0) as u64),
-            f.left_share * 100.0,
-            headroom * 100.0
+            headroom * 100.0,
+            bytes(headroom_bytes(f))
         ),
         Verdict::DoesNotFit => format!(
             "does not fit: short by {}",
@@ -827,6 +833,30 @@ mod chart_tests {
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
+
+    /// One base in one sentence: what is left, against the headroom in bytes (10% of
+    /// the need), not a share of the capacity beside a share of the need.
+    #[test]
+    fn a_fit_states_the_headroom_in_bytes() {
+        let gpu = crate::analysis::gpus::Gpu {
+            name: "40 GiB".into(),
+            capacity_bytes: 40 << 30,
+            source: "given as a size",
+        };
+        // 36.4 GiB needs 40.04 GiB with 10%: tight; 3.6 GiB left, 3.64 GiB of headroom.
+        let total = (364u64 << 30) / 10;
+        let f = crate::analysis::budget::fit(&gpu, total, 0.1);
+        assert_eq!(
+            verdict_text(&f, 0.1),
+            "tight: fits with 3.6 GiB left, less than its 10% headroom of 3.6 GiB"
+        );
+        // 30 GiB: 10 GiB left, more than its 3.0 GiB of headroom.
+        let f = crate::analysis::budget::fit(&gpu, 30 << 30, 0.1);
+        assert_eq!(
+            verdict_text(&f, 0.1),
+            "fits: 10.0 GiB left, more than its 10% headroom of 3.0 GiB"
+        );
+    }
 
     #[test]
     fn ticks_are_round_in_the_unit_shown() {

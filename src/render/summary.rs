@@ -88,7 +88,15 @@ fn write_trace(
         return row(out, "", how);
     }
     let span = match (t.first_time_us, t.last_time_us) {
-        (Some(a), Some(b)) => format!(", {} .. +{}", utc_time(a), duration_us(b - a)),
+        (Some(a), Some(b)) if b >= a => {
+            format!(", {} .. +{}", utc_time(a), duration_us(b.saturating_sub(a)))
+        }
+        (Some(a), Some(b)) => format!(
+            ", {} .. {} (the times go backwards: the last event is stamped {} before the first)",
+            utc_time(a),
+            utc_time(b),
+            duration_us(a.saturating_sub(b))
+        ),
         _ => ", no timestamps (PyTorch before 2.2)".into(),
     };
     row(out, "trace", format!("{} events{span}", t.events))?;
