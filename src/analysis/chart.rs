@@ -223,6 +223,17 @@ pub struct Band {
     pub runs: Vec<(usize, Vec<(u64, u64)>)>,
 }
 
+impl Band {
+    /// Stacks `height` bytes from `bottom` in bucket `b`, extending the last run when
+    /// it ends just before `b`.
+    fn stack_at(&mut self, b: usize, bottom: u64, height: u64) {
+        match self.runs.last_mut() {
+            Some((first, run)) if *first + run.len() == b => run.push((bottom, height)),
+            _ => self.runs.push((b, vec![(bottom, height)])),
+        }
+    }
+}
+
 /// What kind of event a marker shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -812,10 +823,7 @@ pub fn stack_like(zoom: &mut TimelineView, main: &TimelineView) {
             if v == 0 {
                 continue;
             }
-            match band.runs.last_mut() {
-                Some((first, run)) if *first + run.len() == b => run.push((bottom, v)),
-                _ => band.runs.push((b, vec![(bottom, v)])),
-            }
+            band.stack_at(b, bottom, v);
             bottom += v;
         }
     }
@@ -983,10 +991,7 @@ fn stack_buckets(
             if v == 0 {
                 continue;
             }
-            match band.runs.last_mut() {
-                Some((first, run)) if *first + run.len() == b => run.push((bottom, v)),
-                _ => band.runs.push((b, vec![(bottom, v)])),
-            }
+            band.stack_at(b, bottom, v);
             bottom += v;
         }
         let allocated = start.allocated_after(&shown[b].state.run);
