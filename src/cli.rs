@@ -394,8 +394,9 @@ pub struct BudgetArgs {
     /// The size of one file of a series, FILE=VALUE; repeatable. Default: from the name.
     #[arg(long = "size", value_name = "FILE=VALUE")]
     pub sizes: Vec<String>,
-    /// Predict the budget at this batch size or sequence length (needs a series).
-    #[arg(long, value_name = "VALUE")]
+    /// Predict the budget at this batch size or sequence length (needs a series): a whole
+    /// number from 1 to 2^32.
+    #[arg(long, value_name = "VALUE", value_parser = clap::value_parser!(u64).range(1..=vramlens::analysis::budget::MAX_SERIES_SIZE))]
     pub target: Option<u64>,
     /// A gate for CI: exit 1 when the budget (or, with --target, the prediction) with the
     /// headroom does not fit every --gpu, 0 when it does, 2 on bad input.

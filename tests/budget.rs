@@ -275,6 +275,24 @@ fn check_exits_by_the_fit() {
     assert_eq!(code, 0);
     assert_eq!(v["fits"][0]["gpu"]["name"], "RTX A6000 48GB", "{v}");
     // A bare number is bytes: one under a MiB is refused with the units it meant.
+    // A series' sizes are whole numbers from 1 to 2^32: 0 and sizes that wrap are refused.
+    let series = [
+        "testdata/budget/batch_bs1.pickle",
+        "testdata/budget/batch_bs2.pickle",
+        "testdata/budget/batch_bs4.pickle",
+    ];
+    for target in ["0", "4294967297", "9223372036854775807"] {
+        let (code, _, err) = budget(&[series[0], series[1], series[2], "--target", target]);
+        assert_eq!(code, 2, "--target {target}");
+        assert!(err.contains("--target"), "{err}");
+    }
+    let size = format!("{}=9223372036854775807", series[0]);
+    let (code, _, err) = budget(&[series[0], series[1], series[2], "--size", &size]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("expected a whole number from 1 to 2^32"),
+        "{err}"
+    );
     let (code, _, err) = budget(&["testdata/budget/batch_bs8.pickle", "--gpu", "80"]);
     assert_eq!(code, 2);
     assert!(err.contains("did you mean 80GB or 80GiB?"), "{err}");

@@ -322,6 +322,10 @@ pub struct Fit {
     pub verdict: Verdict,
 }
 
+/// The largest batch size or sequence length a series takes (2^32): past it no run is
+/// real, and twice it still fits the arithmetic of sizes.
+pub const MAX_SERIES_SIZE: u64 = 1 << 32;
+
 /// Fits `total` bytes on `gpu` with `headroom` (a fraction) to spare.
 pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
     let needed = (total as f64 * (1.0 + headroom)).ceil() as u64;
@@ -618,7 +622,10 @@ pub fn size_from_name(name: &str, vary: Option<Vary>) -> Option<(Vary, u64)> {
                 let rest = lower[at + key.len()..].trim_start_matches(['_', '-', '=']);
                 let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
                 if before_ok && !digits.is_empty() {
-                    return digits.parse().ok().filter(|&n: &u64| n > 0);
+                    return digits
+                        .parse()
+                        .ok()
+                        .filter(|n: &u64| (1..=MAX_SERIES_SIZE).contains(n));
                 }
                 from = at + key.len();
             }

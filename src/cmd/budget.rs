@@ -217,8 +217,10 @@ fn series_options(
             .trim()
             .parse()
             .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| anyhow!("--size {s}: expected a positive whole number after '='"))?;
+            .filter(|&v| (1..=vramlens::analysis::budget::MAX_SERIES_SIZE).contains(&v))
+            .ok_or_else(|| {
+                anyhow!("--size {s}: expected a whole number from 1 to 2^32 after '='")
+            })?;
         given.push((file.to_string(), value));
     }
     let mut sizes: Vec<(usize, u64)> = Vec::new();
