@@ -634,12 +634,7 @@ const TICKS: f64 = 4.0;
 fn tick_step(max: u64) -> (f64, &'static str, u64) {
     let (name, unit) = crate::units::binary_unit(max.max(1));
     let raw = (max.max(1) as f64 / unit as f64 / TICKS).max(1e-6);
-    let p = 10f64.powi(raw.log10().floor() as i32);
-    let step = [1.0, 2.0, 4.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * p)
-        .find(|s| *s >= raw * (1.0 - 1e-9))
-        .unwrap_or(10.0 * p);
+    let step = super::svg::round_step(raw * (1.0 - 1e-9), &[1.0, 2.0, 4.0, 5.0, 10.0]);
     (step, name, unit)
 }
 

@@ -485,13 +485,7 @@ fn tick_step(max: f64) -> (f64, f64, &'static str) {
     } else {
         (mib, "MiB")
     };
-    let raw = (max / unit / 4.0).max(1e-9);
-    let p = 10f64.powi(raw.log10().floor() as i32);
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * p)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * p);
+    let step = super::svg::round_step((max / unit / 4.0).max(1e-9), &[1.0, 2.0, 5.0, 10.0]);
     (step * unit, unit, name)
 }
 

@@ -61,6 +61,17 @@ pub const PALETTE: [&str; 20] = [
     "#a0ae29", "#73c9de", "#ae2986", "#b3de73",
 ];
 
+/// An axis step: the smallest of `multiples` (ascending, ending at 10) times a power of
+/// ten that is at least `raw`.
+pub fn round_step(raw: f64, multiples: &[f64]) -> f64 {
+    let p = 10f64.powi(raw.log10().floor() as i32);
+    multiples
+        .iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * p)
+}
+
 /// The colour of a group's name (a call site, a stack, a file) or an allocation's label:
 /// the palette's entry its hash picks. It depends on the name alone, so one call site has
 /// one colour in the timeline and its zoom panel, the segments map, the flame graph and

@@ -78,13 +78,7 @@ fn byte_step(max: f64, ticks: f64) -> f64 {
 
 /// 1, 2 or 5 times a power of ten.
 fn decimal_step(span: f64, ticks: f64) -> f64 {
-    let raw = (span / ticks).max(1e-9);
-    let p = 10f64.powi(raw.log10().floor() as i32);
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * p)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * p)
+    super::svg::round_step((span / ticks).max(1e-9), &[1.0, 2.0, 5.0, 10.0])
 }
 
 /// A band's colour: its category's, else its name's ([`group_color`]), the same in the
