@@ -418,21 +418,44 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                 if took_retry(outs) {
                     id.retry_calls += 1;
                 }
-                let mut dev = Recording {
-                    outputs: outs,
-                    next: 0,
-                    ends_in_oom: false,
-                    spare,
+                // A cached block elsewhere: the model would take it and make no segment
+                // entry; the request goes straight to its recorded address (the state is
+                // the one taking the block and giving it back leaves).
+                let elsewhere = a
+                    .cached_address(*size, *stream, *pool)
+                    .filter(|m| m != addr);
+                let (r, made) = match elsewhere {
+                    Some(m) => (Placed::Elsewhere(m), Vec::new()),
+                    None => {
+                        let mut dev = Recording {
+                            outputs: outs,
+                            next: 0,
+                            ends_in_oom: false,
+                            spare,
+                        };
+                        let r = a.malloc(&mut dev, *size, *stream, *pool, *tag);
+                        spare = dev.spare;
+                        (Placed::Model(r), drain(&mut a, &mut by_tag))
+                    }
                 };
-                let r = a.malloc(&mut dev, *size, *stream, *pool, *tag);
-                spare = dev.spare;
-                let made = drain(&mut a, &mut by_tag);
                 let segs_ok = compare(&made, outs, &mut id);
                 id.allocations += 1;
                 let mut div = (!segs_ok).then_some(DivergenceKind::Segments);
                 let mut model_addr = None;
                 match r {
-                    Ok(b) => {
+                    Placed::Elsewhere(m) => {
+                        model_addr = Some(m);
+                        div = div.or(Some(DivergenceKind::Address));
+                        let moved = a.malloc_moved_to(*addr, *size, *stream, *pool, *tag);
+                        by_tag[*tag as usize] = Some(put_back(
+                            &mut a,
+                            moved,
+                            &mut spare,
+                            (*size, *stream, *pool, *tag),
+                        ));
+                        drain(&mut a, &mut by_tag);
+                    }
+                    Placed::Model(Ok(b)) => {
                         model_addr = Some(a.block_addr(b));
                         if a.block_addr(b) == *addr {
                             id.allocations_at_recorded_address += 1;
@@ -442,14 +465,16 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                             // Back in step: the allocation where the recording put it.
                             a.free(b);
                             let moved = a.allocate_at(*addr, *size, *stream, *pool, *tag);
-                            by_tag[*tag as usize] = Some(moved.unwrap_or_else(|| {
-                                a.malloc(&mut dev_spare(&mut spare), *size, *stream, *pool, *tag)
-                                    .expect("an unlimited device")
-                            }));
+                            by_tag[*tag as usize] = Some(put_back(
+                                &mut a,
+                                moved,
+                                &mut spare,
+                                (*size, *stream, *pool, *tag),
+                            ));
                             drain(&mut a, &mut by_tag);
                         }
                     }
-                    Err(_) => {
+                    Placed::Model(Err(_)) => {
                         div = Some(DivergenceKind::ModelOom);
                         by_tag[*tag as usize] = a.allocate_at(*addr, *size, *stream, *pool, *tag);
                     }
@@ -590,6 +615,28 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
         }
     }
     id
+}
+
+/// What the model did with an allocation request.
+enum Placed {
+    /// Its `malloc`'s answer.
+    Model(Result<BlockId, super::model::Oom>),
+    /// It would have taken the cached block at this address, not the recorded one.
+    Elsewhere(u64),
+}
+
+/// The block of an allocation put back at its recorded address (`moved`), or, where that
+/// address is not free in the model, anywhere on a device with no limit.
+fn put_back(
+    a: &mut Allocator,
+    moved: Option<BlockId>,
+    spare: &mut u64,
+    (size, stream, pool, tag): (u64, u64, (i64, i64), u32),
+) -> BlockId {
+    moved.unwrap_or_else(|| {
+        a.malloc(&mut dev_spare(spare), size, stream, pool, tag)
+            .expect("an unlimited device")
+    })
 }
 
 /// A device with no limit, for putting an allocation somewhere after a divergence.

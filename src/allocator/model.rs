@@ -598,6 +598,43 @@ impl Allocator {
         Ok(BlockId(self.alloc_found_block(i, size, orig, split, tag)))
     }
 
+    /// Where `malloc` would put a request of `orig` bytes from its cache, without
+    /// putting it there: the address of the cached block it would take, or None when
+    /// it would need new memory (a segment, pages, a release).
+    pub fn cached_address(&self, orig: u64, stream: u64, private: (i64, i64)) -> Option<u64> {
+        let size = self.round_size(orig);
+        let key = PoolKey {
+            private,
+            small: size <= SMALL_SIZE,
+        };
+        let &pool = self.pool_index.get(&key)?;
+        self.choose_free_block(size, stream, pool)
+            .map(|i| self.b(i).addr)
+    }
+
+    /// `malloc` when the model would take a cached block but the request must go to
+    /// `addr`: the one effect of the model's choice (its call counts on the garbage
+    /// collection clock) and the block placed at `addr` as [`Allocator::allocate_at`]
+    /// does.
+    pub fn malloc_moved_to(
+        &mut self,
+        addr: u64,
+        orig: u64,
+        stream: u64,
+        private: (i64, i64),
+        tag: u32,
+    ) -> Option<BlockId> {
+        if self.gc_active() {
+            let size = self.round_size(orig);
+            let pool = self.pool(PoolKey {
+                private,
+                small: size <= SMALL_SIZE,
+            });
+            self.pools[pool as usize].gc_clock += 1;
+        }
+        self.allocate_at(addr, orig, stream, private, tag)
+    }
+
     /// The largest free mapped block of `pool` on `stream`.
     fn largest_free(&self, stream: u64, pool: u16) -> u64 {
         self.pools[pool as usize]
@@ -621,6 +658,13 @@ impl Allocator {
         if self.gc_active() {
             self.pools[pool as usize].gc_clock += 1;
         }
+        let chosen = self.choose_free_block(size, stream, pool)?;
+        self.remove_free(chosen);
+        Some(chosen)
+    }
+
+    /// The cached block `get_free_block` takes for a block of `size`, without taking it.
+    fn choose_free_block(&self, size: u64, stream: u64, pool: u16) -> Option<u32> {
         let expandable_active = self.expandable_active(pool);
         let p = &self.pools[pool as usize];
         let mut it = p.free.range((stream, size, 0)..);
@@ -667,7 +711,6 @@ impl Allocator {
         if size >= max_split && bsize >= size.saturating_add(self.settings.max_non_split_rounding) {
             return None;
         }
-        self.remove_free(chosen);
         Some(chosen)
     }
 
