@@ -102,6 +102,16 @@ pub struct StartDoesNotFit {
 
 /// Replays `p`'s requests under `sc`.
 pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
+    replay(p, sc, None)
+}
+
+/// The replay of `run`; with `search`, it also keeps what [`Search`] needs (saved states
+/// and what each request asked of the device), for a replay with no limit.
+fn replay(
+    p: &Prepared,
+    sc: &Scenario,
+    mut search: Option<&mut Search>,
+) -> Result<Outcome, StartDoesNotFit> {
     let mut r = Replay::start(p, sc)?;
     let mut out = Outcome {
         peak_reserved_bytes: r.a.reserved(),
@@ -113,8 +123,18 @@ pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
         start_replaced: r.replaced,
         series: vec![(None, r.a.reserved())],
     };
+    let every = CHECKPOINT_EVERY.max(p.requests.len().div_ceil(CHECKPOINTS));
+    if let Some(s) = search.as_deref_mut() {
+        s.peak_requested = r.a.requested();
+    }
     let stats_at_start = r.a.stats;
-    for item in p.requests.iter() {
+    for (i, item) in p.requests.iter().enumerate() {
+        if let Some(s) = search.as_deref_mut() {
+            if i % every == 0 {
+                s.checkpoints.push((i, r.save()));
+            }
+            r.dev.max_need = 0;
+        }
         let before = r.a.reserved();
         match r.step(&item) {
             Step::Done => {}
@@ -138,12 +158,36 @@ pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
             out.peak_event = Some(item.event());
             out.allocated_at_peak_bytes = r.a.allocated();
         }
+        if let Some(s) = search.as_deref_mut() {
+            if r.dev.max_need > 0 {
+                s.needs.push((i, r.dev.max_need));
+            }
+            s.peak_requested = s.peak_requested.max(r.a.requested());
+        }
         if out.first_oom.is_some() {
             break;
         }
     }
     out.stats = sub_stats(r.a.stats, stats_at_start);
     Ok(out)
+}
+
+/// The replay with no limit: its outcome, and what searching capacities needs of it (None
+/// where even that runs out of memory: a memory fraction of the total).
+pub type Unlimited = Result<(Outcome, Option<Search>), StartDoesNotFit>;
+
+/// The replay with no limit under `settings`.
+pub fn unlimited(p: &Prepared, settings: &Settings) -> Unlimited {
+    let sc = Scenario {
+        settings: settings.clone(),
+        capacity: None,
+        total_memory: None,
+    };
+    let mut search = Search::default();
+    let out = replay(p, &sc, Some(&mut search))?;
+    search.peak_reserved = out.peak_reserved_bytes;
+    let search = out.first_oom.is_none().then_some(search);
+    Ok((out, search))
 }
 
 /// What one request did.
@@ -355,7 +399,8 @@ const CHECKPOINTS: usize = 16;
 /// the most the allocator would then hold. A replay under a capacity C is this one up to
 /// the first request that needed more than C, so it resumes from the state saved before
 /// that request.
-struct Search {
+#[derive(Default)]
+pub struct Search {
     checkpoints: Vec<(usize, Saved)>,
     /// (request index, reserved + what it asked of the device).
     needs: Vec<(usize, u64)>,
@@ -365,33 +410,6 @@ struct Search {
 }
 
 impl Search {
-    fn new(p: &Prepared, sc: &Scenario) -> Option<Search> {
-        let mut r = Replay::start(p, sc).ok()?;
-        let mut out = Search {
-            checkpoints: Vec::new(),
-            needs: Vec::new(),
-            peak_reserved: r.a.reserved(),
-            peak_requested: r.a.requested(),
-        };
-        let every = CHECKPOINT_EVERY.max(p.requests.len().div_ceil(CHECKPOINTS));
-        for (i, item) in p.requests.iter().enumerate() {
-            if i % every == 0 {
-                out.checkpoints.push((i, r.save()));
-            }
-            r.dev.max_need = 0;
-            if let Step::Oom(..) = r.step(&item) {
-                // Refused with no limit (a memory fraction of the total).
-                return None;
-            }
-            if r.dev.max_need > 0 {
-                out.needs.push((i, r.dev.max_need));
-            }
-            out.peak_reserved = out.peak_reserved.max(r.a.reserved());
-            out.peak_requested = out.peak_requested.max(r.a.requested());
-        }
-        Some(out)
-    }
-
     /// Whether the requests run within `capacity`.
     fn fits(&self, p: &Prepared, capacity: u64) -> bool {
         let Some(&(d, _)) = self.needs.iter().find(|n| n.1 > capacity) else {
@@ -411,12 +429,34 @@ impl Search {
     }
 }
 
-/// The smallest capacity (a multiple of [`CAPACITY_STEP`]) for the allocator under
-/// `settings` that runs the requests without running out of memory, found by bisection
-/// between the most the live requests asked for at once and the peak reserved with no
-/// limit; `outside` is the memory outside the allocator, which a device needs on top
-/// (for a memory fraction). None when the requests cannot run at all.
+/// How close the smallest capacity is searched: to within this share of it (1/256, 0.4%,
+/// finer than the tenth of a GiB it is shown in from 25 GiB up), and never finer than
+/// [`CAPACITY_STEP`].
+pub const CAPACITY_TOLERANCE: u64 = 256;
+
+/// The smallest capacity (a multiple of [`CAPACITY_STEP`], to within
+/// [`CAPACITY_TOLERANCE`]) for the allocator under `settings` that runs the requests
+/// without running out of memory, found by bisection between the most the live requests
+/// asked for at once and the peak reserved with no limit; `outside` is the memory
+/// outside the allocator, which a device needs on top (for a memory fraction). None when
+/// the requests cannot run at all.
 pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<u64> {
+    let search = if settings.memory_fraction.is_none() {
+        Some(unlimited(p, settings).ok()?.1?)
+    } else {
+        None
+    };
+    min_capacity_searched(p, settings, outside, search.as_ref())
+}
+
+/// [`min_capacity`] with the unlimited replay under `settings` already made ([`unlimited`];
+/// it serves only where no memory fraction is set).
+pub fn min_capacity_searched(
+    p: &Prepared,
+    settings: &Settings,
+    outside: u64,
+    search: Option<&Search>,
+) -> Option<u64> {
     let probe = |c: Option<u64>| {
         run(
             p,
@@ -429,24 +469,13 @@ pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<u
     };
     // Without a memory fraction the device's total changes nothing until memory runs
     // out, so the saved states of the unlimited replay serve every capacity.
-    let search = if settings.memory_fraction.is_none() {
-        Some(Search::new(
-            p,
-            &Scenario {
-                settings: settings.clone(),
-                capacity: None,
-                total_memory: None,
-            },
-        )?)
-    } else {
-        None
-    };
-    let fits = |c: u64| match &search {
+    let search = search.filter(|_| settings.memory_fraction.is_none());
+    let fits = |c: u64| match search {
         // Below the reserved start, the start itself differs: a replay of its own.
         Some(s) if c >= p.start.reserved => s.fits(p, c),
         _ => probe(Some(c)).is_ok_and(|o| o.first_oom.is_none()),
     };
-    let peak = match &search {
+    let peak = match search {
         Some(s) => s.peak_reserved,
         None => {
             let free = probe(None).ok()?;
@@ -471,15 +500,13 @@ pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<u
             }
         }
     }
-    let floor = search
-        .as_ref()
-        .map_or(p.start.requested, |s| s.peak_requested);
+    let floor = search.map_or(p.start.requested, |s| s.peak_requested);
     let mut lo = (floor / CAPACITY_STEP) * CAPACITY_STEP;
     if lo >= hi {
         lo = 0;
     }
     // Invariant: hi fits, lo does not (or is the floor).
-    while hi - lo > CAPACITY_STEP {
+    while hi - lo > CAPACITY_STEP.max(hi / CAPACITY_TOLERANCE) {
         let mid = lo + (hi - lo) / 2 / CAPACITY_STEP * CAPACITY_STEP;
         let mid = mid.max(lo + CAPACITY_STEP);
         if fits(mid) {

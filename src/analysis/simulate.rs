@@ -15,7 +15,8 @@ use super::frames::{display_frames, headline_frame};
 use super::gpus::Gpu;
 use crate::allocator::identity::{Identity, NotReplayable, Prepared, check};
 use crate::allocator::scenario::{
-    FirstOom, OomCause, Scenario, StartDoesNotFit, min_capacity, run,
+    FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, min_capacity, min_capacity_searched,
+    run, unlimited,
 };
 use crate::allocator::{Profile, Settings};
 use crate::model::Snapshot;
@@ -271,13 +272,30 @@ fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec
     for (given, s) in &options.alloc_confs {
         settings.push((given.clone(), s.clone(), false));
     }
-    let mins: Vec<Option<u64>> = settings
+    // Each setting's replay with no limit, made once: the answer of an unlimited
+    // capacity, and the saved states the smallest capacity's search resumes from.
+    let wants_unlimited = capacities
+        .iter()
+        .any(|c| c.allocator_bytes.is_none() && c.total_memory.is_none());
+    let unlimited_runs: Vec<Option<Unlimited>> = settings
         .par_iter()
         .map(|(_, s, _)| {
-            options
-                .min_capacity
-                .then(|| min_capacity(p, s, outside.counted_bytes))
-                .flatten()
+            (wants_unlimited || (options.min_capacity && s.memory_fraction.is_none()))
+                .then(|| unlimited(p, s))
+        })
+        .collect();
+    let mins: Vec<Option<u64>> = settings
+        .par_iter()
+        .zip(&unlimited_runs)
+        .map(|((_, s, _), u)| {
+            if !options.min_capacity {
+                return None;
+            }
+            let search = match s.memory_fraction {
+                None => Some(u.as_ref()?.as_ref().ok()?.1.as_ref()?),
+                Some(_) => None,
+            };
+            min_capacity_searched(p, s, outside.counted_bytes, search)
                 .map(|c| c.saturating_add(outside.counted_bytes))
         })
         .collect();
@@ -317,7 +335,13 @@ fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec
                 start_does_not_fit: None,
                 series: Vec::new(),
             };
-            match run(p, &sc) {
+            let outcome = match &unlimited_runs[k] {
+                Some(u) if sc.capacity.is_none() && sc.total_memory.is_none() => {
+                    u.as_ref().map(|(o, _)| o.clone()).map_err(|e| *e)
+                }
+                _ => run(p, &sc),
+            };
+            match outcome {
                 Ok(o) => {
                     r.peak_reserved_bytes = o.peak_reserved_bytes;
                     r.peak_event = o.peak_event;
