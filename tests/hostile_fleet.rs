@@ -320,6 +320,27 @@ fn redact_leaves_no_home_folder_or_user_name_of_the_input_paths() {
             serde_json::from_str(&std::fs::read_to_string(&m[0]).unwrap()).unwrap();
         assert_eq!(m["files"][0]["path"], "run.pickle");
     }
+    // A file that fails: its error, in the manifest, names it as recorded too.
+    let broken = home.join("runs").join("broken.pickle");
+    std::fs::write(&broken, b"\x80\x04not a pickle").unwrap();
+    let tables = dir.path().join("w3");
+    let (code, _, err) = run(&[
+        "--redact",
+        "export",
+        "--format",
+        "jsonl",
+        "--shard",
+        "0/1",
+        "-o",
+        s(&tables),
+        s(&broken),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    let m = walk(&tables.join("manifest"));
+    let text = std::fs::read_to_string(&m[0]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["files"][0]["status"], "failed", "{text}");
+    assert!(!text.contains("alice") && !text.contains("home/"), "{text}");
 }
 
 #[test]

@@ -532,11 +532,9 @@ fn table_writer(
 const NO_PARQUET: &str = "--format parquet: this vramlens was built without Parquet support \
     (cargo feature `parquet`); use --format jsonl, or build it with the default features";
 
-/// Redaction hook: every string export writes comes from the snapshot read here (frame
-/// file names and function names, settings, action names) or from its path. When the
-/// redaction module is part of the build, `export --redact` applies its rules to the
-/// snapshot at this point, before any row is made; until then the snapshot passes
-/// through unchanged.
+/// Every string export writes comes from the snapshot read here (frame file names and
+/// function names, settings, action names), redacted by [`read_snapshot`] with
+/// `--redact`, or from its path (as recorded: redacted with `--redact`).
 fn before_export(snap: Snapshot) -> Snapshot {
     snap
 }
@@ -727,6 +725,8 @@ struct Tally<'h> {
 
 /// The inputs of a run as its manifest and tables record them.
 struct Recorded<'a> {
+    /// Each input's path as given, in the files' order.
+    given: &'a [PathBuf],
     /// Each input's path as recorded (as given, or redacted), in the files' order.
     paths: &'a [String],
     /// The partition keys OUTDIR's manifests hold, each with its input ([`keys_taken`]).
@@ -811,7 +811,12 @@ fn tally<'h>(
             }
             Outcome::Failed(e) => {
                 entry["status"] = json!("failed");
-                entry["error"] = json!(format!("{e:#}"));
+                // The message names the file as given; the manifest as recorded.
+                let given = &recorded.given[i];
+                let error = format!("{e:#}")
+                    .replace(&super::shown_path(given), path)
+                    .replace(&given.display().to_string(), path);
+                entry["error"] = json!(error);
                 t.errors.push(e);
             }
         }
@@ -985,6 +990,7 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         .unzip();
     let taken = keys_taken(&args.output);
     let recorded = Recorded {
+        given: &files,
         paths: &paths,
         taken: &taken,
     };
