@@ -36,7 +36,7 @@ pub struct Cli {
     pub threads: Option<usize>,
     /// Redact what the output shows of the snapshots' strings, with the rules and defaults
     /// of `vramlens redact`: file paths cut to the package, home folders, user and host
-    /// names removed; every number is kept (the input paths you give are shown as given).
+    /// names removed; every number is kept. The paths of the inputs are cut the same way.
     #[arg(long, global = true, display_order = 901)]
     pub redact: bool,
     #[command(subcommand)]

@@ -869,7 +869,8 @@ fn decode_data(
         raw,
         gzip,
         progress: options.progress && io::stderr().is_terminal(),
-        label: label.clone(),
+        // Shown on the terminal: a name cannot drive it.
+        label: crate::units::shown(&label).into_owned(),
     };
     let mut head = Vec::with_capacity(4096);
     content

@@ -669,6 +669,67 @@ pub fn apply(snap: &mut Snapshot, options: &RedactOptions) -> RedactReport {
     r.report
 }
 
+/// The paths of the files a command was given (snapshots, traces, logs) as `--redact`
+/// shows them. Each should be absolute (the caller joins a relative one to the working
+/// folder, which may itself be a home folder). By the rule for your own files: each is cut
+/// below the folder all the absolute ones share, never keeping anything at or above a
+/// user's folder and always keeping the file name (`/home/alice/runs/a/x.pickle` and
+/// `/home/alice/runs/b/x.pickle` become `a/x.pickle` and `b/x.pickle`; one file alone, its
+/// name); then the user and host names their full paths show, and `scrub` words, are
+/// removed from what is left. `-` (standard input) and paths matching `keep` stay.
+pub fn input_paths(paths: &[String], options: &RedactOptions) -> Vec<String> {
+    let mut users = BTreeSet::new();
+    let mut hosts = BTreeSet::new();
+    for p in paths {
+        names_in(p, true, &mut users, &mut hosts);
+    }
+    let names = FoundNames {
+        users: users.into_iter().filter(|n| usable_name(n)).collect(),
+        hosts: hosts.into_iter().filter(|n| usable_name(n)).collect(),
+        words: options
+            .scrub
+            .iter()
+            .filter(|w| !w.trim().is_empty())
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
+    };
+    let scrubber = Scrubber::new(&names);
+    let kept = |p: &str| p == "-" || options.keep.iter().any(|k| k.is_match(p));
+    // The folder every absolute input shares.
+    let mut shared: Option<Vec<&str>> = None;
+    for p in paths.iter().filter(|p| is_absolute(p) && !kept(p)) {
+        let sp = split_path(p);
+        let dir = &sp.parts[..sp.parts.len().saturating_sub(1)];
+        shared = Some(match shared {
+            None => dir.to_vec(),
+            Some(c) => {
+                let n = c.iter().zip(dir).take_while(|(a, b)| a == b).count();
+                c[..n].to_vec()
+            }
+        });
+    }
+    let shared = shared.map_or(0, |c| c.len());
+    paths
+        .iter()
+        .map(|p| {
+            if kept(p) {
+                return p.clone();
+            }
+            let cut = if is_absolute(p) {
+                let sp = split_path(p);
+                let last = sp.parts.len().saturating_sub(1);
+                let start = shared.max(personal(&sp).prefix).min(last);
+                sp.parts[start..].join("/")
+            } else {
+                p.clone()
+            };
+            scrubber.scrub(&cut)
+        })
+        .collect()
+}
+
 /// Redacts names from outside a snapshot (a profiler trace's `record_function` ranges) by
 /// the rules for annotation names.
 pub fn annotation_names(names: &mut [String], options: &RedactOptions) {

@@ -138,7 +138,7 @@ fn fixtures_as_json_lines_add_up_to_the_independent_figures() {
             let d = &exp["device"];
             let what = format!("{name} device {d}");
             assert_eq!(&row["device"], d, "{what}");
-            assert_eq!(row["schema_version"], json!(4));
+            assert_eq!(row["schema_version"], json!(5));
             // The file's SHA-256, as an independent hasher computes it from its bytes.
             let digest = sha2::Sha256::digest(fs::read(source).unwrap());
             let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -301,7 +301,7 @@ fn parquet_files_hold_the_rows_of_the_json_lines() {
                 .join("part-0.parquet");
             let (parquet_rows, meta) = read_parquet(&path);
             assert_eq!(meta["vramlens.table"], table);
-            assert_eq!(meta["vramlens.schema_version"], "4");
+            assert_eq!(meta["vramlens.schema_version"], "5");
             assert_eq!(parquet_rows.len(), rows.len(), "{table} {name}");
             for (p, j) in parquet_rows.iter().zip(rows) {
                 // Same columns in the same order, same values.
@@ -938,7 +938,7 @@ fn manifest_files(root_dir: &Path, shards: u32) -> (Vec<(String, String)>, RowTo
         }
         seen += 1;
         let m: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
-        assert_eq!(m["schema_version"], json!(4));
+        assert_eq!(m["schema_version"], json!(5));
         assert_eq!(m["shard"]["count"], json!(shards));
         let skipped: Vec<&str> = m["skipped"]
             .as_array()

@@ -668,10 +668,18 @@ fn export_cuts_long_names_and_cleans_up_after_a_killed_run() {
     let b = plain_snapshot(dir.path(), &format!("{long}b.pickle"));
     let out = dir.path().join("tables");
     std::fs::create_dir(&out).unwrap();
-    // What a run killed with -9 leaves (a process id no process has): removed, and the
-    // folder is then empty (no --force needed).
+    // What a run killed with -9 leaves (its lock file, naming this machine's kernel, no
+    // longer locked): removed, and the folder is then empty (no --force needed).
     let stale = out.join(".vramlens-export.4000000000.0123456789abcdef");
     std::fs::create_dir_all(stale.join("lifetimes")).unwrap();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
+    if let Ok(kernel) = &kernel {
+        std::fs::write(
+            stale.join("lock"),
+            format!("vramlens export staging\n{}\n", kernel.trim()),
+        )
+        .unwrap();
+    }
     let (code, text) = run(&[
         "export",
         "--format",
@@ -692,5 +700,5 @@ fn export_cuts_long_names_and_cleans_up_after_a_killed_run() {
     for p in &parts {
         assert!(p.len() <= 210, "{p}");
     }
-    assert!(!stale.exists());
+    assert_eq!(!stale.exists(), kernel.is_ok());
 }

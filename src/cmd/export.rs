@@ -74,26 +74,85 @@ fn is_export_entry(name: &str) -> bool {
         || Table::ALL.iter().any(|t| t.name() == name)
 }
 
+/// What export reads of a manifest in OUTDIR: its schema version and the partition
+/// each file was exported to.
+#[derive(serde::Deserialize)]
+struct ManifestSeen {
+    #[serde(default)]
+    schema_version: Value,
+    #[serde(default)]
+    files: Vec<FileSeen>,
+}
+
+#[derive(serde::Deserialize)]
+struct FileSeen {
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    file: Option<String>,
+    #[serde(default)]
+    sha256: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// The manifests in OUTDIR, by file name, and the entries of `manifest/` that were not
+/// read, each with why (a link, a pipe, a device or a file too long is never opened or
+/// read whole: other writers share the folder).
+fn read_manifests(out: &Path) -> (Vec<(String, ManifestSeen)>, Vec<String>) {
+    let dir = out.join(MANIFEST_DIR);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return (Vec::new(), Vec::new());
+    };
+    let mut names: Vec<std::ffi::OsString> = entries
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .collect();
+    names.sort();
+    let mut found = Vec::new();
+    let mut not_read = Vec::new();
+    for name in names {
+        let shown = name.to_string_lossy().into_owned();
+        if !shown.ends_with(".json") {
+            continue;
+        }
+        let path = dir.join(&name);
+        match super::outdir::read_regular(&path) {
+            Ok(bytes) => {
+                if let Ok(m) = serde_json::from_slice::<ManifestSeen>(&bytes) {
+                    found.push((shown, m));
+                }
+            }
+            Err(why) => not_read.push(format!("{}: {why}", super::shown_path(&path))),
+        }
+    }
+    (found, not_read)
+}
+
 /// The schema version of every manifest in OUTDIR that is not this release's, with its
 /// file name.
-fn other_schema_versions(out: &Path) -> Vec<(String, String)> {
-    let Ok(entries) = fs::read_dir(out.join(MANIFEST_DIR)) else {
-        return Vec::new();
-    };
-    let mut found: Vec<(String, String)> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.ends_with(".json") {
-                return None;
+fn other_schema_versions(manifests: &[(String, ManifestSeen)]) -> Vec<(String, String)> {
+    manifests
+        .iter()
+        .filter(|(_, m)| m.schema_version != json!(SCHEMA_VERSION))
+        .map(|(name, m)| (name.clone(), m.schema_version.to_string()))
+        .collect()
+}
+
+/// The input each partition key of OUTDIR's manifests was exported from: (path as
+/// recorded, SHA-256, manifest), the first manifest by name where several say.
+fn keys_taken(out: &Path) -> BTreeMap<String, (String, String, String)> {
+    let mut taken = BTreeMap::new();
+    for (name, m) in read_manifests(out).0 {
+        for f in m.files {
+            if f.status.as_deref() != Some("exported") {
+                continue;
             }
-            let v: Value = serde_json::from_slice(&fs::read(e.path()).ok()?).ok()?;
-            let version = v.get("schema_version").cloned().unwrap_or(Value::Null);
-            (version != json!(SCHEMA_VERSION)).then(|| (name, version.to_string()))
-        })
-        .collect();
-    found.sort();
-    found
+            if let (Some(key), Some(path), Some(sha)) = (f.file, f.path, f.sha256) {
+                taken.entry(key).or_insert((path, sha, name.clone()));
+            }
+        }
+    }
+    taken
 }
 
 /// Every check of the output folder before any input is read: a real folder (or a new
@@ -168,7 +227,11 @@ pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
             out.display()
         );
     }
-    if let Some((file, version)) = other_schema_versions(out).first() {
+    let (manifests, not_read) = read_manifests(out);
+    for why in &not_read {
+        eprintln!("vramlens: skipped {why}");
+    }
+    if let Some((file, version)) = other_schema_versions(&manifests).first() {
         bail!(
             "{}: holds tables of schema version {version} ({MANIFEST_DIR}/{file}); this vramlens writes version {SCHEMA_VERSION}: export into a new folder",
             out.display()
@@ -177,14 +240,12 @@ pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
     Ok(())
 }
 
-/// Removes the hidden folders of earlier runs that were killed before they could clean
-/// up (`.vramlens-export.PID.NONCE`, PID no longer running). Only where the running
-/// processes can be told (`/proc`); only folders, never a link; a folder that cannot be
-/// removed is left as it is (the tables never read it: it is not a table's name).
+/// Removes the hidden folders of earlier runs that ended before they could clean up
+/// (killed): only those known to be stale ([`super::outdir::is_stale`]: their writer's
+/// lock can be taken on this machine, or they have none and are a day old). A folder
+/// another writer may own (on another machine, in another PID namespace) is left alone;
+/// so is one that cannot be removed (the tables never read it: it is not a table's name).
 fn remove_stale_staging(out: &Path) {
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
     let Ok(entries) = fs::read_dir(out) else {
         return;
     };
@@ -199,11 +260,13 @@ fn remove_stale_staging(out: &Path) {
         let ours = pid.parse::<u32>().is_ok()
             && nonce.len() == 16
             && nonce.bytes().all(|b| b.is_ascii_hexdigit());
-        if !ours || Path::new("/proc").join(pid).exists() {
+        if !ours {
             continue;
         }
         let path = e.path();
-        if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir()) {
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir())
+            && super::outdir::is_stale(&path)
+        {
             let _ = fs::remove_dir_all(&path);
         }
     }
@@ -237,6 +300,9 @@ struct Staging {
     /// OUTDIR was made by this run (removed again when nothing is published).
     created: bool,
     done: bool,
+    /// The lock on the folder's lock file, held while this run writes (what tells other
+    /// writers the folder is in use); `None` where locks cannot be taken.
+    _lock: Option<File>,
 }
 
 impl Staging {
@@ -266,12 +332,16 @@ impl Staging {
             let dir = out.join(format!("{STAGING_PREFIX}{pid}.{nonce:016x}"));
             match fs::create_dir(&dir) {
                 Ok(()) => {
-                    return Ok(Staging {
+                    let mut staging = Staging {
                         out: out.to_path_buf(),
                         dir,
                         created,
                         done: false,
-                    });
+                        _lock: None,
+                    };
+                    staging._lock = super::outdir::lock_staging(&staging.dir)
+                        .with_context(|| format!("cannot write into {}", out.display()))?;
+                    return Ok(staging);
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
                 Err(e) => {
@@ -283,9 +353,11 @@ impl Staging {
             .with_context(|| format!("cannot write into {}", out.display()))
     }
 
-    /// The partition folder of a table for one file.
-    fn partition(&self, table: Table, key: &str) -> PathBuf {
+    /// The partition folder of a table for one file, the `slot`-th input of the run (each
+    /// input writes a folder of its own, whatever its key).
+    fn partition(&self, slot: usize, table: Table, key: &str) -> PathBuf {
         self.dir
+            .join(slot.to_string())
             .join(table.name())
             .join(format!("{PARTITION_COLUMN}={key}"))
     }
@@ -300,7 +372,12 @@ impl Staging {
     /// Moves each file's partitions into place, replacing the ones there (the same file's
     /// rows from an earlier export), then the manifest. The manifest folder is made first,
     /// so a folder with tables always has one (what tells it from an older export).
-    fn publish(mut self, tables: &[Table], keys: &[&str], manifest: (&str, &[u8])) -> Result<()> {
+    fn publish(
+        mut self,
+        tables: &[Table],
+        keys: &[(usize, &str)],
+        manifest: (&str, &[u8]),
+    ) -> Result<()> {
         let manifests = self.out.join(MANIFEST_DIR);
         ensure_dir(&manifests)?;
         let replaced = self.dir.join("replaced");
@@ -312,8 +389,8 @@ impl Staging {
             let old_dir = replaced.join(t.name());
             fs::create_dir(&old_dir)
                 .with_context(|| format!("cannot write into {}", self.dir.display()))?;
-            for (i, key) in keys.iter().enumerate() {
-                let src = self.partition(t, key);
+            for (i, &(slot, key)) in keys.iter().enumerate() {
+                let src = self.partition(slot, t, key);
                 let dst = self.published(t, key);
                 // Another export of the same file may publish it at the same moment:
                 // whichever comes last stays (the rows are the same file's).
@@ -397,7 +474,7 @@ struct Input {
 }
 
 /// Hashes an input (SHA-256 of its bytes as stored).
-fn hash_input(path: &Path) -> Result<Input> {
+fn hash_input(path: &Path, key_path: &Path) -> Result<Input> {
     let regular = path.as_os_str() != "-" && fs::metadata(path).is_ok_and(|m| m.is_file());
     let shown = || {
         if path.as_os_str() == "-" {
@@ -422,7 +499,7 @@ fn hash_input(path: &Path) -> Result<Input> {
         (hex(&Sha256::digest(&bytes)), Some(bytes))
     };
     Ok(Input {
-        key: partition_key(path, &sha256),
+        key: partition_key(key_path, &sha256),
         sha256,
         held,
     })
@@ -455,11 +532,9 @@ fn table_writer(
 const NO_PARQUET: &str = "--format parquet: this vramlens was built without Parquet support \
     (cargo feature `parquet`); use --format jsonl, or build it with the default features";
 
-/// Redaction hook: every string export writes comes from the snapshot read here (frame
-/// file names and function names, settings, action names) or from its path. When the
-/// redaction module is part of the build, `export --redact` applies its rules to the
-/// snapshot at this point, before any row is made; until then the snapshot passes
-/// through unchanged.
+/// Every string export writes comes from the snapshot read here (frame file names and
+/// function names, settings, action names), redacted by [`read_snapshot`] with
+/// `--redact`, or from its path (as recorded: redacted with `--redact`).
 fn before_export(snap: Snapshot) -> Snapshot {
     snap
 }
@@ -471,29 +546,46 @@ struct Job<'a> {
     device: Option<i64>,
     attribution: &'a AttributionOptions,
     staging: &'a Staging,
+    /// `--redact`: the key and `source_path` are made from the recorded path.
+    redacting: bool,
 }
 
 /// Reads one file and writes its partition of every table. The summary behind the
 /// `snapshots` row comes from the replay that makes the `lifetimes` rows (one replay per
 /// device), so that table is written last.
-fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<RowCounts> {
+fn export_file(
+    job: &Job,
+    slot: usize,
+    path: &Path,
+    recorded: &str,
+    hashed: &mut Option<Input>,
+) -> Result<RowCounts> {
+    let key_path = if job.redacting {
+        Path::new(recorded)
+    } else {
+        path
+    };
     // A regular file is hashed while it is read (each from the mapped file); anything
     // else is read once, by the hash, and decoded from the bytes kept.
     let regular = path.as_os_str() != "-" && fs::metadata(path).is_ok_and(|m| m.is_file());
     let (snap, info) = if regular {
         let (input, read) = rayon::join(
-            || hash_input(path),
+            || hash_input(path, key_path),
             || read_snapshot(path, ReadOptions { progress: true }),
         );
         *hashed = Some(input?);
         read?
     } else {
-        let input = hash_input(path)?;
+        let input = hash_input(path, key_path)?;
         let bytes = input.held.as_deref().unwrap_or_default();
         let read = super::read_snapshot_bytes(bytes, &path.display().to_string());
         *hashed = Some(input);
         read?
     };
+    let mut info = info;
+    if job.redacting {
+        info.path = recorded.to_string();
+    }
     let input = hashed.as_ref().expect("hashed above");
     let name = input.key.as_str();
     let snap = before_export(snap);
@@ -506,7 +598,7 @@ fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<Row
     // The summaries the lifetimes' replay found, one per device.
     let mut summaries: Vec<DeviceSummary> = Vec::new();
     let mut write_table = |table: Table| -> Result<u64> {
-        let dir = job.staging.partition(table, name);
+        let dir = job.staging.partition(slot, table, name);
         let file_name = format!("part-0.{}", extension(job.format));
         let shown = job.staging.published(table, name).join(&file_name);
         let written = (|| -> io::Result<u64> {
@@ -559,7 +651,7 @@ fn export_file(job: &Job, path: &Path, hashed: &mut Option<Input>) -> Result<Row
     if written.is_err() {
         // A file is in the dataset whole or not at all.
         for &t in job.tables {
-            let _ = fs::remove_dir_all(job.staging.partition(t, name));
+            let _ = fs::remove_dir_all(job.staging.partition(slot, t, name));
         }
     }
     written
@@ -573,12 +665,12 @@ enum Outcome {
     Failed(anyhow::Error),
 }
 
-/// The SHA-256 of the whole input list (each path as given, then a newline), naming the
-/// job that the shards of one dataset share.
-fn list_sha256(files: &[PathBuf]) -> String {
+/// The SHA-256 of the whole input list (each path as given, or with `--redact` as
+/// recorded, then a newline), naming the job that the shards of one dataset share.
+fn list_sha256(files: &[String]) -> String {
     let mut hasher = Sha256::new();
     for f in files {
-        hasher.update(f.to_string_lossy().as_bytes());
+        hasher.update(f.as_bytes());
         hasher.update(b"\n");
     }
     hex(&hasher.finalize())
@@ -593,7 +685,7 @@ fn rows_json(c: &RowCounts, tables: &[Table]) -> Value {
 }
 
 /// The files of the shard asked for: every N-th of the list, from the K-th.
-fn shard_files(all: &[PathBuf], shard: Shard) -> Vec<PathBuf> {
+fn shard_files<T: Clone>(all: &[T], shard: Shard) -> Vec<T> {
     all.iter()
         .enumerate()
         .filter(|(i, _)| *i as u64 % u64::from(shard.count) == u64::from(shard.index))
@@ -624,46 +716,107 @@ fn duplicates_of(files: &[PathBuf]) -> Vec<Option<usize>> {
 #[derive(Default)]
 struct Tally<'h> {
     total: RowCounts,
-    keys: Vec<&'h str>,
+    /// The partitions to publish: (input's place in the run, key).
+    keys: Vec<(usize, &'h str)>,
     errors: Vec<anyhow::Error>,
     manifest_files: Vec<Value>,
     duplicates: Vec<String>,
 }
 
+/// The inputs of a run as its manifest and tables record them.
+struct Recorded<'a> {
+    /// Each input's path as given, in the files' order.
+    given: &'a [PathBuf],
+    /// Each input's path as recorded (as given, or redacted), in the files' order.
+    paths: &'a [String],
+    /// The partition keys OUTDIR's manifests hold, each with its input ([`keys_taken`]).
+    taken: &'a BTreeMap<String, (String, String, String)>,
+}
+
 fn tally<'h>(
-    files: &[PathBuf],
+    recorded: &Recorded,
     outcomes: Vec<Outcome>,
     hashed: &'h [Option<Input>],
     tables: &[Table],
 ) -> Tally<'h> {
     let mut t = Tally::default();
+    // The keys of this run so far: key to (input, SHA-256).
+    let mut claimed: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
     for (i, (o, h)) in outcomes.into_iter().zip(hashed).enumerate() {
-        let path = files[i].display().to_string();
+        let path = recorded.paths[i].as_str();
         let (key, sha) = match h {
             Some(input) => (json!(input.key), json!(input.sha256)),
             None => (Value::Null, Value::Null),
         };
         let mut entry = json!({"path": path, "file": key, "sha256": sha});
+        // A key names one input (its path and bytes): one taken by another input, in this
+        // run or in OUTDIR, is refused rather than its rows replaced.
+        let o = match (o, h) {
+            (Outcome::Exported(c), Some(input)) => {
+                let mine = (path, input.sha256.as_str());
+                let key = input.key.as_str();
+                match claimed.get(key) {
+                    Some(&(j, sha)) if (recorded.paths[j].as_str(), sha) == mine => {
+                        Outcome::Duplicate(j)
+                    }
+                    Some(&(j, _)) => Outcome::Failed(key_taken(
+                        path,
+                        key,
+                        &format!(
+                            "{} of this export",
+                            vramlens::units::shown(&recorded.paths[j])
+                        ),
+                    )),
+                    None => match recorded.taken.get(key) {
+                        Some((p, sha, manifest)) if (p.as_str(), sha.as_str()) != mine => {
+                            Outcome::Failed(key_taken(
+                                path,
+                                key,
+                                &format!(
+                                    "{} (sha256 {}) in {MANIFEST_DIR}/{}",
+                                    vramlens::units::shown(p),
+                                    vramlens::units::shown(sha),
+                                    vramlens::units::shown(manifest)
+                                ),
+                            ))
+                        }
+                        _ => {
+                            claimed.insert(key, (i, &input.sha256));
+                            Outcome::Exported(c)
+                        }
+                    },
+                }
+            }
+            (o, _) => o,
+        };
         match o {
             Outcome::Exported(c) => {
                 for table in Table::ALL {
                     t.total.add(table, c.rows(table));
                 }
                 if let Some(input) = h {
-                    t.keys.push(&input.key);
+                    t.keys.push((i, &input.key));
                 }
                 entry["status"] = json!("exported");
                 entry["rows"] = rows_json(&c, tables);
             }
             Outcome::Duplicate(j) => {
                 entry["status"] = json!("duplicate");
-                entry["duplicate_of"] = json!(files[j].display().to_string());
-                t.duplicates
-                    .push(format!("{path} (as {})", files[j].display()));
+                entry["duplicate_of"] = json!(recorded.paths[j]);
+                t.duplicates.push(format!(
+                    "{} (as {})",
+                    vramlens::units::shown(path),
+                    vramlens::units::shown(&recorded.paths[j])
+                ));
             }
             Outcome::Failed(e) => {
                 entry["status"] = json!("failed");
-                entry["error"] = json!(format!("{e:#}"));
+                // The message names the file as given; the manifest as recorded.
+                let given = &recorded.given[i];
+                let error = format!("{e:#}")
+                    .replace(&super::shown_path(given), path)
+                    .replace(&given.display().to_string(), path);
+                entry["error"] = json!(error);
                 t.errors.push(e);
             }
         }
@@ -672,19 +825,27 @@ fn tally<'h>(
     t
 }
 
+/// The refusal of an input whose partition key another input holds.
+fn key_taken(path: &str, key: &str, holder: &str) -> anyhow::Error {
+    anyhow!(
+        "{}: its partition key {key} is taken by {holder}; nothing of it was written (a key names one input: give this file at another path, or export into another folder)",
+        vramlens::units::shown(path)
+    )
+}
+
 /// The manifest of the run (its file name and bytes): the inputs, the shard, each file's
 /// outcome and the files of the folders left out.
 /// What the inputs' folders held that was not read.
 struct Passed<'a> {
-    /// Files that are not a snapshot by name or content.
-    files: &'a [PathBuf],
+    /// Files that are not a snapshot by name or content (as recorded).
+    files: &'a [String],
     /// Folders with no snapshot file, each with why.
     folders: &'a [String],
 }
 
 fn manifest(
     args: &ExportArgs,
-    all: &[PathBuf],
+    all: &[String],
     passed: Passed,
     shard: Shard,
     tables: &[Table],
@@ -701,7 +862,7 @@ fn manifest(
         "shard": {"index": shard.index, "count": shard.count},
         "files": manifest_files,
         "skipped": passed.files.iter().map(|p| json!({
-            "path": p.display().to_string(),
+            "path": p,
             "reason": "not a snapshot: no snapshot extension, and not a pickle or gzip stream by its first bytes",
         })).collect::<Vec<_>>(),
         "skipped_folders": passed.folders,
@@ -740,7 +901,7 @@ fn write_exported(
         out,
         "exported {} of {files} files{of_shard} to {} ({}): {}",
         t.keys.len(),
-        args.output.display(),
+        super::shown_path(&args.output),
         extension(args.format),
         counts.join(", ")
     )?;
@@ -755,11 +916,14 @@ fn write_exported(
 }
 
 /// The files of the folders that were left out, named.
-fn write_skipped(out: &mut dyn Write, skipped: &[PathBuf]) -> Result<()> {
+fn write_skipped(out: &mut dyn Write, skipped: &[String]) -> Result<()> {
     if skipped.is_empty() {
         return Ok(());
     }
-    let names: Vec<String> = skipped.iter().map(|p| p.display().to_string()).collect();
+    let names: Vec<String> = skipped
+        .iter()
+        .map(|p| vramlens::units::shown(p).into_owned())
+        .collect();
     writeln!(
         out,
         "left out {} file{} of the folders that {} not a snapshot by name or content: {}",
@@ -789,6 +953,13 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         }
     }
     let files = shard_files(&all, shard);
+    // Paths as the manifest and the tables record them: the whole list's (and the files
+    // left out), cut together with --redact, so that every shard records them alike.
+    let mut listed: Vec<&Path> = all.iter().map(PathBuf::as_path).collect();
+    listed.extend(skipped.iter().map(PathBuf::as_path));
+    let mut all_recorded = super::recorded_paths(&listed);
+    let skipped_recorded = all_recorded.split_off(all.len());
+    let paths = shard_files(&all_recorded, shard);
     let tables = tables(args.events);
     let staging = Staging::create(&args.output)?;
     let duplicate_of = duplicates_of(&files);
@@ -799,15 +970,17 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         device: args.device,
         attribution: &attribution,
         staging: &staging,
+        redacting: super::redacting(),
     };
     let (outcomes, hashed): (Vec<Outcome>, Vec<Option<Input>>) = files
         .par_iter()
         .zip(duplicate_of.par_iter())
-        .map(|(path, dup)| match dup {
+        .enumerate()
+        .map(|(slot, (path, dup))| match dup {
             Some(j) => (Outcome::Duplicate(*j), None),
             None => {
                 let mut hashed = None;
-                let outcome = match export_file(&job, path, &mut hashed) {
+                let outcome = match export_file(&job, slot, path, &paths[slot], &mut hashed) {
                     Ok(c) => Outcome::Exported(c),
                     Err(e) => Outcome::Failed(e),
                 };
@@ -815,21 +988,27 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
             }
         })
         .unzip();
-    let mut t = tally(&files, outcomes, &hashed, &tables);
+    let taken = keys_taken(&args.output);
+    let recorded = Recorded {
+        given: &files,
+        paths: &paths,
+        taken: &taken,
+    };
+    let mut t = tally(&recorded, outcomes, &hashed, &tables);
     // Nothing is written when no file could be read, except a shard's manifest (so that
     // a reader sees the shard ran, with what failed, and a shard with no file at all).
     if !t.keys.is_empty() || files.is_empty() || args.shard.is_some() {
         let entries = std::mem::take(&mut t.manifest_files);
         let passed_over = Passed {
-            files: &skipped,
+            files: &skipped_recorded,
             folders: &inputs.empty_folders,
         };
-        let (name, bytes) = manifest(args, &all, passed_over, shard, &tables, entries)?;
+        let (name, bytes) = manifest(args, &all_recorded, passed_over, shard, &tables, entries)?;
         staging.publish(&tables, &t.keys, (&name, &bytes))?;
         write_exported(out, args, &t, files.len(), all.len(), shard, &tables)?;
     }
     if says_inputs {
-        write_skipped(out, &skipped)?;
+        write_skipped(out, &skipped_recorded)?;
     }
     match t.errors.len() {
         0 => Ok(()),

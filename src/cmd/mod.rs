@@ -5,6 +5,7 @@ pub mod diff;
 pub mod export;
 pub mod flamegraph;
 pub mod oom;
+mod outdir;
 pub mod output;
 pub mod reconcile;
 pub mod redact;
@@ -26,14 +27,48 @@ pub fn redact_reads() {
     let _ = REDACT.set(vramlens::redact::RedactOptions::default());
 }
 
-/// Reads a snapshot for a command, redacted when `--redact` was given.
+/// Is `--redact` on?
+pub fn redacting() -> bool {
+    REDACT.get().is_some()
+}
+
+/// The paths of inputs (snapshots, traces, logs, folders) as outputs record them: as
+/// given, or with `--redact` made absolute and cut and cleaned together by the redaction
+/// rules ([`vramlens::redact::input_paths`]), so no home folder or user name is shown.
+pub fn recorded_paths(paths: &[&std::path::Path]) -> Vec<String> {
+    let Some(options) = REDACT.get() else {
+        return paths.iter().map(|p| p.display().to_string()).collect();
+    };
+    let absolute: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            if p.as_os_str() == "-" {
+                return "-".to_string();
+            }
+            std::path::absolute(p)
+                .unwrap_or_else(|_| p.to_path_buf())
+                .display()
+                .to_string()
+        })
+        .collect();
+    vramlens::redact::input_paths(&absolute, options)
+}
+
+/// One input's path as outputs record it ([`recorded_paths`]).
+pub fn recorded_path(path: &std::path::Path) -> String {
+    recorded_paths(&[path]).remove(0)
+}
+
+/// Reads a snapshot for a command, redacted when `--redact` was given (its strings and
+/// the path it is named by).
 pub fn read_snapshot(
     path: &std::path::Path,
     options: vramlens::input::ReadOptions,
 ) -> Result<(vramlens::model::Snapshot, vramlens::input::SourceInfo), vramlens::input::ReadError> {
-    let (mut snap, info) = vramlens::input::read_snapshot(path, options)?;
+    let (mut snap, mut info) = vramlens::input::read_snapshot(path, options)?;
     if let Some(options) = REDACT.get() {
         vramlens::redact::apply(&mut snap, options);
+        info.path = recorded_path(path);
     }
     Ok((snap, info))
 }
@@ -55,6 +90,7 @@ pub fn read_snapshot_bytes(
     info.path = label.to_string();
     if let Some(options) = REDACT.get() {
         vramlens::redact::apply(&mut snap, options);
+        info.path = recorded_path(std::path::Path::new(label));
     }
     Ok((snap, info))
 }
@@ -228,12 +264,12 @@ fn expand_inputs_listing(paths: &[std::path::PathBuf]) -> Result<Inputs> {
                 n => format!(
                     "; {n} of its subfolders {} some (folders are read one level deep): name them, e.g. {}",
                     if n == 1 { "has" } else { "have" },
-                    p.join("*/").display()
+                    vramlens::units::shown(&recorded_path(&p.join("*/")))
                 ),
             };
             let why = format!(
                 "{}: a folder with no snapshot file (*.pickle, *.pkl, *.pickle.gz, *.json, *.json.gz, *.raw.gz, *.html, or a pickle with no extension){hint}",
-                p.display()
+                vramlens::units::shown(&recorded_path(p))
             );
             // Among several inputs (`DIR/*/`), an empty folder is passed over, said so.
             if paths.len() > 1 {

@@ -19,7 +19,7 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
     let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
     let focus = focus_ranges(&snap, args.device);
     let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
-    let trace_path = args.trace.as_ref().map(|p| p.display().to_string());
+    let trace_path = args.trace.as_deref().map(super::recorded_path);
     let converted = super::read_profile_trace(args.trace.as_deref())?;
     let profile = trace_path.as_deref().zip(converted.as_ref());
     let options = ReconcileOptions {

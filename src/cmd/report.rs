@@ -37,7 +37,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
         Some(path) => super::oom::read_oom_log(path)?,
         None => Vec::new(),
     };
-    let trace_path = args.trace.as_ref().map(|p| p.display().to_string());
+    let trace_path = args.trace.as_deref().map(super::recorded_path);
     let converted = super::read_profile_trace(args.trace.as_deref())?;
     let options = ReportOptions {
         device: args.device,
@@ -46,7 +46,8 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
         oom: OomOptions { device_total_bytes },
         readings: None,
     };
-    let logs: Vec<String> = args.nvml.iter().map(|p| p.display().to_string()).collect();
+    let logs: Vec<String> =
+        super::recorded_paths(&args.nvml.iter().map(|p| p.as_path()).collect::<Vec<_>>());
     let several = files.len() > 1;
     let results: Vec<Result<_>> = files
         .par_iter()
@@ -121,7 +122,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     write!(
         out,
         "{}: {} ({} snapshot{})",
-        args.output.display(),
+        super::shown_path(&args.output),
         bytes(stats.bytes),
         reports.len(),
         if reports.len() == 1 { "" } else { "s" }

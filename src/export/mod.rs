@@ -25,7 +25,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 
 /// Version of the tables' schema (columns, types, meanings). Raised on any change that
 /// could break a query; added columns raise it too.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The type of a column, as engines see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -884,13 +884,15 @@ pub fn write_stacks(snap: &Snapshot, out: &mut dyn TableWriter) -> io::Result<()
 /// Bytes of a file's name kept in its partition key, at most.
 pub const KEY_NAME_BYTES: usize = 64;
 
-/// Hex digits of the digest in a partition key: 64 bits, so that no two inputs of a fleet
-/// share a key.
-pub const KEY_DIGEST_HEX: usize = 16;
+/// Hex digits of the digest in a partition key: 128 bits, so that no two inputs of a
+/// fleet share a key, even names chosen to make two digests meet (a birthday search over
+/// 64 bits takes minutes; over 128 it cannot be done). `export` also refuses a key that
+/// another input holds.
+pub const KEY_DIGEST_HEX: usize = 32;
 
 /// The partition key (`file=<key>`) of an input: its file name, readable, then `~` and the
 /// start of the SHA-256 of the file's SHA-256 (`sha256`, lowercase hex) and its path as
-/// given, such as `memory_snapshot.pickle~3fa9c1d2e4b5a6f7`. It depends on the input alone
+/// given, such as `memory_snapshot.pickle~3fa9c1d2e4b5a6f7081b2c3d4e5f6a7b`. It depends on the input alone
 /// (not on the other inputs, the shard or the run), so the same file at the same path is
 /// the same partition in every export and a re-run replaces its rows, while two files, or
 /// two copies of one at two paths, never share one. Letters and digits of any script, `.`,
@@ -943,7 +945,8 @@ pub fn partition_key(path: &Path, sha256: &str) -> String {
 mod tests {
     use super::*;
 
-    const SHA: &str = "3fa9c1d2e4b5a6f70123456789abcdef0123456789abcdef0123456789abcdef";
+    const SHA: &str =
+        "3fa9c1d2e4b5a6f7081b2c3d4e5f6a7b0123456789abcdef0123456789abcdef0123456789abcdef";
 
     #[test]
     fn partition_keys_are_readable_names_with_a_digest() {
