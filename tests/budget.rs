@@ -483,10 +483,13 @@ fn sizes_past_any_device_are_refused_before_any_sum() {
     assert!(err.contains("more than any device holds"), "{err}");
 }
 
+/// A block of a final-state snapshot: bytes, and the frame `filename`, `line`, `name`.
+type Block<'a> = (u64, &'a str, i64, &'a str);
+
 /// A final-state snapshot (no trace) of one device: one segment per block, each block
 /// allocated whole by its own frame `(bytes, filename, line, name)` (written with
 /// serde-pickle).
-fn final_state(path: &std::path::Path, blocks: &[(u64, &str, i64, &str)]) {
+fn final_state(path: &std::path::Path, blocks: &[Block]) {
     use serde_pickle::{HashableValue as HV, SerOptions, Value as SV};
     let dict = |items: Vec<(&str, SV)>| {
         SV::Dict(
@@ -538,7 +541,7 @@ fn final_state(path: &std::path::Path, blocks: &[(u64, &str, i64, &str)]) {
 
 /// Writes one final-state snapshot per batch size (`run_bs{size}.pickle`); gives their
 /// paths in order.
-fn series_of(dir: &std::path::Path, runs: &[(u64, Vec<(u64, &str, i64, &str)>)]) -> Vec<String> {
+fn series_of(dir: &std::path::Path, runs: &[(u64, Vec<Block>)]) -> Vec<String> {
     runs.iter()
         .map(|(size, blocks)| {
             let path = dir.join(format!("run_bs{size}.pickle"));
