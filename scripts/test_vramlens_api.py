@@ -256,6 +256,49 @@ class CommandsTest(unittest.TestCase):
         self.assertIsNone(alone["path"])
         self.assertEqual(alone["messages"][0]["requested_bytes"], 134217728)
 
+    def test_oom_of_several_files_is_a_list_in_their_order(self):
+        # vramlens prints one object per file: a list of them, each what the file alone
+        # gives.
+        first, second = fixture("gpu/oom/oom_snapshot.pickle"), fixture("sample.pickle")
+        got = vramlens.oom([first, second])
+        self.assertIsInstance(got, list)
+        self.assertEqual(got, [vramlens.oom(first), vramlens.oom(second)])
+        self.assertEqual(got[0]["analyses"][0]["verdicts"][0]["cause"], "leak")
+        # One file in a list is one file: a dict.
+        self.assertEqual(vramlens.oom([first]), vramlens.oom(first))
+
+    def test_a_string_where_a_list_is_expected_is_one_value(self):
+        sample = fixture("sample.pickle")
+        by_list = vramlens.budget(sample, gpus=["h100"])
+        self.assertEqual(vramlens.budget(sample, gpus="h100"), by_list)
+        self.assertEqual(vramlens.budget([sample], gpus=("h100",)), by_list)
+        self.assertEqual([f["gpu"]["name"] for f in by_list["fits"]], ["H100 80GB"])
+        snap = fixture("allocator/oom_retry.pickle")
+        self.assertEqual(
+            vramlens.simulate(snap, alloc_conf="expandable_segments:True", outside=0),
+            vramlens.simulate(snap, alloc_conf=["expandable_segments:True"], outside=0))
+        snap, nvml = fixture("gpu/oom/oom_snapshot.pickle"), fixture("gpu/oom/nvml.jsonl")
+        self.assertEqual(vramlens.reconcile(snap, nvml=[nvml]),
+                         vramlens.reconcile(snap, nvml=pathlib.Path(nvml)))
+
+    def test_other_types_where_a_list_is_expected_raise_type_error(self):
+        sample = fixture("sample.pickle")
+        for call, name in [
+            (lambda: vramlens.budget(sample, gpus={"h100"}), "gpus"),
+            (lambda: vramlens.budget(sample, gpus={"h100": 1}), "gpus"),
+            (lambda: vramlens.budget(sample, gpus=[None]), "gpus"),
+            (lambda: vramlens.budget(sample, nvml=3), "nvml"),
+            (lambda: vramlens.budget(sample, sizes=["a"]), "sizes"),
+            (lambda: vramlens.budget(7), "paths"),
+            (lambda: vramlens.simulate(sample, alloc_conf=True), "alloc_conf"),
+            (lambda: vramlens.oom({sample}), "paths"),
+        ]:
+            with self.subTest(name=name):
+                with self.assertRaises(TypeError) as e:
+                    call()
+                self.assertTrue(str(e.exception).startswith(name + ": expected "),
+                                str(e.exception))
+
     def test_diff_of_a_file_with_itself_changes_nothing(self):
         got = vramlens.diff(fixture("sample.pickle"), fixture("sample.pickle"))
         self.assertEqual(got, direct("diff", fixture("sample.pickle"),

@@ -3,6 +3,11 @@
 
 use std::borrow::Cow;
 
+/// The most memory any one device is taken to hold, 1 PiB (2^50 bytes): the largest GPUs
+/// hold under 0.2 TiB, so a size past it in a log or on the command line is damaged or
+/// edited, and bytes below it add up (millions of them) without leaving `u64`.
+pub const MAX_DEVICE_BYTES: u64 = 1 << 50;
+
 /// A count with its noun, singular for one: `1 block`, `3 blocks`, `1 other group`.
 pub fn count(n: usize, singular: &str, plural: &str) -> String {
     format!("{n} {}", if n == 1 { singular } else { plural })
@@ -361,10 +366,17 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
         return Err(format!("expected a number before the unit, found {s:?}"));
     }
-    // At least one whole byte before rounding, and below 2^63.
+    // At least one whole byte before rounding, and at most what a device holds.
     let bytes = match (at_least(Rounding::Down), at_least(Rounding::HalfUp)) {
-        (Some(down), Some(bytes)) if down >= 1 && bytes < 1 << 63 => bytes,
-        _ => return Err(format!("{s:?} is not a size a device can have")),
+        (Some(down), Some(bytes)) if down >= 1 && bytes <= MAX_DEVICE_BYTES => bytes,
+        (Some(0), _) => {
+            return Err(format!("{s:?} is not a size a device can have"));
+        }
+        _ => {
+            return Err(format!(
+                "{s:?} is more than any device holds (at most 1 PiB, 2^50 bytes)"
+            ));
+        }
     };
     // A bare number is bytes; one under a MiB was surely meant in a unit.
     if unit.trim().is_empty() && bytes < 1 << 20 {
@@ -565,6 +577,15 @@ mod tests {
         assert!(parse_size_arg("lots").is_err());
         assert!(parse_size_arg("0").is_err());
         assert!(parse_size_arg("9999999999TB").is_err());
+        // 1 PiB is the most a device is taken to hold: 1024 TiB is taken, a byte more not.
+        assert_eq!(parse_size_arg("1024TiB"), Ok(1 << 50));
+        assert_eq!(
+            parse_size_arg("1125899906842625"),
+            Err(
+                "\"1125899906842625\" is more than any device holds (at most 1 PiB, 2^50 bytes)"
+                    .into()
+            )
+        );
         assert!(parse_size_arg("80 parsecs").is_err());
     }
 

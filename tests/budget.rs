@@ -409,3 +409,278 @@ fn every_device_is_a_run_and_a_file_without_a_trace_has_its_final_state() {
         summary["devices"][0]["reserved_bytes"]
     );
 }
+
+/// A device log or OOM message giving a size past any device (1 PiB, 2^50 bytes) is
+/// refused where it is read: its sums would leave `u64` and wrap to a total that fits.
+#[test]
+fn sizes_past_any_device_are_refused_before_any_sum() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = "testdata/gpu/oom/oom_snapshot.pickle";
+    let real = std::fs::read_to_string(common::root().join("testdata/gpu/oom/oom.log")).unwrap();
+    // 16777215.89 TiB is 2^64 bytes less 0.11 TiB: inside u64, far past 1 PiB.
+    let log = dir.path().join("huge.log");
+    std::fs::write(
+        &log,
+        real.replace(
+            "this process has 139.76 GiB memory in use",
+            "this process has 16777215.89 TiB memory in use",
+        ),
+    )
+    .unwrap();
+    let log = log.to_str().unwrap();
+    let line = real
+        .lines()
+        .position(|l| l.contains("CUDA out of memory"))
+        .unwrap()
+        + 1;
+    for gate in [
+        vec![snapshot, "--log", log, "--gpu", "40GB", "--check"],
+        vec![snapshot, "--log", log, "--json"],
+    ] {
+        let (code, v, err) = budget(&gate);
+        assert_eq!(code, 2, "{err}");
+        assert!(v.is_null());
+        assert!(
+            err.contains(&format!("{log}: line {line}: "))
+                && err.contains("above 1 PiB (2^50 bytes), more than any device holds"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    // The same figure in device readings: nvidia-smi's MiB and NVML's bytes.
+    let smi = dir.path().join("smi.csv");
+    std::fs::write(
+        &smi,
+        "timestamp, index, uuid, memory.used [MiB], memory.total [MiB]\n\
+         2026/11/29 19:15:09.741, 0, GPU-a, 0 MiB, 143771 MiB\n\
+         2026/11/29 19:15:09.941, 0, GPU-a, 17592186044415 MiB, 143771 MiB\n",
+    )
+    .unwrap();
+    let nvml = dir.path().join("nvml.jsonl");
+    std::fs::write(
+        &nvml,
+        "{\"time_us\": 1795979726599197, \"gpu\": 0, \"total_bytes\": 150754820096, \"used_bytes\": 648347648, \"free_bytes\": 0, \"processes\": [{\"pid\": 7, \"used_bytes\": 18446744073709551615}]}\n",
+    )
+    .unwrap();
+    for (file, expected) in [
+        (
+            &smi,
+            "line 3: used memory: \"17592186044415 MiB\" is more than any device holds (at most 1 PiB, 2^50 bytes)",
+        ),
+        (
+            &nvml,
+            "line 1: processes[0].used_bytes: \"18446744073709551615\" is more than any device holds (at most 1 PiB, 2^50 bytes)",
+        ),
+    ] {
+        let file = file.to_str().unwrap();
+        let (code, _, err) = budget(&[snapshot, "--nvml", file, "--gpu", "40GB", "--check"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(file) && err.contains(expected), "{err}");
+    }
+    // A device of more than 1 PiB is not one to fit on.
+    let (code, _, err) = budget(&[snapshot, "--gpu", "1025TiB"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("more than any device holds"), "{err}");
+}
+
+/// A block of a final-state snapshot: bytes, and the frame `filename`, `line`, `name`.
+type Block<'a> = (u64, &'a str, i64, &'a str);
+
+/// A final-state snapshot (no trace) of one device: one segment per block, each block
+/// allocated whole by its own frame `(bytes, filename, line, name)` (written with
+/// serde-pickle).
+fn final_state(path: &std::path::Path, blocks: &[Block]) {
+    use serde_pickle::{HashableValue as HV, SerOptions, Value as SV};
+    let dict = |items: Vec<(&str, SV)>| {
+        SV::Dict(
+            items
+                .into_iter()
+                .map(|(k, v)| (HV::String(k.into()), v))
+                .collect(),
+        )
+    };
+    let mut address: i64 = 0x7f00_0000_0000;
+    let mut segments = Vec::new();
+    for &(size, filename, line, name) in blocks {
+        let size = size as i64;
+        let frames = vec![dict(vec![
+            ("filename", SV::String(filename.into())),
+            ("line", SV::I64(line)),
+            ("name", SV::String(name.into())),
+        ])];
+        let block = dict(vec![
+            ("address", SV::I64(address)),
+            ("size", SV::I64(size)),
+            ("requested_size", SV::I64(size)),
+            ("state", SV::String("active_allocated".into())),
+            ("frames", SV::List(frames)),
+        ]);
+        segments.push(dict(vec![
+            ("device", SV::I64(0)),
+            ("address", SV::I64(address)),
+            ("total_size", SV::I64(size)),
+            ("allocated_size", SV::I64(size)),
+            ("active_size", SV::I64(size)),
+            ("requested_size", SV::I64(size)),
+            ("stream", SV::I64(0)),
+            ("segment_type", SV::String("large".into())),
+            ("blocks", SV::List(vec![block])),
+        ]));
+        address += size;
+    }
+    let root = dict(vec![
+        ("segments", SV::List(segments)),
+        ("device_traces", SV::List(vec![SV::List(vec![])])),
+    ]);
+    std::fs::write(
+        path,
+        serde_pickle::value_to_vec(&root, SerOptions::new()).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Writes one final-state snapshot per batch size (`run_bs{size}.pickle`); gives their
+/// paths in order.
+fn series_of(dir: &std::path::Path, runs: &[(u64, Vec<Block>)]) -> Vec<String> {
+    runs.iter()
+        .map(|(size, blocks)| {
+            let path = dir.join(format!("run_bs{size}.pickle"));
+            final_state(&path, blocks);
+            path.to_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn caveat<'a>(series: &'a serde_json::Value, kind: &str) -> Option<&'a serde_json::Value> {
+    series["caveats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == kind)
+}
+
+/// A series is runs of one workload: at least half of every run's bytes at its peak at
+/// call sites (with their categories) that every run has. Programs with no call site in
+/// common are refused, and `--check` on them is an error, not a pass.
+#[test]
+fn a_series_of_unrelated_programs_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three programs, each growing with the size, sharing nothing: 0% shared.
+    let files = series_of(
+        dir.path(),
+        &[
+            (1, vec![(100 * MIB, "prog_a.py", 10, "compute")]),
+            (2, vec![(200 * MIB, "prog_b.py", 20, "render")]),
+            (4, vec![(400 * MIB, "prog_c.py", 30, "solve")]),
+        ],
+    );
+    let mut args: Vec<&str> = files.iter().map(String::as_str).collect();
+    args.extend(["--target", "8", "--json"]);
+    let (code, v, err) = budget(&args);
+    assert_eq!(code, 0, "{err}");
+    let s = &v["series"];
+    assert!(s["prediction"].is_null(), "{s}");
+    assert_eq!(
+        caveat(s, "few_shared_groups"),
+        Some(&serde_json::json!({"kind": "few_shared_groups", "run": 0, "shared_share": 0.0})),
+        "{s}"
+    );
+    assert!(caveat(s, "weights_differ").is_none(), "{s}");
+    args.pop();
+    args.extend(["--gpu", "1000GiB", "--check"]);
+    let (code, _, err) = budget(&args);
+    assert_eq!(code, 2);
+    assert!(err.contains("no prediction at 8 can be trusted"), "{err}");
+    // The text says why.
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .arg("budget")
+        .args(&files)
+        .args(["--target", "8"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "no prediction: only 0.0% of the bytes at the peak of {} are at call sites (and categories) every file has, and a series needs 50%",
+            files[0]
+        )),
+        "{text}"
+    );
+    // The criterion at its edge: a shared call site holding 60% of each run passes, 40%
+    // does not (the unshared rest in a file of its own per run).
+    for (shared, unshared, refused) in [(60, 40, false), (40, 60, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let files = series_of(
+            dir.path(),
+            &[1u64, 2, 4]
+                .iter()
+                .zip(["a.py", "b.py", "c.py"])
+                .map(|(&size, own)| {
+                    (
+                        size,
+                        vec![
+                            (shared * size * MIB, "model.py", 5, "forward"),
+                            (unshared * size * MIB, own, 9, "extra"),
+                        ],
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        let mut args: Vec<&str> = files.iter().map(String::as_str).collect();
+        args.extend(["--target", "8", "--json"]);
+        let (code, v, err) = budget(&args);
+        assert_eq!(code, 0, "{err}");
+        let s = &v["series"];
+        match caveat(s, "few_shared_groups") {
+            Some(c) => {
+                assert!(refused, "{s}");
+                assert_eq!(c["shared_share"], 0.4);
+                assert!(s["prediction"].is_null());
+            }
+            None => assert!(!refused && !s["prediction"].is_null(), "{s}"),
+        }
+    }
+}
+
+/// A prediction whose held-out error is over 10% is shown, and `--check` fails on it.
+#[test]
+fn a_series_with_a_large_held_out_error_fails_check() {
+    let dir = tempfile::tempdir().unwrap();
+    // One call site at 1024, 1024 and 8192 MiB for batch 1, 2, 4: no law of k · size^e.
+    let files = series_of(
+        dir.path(),
+        &[(1, 1024), (2, 1024), (4, 8192)]
+            .iter()
+            .map(|&(size, mib)| (size, vec![(mib * MIB, "model.py", 5, "forward")]))
+            .collect::<Vec<_>>(),
+    );
+    let mut args: Vec<&str> = files.iter().map(String::as_str).collect();
+    args.extend(["--target", "8", "--json"]);
+    let (code, v, err) = budget(&args);
+    assert_eq!(code, 0, "{err}");
+    let s = &v["series"];
+    assert!(!s["prediction"].is_null(), "{s}");
+    // Batch 2 from 1 and 4: linear beats constant (squared errors 0.99e6 against
+    // 25.7e6 MiB²), k = (1 · 1024 + 4 · 8192) / (1 + 16) MiB; with the 1 GiB assumed
+    // outside the allocator, (2k + 1024 − 2048) / 2048 = +144.12%, the largest of the
+    // three (batch 4 from 1 and 2: −77.78%; batch 1 from 2 and 4: +35.0%).
+    let k = (1024.0 + 4.0 * 8192.0) / 17.0;
+    let error = ((2.0 * k + 1024.0 - 2048.0) / 2048.0 * 10_000.0_f64).round() / 10_000.0;
+    assert_eq!(error, 1.4412);
+    assert_eq!(
+        caveat(s, "large_held_out_error"),
+        Some(&serde_json::json!({"kind": "large_held_out_error", "size": 2, "error": error})),
+        "{s}"
+    );
+    // It would fit the device; the gate fails all the same, as a failed check.
+    assert_eq!(s["prediction"]["fits"][0]["verdict"], "fits", "{s}");
+    args.pop();
+    args.extend(["--gpu", "1000GiB", "--check"]);
+    let (code, _, err) = budget(&args);
+    assert_eq!(code, 1, "{err}");
+    // Without --target no prediction gates: the runs' own fit does.
+    let (code, _, err) = budget(&[
+        &files[0], &files[1], &files[2], "--gpu", "1000GiB", "--check",
+    ]);
+    assert_eq!(code, 0, "{err}");
+}

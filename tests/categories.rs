@@ -229,3 +229,73 @@ fn a_kv_cache_grown_by_concatenation_over_decode_steps() {
     );
     assert_eq!(end["caches"].1, "lifetime:grows_while_alive");
 }
+
+/// `--rules` takes any number of categories and names the rule that decided by its line
+/// in the file, blank and comment lines counted: 300 categories (past what 8 bits index),
+/// the last one matching, in a file with comments and blank lines.
+#[test]
+fn a_rule_past_255_categories_is_named_by_its_line_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("# categories of my own\n\n");
+    for i in 0..299 {
+        if i % 50 == 0 {
+            text.push_str("\n# another block\n");
+        }
+        text.push_str(&format!("cat_{i} = never_a_frame_{i}\\.py\n"));
+    }
+    text.push_str("\n   # the one that matches\n");
+    text.push_str("cat_299 = nanogpt/model\\.py:192:forward\n");
+    // 2 header lines, 6 blocks of a blank and a comment, 299 rules, a blank and a comment:
+    // the matching rule is line 2 + 12 + 299 + 2 + 1.
+    let line = text.lines().count();
+    assert_eq!(line, 2 + 12 + 299 + 2 + 1);
+    let rules = dir.path().join("rules.txt");
+    std::fs::write(&rules, &text).unwrap();
+    let v = vramlens(&[
+        "top",
+        "--json",
+        "--rules",
+        rules.to_str().unwrap(),
+        "testdata/sample.pickle",
+    ]);
+    let g = v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| {
+            g["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("model.py:192:forward")
+        })
+        .unwrap();
+    assert_eq!(g["category"], "cat_299", "{g}");
+    assert_eq!(g["category_evidence"], format!("rule:{line}"), "{g}");
+    // A rule that is not the first of its category, under a comment: its own line.
+    let rules2 = dir.path().join("rules2.txt");
+    std::fs::write(
+        &rules2,
+        "# kv\nmine = nothing_here\n\n# again\nmine = nanogpt/model\\.py:192:forward\n",
+    )
+    .unwrap();
+    let v = vramlens(&[
+        "top",
+        "--json",
+        "--rules",
+        rules2.to_str().unwrap(),
+        "testdata/sample.pickle",
+    ]);
+    let g = v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| {
+            g["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("model.py:192:forward")
+        })
+        .unwrap();
+    assert_eq!(g["category"], "mine");
+    assert_eq!(g["category_evidence"], "rule:5");
+}

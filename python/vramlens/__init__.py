@@ -14,6 +14,11 @@ read by vramlens' own data-only reader in another process: nothing in the file i
 unpickled or run in this interpreter. A file vramlens refuses raises VramlensError with
 its one-line message.
 
+A parameter that takes several values (`paths`, `gpus`, `nvml`, `alloc_conf`) takes a list
+or tuple of them, or one value alone (`gpus="h100"` is `gpus=["h100"]`); any other type
+raises TypeError. `oom()` of several snapshots returns a list of dicts, one per file in
+the order given; of one (or of a log alone), a dict.
+
 The binary is looked up in this order: the VRAMLENS_BINARY environment variable; the
 scripts folder beside the package (`pip install --target DIR` puts it in DIR/bin); the
 interpreter's scripts folder (a virtual environment's bin/, where pip puts it); the user
@@ -109,13 +114,30 @@ def _run(args, ok=(0,)):
 
 def _run_json(args, ok=(0,)):
     """Runs `vramlens ARGS` and returns its one JSON object."""
+    objects = _run_json_all(args, ok)
+    if len(objects) != 1:
+        raise VramlensError(f"expected one JSON object from vramlens, found {len(objects)}",
+                            2)
+    return objects[0]
+
+
+def _run_json_all(args, ok=(0,)):
+    """Runs `vramlens ARGS` and returns every JSON object it printed, in order (a command
+    given several files prints one object per file)."""
     text = _run(args, ok)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        lines = len(text.splitlines())
-        raise VramlensError(f"expected one JSON object from vramlens, found {lines} lines "
-                            f"({e.msg})", 2) from None
+    decoder = json.JSONDecoder()
+    objects, at = [], 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return objects
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as e:
+            raise VramlensError(f"expected JSON objects from vramlens, found text that is not "
+                                f"JSON at line {e.lineno} ({e.msg})", 2) from None
+        objects.append(value)
 
 
 def _one_file(path):
@@ -129,11 +151,34 @@ def _one_file(path):
     return os.path.join(".", p) if p == "-" else p
 
 
-def _paths(paths):
+def _values(name, values, kinds, what):
+    """A parameter that takes several values: a list or tuple of them, or one alone (a
+    string is one value, never its characters); None is none. Each value must be one of
+    `kinds` (`what` says which in words); anything else is a TypeError naming the
+    parameter."""
+    if values is None:
+        return []
+    if isinstance(values, kinds) and not isinstance(values, bool):
+        values = [values]
+    elif not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name}: expected {what} or a list of them, found "
+                        f"{type(values).__name__}")
+    for v in values:
+        if not isinstance(v, kinds) or isinstance(v, bool):
+            raise TypeError(f"{name}: expected a list of {what}s, found an item of type "
+                            f"{type(v).__name__}")
+    return list(values)
+
+
+# A file's path; a value given on the command line (a GPU name or size, a setting).
+_PATH = ((str, bytes, os.PathLike), "path")
+_VALUE = ((str, os.PathLike, int, float), "string")
+
+
+def _paths(paths, name="paths"):
     """One path or several, as strings (a file named `-` as `./-`)."""
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        paths = [paths]
-    return [os.path.join(".", p) if p == "-" else p for p in map(os.fspath, paths)]
+    return [os.path.join(".", p) if p == "-" else p
+            for p in map(os.fsdecode, _values(name, paths, *_PATH))]
 
 
 def _opt(args, flag, value):
@@ -141,8 +186,8 @@ def _opt(args, flag, value):
         args += [flag, str(value)]
 
 
-def _opts(args, flag, values):
-    for v in values or ():
+def _opts(args, flag, values, name):
+    for v in _values(name, values, *_VALUE):
         args += [flag, os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
 
 
@@ -166,14 +211,22 @@ def top(path, at="peak", by="callsite"):
 
 def oom(paths=None, log=None, device_total=None, device=None):
     """`vramlens oom [PATH...] [--log FILE] [--device-total SIZE] --json`: each OOM's request,
-    what was live and free, and the verdicts with their evidence, as a dict. `paths` may
-    be omitted when a `log` with the OOM message is given; `device_total` is a byte count
-    or a size such as "80GiB"."""
+    what was live and free, and the verdicts with their evidence, as a dict; of several
+    snapshots, a list of such dicts, one per file in the order given. `paths` may be
+    omitted when a `log` with the OOM message is given; `device_total` is a byte count or
+    a size such as "80GiB"."""
     args = ["oom", "--json"]
     _opt(args, "--log", os.fspath(log) if log is not None else None)
     _opt(args, "--device-total", device_total)
     _opt(args, "--device", None if device is None else int(device))
-    return _run_json([*args, "--", *_paths(paths or [])])
+    files = _paths(paths)
+    objects = _run_json_all([*args, "--", *files])
+    if len(files) > 1:
+        return objects
+    if len(objects) != 1:
+        raise VramlensError(f"expected one JSON object from vramlens, found {len(objects)}",
+                            2)
+    return objects[0]
 
 
 def diff(base, new, at="peak", by="callsite", device=None):
@@ -204,13 +257,16 @@ def budget(paths, gpus=None, headroom=None, vary=None, sizes=None, target=None, 
     which GPUs take it with the headroom (percent), and for a series (`vary` "batch" or
     "seq", `sizes` a dict of path to size) the fit and the budget at `target`, as a dict."""
     args = ["budget", "--json"]
-    _opts(args, "--gpu", gpus)
+    _opts(args, "--gpu", gpus, "gpus")
     _opt(args, "--headroom", headroom)
     _opt(args, "--vary", vary)
+    if sizes is not None and not isinstance(sizes, dict):
+        raise TypeError(f"sizes: expected a dict of path to size, found "
+                        f"{type(sizes).__name__}")
     for path, size in (sizes or {}).items():
         args += ["--size", f"{os.fspath(path)}={size}"]
     _opt(args, "--target", target)
-    _opts(args, "--nvml", nvml)
+    _opts(args, "--nvml", _paths(nvml, "nvml"), "nvml")
     _opt(args, "--log", os.fspath(log) if log is not None else None)
     _opt(args, "--device", None if device is None else int(device))
     return _run_json([*args, "--", *_paths(paths)])
@@ -223,13 +279,13 @@ def simulate(path, gpus=None, alloc_conf=None, outside=None, torch=None, min_cap
     names or sizes) and under other settings (`alloc_conf`: PYTORCH_CUDA_ALLOC_CONF
     strings), as a dict."""
     args = ["simulate", "--json"]
-    _opts(args, "--gpu", gpus)
-    _opts(args, "--alloc-conf", alloc_conf)
+    _opts(args, "--gpu", gpus, "gpus")
+    _opts(args, "--alloc-conf", alloc_conf, "alloc_conf")
     _opt(args, "--outside", outside)
     _opt(args, "--torch", torch)
     if not min_capacity:
         args.append("--no-min-capacity")
-    _opts(args, "--nvml", nvml)
+    _opts(args, "--nvml", _paths(nvml, "nvml"), "nvml")
     _opt(args, "--log", os.fspath(log) if log is not None else None)
     _opt(args, "--device", None if device is None else int(device))
     return _run_json([*args, "--", _one_file(path)])
@@ -240,7 +296,7 @@ def reconcile(path, nvml, trace=None, utc_offset=None, gpu=None, device=None):
     device's readings (nvidia-smi CSV or NVML lines) at the peak, each OOM and the end,
     as a dict."""
     args = ["reconcile", "--json"]
-    _opts(args, "--nvml", _paths(nvml))
+    _opts(args, "--nvml", _paths(nvml, "nvml"), "nvml")
     _opt(args, "--trace", os.fspath(trace) if trace is not None else None)
     _opt(args, "--utc-offset", utc_offset)
     _opt(args, "--gpu", gpu)
@@ -291,7 +347,7 @@ def report(paths, output=None, nvml=None, trace=None, log=None, device_total=Non
     args = ["report"]
     if redact:
         args.append("--redact")
-    _opts(args, "--nvml", nvml)
+    _opts(args, "--nvml", _paths(nvml, "nvml"), "nvml")
     _opt(args, "--trace", os.fspath(trace) if trace is not None else None)
     _opt(args, "--log", os.fspath(log) if log is not None else None)
     _opt(args, "--device-total", device_total)

@@ -82,7 +82,7 @@ pub enum Site {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum GroupKey {
     Site(Site),
-    Category(u8),
+    Category(u32),
     Stack(StackId),
     /// A call site's file (a string id), or a site without a file.
     /// The file of a call site that is a frame (other sites group as [`GroupKey::Site`]).
@@ -150,28 +150,28 @@ pub const BUILTIN_CATEGORIES: [&str; 13] = [
     "other",
     "unknown",
 ];
-pub const PARAMETERS: u8 = 0;
-pub const GRADIENTS: u8 = 1;
-pub const OPTIMIZER_STATE: u8 = 2;
-pub const STEP_TEMPORARIES: u8 = 3;
-pub const ACTIVATIONS: u8 = 4;
-pub const BACKWARD_TEMPORARIES: u8 = 5;
-pub const CACHES: u8 = 6;
-pub const COMMUNICATION: u8 = 7;
-pub const WORKSPACES: u8 = 8;
-pub const COMPILE: u8 = 9;
-pub const INPUTS: u8 = 10;
+pub const PARAMETERS: u32 = 0;
+pub const GRADIENTS: u32 = 1;
+pub const OPTIMIZER_STATE: u32 = 2;
+pub const STEP_TEMPORARIES: u32 = 3;
+pub const ACTIVATIONS: u32 = 4;
+pub const BACKWARD_TEMPORARIES: u32 = 5;
+pub const CACHES: u32 = 6;
+pub const COMMUNICATION: u32 = 7;
+pub const WORKSPACES: u32 = 8;
+pub const COMPILE: u32 = 9;
+pub const INPUTS: u32 = 10;
 /// Index of "other" (nothing decided a category).
-pub const OTHER: u8 = 11;
+pub const OTHER: u32 = 11;
 /// Index of "unknown" (no allocation stack and nothing else to go by).
-pub const UNKNOWN: u8 = 12;
+pub const UNKNOWN: u32 = 12;
 
 /// The index of a built-in category's name.
-pub fn builtin_category(name: &str) -> Option<u8> {
+pub fn builtin_category(name: &str) -> Option<u32> {
     BUILTIN_CATEGORIES
         .iter()
         .position(|c| *c == name)
-        .map(|i| i as u8)
+        .map(|i| i as u32)
 }
 
 /// What a stack says about the part of a training step it ran in.
@@ -342,8 +342,9 @@ pub fn frame_evidence(filename: &str, line: i64, name: &str) -> u64 {
 /// What decided a category from the stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StackRule {
-    /// A `--rules` line (its index among the user's rules).
-    User(u16),
+    /// A `--rules` rule, by its 1-based line in the file (blank and comment lines
+    /// counted).
+    User(u32),
     /// A built-in rule over a frame: the frame that matched.
     Frame(crate::model::FrameId),
 }
@@ -353,7 +354,7 @@ pub enum StackRule {
 pub struct StackFacts {
     pub site: Site,
     /// A category the stack decides whatever the phase, and what decided it.
-    pub category: Option<(u8, StackRule)>,
+    pub category: Option<(u32, StackRule)>,
     /// Which part of a step it ran in.
     pub mark: Mark,
     /// The file of the innermost `__init__` frame of the user's code, for [`Mark::Init`].
@@ -367,15 +368,36 @@ pub struct AttributionOptions {
     pub keep: Option<Regex>,
     /// Frames matching this are skipped for the call site, as torch's own are.
     pub skip: Option<Regex>,
-    /// User rules (category name, pattern), tried before the built-in ones.
-    pub rules: Vec<(String, Regex)>,
+    /// User rules, tried before the built-in ones, in the file's order.
+    pub rules: Vec<UserRule>,
 }
+
+/// One rule of a `--rules` file.
+#[derive(Debug, Clone)]
+pub struct UserRule {
+    /// The category it decides: a built-in one or a new name.
+    pub category: String,
+    pub pattern: Regex,
+    /// Its 1-based line in the file, blank and comment lines counted: what names it in
+    /// evidence (`rule:LINE`).
+    pub line: u32,
+}
+
+/// The most lines a rules file may have (2^24): every rule and category is named by an
+/// index of 32 bits, and a file past this is not a set of rules a person keeps.
+pub const MAX_RULES_LINES: usize = 1 << 24;
 
 /// Reads a rules file: one `category = pattern` per line, `#` comments and blank lines
 /// ignored. Errors name the line.
-pub fn parse_rules(text: &str) -> Result<Vec<(String, Regex)>, String> {
+pub fn parse_rules(text: &str) -> Result<Vec<UserRule>, String> {
     let mut rules = Vec::new();
     for (n, line) in text.lines().enumerate() {
+        if n >= MAX_RULES_LINES {
+            return Err(format!(
+                "line {}: a rules file has at most {MAX_RULES_LINES} lines (2^24)",
+                n + 1
+            ));
+        }
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -396,7 +418,11 @@ pub fn parse_rules(text: &str) -> Result<Vec<(String, Regex)>, String> {
         }
         let re =
             Regex::new(pattern.trim()).map_err(|e| format!("line {}: bad pattern: {e}", n + 1))?;
-        rules.push((name.to_string(), re));
+        rules.push(UserRule {
+            category: name.to_string(),
+            pattern: re,
+            line: (n + 1) as u32,
+        });
     }
     Ok(rules)
 }
@@ -408,8 +434,8 @@ pub struct Attributor<'f> {
     frames: &'f FrameTable,
     keep: Option<Regex>,
     skip: Option<Regex>,
-    /// user rules: (category index, pattern)
-    user_rules: Vec<(u8, Regex)>,
+    /// user rules: (category index, pattern, line in the file)
+    user_rules: Vec<(u32, Regex, u32)>,
     /// built-in rules over Python frames and over C++ frames
     python_rules: Vec<(Rule, Regex)>,
     cpp_rules: Vec<(Rule, Regex)>,
@@ -425,7 +451,7 @@ pub struct Attributor<'f> {
 
 #[derive(Debug, Clone, Copy)]
 enum Rule {
-    Category(u8),
+    Category(u32),
     Mark(Mark),
 }
 
@@ -492,15 +518,18 @@ impl<'f> Attributor<'f> {
         let mut categories: Vec<String> =
             BUILTIN_CATEGORIES.iter().map(|s| s.to_string()).collect();
         let mut user_rules = Vec::new();
-        for (name, re) in &options.rules {
-            let index = match categories.iter().position(|c| c == name) {
-                Some(i) => i,
-                None => {
-                    categories.push(name.clone());
-                    categories.len() - 1
-                }
-            };
-            user_rules.push((index.min(u8::MAX as usize) as u8, re.clone()));
+        // Category names by index, for rules naming one already seen.
+        let mut index_of: std::collections::HashMap<String, u32> = categories
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.clone(), i as u32))
+            .collect();
+        for rule in &options.rules {
+            let index = *index_of.entry(rule.category.clone()).or_insert_with(|| {
+                categories.push(rule.category.clone());
+                (categories.len() - 1) as u32
+            });
+            user_rules.push((index, rule.pattern.clone(), rule.line));
         }
         Attributor {
             frames,
@@ -604,13 +633,13 @@ impl<'f> Attributor<'f> {
         &self,
         ids: &[crate::model::FrameId],
         texts: &[String],
-    ) -> Option<(u8, StackRule)> {
-        if let Some(i) = self
+    ) -> Option<(u32, StackRule)> {
+        if let Some((category, _, line)) = self
             .user_rules
             .iter()
-            .position(|(_, re)| texts.iter().any(|t| re.is_match(t)))
+            .find(|(_, re, _)| texts.iter().any(|t| re.is_match(t)))
         {
-            return Some((self.user_rules[i].0, StackRule::User(i as u16)));
+            return Some((*category, StackRule::User(*line)));
         }
         ids.iter().zip(texts).find_map(|(&id, t)| {
             let rules = if self.is_python_frame(id) {
@@ -824,7 +853,7 @@ impl<'f> Attributor<'f> {
     }
 
     /// The category of a lifetime (an index into [`Attributor::categories`]).
-    pub fn category(&self, l: &Lifetime) -> u8 {
+    pub fn category(&self, l: &Lifetime) -> u32 {
         self.decide(l).category
     }
 

@@ -326,11 +326,20 @@ pub struct Fit {
 /// real, and twice it still fits the arithmetic of sizes.
 pub const MAX_SERIES_SIZE: u64 = 1 << 32;
 
+/// A sum of byte counts that stops at `u64::MAX` rather than wrapping: a part never
+/// exceeds the sum, so a share of it stays within 100%, and a total past any device never
+/// reads as a small one that fits.
+pub fn sum_bytes(parts: impl IntoIterator<Item = u64>) -> u64 {
+    parts.into_iter().fold(0, u64::saturating_add)
+}
+
 /// Fits `total` bytes on `gpu` with `headroom` (a fraction) to spare.
 pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
+    // A float past `u64::MAX` converts to `u64::MAX`: never a need that wrapped small.
     let needed = (total as f64 * (1.0 + headroom)).ceil() as u64;
     let capacity = gpu.capacity_bytes;
-    let left = capacity as i64 - total as i64;
+    let left =
+        (i128::from(capacity) - i128::from(total)).clamp(i64::MIN.into(), i64::MAX.into()) as i64;
     Fit {
         gpu: gpu.clone(),
         replayed: None,
@@ -473,13 +482,14 @@ pub fn budget_of(
     let mut groups = BTreeMap::new();
     for g in group_live(attr, live, GroupBy::Callsite) {
         for part in g.categories {
-            *groups
+            let entry = groups
                 // `group_live` names every group by its key (only a limit merges a rest).
                 .entry((
                     g.name.key().unwrap_or_default().to_string(),
                     part.category.clone(),
                 ))
-                .or_default() += part.bytes;
+                .or_insert(0u64);
+            *entry = entry.saturating_add(part.bytes);
             let parts = by_line
                 .entry(Line::of_category(&part.category))
                 .or_default();
@@ -510,13 +520,14 @@ pub fn budget_of(
                     },
                 ),
                 _ => (
-                    categories.iter().map(|c| c.bytes).sum(),
-                    categories
-                        .iter()
-                        .flat_map(|c| &c.by_evidence)
-                        .filter(|e| e.inferred)
-                        .map(|e| e.bytes)
-                        .sum(),
+                    sum_bytes(categories.iter().map(|c| c.bytes)),
+                    sum_bytes(
+                        categories
+                            .iter()
+                            .flat_map(|c| &c.by_evidence)
+                            .filter(|e| e.inferred)
+                            .map(|e| e.bytes),
+                    ),
                 ),
             };
             BudgetLine {
@@ -529,16 +540,17 @@ pub fn budget_of(
             }
         })
         .collect();
-    let total: u64 = lines.iter().map(|l| l.bytes).sum();
+    let total = sum_bytes(lines.iter().map(|l| l.bytes));
     for l in &mut lines {
         l.share = round4(l.bytes as f64 / total.max(1) as f64);
     }
-    let persistent = lines.iter().filter(|l| l.persistent).map(|l| l.bytes).sum();
-    let working = lines
-        .iter()
-        .filter(|l| !l.persistent && l.line.fitted())
-        .map(|l| l.bytes)
-        .sum();
+    let persistent = sum_bytes(lines.iter().filter(|l| l.persistent).map(|l| l.bytes));
+    let working = sum_bytes(
+        lines
+            .iter()
+            .filter(|l| !l.persistent && l.line.fitted())
+            .map(|l| l.bytes),
+    );
     let mut devices = choice.others.clone();
     devices.push(choice.device);
     devices.sort_unstable();
@@ -566,8 +578,8 @@ pub fn budget_of(
 
 /// Adds one group's part of a category to the part of a line.
 fn merge_part(into: &mut CategoryPart, part: CategoryPart) {
-    into.bytes += part.bytes;
-    into.count += part.count;
+    into.bytes = into.bytes.saturating_add(part.bytes);
+    into.count = into.count.saturating_add(part.count);
     for e in part.by_evidence {
         match into
             .by_evidence
@@ -575,8 +587,8 @@ fn merge_part(into: &mut CategoryPart, part: CategoryPart) {
             .find(|x| x.evidence == e.evidence)
         {
             Some(x) => {
-                x.bytes += e.bytes;
-                x.count += e.count;
+                x.bytes = x.bytes.saturating_add(e.bytes);
+                x.count = x.count.saturating_add(e.count);
             }
             None => into.by_evidence.push(e),
         }
@@ -708,7 +720,26 @@ pub enum Caveat {
     TwoSizes,
     /// The target is past twice the largest size measured.
     BeyondRange { target: u64, largest: u64 },
+    /// The runs share too little to be one workload: in the run that shares least
+    /// (`run`, an index into [`BudgetReport::runs`]), only `shared_share` of its bytes at
+    /// the peak are in groups (call site and category) that every run of the series has,
+    /// below [`MIN_SHARED_SHARE`].
+    FewSharedGroups { run: usize, shared_share: f64 },
+    /// Predicting a measured size from the others misses by more than
+    /// [`MAX_HELD_OUT_ERROR`] (`error`, the largest relative error): the prediction is
+    /// shown, but `--check` never passes on it.
+    LargeHeldOutError { size: u64, error: f64 },
 }
+
+/// The least share of each run's bytes at its peak that must lie in groups (call site
+/// and category) present in every run of a series: half. Runs of one workload at several
+/// sizes allocate at the same call sites (a larger size grows them; a few sites may come
+/// and go); programs with no call site in common share nothing.
+pub const MIN_SHARED_SHARE: f64 = 0.5;
+
+/// The largest held-out error (relative, of the total) a prediction may have and still
+/// pass `--check`: 10%.
+pub const MAX_HELD_OUT_ERROR: f64 = 0.10;
 
 impl Caveat {
     /// Whether it stops the prediction (the rest are warnings).
@@ -719,7 +750,14 @@ impl Caveat {
                 | Caveat::PrecisionsDiffer { .. }
                 | Caveat::BeyondRange { .. }
                 | Caveat::NotMonotonic { .. }
+                | Caveat::FewSharedGroups { .. }
         )
+    }
+
+    /// Whether a `--check` on the prediction fails for it (the prediction is shown, but
+    /// cannot gate).
+    pub fn fails_check(&self) -> bool {
+        self.refuses() || matches!(self, Caveat::LargeHeldOutError { .. })
     }
 }
 
@@ -814,9 +852,12 @@ fn fit_group(sizes: &[f64], bytes: &[f64], max_exponent: u32) -> (u32, f64) {
 fn predict_lines(groups: &[GroupTerm], size: f64) -> BTreeMap<Line, u64> {
     let mut lines = BTreeMap::new();
     for g in groups {
-        *lines.entry(g.line).or_insert(0u64) += (g.coefficient * size.powi(g.exponent as i32))
-            .round()
-            .max(0.0) as u64;
+        let line = lines.entry(g.line).or_insert(0u64);
+        *line = line.saturating_add(
+            (g.coefficient * size.powi(g.exponent as i32))
+                .round()
+                .max(0.0) as u64,
+        );
     }
     lines
 }
@@ -889,7 +930,7 @@ fn prediction_at(
             (l, b)
         })
         .collect();
-    let total = lines.iter().map(|(_, b)| b).sum();
+    let total = sum_bytes(lines.iter().map(|&(_, b)| b));
     (lines, total)
 }
 
@@ -927,6 +968,7 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let indices: Vec<usize> = order.iter().map(|&(_, r)| r).collect();
     let series_runs: Vec<&RunBudget> = indices.iter().map(|&i| &runs[i]).collect();
     let mut caveats = workload_caveats(&series_runs, &sizes);
+    caveats.extend(few_shared_groups(&series_runs, &indices));
     let groups = group_terms(&series_runs, &sizes, options.vary);
     let overhead = overhead_fit(&series_runs, &sizes);
     let outside = series_runs
@@ -937,6 +979,13 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let lines = line_fits(&series_runs, &sizes, &groups);
     caveats.extend(not_monotonic(&lines, &series_runs));
     let held_out = held_out(&series_runs, &sizes, options.vary, outside);
+    if let Some(&(size, error)) = held_out
+        .iter()
+        .filter(|(_, e)| e.abs() > MAX_HELD_OUT_ERROR)
+        .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()).then(b.0.cmp(&a.0)))
+    {
+        caveats.push(Caveat::LargeHeldOutError { size, error });
+    }
     let model = Model {
         groups: &groups,
         overhead,
@@ -1033,6 +1082,38 @@ fn workload_caveats(series_runs: &[&RunBudget], sizes: &[u64]) -> Vec<Caveat> {
         caveats.push(Caveat::TwoSizes);
     }
     caveats
+}
+
+/// Whether the runs share their groups: the share of each run's bytes at its peak in
+/// groups (call site and category) every run has, the least of them against
+/// [`MIN_SHARED_SHARE`]. `indices` are the runs' places in the report.
+fn few_shared_groups(series_runs: &[&RunBudget], indices: &[usize]) -> Option<Caveat> {
+    let (first, rest) = series_runs.split_first()?;
+    let shared = |key: &(String, String)| rest.iter().all(|r| r.groups.contains_key(key));
+    let (share, run) = series_runs
+        .iter()
+        .zip(indices)
+        .map(|(r, &i)| {
+            let all = sum_bytes(r.groups.values().copied());
+            let common = sum_bytes(
+                r.groups
+                    .iter()
+                    .filter(|(k, _)| first.groups.contains_key(*k) && shared(k))
+                    .map(|(_, &b)| b),
+            );
+            // A run with nothing alive at its peak has nothing to differ by.
+            let share = if all == 0 {
+                1.0
+            } else {
+                common as f64 / all as f64
+            };
+            (share, i)
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))?;
+    (share < MIN_SHARED_SHARE).then(|| Caveat::FewSharedGroups {
+        run,
+        shared_share: round4(share),
+    })
 }
 
 /// Each fitted line: measured and fitted at every size, how it grows (the largest
@@ -1298,5 +1379,24 @@ mod tests {
         assert_eq!(fit(&gpu, 95, 0.1).verdict, Verdict::Tight);
         assert_eq!(fit(&gpu, 101, 0.1).verdict, Verdict::DoesNotFit);
         assert_eq!(fit(&gpu, 101, 0.1).left_bytes, -1);
+    }
+
+    #[test]
+    fn sums_past_u64_stop_at_its_largest_and_never_fit() {
+        // 2^63 + 2^63 + 139 GiB would wrap to 139 GiB, which fits 40 GB.
+        let parts = [1u64 << 63, 1 << 63, 139 << 30];
+        assert_eq!(sum_bytes(parts), u64::MAX);
+        assert_eq!(sum_bytes([1, 2, 3]), 6);
+        let gpu = Gpu {
+            name: "40GB".into(),
+            capacity_bytes: 40_000_000_000,
+            source: "",
+        };
+        let f = fit(&gpu, sum_bytes(parts), 0.1);
+        assert_eq!(f.verdict, Verdict::DoesNotFit);
+        assert_eq!(f.needed_bytes, u64::MAX);
+        // Short by more than i64 holds: the most negative it can say.
+        assert_eq!(f.left_bytes, i64::MIN);
+        assert!(f.left_share <= 0.0);
     }
 }

@@ -45,7 +45,7 @@ use std::sync::{Mutex, MutexGuard};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     /// An index into [`Attributor::categories`].
-    pub category: u8,
+    pub category: u32,
     pub evidence: Evidence,
 }
 
@@ -77,13 +77,13 @@ pub enum Evidence {
 
 impl Evidence {
     /// A stable identifier of the evidence, as JSON and export write it:
-    /// `file:export_memory_timeline`, `rule:N` (the N-th `--rules` line), `stack:FRAME`
+    /// `file:export_memory_timeline`, `rule:N` (the rule on line N of the `--rules` file), `stack:FRAME`
     /// (the frame a built-in rule matched, `filename:line:name`), `mark:PHASE`,
     /// `lifetime:RULE`, `sizes:copy_C_of_N_REFERENCE`, `sizes:unmatched`, `none`.
     pub fn code(&self, frames: &crate::model::FrameTable) -> String {
         match self {
             Evidence::FileCategory => "file:export_memory_timeline".into(),
-            Evidence::Stack(StackRule::User(i)) => format!("rule:{}", i + 1),
+            Evidence::Stack(StackRule::User(line)) => format!("rule:{line}"),
             Evidence::Stack(StackRule::Frame(id)) => {
                 let f = frames.frame(*id);
                 format!(
@@ -219,7 +219,7 @@ pub enum Reference {
 pub struct DeviceCategories<'a> {
     pub phases: Phases,
     /// Blocks alive throughout with no allocation stack: (category, rule) by address.
-    persistent: FxMap<u64, (u8, SizeRule)>,
+    persistent: FxMap<u64, (u32, SizeRule)>,
     /// Sizes of the parameters' set, as the sizes rules found it.
     parameter_sizes: BTreeSet<u64>,
     /// Stacks whose allocations grow while the previous one is alive.
@@ -252,7 +252,7 @@ impl Clone for DeviceCategories<'_> {
 }
 
 /// The category an `export_memory_timeline` category name is.
-fn file_category(name: &str) -> u8 {
+fn file_category(name: &str) -> u32 {
     match name {
         "parameter" => PARAMETERS,
         "optimizer_state" => OPTIMIZER_STATE,
@@ -316,7 +316,7 @@ impl<'a> DeviceCategories<'a> {
 
     /// The category of a lifetime of this device, and what decided it.
     pub fn decide(&self, attr: &Attributor, l: &Lifetime) -> Decision {
-        let lifetime = |rule: LifetimeRule, category: u8| Decision {
+        let lifetime = |rule: LifetimeRule, category: u32| Decision {
             category,
             evidence: Evidence::Lifetime(rule),
         };
@@ -472,7 +472,7 @@ impl<'a> DeviceCategories<'a> {
         init_file: Option<Option<crate::model::StrId>>,
     ) -> Decision {
         use LifetimeRule::*;
-        let lifetime = |rule: LifetimeRule, category: u8| Decision {
+        let lifetime = |rule: LifetimeRule, category: u32| Decision {
             category,
             evidence: Evidence::Lifetime(rule),
         };
@@ -790,18 +790,18 @@ pub fn split<'l>(
     members: impl IntoIterator<Item = &'l Lifetime>,
 ) -> Vec<CategoryPart> {
     // (category, evidence) -> (bytes, count)
-    let mut parts: BTreeMap<(u8, Evidence), (u64, usize)> = BTreeMap::new();
+    let mut parts: BTreeMap<(u32, Evidence), (u64, usize)> = BTreeMap::new();
     for l in members {
         let d = attr.decide(l);
         let p = parts.entry((d.category, d.evidence)).or_insert((0, 0));
         p.0 += l.size;
         p.1 += 1;
     }
-    let mut by_category: BTreeMap<u8, Vec<(Evidence, u64, usize)>> = BTreeMap::new();
+    let mut by_category: BTreeMap<u32, Vec<(Evidence, u64, usize)>> = BTreeMap::new();
     for ((c, e), (bytes, count)) in parts {
         by_category.entry(c).or_default().push((e, bytes, count));
     }
-    let mut out: Vec<(u8, CategoryPart)> = by_category
+    let mut out: Vec<(u32, CategoryPart)> = by_category
         .into_iter()
         .map(|(c, mut evidence)| {
             evidence.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

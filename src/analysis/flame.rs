@@ -98,7 +98,7 @@ struct Building {
     count: usize,
     self_bytes: u64,
     /// Bytes by category index.
-    categories: BTreeMap<u8, u64>,
+    categories: BTreeMap<u32, u64>,
     children: BTreeMap<String, Building>,
 }
 
@@ -139,7 +139,7 @@ pub fn flame(
     // Allocations with the same stack, origin and category share a path and its
     // category: work out each once.
     let mut index: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
-    let mut distinct: Vec<(&crate::timeline::Lifetime, u64, usize, u8)> = Vec::new();
+    let mut distinct: Vec<(&crate::timeline::Lifetime, u64, usize, u32)> = Vec::new();
     for l in &live.lifetimes {
         let category = attr.category(l);
         let key = (

@@ -21,7 +21,7 @@ pub struct GroupValues {
     pub largest: Lifetime,
     /// The category that holds most of its allocations' bytes (ties: the built-in
     /// order).
-    pub main_category: u8,
+    pub main_category: u32,
 }
 
 /// One group while it fills.
@@ -37,7 +37,7 @@ struct Group {
     /// Order of its first allocation: groups are given in this order.
     first: u64,
     /// Bytes of its allocations by category.
-    categories: Vec<(u8, u64)>,
+    categories: Vec<(u32, u64)>,
 }
 
 /// Replay aggregator: states are `0` (before the first event) or `i + 1` (after event

@@ -111,7 +111,7 @@ pub fn segment_map(
     let mut group_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut groups: Vec<MapGroup> = Vec::new();
     // Block bytes of each group by category: a group shows the one holding the most.
-    let mut by_category: Vec<BTreeMap<u8, u64>> = Vec::new();
+    let mut by_category: Vec<BTreeMap<u32, u64>> = Vec::new();
     let mut segments = Vec::with_capacity(state.len());
     for s in &state {
         let holes = s.holes();

@@ -9,8 +9,8 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::budget::{
-    Outside, OutsideSource, RunBudget, SeriesOptions, Vary, Verdict, replay_on, report, run_budget,
-    size_from_name,
+    Caveat, Outside, OutsideSource, RunBudget, SeriesOptions, Vary, Verdict, replay_on, report,
+    run_budget, size_from_name,
 };
 use vramlens::analysis::device::{DeviceChoice, choose_device};
 use vramlens::analysis::gpus::{DEFAULT_GPUS, Gpu, find};
@@ -115,6 +115,10 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     if args.check {
         let fits = match (&report.series, args.target) {
             (Some(s), Some(t)) => match &s.prediction {
+                // Shown, with why it cannot gate (a large held-out error): a failed check.
+                Some(_) if s.caveats.iter().any(Caveat::fails_check) => {
+                    return Err(super::diff::CheckFailed.into());
+                }
                 Some(p) => &p.fits,
                 None => {
                     bail!("--check: no prediction at {t} can be trusted (see the caveats above)")

@@ -77,7 +77,7 @@ pub(super) fn read_oom_log(
         .with_context(|| format!("cannot read log {}", super::shown_path(path)))?;
     if let Some(m) = found.iter().find(|m| m.oversized) {
         bail!(
-            "{}: line {}: the out-of-memory message gives a size above 16 EiB, more than any device holds, so the log is damaged or edited: {:?}",
+            "{}: line {}: the out-of-memory message gives a size above 1 PiB (2^50 bytes), more than any device holds, so the log is damaged or edited: {:?}",
             path.display(),
             m.line,
             m.text.chars().take(160).collect::<String>()

@@ -256,6 +256,27 @@ pub(crate) fn line_error(line: usize, message: impl Into<String>) -> DevlogError
     }
 }
 
+/// `bytes` read from a device log's `key` on `line` (as `found`), refused when it is more
+/// than any device holds ([`crate::units::MAX_DEVICE_BYTES`]): the log is damaged or edited,
+/// and sums of such values would leave `u64`.
+pub(crate) fn device_bytes(
+    bytes: u64,
+    key: &str,
+    line: usize,
+    found: &str,
+) -> Result<u64, DevlogError> {
+    if bytes > crate::units::MAX_DEVICE_BYTES {
+        return Err(line_error(
+            line,
+            format!(
+                "{key}: {} is more than any device holds (at most 1 PiB, 2^50 bytes)",
+                quote(found)
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Text for a found value in messages: quoted, and cut when long.
 pub(crate) fn quote(s: &str) -> String {
     const MAX: usize = 60;

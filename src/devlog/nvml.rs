@@ -161,9 +161,9 @@ fn opt_bytes(v: Option<&Value>, key: &str, line: usize) -> Result<Option<u64>, D
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match json::as_int(v) {
-            Some(n) if n >= 0 => Ok(Some(n as u64)),
+            Some(n) if n >= 0 => super::device_bytes(n as u64, key, line, &v.to_string()).map(Some),
             _ => match v.as_u64() {
-                Some(n) => Ok(Some(n)),
+                Some(n) => super::device_bytes(n, key, line, &v.to_string()).map(Some),
                 None => Err(line_error(
                     line,
                     format!(

@@ -437,7 +437,7 @@ fn read_row(
         if is_unavailable(v) {
             return Ok(None);
         }
-        parse_memory(v, cols.units[c]).map(Some).map_err(|()| {
+        let bytes = parse_memory(v, cols.units[c]).map_err(|()| {
             line_error(
                 line,
                 format!(
@@ -445,7 +445,8 @@ fn read_row(
                     quote(v)
                 ),
             )
-        })
+        })?;
+        super::device_bytes(bytes, name, line, v).map(Some)
     };
     let gpu = match cols.gpu {
         Some(c) if !is_unavailable(fields[c]) => Some(fields[c].parse::<i64>().map_err(|_| {

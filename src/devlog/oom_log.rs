@@ -40,7 +40,7 @@
 //! ±0.005 of the printed unit of the true value (±5.4 MB for a value printed in GiB), and
 //! sums of two printed values within twice that.
 
-use crate::units::{Rounding, UnitWords, scaled_bytes};
+use crate::units::{MAX_DEVICE_BYTES, Rounding, UnitWords, scaled_bytes};
 use serde::Serialize;
 
 /// Which wording of the message PyTorch used.
@@ -105,8 +105,9 @@ pub struct OomMessage {
     /// The message text as found, from the exception name (when there is one) to the end of
     /// the message or its hint: wrapped lines joined, whitespace runs made one space, trimmed.
     pub text: String,
-    /// A size in the message is above 16 EiB (`u64::MAX` bytes): it was kept as `u64::MAX`.
-    /// No device has that much memory, so the log is damaged or edited.
+    /// A size in the message is above 1 PiB ([`MAX_DEVICE_BYTES`]); one above 16 EiB
+    /// (`u64::MAX` bytes) was kept as `u64::MAX`. No device has that much memory, so the log
+    /// is damaged or edited.
     pub oversized: bool,
     /// How many times the log has this message, with the same text (a training loop that
     /// retries prints it again and again): 1 when once. Repeats are counted, not kept.
@@ -747,7 +748,7 @@ fn read_hints(reader: &mut Reader, end: &mut usize) {
 struct Reader<'a> {
     text: &'a str,
     pos: usize,
-    /// A size above `u64::MAX` was read (and kept as `u64::MAX`).
+    /// A size above [`MAX_DEVICE_BYTES`] was read (one above `u64::MAX` kept as `u64::MAX`).
     saturated: bool,
 }
 
@@ -824,7 +825,7 @@ impl<'a> Reader<'a> {
         match size_prefix_saturating(self.rest()) {
             Some((bytes, used, saturated)) => {
                 self.pos += used;
-                self.saturated |= saturated;
+                self.saturated |= saturated || bytes > MAX_DEVICE_BYTES;
                 Some(bytes)
             }
             None => {

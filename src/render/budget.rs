@@ -5,7 +5,8 @@
 use super::Style;
 use super::svg::{Svg, category_color, escape, num};
 use crate::analysis::budget::{
-    BudgetLine, BudgetReport, Caveat, Fit, Line, OutsideSource, RunBudget, Series, Vary, Verdict,
+    BudgetLine, BudgetReport, Caveat, Fit, Line, MAX_HELD_OUT_ERROR, MIN_SHARED_SHARE,
+    OutsideSource, RunBudget, Series, Vary, Verdict, sum_bytes,
 };
 use crate::units::bytes;
 use crate::units::shown;
@@ -264,7 +265,7 @@ fn write_fits(out: &mut dyn Write, fits: &[Fit], headroom: f64) -> io::Result<()
     Ok(())
 }
 
-fn caveat_text(c: &Caveat, vary: Vary) -> String {
+fn caveat_text(c: &Caveat, vary: Vary, runs: &[RunBudget]) -> String {
     match c {
         Caveat::WeightsDiffer {
             smallest_bytes,
@@ -301,6 +302,18 @@ fn caveat_text(c: &Caveat, vary: Vary) -> String {
         Caveat::BeyondRange { target, largest } => format!(
             "{target} is past twice the largest size measured ({largest}): measure a larger size"
         ),
+        Caveat::FewSharedGroups { run, shared_share } => format!(
+            "only {:.1}% of the bytes at the peak of {} are at call sites (and categories) every file has, and a series needs {:.0}%: the files are not runs of one workload",
+            shared_share * 100.0,
+            runs.get(*run).map_or_else(String::new, |r| shown(&r.path).into_owned()),
+            MIN_SHARED_SHARE * 100.0
+        ),
+        Caveat::LargeHeldOutError { size, error } => format!(
+            "predicting {} {size} from the other sizes misses its total by {:+.1}%, more than {:.0}%: the sizes do not follow one law, and --check does not pass on this prediction",
+            vary_name(vary),
+            error * 100.0,
+            MAX_HELD_OUT_ERROR * 100.0
+        ),
     }
 }
 
@@ -327,7 +340,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
     // A refused series says so first, with its reasons; its table is then measurements only.
     let refusals: Vec<&Caveat> = s.caveats.iter().filter(|c| c.refuses()).collect();
     for c in &refusals {
-        writeln!(out, "  no prediction: {}", caveat_text(c, s.vary))?;
+        writeln!(out, "  no prediction: {}", caveat_text(c, s.vary, &r.runs))?;
     }
     // Past the range refuses the target only; the other refusals leave no law to show.
     let refused = refusals
@@ -444,7 +457,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
     if !others.is_empty() {
         writeln!(out, "caveats")?;
         for c in others {
-            writeln!(out, "  - {}", caveat_text(c, s.vary))?;
+            writeln!(out, "  - {}", caveat_text(c, s.vary, &r.runs))?;
         }
     }
     Ok(())
@@ -535,7 +548,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
     };
     let data_top = bars
         .iter()
-        .map(|(_, l, _)| l.iter().map(|(_, b)| *b).sum::<u64>())
+        .map(|(_, l, _)| sum_bytes(l.iter().map(|&(_, b)| b)))
         .chain(gpus.iter().map(|f| f.gpu.capacity_bytes))
         .max()
         .unwrap_or(1)
@@ -682,8 +695,8 @@ fn draw_bars(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
             if *b == 0 {
                 continue;
             }
-            let (y0, y1) = (c.y((acc + b) as f64), c.y(acc as f64));
-            acc += b;
+            let (y0, y1) = (c.y(acc.saturating_add(*b) as f64), c.y(acc as f64));
+            acc = acc.saturating_add(*b);
             writeln!(
                 svg.out,
                 r##"<g><title>{}: {} ({} bytes){}</title><rect x="{}" y="{}" width="{}" height="{}" fill="{}" fill-opacity="{}" stroke="#ffffff" stroke-width="0.5" data-bytes="{b}"/></g>"##,
