@@ -21,8 +21,9 @@
 //! waiting for other streams, and one that comes after the segment frees of a `malloc`
 //! was completed by that call's out-of-memory retry.
 
+use crate::model::frames::FxMap;
 use crate::model::{Action, DeviceTrace, FrameTable, StackId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// One `segment_*` entry of the recording.
@@ -127,7 +128,7 @@ pub struct Requests {
     items: Vec<Packed>,
     /// Streams and private pools of the requests, by first appearance.
     streams: Vec<u64>,
-    stream_index: HashMap<u64, u16>,
+    stream_index: FxMap<u64, u16>,
     pools: Vec<(i64, i64)>,
     /// Outputs of the allocator calls, indexed by the calls' `outputs` ranges.
     pub outputs: Vec<Recorded>,
@@ -173,7 +174,7 @@ impl PoolLookup {
 
 /// Whether a stack runs through `empty_cache` (Python's `torch.cuda.empty_cache` or the
 /// C++ `emptyCache`).
-fn through_empty_cache(frames: &FrameTable, stack: StackId, memo: &mut HashMap<u32, bool>) -> bool {
+fn through_empty_cache(frames: &FrameTable, stack: StackId, memo: &mut FxMap<u32, bool>) -> bool {
     *memo.entry(stack.0).or_insert_with(|| {
         frames.stack(stack).iter().any(|&f| {
             let name = frames.str(frames.frame(f).name);
@@ -191,8 +192,8 @@ struct Builder<'a> {
     open: Vec<u32>,
     /// Deferred frees completed inside the open call (after its segment frees).
     late_frees: Vec<Request>,
-    live: HashMap<u64, u32>,
-    memo: HashMap<u32, bool>,
+    live: FxMap<u64, u32>,
+    memo: FxMap<u32, bool>,
 }
 
 impl Builder<'_> {
@@ -368,8 +369,8 @@ impl Requests {
             out: Requests::default(),
             open: Vec::new(),
             late_frees: Vec::new(),
-            live: HashMap::new(),
-            memo: HashMap::new(),
+            live: FxMap::default(),
+            memo: FxMap::default(),
         };
         for i in 0..trace.len() {
             b.event(i as u32);

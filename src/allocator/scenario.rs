@@ -505,10 +505,28 @@ pub fn min_capacity_searched(
     if lo >= hi {
         lo = 0;
     }
+    let close_enough = |lo: u64, hi: u64| hi - lo <= CAPACITY_STEP.max(hi / CAPACITY_TOLERANCE);
+    let on_step = |c: u64| c / CAPACITY_STEP * CAPACITY_STEP;
     // Invariant: hi fits, lo does not (or is the floor).
-    while hi - lo > CAPACITY_STEP.max(hi / CAPACITY_TOLERANCE) {
-        let mid = lo + (hi - lo) / 2 / CAPACITY_STEP * CAPACITY_STEP;
-        let mid = mid.max(lo + CAPACITY_STEP);
+    // A capacity too small usually runs out where it first falls short, soon after the
+    // state its replay resumes from; one that fits replays every request after it. So
+    // the search first climbs from the floor in doubling steps, where most tries are
+    // the cheap ones, and then halves what is left.
+    let mut step = CAPACITY_STEP.max(hi / CAPACITY_TOLERANCE);
+    while !close_enough(lo, hi) {
+        let c = on_step(lo.saturating_add(step)).max(lo + CAPACITY_STEP);
+        if c >= hi {
+            break;
+        }
+        if fits(c) {
+            hi = c;
+            break;
+        }
+        lo = c;
+        step = step.saturating_mul(2);
+    }
+    while !close_enough(lo, hi) {
+        let mid = on_step(lo + (hi - lo) / 2).max(lo + CAPACITY_STEP);
         if fits(mid) {
             hi = mid;
         } else {
