@@ -358,7 +358,6 @@ impl Prepared {
 /// Replays `p` against its recording; `snap` gives the final segments to compare.
 pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
     let mut a = Allocator::new(p.settings.clone(), p.profile, p.total_memory);
-    a.index_addresses();
     let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
     for (tag, id) in p.start.restore(&mut a) {
         by_tag[tag as usize] = Some(id);

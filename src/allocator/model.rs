@@ -191,8 +191,8 @@ pub struct Allocator {
     requested: u64,
     /// Segments freed or ranges unmapped since the events were last taken.
     released: usize,
-    /// Free blocks by address, kept only for a replay that follows a recording
-    /// ([`Allocator::index_addresses`]), to put a block where the recording put it.
+    /// Free blocks by address, made by the first [`Allocator::allocate_at`] (a replay
+    /// that follows a recording and departed from it) and kept from then on.
     free_by_addr: Option<BTreeMap<u64, u32>>,
     pub stats: Stats,
 }
@@ -238,12 +238,6 @@ impl Allocator {
         a.pool(PoolKey::DEFAULT_LARGE);
         a.pool(PoolKey::DEFAULT_SMALL);
         a
-    }
-
-    /// Keeps free blocks by address too, for [`Allocator::allocate_at`] (before any block
-    /// exists).
-    pub fn index_addresses(&mut self) {
-        self.free_by_addr = Some(BTreeMap::new());
     }
 
     pub fn settings(&self) -> &Settings {
@@ -1266,6 +1260,14 @@ impl Allocator {
             private,
             small: size <= SMALL_SIZE,
         });
+        if self.free_by_addr.is_none() {
+            let index = self
+                .pools
+                .iter()
+                .flat_map(|p| p.free.iter().map(|(k, &i)| (k.2, i)))
+                .collect();
+            self.free_by_addr = Some(index);
+        }
         let holds = |i: u32| {
             let b = self.b(i);
             b.pool == pool
@@ -1273,18 +1275,12 @@ impl Allocator {
                 && b.addr <= addr
                 && addr.saturating_add(size) <= b.addr + b.size
         };
-        let found = match &self.free_by_addr {
-            Some(index) => index
-                .range(..=addr)
-                .next_back()
-                .map(|(_, &i)| i)
-                .filter(|&i| holds(i))?,
-            None => self.pools[pool as usize]
-                .free
-                .range((stream, 0, 0)..=(stream, u64::MAX, u64::MAX))
-                .map(|(_, &i)| i)
-                .find(|&i| holds(i))?,
-        };
+        let found = self
+            .free_by_addr
+            .as_ref()
+            .and_then(|index| index.range(..=addr).next_back())
+            .map(|(_, &i)| i)
+            .filter(|&i| holds(i))?;
         self.remove_free(found);
         let f = *self.b(found);
         let mut i = found;
