@@ -164,19 +164,6 @@ pub enum ViewError {
         max: f64,
         unit: &'static str,
     },
-    /// A window narrower than the axis tells apart where it is (numbers in the units of
-    /// the command line).
-    #[error(
-        "--window {}: narrower than {}{unit}, the finest step this axis has there; give a wider window",
-        window_text(*start, *end),
-        axis_number_fine(*resolution)
-    )]
-    WindowTooNarrow {
-        start: f64,
-        end: f64,
-        resolution: f64,
-        unit: &'static str,
-    },
 }
 
 /// One column of the chart.
@@ -645,13 +632,6 @@ fn axis_number(v: f64) -> String {
     if s == "-0" { "0".into() } else { s.to_string() }
 }
 
-/// A small step as the command line writes it: up to six decimals (a microsecond is
-/// 0.001 milliseconds).
-fn axis_number_fine(v: f64) -> String {
-    let s = format!("{v:.6}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
 /// A band with its bytes in each bucket, before its runs are stacked.
 type BandValues = (Band, Vec<u64>);
 
@@ -866,20 +846,7 @@ fn x_range(mut axis: Axis, n: usize, options: ViewOptions) -> Result<(f64, f64),
         Some((a, b))
             if a.is_finite() && b.is_finite() && a < b && a >= -slack && b <= full_max + slack =>
         {
-            let (a, b) = (a.max(0.0), b.min(full_max));
-            // The finest step the axis has there: one event or microsecond, or the
-            // spacing of floats that far along (2 us past 2^53 us). A narrower window
-            // has no positions to draw at.
-            let resolution = float_spacing(a.abs().max(b.abs())).max(1.0);
-            if b - a < resolution {
-                return Err(ViewError::WindowTooNarrow {
-                    start: a / per_unit,
-                    end: b / per_unit,
-                    resolution: resolution / per_unit,
-                    unit,
-                });
-            }
-            Ok((a, b))
+            Ok((a.max(0.0), b.min(full_max)))
         }
         Some((start, end)) => Err(ViewError::WindowOutside {
             start: start / per_unit,
@@ -890,11 +857,6 @@ fn x_range(mut axis: Axis, n: usize, options: ViewOptions) -> Result<(f64, f64),
         }),
         None => Ok((0.0, full_max)),
     }
-}
-
-/// The distance from `v` (finite, not negative) to the next float up.
-fn float_spacing(v: f64) -> f64 {
-    f64::from_bits(v.to_bits() + 1) - v
 }
 
 /// The bands of a chart by group: the `top` largest groups, more (up to three times as
