@@ -1165,7 +1165,7 @@ fn held_out_group_totals<K: Ord>(
     vary: Vary,
 ) -> Vec<u64> {
     let n = sizes.len();
-    let max_exponent = if vary == Vary::Seq { 2 } else { 1 };
+    let max_exponent: u32 = if vary == Vary::Seq { 2 } else { 1 };
     let exponents = 0..=max_exponent;
     let xs: Vec<f64> = sizes.iter().map(|&s| s as f64).collect();
     // x^e for each exponent and run, and Σ x^2e over every run but k.
