@@ -68,8 +68,9 @@ fn group<'a>(series: &'a serde_json::Value, callsite_end: &str) -> &'a serde_jso
 fn one_run_in_planning_terms() {
     let (code, v, err) = budget(&["testdata/budget/batch_bs8.pickle", "--json"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let run = &v["runs"][0];
+    assert_eq!(run["device_count"], 1);
     let lines = &run["lines"];
     assert_eq!(line(lines, "weights"), PARAMS);
     assert_eq!(line(lines, "gradients"), PARAMS);

@@ -15,7 +15,7 @@
 
 use crate::model::{FrameTable, StackId};
 use crate::timeline::{Lifetime, Origin};
-use regex::Regex;
+use regex::{Regex, RegexSet};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::sync::LazyLock;
@@ -370,6 +370,75 @@ pub struct AttributionOptions {
     pub skip: Option<Regex>,
     /// User rules, tried before the built-in ones, in the file's order.
     pub rules: Vec<UserRule>,
+    /// The user rules' patterns as one set, built by the first attributor that needs it
+    /// and shared by every attributor of these options (and their clones).
+    pub rule_set: UserRuleSet,
+}
+
+/// The user rules' patterns combined, so that a frame is searched once for all of them
+/// rather than once per rule: tens of thousands of rules that match nothing cost about
+/// what one does. Built once for every attributor of a run (clones share it), each part
+/// when first needed:
+/// - one alternation of every pattern, `(?:p1)|(?:p2)|...`: whether any rule matches a
+///   frame (an alternation matches where one of its branches does);
+/// - for the frames it matches, a [`RegexSet`] of the patterns: which rules match, of
+///   which the first in the file decides.
+///
+/// When either cannot be compiled (too large; a pattern whose `(?x)` comment would run
+/// past its group), the rules are tried in turn, as they would be alone.
+#[derive(Debug, Clone, Default)]
+pub struct UserRuleSet(std::sync::Arc<RuleSetParts>);
+
+#[derive(Debug, Default)]
+struct RuleSetParts {
+    any: std::sync::OnceLock<Option<Regex>>,
+    which: std::sync::OnceLock<Option<RegexSet>>,
+}
+
+/// The most a combined pattern may take when compiled (the rules file's size bounds it).
+const RULE_SET_LIMIT: usize = 1 << 30;
+
+impl UserRuleSet {
+    /// The index of the first rule (in the file's order) that matches any of `texts`;
+    /// None when no combined matcher could be built (the caller tries each rule).
+    fn first_match(&self, rules: &[(u32, Regex, u32)], texts: &[String]) -> Option<Option<usize>> {
+        let any = self
+            .0
+            .any
+            .get_or_init(|| {
+                let alternation: Vec<String> = rules
+                    .iter()
+                    .map(|(_, re, _)| format!("(?:{})", re.as_str()))
+                    .collect();
+                regex::RegexBuilder::new(&alternation.join("|"))
+                    .size_limit(RULE_SET_LIMIT)
+                    .dfa_size_limit(64 << 20)
+                    .build()
+                    .ok()
+            })
+            .as_ref()?;
+        let hits: Vec<&String> = texts.iter().filter(|t| any.is_match(t)).collect();
+        if hits.is_empty() {
+            return Some(None);
+        }
+        let which = self
+            .0
+            .which
+            .get_or_init(|| {
+                regex::RegexSetBuilder::new(rules.iter().map(|(_, re, _)| re.as_str()))
+                    .size_limit(RULE_SET_LIMIT)
+                    .dfa_size_limit(64 << 20)
+                    .build()
+                    .ok()
+            })
+            .as_ref()
+            .filter(|set| set.len() == rules.len())?;
+        Some(
+            hits.iter()
+                .filter_map(|t| which.matches(t).iter().next())
+                .min(),
+        )
+    }
 }
 
 /// One rule of a `--rules` file.
@@ -436,6 +505,8 @@ pub struct Attributor<'f> {
     skip: Option<Regex>,
     /// user rules: (category index, pattern, line in the file)
     user_rules: Vec<(u32, Regex, u32)>,
+    /// The same patterns combined (None: no rules).
+    user_set: Option<UserRuleSet>,
     /// built-in rules over Python frames and over C++ frames
     python_rules: Vec<(Rule, Regex)>,
     cpp_rules: Vec<(Rule, Regex)>,
@@ -536,6 +607,7 @@ impl<'f> Attributor<'f> {
             keep: options.keep.clone(),
             skip: options.skip.clone(),
             user_rules,
+            user_set: (!options.rules.is_empty()).then(|| options.rule_set.clone()),
             python_rules: BUILTIN.python.clone(),
             cpp_rules: BUILTIN.cpp.clone(),
             backward_python: BUILTIN.backward_python.clone(),
@@ -634,11 +706,20 @@ impl<'f> Attributor<'f> {
         ids: &[crate::model::FrameId],
         texts: &[String],
     ) -> Option<(u32, StackRule)> {
-        if let Some((category, _, line)) = self
-            .user_rules
-            .iter()
-            .find(|(_, re, _)| texts.iter().any(|t| re.is_match(t)))
+        // The first rule, in the file's order, that matches any frame.
+        let user = match self
+            .user_set
+            .as_ref()
+            .and_then(|set| set.first_match(&self.user_rules, texts))
         {
+            Some(first) => first,
+            None => self
+                .user_rules
+                .iter()
+                .position(|(_, re, _)| texts.iter().any(|t| re.is_match(t))),
+        };
+        if let Some(i) = user {
+            let (category, _, line) = &self.user_rules[i];
             return Some((*category, StackRule::User(*line)));
         }
         ids.iter().zip(texts).find_map(|(&id, t)| {
@@ -990,5 +1071,82 @@ mod tests {
             let json = serde_json::to_string(&k).unwrap();
             assert_eq!(json, format!("\"{}\"", k.name()));
         }
+    }
+
+    #[test]
+    fn many_user_rules_are_one_set_and_the_first_in_the_file_wins() {
+        use super::{AttributionOptions, Attributor, StackRule, parse_rules};
+        use crate::model::{Frame, FrameTable};
+        let mut table = FrameTable::new();
+        let stack = |t: &mut FrameTable, frames: &[(&str, i64, &str)]| {
+            let ids: Vec<_> = frames
+                .iter()
+                .map(|&(file, line, name)| {
+                    let frame = Frame {
+                        filename: t.intern_str(file),
+                        name: t.intern_str(name),
+                        line,
+                    };
+                    t.intern_frame(frame)
+                })
+                .collect();
+            t.intern_stack(&ids)
+        };
+        // Innermost frame first.
+        let both = stack(
+            &mut table,
+            &[
+                ("/home/u/inner.py", 7, "leaf"),
+                ("/home/u/outer.py", 3, "root"),
+            ],
+        );
+        let inner = stack(&mut table, &[("/home/u/inner.py", 7, "leaf")]);
+        let neither = stack(&mut table, &[("/home/u/other.py", 1, "main")]);
+        // 3,000 rules that match nothing, with, on lines 4 and 2,902 of the file (after
+        // its comment line), a rule for the outer frame and one for the inner one.
+        let mut text = String::from("# rules\n");
+        for i in 0..3_000 {
+            match i {
+                2 => text.push_str("outer = outer\\.py:3:root\n"),
+                2_900 => text.push_str("inner = inner\\.py:7:leaf\n"),
+                _ => text.push_str(&format!("c{} = nomatch_{i}_zz\n", i % 50)),
+            }
+        }
+        let options = AttributionOptions {
+            rules: parse_rules(&text).unwrap(),
+            ..Default::default()
+        };
+        let attr = Attributor::new(&table, &options);
+        assert!(attr.user_set.is_some());
+        let outer = attr.categories.iter().position(|c| c == "outer").unwrap() as u32;
+        let inner_cat = attr.categories.iter().position(|c| c == "inner").unwrap() as u32;
+        // The rule earlier in the file wins, though it matches an outer frame; rules are
+        // named by their line in the file.
+        assert_eq!(attr.facts(both).category, Some((outer, StackRule::User(4))));
+        assert_eq!(
+            attr.facts(inner).category,
+            Some((inner_cat, StackRule::User(2_902)))
+        );
+        assert_eq!(attr.facts(neither).category, None);
+        // The same as trying each rule in turn.
+        let mut one_by_one = Attributor::new(&table, &options);
+        one_by_one.user_set = None;
+        for s in [both, inner, neither] {
+            assert_eq!(one_by_one.facts(s).category, attr.facts(s).category);
+        }
+        // Attributors of the same options share the combined patterns, built once.
+        let parts = &options.rule_set.0;
+        assert!(parts.any.get().is_some_and(Option::is_some));
+        assert!(
+            parts
+                .which
+                .get()
+                .is_some_and(|s| s.as_ref().unwrap().len() == 3_000)
+        );
+        let again = Attributor::new(&table, &options.clone());
+        assert!(std::sync::Arc::ptr_eq(
+            &again.user_set.unwrap().0,
+            &options.rule_set.0
+        ));
     }
 }

@@ -914,9 +914,15 @@ pub fn analyze_oom(
     for &d in &devices {
         let r = DeviceReplay::new(snap, d);
         let ooms: Vec<usize> = r.trace.oom_events().collect();
+        // A device without an OOM is not looked at here (nor is an attributor made for
+        // it): a file of thousands of devices costs what its OOMs do.
+        if ooms.is_empty() {
+            continue;
+        }
         if ooms.len() > MAX_ANALYSES {
             more.insert(d, ooms.len() - MAX_ANALYSES);
         }
+        let first = analyses.len();
         let given = prepared.as_ref().and_then(|p| p.attr_for(d));
         let own = given.is_none().then(|| bound(snap, attribution, &r));
         let attr = given
@@ -948,9 +954,8 @@ pub fn analyze_oom(
                 collected,
             ));
         }
-        if !ooms.is_empty() {
-            attach_what_ifs(snap, d, &mut analyses);
-        }
+        // Only this device's analyses: the earlier devices' are not searched again.
+        attach_what_ifs(snap, d, &mut analyses[first..]);
     }
     let mut reason = match (device, all.len()) {
         (Some(_), _) => Some(DeviceReason::Asked),

@@ -91,9 +91,13 @@ fn said_of(mark: Mark) -> Said {
     }
 }
 
-/// Time ranges `[start, end]` of the optimizer's annotations, by start.
+/// Time ranges `[start, end]` of the optimizer's annotations, by start. An END closes the
+/// latest open START of its name; the open ones are kept by name, so unmatched STARTs and
+/// ENDs cost one look-up each (linear in the annotations, not quadratic).
 fn annotated_ranges(annotations: &[Annotation], device: i64) -> Vec<(i64, i64, Phase)> {
-    let mut open: Vec<(&str, i64, Phase)> = Vec::new();
+    // Only looked up by name, never iterated: the ranges are sorted below.
+    let mut open: std::collections::HashMap<&str, Vec<(i64, Phase)>> =
+        std::collections::HashMap::new();
     let mut ranges = Vec::new();
     for a in annotations {
         if a.device != device && a.device >= 0 {
@@ -107,13 +111,15 @@ fn annotated_ranges(annotations: &[Annotation], device: i64) -> Vec<(i64, i64, P
             continue;
         };
         match a.stage.as_str() {
-            "START" => open.push((a.name.as_str(), a.time_us, phase)),
+            "START" => open
+                .entry(a.name.as_str())
+                .or_default()
+                .push((a.time_us, phase)),
             "END" => {
-                if let Some(i) = open.iter().rposition(|(n, _, _)| *n == a.name) {
-                    let (_, start, phase) = open.remove(i);
-                    if start <= a.time_us {
-                        ranges.push((start, a.time_us, phase));
-                    }
+                if let Some((start, phase)) = open.get_mut(a.name.as_str()).and_then(Vec::pop)
+                    && start <= a.time_us
+                {
+                    ranges.push((start, a.time_us, phase));
                 }
             }
             _ => {}
@@ -384,6 +390,32 @@ mod tests {
         assert_eq!(
             ranges,
             vec![(10, 12, Phase::ZeroGrad), (20, 30, Phase::Optimizer)]
+        );
+    }
+
+    #[test]
+    fn unmatched_starts_and_ends_cost_one_look_up_each() {
+        // 100,000 STARTs that no END closes, then 100,000 ENDs of other names (a search
+        // of the open ones for each END would compare 10^10 names), then one pair that
+        // matches, nested in a START of its own name that stays open.
+        let n = 100_000;
+        let a = |stage: &str, name: String, t: i64| Annotation {
+            name,
+            stage: stage.into(),
+            device: 0,
+            time_us: t,
+        };
+        let mut all: Vec<Annotation> = (0..n)
+            .map(|i| a("START", format!("Optimizer.step#A{i}.step"), i))
+            .collect();
+        all.extend((0..n).map(|i| a("END", format!("Optimizer.step#B{i}.step"), n + i)));
+        all.push(a("START", "Optimizer.step#C.step".into(), 3 * n));
+        all.push(a("START", "Optimizer.step#C.step".into(), 3 * n + 5));
+        all.push(a("END", "Optimizer.step#C.step".into(), 3 * n + 9));
+        // The END closes the latest START of its name: 5 to 9 after 3n.
+        assert_eq!(
+            annotated_ranges(&all, 0),
+            vec![(3 * n + 5, 3 * n + 9, Phase::Optimizer)]
         );
     }
 }

@@ -172,7 +172,7 @@ fn moment_report(
         super::budget::budget_of(
             snap,
             path,
-            choice,
+            choice.into(),
             r,
             attr,
             &live,

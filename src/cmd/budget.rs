@@ -9,10 +9,10 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use vramlens::analysis::attribution::Attributor;
 use vramlens::analysis::budget::{
-    Caveat, Outside, OutsideSource, RunBudget, SeriesOptions, Vary, Verdict, replay_on, report,
-    run_budget, size_from_name,
+    Caveat, Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, Vary, Verdict, replay_on,
+    report, run_budget, size_from_name,
 };
-use vramlens::analysis::device::{DeviceChoice, choose_device};
+use vramlens::analysis::device::choose_device;
 use vramlens::analysis::gpus::{DEFAULT_GPUS, Gpu, find};
 use vramlens::input::ReadOptions;
 use vramlens::render::budget::{write_budget_svg, write_budget_text};
@@ -63,6 +63,8 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
             let choice =
                 choose_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
+            // The file's devices, listed once: each run keeps only their number.
+            let count = choice.others.len() + 1;
             let devices = match args.device {
                 Some(d) => vec![d],
                 None => snap.devices(),
@@ -70,13 +72,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
             devices
                 .into_iter()
                 .map(|device| {
-                    let all = snap.devices();
-                    let this = DeviceChoice {
-                        device,
-                        reason: choice.reason,
-                        others: all.into_iter().filter(|&d| d != device).collect(),
-                        peaks: Vec::new(),
-                    };
+                    let this = RunDevice { device, count };
                     let outside = outside_of(
                         &snap,
                         &info.path,
@@ -86,7 +82,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                         messages.as_deref(),
                     )?;
                     let mut attr = Attributor::new(&snap.frames, &options);
-                    let mut run = run_budget(&snap, &info.path, &this, &mut attr, outside);
+                    let mut run = run_budget(&snap, &info.path, this, &mut attr, outside);
                     run.replays = replay_on(&snap, device, &gpus, run.outside.counted_bytes);
                     Ok(run)
                 })

@@ -168,6 +168,7 @@ fn attribution_options(
         keep: pattern("keep", &a.keep)?,
         skip: pattern("skip", &a.skip)?,
         rules,
+        ..Default::default()
     })
 }
 

@@ -284,8 +284,25 @@ fn publish(tmp: NamedTempFile, path: &Path, force: bool) -> Result<()> {
     }
 }
 
-/// Writes `path` through a temporary file beside it, so a failure leaves nothing behind.
+/// Writes a chart or report to `path` through a temporary file beside it, so a failure
+/// leaves nothing behind. The content is made in memory first (a chart's size is bounded
+/// by its drawing, not its input): the temporary file exists only while finished bytes
+/// are copied into it, so a run stopped while it draws (killed, or out of time) leaves no
+/// partial file, and an error while drawing creates none.
 pub fn write_new_file(
+    path: &Path,
+    force: bool,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<()> {
+    check_output(Some(path), force)?;
+    let mut content: Vec<u8> = Vec::new();
+    write(&mut content).with_context(|| format!("cannot write {}", super::shown_path(path)))?;
+    write_new_file_streamed(path, force, |w| w.write_all(&content))
+}
+
+/// Writes `path` through a temporary file beside it, streamed (for a copy as large as
+/// its input, such as `redact`'s), so a failure leaves nothing behind.
+pub fn write_new_file_streamed(
     path: &Path,
     force: bool,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,

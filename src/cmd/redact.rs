@@ -1,7 +1,7 @@
 //! `vramlens redact`: read a snapshot, apply the redaction rules, write it back as a
 //! pickle (through a temporary file), or with `--show` only list what would change.
 
-use super::write_new_file;
+use super::output::write_new_file_streamed;
 use crate::cli::{RedactArgs, TextModeArg};
 use anyhow::{Context, Result, bail};
 use std::io::{IsTerminal, Write};
@@ -74,7 +74,7 @@ pub fn run(args: &RedactArgs, out: &mut dyn Write) -> Result<()> {
     let (mut snap, info) = read_snapshot(&args.file, ReadOptions { progress: true })?;
     let report = apply(&mut snap, &options);
     if let Some(o) = output {
-        write_new_file(o, args.force, |w| write_snapshot(&snap, w).map(|_| ()))?;
+        write_new_file_streamed(o, args.force, |w| write_snapshot(&snap, w).map(|_| ()))?;
     }
     let output_name = output.map(|o| o.display().to_string());
     let settings = RedactSettings {

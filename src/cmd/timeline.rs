@@ -49,6 +49,30 @@ fn parse_window(s: &str, x: XAxis) -> Result<(f64, f64)> {
     if b <= a {
         bail!("--window {s:?}: the end must be after the start");
     }
+    // The finest step the axis has there: a microsecond on a time axis, and the spacing
+    // of floats that far along (2 us past 2^53 us). A narrower window has no positions to
+    // draw at.
+    let spacing = {
+        let v = a.abs().max(b.abs());
+        f64::from_bits(v.to_bits() + 1) - v
+    };
+    let finest = if x == XAxis::Time {
+        spacing.max(1.0)
+    } else {
+        spacing
+    };
+    if b - a < finest {
+        let step = format!("{:.6}", finest / scale);
+        bail!(
+            "--window {s:?}: narrower than {} {}, the finest step the axis has there; give a wider window",
+            step.trim_end_matches('0').trim_end_matches('.'),
+            if x == XAxis::Time {
+                "milliseconds"
+            } else {
+                "events"
+            }
+        );
+    }
     Ok((a, b))
 }
 

@@ -662,11 +662,11 @@ fn tick_label(value: f64, name: &str) -> String {
 /// The y axis's round ticks up to the top of the chart, and their grid lines.
 fn draw_ticks(svg: &mut Svg, c: &Chart) -> io::Result<()> {
     let (step, name, unit) = tick_step(c.data_top);
-    let mut k = 0u32;
-    loop {
+    // Counted, and at most MAX_TICKS of them, whatever the top.
+    for k in 0..super::svg::MAX_TICKS {
         let value = step * k as f64;
         let b = value * unit as f64;
-        if b > c.top * (1.0 + 1e-9) {
+        if b.is_nan() || b > c.top * (1.0 + 1e-9) {
             break;
         }
         writeln!(
@@ -680,7 +680,6 @@ fn draw_ticks(svg: &mut Svg, c: &Chart) -> io::Result<()> {
             escape(&tick_label(value, name)),
             y = num(c.y(b)),
         )?;
-        k += 1;
     }
     Ok(())
 }

@@ -526,13 +526,11 @@ pub fn write_simulate_svg(
         |e: Option<u32>| LEFT + plot_w * e.map_or(0.0, |e| (e + 1) as f64) / events.max(1) as f64;
     let y_of = |b: u64| TOP + plot_h * (1.0 - b as f64 / top_value);
     svg.text(LEFT, 22.0, "start", r#" font-size="14""#, &title)?;
-    let mut v = 0.0;
-    while v <= top_value + step / 2.0 {
+    for v in super::svg::axis_ticks(0.0, top_value + step / 2.0, step) {
         let y = y_of(v as u64);
         svg.line(LEFT, y, WIDTH - RIGHT, y, r##" stroke="#e0e0e0""##)?;
         let label = format!("{} {unit_name}", num(v / unit));
         svg.text(LEFT - 6.0, y + 4.0, "end", r##" fill="#444""##, &label)?;
-        v += step;
     }
     svg.line(
         LEFT,

@@ -62,14 +62,51 @@ pub const PALETTE: [&str; 20] = [
 ];
 
 /// An axis step: the smallest of `multiples` (ascending, ending at 10) times a power of
-/// ten that is at least `raw`.
+/// ten that is at least `raw`. Always finite and positive: a `raw` that is not (zero,
+/// negative, NaN, infinite) is taken as the nearest value that is, so that a loop stepping
+/// by it moves.
 pub fn round_step(raw: f64, multiples: &[f64]) -> f64 {
+    let raw = if raw.is_nan() {
+        1.0
+    } else {
+        raw.clamp(1e-300, 1e300)
+    };
     let p = 10f64.powi(raw.log10().floor() as i32);
     multiples
         .iter()
         .map(|m| m * p)
         .find(|s| *s >= raw)
         .unwrap_or(10.0 * p)
+}
+
+/// The most ticks an axis draws, whatever its range and step.
+pub const MAX_TICKS: usize = 64;
+
+/// The ticks of an axis from `lo` to `hi`: the whole multiples `k · step` inside the range,
+/// ascending, each value once, at most [`MAX_TICKS`]. They are counted with an integer `k`, never by adding the step to a
+/// float, so a step below the resolution of the floats at that offset cannot stall the
+/// loop; ticks that the floats cannot tell apart are drawn once. None for a range or step
+/// that is not finite, or a step that is not positive.
+pub fn axis_ticks(lo: f64, hi: f64, step: f64) -> Vec<f64> {
+    if !(lo.is_finite() && hi.is_finite() && step.is_finite() && step > 0.0) || hi < lo {
+        return Vec::new();
+    }
+    let first = (lo / step).ceil();
+    let last = (hi / step).floor();
+    if !(first.is_finite() && last.is_finite()) || last < first {
+        return Vec::new();
+    }
+    let mut ticks: Vec<f64> = Vec::new();
+    for k in 0..MAX_TICKS {
+        let v = (first + k as f64) * step;
+        if v > hi {
+            break;
+        }
+        if ticks.last() != Some(&v) {
+            ticks.push(v);
+        }
+    }
+    ticks
 }
 
 /// The colour of a group's name (a call site, a stack, a file) or an allocation's label:
@@ -252,5 +289,44 @@ mod tests {
         assert_eq!(points(&[(0.0, 1.5), (2.0, 3.0)]), "0,1.5 2,3");
         assert_eq!(color("train.py:10:forward"), color("train.py:10:forward"));
         assert_ne!(color("a"), color("b"));
+    }
+
+    #[test]
+    fn ticks_are_counted_and_end_whatever_the_step() {
+        // 0, 2, 4, 6, 8, 10: the multiples of 2 from 0 to 10.
+        assert_eq!(axis_ticks(0.0, 10.0, 2.0), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        // From 3 to 9: 4, 6, 8.
+        assert_eq!(axis_ticks(3.0, 9.0, 2.0), [4.0, 6.0, 8.0]);
+        // 2^53 - 3 to 2^53 - 2 in steps of 0.1: the floats there are 1 apart, so the
+        // multiples of 0.1 between them round to at most 2 distinct values.
+        let lo = 9_007_199_254_740_989.0;
+        let t = axis_ticks(lo, lo + 1.0, 0.1);
+        assert!(!t.is_empty() && t.len() <= 2, "{t:?}");
+        // A step far below a float's resolution, a huge range: at most MAX_TICKS.
+        assert!(axis_ticks(0.0, 1e300, 1e-300).len() <= MAX_TICKS);
+        assert!(axis_ticks(1e18, 2e18, 1e-3).len() <= MAX_TICKS);
+        // Nothing for a step or range that is not finite, or a step that is not positive.
+        assert!(axis_ticks(0.0, f64::INFINITY, 1.0).is_empty());
+        assert!(axis_ticks(0.0, 1.0, f64::NAN).is_empty());
+        assert!(axis_ticks(0.0, 1.0, 0.0).is_empty());
+        assert!(axis_ticks(0.0, 1.0, -1.0).is_empty());
+        assert!(axis_ticks(2.0, 1.0, 1.0).is_empty());
+    }
+
+    #[test]
+    fn a_round_step_is_always_finite_and_positive() {
+        assert_eq!(round_step(0.3, &[1.0, 2.0, 5.0, 10.0]), 0.5);
+        assert_eq!(round_step(7.0, &[1.0, 2.0, 5.0, 10.0]), 10.0);
+        for raw in [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e-320,
+        ] {
+            let s = round_step(raw, &[1.0, 2.0, 5.0, 10.0]);
+            assert!(s.is_finite() && s > 0.0, "{raw}: {s}");
+        }
     }
 }

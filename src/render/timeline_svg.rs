@@ -72,7 +72,11 @@ fn steps(segments: impl Iterator<Item = (f64, f64, f64)>) -> Vec<(f64, f64)> {
 
 /// Power-of-two tick step for about `ticks` ticks up to `max` bytes.
 fn byte_step(max: f64, ticks: f64) -> f64 {
-    let raw = (max / ticks).max(1.0);
+    let raw = if max.is_finite() {
+        (max / ticks).max(1.0)
+    } else {
+        1.0
+    };
     2f64.powi(raw.log2().ceil() as i32)
 }
 
@@ -363,12 +367,10 @@ fn write_body(
 /// The grid and the y axis, in binary units.
 fn draw_y_axis(svg: &mut Svg, f: &Frame) -> io::Result<()> {
     let step = byte_step(f.y_max, 6.0);
-    let mut v = 0.0;
-    while v <= f.y_max {
+    for v in super::svg::axis_ticks(0.0, f.y_max, step) {
         let y = f.py(v);
         svg.line(LEFT, y, PLOT_RIGHT, y, r##" stroke="#e4e4e4""##)?;
         svg.text(LEFT - 6.0, y + 4.0, "end", "", &bytes(v as u64))?;
-        v += step;
     }
     Ok(())
 }
@@ -394,8 +396,7 @@ fn draw_x_axis(svg: &mut Svg, p: &Panel) -> io::Result<()> {
         num(PLOT_BOTTOM)
     )?;
     let xs = decimal_step(f.x_span / scale, 8.0) * scale;
-    let mut x = (view.x_min / xs).ceil() * xs;
-    while x <= view.x_max + 1e-9 {
+    for x in super::svg::axis_ticks(view.x_min, view.x_max + 1e-9, xs) {
         let px = f.px(x);
         svg.line(
             px,
@@ -406,7 +407,6 @@ fn draw_x_axis(svg: &mut Svg, p: &Panel) -> io::Result<()> {
         )?;
         let text = format!("{}{unit}", num(x / scale));
         svg.text(px, PLOT_BOTTOM + 18.0, "middle", "", &text)?;
-        x += xs;
     }
     writeln!(svg.out, "</g>")?;
     svg.text(

@@ -85,7 +85,15 @@
     var step = decimalStep((b - a) / scale, 8) * scale;
     var digits = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / scale) + 1e-9)));
     while (axis.firstChild) { axis.removeChild(axis.firstChild); }
-    for (var x = Math.ceil(a / step - 1e-9) * step; x <= b + step * 1e-9; x += step) {
+    // Counted with an integer and at most 64: a step below what a float tells apart at
+    // that offset would never move a sum.
+    var first = Math.ceil(a / step - 1e-9);
+    var last = null;
+    for (var k = 0; k < 64 && isFinite(first) && step > 0; k++) {
+      var x = (first + k) * step;
+      if (!(x <= b + step * 1e-9)) { break; }
+      if (x === last) { continue; }
+      last = x;
       var px = left + (x - a) / (b - a) * (right - left);
       var tick = doc.createElementNS(axis.namespaceURI, 'line');
       [['x1', px], ['x2', px], ['y1', y], ['y2', y + 5], ['stroke', '#333']].forEach(function (kv) {
