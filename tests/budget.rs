@@ -685,3 +685,60 @@ fn a_series_with_a_large_held_out_error_fails_check() {
     ]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// A run that ran out of memory needs what was reserved when its request failed plus the
+/// request, where that is more than the most it reserved before: the failed-request line
+/// is only the difference. The reserved bytes at the OOM are taken from `simulate`'s check,
+/// which sums the recording's segment events on its own.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_failed_request_counts_on_top_of_what_was_reserved_when_it_failed() {
+    let data = common::require_shared_data();
+    for (file, device) in [
+        (
+            "ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle",
+            0,
+        ),
+        (
+            "ccl-bench-torchtitan-fsdp-oom/rank1_memory_snapshot.pickle",
+            1,
+        ),
+        ("code-location-expandable-oom/memory_snapshot.pickle", 1),
+    ] {
+        let path = data.join(file);
+        let path = path.to_str().unwrap();
+        let sim = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+            .args(["simulate", path, "--device", &device.to_string(), "--json"])
+            .args(["--no-min-capacity"])
+            .output()
+            .unwrap();
+        assert!(
+            sim.status.success(),
+            "{}",
+            String::from_utf8_lossy(&sim.stderr)
+        );
+        let sim: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+        let oom = &sim["devices"][0]["identity"]["oom_capacities"][0];
+        let held = oom["reserved_bytes"].as_u64().unwrap();
+        let (code, v, err) = budget(&[path, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let run = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["device"] == device)
+            .unwrap();
+        let request = run["oom_request_bytes"].as_u64().unwrap();
+        assert_eq!(request, oom["request_bytes"].as_u64().unwrap(), "{file}");
+        assert_eq!(run["oom_reserved_bytes"].as_u64().unwrap(), held, "{file}");
+        let peak = run["peak_reserved_bytes"].as_u64().unwrap();
+        let failed = line(&run["lines"], "failed_request");
+        assert_eq!(failed, (held + request).saturating_sub(peak), "{file}");
+        let outside = run["outside"]["counted_bytes"].as_u64().unwrap();
+        assert_eq!(
+            run["total_bytes"].as_u64().unwrap() - outside,
+            peak.max(held + request),
+            "{file}"
+        );
+    }
+}

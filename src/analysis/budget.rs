@@ -186,10 +186,13 @@ pub struct RunBudget {
     pub persistent_bytes: u64,
     pub working_bytes: u64,
     pub outside: Outside,
-    /// The first OOM of the trace: the request it refused (its bytes are the failed
-    /// request line), and the event.
+    /// The first OOM of the trace: the request it refused, the event, and what was
+    /// reserved when it failed (after the allocator released what it could). The
+    /// failed request line is what the request needed beyond the most reserved before:
+    /// `oom_reserved_bytes + oom_request_bytes - peak_reserved_bytes`, or 0.
     pub oom_request_bytes: Option<u64>,
     pub oom_event: Option<u32>,
+    pub oom_reserved_bytes: Option<u64>,
     /// What a device must have: every line (for a run that ran out of memory, at least).
     pub total_bytes: u64,
     /// (call site, category) -> requested bytes at the peak, for series fits.
@@ -456,11 +459,28 @@ pub fn run_budget<'a>(
             super::top::Versions::NotNeeded,
         )
         .expect("the end of any device resolves");
-        return budget_of(snap, path, choice, &r, attr, &live, moment, None, outside);
+        return budget_of(
+            snap,
+            path,
+            choice,
+            &r,
+            attr,
+            &live,
+            moment,
+            (None, None),
+            outside,
+        );
     }
     let mut peak = LifetimesAtPeak::default();
     let mut peaks = Peaks::default();
-    let start = r.run((&mut peak, &mut peaks));
+    let oom = first_oom(&r);
+    let mut at_oom =
+        crate::timeline::aggregators::TotalsAt::new(oom.map(Some).into_iter().collect());
+    let start = r.run((&mut peak, &mut peaks, &mut at_oom));
+    let oom_reserved = at_oom
+        .values
+        .first()
+        .map(|v| start.reserved_after(v).max(0) as u64);
     let live = LiveState::at_peak(&r, start, peak, super::top::Versions::NotNeeded);
     let moment = super::moment::resolve(&r, super::moment::Moment::Peak, || live.at)
         .expect("the peak of any trace resolves");
@@ -473,13 +493,30 @@ pub fn run_budget<'a>(
         attr,
         &live,
         moment,
-        peak_reserved,
+        (peak_reserved, oom_reserved),
         outside,
     )
 }
 
+/// The first `oom` entry of the device's trace.
+fn first_oom(r: &DeviceReplay) -> Option<usize> {
+    (0..r.len()).find(|&i| r.trace.action(i) == crate::model::Action::Oom)
+}
+
+/// Reserved bytes when the first OOM of the trace failed (None: no OOM), from a pass of
+/// its own (for a caller whose pass did not keep it).
+pub fn reserved_at_first_oom(r: &DeviceReplay) -> Option<u64> {
+    let oom = first_oom(r)?;
+    let mut at = crate::timeline::aggregators::TotalsAt::new(vec![Some(oom)]);
+    let start = r.run(&mut at);
+    at.values
+        .first()
+        .map(|v| start.reserved_after(v).max(0) as u64)
+}
+
 /// The budget of the live set at a device's peak (`live`, from a replay already run),
-/// with the most reserved over the trace when it is known.
+/// with the most reserved over the trace and what was reserved when the first OOM
+/// failed, when they are known.
 #[allow(clippy::too_many_arguments)]
 pub fn budget_of(
     snap: &Snapshot,
@@ -489,7 +526,7 @@ pub fn budget_of(
     attr: &Attributor,
     live: &LiveState,
     moment: ResolvedMoment,
-    peak_reserved: Option<u64>,
+    (peak_reserved, oom_reserved): (Option<u64>, Option<u64>),
     outside: Outside,
 ) -> RunBudget {
     let at_peak = live.reserved_bytes.max(0) as u64;
@@ -518,8 +555,15 @@ pub fn budget_of(
     }
     let requested = live.requested_bytes;
     let overhead = peak_reserved.saturating_sub(requested);
-    let oom = (0..r.len()).find(|&i| r.trace.action(i) == crate::model::Action::Oom);
+    let oom = first_oom(r);
     let oom_request = oom.map(|i| r.trace.size(i));
+    // The request failed with `oom_reserved` held: it needed that plus itself, which is
+    // more than the most reserved before only by the difference. Not known (no
+    // timeline): all of it, on top.
+    let failed_request = oom_request.map_or(0, |q| match oom_reserved {
+        Some(held) => sum_bytes([held, q]).saturating_sub(peak_reserved),
+        None => q,
+    });
     let mut lines: Vec<BudgetLine> = Line::ALL
         .iter()
         .map(|&line| {
@@ -527,7 +571,7 @@ pub fn budget_of(
             categories.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
             let (bytes, inferred) = match line {
                 Line::AllocatorOverhead => (overhead, 0),
-                Line::FailedRequest => (oom_request.unwrap_or(0), 0),
+                Line::FailedRequest => (failed_request, 0),
                 Line::OutsideAllocator => (
                     outside.counted_bytes,
                     if outside.measured_bytes.is_some() {
@@ -582,6 +626,7 @@ pub fn budget_of(
         working_bytes: working,
         outside,
         oom_request_bytes: oom_request,
+        oom_reserved_bytes: oom_request.and(oom_reserved),
         oom_event: oom.map(|i| i as u32),
         total_bytes: total,
         groups,

@@ -177,7 +177,7 @@ fn moment_report(
             attr,
             &live,
             moment,
-            peak_reserved,
+            (peak_reserved, super::budget::reserved_at_first_oom(r)),
             super::budget::Outside::not_measured(),
         )
     });

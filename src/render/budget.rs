@@ -69,10 +69,26 @@ fn decided(l: &BudgetLine, r: &RunBudget) -> String {
             }
             s
         }
-        Line::FailedRequest => format!(
-            "the OOM at event {} refused it: the run stopped there, so it needs at least this total",
-            r.oom_event.unwrap_or(0)
-        ),
+        Line::FailedRequest => match (r.oom_request_bytes, r.oom_reserved_bytes) {
+            (Some(q), Some(held)) if l.bytes > 0 => format!(
+                "the OOM at event {} refused a {} request with {} reserved: it needed {} there, this much more than the most reserved before; the run stopped there, so it needs at least this total",
+                r.oom_event.unwrap_or(0),
+                bytes(q),
+                bytes(held),
+                bytes(held.saturating_add(q))
+            ),
+            (Some(q), Some(held)) => format!(
+                "the OOM at event {} refused a {} request with {} reserved: {} is within the most reserved before, so it adds nothing to this total (the device had less room then than at the peak)",
+                r.oom_event.unwrap_or(0),
+                bytes(q),
+                bytes(held),
+                bytes(held.saturating_add(q))
+            ),
+            _ => format!(
+                "the OOM at event {} refused it: the run stopped there, so it needs at least this total",
+                r.oom_event.unwrap_or(0)
+            ),
+        },
         Line::OutsideAllocator => match r.outside.source {
             OutsideSource::Nvml => "measured: this process's use in the device readings minus reserved, at the peak".into(),
             OutsideSource::NvmlDevice => "measured: the device's use minus reserved at the peak (no per-process readings: other processes included)".into(),
@@ -117,26 +133,44 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
             "  (no trace recorded: only the final state is known, and what kind of memory it is cannot be told; record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the work)"
         )?;
     }
+    let most = r.peak_reserved_bytes.max(r.requested_bytes);
+    let allocator = match (r.oom_request_bytes, r.oom_reserved_bytes) {
+        (Some(q), Some(held)) if held.saturating_add(q) > most => format!(
+            "{} for PyTorch (it ran out of memory on a {} request with {} reserved: {} more than the {} it reserved at its most before)",
+            bytes(held.saturating_add(q)),
+            bytes(q),
+            bytes(held),
+            bytes(held.saturating_add(q) - most),
+            bytes(most)
+        ),
+        (Some(q), Some(held)) => format!(
+            "{} reserved by PyTorch at its most (it ran out of memory later, on a {} request with {} reserved)",
+            bytes(most),
+            bytes(q),
+            bytes(held)
+        ),
+        (Some(q), None) => format!(
+            "{} reserved by PyTorch at its most and the {} request it ran out of memory on",
+            bytes(most),
+            bytes(q)
+        ),
+        _ => format!("{} reserved by PyTorch at its most", bytes(most)),
+    };
     writeln!(
         out,
-        "  needs {}{} on one device: {} reserved by PyTorch at its most, {} outside the allocator{}{}",
+        "  needs {}{} on one device: {allocator}, {} outside the allocator{}",
         if r.oom_request_bytes.is_some() {
             "at least "
         } else {
             ""
         },
         bytes(r.total_bytes),
-        bytes(r.peak_reserved_bytes.max(r.requested_bytes)),
         bytes(r.outside.counted_bytes),
         if r.outside.measured_bytes.is_none() {
             " (assumed)"
         } else {
             ""
         },
-        match r.oom_request_bytes {
-            Some(b) => format!(", and the {} request it ran out of memory on", bytes(b)),
-            None => String::new(),
-        }
     )?;
     let width = Line::ALL
         .iter()
@@ -155,10 +189,13 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
         } else {
             "working (grows with batch and sequence)"
         };
-        if l.bytes == 0 && !matches!(l.line, Line::AllocatorOverhead | Line::OutsideAllocator) {
-            continue;
-        }
-        if l.line == Line::FailedRequest && r.oom_request_bytes.is_none() {
+        if l.line == Line::FailedRequest {
+            if r.oom_request_bytes.is_none() {
+                continue;
+            }
+        } else if l.bytes == 0
+            && !matches!(l.line, Line::AllocatorOverhead | Line::OutsideAllocator)
+        {
             continue;
         }
         if here != section {
