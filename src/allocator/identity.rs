@@ -446,13 +446,13 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                         model_addr = Some(m);
                         div = div.or(Some(DivergenceKind::Address));
                         let moved = a.malloc_moved_to(*addr, *size, *stream, *pool, *tag);
-                        by_tag[*tag as usize] = Some(put_back(
+                        put_back(
                             &mut a,
-                            moved,
+                            &mut by_tag,
                             &mut spare,
+                            moved,
                             (*size, *stream, *pool, *tag),
-                        ));
-                        drain(&mut a, &mut by_tag);
+                        );
                     }
                     Placed::Model(Ok(b)) => {
                         model_addr = Some(a.block_addr(b));
@@ -464,13 +464,13 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
                             // Back in step: the allocation where the recording put it.
                             a.free(b);
                             let moved = a.allocate_at(*addr, *size, *stream, *pool, *tag);
-                            by_tag[*tag as usize] = Some(put_back(
+                            put_back(
                                 &mut a,
-                                moved,
+                                &mut by_tag,
                                 &mut spare,
+                                moved,
                                 (*size, *stream, *pool, *tag),
-                            ));
-                            drain(&mut a, &mut by_tag);
+                            );
                         }
                     }
                     Placed::Model(Err(_)) => {
@@ -624,18 +624,21 @@ enum Placed {
     Elsewhere(u64),
 }
 
-/// The block of an allocation put back at its recorded address (`moved`), or, where that
-/// address is not free in the model, anywhere on a device with no limit.
+/// An allocation put back in step: its block at the recorded address (`moved`) or, where
+/// that address is not free in the model, anywhere on a device with no limit.
 fn put_back(
     a: &mut Allocator,
-    moved: Option<BlockId>,
+    by_tag: &mut [Option<BlockId>],
     spare: &mut u64,
+    moved: Option<BlockId>,
     (size, stream, pool, tag): (u64, u64, (i64, i64), u32),
-) -> BlockId {
-    moved.unwrap_or_else(|| {
+) {
+    let b = moved.unwrap_or_else(|| {
         a.malloc(&mut dev_spare(spare), size, stream, pool, tag)
             .expect("an unlimited device")
-    })
+    });
+    by_tag[tag as usize] = Some(b);
+    drain(a, by_tag);
 }
 
 /// A device with no limit, for putting an allocation somewhere after a divergence.

@@ -451,7 +451,22 @@ pub fn run_budget<'a>(
 ) -> RunBudget {
     let r = DeviceReplay::new(snap, choice.device);
     attr.bind_to(&r);
-    if !r.has_timeline() {
+    let (moment, live, reserved) = if r.has_timeline() {
+        let mut peak = LifetimesAtPeak::default();
+        let mut peaks = Peaks::default();
+        let oom = first_oom(&r);
+        let mut at_oom =
+            crate::timeline::aggregators::TotalsAt::new(oom.map(Some).into_iter().collect());
+        let start = r.run((&mut peak, &mut peaks, &mut at_oom));
+        let oom_reserved = at_oom
+            .values
+            .first()
+            .map(|v| start.reserved_after(v).max(0) as u64);
+        let live = LiveState::at_peak(&r, start, peak, super::top::Versions::NotNeeded);
+        let moment = super::moment::resolve(&r, super::moment::Moment::Peak, || live.at)
+            .expect("the peak of any trace resolves");
+        (moment, live, (Some(peaks.reserved.bytes), oom_reserved))
+    } else {
         // No memory over time: the final state is all the file knows.
         let (moment, live) = super::top::resolve_live(
             &r,
@@ -459,42 +474,10 @@ pub fn run_budget<'a>(
             super::top::Versions::NotNeeded,
         )
         .expect("the end of any device resolves");
-        return budget_of(
-            snap,
-            path,
-            choice,
-            &r,
-            attr,
-            &live,
-            moment,
-            (None, None),
-            outside,
-        );
-    }
-    let mut peak = LifetimesAtPeak::default();
-    let mut peaks = Peaks::default();
-    let oom = first_oom(&r);
-    let mut at_oom =
-        crate::timeline::aggregators::TotalsAt::new(oom.map(Some).into_iter().collect());
-    let start = r.run((&mut peak, &mut peaks, &mut at_oom));
-    let oom_reserved = at_oom
-        .values
-        .first()
-        .map(|v| start.reserved_after(v).max(0) as u64);
-    let live = LiveState::at_peak(&r, start, peak, super::top::Versions::NotNeeded);
-    let moment = super::moment::resolve(&r, super::moment::Moment::Peak, || live.at)
-        .expect("the peak of any trace resolves");
-    let peak_reserved = r.has_timeline().then_some(peaks.reserved.bytes);
+        (moment, live, (None, None))
+    };
     budget_of(
-        snap,
-        path,
-        choice,
-        &r,
-        attr,
-        &live,
-        moment,
-        (peak_reserved, oom_reserved),
-        outside,
+        snap, path, choice, &r, attr, &live, moment, reserved, outside,
     )
 }
 
