@@ -176,17 +176,18 @@ fn replay(
 /// where even that runs out of memory: a memory fraction of the total).
 pub type Unlimited = Result<(Outcome, Option<Search>), StartDoesNotFit>;
 
-/// The replay with no limit under `settings`.
-pub fn unlimited(p: &Prepared, settings: &Settings) -> Unlimited {
+/// The replay with no limit under `settings`; with `keep_search`, what searching
+/// capacities needs of it too (its saved states hold the allocator several times over).
+pub fn unlimited(p: &Prepared, settings: &Settings, keep_search: bool) -> Unlimited {
     let sc = Scenario {
         settings: settings.clone(),
         capacity: None,
         total_memory: None,
     };
     let mut search = Search::default();
-    let out = replay(p, &sc, Some(&mut search))?;
+    let out = replay(p, &sc, keep_search.then_some(&mut search))?;
     search.peak_reserved = out.peak_reserved_bytes;
-    let search = out.first_oom.is_none().then_some(search);
+    let search = (keep_search && out.first_oom.is_none()).then_some(search);
     Ok((out, search))
 }
 
@@ -442,7 +443,7 @@ pub const CAPACITY_TOLERANCE: u64 = 256;
 /// the requests cannot run at all.
 pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<u64> {
     let search = if settings.memory_fraction.is_none() {
-        Some(unlimited(p, settings).ok()?.1?)
+        Some(unlimited(p, settings, true).ok()?.1?)
     } else {
         None
     };

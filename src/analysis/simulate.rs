@@ -277,25 +277,26 @@ fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec
     let wants_unlimited = capacities
         .iter()
         .any(|c| c.allocator_bytes.is_none() && c.total_memory.is_none());
-    let unlimited_runs: Vec<Option<Unlimited>> = settings
+    let mut unlimited_runs: Vec<Option<Unlimited>> = settings
         .par_iter()
         .map(|(_, s, _)| {
-            (wants_unlimited || (options.min_capacity && s.memory_fraction.is_none()))
-                .then(|| unlimited(p, s))
+            let search = options.min_capacity && s.memory_fraction.is_none();
+            (wants_unlimited || search).then(|| unlimited(p, s, search))
         })
         .collect();
+    // Each search is used once and let go: its saved states are the largest thing held.
     let mins: Vec<Option<u64>> = settings
         .par_iter()
-        .zip(&unlimited_runs)
+        .zip(&mut unlimited_runs)
         .map(|((_, s, _), u)| {
             if !options.min_capacity {
                 return None;
             }
             let search = match s.memory_fraction {
-                None => Some(u.as_ref()?.as_ref().ok()?.1.as_ref()?),
+                None => Some(u.as_mut()?.as_mut().ok()?.1.take()?),
                 Some(_) => None,
             };
-            min_capacity_searched(p, s, outside.counted_bytes, search)
+            min_capacity_searched(p, s, outside.counted_bytes, search.as_ref())
                 .map(|c| c.saturating_add(outside.counted_bytes))
         })
         .collect();
