@@ -2,9 +2,9 @@
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
-use vramlens::analysis::attribution::GroupBy;
-use vramlens::analysis::chart::BandBy;
-use vramlens::analysis::moment::Moment;
+use vramlens::analysis::kinds::attribution::GroupBy;
+use vramlens::analysis::moments::chart::BandBy;
+use vramlens::analysis::moments::moment::Moment;
 
 /// `--by` of the timeline: a grouping, or `allocation` (one band each).
 fn band_by(s: &str) -> Result<BandBy, String> {
@@ -126,7 +126,7 @@ pub struct SimulateArgs {
     /// rtx5090, b200, mi300x, v100, t4) or a size (24GiB). Repeatable. Default: the
     /// capacity the recorded out-of-memory error implies, else no limit.
     #[arg(long = "gpu", value_name = "NAME|SIZE", value_parser = parse_gpu)]
-    pub gpus: Vec<vramlens::analysis::gpus::Gpu>,
+    pub gpus: Vec<vramlens::analysis::budget::gpus::Gpu>,
     /// Memory outside the allocator on those GPUs (CUDA context, NCCL buffers, other
     /// libraries): a size such as 800MiB. Default: 1 GiB, the top of the usual range.
     #[arg(long, value_name = "SIZE", value_parser = parse_outside, conflicts_with_all = ["nvml", "log"])]
@@ -180,8 +180,8 @@ fn parse_outside(s: &str) -> Result<u64, String> {
     vramlens::units::parse_size_arg(s)
 }
 
-fn parse_gpu(s: &str) -> Result<vramlens::analysis::gpus::Gpu, String> {
-    vramlens::analysis::gpus::find(s)
+fn parse_gpu(s: &str) -> Result<vramlens::analysis::budget::gpus::Gpu, String> {
+    vramlens::analysis::budget::gpus::find(s)
 }
 
 #[derive(Args, Debug)]

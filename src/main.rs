@@ -9,7 +9,7 @@ mod cmd;
 use clap::Parser;
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
-use vramlens::render::terminal::{TerminalText, escape_controls};
+use vramlens::render::words::terminal::{TerminalText, escape_controls};
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -46,12 +46,12 @@ fn main() -> ExitCode {
     let result = cmd::output::check_command_output(&cli.command)
         .and_then(|()| match &cli.command {
             cli::Command::Summary(args) => cmd::summary::run(args, &mut out),
-            cli::Command::Timeline(args) => cmd::timeline::run(args, &mut out),
-            cli::Command::Segments(args) => cmd::segments::run(args, &mut out),
+            cli::Command::Timeline(args) => cmd::charts::timeline::run(args, &mut out),
+            cli::Command::Segments(args) => cmd::charts::segments::run(args, &mut out),
             cli::Command::Oom(args) => cmd::oom::run(args, &mut out),
             cli::Command::Reconcile(args) => cmd::reconcile::run(args, &mut out),
             cli::Command::Top(args) => cmd::top::run(args, &mut out),
-            cli::Command::Flamegraph(args) => cmd::flamegraph::run(args, &mut out),
+            cli::Command::Flamegraph(args) => cmd::charts::flamegraph::run(args, &mut out),
             cli::Command::Diff(args) => cmd::diff::run_diff(args, &mut out),
             cli::Command::Check(args) => cmd::diff::run_check(args, &mut out),
             cli::Command::Budget(args) => cmd::budget::run(args, &mut out),

@@ -29,7 +29,7 @@
 //!   too. Libraries' frames (installed packages, the standard library, generated code,
 //!   trees built from source; native code in torch's, CPython's and the C runtime's
 //!   namespaces) keep theirs, and a user's function name stays where the built-in
-//!   category rules read it ([`crate::analysis::attribution::frame_evidence`]), so that
+//!   category rules read it ([`crate::analysis::kinds::attribution::frame_evidence`]), so that
 //!   every command decides the same categories on a stripped copy.
 //! - Annotation names and user metadata are kept (after the rules above), hashed or
 //!   dropped, as asked.
@@ -1162,11 +1162,11 @@ impl<'o> Redactor<'o> {
     /// With `strip_code`, what each frame keeps: a library's frame its name and line
     /// (they identify nobody); a frame of the user's own code its name where hashing the
     /// name would change what the category rules read of the frame
-    /// ([`frame_evidence`](crate::analysis::attribution::frame_evidence), on the file
+    /// ([`frame_evidence`](crate::analysis::kinds::attribution::frame_evidence), on the file
     /// name as cut), so that every command decides the same categories on the copy;
     /// else nothing.
     fn plan_frame_keeps(&mut self, snap: &Snapshot) {
-        use crate::analysis::attribution::frame_evidence;
+        use crate::analysis::kinds::attribution::frame_evidence;
         let frames = &snap.frames;
         self.frame_keeps = (0..frames.frame_count())
             .map(|i| {

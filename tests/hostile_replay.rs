@@ -2,8 +2,8 @@
 //! of thousands of OOM events, hundreds of thousands of segment events and annotations.
 //! Each must finish (linear or n log n work) with sane answers and no panic.
 
-use vramlens::analysis::attribution::{AttributionOptions, Attributor};
-use vramlens::analysis::chart::{ViewError, ViewOptions, XAxis, build_view};
+use vramlens::analysis::kinds::attribution::{AttributionOptions, Attributor};
+use vramlens::analysis::moments::chart::{ViewError, ViewOptions, XAxis, build_view};
 use vramlens::analysis::oom::{OomOptions, analyze_oom};
 use vramlens::model::trace::NewEvent;
 use vramlens::model::{Action, Annotation, DeviceTrace, Snapshot};

@@ -599,10 +599,10 @@ fn drawn_spans(svg: &str) -> Vec<(String, String)> {
 
 #[test]
 fn a_trace_of_the_same_run_draws_its_operators_under_the_chart() {
-    use vramlens::analysis::align::line_up;
-    use vramlens::analysis::attribution::{AttributionOptions, Attributor};
-    use vramlens::analysis::chart::{ViewOptions, XAxis, build_view};
-    use vramlens::analysis::trace_lanes::{LaneKind, build_lanes};
+    use vramlens::analysis::device::align::line_up;
+    use vramlens::analysis::device::trace_lanes::{LaneKind, build_lanes};
+    use vramlens::analysis::kinds::attribution::{AttributionOptions, Attributor};
+    use vramlens::analysis::moments::chart::{ViewOptions, XAxis, build_view};
     use vramlens::timeline::replay::DeviceReplay;
 
     let snap = snapshot(&profile("run.pickle"));

@@ -19,7 +19,7 @@ use assert_cmd::Command;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use vramlens::analysis::summary::{SummaryOptions, analyze_summary};
+use vramlens::analysis::reports::summary::{SummaryOptions, analyze_summary};
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::model::FrameId;
 

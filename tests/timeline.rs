@@ -5,9 +5,9 @@ mod common;
 use assert_cmd::Command;
 use common::{require_shared_data, root};
 use proptest::prelude::*;
-use vramlens::analysis::attribution::{Attributor, GroupBy};
-use vramlens::analysis::chart::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
-use vramlens::analysis::top::Versions;
+use vramlens::analysis::kinds::attribution::{Attributor, GroupBy};
+use vramlens::analysis::moments::chart::{BandBy, TimelineView, ViewOptions, XAxis, build_view};
+use vramlens::analysis::reports::top::Versions;
 use vramlens::model::trace::NewEvent;
 use vramlens::model::{Action, Block, BlockState, DeviceTrace, Segment, SegmentType, Snapshot};
 use vramlens::timeline::replay::DeviceReplay;
@@ -333,7 +333,7 @@ proptest! {
             let key = |l: &timeline::Lifetime| (l.addr, l.version, l.size, l.alloc);
             let mut want: Vec<_> = tl.live_at(at).into_iter().map(key).collect();
             want.sort();
-            let live = vramlens::analysis::top::live_state(&r, at, Versions::Counted);
+            let live = vramlens::analysis::reports::top::live_state(&r, at, Versions::Counted);
             // Traced allocations first, by alloc event.
             let traced = live.lifetimes.iter().take_while(|l| l.alloc.is_some()).count();
             prop_assert!(live.lifetimes[traced..].iter().all(|l| l.alloc.is_none()));
@@ -342,7 +342,7 @@ proptest! {
             got.sort();
             prop_assert_eq!(&got, &want, "live set at {:?}", at);
             // Without versions: the same set, every version 0.
-            let bare = vramlens::analysis::top::live_state(&r, at, Versions::NotNeeded);
+            let bare = vramlens::analysis::reports::top::live_state(&r, at, Versions::NotNeeded);
             let mut bare: Vec<_> = bare.lifetimes.iter().map(key).collect();
             bare.sort();
             let mut zeroed: Vec<_> = got.iter().map(|&(a, _, s, e)| (a, 0, s, e)).collect();
@@ -350,7 +350,7 @@ proptest! {
             prop_assert_eq!(bare, zeroed, "unversioned live set at {:?}", at);
         }
         // The set at the peak, from the pass that finds the peak.
-        let at_peak = vramlens::analysis::top::live_state_at_peak(&r, Versions::Counted);
+        let at_peak = vramlens::analysis::reports::top::live_state_at_peak(&r, Versions::Counted);
         prop_assert_eq!(at_peak.at, tl.peak_requested.event.map(|e| e.index()));
         let key = |l: &timeline::Lifetime| (l.addr, l.version, l.size, l.alloc);
         let mut want: Vec<_> = tl.live_at(at_peak.at).into_iter().map(key).collect();
@@ -885,7 +885,7 @@ fn real_snapshots_draw_within_limits() {
                 let choice =
                     vramlens::analysis::device::choose_device(&snap, Some(device)).unwrap();
                 let mut svg = Vec::new();
-                let title = vramlens::render::timeline_svg::ChartTitle {
+                let title = vramlens::render::charts::timeline_svg::ChartTitle {
                     path: &info.path,
                     device: &choice,
                     events: r.len(),
@@ -893,7 +893,7 @@ fn real_snapshots_draw_within_limits() {
                     peak_event: None,
                     peak_reserved: Some(peaks.reserved.bytes),
                 };
-                vramlens::render::timeline_svg::write_timeline_svg(
+                vramlens::render::charts::timeline_svg::write_timeline_svg(
                     &mut svg, &view, &title, None, None,
                 )
                 .unwrap();

@@ -5,13 +5,13 @@ mod common;
 
 use assert_cmd::Command;
 use common::root;
-use vramlens::analysis::attribution::{
+use vramlens::analysis::device::choose_device;
+use vramlens::analysis::kinds::attribution::{
     AttributionOptions, Attributor, GroupBy, GroupKind, parse_rules,
 };
-use vramlens::analysis::device::choose_device;
-use vramlens::analysis::moment::Moment;
-use vramlens::analysis::top::Versions;
-use vramlens::analysis::top::analyze_top;
+use vramlens::analysis::moments::moment::Moment;
+use vramlens::analysis::reports::top::Versions;
+use vramlens::analysis::reports::top::analyze_top;
 use vramlens::input::read_snapshot;
 use vramlens::model::{Frame, FrameTable, StackId};
 
@@ -289,9 +289,9 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
         // Folded stacks of the same moment add up to it too, and so does the tree.
         let r = vramlens::timeline::replay::DeviceReplay::new(&snap, device);
         let at = dev["peak_requested_index"].as_u64().map(|i| i as usize);
-        let live = vramlens::analysis::top::live_state(&r, at, Versions::Counted);
+        let live = vramlens::analysis::reports::top::live_state(&r, at, Versions::Counted);
         // The one-pass live set at the peak is the two-pass one, in the same order.
-        let one_pass = vramlens::analysis::top::live_state_at_peak(&r, Versions::Counted);
+        let one_pass = vramlens::analysis::reports::top::live_state_at_peak(&r, Versions::Counted);
         assert_eq!(one_pass.at, at, "{} device {device}", info.path);
         assert_eq!(
             one_pass.lifetimes, live.lifetimes,
@@ -308,7 +308,8 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
             (&one_pass.streams, &one_pass.pools),
             (&live.streams, &live.pools)
         );
-        let (root, folded) = vramlens::analysis::flame::flame(&attr, &live, &Default::default());
+        let (root, folded) =
+            vramlens::analysis::kinds::flame::flame(&attr, &live, &Default::default());
         assert_eq!(folded.iter().map(|(_, b)| b).sum::<u64>(), peak);
         assert_eq!(root.bytes, peak);
         assert!(

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use vramlens::export::parquet::ParquetWriter;
 use vramlens::export::{Cell, Kind, Table, TableWriter};
 use vramlens::model::{Annotation, Snapshot};
-use vramlens::render::terminal::TerminalText;
+use vramlens::render::words::terminal::TerminalText;
 use vramlens::units::{folded_field, is_bidi_control, is_noncharacter, shown};
 
 /// A character no text output may carry raw.
@@ -116,7 +116,7 @@ fuzz_target!(|data: &[u8]| {
     );
 
     // SVG and HTML text.
-    let svg = vramlens::render::svg::escape(&s);
+    let svg = vramlens::render::charts::svg::escape(&s);
     assert!(!svg.chars().any(breaks_xml) && references_ok(&svg), "{svg:?}");
     let html = vramlens::render::html::escape_html(&s);
     assert!(!html.chars().any(breaks_xml) && references_ok(&html), "{html:?}");

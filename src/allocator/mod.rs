@@ -19,7 +19,7 @@
 //! - [`scenario`]: the requests replayed under other settings and capacities, the first
 //!   out-of-memory error, and the smallest capacity that runs them.
 //!
-//! Nothing here formats words: `analysis::simulate` gathers the answers and `render`
+//! Nothing here formats words: `analysis::what_if::simulate` gathers the answers and `render`
 //! words them.
 
 pub mod device;

@@ -1,33 +1,13 @@
 //! Analyses: each takes a [`crate::model::Snapshot`] and gives a plain report struct
 //! (serialisable, no formatting).
 
-pub mod align;
-pub mod attribution;
 pub mod budget;
-pub mod categories;
-pub mod chart;
 pub mod device;
-pub mod device_memory;
-pub mod diff;
-pub mod flame;
-pub mod frames;
-pub mod gpus;
-pub mod group_series;
-pub mod leaks;
-pub mod live;
-pub mod moment;
+pub mod kinds;
+pub mod moments;
 pub mod oom;
-pub mod oom_what_if;
-pub mod peaks;
-pub mod phases;
-pub mod ranks;
-pub mod reconcile;
-pub mod report;
-pub mod segment_map;
-pub mod simulate;
-pub mod summary;
-pub mod top;
-pub mod trace_lanes;
+pub mod reports;
+pub mod what_if;
 
 /// How to record a trace, for devices that have none (or one that shows nothing). Words
 /// for people, printed by the analyses' own errors (no moment, no timeline) and by the

@@ -13,11 +13,11 @@
 //! enough, the memory was there but in pieces (fragmentation, private pools) or the
 //! device refused with room to spare (a cap).
 
-use super::attribution::{AttributionOptions, Attributor, GroupBy, GroupKind};
-use super::device::{DeviceReason, choose_device};
-use super::leaks::{LeakReport, LeakSampler};
-use super::oom_what_if::OomWhatIf;
-use super::top::{LiveState, LiveStatePass, Versions, group_live};
+use crate::analysis::device::{DeviceReason, choose_device};
+use crate::analysis::kinds::attribution::{AttributionOptions, Attributor, GroupBy, GroupKind};
+use crate::analysis::moments::leaks::{LeakReport, LeakSampler};
+use crate::analysis::reports::top::{LiveState, LiveStatePass, Versions, group_live};
+use crate::analysis::what_if::oom_what_if::OomWhatIf;
 use crate::devlog::oom_log::OomMessage;
 use crate::model::Snapshot;
 use crate::timeline::Start;
@@ -136,7 +136,7 @@ pub struct PoolFree {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SiteUse {
     /// A call site (see `top`).
-    pub name: super::top::GroupName,
+    pub name: crate::analysis::reports::top::GroupName,
     pub kind: GroupKind,
     pub bytes: u64,
     pub allocations: usize,
@@ -371,12 +371,12 @@ fn fragmentation_knobs(s: Settings) -> Vec<Knob> {
 
 /// part / whole rounded to 4 decimals, at most 1.
 fn share(part: u64, whole: u64) -> f64 {
-    super::share(part.min(whole.max(1)), whole)
+    crate::analysis::share(part.min(whole.max(1)), whole)
 }
 
 /// part / whole in units of 1/10000, rounded, at most 10000.
 fn ten_thousandths(part: u64, whole: u64) -> u64 {
-    super::ten_thousandths(part.min(whole.max(1)), whole)
+    crate::analysis::ten_thousandths(part.min(whole.max(1)), whole)
 }
 
 /// The share of bytes `from..from + part` of the whole: the difference of the rounded
@@ -811,7 +811,7 @@ fn analyze_at(
         site: known
             .stack
             .map(|s| attr.site_name(&attr.stack_site(Some(s)))),
-        frames: super::frames::user_frames(&snap.frames, known.stack, 6),
+        frames: crate::analysis::kinds::frames::user_frames(&snap.frames, known.stack, 6),
         device_free_bytes: known.free,
         device_total_bytes: known.total.map(|t| t.0),
         device_total_source: known.total.map(|t| t.1),
@@ -1018,7 +1018,7 @@ pub fn analyze_oom(
 /// Each recorded OOM of `device` with its what-ifs; a setting they show does not let
 /// the request through is not offered.
 fn attach_what_ifs(snap: &Snapshot, device: i64, analyses: &mut [OomAnalysis]) {
-    use super::oom_what_if::{Tried, refutes, what_ifs};
+    use crate::analysis::what_if::oom_what_if::{Tried, refutes, what_ifs};
     let found = what_ifs(snap, device);
     for a in analyses
         .iter_mut()

@@ -1,19 +1,19 @@
 //! `vramlens budget`: what a run needs on a device, which GPUs it fits, and for a series
 //! of runs at several sizes, what a new size needs.
 
-use super::{attribution_options, read_snapshot};
 use crate::cli::BudgetArgs;
+use crate::cmd::{attribution_options, read_snapshot};
 use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use vramlens::analysis::attribution::Attributor;
+use vramlens::analysis::budget::gpus::{DEFAULT_GPUS, Gpu, find};
 use vramlens::analysis::budget::{
     Caveat, Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, Vary, Verdict, replay_on,
     report, run_budget, size_from_name,
 };
 use vramlens::analysis::device::choose_device;
-use vramlens::analysis::gpus::{DEFAULT_GPUS, Gpu, find};
+use vramlens::analysis::kinds::attribution::Attributor;
 use vramlens::input::ReadOptions;
 use vramlens::render::budget::{write_budget_svg, write_budget_text};
 use vramlens::render::{Style, write_json};
@@ -42,7 +42,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
         .as_deref()
         .map(|v| v.parse().map_err(|e: String| anyhow!("--vary: {e}")))
         .transpose()?;
-    let files = super::expand_inputs(&args.files)?;
+    let files = crate::cmd::expand_inputs(&args.files)?;
     if files.len() > 1 && (!args.nvml.is_empty() || args.log.is_some()) {
         bail!(
             "--nvml and --log measure one run: give them with one snapshot ({} given)",
@@ -53,7 +53,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     let messages = args
         .log
         .as_deref()
-        .map(super::oom::read_oom_log)
+        .map(crate::cmd::oom::read_oom_log)
         .transpose()?;
     // Every device of every file is a run: GPUs do not pool memory, so the one that needs
     // the most decides (`--device` keeps one).
@@ -101,7 +101,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     };
     let report = report(runs, &gpus, headroom, series.as_ref());
     if let Some(o) = &args.output {
-        super::output::write_new_file(o, args.force, |w| write_budget_svg(w, &report))?;
+        crate::cmd::output::write_new_file(o, args.force, |w| write_budget_svg(w, &report))?;
     }
     if args.json {
         write_json(out, &report)?;
@@ -113,7 +113,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
             (Some(s), Some(t)) => match &s.prediction {
                 // Shown, with why it cannot gate (a large held-out error): a failed check.
                 Some(_) if s.caveats.iter().any(Caveat::fails_check) => {
-                    return Err(super::diff::CheckFailed.into());
+                    return Err(crate::cmd::diff::CheckFailed.into());
                 }
                 Some(p) => &p.fits,
                 None => {
@@ -123,7 +123,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
             _ => &report.fits,
         };
         if fits.iter().any(|f| f.verdict != Verdict::Fits) {
-            return Err(super::diff::CheckFailed.into());
+            return Err(crate::cmd::diff::CheckFailed.into());
         }
     }
     Ok(())
@@ -139,13 +139,13 @@ pub(super) fn outside_of(
     utc_offset: i32,
     messages: Option<&[vramlens::devlog::oom_log::OomMessage]>,
 ) -> Result<Outside> {
-    use vramlens::analysis::reconcile::{
+    use vramlens::analysis::device::reconcile::{
         LOG_MARGIN_US, Moment, ReconcileOptions, analyze_reconcile, focus_ranges, snapshot_range,
     };
     if !nvml.is_empty() {
         let keep = snapshot_range(snap, Some(device)).map(|r| r.widen(LOG_MARGIN_US));
         let focus = focus_ranges(snap, Some(device));
-        let log = super::read_device_logs_in(nvml, utc_offset, keep, &focus)?;
+        let log = crate::cmd::read_device_logs_in(nvml, utc_offset, keep, &focus)?;
         let options = ReconcileOptions {
             device: Some(device),
             gpu: None,
@@ -155,7 +155,7 @@ pub(super) fn outside_of(
             let logs: Vec<String> = nvml.iter().map(|p| p.display().to_string()).collect();
             anyhow!(
                 "{}",
-                vramlens::render::reconcile::error_text(&e, &logs.join(", "), None)
+                vramlens::render::device::reconcile::error_text(&e, &logs.join(", "), None)
             )
         })?;
         let ledger = rec

@@ -1,13 +1,13 @@
 //! `vramlens diff` and `vramlens check`: two snapshots by group, and a budget gate.
 
-use super::session::Session;
 use crate::cli::{CheckArgs, DiffArgs};
+use crate::cmd::session::Session;
 use anyhow::{Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use vramlens::analysis::attribution::{AttributionOptions, GroupBy};
-use vramlens::analysis::diff::{CheckOptions, Measured, Metric, check, diff, measure};
-use vramlens::analysis::moment::Moment;
+use vramlens::analysis::kinds::attribution::{AttributionOptions, GroupBy};
+use vramlens::analysis::moments::moment::Moment;
+use vramlens::analysis::reports::diff::{CheckOptions, Measured, Metric, check, diff, measure};
 use vramlens::render::diff::{write_check_text, write_diff_text};
 use vramlens::render::{Style, write_json};
 
@@ -85,7 +85,7 @@ pub fn run_check(args: &CheckArgs, out: &mut dyn Write) -> Result<()> {
         .metric
         .parse()
         .map_err(|e: String| anyhow!("--metric: {e}"))?;
-    let max_peak = super::size_option("--max-peak", args.max_peak.as_deref())?;
+    let max_peak = crate::cmd::size_option("--max-peak", args.max_peak.as_deref())?;
     if max_peak.is_none() && args.baseline.is_none() {
         bail!("give --max-peak SIZE, --baseline SNAPSHOT, or both");
     }

@@ -11,9 +11,9 @@
 //! link, and an OUTDIR holding anything export did not write is written into only with
 //! `--force`.
 
-use super::attribution_options;
-use super::read_snapshot;
 use crate::cli::{ExportArgs, ExportFormat, Shard};
+use crate::cmd::attribution_options;
+use crate::cmd::read_snapshot;
 use anyhow::{Context, Result, anyhow, bail};
 use rayon::prelude::*;
 use serde_json::{Value, json};
@@ -23,10 +23,10 @@ use std::fs::{self, File, OpenOptions};
 use std::hash::{BuildHasher, RandomState};
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::device::check_device;
-use vramlens::analysis::simulate::{FleetFigures, fleet_figures};
-use vramlens::analysis::summary::{DeviceSummary, summary_with};
+use vramlens::analysis::kinds::attribution::{AttributionOptions, Attributor};
+use vramlens::analysis::reports::summary::{DeviceSummary, summary_with};
+use vramlens::analysis::what_if::simulate::{FleetFigures, fleet_figures};
 use vramlens::export::{
     PARTITION_COLUMN, RowCounts, SCHEMA_VERSION, Source, Table, TableWriter, WithSource,
     partition_key, write_events, write_lifetimes, write_snapshot_rows, write_stacks,
@@ -116,13 +116,13 @@ fn read_manifests(out: &Path) -> (Vec<(String, ManifestSeen)>, Vec<String>) {
             continue;
         }
         let path = dir.join(&name);
-        match super::outdir::read_regular(&path) {
+        match crate::cmd::output::outdir::read_regular(&path) {
             Ok(bytes) => {
                 if let Ok(m) = serde_json::from_slice::<ManifestSeen>(&bytes) {
                     found.push((shown, m));
                 }
             }
-            Err(why) => not_read.push(format!("{}: {why}", super::shown_path(&path))),
+            Err(why) => not_read.push(format!("{}: {why}", crate::cmd::shown_path(&path))),
         }
     }
     (found, not_read)
@@ -214,7 +214,7 @@ pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
                 return Err(e)
-                    .with_context(|| format!("cannot check {}", super::shown_path(&path)));
+                    .with_context(|| format!("cannot check {}", crate::cmd::shown_path(&path)));
             }
         }
     }
@@ -241,7 +241,7 @@ pub fn check_output_dir(out: &Path, force: bool, _events: bool) -> Result<()> {
 }
 
 /// Removes the hidden folders of earlier runs that ended before they could clean up
-/// (killed): only those known to be stale ([`super::outdir::is_stale`]: their writer's
+/// (killed): only those known to be stale ([`crate::cmd::output::outdir::is_stale`]: their writer's
 /// lock can be taken on this machine, or they have none and are a day old). A folder
 /// another writer may own (on another machine, in another PID namespace) is left alone;
 /// so is one that cannot be removed (the tables never read it: it is not a table's name).
@@ -265,7 +265,7 @@ fn remove_stale_staging(out: &Path) {
         }
         let path = e.path();
         if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir())
-            && super::outdir::is_stale(&path)
+            && crate::cmd::output::outdir::is_stale(&path)
         {
             let _ = fs::remove_dir_all(&path);
         }
@@ -278,7 +278,7 @@ fn ensure_dir(path: &Path) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let meta = fs::symlink_metadata(path)
-                .with_context(|| format!("cannot check {}", super::shown_path(path)))?;
+                .with_context(|| format!("cannot check {}", crate::cmd::shown_path(path)))?;
             if meta.file_type().is_dir() {
                 Ok(())
             } else {
@@ -289,7 +289,7 @@ fn ensure_dir(path: &Path) -> Result<()> {
                 )
             }
         }
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", super::shown_path(path))),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", crate::cmd::shown_path(path))),
     }
 }
 
@@ -339,7 +339,7 @@ impl Staging {
                         done: false,
                         _lock: None,
                     };
-                    staging._lock = super::outdir::lock_staging(&staging.dir)
+                    staging._lock = crate::cmd::output::outdir::lock_staging(&staging.dir)
                         .with_context(|| format!("cannot write into {}", out.display()))?;
                     return Ok(staging);
                 }
@@ -578,7 +578,7 @@ fn export_file(
     } else {
         let input = hash_input(path, key_path)?;
         let bytes = input.held.as_deref().unwrap_or_default();
-        let read = super::read_snapshot_bytes(bytes, &path.display().to_string());
+        let read = crate::cmd::read_snapshot_bytes(bytes, &path.display().to_string());
         *hashed = Some(input);
         read?
     };
@@ -814,7 +814,7 @@ fn tally<'h>(
                 // The message names the file as given; the manifest as recorded.
                 let given = &recorded.given[i];
                 let error = format!("{e:#}")
-                    .replace(&super::shown_path(given), path)
+                    .replace(&crate::cmd::shown_path(given), path)
                     .replace(&given.display().to_string(), path);
                 entry["error"] = json!(error);
                 t.errors.push(e);
@@ -901,7 +901,7 @@ fn write_exported(
         out,
         "exported {} of {files} files{of_shard} to {} ({}): {}",
         t.keys.len(),
-        super::shown_path(&args.output),
+        crate::cmd::shown_path(&args.output),
         extension(args.format),
         counts.join(", ")
     )?;
@@ -941,7 +941,7 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         bail!(NO_PARQUET);
     }
     let attribution = attribution_options(&args.attribution)?;
-    let inputs = super::expand_inputs_listing(&args.files)?;
+    let inputs = crate::cmd::expand_inputs_listing(&args.files)?;
     let (all, skipped) = (inputs.files, inputs.left_out);
     let shard = args.shard.unwrap_or(Shard { index: 0, count: 1 });
     // Every shard lists the same inputs: the first says what was passed over, once for
@@ -957,7 +957,7 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     // left out), cut together with --redact, so that every shard records them alike.
     let mut listed: Vec<&Path> = all.iter().map(PathBuf::as_path).collect();
     listed.extend(skipped.iter().map(PathBuf::as_path));
-    let mut all_recorded = super::recorded_paths(&listed);
+    let mut all_recorded = crate::cmd::recorded_paths(&listed);
     let skipped_recorded = all_recorded.split_off(all.len());
     let paths = shard_files(&all_recorded, shard);
     let tables = tables(args.events);
@@ -970,7 +970,7 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
         device: args.device,
         attribution: &attribution,
         staging: &staging,
-        redacting: super::redacting(),
+        redacting: crate::cmd::redacting(),
     };
     let (outcomes, hashed): (Vec<Outcome>, Vec<Option<Input>>) = files
         .par_iter()
@@ -1013,6 +1013,6 @@ pub fn run(args: &ExportArgs, out: &mut dyn Write) -> Result<()> {
     match t.errors.len() {
         0 => Ok(()),
         1 => Err(t.errors.remove(0)),
-        _ => Err(super::Failures(t.errors).into()),
+        _ => Err(crate::cmd::Failures(t.errors).into()),
     }
 }

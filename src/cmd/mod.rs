@@ -1,20 +1,17 @@
 //! Glue for each subcommand: read inputs, run an analysis, render.
 
 pub mod budget;
+pub mod charts;
 pub mod diff;
 pub mod export;
-pub mod flamegraph;
 pub mod oom;
-mod outdir;
 pub mod output;
 pub mod reconcile;
 pub mod redact;
 pub mod report;
-pub mod segments;
 pub mod session;
 pub mod simulate;
 pub mod summary;
-pub mod timeline;
 pub mod top;
 
 use anyhow::{Context, Result, anyhow};
@@ -149,7 +146,7 @@ impl std::error::Error for Failures {}
 /// Attribution options from the command line (patterns compiled, rules file read).
 fn attribution_options(
     a: &crate::cli::AttributionArgs,
-) -> Result<vramlens::analysis::attribution::AttributionOptions> {
+) -> Result<vramlens::analysis::kinds::attribution::AttributionOptions> {
     let pattern = |flag: &str, p: &Option<String>| -> Result<Option<regex::Regex>> {
         p.as_deref()
             .map(|p| regex::Regex::new(p).map_err(|e| anyhow!("--{flag} {p:?}: {e}")))
@@ -159,12 +156,12 @@ fn attribution_options(
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read rules file {}", shown_path(path)))?;
-            vramlens::analysis::attribution::parse_rules(&text)
+            vramlens::analysis::kinds::attribution::parse_rules(&text)
                 .map_err(|e| anyhow!("{}: {e}", shown_path(path)))?
         }
         None => Vec::new(),
     };
-    Ok(vramlens::analysis::attribution::AttributionOptions {
+    Ok(vramlens::analysis::kinds::attribution::AttributionOptions {
         keep: pattern("keep", &a.keep)?,
         skip: pattern("skip", &a.skip)?,
         rules,

@@ -1,8 +1,8 @@
 //! `vramlens oom`: post-mortem of the OOMs in snapshots and/or a log.
 
-use super::attribution_options;
-use super::read_snapshot;
 use crate::cli::OomArgs;
+use crate::cmd::attribution_options;
+use crate::cmd::read_snapshot;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::device::check_device;
@@ -72,9 +72,9 @@ pub(super) fn read_oom_log(
     path: &std::path::Path,
 ) -> Result<Vec<vramlens::devlog::oom_log::OomMessage>> {
     let file = vramlens::input::open_side_input(path)
-        .with_context(|| format!("cannot read log {}", super::shown_path(path)))?;
+        .with_context(|| format!("cannot read log {}", crate::cmd::shown_path(path)))?;
     let found = parse_oom_messages_from(file)
-        .with_context(|| format!("cannot read log {}", super::shown_path(path)))?;
+        .with_context(|| format!("cannot read log {}", crate::cmd::shown_path(path)))?;
     if let Some(m) = found.iter().find(|m| m.oversized) {
         bail!(
             "{}: line {}: the out-of-memory message gives a size above 1 PiB (2^50 bytes), more than any device holds, so the log is damaged or edited: {:?}",
@@ -102,7 +102,8 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
     if args.snapshots.is_empty() && args.log.is_none() {
         bail!("give a SNAPSHOT, a --log FILE with OOM messages, or both");
     }
-    let device_total_bytes = super::size_option("--device-total", args.device_total.as_deref())?;
+    let device_total_bytes =
+        crate::cmd::size_option("--device-total", args.device_total.as_deref())?;
     let attribution = attribution_options(&args.attribution)?;
     let messages = match &args.log {
         Some(path) => read_oom_log(path)?,
@@ -126,7 +127,7 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
     }
     let mut errors = Vec::new();
     let mut printed = 0;
-    for path in &super::expand_inputs(&args.snapshots)? {
+    for path in &crate::cmd::expand_inputs(&args.snapshots)? {
         let result = (|| -> Result<OomReport> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
             check_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
@@ -153,6 +154,6 @@ pub fn run(args: &OomArgs, out: &mut dyn Write) -> Result<()> {
     match errors.len() {
         0 => Ok(()),
         1 => Err(errors.remove(0)),
-        _ => Err(super::Failures(errors).into()),
+        _ => Err(crate::cmd::Failures(errors).into()),
     }
 }

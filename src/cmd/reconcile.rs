@@ -1,15 +1,15 @@
 //! `vramlens reconcile`: PyTorch's numbers against the device's (and a profiler trace's).
 
-use super::read_snapshot;
 use crate::cli::ReconcileArgs;
+use crate::cmd::read_snapshot;
 use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::device::check_device;
-use vramlens::analysis::reconcile::{
+use vramlens::analysis::device::reconcile::{
     LOG_MARGIN_US, ReconcileOptions, analyze_reconcile, focus_ranges, snapshot_range,
 };
 use vramlens::input::ReadOptions;
-use vramlens::render::reconcile::{error_text, write_reconcile_text};
+use vramlens::render::device::reconcile::{error_text, write_reconcile_text};
 use vramlens::render::{Style, write_json};
 
 pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
@@ -18,9 +18,9 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
     // Only the readings near the snapshot's trace are kept; the log is streamed.
     let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
     let focus = focus_ranges(&snap, args.device);
-    let log = super::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
-    let trace_path = args.trace.as_deref().map(super::recorded_path);
-    let converted = super::read_profile_trace(args.trace.as_deref())?;
+    let log = crate::cmd::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
+    let trace_path = args.trace.as_deref().map(crate::cmd::recorded_path);
+    let converted = crate::cmd::read_profile_trace(args.trace.as_deref())?;
     let profile = trace_path.as_deref().zip(converted.as_ref());
     let options = ReconcileOptions {
         device: args.device,

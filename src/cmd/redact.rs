@@ -1,8 +1,8 @@
 //! `vramlens redact`: read a snapshot, apply the redaction rules, write it back as a
 //! pickle (through a temporary file), or with `--show` only list what would change.
 
-use super::output::write_new_file_streamed;
 use crate::cli::{RedactArgs, TextModeArg};
+use crate::cmd::output::write_new_file_streamed;
 use anyhow::{Context, Result, bail};
 use std::io::{IsTerminal, Write};
 use std::path::Path;

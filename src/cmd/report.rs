@@ -1,27 +1,30 @@
 //! `vramlens report`: one self-contained HTML file with the analyses of one snapshot, or
 //! of several (the ranks of a job) with a table of them.
 
-use super::attribution_options;
-use super::output::{same_file, write_new_file};
-use super::read_snapshot;
 use crate::cli::ReportArgs;
+use crate::cmd::attribution_options;
+use crate::cmd::output::{same_file, write_new_file};
+use crate::cmd::read_snapshot;
 use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;
 use std::io::Write;
-use vramlens::analysis::attribution::{Attributor, GroupBy};
+use vramlens::analysis::device::reconcile::{LOG_MARGIN_US, focus_ranges, snapshot_range};
+use vramlens::analysis::kinds::attribution::{Attributor, GroupBy};
 use vramlens::analysis::oom::OomOptions;
-use vramlens::analysis::ranks::{analyze_ranks, rank_input};
-use vramlens::analysis::reconcile::{LOG_MARGIN_US, focus_ranges, snapshot_range};
-use vramlens::analysis::report::{Readings, ReportError, ReportOptions, analyze_report_file};
+use vramlens::analysis::reports::ranks::{analyze_ranks, rank_input};
+use vramlens::analysis::reports::report::{
+    Readings, ReportError, ReportOptions, analyze_report_file,
+};
 use vramlens::input::ReadOptions;
+use vramlens::render::device::reconcile::error_text;
 use vramlens::render::html::{Assets, MAX_FILES, MAX_REPORT_BYTES, PageStats, write_report_html};
-use vramlens::render::reconcile::error_text;
 use vramlens::units::bytes;
 
 pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
-    let device_total_bytes = super::size_option("--device-total", args.device_total.as_deref())?;
+    let device_total_bytes =
+        crate::cmd::size_option("--device-total", args.device_total.as_deref())?;
     let attribution = attribution_options(&args.attribution)?;
-    let mut files = super::expand_inputs(&args.files)?;
+    let mut files = crate::cmd::expand_inputs(&args.files)?;
     // A report written into the folder of snapshots is not one of them.
     files.retain(|f| !same_file(f, &args.output));
     if files.is_empty() {
@@ -34,11 +37,11 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
         );
     }
     let messages = match &args.log {
-        Some(path) => super::oom::read_oom_log(path)?,
+        Some(path) => crate::cmd::oom::read_oom_log(path)?,
         None => Vec::new(),
     };
-    let trace_path = args.trace.as_deref().map(super::recorded_path);
-    let converted = super::read_profile_trace(args.trace.as_deref())?;
+    let trace_path = args.trace.as_deref().map(crate::cmd::recorded_path);
+    let converted = crate::cmd::read_profile_trace(args.trace.as_deref())?;
     let options = ReportOptions {
         device: args.device,
         attribution: &attribution,
@@ -47,7 +50,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
         readings: None,
     };
     let logs: Vec<String> =
-        super::recorded_paths(&args.nvml.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+        crate::cmd::recorded_paths(&args.nvml.iter().map(|p| p.as_path()).collect::<Vec<_>>());
     let several = files.len() > 1;
     let results: Vec<Result<_>> = files
         .par_iter()
@@ -60,7 +63,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
             } else {
                 let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
                 let focus = focus_ranges(&snap, args.device);
-                Some(super::read_device_logs_in(
+                Some(crate::cmd::read_device_logs_in(
                     &args.nvml,
                     args.clock.utc_offset,
                     keep,
@@ -107,7 +110,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     match errors.len() {
         0 => {}
         1 => return Err(errors.remove(0)),
-        _ => return Err(super::Failures(errors).into()),
+        _ => return Err(crate::cmd::Failures(errors).into()),
     }
     let ranks = several.then(|| analyze_ranks(inputs, GroupBy::Callsite, 10));
     let mut stats = PageStats::default();
@@ -122,7 +125,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     write!(
         out,
         "{}: {} ({} snapshot{})",
-        super::shown_path(&args.output),
+        crate::cmd::shown_path(&args.output),
         bytes(stats.bytes),
         reports.len(),
         if reports.len() == 1 { "" } else { "s" }

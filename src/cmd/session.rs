@@ -4,14 +4,14 @@
 //! its categories, and the live set at a moment. A command is then its analysis and its
 //! renderer.
 
-use super::{attribution_options, read_snapshot};
 use crate::cli::AttributionArgs;
+use crate::cmd::{attribution_options, read_snapshot};
 use anyhow::{Result, anyhow};
 use std::path::Path;
-use vramlens::analysis::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::device::{DeviceChoice, choose_device};
-use vramlens::analysis::moment::{Moment, ResolvedMoment};
-use vramlens::analysis::top::{LiveState, Versions, resolve_live};
+use vramlens::analysis::kinds::attribution::{AttributionOptions, Attributor};
+use vramlens::analysis::moments::moment::{Moment, ResolvedMoment};
+use vramlens::analysis::reports::top::{LiveState, Versions, resolve_live};
 use vramlens::input::{ReadOptions, SourceInfo};
 use vramlens::model::Snapshot;
 use vramlens::timeline::replay::DeviceReplay;

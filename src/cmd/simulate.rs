@@ -1,14 +1,14 @@
 //! `vramlens simulate`: what if the recorded run met another GPU or other allocator
 //! settings.
 
-use super::read_snapshot;
 use crate::cli::SimulateArgs;
+use crate::cmd::read_snapshot;
 use anyhow::{Result, anyhow, bail};
 use std::io::{IsTerminal, Write};
 use vramlens::allocator::{Profile, Settings};
 use vramlens::analysis::budget::{Outside, OutsideSource};
 use vramlens::analysis::device::choose_device;
-use vramlens::analysis::simulate::{SimulateOptions, analyze_simulate};
+use vramlens::analysis::what_if::simulate::{SimulateOptions, analyze_simulate};
 use vramlens::input::ReadOptions;
 use vramlens::render::simulate::{write_simulate_svg, write_simulate_text};
 use vramlens::render::{Style, write_json};
@@ -36,18 +36,20 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
     let messages = args
         .log
         .as_deref()
-        .map(super::oom::read_oom_log)
+        .map(crate::cmd::oom::read_oom_log)
         .transpose()?;
     let outside = match args.outside {
         Some(b) => Some(Outside::measured(OutsideSource::Given, b)),
-        None if !args.nvml.is_empty() || messages.is_some() => Some(super::budget::outside_of(
-            &snap,
-            &info.path,
-            choice.device,
-            &args.nvml,
-            args.utc_offset,
-            messages.as_deref(),
-        )?),
+        None if !args.nvml.is_empty() || messages.is_some() => {
+            Some(crate::cmd::budget::outside_of(
+                &snap,
+                &info.path,
+                choice.device,
+                &args.nvml,
+                args.utc_offset,
+                messages.as_deref(),
+            )?)
+        }
         None => None,
     };
     let options = SimulateOptions {
@@ -72,7 +74,7 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
     }
     if let Some(path) = &args.output {
         let d = &report.devices[0];
-        super::write_new_file(path, args.force, |w| {
+        crate::cmd::write_new_file(path, args.force, |w| {
             write_simulate_svg(w, &report, d, &d.recorded_series, d.events)
         })?;
     }
@@ -86,7 +88,7 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
             true,
         )?;
         if let Some(path) = &args.output {
-            writeln!(out, "chart: {}", super::shown_path(path))?;
+            writeln!(out, "chart: {}", crate::cmd::shown_path(path))?;
         }
     }
     Ok(())

@@ -2,14 +2,14 @@
 //! files), prints one report per good file in argument order, a table of ranks when there
 //! are several, then one error line per bad file.
 
-use super::read_snapshot;
 use crate::cli::SummaryArgs;
+use crate::cmd::read_snapshot;
 use anyhow::Result;
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
-use vramlens::analysis::attribution::{Attributor, GroupBy};
-use vramlens::analysis::ranks::{analyze_ranks, rank_input};
-use vramlens::analysis::summary::{SummaryOptions, analyze_summary};
+use vramlens::analysis::kinds::attribution::{Attributor, GroupBy};
+use vramlens::analysis::reports::ranks::{analyze_ranks, rank_input};
+use vramlens::analysis::reports::summary::{SummaryOptions, analyze_summary};
 use vramlens::input::ReadOptions;
 use vramlens::render::ranks::write_ranks_text;
 use vramlens::render::summary::write_summary_text;
@@ -20,7 +20,7 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
         device: args.device,
     };
     let read = ReadOptions { progress: true };
-    let files = super::expand_inputs(&args.files)?;
+    let files = crate::cmd::expand_inputs(&args.files)?;
     let ranks = (args.ranks || args.files.iter().any(|f| f.is_dir())) && files.len() > 1;
     // Every file is read (in parallel); the reports of the good ones are printed in
     // argument order, then each bad one gives an error line and the status is 2.
@@ -76,6 +76,6 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
     match errors.len() {
         0 => Ok(()),
         1 => Err(errors.remove(0)),
-        _ => Err(super::Failures(errors).into()),
+        _ => Err(crate::cmd::Failures(errors).into()),
     }
 }

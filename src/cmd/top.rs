@@ -1,12 +1,12 @@
 //! `vramlens top`: what was live at a moment, grouped.
 
-use super::read_snapshot;
-use super::session::Session;
 use crate::cli::TopArgs;
+use crate::cmd::read_snapshot;
+use crate::cmd::session::Session;
 use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
-use vramlens::analysis::attribution::{Attributor, GroupBy};
-use vramlens::analysis::top::analyze_top;
+use vramlens::analysis::kinds::attribution::{Attributor, GroupBy};
+use vramlens::analysis::reports::top::analyze_top;
 use vramlens::input::ReadOptions;
 use vramlens::render::top::write_top_text;
 use vramlens::render::{Style, write_json};
@@ -14,7 +14,7 @@ use vramlens::render::{Style, write_json};
 pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     let by = args.by;
     let options = Session::options(&args.attribution)?;
-    let files = super::expand_inputs(&args.files)?;
+    let files = crate::cmd::expand_inputs(&args.files)?;
     if files.len() > 1 {
         return run_ranks(&files, by, &options, args, out);
     }
@@ -35,7 +35,7 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     if args.leaks {
         let r = session.replay();
         let at = report.moment.event.map(|e| e as usize);
-        report.leaks = Some(vramlens::analysis::leaks::find_leaks(
+        report.leaks = Some(vramlens::analysis::moments::leaks::find_leaks(
             snap, &r, &attr, by, at,
         ));
     }
@@ -52,7 +52,7 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
 fn run_ranks(
     files: &[std::path::PathBuf],
     by: GroupBy,
-    options: &vramlens::analysis::attribution::AttributionOptions,
+    options: &vramlens::analysis::kinds::attribution::AttributionOptions,
     args: &TopArgs,
     out: &mut dyn Write,
 ) -> Result<()> {
@@ -62,11 +62,11 @@ fn run_ranks(
         .map(|path| -> Result<_> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
             let mut attr = Attributor::new(&snap.frames, options);
-            vramlens::analysis::ranks::rank_input(&snap, &info.path, &mut attr, by)
+            vramlens::analysis::reports::ranks::rank_input(&snap, &info.path, &mut attr, by)
                 .ok_or_else(|| anyhow!("{}: the file has no device", info.path))
         })
         .collect::<Result<_>>()?;
-    let report = vramlens::analysis::ranks::analyze_ranks(inputs, by, args.limit);
+    let report = vramlens::analysis::reports::ranks::analyze_ranks(inputs, by, args.limit);
     if args.json {
         write_json(out, &report)?;
     } else {

@@ -14,8 +14,8 @@ pub mod jsonl;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 
-use crate::analysis::attribution::{Attributor, GroupKey, GroupKind, Site};
-use crate::analysis::summary::{DeviceSummary, Summary, SummaryPass};
+use crate::analysis::kinds::attribution::{Attributor, GroupKey, GroupKind, Site};
+use crate::analysis::reports::summary::{DeviceSummary, Summary, SummaryPass};
 use crate::model::{Action, Snapshot, StackId};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, PoolLookup, Running};
 use crate::timeline::{Lifetime, Origin};
@@ -441,7 +441,7 @@ fn stack_cell(snap: &Snapshot, stack: Option<StackId>) -> Cell<'static> {
 pub fn write_snapshot_rows(
     summary: &Summary,
     source: &Source,
-    simulated: &[(i64, crate::analysis::simulate::FleetFigures)],
+    simulated: &[(i64, crate::analysis::what_if::simulate::FleetFigures)],
     out: &mut dyn TableWriter,
 ) -> io::Result<()> {
     let empty = DeviceSummary::default();
@@ -534,7 +534,7 @@ struct Names {
 struct SiteNames<'f> {
     attr: Attributor<'f>,
     /// The categories of each device, in the order of the replays.
-    devices: Vec<crate::analysis::categories::DeviceCategories<'f>>,
+    devices: Vec<crate::analysis::kinds::categories::DeviceCategories<'f>>,
     /// One slot per stack id, then one for "no stack" and one for "before recording".
     slots: Vec<Option<Names>>,
 }
@@ -543,7 +543,7 @@ impl<'f> SiteNames<'f> {
     fn new(attr: Attributor<'f>, replays: &[DeviceReplay<'f>]) -> Self {
         let devices = replays
             .iter()
-            .map(|r| crate::analysis::categories::DeviceCategories::build(r, &attr))
+            .map(|r| crate::analysis::kinds::categories::DeviceCategories::build(r, &attr))
             .collect();
         SiteNames {
             slots: vec![None; attr.frames().stack_count() + 2],
@@ -557,7 +557,7 @@ impl<'f> SiteNames<'f> {
         let callsite = self.attr.site_name(&site);
         let kind = Attributor::kind(&GroupKey::Site(site));
         Names {
-            short: crate::render::labels::group_display(&callsite, kind),
+            short: crate::render::words::labels::group_display(&callsite, kind),
             callsite,
             kind,
         }
@@ -568,7 +568,7 @@ impl<'f> SiteNames<'f> {
         &self,
         device: usize,
         l: &Lifetime,
-    ) -> (&str, crate::analysis::categories::Decision) {
+    ) -> (&str, crate::analysis::kinds::categories::Decision) {
         let d = match self.devices.get(device) {
             Some(c) => c.decide(&self.attr, l),
             None => self.attr.decide(l),
@@ -1036,7 +1036,7 @@ mod tests {
     }
 
     fn lifetimes_of(snap: &Snapshot, rows: &mut Rows) -> io::Result<Vec<DeviceSummary>> {
-        let options = crate::analysis::attribution::AttributionOptions::default();
+        let options = crate::analysis::kinds::attribution::AttributionOptions::default();
         let mut out = rows;
         write_lifetimes(
             snap,

@@ -89,7 +89,7 @@ pub struct Annotation {
 }
 
 /// Something met while reading a file that is not an error: what it was, with the names
-/// and numbers that say it. The sentence for each is `render::warnings`'s.
+/// and numbers that say it. The sentence for each is `render::words::warnings`'s.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Warning {
     /// A `time_us` beyond 2^53 us of 1970, taken as absent.

@@ -2,12 +2,12 @@
 //! fit and prediction with its caveats (text); the budgets as stacked bars against each
 //! device's capacity (SVG).
 
-use super::Style;
-use super::svg::{Svg, category_color, escape, num};
 use crate::analysis::budget::{
     BudgetLine, BudgetReport, Caveat, Fit, Line, MAX_HELD_OUT_ERROR, MIN_SHARED_SHARE,
     OutsideSource, RunBudget, Series, Vary, Verdict, sum_bytes,
 };
+use crate::render::Style;
+use crate::render::charts::svg::{Svg, category_color, escape, num};
 use crate::units::bytes;
 use crate::units::shown;
 use std::io::{self, Write};
@@ -111,7 +111,7 @@ fn decided(l: &BudgetLine, r: &RunBudget) -> String {
                     c.category,
                     bytes(c.bytes),
                     if e.inferred { "~" } else { "" },
-                    super::evidence::words(&e.evidence)
+                    crate::render::words::evidence::words(&e.evidence)
                 )
             })
             .collect::<Vec<_>>()
@@ -125,7 +125,7 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
         "{}: device {}, {}",
         shown(&r.path),
         r.device,
-        super::labels::moment_text(&r.moment)
+        crate::render::words::labels::moment_text(&r.moment)
     )?;
     if !r.moment.has_timeline {
         writeln!(
@@ -453,7 +453,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
                     .map(|d| {
                         format!(
                             "{} {} ({}{}, {})",
-                            super::labels::short_frame(&d.callsite),
+                            crate::render::words::labels::short_frame(&d.callsite),
                             d.category,
                             if d.change_bytes < 0 { "-" } else { "+" },
                             bytes(d.change_bytes.unsigned_abs()),
@@ -505,9 +505,9 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
 pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
     write_run(out, r)?;
     let headroom = 0.1;
-    let fits: Vec<Fit> = crate::analysis::gpus::DEFAULT_GPUS
+    let fits: Vec<Fit> = crate::analysis::budget::gpus::DEFAULT_GPUS
         .iter()
-        .filter_map(|g| crate::analysis::gpus::find(g).ok())
+        .filter_map(|g| crate::analysis::budget::gpus::find(g).ok())
         .map(|g| crate::analysis::budget::fit(&g, r.total_bytes, headroom))
         .collect();
     writeln!(out, "on one device, with {:.0}% headroom", headroom * 100.0)?;
@@ -684,7 +684,8 @@ const TICKS: f64 = 4.0;
 fn tick_step(max: u64) -> (f64, &'static str, u64) {
     let (name, unit) = crate::units::binary_unit(max.max(1));
     let raw = (max.max(1) as f64 / unit as f64 / TICKS).max(1e-6);
-    let step = super::svg::round_step(raw * (1.0 - 1e-9), &[1.0, 2.0, 4.0, 5.0, 10.0]);
+    let step =
+        crate::render::charts::svg::round_step(raw * (1.0 - 1e-9), &[1.0, 2.0, 4.0, 5.0, 10.0]);
     (step, name, unit)
 }
 
@@ -700,7 +701,7 @@ fn tick_label(value: f64, name: &str) -> String {
 fn draw_ticks(svg: &mut Svg, c: &Chart) -> io::Result<()> {
     let (step, name, unit) = tick_step(c.data_top);
     // Counted, and at most MAX_TICKS of them, whatever the top.
-    for k in 0..super::svg::MAX_TICKS {
+    for k in 0..crate::render::charts::svg::MAX_TICKS {
         let value = step * k as f64;
         let b = value * unit as f64;
         if b.is_nan() || b > c.top * (1.0 + 1e-9) {
@@ -882,7 +883,7 @@ mod chart_tests {
     /// the need), not a share of the capacity beside a share of the need.
     #[test]
     fn a_fit_states_the_headroom_in_bytes() {
-        let gpu = crate::analysis::gpus::Gpu {
+        let gpu = crate::analysis::budget::gpus::Gpu {
             name: "40 GiB".into(),
             capacity_bytes: 40 << 30,
             source: "given as a size",

@@ -1,10 +1,10 @@
 //! Text rendering of a [`DiffReport`] and a [`CheckReport`].
 
-use super::Style;
-use super::labels::{group_name_display, moment_text};
-use crate::analysis::diff::{
+use crate::analysis::reports::diff::{
     Change, CheckReport, DiffReport, GroupChange, LimitKind, Metric, merge_rest,
 };
+use crate::render::Style;
+use crate::render::words::labels::{group_name_display, moment_text};
 use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};
@@ -105,12 +105,12 @@ pub fn write_check_text(out: &mut dyn Write, r: &CheckReport, style: Style) -> i
                 Some(m) if !m.has_timeline => format!(
                     "{metric} {}, {}",
                     bytes(r.peak_bytes),
-                    super::labels::moment_text(m)
+                    crate::render::words::labels::moment_text(m)
                 ),
                 Some(m) => format!(
                     "{metric} {} {}",
                     bytes(r.peak_bytes),
-                    super::labels::moment_text(m)
+                    crate::render::words::labels::moment_text(m)
                 ),
             }
         ))

@@ -1,35 +1,24 @@
 //! Renderers: report structs to text for people, JSON for scripts, SVG charts and the
 //! one-page HTML report ([`html`]), written to any `io::Write`. No analysis happens here.
 
-pub mod align;
 pub mod budget;
-pub mod device_memory;
+pub mod charts;
+pub mod device;
 pub mod diff;
-pub mod evidence;
-pub mod flame_svg;
 pub mod html;
-pub mod labels;
-pub mod live;
-pub mod markup;
+pub mod moments;
 pub mod oom;
 pub mod ranks;
-pub mod reconcile;
 pub mod redact;
-pub mod segments_svg;
-pub mod segments_text;
 pub mod simulate;
 pub mod summary;
-pub mod svg;
-pub mod terminal;
-pub mod timeline_svg;
-pub mod timeline_text;
 pub mod top;
-pub mod warnings;
+pub mod words;
 
 use std::io::{self, Write};
 
 /// Text styling: bold headings only on a terminal, never with NO_COLOR. The styles are
-/// markers that [`terminal::TerminalText`] turns into escape codes (file content cannot
+/// markers that [`words::terminal::TerminalText`] turns into escape codes (file content cannot
 /// forge them); text styled with colour must be written through it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Style {
@@ -47,7 +36,7 @@ impl Style {
 
     pub fn heading(&self, s: &str) -> String {
         if self.color {
-            styled(terminal::Mark::Heading, s)
+            styled(words::terminal::Mark::Heading, s)
         } else {
             s.to_string()
         }
@@ -55,18 +44,18 @@ impl Style {
 
     pub fn warn(&self, s: &str) -> String {
         if self.color {
-            styled(terminal::Mark::Warning, s)
+            styled(words::terminal::Mark::Warning, s)
         } else {
             s.to_string()
         }
     }
 }
 
-fn styled(mark: terminal::Mark, s: &str) -> String {
+fn styled(mark: words::terminal::Mark, s: &str) -> String {
     format!(
         "{}{s}{}",
-        terminal::marker(mark),
-        terminal::marker(terminal::Mark::Reset)
+        words::terminal::marker(mark),
+        words::terminal::marker(words::terminal::Mark::Reset)
     )
 }
 
@@ -89,7 +78,7 @@ impl serde_json::ser::Formatter for SafeJson {
         let mut run = 0;
         for (i, c) in fragment.char_indices() {
             if ('\u{7f}'..='\u{9f}').contains(&c)
-                || c == terminal::MARK
+                || c == words::terminal::MARK
                 || crate::units::is_bidi_control(c)
                 || crate::units::is_noncharacter(c)
             {

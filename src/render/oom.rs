@@ -1,10 +1,10 @@
 //! Text rendering of an [`OomReport`]: the figures, then the verdicts in plain words.
 
-use super::Style;
-use super::labels::{group_display, group_name_display};
-use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceReason;
+use crate::analysis::kinds::attribution::GroupKind;
 use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Verdict};
+use crate::render::Style;
+use crate::render::words::labels::{group_display, group_name_display};
 use crate::units::shown;
 use crate::units::{bytes, percent, utc_time};
 use std::io::{self, Write};
@@ -263,7 +263,7 @@ pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io:
 
 /// The settings replayed through the allocator model at the OOM's capacity.
 fn write_what_if(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
-    use crate::analysis::oom_what_if::Tried;
+    use crate::analysis::what_if::oom_what_if::Tried;
     let Some(w) = &a.what_if else {
         return Ok(());
     };
@@ -684,7 +684,7 @@ pub fn write_oom_text(out: &mut dyn Write, r: &OomReport, style: Style) -> io::R
         writeln!(
             out,
             "  sharding is on already (the stacks have frames of {}): not proposed",
-            super::labels::short_path(file)
+            crate::render::words::labels::short_path(file)
         )?;
     }
     for (device, n) in &r.more_oom_events {

@@ -1,9 +1,9 @@
 //! Text rendering of a [`RanksReport`].
 
-use super::Style;
-use super::labels::{clip, group_name_display, group_name_text, tiny_frame};
-use crate::analysis::attribution::GroupKind;
-use crate::analysis::ranks::{OUTLIER_MARGIN, RanksReport};
+use crate::analysis::kinds::attribution::GroupKind;
+use crate::analysis::reports::ranks::{OUTLIER_MARGIN, RanksReport};
+use crate::render::Style;
+use crate::render::words::labels::{clip, group_name_display, group_name_text, tiny_frame};
 use crate::units::shown;
 use crate::units::{bytes, bytes_signed};
 use std::io::{self, Write};

@@ -1,8 +1,8 @@
 //! Text and JSON for `vramlens redact`: what was removed, and with `--show` every
 //! distinct string that changed.
 
-use super::Style;
 use crate::redact::{Field, RedactReport, SCHEMA_VERSION, TextMode};
+use crate::render::Style;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};

@@ -3,15 +3,15 @@
 //! and why, the smallest device), then the table of scenarios; the chart draws reserved
 //! memory over the trace per scenario against the recorded line and each capacity.
 
-use super::Style;
-use super::labels::{device_line, short_frame};
-use super::svg::{Svg, num};
 use crate::allocator::identity::{DivergenceKind, Identity, OomLimit};
 use crate::allocator::scenario::OomCause;
 use crate::analysis::budget::OutsideSource;
-use crate::analysis::simulate::{
+use crate::analysis::what_if::simulate::{
     CapacitySource, DeviceSimulation, OomAt, ScenarioReport, SimulateReport,
 };
+use crate::render::Style;
+use crate::render::charts::svg::{Svg, num};
+use crate::render::words::labels::{device_line, short_frame};
 use crate::units::{bytes, count, grouped, shown, utc_time};
 use std::io::{self, Write};
 
@@ -485,7 +485,10 @@ fn tick_step(max: f64) -> (f64, f64, &'static str) {
     } else {
         (mib, "MiB")
     };
-    let step = super::svg::round_step((max / unit / 4.0).max(1e-9), &[1.0, 2.0, 5.0, 10.0]);
+    let step = crate::render::charts::svg::round_step(
+        (max / unit / 4.0).max(1e-9),
+        &[1.0, 2.0, 5.0, 10.0],
+    );
     (step * unit, unit, name)
 }
 
@@ -526,7 +529,7 @@ pub fn write_simulate_svg(
         |e: Option<u32>| LEFT + plot_w * e.map_or(0.0, |e| (e + 1) as f64) / events.max(1) as f64;
     let y_of = |b: u64| TOP + plot_h * (1.0 - b as f64 / top_value);
     svg.text(LEFT, 22.0, "start", r#" font-size="14""#, &title)?;
-    for v in super::svg::axis_ticks(0.0, top_value + step / 2.0, step) {
+    for v in crate::render::charts::svg::axis_ticks(0.0, top_value + step / 2.0, step) {
         let y = y_of(v as u64);
         svg.line(LEFT, y, WIDTH - RIGHT, y, r##" stroke="#e0e0e0""##)?;
         let label = format!("{} {unit_name}", num(v / unit));

@@ -1,7 +1,7 @@
 //! Text rendering of [`Summary`]: aligned label/value rows, binary units.
 
-use super::Style;
-use crate::analysis::summary::{DeviceSummary, Summary, TraceSummary, TruncationEvidence};
+use crate::analysis::reports::summary::{DeviceSummary, Summary, TraceSummary, TruncationEvidence};
+use crate::render::Style;
 use crate::units::shown;
 use crate::units::{bytes, duration_us, percent, utc_time};
 use std::io::{self, Write};
@@ -409,13 +409,13 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
             .layout
             .evidence
             .iter()
-            .map(|&e| super::labels::layout_evidence_text(e))
+            .map(|&e| crate::render::words::labels::layout_evidence_text(e))
             .collect();
         row(out, "layout evidence", words.join(", "))?;
     }
     if !s.warnings.is_empty() {
         writeln!(out, "{}", style.heading("warnings"))?;
-        for (message, count) in super::warnings::warning_lines(&s.warnings) {
+        for (message, count) in crate::render::words::warnings::warning_lines(&s.warnings) {
             let times = if count > 1 {
                 format!(" ({count} times)")
             } else {

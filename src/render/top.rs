@@ -1,34 +1,36 @@
 //! Text rendering of a [`TopReport`].
 
-use super::Style;
-use super::labels::{MomentTotals, group_display, group_name_display, write_moment_heading};
-use crate::analysis::attribution::GroupKind;
 use crate::analysis::device::DeviceChoice;
-use crate::analysis::leaks::LeakReport;
-use crate::analysis::top::TopReport;
+use crate::analysis::kinds::attribution::GroupKind;
+use crate::analysis::moments::leaks::LeakReport;
+use crate::analysis::reports::top::TopReport;
+use crate::render::Style;
+use crate::render::words::labels::{
+    MomentTotals, group_display, group_name_display, write_moment_heading,
+};
 use crate::units::bytes;
 use std::io::{self, Write};
 
 fn by_name(report: &TopReport) -> &'static str {
     match report.by {
-        crate::analysis::attribution::GroupBy::Callsite => "call site",
-        crate::analysis::attribution::GroupBy::Category => "category",
-        crate::analysis::attribution::GroupBy::Stack => "stack",
-        crate::analysis::attribution::GroupBy::File => "file",
+        crate::analysis::kinds::attribution::GroupBy::Callsite => "call site",
+        crate::analysis::kinds::attribution::GroupBy::Category => "category",
+        crate::analysis::kinds::attribution::GroupBy::Stack => "stack",
+        crate::analysis::kinds::attribution::GroupBy::File => "file",
     }
 }
 
 /// What decided a category group's bytes: its two largest parts by evidence, with
 /// their bytes when there are several.
-fn decided_by(g: &crate::analysis::top::Group) -> String {
+fn decided_by(g: &crate::analysis::reports::top::Group) -> String {
     let Some(part) = g.categories.first() else {
         return String::new();
     };
-    let word = |e: &crate::analysis::categories::EvidencePart| {
+    let word = |e: &crate::analysis::kinds::categories::EvidencePart| {
         format!(
             "{}{}",
             if e.inferred { "~" } else { "" },
-            crate::render::evidence::words(&e.evidence)
+            crate::render::words::evidence::words(&e.evidence)
         )
     };
     match &part.by_evidence[..] {
@@ -53,7 +55,7 @@ fn decided_by(g: &crate::analysis::top::Group) -> String {
 
 /// A group's category as the table shows it: `~` when inferred, and the main category's
 /// share when the group holds others too.
-fn category_cell(g: &crate::analysis::top::Group) -> String {
+fn category_cell(g: &crate::analysis::reports::top::Group) -> String {
     if g.category.is_empty() {
         return String::new();
     }
@@ -87,7 +89,7 @@ pub fn write_top_text(
     if r.groups.is_empty() {
         return writeln!(out, "  nothing was live");
     }
-    let by_category = r.by == crate::analysis::attribution::GroupBy::Category;
+    let by_category = r.by == crate::analysis::kinds::attribution::GroupBy::Category;
     let width = r
         .groups
         .iter()

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use vramlens::analysis::summary::{SummaryOptions, analyze_summary};
+use vramlens::analysis::reports::summary::{SummaryOptions, analyze_summary};
 use vramlens::input::{ReadOptions, read_snapshot};
 
 pub fn root() -> PathBuf {

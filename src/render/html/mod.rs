@@ -13,21 +13,21 @@
 //! maps, then the category timeline, flame graphs, tables) are replaced by a note with the
 //! command that draws them.
 
-use super::Style;
-use super::flame_svg::{FlameTitle, write_flame_svg};
-use super::labels::{group_name_display, moment_text};
-use super::oom::{verdict_text, write_analysis};
-use super::reconcile::write_reconcile_text;
-use super::segments_svg::write_segments_svg;
-use super::summary::write_summary_text;
-use super::timeline_svg::{ChartTitle, write_timeline_svg};
-use crate::analysis::attribution::GroupKind;
-use crate::analysis::chart::TimelineView;
-use crate::analysis::moment::MomentKind;
+use crate::analysis::kinds::attribution::GroupKind;
+use crate::analysis::moments::chart::TimelineView;
+use crate::analysis::moments::moment::MomentKind;
 use crate::analysis::oom::Role;
-use crate::analysis::ranks::RanksReport;
-use crate::analysis::report::{DeviceReport, FileReport, MomentReport};
-use crate::analysis::summary::DeviceSummary;
+use crate::analysis::reports::ranks::RanksReport;
+use crate::analysis::reports::report::{DeviceReport, FileReport, MomentReport};
+use crate::analysis::reports::summary::DeviceSummary;
+use crate::render::Style;
+use crate::render::charts::flame_svg::{FlameTitle, write_flame_svg};
+use crate::render::charts::segments_svg::write_segments_svg;
+use crate::render::charts::timeline_svg::{ChartTitle, write_timeline_svg};
+use crate::render::device::reconcile::write_reconcile_text;
+use crate::render::oom::{verdict_text, write_analysis};
+use crate::render::summary::write_summary_text;
+use crate::render::words::labels::{group_name_display, moment_text};
 use crate::units::{bytes, percent};
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -46,12 +46,12 @@ const FILES_BUDGET: usize = 8_800_000;
 /// Files in one report at most (each keeps its headline figures).
 pub const MAX_FILES: usize = 1024;
 
-/// Text for HTML content or an attribute value ([`super::markup::html`]): markup
+/// Text for HTML content or an attribute value ([`crate::render::charts::markup::html`]): markup
 /// characters as references, control characters shown as visible text, noncharacters
 /// replaced, and `://` broken so that no address can be
 /// read out of the page.
 pub fn escape_html(s: &str) -> String {
-    break_addresses(super::markup::html(s))
+    break_addresses(crate::render::charts::markup::html(s))
 }
 
 /// `scheme://` written as `scheme:&#47;/`: the same text to a reader, no address in the bytes.
@@ -461,7 +461,9 @@ fn live_table(m: &MomentReport) -> String {
             "<span class=\"swatch\" style=\"background:{}\"></span>",
             g.name
                 .key()
-                .map_or("#c8c8c8", |k| super::svg::group_color(k, g.kind))
+                .map_or("#c8c8c8", |k| crate::render::charts::svg::group_color(
+                    k, g.kind
+                ))
         );
         let site = if g.frames.is_empty() {
             format!("{swatch}{}", escape_html(&name))
@@ -655,8 +657,8 @@ fn oom_section(d: &DeviceReport, id: &str) -> io::Result<String> {
 }
 
 /// The device's memory at an OOM: a column per source, and why they differ.
-fn ledger_html(l: &crate::analysis::device_memory::OomLedger) -> String {
-    let t = crate::render::device_memory::ledger_table(l);
+fn ledger_html(l: &crate::analysis::device::device_memory::OomLedger) -> String {
+    let t = crate::render::device::device_memory::ledger_table(l);
     let mut out = String::from(
         "<h4>Device memory at the OOM</h4>\n<table class=\"ledger\">\n<thead><tr><th></th>",
     );
@@ -688,7 +690,7 @@ fn warnings_section(f: &FileReport, id: &str) -> String {
         out.push_str("<p>None: every part of the file was read as expected.</p>\n");
     } else {
         out.push_str("<ul class=\"warnings\">\n");
-        for (message, count) in crate::render::warnings::warning_lines(&f.summary.warnings) {
+        for (message, count) in crate::render::words::warnings::warning_lines(&f.summary.warnings) {
             let times = if count > 1 {
                 format!(" ({count} times)")
             } else {
@@ -1122,7 +1124,7 @@ fn ranks_section(out: &mut String, r: &RanksReport, files: &[&str]) {
     }
     out.push_str("</tbody>\n</table>\n");
     let mut text = Vec::new();
-    if super::ranks::write_ranks_text(&mut text, r, Style::default()).is_ok() {
+    if crate::render::ranks::write_ranks_text(&mut text, r, Style::default()).is_ok() {
         let _ = writeln!(
             out,
             "<details><summary>Outliers and what differs between the largest and the median file</summary><pre>{}</pre></details>",

@@ -1,0 +1,434 @@
+//! `simulate`: the recorded requests replayed through the allocator model under other
+//! capacities and settings, after the check of how well the model reproduces the
+//! recording.
+//!
+//! Takes a snapshot and [`SimulateOptions`] (devices to fit, memory outside the
+//! allocator, settings to try); gives a [`SimulateReport`]: per device the identity
+//! replay's counts and, for each scenario (each setting, the recording's own first, at
+//! each capacity), the peak of reserved memory, what the allocator did, the first
+//! out-of-memory error and the smallest device that runs the requests. Scenarios run in
+//! parallel; the report is the same for any number of threads.
+
+use crate::allocator::identity::{Identity, NotReplayable, Prepared, check};
+use crate::allocator::scenario::{
+    FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, min_capacity, min_capacity_searched,
+    run, unlimited,
+};
+use crate::allocator::{Profile, Settings};
+use crate::analysis::budget::Outside;
+use crate::analysis::budget::gpus::Gpu;
+use crate::analysis::device::DeviceChoice;
+use crate::analysis::kinds::frames::{display_frames, headline_frame};
+use crate::model::Snapshot;
+use serde::Serialize;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What to simulate.
+#[derive(Clone, Debug, Default)]
+pub struct SimulateOptions {
+    /// Devices to fit (each a capacity).
+    pub gpus: Vec<Gpu>,
+    /// Memory outside the allocator on those devices (None: assumed, as `budget` does).
+    pub outside: Option<Outside>,
+    /// Settings to try beside the recording's own: (the text as given, the settings).
+    pub alloc_confs: Vec<(String, Settings)>,
+    /// The PyTorch release to model (None: guessed from the file).
+    pub profile: Option<Profile>,
+    /// Search the smallest capacity of each setting (a bisection: a dozen replays).
+    pub min_capacity: bool,
+}
+
+/// Where a scenario's capacity comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    /// A `--gpu`: the device's memory, less the memory outside the allocator.
+    Gpu,
+    /// The recorded OOM: what the allocator held then plus what the device said was free.
+    RecordedOom,
+    /// No limit: what the requests reach when nothing refuses them.
+    Unlimited,
+}
+
+/// The first OOM of a scenario, with where it was asked for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OomAt {
+    pub event: u32,
+    pub time_us: Option<i64>,
+    pub request_bytes: u64,
+    pub rounded_bytes: u64,
+    pub stream: u64,
+    /// The frame that asked (innermost user frame), and the frames.
+    pub callsite: Option<String>,
+    pub frames: Vec<String>,
+    /// Live memory (requested bytes, and block bytes) and reserved memory then.
+    pub live_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub cause: OomCause,
+    /// The recording ran out of memory at this request too.
+    pub recorded: bool,
+}
+
+/// One scenario's answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ScenarioReport {
+    /// The settings as given with `--alloc-conf`, or the recording's own in
+    /// `PYTORCH_CUDA_ALLOC_CONF` syntax ("": all defaults).
+    pub alloc_conf: String,
+    /// The settings in effect, in that syntax, keys at their defaults left out.
+    pub effective_alloc_conf: String,
+    /// `garbage_collection_threshold` is set without a memory fraction, so garbage
+    /// collection never runs (PyTorch acts on it only under a fraction).
+    pub gc_inactive: bool,
+    /// The recording's own settings.
+    pub baseline: bool,
+    /// The `--gpu` fitted, when the capacity is a device's.
+    pub gpu: Option<String>,
+    pub capacity_source: CapacitySource,
+    /// The memory the scenario gives (the device's for a `--gpu`, the allocator's
+    /// share at the recorded OOM); null: unlimited.
+    pub capacity_bytes: Option<u64>,
+    /// Of it, what the allocator may hold (less the memory outside it).
+    pub allocator_capacity_bytes: Option<u64>,
+    pub peak_reserved_bytes: u64,
+    pub peak_event: Option<u32>,
+    pub peak_time_us: Option<i64>,
+    /// Reserved minus allocated at the peak: cache and fragmentation then.
+    pub reserved_minus_allocated_at_peak_bytes: u64,
+    /// `cudaMalloc` calls and mappings of expandable pages.
+    pub segments_created: u64,
+    /// `cudaFree` calls and unmappings.
+    pub segments_freed: u64,
+    /// Cache flushes of the out-of-memory retry (each synchronises the device).
+    pub retry_flushes: u64,
+    pub first_oom: Option<OomAt>,
+    /// Recorded OOMs this scenario let through.
+    pub recorded_ooms_passed: u64,
+    /// The smallest device memory that runs the requests under these settings (the
+    /// allocator's need plus the memory outside it); null when not searched.
+    pub min_capacity_bytes: Option<u64>,
+    /// Blocks from before recording were placed first, in address order (an inference).
+    pub start_replaced: bool,
+    /// The blocks alive before recording do not fit in the capacity.
+    pub start_does_not_fit: Option<StartDoesNotFit>,
+    /// Reserved bytes after each trace entry that changed them (for charts).
+    #[serde(skip)]
+    pub series: Vec<(Option<u32>, u64)>,
+}
+
+/// One device.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeviceSimulation {
+    pub device: i64,
+    pub profile: Profile,
+    pub profile_guessed: bool,
+    /// The recording's settings in `PYTORCH_CUDA_ALLOC_CONF` syntax, and whether the
+    /// file records them (before PyTorch 2.3 it does not: the defaults are assumed).
+    pub recorded_alloc_conf: String,
+    pub settings_recorded: bool,
+    pub identity: Identity,
+    pub outside: Outside,
+    pub scenarios: Vec<ScenarioReport>,
+    /// Reserved bytes as recorded, after each segment event (for charts).
+    #[serde(skip)]
+    pub recorded_series: Vec<(Option<u32>, u64)>,
+    /// Entries of the device's trace.
+    #[serde(skip)]
+    pub events: u32,
+}
+
+/// A device that cannot be simulated, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NotSimulated {
+    pub device: i64,
+    pub reason: NotReplayable,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimulateReport {
+    pub schema_version: u32,
+    pub path: String,
+    /// The device simulated and why it was chosen (the one rule of every command).
+    pub choice: DeviceChoice,
+    /// The device simulated (one; a list so that a later version can give more).
+    pub devices: Vec<DeviceSimulation>,
+    /// The chosen device when it cannot be simulated, and why.
+    pub not_simulated: Vec<NotSimulated>,
+}
+
+/// Simulates the chosen device of `snap`.
+pub fn analyze_simulate(
+    snap: &Snapshot,
+    path: &str,
+    choice: &DeviceChoice,
+    options: &SimulateOptions,
+) -> SimulateReport {
+    let mut out = SimulateReport {
+        schema_version: SCHEMA_VERSION,
+        path: path.to_string(),
+        choice: choice.clone(),
+        devices: Vec::new(),
+        not_simulated: Vec::new(),
+    };
+    match simulate_one(snap, choice.device, options) {
+        Ok(d) => out.devices.push(d),
+        Err(n) => out.not_simulated.push(n),
+    }
+    out
+}
+
+/// The simulation of one device, or why there is none.
+pub fn simulate_one(
+    snap: &Snapshot,
+    device: i64,
+    options: &SimulateOptions,
+) -> Result<DeviceSimulation, NotSimulated> {
+    let p = Prepared::new(snap, device, options.profile)
+        .map_err(|reason| NotSimulated { device, reason })?;
+    Ok(simulate_device(snap, &p, options))
+}
+
+/// A capacity to try.
+struct Capacity {
+    source: CapacitySource,
+    gpu: Option<String>,
+    device_bytes: Option<u64>,
+    allocator_bytes: Option<u64>,
+    total_memory: Option<u64>,
+}
+
+fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> DeviceSimulation {
+    // The check and the scenarios are independent replays.
+    let (identity, scenarios) = rayon::join(|| check(snap, p), || scenarios_of(snap, p, options));
+    let outside = outside_of(options);
+    let trace = snap.trace(p.device);
+    let mut recorded_series = vec![(None, p.start.reserved)];
+    let mut reserved = p.start.reserved as i128;
+    for o in &p.requests.outputs {
+        match o.action {
+            crate::model::Action::SegmentAlloc | crate::model::Action::SegmentMap => {
+                reserved += o.size as i128
+            }
+            _ => reserved -= o.size as i128,
+        }
+        recorded_series.push((Some(o.event), reserved.max(0) as u64));
+    }
+    DeviceSimulation {
+        recorded_series,
+        events: trace.map_or(0, |t| t.len() as u32),
+        device: p.device,
+        profile: p.profile,
+        profile_guessed: options.profile.is_none(),
+        recorded_alloc_conf: p.settings.to_conf(),
+        settings_recorded: snap.allocator_settings.is_some(),
+        identity,
+        outside,
+        scenarios,
+    }
+}
+
+fn outside_of(options: &SimulateOptions) -> Outside {
+    options.outside.unwrap_or_else(Outside::not_measured)
+}
+
+/// The scenarios of a device: every setting at every capacity, and each setting's
+/// smallest device.
+fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec<ScenarioReport> {
+    use rayon::prelude::*;
+    let outside = outside_of(options);
+    let mut capacities = Vec::new();
+    for g in &options.gpus {
+        capacities.push(Capacity {
+            source: CapacitySource::Gpu,
+            gpu: Some(g.name.clone()),
+            device_bytes: Some(g.capacity_bytes),
+            allocator_bytes: Some(g.capacity_bytes.saturating_sub(outside.counted_bytes)),
+            total_memory: Some(g.capacity_bytes),
+        });
+    }
+    if capacities.is_empty() {
+        match p.oom_capacities().iter().find_map(|o| o.capacity_bytes) {
+            Some(c) => capacities.push(Capacity {
+                source: CapacitySource::RecordedOom,
+                gpu: None,
+                device_bytes: Some(c),
+                allocator_bytes: Some(c),
+                total_memory: None,
+            }),
+            None => capacities.push(Capacity {
+                source: CapacitySource::Unlimited,
+                gpu: None,
+                device_bytes: None,
+                allocator_bytes: None,
+                total_memory: None,
+            }),
+        }
+    }
+    let mut settings: Vec<(String, Settings, bool)> =
+        vec![(p.settings.to_conf(), p.settings.clone(), true)];
+    for (given, s) in &options.alloc_confs {
+        settings.push((given.clone(), s.clone(), false));
+    }
+    // Each setting's replay with no limit, made once: the answer of an unlimited
+    // capacity, and the saved states the smallest capacity's search resumes from.
+    let wants_unlimited = capacities
+        .iter()
+        .any(|c| c.allocator_bytes.is_none() && c.total_memory.is_none());
+    let mut unlimited_runs: Vec<Option<Unlimited>> = settings
+        .par_iter()
+        .map(|(_, s, _)| {
+            let search = options.min_capacity && s.memory_fraction.is_none();
+            (wants_unlimited || search).then(|| unlimited(p, s, search))
+        })
+        .collect();
+    // Each search is used once and let go: its saved states are the largest thing held.
+    let mins: Vec<Option<u64>> = settings
+        .par_iter()
+        .zip(&mut unlimited_runs)
+        .map(|((_, s, _), u)| {
+            if !options.min_capacity {
+                return None;
+            }
+            let search = match s.memory_fraction {
+                None => Some(u.as_mut()?.as_mut().ok()?.1.take()?),
+                Some(_) => None,
+            };
+            min_capacity_searched(p, s, outside.counted_bytes, search.as_ref())
+                .map(|c| c.saturating_add(outside.counted_bytes))
+        })
+        .collect();
+    let pairs: Vec<(usize, &Capacity)> = (0..settings.len())
+        .flat_map(|k| capacities.iter().map(move |c| (k, c)))
+        .collect();
+    let trace = snap.trace(p.device);
+    let scenarios: Vec<ScenarioReport> = pairs
+        .par_iter()
+        .map(|&(k, cap)| {
+            let (conf, s, baseline) = &settings[k];
+            let sc = Scenario {
+                settings: s.clone(),
+                capacity: cap.allocator_bytes,
+                total_memory: cap.total_memory,
+            };
+            let mut r = ScenarioReport {
+                alloc_conf: conf.clone(),
+                effective_alloc_conf: s.to_conf(),
+                gc_inactive: s.gc_threshold > 0.0 && s.memory_fraction.is_none(),
+                baseline: *baseline,
+                gpu: cap.gpu.clone(),
+                capacity_source: cap.source,
+                capacity_bytes: cap.device_bytes,
+                allocator_capacity_bytes: cap.allocator_bytes,
+                peak_reserved_bytes: 0,
+                peak_event: None,
+                peak_time_us: None,
+                reserved_minus_allocated_at_peak_bytes: 0,
+                segments_created: 0,
+                segments_freed: 0,
+                retry_flushes: 0,
+                first_oom: None,
+                recorded_ooms_passed: 0,
+                min_capacity_bytes: mins[k],
+                start_replaced: false,
+                start_does_not_fit: None,
+                series: Vec::new(),
+            };
+            let outcome = match &unlimited_runs[k] {
+                Some(u) if sc.capacity.is_none() && sc.total_memory.is_none() => {
+                    u.as_ref().map(|(o, _)| o.clone()).map_err(|e| *e)
+                }
+                _ => run(p, &sc),
+            };
+            match outcome {
+                Ok(o) => {
+                    r.peak_reserved_bytes = o.peak_reserved_bytes;
+                    r.peak_event = o.peak_event;
+                    r.peak_time_us = o
+                        .peak_event
+                        .and_then(|e| trace.and_then(|t| t.time_us(e as usize)));
+                    r.reserved_minus_allocated_at_peak_bytes = o
+                        .peak_reserved_bytes
+                        .saturating_sub(o.allocated_at_peak_bytes);
+                    r.segments_created = o.stats.segment_allocs + o.stats.maps;
+                    r.segments_freed = o.stats.segment_frees + o.stats.unmaps;
+                    r.retry_flushes = o.stats.retry_flushes;
+                    r.recorded_ooms_passed = o.recorded_ooms_passed;
+                    r.start_replaced = o.start_replaced;
+                    r.first_oom = o.first_oom.map(|f| oom_at(snap, p.device, f));
+                    r.series = o.series;
+                }
+                Err(e) => r.start_does_not_fit = Some(e),
+            }
+            r
+        })
+        .collect();
+    scenarios
+}
+
+fn oom_at(snap: &Snapshot, device: i64, f: FirstOom) -> OomAt {
+    let trace = snap.trace(device);
+    let stack = trace.and_then(|t| t.stack(f.event as usize));
+    OomAt {
+        event: f.event,
+        time_us: trace.and_then(|t| t.time_us(f.event as usize)),
+        request_bytes: f.request_bytes,
+        rounded_bytes: f.rounded_bytes,
+        stream: f.stream,
+        callsite: headline_frame(&snap.frames, stack),
+        frames: display_frames(&snap.frames, stack, 12),
+        live_bytes: f.requested_bytes,
+        allocated_bytes: f.allocated_bytes,
+        reserved_bytes: f.reserved_bytes,
+        largest_free_bytes: f.largest_free_bytes,
+        cause: f.cause,
+        recorded: f.recorded,
+    }
+}
+
+/// The figures a fleet query asks of a device (`export --simulate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FleetFigures {
+    /// The model replays the device's recording exactly.
+    pub model_exact: bool,
+    /// The smallest memory the allocator needs to run the requests without an OOM,
+    /// with the recorded settings and with `expandable_segments:True` (memory outside
+    /// the allocator not included).
+    pub min_capacity_bytes: Option<u64>,
+    pub min_capacity_expandable_bytes: Option<u64>,
+}
+
+/// The fleet figures of `device`, or None when it has no trace to replay.
+pub fn fleet_figures(snap: &Snapshot, device: i64) -> Option<FleetFigures> {
+    let p = Prepared::new(snap, device, None).ok()?;
+    let expandable = Settings {
+        expandable_segments: true,
+        ..p.settings.clone()
+    };
+    let (exact, (plain, exp)) = rayon::join(
+        || check(snap, &p).exact(),
+        || {
+            rayon::join(
+                || min_capacity(&p, &p.settings, 0),
+                || {
+                    if p.settings.expandable_segments {
+                        None
+                    } else {
+                        min_capacity(&p, &expandable, 0)
+                    }
+                },
+            )
+        },
+    );
+    Some(FleetFigures {
+        model_exact: exact,
+        min_capacity_bytes: plain,
+        min_capacity_expandable_bytes: if p.settings.expandable_segments {
+            plain
+        } else {
+            exp
+        },
+    })
+}

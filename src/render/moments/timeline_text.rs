@@ -1,0 +1,65 @@
+//! Text rendering of a [`PeaksReport`].
+
+use crate::analysis::device::DeviceChoice;
+use crate::analysis::moments::peaks::PeaksReport;
+use crate::render::Style;
+use crate::render::words::labels::device_line;
+use crate::timeline::Peak;
+use crate::units::shown;
+use crate::units::{bytes, utc_time};
+use std::io::{self, Write};
+
+fn peak(p: &Peak) -> String {
+    let at = match (p.event, p.time_us.filter(|&t| t > 0)) {
+        (None, _) => "before the first event".to_string(),
+        (Some(e), Some(t)) => format!("at event {} ({})", e.index(), utc_time(t)),
+        (Some(e), None) => format!("at event {}", e.index()),
+    };
+    format!("{} {at}", bytes(p.bytes))
+}
+
+pub fn write_timeline_text(
+    out: &mut dyn Write,
+    r: &PeaksReport,
+    choice: &DeviceChoice,
+    style: Style,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}",
+        style.heading(&format!("{}: {}", shown(&r.path), device_line(choice)))
+    )?;
+    let rows = [
+        ("events", r.events.to_string()),
+        (
+            "allocations",
+            format!(
+                "{} allocated in the trace; allocated before it: {} freed during it, {} still alive at the end",
+                r.traced_allocations, r.allocated_before_trace, r.survivors
+            ),
+        ),
+        (
+            "requested",
+            format!(
+                "{} at the start, {} at the end",
+                bytes(r.initial_requested_bytes),
+                bytes(r.final_requested_bytes)
+            ),
+        ),
+        (
+            "reserved",
+            format!(
+                "{} at the start, {} at the end",
+                bytes(r.initial_reserved_bytes.max(0) as u64),
+                bytes(r.final_reserved_bytes.max(0) as u64)
+            ),
+        ),
+        ("peak requested", peak(&r.peak_requested)),
+        ("peak allocated", peak(&r.peak_allocated)),
+        ("peak reserved", peak(&r.peak_reserved)),
+    ];
+    for (label, value) in rows {
+        writeln!(out, "  {label:<16} {value}")?;
+    }
+    Ok(())
+}

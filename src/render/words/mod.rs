@@ -1,0 +1,8 @@
+//! The words every text renderer shares: names of frames, devices and moments
+//! ([`labels`]), what decided a category ([`evidence`]), the warnings met while reading
+//! ([`warnings`]), and what may reach a terminal ([`terminal`]).
+
+pub mod evidence;
+pub mod labels;
+pub mod terminal;
+pub mod warnings;
