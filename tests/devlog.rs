@@ -7,7 +7,7 @@
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use vramlens::devlog::kineto::{Category, SpanKind};
+use vramlens::devlog::profile::{Category, SpanKind};
 use vramlens::devlog::{
     ClockOptions, DeviceLog, DeviceLogOptions, DevlogError, GpuNumbering, GpuSample, LogLimits,
     ProcessSample, ProfileKind, ProfileTrace, TimeRange, TraceClock, merge, read_device_log,

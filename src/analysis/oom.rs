@@ -894,7 +894,9 @@ pub fn analyze_oom(
         r: &DeviceReplay<'a>,
     ) -> Attributor<'a> {
         let mut attr = Attributor::new(&snap.frames, attribution);
-        attr.bind_to(r);
+        attr.bind(crate::analysis::kinds::categories::DeviceCategories::build(
+            r, &attr,
+        ));
         attr
     }
     let settings = settings(snap);

@@ -76,7 +76,7 @@ impl Session {
         let (moment, live) = resolve_live(&replay, moment, Versions::NotNeeded)
             .map_err(|e| anyhow!("{}: {e}", self.path()))?;
         let mut attr = self.attributor();
-        attr.bind_to(&replay);
+        attr.bind(vramlens::analysis::kinds::categories::DeviceCategories::build(&replay, &attr));
         Ok(LiveMoment {
             replay,
             attr,

@@ -21,7 +21,9 @@
 //! PyTorch category of each allocation, so bytes group the way the profiler sorted them.
 //! What the converter had to assume is said in the snapshot's warnings.
 
-use super::kineto::{Category, MemoryEvent, ProfileKind, ProfileTrace, Span, SpanKind, TraceClock};
+use super::profile::{
+    Category, MemoryEvent, ProfileKind, ProfileTrace, Span, SpanKind, TraceClock,
+};
 use crate::model::frames::FxMap;
 use crate::model::trace::NewEvent;
 use crate::model::{

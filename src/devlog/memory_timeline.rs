@@ -14,9 +14,10 @@
 
 use super::DevlogError;
 use super::json::Num;
-use super::kineto::{
-    Category, MemoryEvent, ProfileKind, ProfileTrace, RowItem, TRACE_KIND, TraceClock,
-};
+use super::json::OtherKind;
+use super::profile::{Category, MemoryEvent, ProfileKind, ProfileTrace, TRACE_KIND, TraceClock};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::fmt;
 
 /// Rows as they stream in; the second element tells the two JSON forms apart.
 #[derive(Default)]
@@ -297,5 +298,54 @@ pub(crate) fn html_message(head: &[u8]) -> String {
         format!(
             "this is an HTML page, not {TRACE_KIND}; a torch.cuda._memory_viz page is read as a snapshot"
         )
+    }
+}
+
+/// An item of a memory-timeline row: a number, or (in the category form) a list of them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RowItem {
+    Num(Num),
+    List(Vec<Num>),
+}
+
+impl<'de> de::Deserialize<'de> for RowItem {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RowItem, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RowItem;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number or a list of numbers")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Int(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RowItem, E> {
+                Ok(RowItem::Num(i64::try_from(v).map_or(Num::Big(v), Num::Int)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Float(v)))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Other(OtherKind::String)))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Other(OtherKind::Bool(v))))
+            }
+            fn visit_unit<E>(self) -> Result<RowItem, E> {
+                Ok(RowItem::Num(Num::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RowItem, A::Error> {
+                let mut v = Vec::new();
+                while let Some(n) = seq.next_element::<Num>()? {
+                    v.push(n);
+                }
+                Ok(RowItem::List(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RowItem, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(RowItem::Num(Num::Other(OtherKind::Object)))
+            }
+        }
+        d.deserialize_any(V)
     }
 }

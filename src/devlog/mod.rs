@@ -37,9 +37,11 @@ pub mod memory_timeline;
 pub mod nvml;
 pub mod nvsmi;
 pub mod oom_log;
+pub mod profile;
 
 pub use clock::{ClockOptions, TimeRange};
-pub use kineto::{MemoryEvent, ProfileKind, ProfileTrace, TraceClock, read_profile};
+pub use kineto::read_profile;
+pub use profile::{MemoryEvent, ProfileKind, ProfileTrace, TraceClock};
 
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -12,10 +12,17 @@
 
 use super::opcodes::*;
 use super::ops::{Input, Op, RELEASE_STEP, ReadInput, Release, SliceInput, next_op, text_index};
-use super::vm::SharedKey;
 use super::{Error, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
+
+/// Identifies one stored memo value: `slot` is small and dense (usable as an index),
+/// `stamp` is unique to the store (a slot may be stored again with another value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedKey {
+    pub slot: u32,
+    pub stamp: u64,
+}
 
 /// A set of memo indices: dense bits below a bound that follows the file's stores, a
 /// sorted set above it.

@@ -26,7 +26,7 @@ mod write;
 
 pub use cursor::Cursor;
 pub use memo::{
-    MemoReferences, Stretches, chunks, frame_starts, scan_references, scan_slice,
+    MemoReferences, SharedKey, Stretches, chunks, frame_starts, scan_references, scan_slice,
     scan_slice_chunks, scan_slice_releasing, step,
 };
 pub use ops::{MAX_STREAM_ARGUMENT, RELEASE_STEP, Release};
@@ -34,7 +34,7 @@ pub use reader::{READ_AHEAD_MIN_BYTES, ReadAhead, Reader, SharedBytes, SharedRel
 pub use value::{ListId, Value};
 pub use vm::{
     Builder, FastTake, HELD_VALUES_FLOOR, MAX_DECIMAL_DIGITS, MAX_DEPTH, Memo, ParseInfo,
-    PlainBuilder, SharedKey, parse_slice, parse_slice_releasing, parse_with,
+    PlainBuilder, parse_slice, parse_slice_releasing, parse_with,
 };
 pub use write::{FRAME_SIZE_TARGET, MemoId, PickleWriter};
 

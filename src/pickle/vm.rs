@@ -7,7 +7,7 @@
 //! trace entries and frames lists), so those never exist as a value tree.
 
 pub use super::memo::Memo;
-use super::memo::{MemoRead, MemoReferences};
+use super::memo::{MemoRead, MemoReferences, SharedKey};
 use super::opcodes;
 use super::ops::{Input, Op, ReadInput, Release, SliceInput, next_op, text_index};
 use super::value::ListId;
@@ -108,14 +108,6 @@ pub trait Builder {
 pub struct FastTake {
     pub bytes: usize,
     pub items: u64,
-}
-
-/// Identifies one stored memo value: `slot` is small and dense (usable as an index),
-/// `stamp` is unique to the store (a slot may be stored again with another value).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SharedKey {
-    pub slot: u32,
-    pub stamp: u64,
 }
 
 /// A builder that takes nothing: plain values all the way down.

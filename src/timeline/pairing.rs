@@ -1,16 +1,26 @@
 //! The pairing half of a replay: which open allocation each event touches, found by
 //! address in trace order as the official viewer pairs them (spec 3.5, 6.2).
 //!
-//! Takes a run of events of a [`DeviceReplay`] and gives, per event, the slot of the
+//! Takes a run of events of a device's trace, with the replay's [`BlockBytes`], and gives, per event, the slot of the
 //! allocation it opens or touches, with the version at its address and its block bytes
 //! where the event makes a lifetime. It keeps the open allocations by address from one
 //! run to the next, so the engine ([`super::replay`]) can run it a chunk ahead on a
 //! second thread. It knows nothing of totals or aggregators: the engine's other half
 //! turns its slots into lifetimes.
 
-use super::replay::DeviceReplay;
 use crate::model::Action;
 use crate::model::frames::FxMap;
+use crate::model::trace::DeviceTrace;
+
+/// What pairing asks of the replay it runs in ([`super::replay::DeviceReplay`]): the
+/// block bytes of an allocation.
+pub(super) trait BlockBytes {
+    /// Block bytes of the allocation of `size` bytes made at `alloc` (None: before the
+    /// trace) at `addr`.
+    fn block_bytes_at(&self, alloc: Option<usize>, addr: u64, size: u64) -> u64;
+    /// Block bytes of a request that holds no final block.
+    fn rounded(&self, size: u64) -> u64;
+}
 
 /// No open allocation.
 pub(super) const NO_SLOT: u32 = u32::MAX;
@@ -54,8 +64,12 @@ impl Pairing {
         }
     }
 
-    pub(super) fn pair(&mut self, r: &DeviceReplay, range: std::ops::Range<usize>) -> PairedRun {
-        let trace = r.trace;
+    pub(super) fn pair(
+        &mut self,
+        trace: &DeviceTrace,
+        r: &impl BlockBytes,
+        range: std::ops::Range<usize>,
+    ) -> PairedRun {
         let start = range.start;
         let pairs = range
             .map(|i| match trace.action(i) {

@@ -20,7 +20,7 @@
 //! and survivors); [`Start`] gives it in [`Aggregator::finish`], and a second pass can be
 //! given it up front.
 
-use super::pairing::{NO_SLOT, PairedRun, Pairing};
+use super::pairing::{BlockBytes, NO_SLOT, PairedRun, Pairing};
 use super::{EventIdx, Lifetime, Origin};
 use crate::model::frames::FxMap;
 use crate::model::{Action, BlockState, DeviceTrace, Segment, Snapshot};
@@ -314,33 +314,6 @@ impl<'a> DeviceReplay<'a> {
         out
     }
 
-    /// Block bytes of the allocation of `size` bytes made at `alloc` (None: before the
-    /// trace) at `addr`: its block's real size when it is the block the final segments
-    /// hold, else [`block_bytes`].
-    pub(super) fn block_bytes_at(&self, alloc: Option<usize>, addr: u64, size: u64) -> u64 {
-        match self.final_blocks.get(&addr) {
-            Some(&(block, requested))
-                if requested == size
-                    && block >= size
-                    && (alloc.is_none() || self.last_alloc().get(&addr).copied() == alloc) =>
-            {
-                block
-            }
-            _ => self.rounded(size),
-        }
-    }
-
-    /// Block bytes of a request that holds no final block: the allocator's rounding, but
-    /// for a profiler trace, whose sizes are already what the allocator handed out (and,
-    /// for the CPU allocator, not rounded to 512 bytes).
-    pub(super) fn rounded(&self, size: u64) -> u64 {
-        if self.snap.features.converted_from.is_some() {
-            size
-        } else {
-            block_bytes(size)
-        }
-    }
-
     /// Block bytes of an allocation: what `torch.cuda.memory_allocated()` counts for it.
     /// Exact for allocations alive at the end (their blocks are in the final segments);
     /// the request rounded as the allocator rounds it ([`block_bytes`], a lower bound)
@@ -499,7 +472,7 @@ impl<'a> DeviceReplay<'a> {
                 let pairer = scope.spawn(move || {
                     let mut pairing = Pairing::new(track_versions);
                     for range in chunks {
-                        if sender.send(pairing.pair(self, range)).is_err() {
+                        if sender.send(pairing.pair(self.trace, self, range)).is_err() {
                             break;
                         }
                     }
@@ -515,7 +488,7 @@ impl<'a> DeviceReplay<'a> {
         } else {
             let mut pairing = Pairing::new(track_versions);
             for range in chunks {
-                pass.step(&pairing.pair(self, range), &mut agg);
+                pass.step(&pairing.pair(self.trace, self, range), &mut agg);
             }
             pairing
         };
@@ -724,6 +697,35 @@ impl<'r, 'a> Pass<'r, 'a> {
             pools: &self.pools.values,
         });
         start
+    }
+}
+
+impl BlockBytes for DeviceReplay<'_> {
+    /// Block bytes of the allocation of `size` bytes made at `alloc` (None: before the
+    /// trace) at `addr`: its block's real size when it is the block the final segments
+    /// hold, else [`block_bytes`].
+    fn block_bytes_at(&self, alloc: Option<usize>, addr: u64, size: u64) -> u64 {
+        match self.final_blocks.get(&addr) {
+            Some(&(block, requested))
+                if requested == size
+                    && block >= size
+                    && (alloc.is_none() || self.last_alloc().get(&addr).copied() == alloc) =>
+            {
+                block
+            }
+            _ => self.rounded(size),
+        }
+    }
+
+    /// Block bytes of a request that holds no final block: the allocator's rounding, but
+    /// for a profiler trace, whose sizes are already what the allocator handed out (and,
+    /// for the CPU allocator, not rounded to 512 bytes).
+    fn rounded(&self, size: u64) -> u64 {
+        if self.snap.features.converted_from.is_some() {
+            size
+        } else {
+            block_bytes(size)
+        }
     }
 }
 

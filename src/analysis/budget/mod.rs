@@ -454,7 +454,9 @@ pub fn run_budget<'a>(
     outside: Outside,
 ) -> RunBudget {
     let r = DeviceReplay::new(snap, choice.device);
-    attr.bind_to(&r);
+    attr.bind(crate::analysis::kinds::categories::DeviceCategories::build(
+        &r, attr,
+    ));
     let (moment, live, reserved) = if r.has_timeline() {
         let mut peak = LifetimesAtPeak::default();
         let mut peaks = Peaks::default();

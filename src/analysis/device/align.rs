@@ -8,7 +8,7 @@
 
 use crate::devlog::TimeRange;
 use crate::devlog::convert::{Converted, DeviceSource};
-use crate::devlog::kineto::TraceClock;
+use crate::devlog::profile::TraceClock;
 use crate::model::{Action, DeviceTrace, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeMap;

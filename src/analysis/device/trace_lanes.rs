@@ -8,7 +8,7 @@
 
 use crate::analysis::device::align::{Alignment, Times};
 use crate::analysis::moments::chart::{TimelineView, XAxis};
-use crate::devlog::kineto::{ProfileTrace, Span, SpanKind};
+use crate::devlog::profile::{ProfileTrace, Span, SpanKind};
 use crate::model::DeviceTrace;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -13,6 +13,8 @@
 //!
 //! Keys are data; renderers choose the words.
 
+use super::decision::{Decision, Evidence};
+pub use super::decision::{Mark, StackRule};
 use crate::model::{FrameTable, StackId};
 use crate::timeline::{Lifetime, Origin};
 use regex::{Regex, RegexSet};
@@ -174,26 +176,6 @@ pub fn builtin_category(name: &str) -> Option<u32> {
         .map(|i| i as u32)
 }
 
-/// What a stack says about the part of a training step it ran in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mark {
-    /// No frames at all (recorded without stacks, or a thread with no Python frame).
-    Empty,
-    /// Frames, none of which says anything about the step.
-    Plain,
-    /// A module's or optimizer's `__init__`, moving a model, loading weights.
-    Init,
-    /// A module's `forward` (or a loss function).
-    Forward,
-    /// The autograd engine: `backward()`, a backward node, compiled backward.
-    Backward,
-    /// An optimizer's `step`.
-    Optimizer,
-    /// `zero_grad`.
-    ZeroGrad,
-}
-
 /// How a frame rule acts: it decides a category whatever the phase, or says which part
 /// of a step the stack ran in and leaves the category to the lifetime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,16 +321,6 @@ pub fn frame_evidence(filename: &str, line: i64, name: &str) -> u64 {
     bits
 }
 
-/// What decided a category from the stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum StackRule {
-    /// A `--rules` rule, by its 1-based line in the file (blank and comment lines
-    /// counted).
-    User(u32),
-    /// A built-in rule over a frame: the frame that matched.
-    Frame(crate::model::FrameId),
-}
-
 /// What a stack tells, computed once per stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StackFacts {
@@ -359,6 +331,15 @@ pub struct StackFacts {
     pub mark: Mark,
     /// The file of the innermost `__init__` frame of the user's code, for [`Mark::Init`].
     pub init_file: Option<crate::model::StrId>,
+}
+
+/// The categories of one device's allocations by their lifetimes, which an attributor
+/// bound to that device ([`Attributor::bind`]) asks before its stacks.
+pub trait DeviceDecisions {
+    /// The category of a lifetime with what decided it.
+    fn decide(&self, attr: &Attributor<'_>, l: &Lifetime) -> Decision;
+    /// Readies decisions about a live set just after event `at`; None: the end.
+    fn prepare_moment(&self, at: Option<usize>);
 }
 
 /// How call sites and categories are decided.
@@ -517,7 +498,7 @@ pub struct Attributor<'f> {
     /// per stack id, once computed
     cache: RefCell<Vec<Option<StackFacts>>>,
     /// The device's lifetimes, when bound.
-    device: Option<crate::analysis::kinds::categories::DeviceCategories<'f>>,
+    device: Option<Box<dyn DeviceDecisions + Send + 'f>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -622,24 +603,14 @@ impl<'f> Attributor<'f> {
         self.frames
     }
 
-    /// Decides categories by the lifetimes of one device's allocations from now on.
-    pub fn bind(&mut self, device: crate::analysis::kinds::categories::DeviceCategories<'f>) {
-        self.device = Some(device);
-    }
-
-    /// Binds to the device of a replay ([`crate::analysis::kinds::categories::DeviceCategories::build`]).
-    pub fn bind_to(&mut self, r: &crate::timeline::replay::DeviceReplay<'f>) {
-        let device = crate::analysis::kinds::categories::DeviceCategories::build(r, self);
-        self.device = Some(device);
-    }
-
-    /// The device this attributor is bound to, if any.
-    pub fn bound(&self) -> Option<&crate::analysis::kinds::categories::DeviceCategories<'f>> {
-        self.device.as_ref()
+    /// Decides categories by the lifetimes of one device's allocations from now on
+    /// ([`crate::analysis::kinds::categories::DeviceCategories::build`]).
+    pub fn bind(&mut self, device: impl DeviceDecisions + Send + 'f) {
+        self.device = Some(Box::new(device));
     }
 
     /// Readies category decisions about a live set just after event `at`
-    /// ([`crate::analysis::kinds::categories::DeviceCategories::prepare_moment`]); None: the end.
+    /// ([`DeviceDecisions::prepare_moment`]); None: the end.
     pub fn prepare_moment(&self, at: Option<usize>) {
         if let Some(d) = &self.device {
             d.prepare_moment(at);
@@ -940,10 +911,10 @@ impl<'f> Attributor<'f> {
 
     /// The category of a lifetime with what decided it: by its lifetime on the bound
     /// device ([`crate::analysis::kinds::categories`]), else by its stack alone.
-    pub fn decide(&self, l: &Lifetime) -> crate::analysis::kinds::categories::Decision {
+    pub fn decide(&self, l: &Lifetime) -> Decision {
         match &self.device {
             Some(d) => d.decide(self, l),
-            None => crate::analysis::kinds::categories::decide_by_stack(self, l),
+            None => decide_by_stack(self, l),
         }
     }
 
@@ -1047,6 +1018,36 @@ fn backward_node(frame_text: &str) -> Option<&str> {
     let name = name.rsplit(':').next()?;
     let trimmed = name.trim_end_matches(|c: char| c.is_ascii_digit());
     (trimmed.ends_with("Backward") && trimmed.len() > "Backward".len()).then_some(name)
+}
+
+/// The category a stack alone gives (an attributor bound to no device).
+pub fn decide_by_stack(attr: &Attributor, l: &Lifetime) -> Decision {
+    let Some(facts) = attr.stack_facts(l) else {
+        return Decision {
+            category: UNKNOWN,
+            evidence: Evidence::Nothing,
+        };
+    };
+    if let Some((category, rule)) = facts.category {
+        return Decision {
+            category,
+            evidence: Evidence::Stack(rule),
+        };
+    }
+    let category = match facts.mark {
+        Mark::Backward => BACKWARD_TEMPORARIES,
+        Mark::Optimizer => OPTIMIZER_STATE,
+        Mark::ZeroGrad => GRADIENTS,
+        Mark::Forward => ACTIVATIONS,
+        Mark::Init => PARAMETERS,
+        Mark::Empty => UNKNOWN,
+        Mark::Plain => OTHER,
+    };
+    let evidence = match facts.mark {
+        Mark::Plain | Mark::Empty => Evidence::Nothing,
+        m => Evidence::Mark(m),
+    };
+    Decision { category, evidence }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 pub mod attribution;
 pub mod categories;
+pub mod decision;
 pub mod flame;
 pub mod frames;
 pub mod phases;

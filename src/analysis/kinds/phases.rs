@@ -23,7 +23,8 @@
 //!
 //! Nothing here pairs events or looks at sizes.
 
-use crate::analysis::kinds::attribution::{Attributor, Mark};
+use crate::analysis::kinds::attribution::Attributor;
+use crate::analysis::kinds::decision::Mark;
 use crate::model::{Action, Annotation, DeviceTrace, StrId};
 use serde::Serialize;
 use std::collections::BTreeSet;

@@ -437,7 +437,9 @@ pub fn analyze_top<'a, A: Aggregator>(
     extra: A,
 ) -> Result<TopReport, crate::analysis::moments::moment::MomentError> {
     let r = DeviceReplay::new(snap, choice.device);
-    attr.bind_to(&r);
+    attr.bind(crate::analysis::kinds::categories::DeviceCategories::build(
+        &r, attr,
+    ));
     let (resolved, live) = resolve_live_with(&r, moment, Versions::Counted, extra)?;
     let mut groups = limit_groups(
         group_live(attr, &live, by),

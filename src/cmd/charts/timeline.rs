@@ -110,7 +110,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             ..ViewOptions::new(x, by, args.top)
         };
         let mut attr = Attributor::new(&snap.frames, &options);
-        attr.bind_to(&r);
+        attr.bind(vramlens::analysis::kinds::categories::DeviceCategories::build(&r, &attr));
         let mut view =
             build_view(&snap, &r, &attr, view_options).map_err(|e| anyhow!("{path}: {e}"))?;
         // The moment that matters, drawn again wider when the whole chart squeezes it.
@@ -171,7 +171,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         let (resolved, live) =
             resolve_live(&r, m, Versions::Counted).map_err(|e| anyhow!("{path}: {e}"))?;
         let mut attr = Attributor::new(&snap.frames, &options);
-        attr.bind_to(&r);
+        attr.bind(vramlens::analysis::kinds::categories::DeviceCategories::build(&r, &attr));
         let listing = live_set(
             &snap,
             &attr,
