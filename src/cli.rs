@@ -131,23 +131,8 @@ pub struct SimulateArgs {
     /// libraries): a size such as 800MiB. Default: 1 GiB, the top of the usual range.
     #[arg(long, value_name = "SIZE", value_parser = parse_outside, conflicts_with_all = ["nvml", "log"])]
     pub outside: Option<u64>,
-    /// Device readings of the run (nvidia-smi CSV or NVML JSON lines): measure the memory
-    /// outside the allocator at the peak. Repeat for several files.
-    #[arg(long, value_name = "FILE", num_args = 1..)]
-    pub nvml: Vec<PathBuf>,
-    /// A log with the run's CUDA out-of-memory message: its "this process has X in use"
-    /// measures the memory outside the allocator.
-    #[arg(long, value_name = "FILE")]
-    pub log: Option<PathBuf>,
-    /// Minutes to add to the readings' times to make them UTC (nvidia-smi writes local
-    /// time).
-    #[arg(
-        long,
-        default_value_t = 0,
-        value_name = "MINUTES",
-        allow_hyphen_values = true
-    )]
-    pub utc_offset: i32,
+    #[command(flatten)]
+    pub device_logs: DeviceLogArgs,
     /// Allocator settings to try, in PYTORCH_CUDA_ALLOC_CONF syntax (read as that
     /// PyTorch release reads it), e.g. "expandable_segments:True" or
     /// "max_split_size_mb:128,garbage_collection_threshold:0.6". Repeatable; the
@@ -184,6 +169,18 @@ fn parse_gpu(s: &str) -> Result<vramlens::analysis::budget::gpus::Gpu, String> {
     vramlens::analysis::budget::gpus::find(s)
 }
 
+/// A headroom in percent: a number from 0 to 1000.
+fn parse_headroom(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1000.0).contains(&v) => Ok(v),
+        _ => Err(format!("expected a percentage from 0 to 1000, found {s:?}")),
+    }
+}
+
+fn parse_vary(s: &str) -> Result<vramlens::analysis::budget::Vary, String> {
+    s.parse()
+}
+
 #[derive(Args, Debug)]
 pub struct ReportArgs {
     /// Snapshot files, or folders of them (the ranks of a job: one section per file and a
@@ -198,19 +195,12 @@ pub struct ReportArgs {
     pub force: bool,
     #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
-    /// Device readings (nvidia-smi CSV or NVML JSON lines): drawn on the timeline, and the
-    /// reconciliation ledger added.
-    #[arg(long, value_name = "FILE", num_args = 1..)]
-    pub nvml: Vec<PathBuf>,
     /// A profiler trace of the same run (Kineto/Chrome JSON or an export_memory_timeline
     /// file) for the reconciliation ledger (with --nvml).
     #[arg(long, value_name = "FILE", requires = "nvml")]
     pub trace: Option<PathBuf>,
-    /// A log with "CUDA out of memory" messages, for the OOM verdicts.
-    #[arg(long, value_name = "FILE")]
-    pub log: Option<PathBuf>,
     #[command(flatten)]
-    pub clock: ClockArgs,
+    pub device_logs: DeviceLogArgs,
     /// Go on when the device log's or the trace's times do not overlap the snapshot's
     /// (without using them).
     #[arg(long)]
@@ -366,31 +356,17 @@ pub struct BudgetArgs {
     /// A GPU to fit: a name (h100, h200, a100-80gb, a100-40gb, l40s, l4, a10, rtx4090,
     /// rtx5090, b200, mi300x, v100, t4) or a size (24GiB). Repeatable; default: rtx4090,
     /// l40s, a100-80gb, h100, h200, b200.
-    #[arg(long = "gpu", value_name = "NAME|SIZE")]
-    pub gpus: Vec<String>,
-    /// Memory to keep free on the device, in percent of the budget.
-    #[arg(long, default_value_t = 10.0, value_name = "PCT")]
+    #[arg(long = "gpu", value_name = "NAME|SIZE", value_parser = parse_gpu)]
+    pub gpus: Vec<vramlens::analysis::budget::gpus::Gpu>,
+    /// Memory to keep free on the device, in percent of the budget (0 to 1000).
+    #[arg(long, default_value_t = 10.0, value_name = "PCT", value_parser = parse_headroom)]
     pub headroom: f64,
-    /// Device readings of the run (nvidia-smi CSV or NVML JSON lines): measure the memory
-    /// outside the allocator at the peak. Repeat for several files.
-    #[arg(long, value_name = "FILE", num_args = 1..)]
-    pub nvml: Vec<PathBuf>,
-    /// A log with the run's CUDA out-of-memory message: its "this process has X in use"
-    /// measures the memory outside the allocator.
-    #[arg(long, value_name = "FILE")]
-    pub log: Option<PathBuf>,
-    /// Minutes to add to the log's times to make them UTC (nvidia-smi writes local time).
-    #[arg(
-        long,
-        default_value_t = 0,
-        value_name = "MINUTES",
-        allow_hyphen_values = true
-    )]
-    pub utc_offset: i32,
+    #[command(flatten)]
+    pub device_logs: DeviceLogArgs,
     /// What differs between the files of a series: batch or seq. Default: what their
     /// names state (ctx512, seq256, cl2048; bs8, batch4).
-    #[arg(long, value_name = "KIND")]
-    pub vary: Option<String>,
+    #[arg(long, value_name = "KIND", value_parser = parse_vary)]
+    pub vary: Option<vramlens::analysis::budget::Vary>,
     /// The size of one file of a series, FILE=VALUE; repeatable. Default: from the name.
     #[arg(long = "size", value_name = "FILE=VALUE")]
     pub sizes: Vec<String>,
@@ -526,7 +502,7 @@ pub enum XArg {
 /// reconcile say it in their own words: the log's times, an example offset).
 #[derive(Args, Debug)]
 pub struct ClockArgs {
-    /// Minutes to add to nvidia-smi's local timestamps to get UTC.
+    /// Minutes to add to nvidia-smi's local timestamps to get UTC (e.g. -420 for UTC-7).
     #[arg(
         long,
         default_value_t = 0,
@@ -534,6 +510,33 @@ pub struct ClockArgs {
         allow_hyphen_values = true
     )]
     pub utc_offset: i32,
+}
+
+/// The run's device logs, one set of options wherever a command takes them: its device
+/// readings with their clock, and its out-of-memory messages.
+#[derive(Args, Debug)]
+pub struct DeviceLogArgs {
+    /// Device readings of the run: nvidia-smi CSV or NVML JSON lines (`python -m
+    /// vramlens.capture`); they measure the memory outside the allocator (and `report`
+    /// draws them and adds the reconciliation ledger). Repeat for several files.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub nvml: Vec<PathBuf>,
+    /// A log with the run's CUDA out-of-memory messages: the OOM verdicts read them, and
+    /// their "this process has X in use" measures the memory outside the allocator.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub clock: ClockArgs,
+}
+
+impl DeviceLogArgs {
+    /// The files given: the readings, then the log.
+    pub fn files(&self) -> impl Iterator<Item = &std::path::Path> {
+        self.nvml
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(self.log.as_deref())
+    }
 }
 
 #[derive(Args, Debug)]
@@ -653,14 +656,8 @@ pub struct ReconcileArgs {
     /// export_memory_timeline file): lined up with the snapshot, its totals join the ledger.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
-    /// Minutes to add to nvidia-smi's local timestamps to get UTC (e.g. -420 for UTC-7).
-    #[arg(
-        long,
-        default_value_t = 0,
-        value_name = "MINUTES",
-        allow_hyphen_values = true
-    )]
-    pub utc_offset: i32,
+    #[command(flatten)]
+    pub clock: ClockArgs,
     /// Only this device (default: every device).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,

@@ -19,12 +19,6 @@ use vramlens::render::budget::{write_budget_svg, write_budget_text};
 use vramlens::render::{Style, write_json};
 
 pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
-    if !(0.0..=1000.0).contains(&args.headroom) {
-        bail!(
-            "--headroom: expected a percentage from 0 to 1000, found {}",
-            args.headroom
-        );
-    }
     let headroom = args.headroom / 100.0;
     let gpus: Vec<Gpu> = if args.gpus.is_empty() {
         DEFAULT_GPUS
@@ -32,18 +26,11 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
             .map(|g| find(g).expect("the default GPUs are in the table"))
             .collect()
     } else {
-        args.gpus
-            .iter()
-            .map(|g| find(g).map_err(|e| anyhow!("--gpu: {e}")))
-            .collect::<Result<_>>()?
+        args.gpus.clone()
     };
-    let vary: Option<Vary> = args
-        .vary
-        .as_deref()
-        .map(|v| v.parse().map_err(|e: String| anyhow!("--vary: {e}")))
-        .transpose()?;
+    let vary: Option<Vary> = args.vary;
     let files = crate::cmd::expand_inputs(&args.files)?;
-    if files.len() > 1 && (!args.nvml.is_empty() || args.log.is_some()) {
+    if files.len() > 1 && (!args.device_logs.nvml.is_empty() || args.device_logs.log.is_some()) {
         bail!(
             "--nvml and --log measure one run: give them with one snapshot ({} given)",
             files.len()
@@ -51,6 +38,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     }
     let options = attribution_options(&args.attribution)?;
     let messages = args
+        .device_logs
         .log
         .as_deref()
         .map(crate::cmd::oom::read_oom_log)
@@ -77,8 +65,8 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                         &snap,
                         &info.path,
                         device,
-                        &args.nvml,
-                        args.utc_offset,
+                        &args.device_logs.nvml,
+                        args.device_logs.clock.utc_offset,
                         messages.as_deref(),
                     )?;
                     let mut attr = Attributor::new(&snap.frames, &options);

@@ -18,7 +18,7 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
     // Only the readings near the snapshot's trace are kept; the log is streamed.
     let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
     let focus = focus_ranges(&snap, args.device);
-    let log = crate::cmd::read_device_logs_in(&args.nvml, args.utc_offset, keep, &focus)?;
+    let log = crate::cmd::read_device_logs_in(&args.nvml, args.clock.utc_offset, keep, &focus)?;
     let trace_path = args.trace.as_deref().map(crate::cmd::recorded_path);
     let converted = crate::cmd::read_profile_trace(args.trace.as_deref())?;
     let profile = trace_path.as_deref().zip(converted.as_ref());
@@ -27,14 +27,21 @@ pub fn run(args: &ReconcileArgs, out: &mut dyn Write) -> Result<()> {
         gpu: args.gpu,
         allow_no_overlap: args.allow_no_overlap,
     };
-    let report = analyze_reconcile(&snap, &info.path, &log, args.utc_offset, profile, options)
-        .map_err(|e| {
-            let logs: Vec<String> = args.nvml.iter().map(|p| p.display().to_string()).collect();
-            anyhow!(
-                "{}",
-                error_text(&e, &logs.join(", "), trace_path.as_deref())
-            )
-        })?;
+    let report = analyze_reconcile(
+        &snap,
+        &info.path,
+        &log,
+        args.clock.utc_offset,
+        profile,
+        options,
+    )
+    .map_err(|e| {
+        let logs: Vec<String> = args.nvml.iter().map(|p| p.display().to_string()).collect();
+        anyhow!(
+            "{}",
+            error_text(&e, &logs.join(", "), trace_path.as_deref())
+        )
+    })?;
     if args.json {
         write_json(out, &report)?;
     } else {

@@ -36,7 +36,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
             files.len()
         );
     }
-    let messages = match &args.log {
+    let messages = match &args.device_logs.log {
         Some(path) => crate::cmd::oom::read_oom_log(path)?,
         None => Vec::new(),
     };
@@ -49,8 +49,14 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
         oom: OomOptions { device_total_bytes },
         readings: None,
     };
-    let logs: Vec<String> =
-        crate::cmd::recorded_paths(&args.nvml.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+    let logs: Vec<String> = crate::cmd::recorded_paths(
+        &args
+            .device_logs
+            .nvml
+            .iter()
+            .map(|p| p.as_path())
+            .collect::<Vec<_>>(),
+    );
     let several = files.len() > 1;
     let results: Vec<Result<_>> = files
         .par_iter()
@@ -58,14 +64,14 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
             // The device logs, streamed for this file's window only (a bounded series
             // when long), as reconcile reads them.
-            let log = if args.nvml.is_empty() {
+            let log = if args.device_logs.nvml.is_empty() {
                 None
             } else {
                 let keep = snapshot_range(&snap, args.device).map(|r| r.widen(LOG_MARGIN_US));
                 let focus = focus_ranges(&snap, args.device);
                 Some(crate::cmd::read_device_logs_in(
-                    &args.nvml,
-                    args.clock.utc_offset,
+                    &args.device_logs.nvml,
+                    args.device_logs.clock.utc_offset,
                     keep,
                     &focus,
                 )?)
@@ -73,7 +79,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
             let options = ReportOptions {
                 readings: log.as_ref().map(|log| Readings {
                     log,
-                    utc_offset_minutes: args.clock.utc_offset,
+                    utc_offset_minutes: args.device_logs.clock.utc_offset,
                     profile: trace_path.as_deref().zip(converted.as_ref()),
                     allow_no_overlap: args.allow_no_overlap,
                 }),

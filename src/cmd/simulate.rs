@@ -34,19 +34,20 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
         alloc_confs.push((c.clone(), s));
     }
     let messages = args
+        .device_logs
         .log
         .as_deref()
         .map(crate::cmd::oom::read_oom_log)
         .transpose()?;
     let outside = match args.outside {
         Some(b) => Some(Outside::measured(OutsideSource::Given, b)),
-        None if !args.nvml.is_empty() || messages.is_some() => {
+        None if !args.device_logs.nvml.is_empty() || messages.is_some() => {
             Some(crate::cmd::budget::outside_of(
                 &snap,
                 &info.path,
                 choice.device,
-                &args.nvml,
-                args.utc_offset,
+                &args.device_logs.nvml,
+                args.device_logs.clock.utc_offset,
                 messages.as_deref(),
             )?)
         }

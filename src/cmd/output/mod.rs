@@ -204,17 +204,15 @@ pub fn check_command_output(command: &Command) -> Result<()> {
         Command::Report(a) => {
             check_html_name(&a.output)?;
             let mut inputs: Vec<&Path> = a.files.iter().map(PathBuf::as_path).collect();
-            inputs.extend(a.nvml.iter().map(PathBuf::as_path));
             inputs.extend(a.trace.as_deref());
-            inputs.extend(a.log.as_deref());
+            inputs.extend(a.device_logs.files());
             check_output_path(&a.output, a.force, &inputs, false)
         }
         Command::Export(a) => crate::cmd::export::check_output_dir(&a.output, a.force, a.events),
         Command::Budget(a) => match &a.output {
             Some(o) => {
                 let mut inputs: Vec<&Path> = a.files.iter().map(PathBuf::as_path).collect();
-                inputs.extend(a.nvml.iter().map(PathBuf::as_path));
-                inputs.extend(a.log.as_deref());
+                inputs.extend(a.device_logs.files());
                 check_output_path(o, a.force, &inputs, true)
             }
             None => Ok(()),
@@ -222,8 +220,7 @@ pub fn check_command_output(command: &Command) -> Result<()> {
         Command::Simulate(a) => match &a.output {
             Some(o) => {
                 let mut inputs: Vec<&Path> = vec![&a.snapshot];
-                inputs.extend(a.nvml.iter().map(PathBuf::as_path));
-                inputs.extend(a.log.as_deref());
+                inputs.extend(a.device_logs.files());
                 check_output_path(o, a.force, &inputs, true)
             }
             None => Ok(()),
