@@ -21,6 +21,9 @@ written twice, as PyTorch 2.10 would record it both ways in one process:
                              of CUDA context), so `reconcile` has a log to read.
   other_run.trace.json       the same trace placed 3 days later: another run.
   other_process.trace.json   the same times, every address moved by 64 GiB: another process.
+  no_base.trace.json         run.trace.json as Kineto of April-May 2024 wrote it: ts relative
+                             to a base it does not write (no baseTimeNanoseconds), so the
+                             times are offsets, not dates.
   categories.json            export_memory_timeline(*.json): bytes per category over time.
   timeline.html              export_memory_timeline(*.html): a picture, no data.
   README.md                  this list.
@@ -122,8 +125,8 @@ def kineto_events(sim, shift_ns=0, addr_shift=0):
     return events
 
 
-def trace_doc(events):
-    return {
+def trace_doc(events, base=True):
+    doc = {
         "schemaVersion": 1,
         "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3",
                               "totalGlobalMem": 85029158912}],
@@ -133,6 +136,9 @@ def trace_doc(events):
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": BASE_NS,
     }
+    if not base:
+        del doc["baseTimeNanoseconds"]
+    return doc
 
 
 def nvml_lines(sim):
@@ -205,6 +211,7 @@ def main():
                trace_doc(kineto_events(sim, shift_ns=3 * 86_400 * 10**9)))
     write_json("other_process.trace.json",
                trace_doc(kineto_events(sim, addr_shift=64 * g.GiB)))
+    write_json("no_base.trace.json", trace_doc(kineto_events(sim), base=False))
     with open(os.path.join(OUT, "run.nvml.jsonl"), "w") as f:
         f.write(nvml_lines(sim))
     write_json("categories.json", categories_doc())

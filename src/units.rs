@@ -130,6 +130,35 @@ pub(crate) fn days_in_month(year: i64, month: u32) -> u32 {
     }
 }
 
+/// How a file's times read: Unix time, or a clock with no base (a profiler trace of
+/// Kineto's April-May 2024 releases, or memory-timeline totals), whose times are shown as
+/// offsets from the file's first event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Clock {
+    #[default]
+    Unix,
+    Relative {
+        first_us: i64,
+    },
+}
+
+impl Clock {
+    /// A time as text: a UTC date, or how long after the first event.
+    pub fn time(self, us: i64) -> String {
+        match self {
+            Clock::Unix => utc_time(us),
+            Clock::Relative { first_us } => {
+                let d = us.saturating_sub(first_us);
+                if d < 0 {
+                    format!("{} before the first event", duration_us(d.saturating_neg()))
+                } else {
+                    format!("{} after the first event", duration_us(d))
+                }
+            }
+        }
+    }
+}
+
 /// Unix-epoch microseconds as `YYYY-MM-DD HH:MM:SS.mmm UTC`.
 pub fn utc_time(us: i64) -> String {
     let secs = us.div_euclid(1_000_000);

@@ -918,3 +918,39 @@ fn a_trace_without_reserved_figures_shows_only_what_it_holds() {
     assert!(svg.contains(">reserved: not recorded</text>"));
     assert!(!svg.contains("the gap up to reserved"));
 }
+
+/// A trace whose times have no base (Kineto of April-May 2024 writes `ts` relative to a
+/// `baseTimeNanoseconds` it leaves out) prints offsets from the first event, never a 1970
+/// date; the same trace with its base prints dates. The figures are the file's own: its
+/// largest `Total Allocated` is stamped 5,376 µs after its first `[memory]` event, and
+/// its last 21,518 µs after.
+#[test]
+fn a_trace_without_a_base_time_prints_offsets_from_its_first_event() {
+    let no_base = root().join("testdata/profile/no_base.trace.json");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&no_base).unwrap()).unwrap();
+    assert!(doc.get("baseTimeNanoseconds").is_none());
+    assert!(snapshot(&no_base).features.relative_clock);
+    let out = vramlens().arg("summary").arg(&no_base).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success());
+    assert!(!text.contains("1970"), "{text}");
+    assert!(
+        text.contains("peak requested       252.4 MiB at event 59, 5.4 ms after the first event"),
+        "{text}"
+    );
+    assert!(text.contains("171 events, over 21.5 ms"), "{text}");
+    for command in ["top", "timeline", "oom"] {
+        let out = vramlens().arg(command).arg(&no_base).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(!text.contains("1970"), "{command}: {text}");
+        assert!(text.contains("after the first event"), "{command}: {text}");
+    }
+    let with_base = root().join("testdata/profile/run.trace.json");
+    assert!(!snapshot(&with_base).features.relative_clock);
+    let out = vramlens().arg("summary").arg(&with_base).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("at event 59, 2025-06-15 15:06:40.006 UTC"),
+        "{text}"
+    );
+}

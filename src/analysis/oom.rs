@@ -229,12 +229,16 @@ pub struct OomAnalysis {
     /// implies, under the settings the verdicts would suggest (null: no `oom` entry, or
     /// one that does not say what the device had free, or a device without a trace).
     pub what_if: Option<OomWhatIf>,
+    /// How the file's times read (for the text).
+    #[serde(skip)]
+    pub clock: crate::units::Clock,
 }
 
 impl OomAnalysis {
     /// An analysis with no figure known yet, to be filled from a snapshot or a message.
     fn blank(device: i64, source: Source) -> Self {
         OomAnalysis {
+            clock: crate::units::Clock::Unix,
             device,
             source,
             event: None,
@@ -801,6 +805,7 @@ fn analyze_at(
         })
         .collect();
     let mut a = OomAnalysis {
+        clock: r.snap.clock(),
         device: r.device,
         source: known.source,
         event: at.map(|i| i as u32),

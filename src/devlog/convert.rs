@@ -126,6 +126,7 @@ pub fn to_snapshot(trace: &ProfileTrace) -> Converted {
             ProfileKind::KinetoTrace => ConvertedFrom::KinetoTrace,
             _ => ConvertedFrom::MemoryTimeline,
         }),
+        relative_clock: trace.clock == TraceClock::Unknown,
         ..Features::default()
     };
     let max_slot = groups.keys().copied().max().unwrap_or(-1);

@@ -227,6 +227,9 @@ pub struct Features {
     /// Converted devices whose frees were paired with allocations by size (a profiler
     /// trace without addresses): totals exact, which block ended a guess.
     pub frees_paired_by_size: Vec<i64>,
+    /// The times have no base (a profiler trace without `baseTimeNanoseconds` whose times
+    /// are not Unix time): they are shown as offsets from the first event.
+    pub relative_clock: bool,
 }
 
 /// The profiler output a snapshot was converted from (see `devlog::convert`).
@@ -287,6 +290,22 @@ impl Snapshot {
         ds.sort_unstable();
         ds.dedup();
         ds
+    }
+
+    /// How the file's times read ([`crate::units::Clock`]): Unix time, or offsets from
+    /// the first event of any device when the clock has no base.
+    pub fn clock(&self) -> crate::units::Clock {
+        if !self.features.relative_clock {
+            return crate::units::Clock::Unix;
+        }
+        let first = self
+            .device_traces
+            .iter()
+            .filter_map(|t| (0..t.len()).find_map(|i| t.time_us(i)))
+            .min();
+        crate::units::Clock::Relative {
+            first_us: first.unwrap_or(0),
+        }
     }
 
     /// The trace of a device (empty when the file has none for it).

@@ -6,7 +6,7 @@ use crate::analysis::oom::{Cause, Knob, OomAnalysis, OomReport, Role, Source, Ve
 use crate::render::Style;
 use crate::render::words::labels::{group_display, group_name_display};
 use crate::units::shown;
-use crate::units::{bytes, percent, utc_time};
+use crate::units::{bytes, percent};
 use std::io::{self, Write};
 
 fn opt(v: Option<u64>) -> String {
@@ -335,7 +335,7 @@ fn write_what_if(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
 /// recorded.
 fn write_heading(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
     let when = match (a.event, a.time_us) {
-        (Some(e), Some(t)) => format!("event {e}, {}", utc_time(t)),
+        (Some(e), Some(t)) => format!("event {e}, {}", a.clock.time(t)),
         (Some(e), None) => format!("event {e}"),
         (None, _) => "the start".into(),
     };

@@ -12,7 +12,7 @@ use crate::analysis::what_if::simulate::{
 use crate::render::Style;
 use crate::render::charts::svg::{Svg, num};
 use crate::render::words::labels::{device_line, short_frame};
-use crate::units::{bytes, count, grouped, shown, utc_time};
+use crate::units::{Clock, bytes, count, grouped, shown};
 use std::io::{self, Write};
 
 /// A scenario's settings in words: "the recorded settings (expandable_segments:True)".
@@ -120,9 +120,9 @@ fn segments_text(s: &[crate::allocator::identity::SegmentEntry]) -> String {
         .join(", ")
 }
 
-fn event_text(event: u32, time_us: Option<i64>) -> String {
+fn event_text(event: u32, time_us: Option<i64>, clock: Clock) -> String {
     match time_us {
-        Some(t) => format!("event {}, {}", grouped(event as u64), utc_time(t)),
+        Some(t) => format!("event {}, {}", grouped(event as u64), clock.time(t)),
         None => format!("event {}", grouped(event as u64)),
     }
 }
@@ -195,7 +195,7 @@ fn oom_text(o: &OomAt) -> String {
     };
     format!(
         "runs out of memory at {}{site}, a {} request{}; {cause}",
-        event_text(o.event, o.time_us),
+        event_text(o.event, o.time_us, o.clock),
         bytes(o.request_bytes),
         if o.recorded { ", as recorded" } else { "" },
     )

@@ -3,7 +3,7 @@
 use crate::analysis::reports::summary::{DeviceSummary, Summary, TraceSummary, TruncationEvidence};
 use crate::render::Style;
 use crate::units::shown;
-use crate::units::{bytes, duration_us, percent, utc_time};
+use crate::units::{Clock, bytes, duration_us, percent};
 use std::io::{self, Write};
 
 fn row(out: &mut dyn Write, label: &str, value: impl AsRef<str>) -> io::Result<()> {
@@ -47,6 +47,7 @@ pub use crate::analysis::HOW_TO_RECORD;
 const HOW_TO_PROFILE: &str = "start the profiler (torch.profiler.profile(profile_memory=True, record_shapes=True, with_stack=True)) before the work it should see, or record a snapshot with torch.cuda.memory._record_memory_history()";
 
 fn write_trace(
+    clock: Clock,
     out: &mut dyn Write,
     t: &TraceSummary,
     converted: bool,
@@ -88,13 +89,21 @@ fn write_trace(
         return row(out, "", how);
     }
     let span = match (t.first_time_us, t.last_time_us) {
+        (Some(a), Some(b)) if b >= a && matches!(clock, Clock::Relative { .. }) => format!(
+            ", over {} (the file's times have no base time: they are shown as offsets from the first event, not as dates)",
+            duration_us(b.saturating_sub(a))
+        ),
         (Some(a), Some(b)) if b >= a => {
-            format!(", {} .. +{}", utc_time(a), duration_us(b.saturating_sub(a)))
+            format!(
+                ", {} .. +{}",
+                clock.time(a),
+                duration_us(b.saturating_sub(a))
+            )
         }
         (Some(a), Some(b)) => format!(
             ", {} .. {} (the times go backwards: the last event is stamped {} before the first)",
-            utc_time(a),
-            utc_time(b),
+            clock.time(a),
+            clock.time(b),
             duration_us(a.saturating_sub(b))
         ),
         _ => ", no timestamps (PyTorch before 2.2)".into(),
@@ -140,6 +149,7 @@ fn write_device(
     out: &mut dyn Write,
     d: &DeviceSummary,
     converted: bool,
+    clock: Clock,
     style: Style,
 ) -> io::Result<()> {
     writeln!(out, "{}", style.heading(&format!("device {}", d.device)))?;
@@ -155,8 +165,8 @@ fn write_device(
                 "not recorded (the trace has no Total Reserved)",
             )?;
         }
-        write_peaks(out, d)?;
-        return write_trace(out, &d.trace, true, style);
+        write_peaks(out, d, clock)?;
+        return write_trace(clock, out, &d.trace, true, style);
     }
     row(
         out,
@@ -250,13 +260,13 @@ fn write_device(
         ),
     )?;
     row(out, "largest free block", bytes(d.largest_free_block_bytes))?;
-    write_peaks(out, d)?;
-    write_trace(out, &d.trace, false, style)?;
+    write_peaks(out, d, clock)?;
+    write_trace(clock, out, &d.trace, false, style)?;
     for o in &d.ooms {
         let when = o
             .time_us
             .filter(|&t| t > 0)
-            .map(|t| format!(" at {}", utc_time(t)))
+            .map(|t| format!(" at {}", clock.time(t)))
             .unwrap_or_default();
         row(
             out,
@@ -272,10 +282,10 @@ fn write_device(
     Ok(())
 }
 
-fn write_peaks(out: &mut dyn Write, d: &DeviceSummary) -> io::Result<()> {
+fn write_peaks(out: &mut dyn Write, d: &DeviceSummary, clock: Clock) -> io::Result<()> {
     let at = |event: Option<u32>, time: Option<i64>| match (event, time) {
         (None, _) => " (before the first event)".to_string(),
-        (Some(e), Some(t)) if t > 0 => format!(" at event {e}, {}", utc_time(t)),
+        (Some(e), Some(t)) if t > 0 => format!(" at event {e}, {}", clock.time(t)),
         (Some(e), _) => format!(" at event {e}"),
     };
     if let Some(b) = d.peak_requested_bytes {
@@ -350,14 +360,14 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         writeln!(out, "  no device has a segment or a trace entry")?;
     }
     for d in &s.devices {
-        write_device(out, d, s.converted, style)?;
+        write_device(out, d, s.converted, s.clock, style)?;
     }
     if let Some(h) = &s.host {
         writeln!(out, "{}", style.heading("pinned host memory"))?;
         row(out, "segments", h.segments.to_string())?;
         row(out, "reserved", bytes(h.reserved_bytes))?;
         row(out, "allocated", bytes(h.allocated_bytes))?;
-        write_trace(out, &h.trace, false, style)?;
+        write_trace(s.clock, out, &h.trace, false, style)?;
     }
     writeln!(out, "{}", style.heading("allocator"))?;
     if s.converted {

@@ -216,6 +216,9 @@ pub struct ResolvedMoment {
     pub has_timeline: bool,
     /// For `time:`, the events that share the time given, when several do.
     pub same_time: Option<SameTime>,
+    /// How the file's times read (for the text).
+    #[serde(skip)]
+    pub clock: crate::units::Clock,
 }
 
 /// Scanning as time runs up to `to_us` (events without a time are skipped; a
@@ -373,6 +376,7 @@ pub fn resolve(
         time_us: event.and_then(|i| trace.stamped_time(i)),
         has_timeline: r.has_timeline(),
         same_time,
+        clock: r.snap.clock(),
     })
 }
 

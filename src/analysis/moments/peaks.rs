@@ -31,6 +31,9 @@ pub struct PeaksReport {
     /// The maximum in allocated block bytes.
     pub peak_allocated: Peak,
     pub peak_reserved: Peak,
+    /// How the file's times read (for the text).
+    #[serde(skip)]
+    pub clock: crate::units::Clock,
 }
 
 #[derive(Default)]
@@ -89,5 +92,6 @@ pub fn report(path: &str, r: &DeviceReplay) -> Result<PeaksReport, NoTrace> {
         peak_requested: peaks.requested,
         peak_allocated: peaks.allocated,
         peak_reserved: peaks.reserved,
+        clock: r.snap.clock(),
     })
 }

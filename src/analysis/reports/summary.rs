@@ -31,6 +31,9 @@ pub struct Summary {
     pub distinct_stacks: usize,
     /// Written as a list of `{message, count}` ordered by message (`render::words::warnings`).
     pub warnings: crate::model::Warnings,
+    /// How the file's times read (for the text: dates, or offsets from the first event).
+    #[serde(skip)]
+    pub clock: crate::units::Clock,
 }
 
 /// Which PyTorch release the file's layout looks like (spec section 1.3).
@@ -631,6 +634,7 @@ pub fn summary_with(
         distinct_frames: snap.frames.frame_count(),
         distinct_stacks: snap.frames.stack_count(),
         warnings: snap.warnings.clone(),
+        clock: snap.clock(),
     }
 }
 

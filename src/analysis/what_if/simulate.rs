@@ -70,6 +70,9 @@ pub struct OomAt {
     pub cause: OomCause,
     /// The recording ran out of memory at this request too.
     pub recorded: bool,
+    /// How the file's times read (for the text).
+    #[serde(skip)]
+    pub clock: crate::units::Clock,
 }
 
 /// One scenario's answer.
@@ -385,6 +388,7 @@ fn oom_at(snap: &Snapshot, device: i64, f: FirstOom) -> OomAt {
         largest_free_bytes: f.largest_free_bytes,
         cause: f.cause,
         recorded: f.recorded,
+        clock: snap.clock(),
     }
 }
 

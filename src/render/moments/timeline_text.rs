@@ -6,13 +6,13 @@ use crate::render::Style;
 use crate::render::words::labels::device_line;
 use crate::timeline::Peak;
 use crate::units::shown;
-use crate::units::{bytes, utc_time};
+use crate::units::{Clock, bytes};
 use std::io::{self, Write};
 
-fn peak(p: &Peak) -> String {
+fn peak(p: &Peak, clock: Clock) -> String {
     let at = match (p.event, p.time_us.filter(|&t| t > 0)) {
         (None, _) => "before the first event".to_string(),
-        (Some(e), Some(t)) => format!("at event {} ({})", e.index(), utc_time(t)),
+        (Some(e), Some(t)) => format!("at event {} ({})", e.index(), clock.time(t)),
         (Some(e), None) => format!("at event {}", e.index()),
     };
     format!("{} {at}", bytes(p.bytes))
@@ -54,9 +54,9 @@ pub fn write_timeline_text(
                 bytes(r.final_reserved_bytes.max(0) as u64)
             ),
         ),
-        ("peak requested", peak(&r.peak_requested)),
-        ("peak allocated", peak(&r.peak_allocated)),
-        ("peak reserved", peak(&r.peak_reserved)),
+        ("peak requested", peak(&r.peak_requested, r.clock)),
+        ("peak allocated", peak(&r.peak_allocated, r.clock)),
+        ("peak reserved", peak(&r.peak_reserved, r.clock)),
     ];
     for (label, value) in rows {
         writeln!(out, "  {label:<16} {value}")?;

@@ -8,7 +8,7 @@ use crate::analysis::kinds::attribution::GroupKind;
 use crate::analysis::moments::moment::{MomentKind, ResolvedMoment};
 use crate::analysis::reports::summary::LayoutEvidence;
 use crate::analysis::reports::top::GroupName;
-use crate::units::{shown, utc_time};
+use crate::units::shown;
 use serde::{Serialize, Serializer};
 use std::borrow::Cow;
 
@@ -191,7 +191,7 @@ pub fn moment_text(m: &ResolvedMoment) -> String {
     };
     let when = match (m.event, m.time_us) {
         (None, _) => "before the first event".to_string(),
-        (Some(e), Some(t)) => format!("after event {e}, {}", utc_time(t)),
+        (Some(e), Some(t)) => format!("after event {e}, {}", m.clock.time(t)),
         (Some(e), None) => format!("after event {e}"),
     };
     if what == "at" {
