@@ -9,11 +9,13 @@ use vramlens::analysis::device::choose_device;
 use vramlens::analysis::kinds::attribution::{
     AttributionOptions, Attributor, GroupBy, GroupKind, parse_rules,
 };
+use vramlens::analysis::kinds::categories::bound_attributor;
 use vramlens::analysis::moments::moment::Moment;
 use vramlens::analysis::reports::top::Versions;
 use vramlens::analysis::reports::top::analyze_top;
 use vramlens::input::read_snapshot;
 use vramlens::model::{Frame, FrameTable, StackId};
+use vramlens::timeline::replay::DeviceReplay;
 
 fn vramlens() -> Command {
     let mut c = Command::cargo_bin("vramlens").unwrap();
@@ -241,7 +243,6 @@ fn lifetime_with(stack: StackId) -> vramlens::timeline::Lifetime {
 /// expected figures (`scripts/expected.py`), for every grouping and a small limit.
 fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
     let (snap, info) = read_snapshot(path, Default::default()).unwrap();
-    let mut attr = Attributor::new(&snap.frames, &AttributionOptions::default());
     let mut checked = 0;
     for dev in expected["devices"].as_array().unwrap() {
         let device = dev["device"].as_i64().unwrap();
@@ -249,6 +250,8 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
             continue;
         };
         let choice = choose_device(&snap, Some(device)).unwrap();
+        let replay = DeviceReplay::new(&snap, device);
+        let attr = bound_attributor(&replay, &AttributionOptions::default());
         for by in [
             GroupBy::Callsite,
             GroupBy::Category,
@@ -257,13 +260,13 @@ fn check_file(path: &std::path::Path, expected: &serde_json::Value) -> usize {
         ] {
             for limit in [3, 100_000] {
                 let r = analyze_top(
-                    &snap,
+                    &replay,
                     &info.path,
                     &choice,
                     Moment::Peak,
                     by,
                     limit,
-                    &mut attr,
+                    &attr,
                     (),
                 )
                 .unwrap();

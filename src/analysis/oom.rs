@@ -15,6 +15,7 @@
 
 use crate::analysis::device::{DeviceReason, choose_device};
 use crate::analysis::kinds::attribution::{AttributionOptions, Attributor, GroupBy, GroupKind};
+use crate::analysis::kinds::categories::bound_attributor;
 use crate::analysis::moments::leaks::{LeakReport, LeakSampler};
 use crate::analysis::reports::top::{LiveState, LiveStatePass, Versions, group_live};
 use crate::analysis::what_if::oom_what_if::OomWhatIf;
@@ -893,17 +894,6 @@ pub fn analyze_oom(
     prepared: Option<OomPrepared>,
 ) -> OomReport {
     let mut prepared = prepared.filter(|p| device == Some(p.device));
-    fn bound<'a>(
-        snap: &'a Snapshot,
-        attribution: &AttributionOptions,
-        r: &DeviceReplay<'a>,
-    ) -> Attributor<'a> {
-        let mut attr = Attributor::new(&snap.frames, attribution);
-        attr.bind(crate::analysis::kinds::categories::DeviceCategories::build(
-            r, &attr,
-        ));
-        attr
-    }
     let settings = settings(snap);
     let mut analyses = Vec::new();
     let mut more = BTreeMap::new();
@@ -931,7 +921,7 @@ pub fn analyze_oom(
         }
         let first = analyses.len();
         let given = prepared.as_ref().and_then(|p| p.attr_for(d));
-        let own = given.is_none().then(|| bound(snap, attribution, &r));
+        let own = given.is_none().then(|| bound_attributor(&r, attribution));
         let attr = given
             .or(own.as_ref())
             .expect("an attributor, given or made");
@@ -988,7 +978,7 @@ pub fn analyze_oom(
         if let Some(d) = d {
             let r = DeviceReplay::new(snap, d);
             let given = prepared.as_ref().and_then(|p| p.attr_for(d));
-            let own = given.is_none().then(|| bound(snap, attribution, &r));
+            let own = given.is_none().then(|| bound_attributor(&r, attribution));
             let attr = given
                 .or(own.as_ref())
                 .expect("an attributor, given or made");

@@ -13,7 +13,6 @@ use vramlens::analysis::budget::{
     report, run_budget, size_from_name,
 };
 use vramlens::analysis::device::choose_device;
-use vramlens::analysis::kinds::attribution::Attributor;
 use vramlens::input::ReadOptions;
 use vramlens::render::budget::{write_budget_svg, write_budget_text};
 use vramlens::render::{Style, write_json};
@@ -69,8 +68,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                         args.device_logs.clock.utc_offset,
                         messages.as_deref(),
                     )?;
-                    let mut attr = Attributor::new(&snap.frames, &options);
-                    let mut run = run_budget(&snap, &info.path, this, &mut attr, outside);
+                    let mut run = run_budget(&snap, &info.path, this, &options, outside);
                     run.replays = replay_on(&snap, device, &gpus, run.outside.counted_bytes);
                     Ok(run)
                 })

@@ -32,16 +32,10 @@ fn measured(
     options: &AttributionOptions,
 ) -> Result<Measured> {
     let session = Session::open(path, device, options.clone())?;
-    let mut attr = session.attributor();
-    measure(
-        &session.snap,
-        session.path(),
-        &session.choice,
-        moment,
-        by,
-        &mut attr,
-    )
-    .map_err(|e| anyhow!("{}: {e}", session.path()))
+    let r = session.replay();
+    let attr = session.bound_attributor(&r);
+    measure(&r, session.path(), &session.choice, moment, by, &attr)
+        .map_err(|e| anyhow!("{}: {e}", session.path()))
 }
 
 /// Two files measured at once, each on its share of the threads.

@@ -9,7 +9,7 @@ use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;
 use std::io::Write;
 use vramlens::analysis::device::reconcile::{LOG_MARGIN_US, focus_ranges, snapshot_range};
-use vramlens::analysis::kinds::attribution::{Attributor, GroupBy};
+use vramlens::analysis::kinds::attribution::GroupBy;
 use vramlens::analysis::oom::OomOptions;
 use vramlens::analysis::reports::ranks::{analyze_ranks, rank_input};
 use vramlens::analysis::reports::report::{
@@ -93,10 +93,7 @@ pub fn run(args: &ReportArgs, out: &mut dyn Write) -> Result<()> {
                 ),
             })?;
             let rank = several
-                .then(|| {
-                    let mut attr = Attributor::new(&snap.frames, &attribution);
-                    rank_input(&snap, &info.path, &mut attr, GroupBy::Callsite)
-                })
+                .then(|| rank_input(&snap, &info.path, &attribution, GroupBy::Callsite))
                 .flatten();
             Ok((report, rank))
         })

@@ -63,9 +63,10 @@ impl Session {
         DeviceReplay::new(&self.snap, self.choice.device)
     }
 
-    /// An attributor of the file's frames, bound to no device.
-    pub fn attributor(&self) -> Attributor<'_> {
-        Attributor::new(&self.snap.frames, &self.attribution)
+    /// An attributor of the file bound to the categories of `replay`'s device: made once
+    /// per device, and shared by every analysis of the command.
+    pub fn bound_attributor<'s>(&'s self, replay: &DeviceReplay<'s>) -> Attributor<'s> {
+        vramlens::analysis::kinds::categories::bound_attributor(replay, &self.attribution)
     }
 
     /// What was live at `moment` on the chosen device (versions not counted: for
@@ -75,8 +76,7 @@ impl Session {
         let replay = self.replay();
         let (moment, live) = resolve_live(&replay, moment, Versions::NotNeeded)
             .map_err(|e| anyhow!("{}: {e}", self.path()))?;
-        let mut attr = self.attributor();
-        attr.bind(vramlens::analysis::kinds::categories::DeviceCategories::build(&replay, &attr));
+        let attr = self.bound_attributor(&replay);
         Ok(LiveMoment {
             replay,
             attr,

@@ -7,7 +7,7 @@ use crate::cmd::read_snapshot;
 use anyhow::Result;
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
-use vramlens::analysis::kinds::attribution::{Attributor, GroupBy};
+use vramlens::analysis::kinds::attribution::GroupBy;
 use vramlens::analysis::reports::ranks::{analyze_ranks, rank_input};
 use vramlens::analysis::reports::summary::{SummaryOptions, analyze_summary};
 use vramlens::input::ReadOptions;
@@ -31,10 +31,7 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
             vramlens::analysis::device::check_device(&snap, args.device)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", info.path))?;
             let rank = ranks
-                .then(|| {
-                    let mut attr = Attributor::new(&snap.frames, &Default::default());
-                    rank_input(&snap, &info.path, &mut attr, GroupBy::Callsite)
-                })
+                .then(|| rank_input(&snap, &info.path, &Default::default(), GroupBy::Callsite))
                 .flatten();
             Ok((analyze_summary(&snap, &info, options), rank))
         })

@@ -5,7 +5,7 @@ use crate::cmd::read_snapshot;
 use crate::cmd::session::Session;
 use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
-use vramlens::analysis::kinds::attribution::{Attributor, GroupBy};
+use vramlens::analysis::kinds::attribution::GroupBy;
 use vramlens::analysis::reports::top::analyze_top;
 use vramlens::input::ReadOptions;
 use vramlens::render::top::write_top_text;
@@ -20,20 +20,11 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     }
     let session = Session::open(&files[0], args.device, options)?;
     let (snap, path, choice) = (&session.snap, session.path(), &session.choice);
-    let mut attr = session.attributor();
-    let mut report = analyze_top(
-        snap,
-        path,
-        choice,
-        args.at.clone(),
-        by,
-        args.limit,
-        &mut attr,
-        (),
-    )
-    .map_err(|e| anyhow!("{path}: {e}"))?;
+    let r = session.replay();
+    let attr = session.bound_attributor(&r);
+    let mut report = analyze_top(&r, path, choice, args.at.clone(), by, args.limit, &attr, ())
+        .map_err(|e| anyhow!("{path}: {e}"))?;
     if args.leaks {
-        let r = session.replay();
         let at = report.moment.event.map(|e| e as usize);
         report.leaks = Some(vramlens::analysis::moments::leaks::find_leaks(
             snap, &r, &attr, by, at,
@@ -61,8 +52,7 @@ fn run_ranks(
         .par_iter()
         .map(|path| -> Result<_> {
             let (snap, info) = read_snapshot(path, ReadOptions { progress: true })?;
-            let mut attr = Attributor::new(&snap.frames, options);
-            vramlens::analysis::reports::ranks::rank_input(&snap, &info.path, &mut attr, by)
+            vramlens::analysis::reports::ranks::rank_input(&snap, &info.path, options, by)
                 .ok_or_else(|| anyhow!("{}: the file has no device", info.path))
         })
         .collect::<Result<_>>()?;

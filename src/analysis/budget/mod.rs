@@ -446,17 +446,15 @@ impl From<&DeviceChoice> for RunDevice {
 
 /// The budget of one device of a snapshot at its peak of requested bytes: one replay
 /// finds the peak, what was alive there and the most reserved.
-pub fn run_budget<'a>(
-    snap: &'a Snapshot,
+pub fn run_budget(
+    snap: &Snapshot,
     path: &str,
     choice: RunDevice,
-    attr: &mut Attributor<'a>,
+    options: &crate::analysis::kinds::attribution::AttributionOptions,
     outside: Outside,
 ) -> RunBudget {
     let r = DeviceReplay::new(snap, choice.device);
-    attr.bind(crate::analysis::kinds::categories::DeviceCategories::build(
-        &r, attr,
-    ));
+    let attr = &crate::analysis::kinds::categories::bound_attributor(&r, options);
     let (moment, live, reserved) = if r.has_timeline() {
         let mut peak = LifetimesAtPeak::default();
         let mut peaks = Peaks::default();

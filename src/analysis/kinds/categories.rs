@@ -650,3 +650,14 @@ impl DeviceDecisions for DeviceCategories<'_> {
         DeviceCategories::prepare_moment(self, at)
     }
 }
+
+/// An attributor of `r`'s file under `options`, bound to the categories of `r`'s device:
+/// the one way a command's session (or a rank's) gets the attributor its analyses share.
+pub fn bound_attributor<'f>(
+    r: &DeviceReplay<'f>,
+    options: &crate::analysis::kinds::attribution::AttributionOptions,
+) -> Attributor<'f> {
+    let mut attr = Attributor::new(&r.snap.frames, options);
+    attr.bind(DeviceCategories::build(r, &attr));
+    attr
+}

@@ -224,17 +224,17 @@ pub struct Measured {
 }
 
 /// Every group alive at `moment` on the chosen device, and the device's peaks.
-pub fn measure<'a>(
-    snap: &'a crate::model::Snapshot,
+pub fn measure(
+    r: &crate::timeline::replay::DeviceReplay,
     path: &str,
     choice: &crate::analysis::device::DeviceChoice,
     moment: Moment,
     by: GroupBy,
-    attr: &mut crate::analysis::kinds::attribution::Attributor<'a>,
+    attr: &crate::analysis::kinds::attribution::Attributor,
 ) -> Result<Measured, crate::analysis::moments::moment::MomentError> {
     let mut peaks = Peaks::default();
     let top = crate::analysis::reports::top::analyze_top(
-        snap,
+        r,
         path,
         choice,
         moment,

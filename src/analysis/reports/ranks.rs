@@ -3,7 +3,7 @@
 //! between the largest rank and the median one.
 
 use crate::analysis::device::choose_device;
-use crate::analysis::kinds::attribution::{Attributor, GroupBy, GroupKind};
+use crate::analysis::kinds::attribution::{AttributionOptions, GroupBy, GroupKind};
 use crate::analysis::moments::moment::Moment;
 use crate::analysis::reports::diff::{GroupChange, diff};
 use crate::analysis::reports::top::{TopReport, analyze_top};
@@ -28,14 +28,15 @@ pub struct RankInput {
 }
 
 /// Reads what a rank row needs from one snapshot.
-pub fn rank_input<'a>(
-    snap: &'a Snapshot,
+pub fn rank_input(
+    snap: &Snapshot,
     path: &str,
-    attr: &mut Attributor<'a>,
+    options: &AttributionOptions,
     by: GroupBy,
 ) -> Option<RankInput> {
     let choice = choose_device(snap, None).ok()?;
     let r = DeviceReplay::new(snap, choice.device);
+    let attr = crate::analysis::kinds::categories::bound_attributor(&r, options);
     let traced = r.has_timeline();
     // The peaks in the replay that finds what was live at the peak; a file without a
     // timeline has neither.
@@ -43,13 +44,13 @@ pub fn rank_input<'a>(
     let top = traced
         .then(|| {
             analyze_top(
-                snap,
+                &r,
                 path,
                 &choice,
                 Moment::Peak,
                 by,
                 usize::MAX,
-                attr,
+                &attr,
                 &mut peaks,
             )
             .ok()

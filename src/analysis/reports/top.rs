@@ -423,24 +423,21 @@ pub fn peak_event(r: &DeviceReplay) -> Option<usize> {
     peaks.requested.event.map(|e| e.index())
 }
 
-/// `top` for one device of a snapshot, running `extra` in the same replay (the peaks
-/// `check` compares, say; `()` for none).
+/// `top` for the chosen device (`r`, its replay), running `extra` in the same replay (the
+/// peaks `check` compares, say; `()` for none). `attr` is bound to the device's categories
+/// ([`crate::analysis::kinds::categories::bound_attributor`]).
 #[allow(clippy::too_many_arguments)]
-pub fn analyze_top<'a, A: Aggregator>(
-    snap: &'a crate::model::Snapshot,
+pub fn analyze_top<A: Aggregator>(
+    r: &DeviceReplay,
     path: &str,
     choice: &crate::analysis::device::DeviceChoice,
     moment: crate::analysis::moments::moment::Moment,
     by: GroupBy,
     limit: usize,
-    attr: &mut Attributor<'a>,
+    attr: &Attributor,
     extra: A,
 ) -> Result<TopReport, crate::analysis::moments::moment::MomentError> {
-    let r = DeviceReplay::new(snap, choice.device);
-    attr.bind(crate::analysis::kinds::categories::DeviceCategories::build(
-        &r, attr,
-    ));
-    let (resolved, live) = resolve_live_with(&r, moment, Versions::Counted, extra)?;
+    let (resolved, live) = resolve_live_with(r, moment, Versions::Counted, extra)?;
     let mut groups = limit_groups(
         group_live(attr, &live, by),
         limit.max(1),

@@ -8,7 +8,6 @@ use std::io::{IsTerminal, Write};
 use vramlens::analysis::device::align::line_up;
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::device::trace_lanes::{LaneKind, TraceLanes, build_lanes};
-use vramlens::analysis::kinds::attribution::Attributor;
 use vramlens::analysis::moments::chart::{
     TimelineView, ViewOptions, XAxis, build_view, zoom_window,
 };
@@ -103,16 +102,19 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     let choice = choose_device(&snap, args.device).map_err(|e| anyhow!("{path}: {e}"))?;
     let device = choice.device;
     let r = DeviceReplay::new(&snap, device);
+    // One attributor for the device, bound to its categories, for the chart and the
+    // listing alike.
+    let attr = (args.output.is_some() || moment.is_some())
+        .then(|| vramlens::analysis::kinds::categories::bound_attributor(&r, &options));
     let style = Style::detect(std::io::stdout().is_terminal());
     if let Some(o) = &args.output {
         let view_options = ViewOptions {
             window,
             ..ViewOptions::new(x, by, args.top)
         };
-        let mut attr = Attributor::new(&snap.frames, &options);
-        attr.bind(vramlens::analysis::kinds::categories::DeviceCategories::build(&r, &attr));
+        let attr = attr.as_ref().expect("bound for a chart");
         let mut view =
-            build_view(&snap, &r, &attr, view_options).map_err(|e| anyhow!("{path}: {e}"))?;
+            build_view(&snap, &r, attr, view_options).map_err(|e| anyhow!("{path}: {e}"))?;
         // The moment that matters, drawn again wider when the whole chart squeezes it.
         let zoom = zoom_window(&view, window.is_some());
         let mut zoom_view = zoom
@@ -120,7 +122,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
                 build_view(
                     &snap,
                     &r,
-                    &attr,
+                    attr,
                     ViewOptions {
                         window: Some((z.x0, z.x1)),
                         ..view_options
@@ -170,11 +172,10 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(m) = moment {
         let (resolved, live) =
             resolve_live(&r, m, Versions::Counted).map_err(|e| anyhow!("{path}: {e}"))?;
-        let mut attr = Attributor::new(&snap.frames, &options);
-        attr.bind(vramlens::analysis::kinds::categories::DeviceCategories::build(&r, &attr));
+        let attr = attr.as_ref().expect("bound for a moment");
         let listing = live_set(
             &snap,
-            &attr,
+            attr,
             path,
             &choice,
             resolved,
