@@ -945,6 +945,18 @@ fn a_trace_without_a_base_time_prints_offsets_from_its_first_event() {
         assert!(!text.contains("1970"), "{command}: {text}");
         assert!(text.contains("after the first event"), "{command}: {text}");
     }
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("chart.svg");
+    let out = vramlens()
+        .args(["timeline", "-o"])
+        .arg(&chart)
+        .arg(&no_base)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(!svg.contains("1970"));
+    assert!(svg.contains("after the first event"));
     let with_base = root().join("testdata/profile/run.trace.json");
     assert!(!snapshot(&with_base).features.relative_clock);
     let out = vramlens().arg("summary").arg(&with_base).output().unwrap();

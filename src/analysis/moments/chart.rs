@@ -282,6 +282,9 @@ pub struct DevicePoint {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TimelineView {
+    /// How the file's times read (for the tooltips).
+    #[serde(skip)]
+    pub clock: crate::units::Clock,
     pub x_axis: XAxis,
     pub by: BandBy,
     pub x_min: f64,
@@ -770,6 +773,7 @@ impl ViewPass<'_, '_> {
         let (annotations, annotations_dropped) =
             annotations(snap, r.device, trace, options.x, origin_us, x_min, x_max);
         TimelineView {
+            clock: snap.clock(),
             x_axis: options.x,
             by: options.by,
             x_min,

@@ -11,7 +11,7 @@ use crate::analysis::moments::chart::{
 };
 use crate::render::charts::svg::{Svg, color, escape, group_color, num};
 use crate::render::words::labels::{device_line, group_display, tiny_frame};
-use crate::units::{bytes, duration_us, utc_time};
+use crate::units::{Clock, bytes, duration_us};
 use std::io::{self, Write};
 
 const WIDTH: f64 = 1280.0;
@@ -93,10 +93,10 @@ fn band_color(band: &Band) -> &'static str {
     group_color(&band.name, band.kind)
 }
 
-fn band_title(b: &Band) -> String {
+fn band_title(b: &Band, clock: Clock) -> String {
     let time = |t: Option<i64>| {
         t.filter(|&t| t > 0)
-            .map(|t| format!(", {}", utc_time(t)))
+            .map(|t| format!(", {}", clock.time(t)))
             .unwrap_or_default()
     };
     let mut s = match &b.allocation {
@@ -334,7 +334,7 @@ fn write_body(
         draw_outline(svg, f, z)?;
     }
     if let Some(l) = lanes {
-        write_lane_spans(svg, f, l)?;
+        write_lane_spans(svg, f, l, view.clock)?;
     }
     writeln!(svg.out, "</svg>")?;
     // Frame of the plot area.
@@ -498,7 +498,7 @@ fn draw_bands(svg: &mut Svg, p: &Panel) -> io::Result<()> {
     let (view, f) = (p.view, p.f);
     for band in &view.bands {
         let fill = band_color(band);
-        let tip = band_title(band);
+        let tip = band_title(band, view.clock);
         let grouped = band.runs.len() > 1;
         if grouped {
             writeln!(svg.out, "<g><title>{}</title>", escape(&tip))?;
@@ -939,7 +939,7 @@ fn lanes_height(l: &TraceLanes) -> f64 {
 }
 
 /// The lanes' spans under the x axis label, in the plot's viewport.
-fn write_lane_spans(svg: &mut Svg, f: &Frame, l: &TraceLanes) -> io::Result<()> {
+fn write_lane_spans(svg: &mut Svg, f: &Frame, l: &TraceLanes, clock: Clock) -> io::Result<()> {
     let plot_right = WIDTH - RIGHT;
     let mut y = HEIGHT + 4.0;
     for lane in &l.lanes {
@@ -961,7 +961,7 @@ fn write_lane_spans(svg: &mut Svg, f: &Frame, l: &TraceLanes) -> io::Result<()> 
                 "{}\n{}: from {}, {}",
                 s.name,
                 lane_name(lane),
-                utc_time(s.start_us),
+                clock.time(s.start_us),
                 duration_ns(s.duration_ns)
             );
             svg.rect(
