@@ -213,8 +213,7 @@ fn open(path: &Path) -> Result<Data, InputError> {
     }
 }
 
-/// How a memory snapshot is recorded, for a file that is something else.
-pub const RECORD_ADVICE: &str = "record a snapshot with torch.cuda.memory._record_memory_history() before the work and torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") after it";
+pub use crate::model::RECORD_ADVICE;
 
 /// The name of a zip's first entry (its first local file header), if whole.
 fn zip_first_name(raw: &[u8]) -> Option<&[u8]> {

@@ -1422,7 +1422,7 @@ impl SnapshotBuilder {
             other if other.as_i128() == Some(TORCH_SAVE_LEGACY_MAGIC) => {
                 return Err(DecodeError::new(format!(
                     "a file torch.save wrote (its legacy format: tensors or a model's state), not a memory snapshot; {}",
-                    crate::input::RECORD_ADVICE
+                    super::RECORD_ADVICE
                 ))
                 .root());
             }

@@ -196,6 +196,9 @@ impl Warnings {
     }
 }
 
+/// How a memory snapshot is recorded, for a file that is something else.
+pub const RECORD_ADVICE: &str = "record a snapshot with torch.cuda.memory._record_memory_history() before the work and torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") after it";
+
 /// Top-level features present in the file, from which the PyTorch release is guessed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Features {
