@@ -7,6 +7,8 @@
 //! trace shows repeated steps before the moment: step annotations (`ProfilerStep#N`,
 //! `Optimizer.step`) or the total falling back by a tenth of its high at least twice. A
 //! single forward pass also grows steadily; without repeated steps nothing is a suspect.
+//! Where only the falls show the steps, a suspect also grows from one fall to the next
+//! at least twice: growth within one step (a backward's gradients) rises once at most.
 
 use crate::analysis::kinds::attribution::{Attributor, GroupBy, GroupKind};
 use crate::analysis::kinds::frames::user_frames;
@@ -86,19 +88,35 @@ fn step_annotations(snap: &Snapshot, r: &DeviceReplay, at: Option<usize>) -> usi
         .count()
 }
 
-fn drops(totals: &[u64]) -> usize {
+/// The samples at which the total has fallen back by a tenth of its high: the ends of
+/// steps, as the totals show them.
+fn drop_samples(totals: &[u64]) -> Vec<usize> {
     let high_water = totals.iter().copied().max().unwrap_or(0) as f64;
     let mut high = 0u64;
-    let mut count = 0;
-    for &t in totals {
+    let mut out = Vec::new();
+    for (k, &t) in totals.iter().enumerate() {
         if t > high {
             high = t;
         } else if (high - t) as f64 >= DROP * high_water && high_water > 0.0 {
-            count += 1;
+            out.push(k);
             high = t;
         }
     }
-    count
+    out
+}
+
+/// Whether a group's bytes rose from one step's end to the next at least twice (the
+/// ends: the samples in `ends` from `first` on, and the moment): growth within one
+/// step (gradients made in a backward, then kept) rises once at most.
+fn grew_across_steps(v: &[u64], first: usize, ends: &[usize]) -> bool {
+    let mut at: Vec<u64> = ends
+        .iter()
+        .filter(|&&k| k >= first)
+        .map(|&k| v[k])
+        .collect();
+    at.push(v[v.len() - 1]);
+    let tolerance = v[v.len() - 1] / 100;
+    at.windows(2).filter(|w| w[1] > w[0] + tolerance).count() >= 2
 }
 
 /// Leak suspects up to the state just after event `at` (None: the last event).
@@ -158,10 +176,13 @@ impl<'a> LeakSampler<'a> {
             .iter()
             .map(|v| start.requested_after(v))
             .collect();
+        let ends = drop_samples(&total);
         let steps = StepEvidence {
             step_annotations: step_annotations(snap, r, last),
-            total_drops: drops(&total),
+            total_drops: ends.len(),
         };
+        // Steps known by the total's falls alone: a suspect grows from one end to the next.
+        let by_drops = steps.step_annotations < 2;
         let n = states.len();
         let moment_total = total.last().copied().unwrap_or(0);
         let mut suspects = Vec::new();
@@ -179,6 +200,9 @@ impl<'a> LeakSampler<'a> {
                 let steady = v[first..].windows(2).all(|w| w[1] + tolerance >= w[0]);
                 let rises = v[first..].windows(2).filter(|w| w[1] > w[0]).count();
                 if !steady || rises < MIN_RISES || (n - 1 - first) * 4 < n || bytes < 2 * v[first] {
+                    continue;
+                }
+                if by_drops && !grew_across_steps(v, first, &ends) {
                     continue;
                 }
                 suspects.push(LeakSuspect {
