@@ -742,3 +742,44 @@ fn a_failed_request_counts_on_top_of_what_was_reserved_when_it_failed() {
         );
     }
 }
+
+/// A run that leaks fits no device. Our H200 recording (testdata/README.md, gpu/oom/)
+/// trains five steps, then keeps every output of its evaluation loop until the device is
+/// full: `<string>:31:leaky_eval` is the leak. Recorded, it reserved 139.0 GiB at most, so
+/// a B200 (178.3 GiB) would hold the run as recorded; a longer run would not. The same
+/// job without the leak (gpu/ok/) leaks nothing and fits.
+#[test]
+fn a_run_that_leaks_fits_no_device() {
+    let leaking = "testdata/gpu/oom/oom_snapshot.pickle";
+    let (code, v, err) = budget(&[leaking, "--gpu", "b200", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let suspects = v["runs"][0]["leak_suspects"].as_array().unwrap();
+    assert_eq!(suspects[0]["name"], "<string>:31:leaky_eval");
+    let fit = &v["fits"][0];
+    assert_eq!(fit["leaks"], true);
+    assert_eq!(fit["verdict"], "does_not_fit");
+    // The figures are the run's as recorded: it would fit them with room to spare.
+    assert!(fit["left_bytes"].as_i64().unwrap() > 30 << 30);
+    let (code, _, _) = budget(&[leaking, "--gpu", "b200", "--check"]);
+    assert_eq!(code, 1);
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args(["budget", leaking, "--gpu", "b200"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let second = text.lines().nth(1).unwrap();
+    assert!(
+        second.starts_with(
+            "  leaks (an inference from the trace's samples): <string>:31 in leaky_eval"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("does not fit: the run leaks"), "{text}");
+
+    let (code, v, err) = budget(&["testdata/gpu/ok/snapshot.pickle", "--gpu", "b200", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["runs"][0]["leak_suspects"], serde_json::json!([]));
+    assert_eq!(v["fits"][0]["leaks"], false);
+    assert_eq!(v["fits"][0]["verdict"], "fits");
+}

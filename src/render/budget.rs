@@ -127,6 +127,26 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
         r.device,
         crate::render::words::labels::moment_text(&r.moment)
     )?;
+    if let Some(first) = r.leak_suspects.first() {
+        writeln!(
+            out,
+            "  leaks (an inference from the trace's samples): {} ({}) grew by {} in {} of {} samples{} and is alive at the end{}; memory that keeps growing step after step outgrows any device in a longer run, so no device fits it until the leak is fixed (vramlens top --leaks lists the call sites)",
+            crate::render::words::labels::group_display(&first.name, first.kind),
+            first.category,
+            bytes(first.growth_bytes),
+            first.rises,
+            first.samples,
+            first
+                .since_event
+                .map(|e| format!(" since event {e}"))
+                .unwrap_or_default(),
+            match r.leak_suspects.len() - 1 {
+                0 => String::new(),
+                1 => ", with 1 more call site".to_string(),
+                n => format!(", with {n} more call sites"),
+            }
+        )?;
+    }
     if !r.moment.has_timeline {
         writeln!(
             out,
@@ -226,6 +246,25 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
 }
 
 fn fit_text(f: &Fit, headroom: f64) -> String {
+    if f.leaks {
+        // What the figures alone say, after why they do not decide.
+        let total = i128::from(f.gpu.capacity_bytes) - i128::from(f.left_bytes);
+        let as_recorded = Fit {
+            leaks: false,
+            verdict: if i128::from(f.needed_bytes) <= i128::from(f.gpu.capacity_bytes) {
+                Verdict::Fits
+            } else if total <= i128::from(f.gpu.capacity_bytes) {
+                Verdict::Tight
+            } else {
+                Verdict::DoesNotFit
+            },
+            ..f.clone()
+        };
+        return format!(
+            "does not fit: the run leaks, and a longer run outgrows any device (the run as recorded: {})",
+            fit_text(&as_recorded, headroom)
+        );
+    }
     let verdict = verdict_text(f, headroom);
     match &f.replayed {
         Some(r) if r.model_exact => match r.oom_event {

@@ -199,6 +199,11 @@ pub struct RunBudget {
     pub oom_reserved_bytes: Option<u64>,
     /// What a device must have: every line (for a run that ran out of memory, at least).
     pub total_bytes: u64,
+    /// Call sites whose memory grew step after step to the end of the trace (the leak
+    /// search of `top --leaks`, by call site, over the whole trace), largest first: an
+    /// inference from the trace's samples. A run that leaks needs more the longer it
+    /// runs, so it fits no device, whatever the figures of the run recorded.
+    pub leak_suspects: Vec<crate::analysis::moments::leaks::LeakSuspect>,
     /// (call site, category) -> requested bytes at the peak, for series fits.
     #[serde(skip)]
     pub groups: BTreeMap<(String, String), u64>,
@@ -328,6 +333,9 @@ pub struct Fit {
     /// left / capacity, rounded to 4 decimals.
     pub left_share: f64,
     pub verdict: Verdict,
+    /// The run leaks ([`RunBudget::leak_suspects`]): it fits no device, whatever the
+    /// figures of the run recorded say (they decide the verdict otherwise).
+    pub leaks: bool,
 }
 
 /// The largest batch size or sequence length a series takes (2^32): past it no run is
@@ -361,6 +369,7 @@ pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
         } else {
             Verdict::DoesNotFit
         },
+        leaks: false,
     }
 }
 
@@ -368,6 +377,17 @@ pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
 /// run exactly (runs out of memory: does not fit; else the replay's peak reserved plus
 /// the memory outside the allocator, with the headroom), else as [`fit`].
 pub fn fit_run(gpu: &Gpu, run: &RunBudget, headroom: f64) -> Fit {
+    let mut f = fit_as_recorded(gpu, run, headroom);
+    if !run.leak_suspects.is_empty() {
+        // Memory that grows step after step outgrows any device in a longer run.
+        f.verdict = Verdict::DoesNotFit;
+        f.leaks = true;
+    }
+    f
+}
+
+/// [`fit_run`] of the run as recorded, leaks aside.
+fn fit_as_recorded(gpu: &Gpu, run: &RunBudget, headroom: f64) -> Fit {
     let replayed = run
         .replays
         .iter()
@@ -455,13 +475,18 @@ pub fn run_budget(
 ) -> RunBudget {
     let r = DeviceReplay::new(snap, choice.device);
     let attr = &crate::analysis::kinds::categories::bound_attributor(&r, options);
+    let mut leak_suspects = Vec::new();
     let (moment, live, reserved) = if r.has_timeline() {
         let mut peak = LifetimesAtPeak::default();
         let mut peaks = Peaks::default();
         let oom = first_oom(&r);
         let mut at_oom =
             crate::timeline::aggregators::TotalsAt::new(oom.map(Some).into_iter().collect());
-        let start = r.run((&mut peak, &mut peaks, &mut at_oom));
+        // The leak search over the whole trace, in the same replay.
+        let mut leaks =
+            crate::analysis::moments::leaks::LeakSampler::new(&r, attr, GroupBy::Callsite, None);
+        let start = r.run((&mut peak, &mut peaks, &mut at_oom, &mut leaks));
+        leak_suspects = leaks.finish(snap, &r, start).suspects;
         let oom_reserved = at_oom
             .values
             .first()
@@ -489,9 +514,11 @@ pub fn run_budget(
         .expect("the end of any device resolves");
         (moment, live, (None, None))
     };
-    budget_of(
+    let mut run = budget_of(
         snap, path, choice, &r, attr, &live, moment, reserved, outside,
-    )
+    );
+    run.leak_suspects = leak_suspects;
+    run
 }
 
 /// The first `oom` entry of the device's trace.
@@ -625,6 +652,7 @@ pub fn budget_of(
         oom_reserved_bytes: oom_request.and(oom_reserved),
         oom_event: oom.map(|i| i as u32),
         total_bytes: total,
+        leak_suspects: Vec::new(),
         groups,
         settings: layout_settings(snap),
         replays: Vec::new(),
