@@ -125,6 +125,25 @@ pub struct FoundNames {
     pub words: Vec<String>,
 }
 
+impl FoundNames {
+    /// The names found (user and host names a rule may remove) and the words the
+    /// options give, each set sorted.
+    fn of(users: BTreeSet<String>, hosts: BTreeSet<String>, options: &RedactOptions) -> Self {
+        FoundNames {
+            users: users.into_iter().filter(|n| usable_name(n)).collect(),
+            hosts: hosts.into_iter().filter(|n| usable_name(n)).collect(),
+            words: options
+                .scrub
+                .iter()
+                .filter(|w| !w.trim().is_empty())
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+        }
+    }
+}
+
 /// What [`apply`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RedactReport {
@@ -683,18 +702,7 @@ pub fn input_paths(paths: &[String], options: &RedactOptions) -> Vec<String> {
     for p in paths {
         names_in(p, true, &mut users, &mut hosts);
     }
-    let names = FoundNames {
-        users: users.into_iter().filter(|n| usable_name(n)).collect(),
-        hosts: hosts.into_iter().filter(|n| usable_name(n)).collect(),
-        words: options
-            .scrub
-            .iter()
-            .filter(|w| !w.trim().is_empty())
-            .cloned()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect(),
-    };
+    let names = FoundNames::of(users, hosts, options);
     let scrubber = Scrubber::new(&names);
     let kept = |p: &str| p == "-" || options.keep.iter().any(|k| k.is_match(p));
     // The folder every absolute input shares.
@@ -954,18 +962,7 @@ impl<'o> Redactor<'o> {
                 );
             }
         }
-        let names = FoundNames {
-            users: users.into_iter().filter(|n| usable_name(n)).collect(),
-            hosts: hosts.into_iter().filter(|n| usable_name(n)).collect(),
-            words: options
-                .scrub
-                .iter()
-                .filter(|w| !w.trim().is_empty())
-                .cloned()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect(),
-        };
+        let names = FoundNames::of(users, hosts, options);
         let mut r = Redactor {
             options,
             cutter: PathCutter::new(paths.iter().map(String::as_str)),
