@@ -247,17 +247,13 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
 
 fn fit_text(f: &Fit, headroom: f64) -> String {
     if f.leaks {
-        // What the figures alone say, after why they do not decide.
-        let total = i128::from(f.gpu.capacity_bytes) - i128::from(f.left_bytes);
+        // What the figures alone say, after why they do not decide: the verdict `fit`
+        // gives the total they were made from.
+        let total = (i128::from(f.gpu.capacity_bytes) - i128::from(f.left_bytes))
+            .clamp(0, i128::from(u64::MAX)) as u64;
         let as_recorded = Fit {
             leaks: false,
-            verdict: if i128::from(f.needed_bytes) <= i128::from(f.gpu.capacity_bytes) {
-                Verdict::Fits
-            } else if total <= i128::from(f.gpu.capacity_bytes) {
-                Verdict::Tight
-            } else {
-                Verdict::DoesNotFit
-            },
+            verdict: crate::analysis::budget::fit(&f.gpu, total, headroom).verdict,
             ..f.clone()
         };
         return format!(
