@@ -10,22 +10,7 @@ use std::process::Command;
 
 mod common;
 
-fn s(v: &str) -> SV {
-    SV::String(v.to_string())
-}
-
-fn i(v: i64) -> SV {
-    SV::I64(v)
-}
-
-fn dict(items: Vec<(&str, SV)>) -> SV {
-    SV::Dict(
-        items
-            .into_iter()
-            .map(|(k, v)| (HV::String(k.to_string()), v))
-            .collect::<BTreeMap<_, _>>(),
-    )
-}
+use common::pickled::{dict, i, s};
 
 /// A dict whose keys are texts of the test (unknown keys).
 fn dict_owned(items: Vec<(String, SV)>) -> SV {

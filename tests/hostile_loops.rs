@@ -4,27 +4,13 @@
 //! serde-pickle, a pickle writer that is not vramlens's). None is timed: each asserts
 //! what bounds the work (a count, a size, what is left on disk).
 
-use serde_pickle::{HashableValue as HV, SerOptions, Value as SV};
-use std::collections::BTreeMap;
+use serde_pickle::{SerOptions, Value as SV};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn s(v: &str) -> SV {
-    SV::String(v.to_string())
-}
+mod common;
 
-fn i(v: i64) -> SV {
-    SV::I64(v)
-}
-
-fn dict(items: Vec<(&str, SV)>) -> SV {
-    SV::Dict(
-        items
-            .into_iter()
-            .map(|(k, v)| (HV::String(k.to_string()), v))
-            .collect::<BTreeMap<_, _>>(),
-    )
-}
+use common::pickled::{dict, i, s};
 
 const BASE: i64 = 0x7f00_0000_0000;
 const MIB: i64 = 1 << 20;

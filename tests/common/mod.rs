@@ -177,4 +177,5 @@ pub fn chromium_pixels(url: &str, width: u32, height: u32) -> (Vec<u8>, usize) {
     (buf, info.color_type.samples())
 }
 
+pub mod pickled;
 pub mod timeline;
