@@ -686,13 +686,15 @@ fn a_series_with_a_large_held_out_error_fails_check() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// A run that ran out of memory needs what was reserved when its request failed plus the
-/// request, where that is more than the most it reserved before: the failed-request line
-/// is only the difference. The reserved bytes at the OOM are taken from `simulate`'s check,
-/// which sums the recording's segment events on its own.
+/// A run that ran out of memory is budgeted at its first OOM: what was live there, what
+/// the allocator still held beside it (reserved minus requested then), and the refused
+/// request in full, which make what was reserved when the request failed plus the
+/// request. The reserved bytes at the OOM are taken from `simulate`'s check, which sums
+/// the recording's segment events on its own; the live bytes are walked back from the
+/// final blocks by serde-pickle's reading of the file.
 #[test]
 #[ignore = "needs ../shared/data"]
-fn a_failed_request_counts_on_top_of_what_was_reserved_when_it_failed() {
+fn an_oom_run_is_budgeted_as_live_memory_at_the_oom_plus_its_request() {
     let data = common::require_shared_data();
     for (file, device) in [
         (
@@ -720,6 +722,8 @@ fn a_failed_request_counts_on_top_of_what_was_reserved_when_it_failed() {
         let sim: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
         let oom = &sim["devices"][0]["identity"]["oom_capacities"][0];
         let held = oom["reserved_bytes"].as_u64().unwrap();
+        let event = oom["event"].as_u64().unwrap() as usize;
+        let live = requested_live_after(std::path::Path::new(path), device, event);
         let (code, v, err) = budget(&[path, "--json"]);
         assert_eq!(code, 0, "{err}");
         let run = v["runs"]
@@ -728,19 +732,64 @@ fn a_failed_request_counts_on_top_of_what_was_reserved_when_it_failed() {
             .iter()
             .find(|r| r["device"] == device)
             .unwrap();
+        assert_eq!(run["moment"]["kind"], "oom", "{file}");
+        assert_eq!(run["moment"]["event"].as_u64().unwrap() as usize, event);
         let request = run["oom_request_bytes"].as_u64().unwrap();
         assert_eq!(request, oom["request_bytes"].as_u64().unwrap(), "{file}");
         assert_eq!(run["oom_reserved_bytes"].as_u64().unwrap(), held, "{file}");
-        let peak = run["peak_reserved_bytes"].as_u64().unwrap();
-        let failed = line(&run["lines"], "failed_request");
-        assert_eq!(failed, (held + request).saturating_sub(peak), "{file}");
+        assert_eq!(run["requested_bytes"].as_u64().unwrap(), live, "{file}");
+        assert_eq!(line(&run["lines"], "failed_request"), request, "{file}");
+        assert_eq!(line(&run["lines"], "allocator_overhead"), held - live);
         let outside = run["outside"]["counted_bytes"].as_u64().unwrap();
         assert_eq!(
             run["total_bytes"].as_u64().unwrap() - outside,
-            peak.max(held + request),
+            held + request,
             "{file}"
         );
     }
+}
+
+/// The requested bytes live just after trace entry `at` of `device`: the final blocks'
+/// requested sizes, minus what was allocated after `at`, plus what was freed after it.
+fn requested_live_after(path: &std::path::Path, device: i64, at: usize) -> u64 {
+    use serde_pickle::{DeOptions, HashableValue as HV, Value as SV};
+    let bytes = std::fs::read(path).unwrap();
+    let v = serde_pickle::value_from_slice(&bytes, DeOptions::new().replace_recursive_structures()).unwrap();
+    let get = |d: &SV, k: &str| -> Option<SV> {
+        match d {
+            SV::Dict(m) => m.get(&HV::String(k.to_string())).cloned(),
+            _ => None,
+        }
+    };
+    let int = |v: Option<SV>| match v {
+        Some(SV::I64(i)) => i as i128,
+        Some(SV::Int(i)) => i.to_string().parse().unwrap(),
+        other => panic!("expected an int, found {other:?}"),
+    };
+    let list = |v: Option<SV>| match v {
+        Some(SV::List(l)) => l,
+        _ => Vec::new(),
+    };
+    let mut live: i128 = 0;
+    for seg in list(get(&v, "segments")) {
+        if int(get(&seg, "device")) != device as i128 {
+            continue;
+        }
+        for b in list(get(&seg, "blocks")) {
+            if get(&b, "state") == Some(SV::String("active_allocated".into())) {
+                live += int(get(&b, "requested_size"));
+            }
+        }
+    }
+    let trace = list(get(&v, "device_traces")).swap_remove(device as usize);
+    for e in list(Some(trace)).into_iter().skip(at + 1) {
+        match get(&e, "action") {
+            Some(SV::String(a)) if a == "alloc" => live -= int(get(&e, "size")),
+            Some(SV::String(a)) if a == "free_completed" => live += int(get(&e, "size")),
+            _ => {}
+        }
+    }
+    live as u64
 }
 
 /// A run that leaks fits no device. Our H200 recording (testdata/README.md, gpu/oom/)

@@ -52,8 +52,19 @@ fn vary_name(v: Vary) -> &'static str {
 }
 
 /// What decided a line: its categories, the evidence of most of each.
+/// Whether the run is budgeted at its first OOM (not at its peak).
+pub fn at_oom(r: &RunBudget) -> bool {
+    r.oom_event.is_some() && r.moment.event == r.oom_event
+}
+
 fn decided(l: &BudgetLine, r: &RunBudget) -> String {
     match l.line {
+        Line::AllocatorOverhead if at_oom(r) => format!(
+            "reserved {} at the OOM, after releasing its cached segments, minus {} requested: free space inside segments still in use (fragmentation) and rounding; it reserved up to {} before",
+            bytes(r.reserved_bytes),
+            bytes(r.requested_bytes),
+            bytes(r.peak_reserved_bytes)
+        ),
         Line::AllocatorOverhead => {
             let later = r.peak_reserved_bytes.saturating_sub(r.reserved_bytes);
             let mut s = format!(
@@ -69,6 +80,10 @@ fn decided(l: &BudgetLine, r: &RunBudget) -> String {
             }
             s
         }
+        Line::FailedRequest if at_oom(r) => format!(
+            "the OOM at event {} refused it: the run stopped there, so it needs at least this total",
+            r.oom_event.unwrap_or(0)
+        ),
         Line::FailedRequest => match (r.oom_request_bytes, r.oom_reserved_bytes) {
             (Some(q), Some(held)) if l.bytes > 0 => format!(
                 "the OOM at event {} refused a {} request with {} reserved: it needed {} there, this much more than the most reserved before; the run stopped there, so it needs at least this total",
@@ -155,6 +170,13 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
     }
     let most = r.peak_reserved_bytes.max(r.requested_bytes);
     let allocator = match (r.oom_request_bytes, r.oom_reserved_bytes) {
+        (Some(q), Some(held)) if at_oom(r) => format!(
+            "{} for PyTorch at its first OOM ({} live, {} held beside it in segments in use, and the {} request it was refused)",
+            bytes(held.saturating_add(q)),
+            bytes(r.requested_bytes),
+            bytes(held.saturating_sub(r.requested_bytes)),
+            bytes(q)
+        ),
         (Some(q), Some(held)) if held.saturating_add(q) > most => format!(
             "{} for PyTorch (it ran out of memory on a {} request with {} reserved: {} more than the {} it reserved at its most before)",
             bytes(held.saturating_add(q)),

@@ -480,29 +480,36 @@ pub fn run_budget(
         let mut peak = LifetimesAtPeak::default();
         let mut peaks = Peaks::default();
         let oom = first_oom(&r);
-        let mut at_oom =
-            crate::timeline::aggregators::TotalsAt::new(oom.map(Some).into_iter().collect());
+        // A run that ran out of memory is budgeted at its first OOM: what was live
+        // there, the cache it could not release, and the request it was refused.
+        let mut at_oom = crate::analysis::reports::top::LiveStatePass::new(oom);
         // The leak search over the whole trace, in the same replay.
         let mut leaks =
             crate::analysis::moments::leaks::LeakSampler::new(&r, attr, GroupBy::Callsite, None);
         let start = r.run((&mut peak, &mut peaks, &mut at_oom, &mut leaks));
         leak_suspects = leaks.finish(snap, &r, start).suspects;
-        let oom_reserved = at_oom
-            .values
-            .first()
-            .map(|v| start.reserved_after(v).max(0) as u64);
-        let live = LiveState::at_peak(
-            &r,
-            start,
-            peak,
-            crate::analysis::reports::top::Versions::NotNeeded,
-        );
-        let moment = crate::analysis::moments::moment::resolve(
-            &r,
-            crate::analysis::moments::moment::Moment::Peak,
-            || live.at,
-        )
-        .expect("the peak of any trace resolves");
+        let versions = crate::analysis::reports::top::Versions::NotNeeded;
+        let live_at_oom = oom.map(|_| at_oom.finish(&r, start, versions));
+        let oom_reserved = live_at_oom
+            .as_ref()
+            .map(|l| l.reserved_bytes.max(0) as u64);
+        let (live, kind) = match (live_at_oom, oom) {
+            (Some(l), Some(i))
+                if budgets_at_oom(
+                    oom_reserved.unwrap_or(0),
+                    r.trace.size(i),
+                    peaks.requested.bytes,
+                ) =>
+            {
+                (l, crate::analysis::moments::moment::Moment::Oom)
+            }
+            _ => (
+                LiveState::at_peak(&r, start, peak, versions),
+                crate::analysis::moments::moment::Moment::Peak,
+            ),
+        };
+        let moment = crate::analysis::moments::moment::resolve(&r, kind, || live.at)
+            .expect("the peak and the first OOM of a trace resolve");
         (moment, live, (Some(peaks.reserved.bytes), oom_reserved))
     } else {
         // No memory over time: the final state is all the file knows.
@@ -519,6 +526,15 @@ pub fn run_budget(
     );
     run.leak_suspects = leak_suspects;
     run
+}
+
+/// Whether a run that ran out of memory with `oom_reserved` held, refused `request`, is
+/// budgeted at that OOM (what was live, what the allocator held beside it, the request)
+/// rather than at its peak: it is, unless the OOM needed less than was live at the peak
+/// (`peak_requested`; the device had less room then: another process), where the peak
+/// is budgeted with the OOM on top as far as it adds.
+pub fn budgets_at_oom(oom_reserved: u64, request: u64, peak_requested: u64) -> bool {
+    sum_bytes([oom_reserved, request]) >= peak_requested
 }
 
 /// The first `oom` entry of the device's trace.
@@ -552,8 +568,8 @@ pub fn budget_of(
     (peak_reserved, oom_reserved): (Option<u64>, Option<u64>),
     outside: Outside,
 ) -> RunBudget {
-    let at_peak = live.reserved_bytes.max(0) as u64;
-    let peak_reserved = peak_reserved.unwrap_or(at_peak).max(at_peak);
+    let reserved_then = live.reserved_bytes.max(0) as u64;
+    let peak_reserved = peak_reserved.unwrap_or(reserved_then).max(reserved_then);
     // Groups by call site, each split by category: the lines, and the series' terms.
     let mut by_line: BTreeMap<Line, Vec<CategoryPart>> = BTreeMap::new();
     let mut groups = BTreeMap::new();
@@ -577,13 +593,22 @@ pub fn budget_of(
         }
     }
     let requested = live.requested_bytes;
-    let overhead = peak_reserved.saturating_sub(requested);
     let oom = first_oom(r);
     let oom_request = oom.map(|i| r.trace.size(i));
-    // The request failed with `oom_reserved` held: it needed that plus itself, which is
-    // more than the most reserved before only by the difference. Not known (no
-    // timeline): all of it, on top.
+    // Budgeted at the OOM: what was live, what the allocator still held beside it after
+    // releasing its cache (free space in segments in use: fragmentation, rounding), and
+    // the request refused in full.
+    let at_oom = oom.is_some() && live.at == oom;
+    let overhead = if at_oom {
+        reserved_then.saturating_sub(requested)
+    } else {
+        peak_reserved.saturating_sub(requested)
+    };
+    // At the peak, the request failed later with `oom_reserved` held: it needed that
+    // plus itself, which is more than the most reserved before only by the difference.
+    // Not known (no timeline): all of it, on top.
     let failed_request = oom_request.map_or(0, |q| match oom_reserved {
+        Some(_) if at_oom => q,
         Some(held) => sum_bytes([held, q]).saturating_sub(peak_reserved),
         None => q,
     });

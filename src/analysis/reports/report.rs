@@ -171,8 +171,9 @@ fn moment_report(
     live: LiveState,
     choice: &DeviceChoice,
     peak_reserved: Option<u64>,
+    with_budget: bool,
 ) -> MomentReport {
-    let budget = (moment.kind == MomentKind::Peak).then(|| {
+    let budget = with_budget.then(|| {
         crate::analysis::budget::budget_of(
             snap,
             path,
@@ -211,6 +212,35 @@ fn moment_report(
 
 /// The moments known before the replay: the first OOMs and the end (the replay finds the
 /// peak).
+/// Which of the moments carries the run's budget: the first OOM, where
+/// [`crate::analysis::budget::budgets_at_oom`] says so, else the peak.
+fn budget_moment(
+    r: &DeviceReplay,
+    ooms: &[usize],
+    wanted: &[(ResolvedMoment, Vec<MomentKind>)],
+    lives: &[LiveState],
+) -> Option<usize> {
+    let peak = wanted.iter().position(|(m, _)| m.kind == MomentKind::Peak);
+    let first_oom = ooms.first().and_then(|&i| {
+        let k = wanted
+            .iter()
+            .position(|(m, _)| m.event == Some(i as u32))?;
+        Some((k, i))
+    });
+    match (first_oom, peak) {
+        (Some((k, i)), Some(p))
+            if crate::analysis::budget::budgets_at_oom(
+                lives[k].reserved_bytes.max(0) as u64,
+                r.trace.size(i),
+                lives[p].requested_bytes,
+            ) =>
+        {
+            Some(k)
+        }
+        _ => peak,
+    }
+}
+
 fn moments_before(r: &DeviceReplay, ooms: &[usize]) -> Vec<ResolvedMoment> {
     let mut list: Vec<ResolvedMoment> = Vec::new();
     for &i in ooms.iter().take(MAX_OOM_MOMENTS) {
@@ -410,10 +440,12 @@ fn device_report(
         .unzip();
     count_versions(&r, &mut lives);
     let peak_reserved = d.peak_reserved_bytes;
+    let budget_at = budget_moment(&r, &ooms, &wanted, &lives);
     let moments: Vec<MomentReport> = wanted
         .into_par_iter()
         .zip(lives)
-        .map(|((m, also), live)| {
+        .enumerate()
+        .map(|(k, ((m, also), live))| {
             moment_report(
                 snap,
                 path,
@@ -424,6 +456,7 @@ fn device_report(
                 live,
                 &choice,
                 peak_reserved,
+                budget_at == Some(k),
             )
         })
         .collect();

@@ -1034,11 +1034,16 @@ fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
     }
     if let Some(b) = d.moments.iter().find_map(|m| m.budget.as_ref()) {
         let text = text_of(|w| crate::render::budget::write_run_budget_text(w, b))?;
+        let heading = if crate::render::budget::at_oom(b) {
+            "Budget at the first OOM"
+        } else {
+            "Budget at the peak"
+        };
         let html = format!(
-            "<section id=\"{id}-budget\">\n<h3>Budget at the peak</h3>\n<pre>{text}</pre>\n</section>\n"
+            "<section id=\"{id}-budget\">\n<h3>{heading}</h3>\n<pre>{text}</pre>\n</section>\n"
         );
         let note = format!(
-            "<section id=\"{id}-budget\"><h3>Budget at the peak</h3>{}</section>\n",
+            "<section id=\"{id}-budget\"><h3>{heading}</h3>{}</section>\n",
             left_out(
                 "budget",
                 html.len(),
