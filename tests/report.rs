@@ -1040,3 +1040,36 @@ fn a_real_oom_report_works_in_chromium() {
         );
     }
 }
+
+/// The report's budget is `budget`'s: a run that leaks says so first and fits no device
+/// (our H200 recording, testdata/README.md gpu/oom/, grows in `leaky_eval` step after
+/// step), and a run that ran out of memory is budgeted at its first OOM; the same job
+/// without the leak (gpu/ok/) names none and is budgeted at its peak.
+#[test]
+fn the_budget_section_names_a_leak_and_budgets_an_oom_at_the_oom() {
+    let dir = tempfile::tempdir().unwrap();
+    let section = |file: &str, name: &str| {
+        let out = dir.path().join(name);
+        let html = report(&[file], &out);
+        let start = html.find("-budget\">\n<h3>").expect("a budget section");
+        let end = start + html[start..].find("</section>").unwrap();
+        html[start..end].to_string()
+    };
+    let leaking = section("testdata/gpu/oom/oom_snapshot.pickle", "leak.html");
+    assert!(leaking.contains("<h3>Budget at the first OOM</h3>"), "{leaking}");
+    assert!(
+        leaking.contains(
+            "leaks (an inference from the trace&#39;s samples): &lt;string&gt;:31 in leaky_eval"
+        ),
+        "{leaking}"
+    );
+    assert_eq!(
+        leaking.matches("does not fit: the run leaks").count(),
+        6,
+        "every GPU of the list: {leaking}"
+    );
+    let ok = section("testdata/gpu/ok/snapshot.pickle", "ok.html");
+    assert!(ok.contains("<h3>Budget at the peak</h3>"), "{ok}");
+    assert!(!ok.contains("leaks (an inference"), "{ok}");
+    assert!(!ok.contains("the run leaks"), "{ok}");
+}

@@ -565,7 +565,7 @@ pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<(
     let fits: Vec<Fit> = crate::analysis::budget::gpus::DEFAULT_GPUS
         .iter()
         .filter_map(|g| crate::analysis::budget::gpus::find(g).ok())
-        .map(|g| crate::analysis::budget::fit(&g, r.total_bytes, headroom))
+        .map(|g| crate::analysis::budget::fit_run(&g, r, headroom))
         .collect();
     writeln!(out, "on one device, with {:.0}% headroom", headroom * 100.0)?;
     write_fits(out, &fits, headroom)

@@ -350,6 +350,9 @@ struct Replayed {
     /// What the OOM analysis needs at its moments ([`oom_moments`]).
     collected: Vec<Collected>,
     summary: DeviceSummary,
+    /// The leak search of `top --leaks` (by call site, over the whole trace), for the
+    /// budget.
+    leak_suspects: Vec<crate::analysis::moments::leaks::LeakSuspect>,
 }
 
 /// One replay of the device for both timeline views, what was live at the peak and at
@@ -376,14 +379,17 @@ fn replay_once(
         .collect();
     let mut peak = r.has_timeline().then(LifetimesAtPeak::default);
     let mut summary = SummaryPass::new(r);
+    let mut leaks =
+        crate::analysis::moments::leaks::LeakSampler::new(r, attr, GroupBy::Callsite, None);
     let start = r.run((
         callsite.as_mut().ok(),
         category.as_mut().ok(),
         (&mut lives, &mut peak),
         &mut oom_passes,
-        &mut summary,
+        (&mut summary, &mut leaks),
     ));
     Replayed {
+        leak_suspects: leaks.finish(snap, r, start).suspects,
         peak: peak.map(|p| LiveState::at_peak(r, start, p, Versions::NotNeeded)),
         summary: summary.finish(snap, r),
         collected: oom_passes
@@ -428,6 +434,7 @@ fn device_report(
         peak,
         collected,
         summary: d,
+        leak_suspects,
     } = replay_once(snap, &r, &view_attr, &ats);
     let peak = peak.and_then(|live| {
         let m = resolve(&r, Moment::Peak, || live.at).ok()?;
@@ -441,7 +448,7 @@ fn device_report(
     count_versions(&r, &mut lives);
     let peak_reserved = d.peak_reserved_bytes;
     let budget_at = budget_moment(&r, &ooms, &wanted, &lives);
-    let moments: Vec<MomentReport> = wanted
+    let mut moments: Vec<MomentReport> = wanted
         .into_par_iter()
         .zip(lives)
         .enumerate()
@@ -460,6 +467,9 @@ fn device_report(
             )
         })
         .collect();
+    if let Some(b) = moments.iter_mut().find_map(|m| m.budget.as_mut()) {
+        b.leak_suspects = leak_suspects;
+    }
     let mut timelines = by_callsite.and_then(|c| {
         by_category.map(|k| {
             let stacks = c
