@@ -238,6 +238,10 @@ GEN_LOOP = [("generate", PROJ + "/generate.py", 31), ("main", PROJ + "/generate.
 GENERATED = "/tmp/torchinductor_alice/q3/c" + "q3ffxmz7a4k2npw6hbs5d4jqy2uv7c3lrhkzt5mo6e2wxyz4abcd" + ".py"
 GENERATED_BWD = "/tmp/torchinductor_alice/7w/c" + "7wz2k5n4hq3b6x2yr7dmc5fjk8upl3wt4bxe6zs2qv9ghno3xyz" + ".py"
 RUNTIME_WRAPPERS = SITE + "/_functorch/_aot_autograd/runtime_wrappers.py"
+BENCH_PY = PROJ + "/benchmark_attention.py"
+BENCH_LOOP = [("benchmark_attention", BENCH_PY, 58), ("main", BENCH_PY, 95),
+              ("<module>", BENCH_PY, 120)]
+TRITON_TESTING_PY = "/opt/conda/lib/python3.11/site-packages/triton/testing.py"
 PY_STACKS.update({
     "my_init": [("__init__", LAYERS_PY, 12), ("__init__", LAYERS_PY, 60),
                 ("main", PROJ + "/train.py", 70)],
@@ -278,6 +282,13 @@ PY_STACKS.update({
     "kv_cat_v": [("forward", LAYERS_PY, 127)] + CALL + [("forward", LAYERS_PY, 140)] + CALL
                 + GEN_LOOP,
     "dec_logits": [("forward", LAYERS_PY, 150)] + CALL + GEN_LOOP,
+    # An attention benchmark: the script calls its own functions, no module anywhere.
+    "bench_qkv": [("main", BENCH_PY, 88), ("<module>", BENCH_PY, 120)],
+    "bench_scores": [("annotated_scaled_dot_product_attention", BENCH_PY, 31)] + BENCH_LOOP,
+    "bench_weights": [("annotated_scaled_dot_product_attention", BENCH_PY, 33)] + BENCH_LOOP,
+    "bench_out": [("annotated_scaled_dot_product_attention", BENCH_PY, 34)] + BENCH_LOOP,
+    "bench_flush": [("do_bench", TRITON_TESTING_PY, 120), ("benchmark_attention", BENCH_PY, 62),
+                    ("main", BENCH_PY, 95), ("<module>", BENCH_PY, 120)],
 })
 
 # C++-only stacks (the autograd engine's thread): a backward node's kernel output.
@@ -1364,7 +1375,8 @@ def wrong_type_snapshot():
 # Self checks (on the unpickled objects, like a reader would see them)
 # --------------------------------------------------------------------------------------
 
-LATE_RECORDINGS = {"categories/old_moments.pickle", "categories/forward_only.pickle"}
+LATE_RECORDINGS = {"categories/old_moments.pickle", "categories/forward_only.pickle",
+                   "categories/attention_bench.pickle"}
 
 
 def check_snapshot(name, root):
@@ -1602,6 +1614,34 @@ def make_cat_forward_only():
     return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
 
 
+BENCH_QKV = 2 * MiB        # each of Q, K, V
+BENCH_SCORES = 8 * MiB     # the attention scores (and the weights, their softmax)
+BENCH_OUT = 2 * MiB
+BENCH_FLUSH = 16 * MiB     # the cache-flush buffer of triton's do_bench
+
+
+def make_cat_attention_bench():
+    """PyTorch 2.6, Python stacks: an attention benchmark in `benchmark_attention.py`,
+    no module: Q, K, V made before recording, then do_bench's cache flush buffer and two
+    calls of the script's own `annotated_scaled_dot_product_attention` (scores, weights,
+    output, each freed)."""
+    V = (2, 6)
+    sim, frames, _ = cat_sim(607, cpp=False)
+    for _ in range(3):
+        sim.malloc(BENCH_QKV, "bench_qkv")
+    sim.start_recording()
+    flush = sim.malloc(BENCH_FLUSH, "bench_flush")
+    for _ in range(2):
+        scores = sim.malloc(BENCH_SCORES, "bench_scores")
+        weights = sim.malloc(BENCH_SCORES, "bench_weights")
+        sim.free(scores, ctx="bench_weights")
+        out = sim.malloc(BENCH_OUT, "bench_out")
+        sim.free(weights, ctx="bench_out")
+        sim.free(out, ctx="bench_out")
+    sim.free(flush, ctx="bench_flush")
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
+
 KV_LAYERS = 2
 KV_PROMPT = 16            # tokens of the prompt
 KV_STEPS = 8              # decode steps
@@ -1752,6 +1792,8 @@ def main(argv=None):
     add("categories/old_moments.pickle", pickle.dumps(make_cat_old_moments(), protocol=4))
     add("categories/forward_only.pickle", pickle.dumps(make_cat_forward_only(), protocol=4))
     add("categories/kv_cache.pickle", pickle.dumps(make_cat_kv_cache(), protocol=4))
+    add("categories/attention_bench.pickle",
+        pickle.dumps(make_cat_attention_bench(), protocol=4))
     for b in (1, 2, 4, 8):
         add("budget/batch_bs%d.pickle" % b, pickle.dumps(make_budget_run(700 + b, b, 128), protocol=4))
     for t in (128, 256, 512, 1024):
@@ -1874,6 +1916,7 @@ optimizer temporary at each step's peak:
 - `categories/old_moments.pickle`: the same, recording started after the first step: parameters, gradients and moments come from before the trace (blocks without frames); the recorded step accumulates into the gradients and replaces the moments.
 - `categories/forward_only.pickle`: PyTorch 2.5: the model built before recording started, then two forwards.
 - `categories/kv_cache.pickle`: PyTorch 2.6: greedy decoding, 2 layers, a 16-token prompt and 8 steps, each step copying every layer's keys and values into a tensor one token (64 KiB) longer and freeing the old one.
+- `categories/attention_bench.pickle`: PyTorch 2.6: an attention benchmark (`benchmark_attention.py`) with no module: Q, K, V (2 MiB each) made before recording, triton `do_bench`'s 16 MiB cache-flush buffer, then two calls of the script's own `annotated_scaled_dot_product_attention`: 8 MiB scores, 8 MiB weights, a 2 MiB output, each freed.
 
 ## budget/: one synthetic model at several sizes (tests/budget.rs)
 

@@ -754,7 +754,8 @@ fn an_oom_run_is_budgeted_as_live_memory_at_the_oom_plus_its_request() {
 fn requested_live_after(path: &std::path::Path, device: i64, at: usize) -> u64 {
     use serde_pickle::{DeOptions, HashableValue as HV, Value as SV};
     let bytes = std::fs::read(path).unwrap();
-    let v = serde_pickle::value_from_slice(&bytes, DeOptions::new().replace_recursive_structures()).unwrap();
+    let v = serde_pickle::value_from_slice(&bytes, DeOptions::new().replace_recursive_structures())
+        .unwrap();
     let get = |d: &SV, k: &str| -> Option<SV> {
         match d {
             SV::Dict(m) => m.get(&HV::String(k.to_string())).cloned(),

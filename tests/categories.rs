@@ -230,6 +230,37 @@ fn a_kv_cache_grown_by_concatenation_over_decode_steps() {
     assert_eq!(end["caches"].1, "lifetime:grows_while_alive");
 }
 
+/// An attention benchmark that calls its own functions, no module anywhere (see
+/// testdata/README.md): a file named `benchmark_*.py` and a function named
+/// `annotated_scaled_dot_product_attention` say nothing of compilation (only triton's
+/// `do_bench` does, a library frame); the scores and weights the function makes and
+/// frees are its intermediates, and Q, K, V made before recording are inputs, not a
+/// model's weights, gradients and optimizer state.
+#[test]
+fn an_attention_benchmark_without_modules_has_activations_and_inputs() {
+    const MIB: u64 = 1 << 20;
+    let peak = expect(
+        "attention_bench.pickle",
+        "peak",
+        &[
+            ("activations", 2 * 8 * MIB),
+            ("compile", 16 * MIB),
+            ("inputs", 3 * 2 * MIB),
+        ],
+    );
+    assert_eq!(
+        peak["activations"].1,
+        "lifetime:made_and_freed_without_modules"
+    );
+    assert_eq!(peak["inputs"].1, "sizes:without_modules");
+    assert!(peak["compile"].1.contains("triton/testing.py:120:do_bench"));
+    expect("attention_bench.pickle", "end", &[("inputs", 3 * 2 * MIB)]);
+    // The module-less rule leaves traces with modules alone: a forward-only model's
+    // weights from before recording stay parameters.
+    let fwd = categories("forward_only.pickle", "end");
+    assert_eq!(fwd["parameters"].1, "sizes:copy_1_of_1_equal_sets");
+}
+
 /// `--rules` takes any number of categories and names the rule that decided by its line
 /// in the file, blank and comment lines counted: 300 categories (past what 8 bits index),
 /// the last one matching, in a file with comments and blank lines.

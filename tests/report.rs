@@ -1056,7 +1056,10 @@ fn the_budget_section_names_a_leak_and_budgets_an_oom_at_the_oom() {
         html[start..end].to_string()
     };
     let leaking = section("testdata/gpu/oom/oom_snapshot.pickle", "leak.html");
-    assert!(leaking.contains("<h3>Budget at the first OOM</h3>"), "{leaking}");
+    assert!(
+        leaking.contains("<h3>Budget at the first OOM</h3>"),
+        "{leaking}"
+    );
     assert!(
         leaking.contains(
             "leaks (an inference from the trace&#39;s samples): &lt;string&gt;:31 in leaky_eval"

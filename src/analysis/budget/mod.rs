@@ -490,9 +490,7 @@ pub fn run_budget(
         leak_suspects = leaks.finish(snap, &r, start).suspects;
         let versions = crate::analysis::reports::top::Versions::NotNeeded;
         let live_at_oom = oom.map(|_| at_oom.finish(&r, start, versions));
-        let oom_reserved = live_at_oom
-            .as_ref()
-            .map(|l| l.reserved_bytes.max(0) as u64);
+        let oom_reserved = live_at_oom.as_ref().map(|l| l.reserved_bytes.max(0) as u64);
         let (live, kind) = match (live_at_oom, oom) {
             (Some(l), Some(i))
                 if budgets_at_oom(

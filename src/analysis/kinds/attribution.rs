@@ -195,7 +195,7 @@ pub const PYTHON_RULES: [(RuleKind, &str); 12] = [
     (RuleKind::Category("workspaces"), r"(?i)workspace"),
     (
         RuleKind::Category("compile"),
-        r"(?i)autotune|do_bench|benchmark_|compile_fx|codecache|_dynamo/convert_frame|triton/runtime",
+        r"(?i)(torch/_inductor|torch/_dynamo|torch/utils/benchmark|triton)/[^:]*:[0-9]+:[^:]*(autotune|do_bench|benchmark)|compile_fx|codecache|_dynamo/convert_frame|triton/runtime",
     ),
     (
         RuleKind::Category("caches"),
@@ -530,7 +530,7 @@ fn is_torch(filename: &str) -> bool {
     f.contains("/torch/") || f.starts_with("torch/")
 }
 
-fn is_python(filename: &str) -> bool {
+pub(crate) fn is_python(filename: &str) -> bool {
     (filename.ends_with(".py") || filename.starts_with('<'))
         && !filename.starts_with("<eval_with_key>")
 }

@@ -28,11 +28,11 @@
 //!
 //! Decisions are data ([`Decision`], [`Evidence`]); renderers say them in words.
 
-use crate::analysis::kinds::attribution::DeviceDecisions;
 use crate::analysis::kinds::attribution::{
     self, ACTIVATIONS, Attributor, BACKWARD_TEMPORARIES, CACHES, GRADIENTS, INPUTS,
     OPTIMIZER_STATE, OTHER, PARAMETERS, STEP_TEMPORARIES, UNKNOWN, decide_by_stack,
 };
+use crate::analysis::kinds::attribution::{DeviceDecisions, is_python};
 use crate::analysis::kinds::decision::Mark;
 pub use crate::analysis::kinds::decision::{Decision, Evidence, LifetimeRule, Reference, SizeRule};
 use crate::analysis::kinds::phases::{Phase, Phases};
@@ -58,6 +58,9 @@ pub struct DeviceCategories<'a> {
     file_categories: bool,
     /// The trace has events.
     traced: bool,
+    /// The stacks show Python code but no module, backward, optimizer step or
+    /// `zero_grad` anywhere ([`shows_no_modules`]).
+    without_modules: bool,
     /// For a live set at one moment: the first free after it at each address, up to the
     /// end of the moment's run ([`DeviceCategories::prepare_moment`]).
     moment: Mutex<Option<(usize, FxMap<u64, usize>)>>,
@@ -75,6 +78,7 @@ impl Clone for DeviceCategories<'_> {
             cache_stacks: self.cache_stacks.clone(),
             file_categories: self.file_categories,
             traced: self.traced,
+            without_modules: self.without_modules,
             moment: Mutex::new(None),
             trace: self.trace,
         }
@@ -110,7 +114,12 @@ impl<'a> DeviceCategories<'a> {
         if !cats.phases.has(Phase::Backward) {
             cats.cache_stacks = growing_stacks(r, attr, &cats.phases);
         }
-        cats.infer_persistent(&r.final_allocations(), attr);
+        let finals = r.final_allocations();
+        // A snapshot's stacks are whole; a converted trace's are operator names and a
+        // few Python frames, which would not show a module if there were one.
+        cats.without_modules = snap.features.converted_from.is_none()
+            && shows_no_modules(r, &finals, attr);
+        cats.infer_persistent(&finals, attr);
         cats
     }
 
@@ -202,10 +211,13 @@ impl<'a> DeviceCategories<'a> {
         }
         let run = self.phases.run_of(at);
         let mut first = FxMap::default();
-        let asks = matches!(
-            self.phases.phase(run),
-            Phase::Backward | Phase::Optimizer | Phase::Init
-        );
+        let asks = match self.phases.phase(run) {
+            Phase::Backward | Phase::Optimizer | Phase::Init => true,
+            // Where no module forward is seen, what is made and freed between phases is
+            // read as the computation's intermediates.
+            Phase::Between => self.without_modules,
+            _ => false,
+        };
         if let (Some(trace), true) = (self.trace, asks) {
             let end = self
                 .phases
@@ -316,6 +328,9 @@ impl<'a> DeviceCategories<'a> {
                 }
             }
             Phase::Between => match attr.stack_facts(l).map(|f| f.mark) {
+                Some(Mark::Plain) if same_run && self.without_modules => {
+                    lifetime(MadeAndFreedWithoutModules, ACTIVATIONS)
+                }
                 Some(Mark::Plain) | Some(Mark::Empty) | None => lifetime(MadeBetweenPhases, OTHER),
                 Some(_) => decide_by_stack(attr, l),
             },
@@ -366,6 +381,15 @@ impl<'a> DeviceCategories<'a> {
         }
         self.parameter_sizes = traced_parameters.clone();
         if untraced.is_empty() || !self.traced {
+            return;
+        }
+        // No module, backward, optimizer step or zero_grad anywhere: nothing says
+        // there are weights to copy; what was made before is the functions' inputs.
+        if self.without_modules && traced_parameters.is_empty() {
+            for &(addr, _) in &untraced {
+                self.persistent
+                    .insert(addr, (INPUTS, SizeRule::WithoutModules));
+            }
             return;
         }
         let mut counts: BTreeMap<u64, u64> = BTreeMap::new();
@@ -441,6 +465,36 @@ impl<'a> DeviceCategories<'a> {
                 .insert(addr, decided.unwrap_or((PARAMETERS, SizeRule::Unmatched)));
         }
     }
+}
+
+/// Whether a device's stacks (its trace's allocations and its final blocks) show Python
+/// code and none of them a module's `__init__` or `forward`, a backward, an optimizer
+/// step or `zero_grad`: a script that calls its own functions directly (an attention
+/// benchmark). Stacks without Python frames (C++ only, a profiler's operator names)
+/// show nothing either way.
+fn shows_no_modules(r: &DeviceReplay, finals: &[FinalAllocation], attr: &Attributor) -> bool {
+    let traced = (0..r.trace.len())
+        .filter(|&i| r.trace.action(i) == Action::Alloc)
+        .filter_map(|i| r.trace.stack(i));
+    let mut seen = BTreeSet::new();
+    let mut python = false;
+    for s in traced.chain(finals.iter().filter_map(|f| f.stack)) {
+        if !seen.insert(s) {
+            continue;
+        }
+        match attr.facts(s).mark {
+            Mark::Empty => {}
+            Mark::Plain => {
+                let frames = attr.frames();
+                python |= frames
+                    .stack(s)
+                    .iter()
+                    .any(|&f| is_python(frames.str(frames.frame(f).filename)));
+            }
+            _ => return false,
+        }
+    }
+    python
 }
 
 /// How many equal copies a multiset of sizes holds, exactly: the greatest common divisor

@@ -72,7 +72,7 @@ impl Evidence {
     /// A stable identifier of the evidence, as JSON and export write it:
     /// `file:export_memory_timeline`, `rule:N` (the rule on line N of the `--rules` file), `stack:FRAME`
     /// (the frame a built-in rule matched, `filename:line:name`), `mark:PHASE`,
-    /// `lifetime:RULE`, `sizes:copy_C_of_N_REFERENCE`, `sizes:unmatched`, `none`.
+    /// `lifetime:RULE`, `sizes:copy_C_of_N_REFERENCE`, `sizes:unmatched`, `sizes:without_modules`, `none`.
     pub fn code(&self, frames: &crate::model::FrameTable) -> String {
         match self {
             Evidence::FileCategory => "file:export_memory_timeline".into(),
@@ -94,6 +94,7 @@ impl Evidence {
                 reference,
             }) => format!("sizes:copy_{copy}_of_{copies}_{}", snake(reference)),
             Evidence::Sizes(SizeRule::Unmatched) => "sizes:unmatched".into(),
+            Evidence::Sizes(SizeRule::WithoutModules) => "sizes:without_modules".into(),
             Evidence::Nothing => "none".into(),
         }
     }
@@ -153,6 +154,10 @@ pub enum LifetimeRule {
     BlockMadeInStep,
     /// Made outside every phase, by a stack no rule matched.
     MadeBetweenPhases,
+    /// Made and freed between the same two phases by the user's own code, in a trace with no module `forward` (a
+    /// script that calls its functions directly): the computation's intermediates, as a
+    /// forward's would be (inferred).
+    MadeAndFreedWithoutModules,
     /// From before recording, freed in backward (inferred: saved for backward).
     BeforeRecordingFreedInBackward,
     /// From before recording, freed in a forward (inferred).
@@ -177,6 +182,7 @@ impl LifetimeRule {
                 | BeforeRecordingFreedInForward
                 | BeforeRecordingFreedInStep
                 | BeforeRecordingFreedInZeroGrad
+                | MadeAndFreedWithoutModules
         )
     }
 }
@@ -193,6 +199,9 @@ pub enum SizeRule {
     },
     /// Alive throughout, in none of the copies.
     Unmatched,
+    /// Alive throughout, in a trace that shows no module, backward or optimizer step (a
+    /// benchmark of functions called directly): the inputs made before recording.
+    WithoutModules,
 }
 
 /// The set of sizes that memory from before recording is matched against.

@@ -222,9 +222,7 @@ fn budget_moment(
 ) -> Option<usize> {
     let peak = wanted.iter().position(|(m, _)| m.kind == MomentKind::Peak);
     let first_oom = ooms.first().and_then(|&i| {
-        let k = wanted
-            .iter()
-            .position(|(m, _)| m.event == Some(i as u32))?;
+        let k = wanted.iter().position(|(m, _)| m.event == Some(i as u32))?;
         Some((k, i))
     });
     match (first_oom, peak) {

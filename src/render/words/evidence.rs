@@ -67,6 +67,9 @@ fn lifetime_words(rule: &str) -> &'static str {
         "made_in_init_kept" => "made while building the model, kept",
         "made_and_freed_in_init" => "made and freed while building the model",
         "made_between_phases" => "made outside forward, backward and the optimizer step",
+        "made_and_freed_without_modules" => {
+            "made and freed by the script's own functions, in a trace with no module forward (read as a forward's intermediates)"
+        }
         "block_made_in_backward" => "alive at the end, made in backward (its block's frames)",
         "block_made_in_step" => "alive at the end, made in an optimizer step (its block's frames)",
         "before_recording_freed_in_backward" => {
@@ -86,6 +89,9 @@ fn lifetime_words(rule: &str) -> &'static str {
 fn sizes_words(rule: &str) -> String {
     if rule == "unmatched" {
         return "sizes: alive throughout from before recording, in none of the copies".into();
+    }
+    if rule == "without_modules" {
+        return "alive throughout from before recording, in a trace with no module, backward or optimizer step: read as inputs".into();
     }
     let parts: Vec<&str> = rule.splitn(5, '_').collect();
     if let ["copy", c, "of", n, reference] = parts[..] {
