@@ -1376,6 +1376,8 @@ def wrong_type_snapshot():
 # --------------------------------------------------------------------------------------
 
 LATE_RECORDINGS = {"categories/old_moments.pickle", "categories/forward_only.pickle",
+                   "budget/attn_seq128.pickle", "budget/attn_seq256.pickle",
+                   "budget/attn_seq512.pickle",
                    "categories/attention_bench.pickle"}
 
 
@@ -1614,28 +1616,28 @@ def make_cat_forward_only():
     return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
 
 
-BENCH_QKV = 2 * MiB        # each of Q, K, V
-BENCH_SCORES = 8 * MiB     # the attention scores (and the weights, their softmax)
-BENCH_OUT = 2 * MiB
+BENCH_TOKEN = 4 * KiB      # bytes per token of each of Q, K, V and the output
+BENCH_PAIR = 128           # bytes per (token, token) pair of the scores (and weights)
 BENCH_FLUSH = 16 * MiB     # the cache-flush buffer of triton's do_bench
 
 
-def make_cat_attention_bench():
+def make_cat_attention_bench(seq=512, seed=607):
     """PyTorch 2.6, Python stacks: an attention benchmark in `benchmark_attention.py`,
     no module: Q, K, V made before recording, then do_bench's cache flush buffer and two
     calls of the script's own `annotated_scaled_dot_product_attention` (scores, weights,
-    output, each freed)."""
+    output, each freed). At 512 tokens: Q, K, V and the output 2 MiB each, scores and
+    weights 32 MiB each."""
     V = (2, 6)
-    sim, frames, _ = cat_sim(607, cpp=False)
+    sim, frames, _ = cat_sim(seed, cpp=False)
     for _ in range(3):
-        sim.malloc(BENCH_QKV, "bench_qkv")
+        sim.malloc(seq * BENCH_TOKEN, "bench_qkv")
     sim.start_recording()
     flush = sim.malloc(BENCH_FLUSH, "bench_flush")
     for _ in range(2):
-        scores = sim.malloc(BENCH_SCORES, "bench_scores")
-        weights = sim.malloc(BENCH_SCORES, "bench_weights")
+        scores = sim.malloc(seq * seq * BENCH_PAIR, "bench_scores")
+        weights = sim.malloc(seq * seq * BENCH_PAIR, "bench_weights")
         sim.free(scores, ctx="bench_weights")
-        out = sim.malloc(BENCH_OUT, "bench_out")
+        out = sim.malloc(seq * BENCH_TOKEN, "bench_out")
         sim.free(weights, ctx="bench_out")
         sim.free(out, ctx="bench_out")
     sim.free(flush, ctx="bench_flush")
@@ -1798,6 +1800,9 @@ def main(argv=None):
         add("budget/batch_bs%d.pickle" % b, pickle.dumps(make_budget_run(700 + b, b, 128), protocol=4))
     for t in (128, 256, 512, 1024):
         add("budget/seq_ctx%d.pickle" % t, pickle.dumps(make_budget_run(800 + t, 2, t), protocol=4))
+    for t in (128, 256, 512):
+        add("budget/attn_seq%d.pickle" % t,
+            pickle.dumps(make_cat_attention_bench(t, 700 + t), protocol=4))
     # The same sizes in another precision (its name says so), for the refusal.
     add("budget/seq_ctx512_bf16.pickle", pickle.dumps(make_budget_run(900, 2, 512), protocol=4))
 
@@ -1916,7 +1921,7 @@ optimizer temporary at each step's peak:
 - `categories/old_moments.pickle`: the same, recording started after the first step: parameters, gradients and moments come from before the trace (blocks without frames); the recorded step accumulates into the gradients and replaces the moments.
 - `categories/forward_only.pickle`: PyTorch 2.5: the model built before recording started, then two forwards.
 - `categories/kv_cache.pickle`: PyTorch 2.6: greedy decoding, 2 layers, a 16-token prompt and 8 steps, each step copying every layer's keys and values into a tensor one token (64 KiB) longer and freeing the old one.
-- `categories/attention_bench.pickle`: PyTorch 2.6: an attention benchmark (`benchmark_attention.py`) with no module: Q, K, V (2 MiB each) made before recording, triton `do_bench`'s 16 MiB cache-flush buffer, then two calls of the script's own `annotated_scaled_dot_product_attention`: 8 MiB scores, 8 MiB weights, a 2 MiB output, each freed.
+- `categories/attention_bench.pickle`: PyTorch 2.6: an attention benchmark (`benchmark_attention.py`) with no module: Q, K, V (2 MiB each) made before recording, triton `do_bench`'s 16 MiB cache-flush buffer, then two calls of the script's own `annotated_scaled_dot_product_attention`: 32 MiB scores, 32 MiB weights, a 2 MiB output, each freed (sequence length 512).
 
 ## budget/: one synthetic model at several sizes (tests/budget.rs)
 
@@ -1929,6 +1934,7 @@ of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an out
 - `budget/batch_bs{1,2,4,8}.pickle`: sequence length 128, batch 1, 2, 4, 8.
 - `budget/seq_ctx{128,256,512,1024}.pickle`: batch 2, sequence length 128 to 1024.
 - `budget/seq_ctx512_bf16.pickle`: the 512 run again, its name stating another precision.
+- `budget/attn_seq{128,256,512}.pickle`: `categories/attention_bench.pickle` at sequence lengths 128 to 512: Q, K, V and the output 4 KiB a token, scores and weights 128 bytes a (token, token) pair, the 16 MiB flush buffer constant.
 
 ## Bad fixtures (`bad/`, must be rejected with a clean error, never a panic)
 

@@ -170,6 +170,33 @@ fn a_sequence_series_finds_the_square_of_attention() {
     );
 }
 
+/// An attention benchmark (no module: Q, K, V made before recording, growing with the
+/// sequence) is a series like any other: its inputs are inputs, not weights that differ
+/// between the files. At 1024 tokens (testdata/README.md, budget/attn_seq*): do_bench's
+/// 16 MiB flush buffer, scores and weights of 1024 x 1024 x 128 bytes each, and Q, K, V
+/// of 1024 x 4 KiB each, live together at the peak.
+#[test]
+fn an_attention_benchmark_is_a_series_and_predicts_its_peak() {
+    let (code, v, err) = budget(&[
+        "testdata/budget/attn_seq128.pickle",
+        "testdata/budget/attn_seq256.pickle",
+        "testdata/budget/attn_seq512.pickle",
+        "--target",
+        "1024",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let s = &v["series"];
+    assert!(s["prediction"].is_object(), "{s}");
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(line(&r["lines"], "weights"), 0, "{}", r["path"]);
+    }
+    const MIB: u64 = 1 << 20;
+    let want = 16 * MIB + 2 * 1024 * 1024 * 128 + 3 * 1024 * 4096;
+    assert_eq!(line(&s["prediction"]["lines"], "activations"), want);
+    assert_eq!(line(&s["prediction"]["lines"], "weights"), 0);
+}
+
 #[test]
 fn predictions_that_cannot_be_trusted_are_refused() {
     // Another precision in the series.

@@ -243,7 +243,7 @@ fn an_attention_benchmark_without_modules_has_activations_and_inputs() {
         "attention_bench.pickle",
         "peak",
         &[
-            ("activations", 2 * 8 * MIB),
+            ("activations", 2 * 32 * MIB),
             ("compile", 16 * MIB),
             ("inputs", 3 * 2 * MIB),
         ],
