@@ -197,6 +197,46 @@ fn an_attention_benchmark_is_a_series_and_predicts_its_peak() {
     assert_eq!(line(&s["prediction"]["lines"], "weights"), 0);
 }
 
+/// A run says in which phase its peak is and what the other phases hold at most: the
+/// largest of them is the peak that scripts/expected.py finds on its own, at its event.
+#[test]
+fn a_run_says_which_phase_holds_its_peak() {
+    for file in [
+        "testdata/budget/batch_bs1.pickle",
+        "testdata/budget/seq_ctx512.pickle",
+    ] {
+        let (code, v, err) = budget(&[file, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let run = &v["runs"][0];
+        let peaks = run["phase_peaks"].as_array().unwrap();
+        let phases: Vec<&str> = peaks.iter().map(|p| p["phase"].as_str().unwrap()).collect();
+        assert_eq!(phases, ["forward", "backward", "optimizer"], "{file}");
+        let top = peaks
+            .iter()
+            .max_by_key(|p| p["requested_bytes"].as_u64().unwrap())
+            .unwrap();
+        let expected: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(common::root().join(format!("{file}.expected.json"))).unwrap(),
+        )
+        .unwrap();
+        let d = &expected["devices"][0];
+        assert_eq!(top["requested_bytes"], d["peak_requested_bytes"], "{file}");
+        assert_eq!(top["event"], d["peak_requested_index"], "{file}");
+        assert_eq!(run["moment"]["event"], d["peak_requested_index"], "{file}");
+        let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+            .args(["budget", file])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("  live tensors peak in the backward (")
+                && text.contains("; the forward reaches at most "),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn predictions_that_cannot_be_trusted_are_refused() {
     // Another precision in the series.

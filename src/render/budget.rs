@@ -52,6 +52,61 @@ fn vary_name(v: Vary) -> &'static str {
 }
 
 /// What decided a line: its categories, the evidence of most of each.
+fn phase_name(p: crate::analysis::kinds::phases::Phase) -> &'static str {
+    use crate::analysis::kinds::phases::Phase;
+    match p {
+        Phase::Forward => "the forward",
+        Phase::Backward => "the backward",
+        Phase::Optimizer => "the optimizer step",
+        Phase::ZeroGrad => "zero_grad",
+        Phase::Init => "building the model",
+        Phase::Between => "outside forward, backward and the optimizer step",
+    }
+}
+
+/// Where the peak is among the phases, and that another size may move it: a run budgeted
+/// at its peak whose trace shows two kinds of phase or more.
+fn write_phase_peaks(out: &mut dyn Write, r: &RunBudget, alone: bool) -> io::Result<()> {
+    if at_oom(r) || r.phase_peaks.len() < 2 {
+        return Ok(());
+    }
+    let peak = r
+        .phase_peaks
+        .iter()
+        .find(|p| Some(p.event) == r.moment.event);
+    let at = peak.map_or("outside forward, backward and the optimizer step", |p| {
+        phase_name(p.phase)
+    });
+    let others: Vec<String> = r
+        .phase_peaks
+        .iter()
+        .filter(|p| Some(p.event) != r.moment.event)
+        .enumerate()
+        .map(|(i, p)| {
+            format!(
+                "{}{} {} (event {})",
+                phase_name(p.phase),
+                if i == 0 { " reaches at most" } else { "" },
+                bytes(p.requested_bytes),
+                p.event
+            )
+        })
+        .collect();
+    write!(
+        out,
+        "  live tensors peak in {at} ({}); {}",
+        bytes(r.requested_bytes),
+        others.join(", ")
+    )?;
+    if alone {
+        write!(
+            out,
+            ": a larger batch or sequence length grows the activations, not the weights' copies, and may move the peak into another phase, which one size cannot show (give several sizes for a series)"
+        )?;
+    }
+    writeln!(out)
+}
+
 /// Whether the run is budgeted at its first OOM (not at its peak).
 pub fn at_oom(r: &RunBudget) -> bool {
     r.oom_event.is_some() && r.moment.event == r.oom_event
@@ -134,7 +189,8 @@ fn decided(l: &BudgetLine, r: &RunBudget) -> String {
     }
 }
 
-fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
+/// One run's budget; `alone`: no series beside it.
+fn write_run(out: &mut dyn Write, r: &RunBudget, alone: bool) -> io::Result<()> {
     writeln!(
         out,
         "{}: device {}, {}",
@@ -214,6 +270,7 @@ fn write_run(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
             ""
         },
     )?;
+    write_phase_peaks(out, r, alone)?;
     let width = Line::ALL
         .iter()
         .map(|&l| line_name(l).len())
@@ -560,7 +617,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
 /// One run's budget and its fits on the common GPUs with 10% headroom (the report's
 /// section; `vramlens budget` chooses the GPUs and the headroom).
 pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
-    write_run(out, r)?;
+    write_run(out, r, true)?;
     let headroom = 0.1;
     let fits: Vec<Fit> = crate::analysis::budget::gpus::DEFAULT_GPUS
         .iter()
@@ -576,7 +633,7 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
         if i > 0 {
             writeln!(out)?;
         }
-        write_run(out, run)?;
+        write_run(out, run, r.series.is_none())?;
     }
     if let Some(d) = r.runs.get(r.deciding_run) {
         writeln!(out)?;

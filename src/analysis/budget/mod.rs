@@ -204,6 +204,10 @@ pub struct RunBudget {
     /// inference from the trace's samples. A run that leaks needs more the longer it
     /// runs, so it fits no device, whatever the figures of the run recorded.
     pub leak_suspects: Vec<crate::analysis::moments::leaks::LeakSuspect>,
+    /// The most requested within each kind of phase the trace shows (forward, backward,
+    /// optimizer step), in that order: where the peak is, and where another batch or
+    /// sequence length may move it.
+    pub phase_peaks: Vec<PhasePeak>,
     /// (call site, category) -> requested bytes at the peak, for series fits.
     #[serde(skip)]
     pub groups: BTreeMap<(String, String), u64>,
@@ -476,6 +480,7 @@ pub fn run_budget(
     let r = DeviceReplay::new(snap, choice.device);
     let attr = &crate::analysis::kinds::categories::bound_attributor(&r, options);
     let mut leak_suspects = Vec::new();
+    let mut phase_peaks = Vec::new();
     let (moment, live, reserved) = if r.has_timeline() {
         let mut peak = LifetimesAtPeak::default();
         let mut peaks = Peaks::default();
@@ -486,8 +491,32 @@ pub fn run_budget(
         // The leak search over the whole trace, in the same replay.
         let mut leaks =
             crate::analysis::moments::leaks::LeakSampler::new(&r, attr, GroupBy::Callsite, None);
-        let start = r.run((&mut peak, &mut peaks, &mut at_oom, &mut leaks));
+        let phases = crate::analysis::kinds::phases::Phases::find(
+            r.trace,
+            &snap.external_annotations,
+            r.device,
+            attr,
+        );
+        let mut by_phase = PhasePeaks {
+            phases: &phases,
+            best: BTreeMap::new(),
+        };
+        let start = r.run((
+            &mut peak,
+            &mut peaks,
+            &mut at_oom,
+            (&mut leaks, &mut by_phase),
+        ));
         leak_suspects = leaks.finish(snap, &r, start).suspects;
+        phase_peaks = by_phase
+            .best
+            .iter()
+            .map(|(&phase, &(requested, event))| PhasePeak {
+                phase,
+                requested_bytes: (start.requested as i64 + requested).max(0) as u64,
+                event: event as u32,
+            })
+            .collect();
         let versions = crate::analysis::reports::top::Versions::NotNeeded;
         let live_at_oom = oom.map(|_| at_oom.finish(&r, start, versions));
         let oom_reserved = live_at_oom.as_ref().map(|l| l.reserved_bytes.max(0) as u64);
@@ -523,6 +552,7 @@ pub fn run_budget(
         snap, path, choice, &r, attr, &live, moment, reserved, outside,
     );
     run.leak_suspects = leak_suspects;
+    run.phase_peaks = phase_peaks;
     run
 }
 
@@ -533,6 +563,39 @@ pub fn run_budget(
 /// is budgeted with the OOM on top as far as it adds.
 pub fn budgets_at_oom(oom_reserved: u64, request: u64, peak_requested: u64) -> bool {
     sum_bytes([oom_reserved, request]) >= peak_requested
+}
+
+/// The most requested bytes within one kind of phase, and the event after which it is
+/// first reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PhasePeak {
+    pub phase: crate::analysis::kinds::phases::Phase,
+    pub requested_bytes: u64,
+    pub event: u32,
+}
+
+/// Collects [`PhasePeak`]s in a replay.
+struct PhasePeaks<'p> {
+    phases: &'p crate::analysis::kinds::phases::Phases,
+    best: BTreeMap<crate::analysis::kinds::phases::Phase, (i64, usize)>,
+}
+
+impl crate::timeline::replay::Aggregator for PhasePeaks<'_> {
+    fn event(
+        &mut self,
+        i: usize,
+        _action: crate::model::Action,
+        run: &crate::timeline::replay::Running,
+    ) {
+        use crate::analysis::kinds::phases::Phase;
+        let phase = self.phases.phase_at(i);
+        if matches!(phase, Phase::Forward | Phase::Backward | Phase::Optimizer) {
+            let best = self.best.entry(phase).or_insert((i64::MIN, i));
+            if run.requested > best.0 {
+                *best = (run.requested, i);
+            }
+        }
+    }
 }
 
 /// The first `oom` entry of the device's trace.
@@ -676,6 +739,7 @@ pub fn budget_of(
         oom_event: oom.map(|i| i as u32),
         total_bytes: total,
         leak_suspects: Vec::new(),
+        phase_peaks: Vec::new(),
         groups,
         settings: layout_settings(snap),
         replays: Vec::new(),

@@ -117,8 +117,8 @@ impl<'a> DeviceCategories<'a> {
         let finals = r.final_allocations();
         // A snapshot's stacks are whole; a converted trace's are operator names and a
         // few Python frames, which would not show a module if there were one.
-        cats.without_modules = snap.features.converted_from.is_none()
-            && shows_no_modules(r, &finals, attr);
+        cats.without_modules =
+            snap.features.converted_from.is_none() && shows_no_modules(r, &finals, attr);
         cats.infer_persistent(&finals, attr);
         cats
     }
