@@ -1692,10 +1692,15 @@ PY_STACKS.update({
 })
 
 
-def make_budget_run(seed, batch, seq):
+def make_budget_run(seed, batch, seq, step_copies=0):
     """PyTorch 2.6, Python stacks: building the model, a first step (forward, backward,
     AdamW), then a second forward: its end is the peak, holding the weights, the first
-    step's gradients and optimizer state, and the second forward's activations."""
+    step's gradients and optimizer state, and the second forward's activations.
+
+    With `step_copies`, the optimizer step makes that many temporary copies of the
+    parameters (a foreach step's), freed before it ends: while the forward's activations
+    are smaller than the copies, the peak is in the optimizer step; past them, at the end
+    of the second forward."""
     V = (2, 6)
     sim, frames, clock = cat_sim(seed, cpp=False)
     ann = []
@@ -1722,6 +1727,9 @@ def make_budget_run(seed, batch, seq):
     state = [sim.malloc(size, "adam_state") for size in CAT_PARAMS for _ in range(2)]
     tmp = sim.malloc(CAT_PARAMS[0], "adam_tmp")
     sim.free(tmp, ctx="adam_tmp")
+    copies = [sim.malloc(size, "adam_tmp") for _ in range(step_copies) for size in CAT_PARAMS]
+    for c in copies:
+        sim.free(c, ctx="adam_tmp")
     ann.append(annotation(clock, "Optimizer.step#AdamW.step", "END"))
     acts, loss = forward()                                       # the peak
     first = sim.malloc(4, "backward_call")
@@ -1803,6 +1811,10 @@ def main(argv=None):
     for t in (128, 256, 512):
         add("budget/attn_seq%d.pickle" % t,
             pickle.dumps(make_cat_attention_bench(t, 700 + t), protocol=4))
+    # A peak that moves: in the optimizer step up to 512 tokens, in the forward at 1024.
+    for t in (128, 256, 512, 1024):
+        add("budget/moving_seq%d.pickle" % t,
+            pickle.dumps(make_budget_run(1000 + t, 2, t, step_copies=8), protocol=4))
     # The same sizes in another precision (its name says so), for the refusal.
     add("budget/seq_ctx512_bf16.pickle", pickle.dumps(make_budget_run(900, 2, 512), protocol=4))
 
@@ -1934,6 +1946,7 @@ of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an out
 - `budget/batch_bs{1,2,4,8}.pickle`: sequence length 128, batch 1, 2, 4, 8.
 - `budget/seq_ctx{128,256,512,1024}.pickle`: batch 2, sequence length 128 to 1024.
 - `budget/seq_ctx512_bf16.pickle`: the 512 run again, its name stating another precision.
+- `budget/moving_seq{128,256,512,1024}.pickle`: the `seq_ctx` runs with an optimizer step that makes 8 temporary copies of the parameters (160 MiB): up to 512 tokens the peak is in the optimizer step (the forward's activations, 160 KiB a token and 128 bytes a token pair, are smaller); at 1024 (288 MiB of activations) it is at the end of the second forward.
 - `budget/attn_seq{128,256,512}.pickle`: `categories/attention_bench.pickle` at sequence lengths 128 to 512: Q, K, V and the output 4 KiB a token, scores and weights 128 bytes a (token, token) pair, the 16 MiB flush buffer constant.
 
 ## Bad fixtures (`bad/`, must be rejected with a clean error, never a panic)

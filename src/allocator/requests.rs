@@ -381,6 +381,25 @@ impl Requests {
         b.out
     }
 
+    /// Requests made up rather than recorded (a predicted stream): no outputs, each
+    /// `Alloc` and `Oom` counted; `tags` is how many tags they use.
+    pub fn from_commands(commands: impl IntoIterator<Item = Request>, tags: u32) -> Requests {
+        let mut out = Requests {
+            tags,
+            ..Requests::default()
+        };
+        for r in commands {
+            match r {
+                Request::Alloc { .. } => out.allocs += 1,
+                Request::Oom { .. } => out.ooms += 1,
+                Request::EmptyCache { .. } => out.empty_caches += 1,
+                _ => {}
+            }
+            out.push(r);
+        }
+        out
+    }
+
     /// The outputs of a call.
     pub fn outputs_of(&self, r: &Range<u32>) -> &[Recorded] {
         &self.outputs[r.start as usize..r.end as usize]

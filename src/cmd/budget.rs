@@ -69,7 +69,10 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                         messages.as_deref(),
                     )?;
                     let mut run = run_budget(&snap, &info.path, this, &options, outside);
-                    run.replays = replay_on(&snap, device, &gpus, run.outside.counted_bytes);
+                    let (replays, stream) =
+                        replay_on(&snap, device, &gpus, run.outside.counted_bytes);
+                    run.replays = replays;
+                    run.stream = stream.map(std::sync::Arc::new);
                     Ok(run)
                 })
                 .collect()

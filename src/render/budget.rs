@@ -2,6 +2,7 @@
 //! fit and prediction with its caveats (text); the budgets as stacked bars against each
 //! device's capacity (SVG).
 
+use crate::analysis::budget::stream::Mismatch;
 use crate::analysis::budget::{
     BudgetLine, BudgetReport, Caveat, Fit, Line, MAX_HELD_OUT_ERROR, MIN_SHARED_SHARE,
     OutsideSource, RunBudget, Series, Vary, Verdict, sum_bytes,
@@ -324,7 +325,9 @@ fn write_run(out: &mut dyn Write, r: &RunBudget, alone: bool) -> io::Result<()> 
     Ok(())
 }
 
-fn fit_text(f: &Fit, headroom: f64) -> String {
+/// A fit's verdict; `events_of` names the file whose trace entries a predicted stream's
+/// events are (None: the run's own).
+fn fit_text(f: &Fit, headroom: f64, events_of: Option<&str>) -> String {
     if f.leaks {
         // What the figures alone say, after why they do not decide: the verdict `fit`
         // gives the total they were made from.
@@ -337,20 +340,27 @@ fn fit_text(f: &Fit, headroom: f64) -> String {
         };
         return format!(
             "does not fit: the run leaks, and a longer run outgrows any device (the run as recorded: {})",
-            fit_text(&as_recorded, headroom)
+            fit_text(&as_recorded, headroom, events_of)
         );
     }
     let verdict = verdict_text(f, headroom);
     match &f.replayed {
         Some(r) if r.model_exact => match r.oom_event {
             Some(e) => format!(
-                "does not fit{}: replayed at this capacity, it runs out of memory at event {}{}{}",
+                "does not fit{}: replayed at this capacity, it runs out of memory {}{}{}",
                 if f.left_bytes < 0 {
                     format!(", short by at least {}", bytes(f.left_bytes.unsigned_abs()))
                 } else {
                     String::new()
                 },
-                crate::units::grouped(e as u64),
+                match events_of {
+                    Some(path) => format!(
+                        "where {} is at event {}",
+                        shown(path),
+                        crate::units::grouped(e as u64)
+                    ),
+                    None => format!("at event {}", crate::units::grouped(e as u64)),
+                },
                 match r.oom_cause {
                     Some(crate::allocator::scenario::OomCause::Fragmentation) => {
                         " (fragmentation: the bytes are there, not in one piece)"
@@ -402,7 +412,12 @@ fn verdict_text(f: &Fit, headroom: f64) -> String {
     }
 }
 
-fn write_fits(out: &mut dyn Write, fits: &[Fit], headroom: f64) -> io::Result<()> {
+fn write_fits(
+    out: &mut dyn Write,
+    fits: &[Fit],
+    headroom: f64,
+    events_of: Option<&str>,
+) -> io::Result<()> {
     let width = fits.iter().map(|f| f.gpu.name.len()).max().unwrap_or(8);
     for f in fits {
         writeln!(
@@ -410,7 +425,7 @@ fn write_fits(out: &mut dyn Write, fits: &[Fit], headroom: f64) -> io::Result<()
             "  {:<width$}  {:>10}  {}",
             f.gpu.name,
             bytes(f.gpu.capacity_bytes),
-            fit_text(f, headroom)
+            fit_text(f, headroom, events_of)
         )?;
     }
     Ok(())
@@ -532,12 +547,19 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             worst * 100.0
         )?;
     }
-    for (size, err) in s.held_out.iter().filter(|_| !refused) {
+    // Where the streams match, their replays judge the prediction: the groups' held-out
+    // errors would only repeat a fit the answer does not use.
+    let by_stream = s.stream.mismatch.is_none();
+    for (size, err) in s.held_out.iter().filter(|_| !refused && !by_stream) {
         writeln!(
             out,
             "  held out: {size} predicted from the others: total {:+.1}%",
             err * 100.0
         )?;
+    }
+    // A refused series still says whether its allocations matched.
+    if !refused || !by_stream {
+        write_stream_series(out, s, r)?;
     }
     match &s.prediction {
         Some(p) => {
@@ -560,6 +582,22 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
                     writeln!(out, "    {:<width$}  {:>10}", line_name(*line), bytes(*b))?;
                 }
             }
+            if let Some(at) = &p.stream {
+                writeln!(
+                    out,
+                    "  replayed: live tensors peak at {} ({}), the allocator reserves {} at most (its overhead as the allocator model computes it); weights, gradients and optimizer state as the group fits give them, the working lines sharing the rest as the groups do",
+                    bytes(at.requested_peak_bytes),
+                    match at.peak_event {
+                        Some(e) => format!(
+                            "where {} is at event {}",
+                            shown(&r.runs[at.peak_run].path),
+                            crate::units::grouped(e as u64)
+                        ),
+                        None => "among the blocks from before recording".into(),
+                    },
+                    bytes(at.reserved_peak_bytes),
+                )?;
+            }
             if !p.deciding.is_empty() {
                 let parts: Vec<String> = p
                     .deciding
@@ -581,7 +619,8 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
                     parts.join("; ")
                 )?;
             }
-            write_fits(out, &p.fits, r.headroom)?;
+            let events_of = p.stream.as_ref().map(|a| r.runs[a.peak_run].path.as_str());
+            write_fits(out, &p.fits, r.headroom, events_of)?;
         }
         None if !refusals.is_empty() => {}
         None => writeln!(out, "  no prediction (give --target VALUE)")?,
@@ -589,9 +628,14 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
     if !s.largest.is_empty() {
         writeln!(
             out,
-            "largest {} that fits with {:.0}% headroom",
+            "largest {} that fits with {:.0}% headroom{}",
             vary_name(s.vary),
-            r.headroom * 100.0
+            r.headroom * 100.0,
+            if s.largest.iter().any(|l| l.by_replay) {
+                " (each size's predicted stream replayed at the device's capacity)"
+            } else {
+                ""
+            }
         )?;
         for l in &s.largest {
             let what = match (l.size, l.at_limit) {
@@ -614,6 +658,93 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
     Ok(())
 }
 
+/// How the series' streams matched, how their sizes grow, and how well replays
+/// reproduce the sizes measured.
+fn write_stream_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result<()> {
+    let st = &s.stream;
+    if let Some(m) = &st.mismatch {
+        let why = match m {
+            Mismatch::NoTrace { run } => format!("{} has no trace", shown(&r.runs[*run].path)),
+            Mismatch::Length {
+                run,
+                commands,
+                other_run,
+                other_commands,
+            } => format!(
+                "{} makes {} allocations and frees, {} makes {}",
+                shown(&r.runs[*run].path),
+                crate::units::grouped(*commands),
+                shown(&r.runs[*other_run].path),
+                crate::units::grouped(*other_commands)
+            ),
+            Mismatch::Order {
+                run,
+                event,
+                other_run,
+                other_event,
+            } => {
+                let at = |e: &Option<u32>| match e {
+                    Some(e) => format!("event {}", crate::units::grouped(*e as u64)),
+                    None => "the blocks from before recording".into(),
+                };
+                format!(
+                    "they part at {} of {} and {} of {}",
+                    at(event),
+                    shown(&r.runs[*run].path),
+                    at(other_event),
+                    shown(&r.runs[*other_run].path)
+                )
+            }
+        };
+        return writeln!(
+            out,
+            "  by allocation: not predicted, the runs' allocations do not match one to one ({why}); the prediction sums the groups' fits at their peaks"
+        );
+    }
+    let l = st.laws;
+    use crate::units::grouped;
+    let mut laws = vec![format!("{} stay the same", grouped(l.constant))];
+    match (l.linear, l.quadratic) {
+        (0, 0) => {}
+        (n, 0) => laws.push(format!("{} grow linearly", grouped(n))),
+        (0, q) => laws.push(format!("{} grow quadratically", grouped(q))),
+        (n, q) => laws.push(format!(
+            "{} grow linearly, {} quadratically",
+            grouped(n),
+            grouped(q)
+        )),
+    }
+    if l.inexact > 0 {
+        laws.push(format!(
+            "{} follow no law of degree 2 or less (fitted through the three largest sizes)",
+            grouped(l.inexact)
+        ));
+    }
+    writeln!(
+        out,
+        "  by allocation: the runs' {} allocations match one to one (the same order, the same frees); with the {}, {}",
+        crate::units::grouped(st.allocations),
+        vary_name(s.vary),
+        laws.join(", ")
+    )?;
+    let worst = st.own.iter().map(|c| c.worst()).fold(0.0, f64::max);
+    writeln!(
+        out,
+        "  each size's own stream replayed through the allocator model gives its recorded peaks within {:.1}% (an inference: the blocks from before recording are allocated first, into an empty allocator)",
+        worst * 100.0
+    )?;
+    for c in &st.held_out {
+        writeln!(
+            out,
+            "  held out, replayed: {} predicted from the others: requested {:+.1}%, reserved {:+.1}%",
+            c.size,
+            c.requested_error * 100.0,
+            c.reserved_error * 100.0
+        )?;
+    }
+    Ok(())
+}
+
 /// One run's budget and its fits on the common GPUs with 10% headroom (the report's
 /// section; `vramlens budget` chooses the GPUs and the headroom).
 pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
@@ -625,7 +756,7 @@ pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<(
         .map(|g| crate::analysis::budget::fit_run(&g, r, headroom))
         .collect();
     writeln!(out, "on one device, with {:.0}% headroom", headroom * 100.0)?;
-    write_fits(out, &fits, headroom)
+    write_fits(out, &fits, headroom, None)
 }
 
 pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -> io::Result<()> {
@@ -652,7 +783,7 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
                 r.headroom * 100.0
             )?;
         }
-        write_fits(out, &r.fits, r.headroom)?;
+        write_fits(out, &r.fits, r.headroom, None)?;
         writeln!(
             out,
             "  (capacity: what the driver lets a process use, as PyTorch's OOM message prints it; a kernel chosen for another GPU, a different library version or a memory-fraction limit moves the figures)"

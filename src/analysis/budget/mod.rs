@@ -26,6 +26,7 @@
 //! best; a line at a new size is the sum of its groups'. Nothing here formats.
 
 pub mod gpus;
+pub mod stream;
 
 use crate::analysis::budget::gpus::Gpu;
 use crate::analysis::device::DeviceChoice;
@@ -38,7 +39,7 @@ use crate::timeline::replay::{DeviceReplay, LifetimesAtPeak, Peaks};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Memory outside the caching allocator when nothing measured it: a CUDA context with
 /// cuBLAS and cuDNN loaded takes about 0.3 to 1 GiB on one GPU (more with NCCL's
@@ -217,6 +218,10 @@ pub struct RunBudget {
     /// The run replayed at each GPU's capacity (by GPU name), for the fits.
     #[serde(skip)]
     pub replays: Vec<(String, Replayed)>,
+    /// Its allocations and frees, for a series predicted by its stream (None: no trace
+    /// to replay).
+    #[serde(skip)]
+    pub stream: Option<std::sync::Arc<stream::Stream>>,
 }
 
 impl RunBudget {
@@ -257,21 +262,22 @@ pub struct Replayed {
 }
 
 /// Replays a run at each GPU's capacity less `outside`: one [`Replayed`] per GPU, or
-/// none when the device has no trace to replay.
+/// none when the device has no trace to replay; and the run's stream, for a series.
 pub fn replay_on(
     snap: &Snapshot,
     device: i64,
     gpus: &[Gpu],
     outside: u64,
-) -> Vec<(String, Replayed)> {
+) -> (Vec<(String, Replayed)>, Option<stream::Stream>) {
     use crate::allocator::identity::{Prepared, check};
     use crate::allocator::scenario::{Scenario, run};
     use rayon::prelude::*;
     let Ok(p) = Prepared::new(snap, device, None) else {
-        return Vec::new();
+        return (Vec::new(), None);
     };
     let exact = check(snap, &p).exact();
-    gpus.par_iter()
+    let replays = gpus
+        .par_iter()
         .filter_map(|g| {
             let capacity = g.capacity_bytes.saturating_sub(outside);
             let at = |settings: crate::allocator::Settings| {
@@ -319,7 +325,8 @@ pub fn replay_on(
                 },
             ))
         })
-        .collect()
+        .collect();
+    (replays, Some(stream::Stream::of(&p)))
 }
 
 /// A budget against one device.
@@ -743,6 +750,7 @@ pub fn budget_of(
         groups,
         settings: layout_settings(snap),
         replays: Vec::new(),
+        stream: None,
     }
 }
 
@@ -945,6 +953,39 @@ pub struct Prediction {
     /// The groups whose growth decides most of the change from the largest size
     /// measured, the largest change first (at most three).
     pub deciding: Vec<Deciding>,
+    /// The target's stream replayed through the allocator model, which decides the
+    /// total and the fits when the runs' allocations match (null: the group fits alone).
+    pub stream: Option<StreamAt>,
+}
+
+/// A target's predicted stream, replayed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StreamAt {
+    /// The peaks of requested and reserved bytes with no limit.
+    pub requested_peak_bytes: u64,
+    pub reserved_peak_bytes: u64,
+    /// Where the requested peak falls: the trace entry at the same place in the largest
+    /// size measured (null: among the blocks from before recording).
+    pub peak_event: Option<u32>,
+    /// That run (index into [`BudgetReport::runs`]).
+    pub peak_run: usize,
+}
+
+/// A series predicted by its allocation stream: whether the runs' allocations match one
+/// to one, how each size follows the series' size, and how well replays reproduce the
+/// measured sizes.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StreamSeries {
+    /// Why the runs' allocations cannot be matched one to one, where they cannot (the
+    /// group fits then answer alone).
+    pub mismatch: Option<stream::Mismatch>,
+    /// Allocations matched (the blocks from before recording included).
+    pub allocations: u64,
+    pub laws: stream::LawCounts,
+    /// Each measured size's own stream replayed, against its recording.
+    pub own: Vec<stream::StreamCheck>,
+    /// Each measured size predicted from the others and replayed (three sizes or more).
+    pub held_out: Vec<stream::StreamCheck>,
 }
 
 /// A group that decides a prediction.
@@ -965,6 +1006,9 @@ pub struct Largest {
     pub size: Option<u64>,
     /// The search stopped at twice the largest size measured: the device may take more.
     pub at_limit: bool,
+    /// Found by replaying each size's predicted stream at the device's capacity (else
+    /// from the group fits' totals).
+    pub by_replay: bool,
 }
 
 /// A series of runs of one workload at several sizes.
@@ -979,6 +1023,8 @@ pub struct Series {
     /// Predicting each measured size from the others (three sizes or more): (size,
     /// relative error of the total).
     pub held_out: Vec<(u64, f64)>,
+    /// The prediction by allocation stream (null: a run without a trace).
+    pub stream: StreamSeries,
     pub prediction: Option<Prediction>,
     pub largest: Vec<Largest>,
     pub caveats: Vec<Caveat>,
@@ -1149,7 +1195,29 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let lines = line_fits(&series_runs, &sizes, &groups);
     caveats.extend(not_monotonic(&lines, &series_runs));
     let held_out = held_out(&series_runs, &sizes, options.vary, outside);
-    if let Some(&(size, error)) = held_out
+    let streams: Vec<Option<&stream::Stream>> =
+        series_runs.iter().map(|r| r.stream.as_deref()).collect();
+    let matched = stream::StreamFit::new(&streams, &sizes, &indices);
+    let stream_series = stream_series(&matched, &series_runs);
+    // The held-out errors that judge the prediction: the replayed streams' when the
+    // runs' allocations match (the larger of requested and reserved), else the groups'.
+    let judged: Vec<(u64, f64)> = if matched.is_ok() && sizes.len() >= 3 {
+        stream_series
+            .held_out
+            .iter()
+            .map(|c| {
+                let e = if c.reserved_error.abs() >= c.requested_error.abs() {
+                    c.reserved_error
+                } else {
+                    c.requested_error
+                };
+                (c.size, e)
+            })
+            .collect()
+    } else {
+        held_out.clone()
+    };
+    if let Some(&(size, error)) = judged
         .iter()
         .filter(|(_, e)| e.abs() > MAX_HELD_OUT_ERROR)
         .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()).then(b.0.cmp(&a.0)))
@@ -1174,21 +1242,25 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         if refused {
             return None;
         }
-        Some(predict(
-            &model,
-            target,
-            largest_measured,
-            &held_out,
-            options,
-        ))
+        let mut p = predict(&model, target, largest_measured, &judged, options);
+        if let Ok(f) = &matched {
+            predict_by_stream(&mut p, f, outside, options, &indices);
+        }
+        Some(p)
     });
     let largest = if refused {
         Vec::new()
     } else {
+        use rayon::prelude::*;
         options
             .gpus
-            .iter()
-            .map(|gpu| largest_size(&model, gpu, 2 * largest_measured, options.headroom))
+            .par_iter()
+            .map(|gpu| match &matched {
+                Ok(f) if f.largest().allocations() <= MAX_SEARCHED_ALLOCATIONS => {
+                    largest_by_replay(f, gpu, 2 * largest_measured, outside, options.headroom)
+                }
+                _ => largest_size(&model, gpu, 2 * largest_measured, options.headroom),
+            })
             .collect()
     };
     Series {
@@ -1198,10 +1270,185 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         lines,
         groups,
         held_out,
+        stream: stream_series,
         prediction,
         largest,
         caveats,
     }
+}
+
+/// The largest stream whose largest size is searched by replaying it (each probe replays
+/// it once per device): past it, the group fits' totals decide.
+const MAX_SEARCHED_ALLOCATIONS: usize = 200_000;
+
+/// The series' streams matched, fitted and checked.
+fn stream_series(
+    matched: &Result<stream::StreamFit, stream::Mismatch>,
+    series_runs: &[&RunBudget],
+) -> StreamSeries {
+    match matched {
+        Ok(f) => {
+            let recorded: Vec<(u64, u64)> = series_runs
+                .iter()
+                .map(|r| (r.requested_bytes, r.peak_reserved_bytes))
+                .collect();
+            let largest = f.sizes().last().copied().unwrap_or(0);
+            let (_, laws) = f.sizes_at(largest, &f.all());
+            let (own, held_out) = rayon::join(|| f.own(&recorded), || f.held_out(&recorded));
+            StreamSeries {
+                mismatch: None,
+                allocations: f.largest().allocations() as u64,
+                laws,
+                own,
+                held_out,
+            }
+        }
+        Err(m) => StreamSeries {
+            mismatch: Some(m.clone()),
+            allocations: 0,
+            laws: stream::LawCounts::default(),
+            own: Vec::new(),
+            held_out: Vec::new(),
+        },
+    }
+}
+
+/// The prediction's total, lines and fits from the target's stream replayed: the peak
+/// of requested bytes (the persistent lines as the group fits give them, the working
+/// lines sharing the rest in the groups' proportions), the allocator's overhead as the
+/// model computes it, and each device's verdict from a replay at its capacity.
+fn predict_by_stream(
+    p: &mut Prediction,
+    f: &stream::StreamFit,
+    outside: u64,
+    options: &SeriesOptions,
+    indices: &[usize],
+) {
+    use rayon::prelude::*;
+    let (sizes, _) = f.sizes_at(p.size, &f.all());
+    let largest = f.largest();
+    let settings = largest.settings().clone();
+    let free = largest.replay(&sizes, &settings, None, None);
+    let persistent = sum_bytes(
+        p.lines
+            .iter()
+            .filter(|(l, _)| l.persistent())
+            .map(|&(_, b)| b),
+    );
+    let working_fitted = sum_bytes(
+        p.lines
+            .iter()
+            .filter(|(l, _)| l.fitted() && !l.persistent())
+            .map(|&(_, b)| b),
+    );
+    let working = free.requested_peak_bytes.saturating_sub(persistent);
+    for (l, b) in p.lines.iter_mut() {
+        if l.fitted() && !l.persistent() && working_fitted > 0 {
+            *b = (*b as f64 * working as f64 / working_fitted as f64).round() as u64;
+        } else if *l == Line::AllocatorOverhead {
+            *b = free
+                .reserved_peak_bytes
+                .saturating_sub(free.requested_peak_bytes);
+        }
+    }
+    p.total_bytes = sum_bytes([free.reserved_peak_bytes, outside]);
+    p.stream = Some(StreamAt {
+        requested_peak_bytes: free.requested_peak_bytes,
+        reserved_peak_bytes: free.reserved_peak_bytes,
+        peak_event: largest.event(free.requested_peak_at),
+        peak_run: indices[indices.len() - 1],
+    });
+    p.fits = options
+        .gpus
+        .par_iter()
+        .map(|g| fit_stream(g, largest, &sizes, outside, p.total_bytes, options.headroom))
+        .collect();
+}
+
+/// A predicted stream on `gpu`: replayed at its capacity less `outside` (runs out of
+/// memory: does not fit, and whether expandable segments let it through; else its peak
+/// reserved plus `outside`, with the headroom).
+fn fit_stream(
+    gpu: &Gpu,
+    s: &stream::Stream,
+    sizes: &[u64],
+    outside: u64,
+    total: u64,
+    headroom: f64,
+) -> Fit {
+    let capacity = gpu.capacity_bytes.saturating_sub(outside);
+    let settings = s.settings().clone();
+    let r = s.replay(sizes, &settings, Some(capacity), Some(gpu.capacity_bytes));
+    let mut f = match r.first_oom {
+        Some(_) => {
+            let mut f = fit(gpu, total, headroom);
+            f.verdict = Verdict::DoesNotFit;
+            f
+        }
+        None => fit(gpu, sum_bytes([r.reserved_peak_bytes, outside]), headroom),
+    };
+    let fits_with_expandable =
+        (r.first_oom.is_some() && !settings.expandable_segments).then(|| {
+            let e = crate::allocator::Settings {
+                expandable_segments: true,
+                ..settings.clone()
+            };
+            s.replay(sizes, &e, Some(capacity), Some(gpu.capacity_bytes))
+                .first_oom
+                .is_none()
+        });
+    f.replayed = Some(Replayed {
+        model_exact: true,
+        peak_reserved_bytes: r.reserved_peak_bytes,
+        oom_event: r.first_oom.map(|(i, _, _)| s.event(i).unwrap_or(0)),
+        oom_cause: r.first_oom.map(|(_, c, _)| c),
+        fits_with_expandable,
+    });
+    f
+}
+
+/// The largest size `gpu` takes with the headroom, each size's predicted stream replayed
+/// at its capacity less `outside`, searched up to `limit`.
+fn largest_by_replay(
+    f: &stream::StreamFit,
+    gpu: &Gpu,
+    limit: u64,
+    outside: u64,
+    headroom: f64,
+) -> Largest {
+    let all = f.all();
+    let s = f.largest();
+    let settings = s.settings().clone();
+    let capacity = gpu.capacity_bytes.saturating_sub(outside);
+    let takes = |size: u64| {
+        let (sizes, _) = f.sizes_at(size, &all);
+        let r = s.replay(&sizes, &settings, Some(capacity), Some(gpu.capacity_bytes));
+        r.first_oom.is_none()
+            && fit(gpu, sum_bytes([r.reserved_peak_bytes, outside]), headroom).verdict
+                == Verdict::Fits
+    };
+    let found = |size: Option<u64>, at_limit: bool| Largest {
+        gpu: gpu.clone(),
+        size,
+        at_limit,
+        by_replay: true,
+    };
+    if !takes(1) {
+        return found(None, false);
+    }
+    if takes(limit) {
+        return found(Some(limit), true);
+    }
+    let (mut lo, mut hi) = (1, limit);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if takes(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    found(Some(lo), false)
 }
 
 /// Whether the runs are one workload: the same weights (within 2%), precision stated in
@@ -1517,6 +1764,7 @@ fn predict(
         total_bytes: total,
         error_band: band,
         deciding: deciding(model.groups, target, largest_measured),
+        stream: None,
     }
 }
 
@@ -1559,6 +1807,7 @@ fn largest_size(model: &Model, gpu: &Gpu, limit: u64, headroom: f64) -> Largest 
             gpu: gpu.clone(),
             size: None,
             at_limit: false,
+            by_replay: false,
         };
     }
     if takes(limit) {
@@ -1566,6 +1815,7 @@ fn largest_size(model: &Model, gpu: &Gpu, limit: u64, headroom: f64) -> Largest 
             gpu: gpu.clone(),
             size: Some(limit),
             at_limit: true,
+            by_replay: false,
         };
     }
     // The prediction grows with the size: the last size it takes.
@@ -1582,6 +1832,7 @@ fn largest_size(model: &Model, gpu: &Gpu, limit: u64, headroom: f64) -> Largest 
         gpu: gpu.clone(),
         size: Some(lo),
         at_limit: false,
+        by_replay: false,
     }
 }
 

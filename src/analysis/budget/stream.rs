@@ -1,0 +1,569 @@
+//! A series predicted by its allocation stream: the runs' allocations matched one to one,
+//! each allocation's size fitted against the series' size, the target's stream built in
+//! the recorded order and replayed through the allocator model.
+//!
+//! Takes each run's [`Prepared`] recording as a [`Stream`]; gives a [`StreamFit`] (how
+//! each size was fitted, each measured size predicted from the others) or why the runs'
+//! streams do not match ([`Mismatch`]); [`StreamFit::replay`] gives the peaks of
+//! requested and reserved bytes at any size and capacity.
+//!
+//! What it cannot know: how the program left the allocator's cache before recording. The
+//! blocks alive at the first event are allocated first, in the order of their tags, into
+//! an empty allocator (an inference, which the answer says), for a predicted size and for
+//! a measured one alike.
+
+use crate::allocator::identity::Prepared;
+use crate::allocator::requests::{Request, Requests};
+use crate::allocator::scenario::{self, OomCause, Scenario};
+use crate::allocator::start::StartState;
+use crate::allocator::{Profile, Settings};
+use serde::Serialize;
+
+/// One command of a stream, its size apart: what runs of one workload share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Command {
+    /// An allocation; `stream` and `pool` index the stream's lists (by first use).
+    Alloc {
+        tag: u32,
+        stream: u16,
+        pool: u16,
+    },
+    FreeRequested(u32),
+    Free(u32),
+    EmptyCache,
+}
+
+/// A run's allocations and frees in recorded order, with the blocks alive before
+/// recording allocated first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stream {
+    commands: Vec<Command>,
+    /// Each allocation's requested size, in the order of its `Alloc` command.
+    sizes: Vec<u64>,
+    /// Each command's trace entry; None for a block alive before recording.
+    events: Vec<Option<u32>>,
+    streams: Vec<u64>,
+    pools: Vec<(i64, i64)>,
+    tags: u32,
+    settings: Settings,
+    profile: Profile,
+}
+
+impl Stream {
+    /// The stream of a prepared recording. A recorded OOM's request is left out: the
+    /// program never got that memory.
+    pub fn of(p: &Prepared) -> Stream {
+        let mut s = Stream {
+            commands: Vec::new(),
+            sizes: Vec::new(),
+            events: Vec::new(),
+            streams: Vec::new(),
+            pools: Vec::new(),
+            tags: p.requests.tags,
+            settings: p.settings.clone(),
+            profile: p.profile,
+        };
+        let mut live = p.start.live_requests();
+        live.sort_unstable_by_key(|l| l.tag);
+        for l in &live {
+            s.alloc(l.tag, l.requested, l.stream, l.private, None);
+        }
+        for r in p.requests.iter() {
+            match r {
+                Request::Alloc {
+                    tag,
+                    size,
+                    stream,
+                    pool,
+                    event,
+                    ..
+                } => s.alloc(tag, size, stream, pool, Some(event)),
+                Request::FreeRequested { tag, event } => {
+                    s.push(Command::FreeRequested(tag), Some(event))
+                }
+                Request::Free { tag, event } => s.push(Command::Free(tag), Some(event)),
+                Request::EmptyCache { event, .. } => s.push(Command::EmptyCache, Some(event)),
+                Request::Oom { .. } => {}
+            }
+        }
+        s
+    }
+
+    fn alloc(&mut self, tag: u32, size: u64, stream: u64, pool: (i64, i64), event: Option<u32>) {
+        let stream = index_of(&mut self.streams, stream);
+        let pool = index_of(&mut self.pools, pool);
+        self.sizes.push(size);
+        self.push(Command::Alloc { tag, stream, pool }, event);
+    }
+
+    fn push(&mut self, c: Command, event: Option<u32>) {
+        self.commands.push(c);
+        self.events.push(event);
+    }
+
+    /// How many allocations (blocks from before recording included).
+    pub fn allocations(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// The trace entry of command `i` (None: a block from before recording).
+    pub fn event(&self, i: usize) -> Option<u32> {
+        self.events.get(i).copied().flatten()
+    }
+
+    /// The most requested bytes alive with `sizes`, and the command after which it is
+    /// first reached.
+    fn requested_peak(&self, sizes: &[u64]) -> (u64, usize) {
+        let mut live = vec![0u64; self.tags as usize];
+        let (mut now, mut peak, mut at) = (0u64, 0u64, 0usize);
+        let mut k = 0;
+        for (i, c) in self.commands.iter().enumerate() {
+            match *c {
+                Command::Alloc { tag, .. } => {
+                    now += sizes[k];
+                    if let Some(slot) = live.get_mut(tag as usize) {
+                        *slot = sizes[k];
+                    }
+                    k += 1;
+                    if now > peak {
+                        (peak, at) = (now, i);
+                    }
+                }
+                Command::Free(tag) => {
+                    if let Some(slot) = live.get_mut(tag as usize) {
+                        now -= std::mem::take(slot);
+                    }
+                }
+                Command::FreeRequested(_) | Command::EmptyCache => {}
+            }
+        }
+        (peak, at)
+    }
+
+    /// The stream with `sizes` as requests to the allocator: each command's index is its
+    /// event.
+    fn requests(&self, sizes: &[u64]) -> Requests {
+        let mut k = 0;
+        let commands = self.commands.iter().enumerate().map(|(i, c)| {
+            let event = i as u32;
+            match *c {
+                Command::Alloc { tag, stream, pool } => {
+                    let size = sizes[k];
+                    k += 1;
+                    Request::Alloc {
+                        tag,
+                        size,
+                        stream: self.streams[stream as usize],
+                        pool: self.pools[pool as usize],
+                        event,
+                        outputs: 0..0,
+                    }
+                }
+                Command::FreeRequested(tag) => Request::FreeRequested { tag, event },
+                Command::Free(tag) => Request::Free { tag, event },
+                Command::EmptyCache => Request::EmptyCache {
+                    event,
+                    outputs: 0..0,
+                },
+            }
+        });
+        Requests::from_commands(commands.collect::<Vec<_>>(), self.tags)
+    }
+
+    /// Replays the stream with `sizes` through the allocator model at `capacity` (None:
+    /// unlimited) with `settings`.
+    pub fn replay(
+        &self,
+        sizes: &[u64],
+        settings: &Settings,
+        capacity: Option<u64>,
+        total_memory: Option<u64>,
+    ) -> StreamReplay {
+        let (requested_peak_bytes, requested_peak_at) = self.requested_peak(sizes);
+        let p = Prepared {
+            device: 0,
+            device_free: Vec::new(),
+            total_memory,
+            settings: self.settings.clone(),
+            profile: self.profile,
+            requests: self.requests(sizes),
+            start: StartState::default(),
+        };
+        let sc = Scenario {
+            settings: settings.clone(),
+            capacity,
+            total_memory,
+        };
+        // The start is empty: it always fits.
+        let o = scenario::run(&p, &sc).expect("an empty start fits any capacity");
+        StreamReplay {
+            requested_peak_bytes,
+            requested_peak_at,
+            reserved_peak_bytes: o.peak_reserved_bytes,
+            first_oom: o
+                .first_oom
+                .map(|f| (f.event as usize, f.cause, f.request_bytes)),
+        }
+    }
+
+    /// Its own sizes.
+    pub fn own_sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+/// The first command where two streams of equal length differ, sizes apart. Frees in one
+/// burst (consecutive frees, as a container or cache cleared at once makes them) may come
+/// in any order: their order follows addresses, which differ between runs.
+fn first_difference(a: &Stream, b: &Stream) -> Option<usize> {
+    let is_free = |c: &Command| matches!(c, Command::Free(_) | Command::FreeRequested(_));
+    let mut i = 0;
+    let n = a.commands.len();
+    while i < n {
+        if !is_free(&a.commands[i]) {
+            if a.commands[i] != b.commands[i] {
+                return Some(i);
+            }
+            i += 1;
+            continue;
+        }
+        let end = (i..n).find(|&j| !is_free(&a.commands[j])).unwrap_or(n);
+        let mut x = a.commands[i..end].to_vec();
+        let mut y = b.commands[i..end].to_vec();
+        x.sort_unstable_by_key(free_key);
+        y.sort_unstable_by_key(free_key);
+        if x != y {
+            return Some(
+                i + (i..end)
+                    .position(|j| a.commands[j] != b.commands[j])
+                    .unwrap_or(0),
+            );
+        }
+        i = end;
+    }
+    None
+}
+
+fn free_key(c: &Command) -> (u8, u32) {
+    match *c {
+        Command::FreeRequested(t) => (0, t),
+        Command::Free(t) => (1, t),
+        _ => (2, 0),
+    }
+}
+
+fn index_of<T: PartialEq + Copy>(list: &mut Vec<T>, v: T) -> u16 {
+    match list.iter().position(|x| *x == v) {
+        Some(i) => i as u16,
+        None if list.len() > u16::MAX as usize => u16::MAX,
+        None => {
+            list.push(v);
+            (list.len() - 1) as u16
+        }
+    }
+}
+
+/// A stream replayed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamReplay {
+    pub requested_peak_bytes: u64,
+    /// The command after which the requested peak is first reached.
+    pub requested_peak_at: usize,
+    pub reserved_peak_bytes: u64,
+    /// The first request that runs out of memory: its command, cause and size.
+    pub first_oom: Option<(usize, OomCause, u64)>,
+}
+
+/// Why the runs' streams cannot be matched one to one.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Mismatch {
+    /// A run has no trace to replay (index into the report's runs).
+    NoTrace { run: usize },
+    /// Two runs make different numbers of allocations and frees.
+    Length {
+        run: usize,
+        commands: u64,
+        other_run: usize,
+        other_commands: u64,
+    },
+    /// The first command where two runs differ (another allocation or free, another
+    /// stream), by each run's trace entry (null: a block from before recording).
+    Order {
+        run: usize,
+        event: Option<u32>,
+        other_run: usize,
+        other_event: Option<u32>,
+    },
+}
+
+/// How an allocation's size follows the series' size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Law {
+    /// The same at every size.
+    Constant,
+    /// `a + b · size`, exactly at every size measured.
+    Linear,
+    /// `a + b · size + c · size²`, exactly at every size measured.
+    Quadratic,
+    /// No polynomial of degree 2 or less holds at every size measured: the one through
+    /// the three largest sizes.
+    Inexact,
+}
+
+/// The size at `t` of an allocation measuring `ys` at sizes `xs` (ascending, distinct),
+/// and the law it follows: the lowest degree that holds at every size measured. With two
+/// sizes, a size that is proportional to the square of the series' size (and not to the
+/// size) is quadratic; any other that changes is linear.
+pub fn law_at(xs: &[u64], ys: &[u64], t: u64) -> (u64, Law) {
+    let n = xs.len();
+    if n == 0 {
+        return (0, Law::Constant);
+    }
+    if ys.iter().all(|&y| y == ys[0]) || n == 1 {
+        return (ys[n - 1], Law::Constant);
+    }
+    let (x, y) = (|i: usize| i128::from(xs[i]), |i: usize| i128::from(ys[i]));
+    // Proportional to the square: y·x0² = y0·x² at every size.
+    let square = (0..n).all(|i| y(i) * x(0) * x(0) == y(0) * x(i) * x(i));
+    let proportional = (0..n).all(|i| y(i) * x(0) == y(0) * x(i));
+    let line =
+        (0..n).all(|i| (y(i) - y(0)) * (x(n - 1) - x(0)) == (y(n - 1) - y(0)) * (x(i) - x(0)));
+    if line && (n > 2 || proportional || !square) {
+        return (through(&[0, n - 1], xs, ys, t), Law::Linear);
+    }
+    if square {
+        // c · t² with c = y0 / x0², rounded once.
+        let v = (y(0) * i128::from(t) * i128::from(t) + x(0) * x(0) / 2) / (x(0) * x(0));
+        return (v.clamp(0, u64::MAX as i128) as u64, Law::Quadratic);
+    }
+    let three = [0, n / 2, n - 1];
+    let exact = (0..n).all(|i| (polynomial(&three, xs, ys, xs[i]) - ys[i] as f64).abs() < 0.01);
+    if exact {
+        return (through(&three, xs, ys, t), Law::Quadratic);
+    }
+    (through(&[n - 3, n - 2, n - 1], xs, ys, t), Law::Inexact)
+}
+
+/// The polynomial through the points `at` of (xs, ys), evaluated at `t` (Lagrange, in
+/// f64: exact laws of real sizes round back to their integer), never below 0.
+fn through(at: &[usize], xs: &[u64], ys: &[u64], t: u64) -> u64 {
+    polynomial(at, xs, ys, t).round().max(0.0) as u64
+}
+
+/// The polynomial through the points `at` of (xs, ys) at `t`, unrounded.
+fn polynomial(at: &[usize], xs: &[u64], ys: &[u64], t: u64) -> f64 {
+    let t = t as f64;
+    let mut v = 0.0;
+    for &i in at {
+        let mut term = ys[i] as f64;
+        for &j in at {
+            if j != i {
+                term *= (t - xs[j] as f64) / (xs[i] as f64 - xs[j] as f64);
+            }
+        }
+        v += term;
+    }
+    v
+}
+
+/// How many allocations follow each law.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LawCounts {
+    pub constant: u64,
+    pub linear: u64,
+    pub quadratic: u64,
+    pub inexact: u64,
+}
+
+/// The runs of a series matched allocation by allocation.
+#[derive(Debug, Clone)]
+pub struct StreamFit<'a> {
+    /// The streams, by ascending size.
+    streams: Vec<&'a Stream>,
+    sizes: Vec<u64>,
+}
+
+impl<'a> StreamFit<'a> {
+    /// Matches the streams of a series (by ascending size; `runs` are their places in
+    /// the report, for a mismatch): the same commands in the same order, sizes apart.
+    pub fn new(
+        streams: &[Option<&'a Stream>],
+        sizes: &[u64],
+        runs: &[usize],
+    ) -> Result<StreamFit<'a>, Mismatch> {
+        let mut got = Vec::new();
+        for (s, &run) in streams.iter().zip(runs) {
+            got.push(s.ok_or(Mismatch::NoTrace { run })?);
+        }
+        let (first, first_run) = (got[0], runs[0]);
+        for (s, &run) in got.iter().zip(runs).skip(1) {
+            if s.commands.len() != first.commands.len() {
+                return Err(Mismatch::Length {
+                    run: first_run,
+                    commands: first.commands.len() as u64,
+                    other_run: run,
+                    other_commands: s.commands.len() as u64,
+                });
+            }
+            // Streams and pools by first use: their ids differ from process to process.
+            if let Some(i) = first_difference(first, s) {
+                return Err(Mismatch::Order {
+                    run: first_run,
+                    event: first.event(i),
+                    other_run: run,
+                    other_event: s.event(i),
+                });
+            }
+        }
+        Ok(StreamFit {
+            streams: got,
+            sizes: sizes.to_vec(),
+        })
+    }
+
+    /// The largest size's stream: the order the prediction keeps.
+    pub fn largest(&self) -> &'a Stream {
+        self.streams[self.streams.len() - 1]
+    }
+
+    /// Each allocation's size at `t`, fitted on the runs `from` (indices by ascending
+    /// size), and how many follow each law.
+    pub fn sizes_at(&self, t: u64, from: &[usize]) -> (Vec<u64>, LawCounts) {
+        let xs: Vec<u64> = from.iter().map(|&i| self.sizes[i]).collect();
+        let mut counts = LawCounts::default();
+        let mut ys = vec![0u64; from.len()];
+        let sizes = (0..self.largest().sizes.len())
+            .map(|k| {
+                for (y, &i) in ys.iter_mut().zip(from) {
+                    *y = self.streams[i].sizes[k];
+                }
+                let (v, law) = law_at(&xs, &ys, t);
+                match law {
+                    Law::Constant => counts.constant += 1,
+                    Law::Linear => counts.linear += 1,
+                    Law::Quadratic => counts.quadratic += 1,
+                    Law::Inexact => counts.inexact += 1,
+                }
+                v
+            })
+            .collect();
+        (sizes, counts)
+    }
+
+    /// Every run.
+    pub fn all(&self) -> Vec<usize> {
+        (0..self.sizes.len()).collect()
+    }
+
+    /// The sizes measured, ascending.
+    pub fn sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+}
+
+/// A measured size replayed from a stream: its own (how much allocating the blocks from
+/// before recording into an empty allocator changes) or predicted from the other sizes.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StreamCheck {
+    pub size: u64,
+    pub predicted_requested_bytes: u64,
+    pub predicted_reserved_bytes: u64,
+    /// The recording's peaks.
+    pub recorded_requested_bytes: u64,
+    pub recorded_reserved_bytes: u64,
+    /// (predicted - recorded) / recorded, rounded to 4 decimals.
+    pub requested_error: f64,
+    pub reserved_error: f64,
+}
+
+impl StreamCheck {
+    fn new(size: u64, predicted: &StreamReplay, recorded: (u64, u64)) -> StreamCheck {
+        let error = |p: u64, r: u64| {
+            let e = (p as f64 - r as f64) / r.max(1) as f64;
+            (e * 10_000.0).round() / 10_000.0
+        };
+        StreamCheck {
+            size,
+            predicted_requested_bytes: predicted.requested_peak_bytes,
+            predicted_reserved_bytes: predicted.reserved_peak_bytes,
+            recorded_requested_bytes: recorded.0,
+            recorded_reserved_bytes: recorded.1,
+            requested_error: error(predicted.requested_peak_bytes, recorded.0),
+            reserved_error: error(predicted.reserved_peak_bytes, recorded.1),
+        }
+    }
+
+    /// The larger of its two errors, unsigned.
+    pub fn worst(&self) -> f64 {
+        self.requested_error.abs().max(self.reserved_error.abs())
+    }
+}
+
+impl StreamFit<'_> {
+    /// Each measured size's own stream replayed with no limit, against `recorded`
+    /// (each size's peak requested and reserved bytes, by ascending size).
+    pub fn own(&self, recorded: &[(u64, u64)]) -> Vec<StreamCheck> {
+        use rayon::prelude::*;
+        (0..self.sizes.len())
+            .into_par_iter()
+            .map(|k| {
+                let s = self.streams[k];
+                let r = s.replay(&s.sizes, &s.settings, None, None);
+                StreamCheck::new(self.sizes[k], &r, recorded[k])
+            })
+            .collect()
+    }
+
+    /// Each measured size predicted from the others (three sizes or more), replayed with
+    /// no limit, against `recorded`.
+    pub fn held_out(&self, recorded: &[(u64, u64)]) -> Vec<StreamCheck> {
+        use rayon::prelude::*;
+        let n = self.sizes.len();
+        if n < 3 {
+            return Vec::new();
+        }
+        (0..n)
+            .into_par_iter()
+            .map(|k| {
+                let from: Vec<usize> = (0..n).filter(|&i| i != k).collect();
+                let (sizes, _) = self.sizes_at(self.sizes[k], &from);
+                let s = self.streams[k];
+                let r = s.replay(&sizes, &s.settings, None, None);
+                StreamCheck::new(self.sizes[k], &r, recorded[k])
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn laws_by_hand() {
+        // 5 everywhere; 3 + 2·s; 7·s²; 1 + s + s².
+        assert_eq!(law_at(&[1, 2, 4], &[5, 5, 5], 8), (5, Law::Constant));
+        assert_eq!(law_at(&[1, 2, 4], &[5, 7, 11], 8), (19, Law::Linear));
+        assert_eq!(law_at(&[1, 2, 4], &[7, 28, 112], 8), (448, Law::Quadratic));
+        assert_eq!(law_at(&[1, 2, 4], &[3, 7, 21], 8), (73, Law::Quadratic));
+        // Two sizes: proportional is linear, proportional to the square is quadratic,
+        // anything else a line through both.
+        assert_eq!(law_at(&[128, 256], &[512, 1024], 512), (2048, Law::Linear));
+        assert_eq!(
+            law_at(&[128, 256], &[512, 2048], 512),
+            (8192, Law::Quadratic)
+        );
+        assert_eq!(law_at(&[128, 256], &[600, 1000], 512), (1800, Law::Linear));
+        // Four sizes no quadratic holds at: the one through the three largest.
+        // Through (2, 4), (3, 9), (4, 17): 1.5 s² - 2.5 s + 3 → at 5: 28.
+        assert_eq!(law_at(&[1, 2, 3, 4], &[1, 4, 9, 17], 5), (28, Law::Inexact));
+        // Never below zero.
+        assert_eq!(law_at(&[2, 4], &[10, 4], 10), (0, Law::Linear));
+    }
+}
