@@ -1207,3 +1207,42 @@ fn real_series_match_allocation_by_allocation_or_say_where_they_part() {
         }
     }
 }
+
+/// Autocast's bf16 copies of the weights, and a foreach AdamW's temporaries, are lines of
+/// their own, sized by the model: CS336's 2.7B model (d_model 2560, d_ff 10240, 32
+/// layers, vocabulary 10,000) has 32 · (4 · 2560² + 3 · 2560 · 10240) + 10000 · 2560 =
+/// 3,381,043,200 weights in linear layers (the embedding and the norms are not cast), two
+/// bytes each in bf16; the small one (768, 3072, 12 layers) 120,926,208.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn autocast_copies_are_the_linear_weights_in_half_precision() {
+    let data = common::require_shared_data();
+    let linear = |d: u64, ff: u64, layers: u64| layers * (4 * d * d + 3 * d * ff) + 10_000 * d;
+    for (file, copies) in [
+        (
+            "cs336-aimetrics/memory_2.7b_forward_seq128_bf16.pickle",
+            2 * linear(2560, 10240, 32),
+        ),
+        (
+            "cs336-rohanbansal12/xl_ctx128_forward_bf16.pickle",
+            2 * linear(2560, 10240, 32),
+        ),
+        (
+            "cs336-silmont2000/memory_forward_bf16_128.pickle",
+            2 * linear(768, 3072, 12),
+        ),
+    ] {
+        let path = data.join(file);
+        let (code, v, err) = budget(&[path.to_str().unwrap(), "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let run = &v["runs"][0];
+        assert_eq!(line(&run["lines"], "autocast_copies"), copies, "{file}");
+    }
+    assert_eq!(2 * linear(2560, 10240, 32), 6_762_086_400);
+    // The training step's peak is in AdamW's step: its foreach temporaries are one copy
+    // of the fp32 parameters (3,406,809,600 of them, four bytes each).
+    let path = data.join("cs336-aimetrics/memory_2.7b_train_seq128_bf16.pickle");
+    let (_, v, _) = budget(&[path.to_str().unwrap(), "--json"]);
+    let run = &v["runs"][0];
+    assert_eq!(line(&run["lines"], "step_temporaries"), 4 * 3_406_809_600);
+}

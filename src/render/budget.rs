@@ -19,6 +19,8 @@ pub fn line_name(line: Line) -> &'static str {
         Line::Weights => "weights",
         Line::Gradients => "gradients",
         Line::OptimizerState => "optimizer state",
+        Line::StepTemporaries => "optimizer step's temporaries",
+        Line::AutocastCopies => "autocast's copies of the weights",
         Line::Activations => "activations and other intermediates",
         Line::Caches => "caches (KV)",
         Line::Workspaces => "workspaces",
@@ -34,6 +36,8 @@ fn line_color(line: Line) -> &'static str {
         Line::Weights => "parameters",
         Line::Gradients => "gradients",
         Line::OptimizerState => "optimizer_state",
+        Line::StepTemporaries => "step_temporaries",
+        Line::AutocastCopies => "autocast_copies",
         Line::Activations => "activations",
         Line::Caches => "caches",
         Line::Workspaces => "workspaces",
@@ -281,6 +285,8 @@ fn write_run(out: &mut dyn Write, r: &RunBudget, alone: bool) -> io::Result<()> 
     for l in &r.lines {
         let here = if l.persistent {
             "persistent (the whole run)"
+        } else if l.line.with_model() {
+            "with the model (copies of the weights made in each step)"
         } else if matches!(
             l.line,
             Line::AllocatorOverhead | Line::OutsideAllocator | Line::FailedRequest
@@ -344,7 +350,15 @@ fn fit_text(f: &Fit, headroom: f64, events_of: Option<&str>) -> String {
         );
     }
     let verdict = verdict_text(f, headroom);
+    let short = if f.left_bytes < 0 {
+        format!(", short by at least {}", bytes(f.left_bytes.unsigned_abs()))
+    } else {
+        String::new()
+    };
     match &f.replayed {
+        Some(r) if r.model_exact && r.start_does_not_fit => format!(
+            "does not fit{short}: what was alive when recording began alone exceeds this capacity"
+        ),
         Some(r) if r.model_exact => match r.oom_event {
             Some(e) => format!(
                 "does not fit{}: replayed at this capacity, it runs out of memory {}{}{}",

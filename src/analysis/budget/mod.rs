@@ -53,6 +53,11 @@ pub enum Line {
     Weights,
     Gradients,
     OptimizerState,
+    /// Made and freed within each optimizer step (a foreach step's copies of the
+    /// parameters): sized by the model, not by the batch or sequence.
+    StepTemporaries,
+    /// Autocast's half-precision copies of the weights, made in each forward.
+    AutocastCopies,
     Activations,
     Caches,
     Workspaces,
@@ -64,10 +69,12 @@ pub enum Line {
 }
 
 impl Line {
-    pub const ALL: [Line; 10] = [
+    pub const ALL: [Line; 12] = [
         Line::Weights,
         Line::Gradients,
         Line::OptimizerState,
+        Line::StepTemporaries,
+        Line::AutocastCopies,
         Line::Activations,
         Line::Caches,
         Line::Workspaces,
@@ -82,12 +89,20 @@ impl Line {
         matches!(self, Line::Weights | Line::Gradients | Line::OptimizerState)
     }
 
+    /// Sized by the model, whatever the batch or sequence length: the persistent lines
+    /// and the optimizer step's temporaries.
+    pub fn with_model(self) -> bool {
+        self.persistent() || matches!(self, Line::StepTemporaries | Line::AutocastCopies)
+    }
+
     /// The line a category falls in.
     pub fn of_category(name: &str) -> Line {
         match name {
             "parameters" => Line::Weights,
             "gradients" => Line::Gradients,
             "optimizer_state" => Line::OptimizerState,
+            "step_temporaries" => Line::StepTemporaries,
+            "autocast_copies" => Line::AutocastCopies,
             "caches" => Line::Caches,
             "workspaces" => Line::Workspaces,
             "communication" => Line::Communication,
@@ -259,6 +274,8 @@ pub struct Replayed {
     /// When the recorded settings run out of memory: `expandable_segments:True` (the
     /// setting tried) lets the run through.
     pub fits_with_expandable: Option<bool>,
+    /// The blocks alive when recording began alone exceed the capacity (no event runs).
+    pub start_does_not_fit: bool,
 }
 
 /// Replays a run at each GPU's capacity less `outside`: one [`Replayed`] per GPU, or
@@ -299,9 +316,10 @@ pub fn replay_on(
                         Replayed {
                             model_exact: exact,
                             peak_reserved_bytes: 0,
-                            oom_event: Some(0),
+                            oom_event: None,
                             oom_cause: Some(crate::allocator::scenario::OomCause::Capacity),
                             fits_with_expandable: None,
+                            start_does_not_fit: true,
                         },
                     ));
                 }
@@ -322,6 +340,7 @@ pub fn replay_on(
                     oom_event: o.first_oom.as_ref().map(|f| f.event),
                     oom_cause: o.first_oom.as_ref().map(|f| f.cause),
                     fits_with_expandable,
+                    start_does_not_fit: false,
                 },
             ))
         })
@@ -420,7 +439,7 @@ fn fit_as_recorded(gpu: &Gpu, run: &RunBudget, headroom: f64) -> Fit {
             .oom_cause
             .map(|_| crate::allocator::scenario::OomCause::Capacity);
     }
-    let mut f = if r.oom_event.is_some() {
+    let mut f = if r.oom_event.is_some() || r.start_does_not_fit {
         // Short by at least what the budget counts beyond the capacity.
         let mut f = fit(gpu, run.total_bytes, headroom);
         f.verdict = Verdict::DoesNotFit;
@@ -1332,18 +1351,18 @@ fn predict_by_stream(
     let persistent = sum_bytes(
         p.lines
             .iter()
-            .filter(|(l, _)| l.persistent())
+            .filter(|(l, _)| l.with_model())
             .map(|&(_, b)| b),
     );
     let working_fitted = sum_bytes(
         p.lines
             .iter()
-            .filter(|(l, _)| l.fitted() && !l.persistent())
+            .filter(|(l, _)| l.fitted() && !l.with_model())
             .map(|&(_, b)| b),
     );
     let working = free.requested_peak_bytes.saturating_sub(persistent);
     for (l, b) in p.lines.iter_mut() {
-        if l.fitted() && !l.persistent() && working_fitted > 0 {
+        if l.fitted() && !l.with_model() && working_fitted > 0 {
             *b = (*b as f64 * working as f64 / working_fitted as f64).round() as u64;
         } else if *l == Line::AllocatorOverhead {
             *b = free
@@ -1403,6 +1422,7 @@ fn fit_stream(
         oom_event: r.first_oom.map(|(i, _, _)| s.event(i).unwrap_or(0)),
         oom_cause: r.first_oom.map(|(_, c, _)| c),
         fits_with_expandable,
+        start_does_not_fit: false,
     });
     f
 }

@@ -137,7 +137,7 @@ impl GroupKind {
 }
 
 /// Built-in categories, in the order the names table holds them.
-pub const BUILTIN_CATEGORIES: [&str; 13] = [
+pub const BUILTIN_CATEGORIES: [&str; 14] = [
     "parameters",
     "gradients",
     "optimizer_state",
@@ -149,6 +149,7 @@ pub const BUILTIN_CATEGORIES: [&str; 13] = [
     "workspaces",
     "compile",
     "inputs",
+    "autocast_copies",
     "other",
     "unknown",
 ];
@@ -163,10 +164,12 @@ pub const COMMUNICATION: u32 = 7;
 pub const WORKSPACES: u32 = 8;
 pub const COMPILE: u32 = 9;
 pub const INPUTS: u32 = 10;
+/// Autocast's cached copies of the weights in half precision.
+pub const AUTOCAST_COPIES: u32 = 11;
 /// Index of "other" (nothing decided a category).
-pub const OTHER: u32 = 11;
+pub const OTHER: u32 = 12;
 /// Index of "unknown" (no allocation stack and nothing else to go by).
-pub const UNKNOWN: u32 = 12;
+pub const UNKNOWN: u32 = 13;
 
 /// The index of a built-in category's name.
 pub fn builtin_category(name: &str) -> Option<u32> {
@@ -331,6 +334,9 @@ pub struct StackFacts {
     pub mark: Mark,
     /// The file of the innermost `__init__` frame of the user's code, for [`Mark::Init`].
     pub init_file: Option<crate::model::StrId>,
+    /// A C++ frame is autocast's `cached_cast`: a cast under autocast (of a weight, kept
+    /// in autocast's cache, or of an activation).
+    pub autocast_cast: bool,
 }
 
 /// The categories of one device's allocations by their lifetimes, which an attributor
@@ -655,6 +661,7 @@ impl<'f> Attributor<'f> {
                 category: None,
                 mark: Mark::Empty,
                 init_file: None,
+                autocast_cast: false,
             };
         }
         let texts: Vec<String> = ids.iter().map(|&id| self.rule_text(id)).collect();
@@ -664,6 +671,7 @@ impl<'f> Attributor<'f> {
             category: self.stack_category(ids, &texts),
             mark,
             init_file,
+            autocast_cast: texts.iter().any(|t| t.contains("autocast::cached_cast")),
         }
     }
 

@@ -29,8 +29,8 @@
 //! Decisions are data ([`Decision`], [`Evidence`]); renderers say them in words.
 
 use crate::analysis::kinds::attribution::{
-    self, ACTIVATIONS, Attributor, BACKWARD_TEMPORARIES, CACHES, GRADIENTS, INPUTS,
-    OPTIMIZER_STATE, OTHER, PARAMETERS, STEP_TEMPORARIES, UNKNOWN, decide_by_stack,
+    self, ACTIVATIONS, AUTOCAST_COPIES, Attributor, BACKWARD_TEMPORARIES, CACHES, GRADIENTS,
+    INPUTS, OPTIMIZER_STATE, OTHER, PARAMETERS, STEP_TEMPORARIES, UNKNOWN, decide_by_stack,
 };
 use crate::analysis::kinds::attribution::{DeviceDecisions, is_python};
 use crate::analysis::kinds::decision::Mark;
@@ -149,6 +149,17 @@ impl<'a> DeviceCategories<'a> {
                     evidence: Evidence::Stack(rule),
                 };
             }
+        }
+        // A cast under autocast the size of half a parameter: autocast's copy of a
+        // weight (an activation's cast is sized by the batch and sequence).
+        if l.origin == Origin::Traced
+            && facts.is_some_and(|f| f.autocast_cast)
+            && self.parameter_sizes.contains(&l.size.saturating_mul(2))
+        {
+            return Decision {
+                category: AUTOCAST_COPIES,
+                evidence: Evidence::Sizes(SizeRule::AutocastCopy),
+            };
         }
         match l.origin {
             Origin::Traced => match l.alloc {

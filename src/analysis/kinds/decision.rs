@@ -72,7 +72,7 @@ impl Evidence {
     /// A stable identifier of the evidence, as JSON and export write it:
     /// `file:export_memory_timeline`, `rule:N` (the rule on line N of the `--rules` file), `stack:FRAME`
     /// (the frame a built-in rule matched, `filename:line:name`), `mark:PHASE`,
-    /// `lifetime:RULE`, `sizes:copy_C_of_N_REFERENCE`, `sizes:unmatched`, `sizes:without_modules`, `none`.
+    /// `lifetime:RULE`, `sizes:copy_C_of_N_REFERENCE`, `sizes:unmatched`, `sizes:without_modules`, `sizes:autocast_copy_of_parameter`, `none`.
     pub fn code(&self, frames: &crate::model::FrameTable) -> String {
         match self {
             Evidence::FileCategory => "file:export_memory_timeline".into(),
@@ -95,6 +95,7 @@ impl Evidence {
             }) => format!("sizes:copy_{copy}_of_{copies}_{}", snake(reference)),
             Evidence::Sizes(SizeRule::Unmatched) => "sizes:unmatched".into(),
             Evidence::Sizes(SizeRule::WithoutModules) => "sizes:without_modules".into(),
+            Evidence::Sizes(SizeRule::AutocastCopy) => "sizes:autocast_copy_of_parameter".into(),
             Evidence::Nothing => "none".into(),
         }
     }
@@ -202,6 +203,9 @@ pub enum SizeRule {
     /// Alive throughout, in a trace that shows no module, backward or optimizer step (a
     /// benchmark of functions called directly): the inputs made before recording.
     WithoutModules,
+    /// Made by autocast's `cached_cast`, half the size of a parameter: the weight's copy
+    /// in half precision that autocast keeps for the forward.
+    AutocastCopy,
 }
 
 /// The set of sizes that memory from before recording is matched against.

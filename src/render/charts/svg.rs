@@ -168,6 +168,7 @@ pub fn category_color(name: &str) -> Option<&'static str> {
         "workspaces" => "#9c755f",
         "compile" => "#ff9da7",
         "inputs" => "#86bcb6",
+        "autocast_copies" => "#a0cbe8",
         "other" => "#bab0ac",
         "unknown" => "#d4d4d4",
         _ => return None,

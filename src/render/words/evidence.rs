@@ -90,6 +90,9 @@ fn sizes_words(rule: &str) -> String {
     if rule == "unmatched" {
         return "sizes: alive throughout from before recording, in none of the copies".into();
     }
+    if rule == "autocast_copy_of_parameter" {
+        return "sizes: made by autocast's cached_cast, half a parameter's size: the weight's half-precision copy autocast keeps".into();
+    }
     if rule == "without_modules" {
         return "alive throughout from before recording, in a trace with no module, backward or optimizer step: read as inputs".into();
     }
