@@ -1741,6 +1741,43 @@ def make_budget_run(seed, batch, seq, step_copies=0):
     return build(V, {0: sim}, frames, 1, annotations=ann, settings=allocator_settings(V))
 
 
+def make_budget_steps(seed, batch, seqs):
+    """The `make_budget_run` model trained one step per sequence length in `seqs` (a
+    last batch shorter, say): each step a forward, a backward that frees its activations
+    (the gradients made by the first and kept), and an AdamW step (its state made by the
+    first). The peak of each step is at the end of its backward's first allocation:
+    the weights, gradients, optimizer state and that step's activations."""
+    V = (2, 6)
+    sim, frames, clock = cat_sim(seed, cpp=False)
+    ann = []
+    for size in CAT_PARAMS:
+        sim.malloc(size, "my_init")
+    grads, state = [], []
+    for k, seq in enumerate(seqs):
+        acts = []
+        for _ in range(BUDGET_LAYERS):
+            acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
+            acts.append(sim.malloc(batch * seq * seq * BUDGET_SCORES, "attn_scores"))
+            acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
+            acts.append(sim.malloc(batch * seq * BUDGET_OUT, "my_fwd_out"))
+        loss = sim.malloc(4, "my_loss")
+        first = sim.malloc(4, "backward_call")
+        for a in acts:
+            sim.free(a, ctx="mm_backward")
+        if k == 0:
+            grads = [sim.malloc(size, "mm_backward") for size in CAT_PARAMS]
+        sim.free(first, ctx="mm_backward")
+        sim.free(loss, ctx="my_batch")
+        ann.append(annotation(clock, "Optimizer.step#AdamW.step", "START"))
+        if k == 0:
+            state = [sim.malloc(size, "adam_state") for size in CAT_PARAMS for _ in range(2)]
+        tmp = sim.malloc(CAT_PARAMS[0], "adam_tmp")
+        sim.free(tmp, ctx="adam_tmp")
+        ann.append(annotation(clock, "Optimizer.step#AdamW.step", "END"))
+    assert len(grads) == len(CAT_PARAMS) and len(state) == 2 * len(CAT_PARAMS)
+    return build(V, {0: sim}, frames, 1, annotations=ann, settings=allocator_settings(V))
+
+
 def write(path, data):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
@@ -1815,6 +1852,9 @@ def main(argv=None):
     for t in (128, 256, 512, 1024):
         add("budget/moving_seq%d.pickle" % t,
             pickle.dumps(make_budget_run(1000 + t, 2, t, step_copies=8), protocol=4))
+    # Five steps, their batches of 512, 448, 512, 384 and 512 tokens.
+    add("budget/steps.pickle",
+        pickle.dumps(make_budget_steps(1100, 2, [512, 448, 512, 384, 512]), protocol=4))
     # The same sizes in another precision (its name says so), for the refusal.
     add("budget/seq_ctx512_bf16.pickle", pickle.dumps(make_budget_run(900, 2, 512), protocol=4))
 
@@ -1946,6 +1986,7 @@ of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an out
 - `budget/batch_bs{1,2,4,8}.pickle`: sequence length 128, batch 1, 2, 4, 8.
 - `budget/seq_ctx{128,256,512,1024}.pickle`: batch 2, sequence length 128 to 1024.
 - `budget/seq_ctx512_bf16.pickle`: the 512 run again, its name stating another precision.
+- `budget/steps.pickle`: the `seq_ctx` model trained five steps, one per batch of 512, 448, 512, 384 and 512 tokens (batch 2): after the first, the steps' peaks differ by the activations of 384 and 512 tokens.
 - `budget/moving_seq{128,256,512,1024}.pickle`: the `seq_ctx` runs with an optimizer step that makes 8 temporary copies of the parameters (160 MiB): up to 512 tokens the peak is in the optimizer step (the forward's activations, 160 KiB a token and 128 bytes a token pair, are smaller); at 1024 (288 MiB of activations) it is at the end of the second forward.
 - `budget/attn_seq{128,256,512}.pickle`: `categories/attention_bench.pickle` at sequence lengths 128 to 512: Q, K, V and the output 4 KiB a token, scores and weights 128 bytes a (token, token) pair, the 16 MiB flush buffer constant.
 

@@ -358,9 +358,10 @@ pub struct BudgetArgs {
     /// l40s, a100-80gb, h100, h200, b200.
     #[arg(long = "gpu", value_name = "NAME|SIZE", value_parser = parse_gpu)]
     pub gpus: Vec<vramlens::analysis::budget::gpus::Gpu>,
-    /// Memory to keep free on the device, in percent of the budget (0 to 1000).
-    #[arg(long, default_value_t = 10.0, value_name = "PCT", value_parser = parse_headroom)]
-    pub headroom: f64,
+    /// Memory to keep free on the device, in percent of the budget (0 to 1000). Default:
+    /// the most the peak varies where the files repeat it (steps, devices), else 10.
+    #[arg(long, value_name = "PCT", value_parser = parse_headroom)]
+    pub headroom: Option<f64>,
     #[command(flatten)]
     pub device_logs: DeviceLogArgs,
     /// What differs between the files of a series: batch or seq. Default: what their

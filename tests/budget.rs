@@ -1246,3 +1246,44 @@ fn autocast_copies_are_the_linear_weights_in_half_precision() {
     let run = &v["runs"][0];
     assert_eq!(line(&run["lines"], "step_temporaries"), 4 * 3_406_809_600);
 }
+
+/// The headroom is what the files show of how much the peak varies: five training steps
+/// of 512, 448, 512, 384 and 512 tokens (testdata/README.md) give four whole steps after
+/// the first, whose peaks differ by the activations of 512 and 384 tokens; the largest is
+/// the run's peak, which scripts/expected.py finds on its own. `--headroom` overrides it;
+/// a run that repeats nothing assumes 10% and says so.
+#[test]
+fn the_headroom_is_the_spread_the_steps_show() {
+    let file = "testdata/budget/steps.pickle";
+    let (code, v, err) = budget(&[file, "--gpu", "h100", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let h = &v["headroom_evidence"];
+    assert_eq!(h["source"], "observed");
+    let s = &h["spreads"][0];
+    assert_eq!(s["kind"], "steps");
+    assert_eq!(s["count"], 4);
+    let (lo, hi) = (
+        s["smallest_bytes"].as_u64().unwrap(),
+        s["largest_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        hi,
+        expected_device(file)["peak_requested_bytes"]
+            .as_u64()
+            .unwrap()
+    );
+    assert_eq!(hi - lo, activations(2, 512) - activations(2, 384));
+    let spread = ((hi - lo) as f64 / hi as f64 * 10_000.0).round() / 10_000.0;
+    assert_eq!(v["headroom"].as_f64().unwrap(), spread);
+    assert_eq!(v["runs"][0]["step_peaks"].as_array().unwrap().len(), 4);
+
+    let (_, v, _) = budget(&[file, "--gpu", "h100", "--headroom", "5", "--json"]);
+    assert_eq!(v["headroom_evidence"]["source"], "given");
+    assert_eq!(v["headroom"].as_f64().unwrap(), 0.05);
+    assert_eq!(v["headroom_evidence"]["spreads"][0]["count"], 4);
+
+    // One forward and one step: nothing repeats.
+    let (_, v, _) = budget(&["testdata/budget/batch_bs1.pickle", "--json"]);
+    assert_eq!(v["headroom_evidence"]["source"], "assumed");
+    assert_eq!(v["headroom"].as_f64().unwrap(), 0.1);
+}

@@ -9,8 +9,8 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use vramlens::analysis::budget::gpus::{DEFAULT_GPUS, Gpu, find};
 use vramlens::analysis::budget::{
-    Caveat, Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, Vary, Verdict, replay_on,
-    report, run_budget, size_from_name,
+    Caveat, Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, Vary, Verdict,
+    headroom_of, replay_on, report, run_budget, size_from_name,
 };
 use vramlens::analysis::device::choose_device;
 use vramlens::input::ReadOptions;
@@ -18,7 +18,6 @@ use vramlens::render::budget::{write_budget_svg, write_budget_text};
 use vramlens::render::{Style, write_json};
 
 pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
-    let headroom = args.headroom / 100.0;
     let gpus: Vec<Gpu> = if args.gpus.is_empty() {
         DEFAULT_GPUS
             .iter()
@@ -83,11 +82,15 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
         bail!("a series is of one device per file: give --device N");
     }
     let runs: Vec<RunBudget> = per_file.into_iter().flatten().collect();
-    let series = if several_devices {
+    let mut series = if several_devices {
         None
     } else {
-        series_options(args, vary, &files, &gpus, headroom)?
+        series_options(args, vary, &files, &gpus)?
     };
+    let headroom = headroom_of(&runs, args.headroom.map(|p| p / 100.0), series.is_some());
+    if let Some(s) = &mut series {
+        s.headroom = headroom.fraction;
+    }
     let report = report(runs, &gpus, headroom, series.as_ref());
     if let Some(o) = &args.output {
         crate::cmd::output::write_new_file(o, args.force, |w| write_budget_svg(w, &report))?;
@@ -194,7 +197,6 @@ fn series_options(
     vary: Option<Vary>,
     files: &[PathBuf],
     gpus: &[Gpu],
-    headroom: f64,
 ) -> Result<Option<SeriesOptions>> {
     let asked = vary.is_some() || !args.sizes.is_empty() || args.target.is_some();
     let mut given: Vec<(String, u64)> = Vec::new();
@@ -299,6 +301,7 @@ fn series_options(
         sizes,
         target: args.target,
         gpus: gpus.to_vec(),
-        headroom,
+        // Set once the runs' headroom is known.
+        headroom: 0.0,
     }))
 }

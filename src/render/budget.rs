@@ -7,6 +7,7 @@ use crate::analysis::budget::{
     BudgetLine, BudgetReport, Caveat, Fit, Line, MAX_HELD_OUT_ERROR, MIN_SHARED_SHARE,
     OutsideSource, RunBudget, Series, Vary, Verdict, sum_bytes,
 };
+use crate::analysis::budget::{Headroom, HeadroomSource, SpreadKind};
 use crate::render::Style;
 use crate::render::charts::svg::{Svg, category_color, escape, num};
 use crate::units::bytes;
@@ -408,15 +409,15 @@ fn headroom_bytes(f: &Fit) -> u64 {
 fn verdict_text(f: &Fit, headroom: f64) -> String {
     match f.verdict {
         Verdict::Fits => format!(
-            "fits: {} left, more than its {:.0}% headroom of {}",
+            "fits: {} left, more than its {} headroom of {}",
             bytes(f.left_bytes as u64),
-            headroom * 100.0,
+            percent(headroom),
             bytes(headroom_bytes(f))
         ),
         Verdict::Tight => format!(
-            "tight: fits with {} left, less than its {:.0}% headroom of {}",
+            "tight: fits with {} left, less than its {} headroom of {}",
             bytes(f.left_bytes.max(0) as u64),
-            headroom * 100.0,
+            percent(headroom),
             bytes(headroom_bytes(f))
         ),
         Verdict::DoesNotFit => format!(
@@ -642,9 +643,9 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
     if !s.largest.is_empty() {
         writeln!(
             out,
-            "largest {} that fits with {:.0}% headroom{}",
+            "largest {} that fits with {} headroom{}",
             vary_name(s.vary),
-            r.headroom * 100.0,
+            percent(r.headroom),
             if s.largest.iter().any(|l| l.by_replay) {
                 " (each size's predicted stream replayed at the device's capacity)"
             } else {
@@ -763,14 +764,72 @@ fn write_stream_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io:
 /// section; `vramlens budget` chooses the GPUs and the headroom).
 pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
     write_run(out, r, true)?;
-    let headroom = 0.1;
+    let runs = std::slice::from_ref(r);
+    let headroom = crate::analysis::budget::headroom_of(runs, None, false);
     let fits: Vec<Fit> = crate::analysis::budget::gpus::DEFAULT_GPUS
         .iter()
         .filter_map(|g| crate::analysis::budget::gpus::find(g).ok())
-        .map(|g| crate::analysis::budget::fit_run(&g, r, headroom))
+        .map(|g| crate::analysis::budget::fit_run(&g, r, headroom.fraction))
         .collect();
-    writeln!(out, "on one device, with {:.0}% headroom", headroom * 100.0)?;
-    write_fits(out, &fits, headroom, None)
+    writeln!(out, "on one device, {}", headroom_text(&headroom, runs))?;
+    write_fits(out, &fits, headroom.fraction, None)
+}
+
+/// A fraction as a percentage: whole, or to one decimal.
+fn percent(f: f64) -> String {
+    let p = f * 100.0;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+/// The headroom and what decided it.
+fn headroom_text(h: &Headroom, runs: &[RunBudget]) -> String {
+    let spreads: Vec<String> = h
+        .spreads
+        .iter()
+        .take(3)
+        .map(|s| {
+            let run = &runs[s.run];
+            let what = match s.kind {
+                SpreadKind::Steps => format!(
+                    "live tensors at the peak of each of {} steps of {}",
+                    s.count,
+                    shown(&run.path)
+                ),
+                SpreadKind::Devices => format!(
+                    "the most reserved on each of the {} devices of {}",
+                    s.count,
+                    shown(&run.path)
+                ),
+                SpreadKind::Ranks => format!(
+                    "the most reserved in each of {} files named like {} (ranks of one job)",
+                    s.count,
+                    shown(&run.path)
+                ),
+            };
+            format!(
+                "{what}, {} to {}: {}",
+                bytes(s.smallest_bytes),
+                bytes(s.largest_bytes),
+                percent(s.spread)
+            )
+        })
+        .collect();
+    match h.source {
+        HeadroomSource::Given => format!("with {} headroom (given)", percent(h.fraction)),
+        HeadroomSource::Observed => format!(
+            "with {} headroom, the most the peak varies in the files ({})",
+            percent(h.fraction),
+            spreads.join("; ")
+        ),
+        HeadroomSource::Assumed => format!(
+            "with {} headroom (assumed: no step or device repeats in the files to show how much the peak varies; --headroom PCT sets it)",
+            percent(h.fraction)
+        ),
+    }
 }
 
 pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -> io::Result<()> {
@@ -785,16 +844,16 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
         if r.runs.len() > 1 {
             writeln!(
                 out,
-                "on one device each (GPUs do not pool memory: the largest, {} device {}, decides), with {:.0}% headroom",
+                "on one device each (GPUs do not pool memory: the largest, {} device {}, decides), {}",
                 shown(&d.path),
                 d.device,
-                r.headroom * 100.0
+                headroom_text(&r.headroom_evidence, &r.runs)
             )?;
         } else {
             writeln!(
                 out,
-                "on one device, with {:.0}% headroom",
-                r.headroom * 100.0
+                "on one device, {}",
+                headroom_text(&r.headroom_evidence, &r.runs)
             )?;
         }
         write_fits(out, &r.fits, r.headroom, None)?;

@@ -224,6 +224,10 @@ pub struct RunBudget {
     /// optimizer step), in that order: where the peak is, and where another batch or
     /// sequence length may move it.
     pub phase_peaks: Vec<PhasePeak>,
+    /// The most requested in each whole step after the first (a step ends with an
+    /// optimizer step, or with a forward where the trace has none), in order: how much
+    /// the peak moves from step to step.
+    pub step_peaks: Vec<u64>,
     /// (call site, category) -> requested bytes at the peak, for series fits.
     #[serde(skip)]
     pub groups: BTreeMap<(String, String), u64>,
@@ -507,6 +511,7 @@ pub fn run_budget(
     let attr = &crate::analysis::kinds::categories::bound_attributor(&r, options);
     let mut leak_suspects = Vec::new();
     let mut phase_peaks = Vec::new();
+    let mut step_peaks = Vec::new();
     let (moment, live, reserved) = if r.has_timeline() {
         let mut peak = LifetimesAtPeak::default();
         let mut peaks = Peaks::default();
@@ -526,6 +531,13 @@ pub fn run_budget(
         let mut by_phase = PhasePeaks {
             phases: &phases,
             best: BTreeMap::new(),
+            ends_step: if phases.has(crate::analysis::kinds::phases::Phase::Optimizer) {
+                crate::analysis::kinds::phases::Phase::Optimizer
+            } else {
+                crate::analysis::kinds::phases::Phase::Forward
+            },
+            in_end: false,
+            steps: vec![i64::MIN],
         };
         let start = r.run((
             &mut peak,
@@ -543,6 +555,7 @@ pub fn run_budget(
                 event: event as u32,
             })
             .collect();
+        step_peaks = by_phase.whole_steps(start.requested);
         let versions = crate::analysis::reports::top::Versions::NotNeeded;
         let live_at_oom = oom.map(|_| at_oom.finish(&r, start, versions));
         let oom_reserved = live_at_oom.as_ref().map(|l| l.reserved_bytes.max(0) as u64);
@@ -579,6 +592,7 @@ pub fn run_budget(
     );
     run.leak_suspects = leak_suspects;
     run.phase_peaks = phase_peaks;
+    run.step_peaks = step_peaks;
     run
 }
 
@@ -600,10 +614,34 @@ pub struct PhasePeak {
     pub event: u32,
 }
 
-/// Collects [`PhasePeak`]s in a replay.
+/// Collects [`PhasePeak`]s in a replay, and the most requested in each step.
 struct PhasePeaks<'p> {
     phases: &'p crate::analysis::kinds::phases::Phases,
     best: BTreeMap<crate::analysis::kinds::phases::Phase, (i64, usize)>,
+    /// The phase whose end ends a step.
+    ends_step: crate::analysis::kinds::phases::Phase,
+    /// The last event was in that phase.
+    in_end: bool,
+    /// The most requested in each step so far (relative to the start); the last is open.
+    steps: Vec<i64>,
+}
+
+impl PhasePeaks<'_> {
+    /// The peaks of the whole steps after the first: the first makes what later steps
+    /// reuse (optimizer state, caches), and the last is cut by the end of the trace unless
+    /// it ended with its step.
+    fn whole_steps(&self, start: u64) -> Vec<u64> {
+        let whole = if self.in_end {
+            self.steps.len()
+        } else {
+            self.steps.len() - 1
+        };
+        self.steps[..whole]
+            .iter()
+            .skip(1)
+            .map(|&r| (start as i64 + r).max(0) as u64)
+            .collect()
+    }
 }
 
 impl crate::timeline::replay::Aggregator for PhasePeaks<'_> {
@@ -615,6 +653,14 @@ impl crate::timeline::replay::Aggregator for PhasePeaks<'_> {
     ) {
         use crate::analysis::kinds::phases::Phase;
         let phase = self.phases.phase_at(i);
+        let in_end = phase == self.ends_step;
+        if self.in_end && !in_end {
+            self.steps.push(i64::MIN);
+        }
+        self.in_end = in_end;
+        if let Some(last) = self.steps.last_mut() {
+            *last = (*last).max(run.requested);
+        }
         if matches!(phase, Phase::Forward | Phase::Backward | Phase::Optimizer) {
             let best = self.best.entry(phase).or_insert((i64::MIN, i));
             if run.requested > best.0 {
@@ -766,6 +812,7 @@ pub fn budget_of(
         total_bytes: total,
         leak_suspects: Vec::new(),
         phase_peaks: Vec::new(),
+        step_peaks: Vec::new(),
         groups,
         settings: layout_settings(snap),
         replays: Vec::new(),
@@ -1053,8 +1100,10 @@ pub struct Series {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BudgetReport {
     pub schema_version: u32,
-    /// Headroom asked for, a fraction.
+    /// The headroom the fits use, a fraction.
     pub headroom: f64,
+    /// Where it comes from.
+    pub headroom_evidence: Headroom,
     pub runs: Vec<RunBudget>,
     /// The run whose total decides the fits (the largest: devices do not pool memory).
     pub deciding_run: usize,
@@ -1856,11 +1905,135 @@ fn largest_size(model: &Model, gpu: &Gpu, limit: u64, headroom: f64) -> Largest 
     }
 }
 
+/// The headroom when neither the files nor the user give one.
+pub const ASSUMED_HEADROOM: f64 = 0.10;
+
+/// Where a headroom comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadroomSource {
+    /// `--headroom PCT`.
+    Given,
+    /// The most the peak varied in the files ([`Spread`]).
+    Observed,
+    /// Nothing in the files shows how much the peak varies: [`ASSUMED_HEADROOM`].
+    Assumed,
+}
+
+/// What varied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpreadKind {
+    /// The most requested in each whole step of one run after the first
+    /// ([`RunBudget::step_peaks`]).
+    Steps,
+    /// The most reserved on each device of one file holding the same weights (the ranks
+    /// of one job).
+    Devices,
+    /// The most reserved in each of files whose names differ only in their digits
+    /// (`rank0`, `rank1`) and that hold the same weights: the ranks of one job.
+    Ranks,
+}
+
+/// How much a peak varied where the files repeat it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Spread {
+    pub kind: SpreadKind,
+    /// The run (steps) or the file's first run (devices): an index into the runs.
+    pub run: usize,
+    /// How many peaks were compared.
+    pub count: usize,
+    pub smallest_bytes: u64,
+    pub largest_bytes: u64,
+    /// (largest - smallest) / largest, rounded to 4 decimals.
+    pub spread: f64,
+}
+
+/// The headroom the fits use, and the spreads that decided it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Headroom {
+    /// A fraction of the total.
+    pub fraction: f64,
+    pub source: HeadroomSource,
+    /// Every spread the files show, largest first.
+    pub spreads: Vec<Spread>,
+}
+
+/// The headroom for `runs`: `given` (a fraction) when the user gave one; else the most
+/// the peak varied where the files repeat it (whole steps of one run; the ranks of one
+/// job, unless the runs are a `series` of sizes); else [`ASSUMED_HEADROOM`].
+pub fn headroom_of(runs: &[RunBudget], given: Option<f64>, series: bool) -> Headroom {
+    let spread = |kind, run, peaks: &[u64]| {
+        let (lo, hi) = (
+            peaks.iter().copied().min().unwrap_or(0),
+            peaks.iter().copied().max().unwrap_or(0),
+        );
+        Spread {
+            kind,
+            run,
+            count: peaks.len(),
+            smallest_bytes: lo,
+            largest_bytes: hi,
+            spread: round4((hi - lo) as f64 / hi.max(1) as f64),
+        }
+    };
+    let mut spreads: Vec<Spread> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.step_peaks.len() >= 2)
+        .map(|(i, r)| spread(SpreadKind::Steps, i, &r.step_peaks))
+        .collect();
+    // Ranks of one job: the devices of one file, or files named alike but for digits,
+    // holding the same weights (within 2%).
+    let mut jobs: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, r) in runs.iter().enumerate().filter(|_| !series) {
+        let key: String = r.path.chars().filter(|c| !c.is_ascii_digit()).collect();
+        jobs.entry(key).or_default().push(i);
+    }
+    for members in jobs.values().filter(|m| m.len() >= 2) {
+        let weights: Vec<u64> = members
+            .iter()
+            .map(|&i| runs[i].line(Line::Weights))
+            .collect();
+        let (lo, hi) = (
+            weights.iter().copied().min().unwrap_or(0),
+            weights.iter().copied().max().unwrap_or(0),
+        );
+        if lo == 0 || (hi - lo) as f64 > 0.02 * hi as f64 {
+            continue;
+        }
+        let one_file = members
+            .iter()
+            .all(|&i| runs[i].path == runs[members[0]].path);
+        let peaks: Vec<u64> = members
+            .iter()
+            .map(|&i| runs[i].peak_reserved_bytes)
+            .collect();
+        let kind = if one_file {
+            SpreadKind::Devices
+        } else {
+            SpreadKind::Ranks
+        };
+        spreads.push(spread(kind, members[0], &peaks));
+    }
+    spreads.sort_by(|a, b| b.spread.total_cmp(&a.spread).then(a.run.cmp(&b.run)));
+    let (fraction, source) = match (given, spreads.first()) {
+        (Some(g), _) => (g, HeadroomSource::Given),
+        (None, Some(s)) => (s.spread, HeadroomSource::Observed),
+        (None, None) => (ASSUMED_HEADROOM, HeadroomSource::Assumed),
+    };
+    Headroom {
+        fraction,
+        source,
+        spreads,
+    }
+}
+
 /// The report: every run, the fits of the largest, and the series when asked.
 pub fn report(
     runs: Vec<RunBudget>,
     gpus: &[Gpu],
-    headroom: f64,
+    headroom: Headroom,
     series: Option<&SeriesOptions>,
 ) -> BudgetReport {
     let deciding_run = runs
@@ -1869,12 +2042,15 @@ pub fn report(
         .max_by(|a, b| a.1.total_bytes.cmp(&b.1.total_bytes).then(b.0.cmp(&a.0)))
         .map_or(0, |(i, _)| i);
     let fits = runs.get(deciding_run).map_or(Vec::new(), |r| {
-        gpus.iter().map(|g| fit_run(g, r, headroom)).collect()
+        gpus.iter()
+            .map(|g| fit_run(g, r, headroom.fraction))
+            .collect()
     });
     let series = series.map(|o| fit_series(&runs, o));
     BudgetReport {
         schema_version: SCHEMA_VERSION,
-        headroom,
+        headroom: headroom.fraction,
+        headroom_evidence: headroom,
         runs,
         deciding_run,
         fits,
