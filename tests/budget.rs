@@ -1000,6 +1000,11 @@ fn a_series_predicted_by_its_stream_is_the_target_to_the_byte() {
             .unwrap();
         assert_eq!(top["phase"], "optimizer", "{}", r["path"]);
     }
+    // What is live at the predicted peak: the forward's activations at 1024 tokens, not
+    // the optimizer step's temporaries the measured peaks held.
+    let lines = &v["series"]["prediction"]["lines"];
+    assert_eq!(line(lines, "activations"), activations(2, 1024));
+    assert_eq!(line(lines, "step_temporaries"), 0);
     let (_, t, _) = budget(&["testdata/budget/moving_seq1024.pickle", "--json"]);
     let top = t["runs"][0]["phase_peaks"]
         .as_array()

@@ -67,11 +67,21 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                         args.device_logs.clock.utc_offset,
                         messages.as_deref(),
                     )?;
-                    let mut run = run_budget(&snap, &info.path, this, &options, outside);
-                    let (replays, stream) =
-                        replay_on(&snap, device, &gpus, run.outside.counted_bytes);
+                    // Each allocation's line, for a series predicted by its stream.
+                    let with_lines = files.len() > 1 && (args.device.is_some() || count == 1);
+                    let mut run =
+                        run_budget(&snap, &info.path, this, &options, outside, with_lines);
+                    let (replays, stream) = replay_on(
+                        &snap,
+                        device,
+                        &gpus,
+                        run.outside.counted_bytes,
+                        run.alloc_lines.as_deref(),
+                    );
                     run.replays = replays;
                     run.stream = stream.map(std::sync::Arc::new);
+                    // Kept in the stream: no longer needed.
+                    run.alloc_lines = None;
                     Ok(run)
                 })
                 .collect()

@@ -600,7 +600,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             if let Some(at) = &p.stream {
                 writeln!(
                     out,
-                    "  replayed: live tensors peak at {} ({}), the allocator reserves {} at most (its overhead as the allocator model computes it); weights, gradients and optimizer state as the group fits give them, the working lines sharing the rest as the groups do",
+                    "  replayed: live tensors peak at {} ({}), the allocator reserves {} at most (its overhead as the allocator model computes it); the lines are what is live there, each allocation in the category it has in the largest size measured",
                     bytes(at.requested_peak_bytes),
                     match at.peak_event {
                         Some(e) => format!(

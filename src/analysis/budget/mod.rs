@@ -241,6 +241,9 @@ pub struct RunBudget {
     /// to replay).
     #[serde(skip)]
     pub stream: Option<std::sync::Arc<stream::Stream>>,
+    /// Each allocation's line, for the stream (None: not asked for).
+    #[serde(skip)]
+    pub alloc_lines: Option<std::sync::Arc<AllocLines>>,
 }
 
 impl RunBudget {
@@ -289,6 +292,7 @@ pub fn replay_on(
     device: i64,
     gpus: &[Gpu],
     outside: u64,
+    lines: Option<&AllocLines>,
 ) -> (Vec<(String, Replayed)>, Option<stream::Stream>) {
     use crate::allocator::identity::{Prepared, check};
     use crate::allocator::scenario::{Scenario, run};
@@ -349,7 +353,7 @@ pub fn replay_on(
             ))
         })
         .collect();
-    (replays, Some(stream::Stream::of(&p)))
+    (replays, lines.map(|l| stream::Stream::of(&p, l)))
 }
 
 /// A budget against one device.
@@ -506,12 +510,14 @@ pub fn run_budget(
     choice: RunDevice,
     options: &crate::analysis::kinds::attribution::AttributionOptions,
     outside: Outside,
+    with_lines: bool,
 ) -> RunBudget {
     let r = DeviceReplay::new(snap, choice.device);
     let attr = &crate::analysis::kinds::categories::bound_attributor(&r, options);
     let mut leak_suspects = Vec::new();
     let mut phase_peaks = Vec::new();
     let mut step_peaks = Vec::new();
+    let mut alloc_lines = None;
     let (moment, live, reserved) = if r.has_timeline() {
         let mut peak = LifetimesAtPeak::default();
         let mut peaks = Peaks::default();
@@ -539,12 +545,28 @@ pub fn run_budget(
             in_end: false,
             steps: vec![i64::MIN],
         };
-        let start = r.run((
-            &mut peak,
-            &mut peaks,
-            &mut at_oom,
-            (&mut leaks, &mut by_phase),
-        ));
+        let mut sink = with_lines.then(|| LineSink {
+            attr,
+            lines: AllocLines {
+                by_event: vec![u8::MAX; r.len()],
+                before: BTreeMap::new(),
+            },
+        });
+        let start = match sink.as_mut() {
+            Some(sink) => r.run((
+                &mut peak,
+                &mut peaks,
+                &mut at_oom,
+                (&mut leaks, &mut by_phase, sink),
+            )),
+            None => r.run((
+                &mut peak,
+                &mut peaks,
+                &mut at_oom,
+                (&mut leaks, &mut by_phase),
+            )),
+        };
+        alloc_lines = sink.map(|s| s.lines);
         leak_suspects = leaks.finish(snap, &r, start).suspects;
         phase_peaks = by_phase
             .best
@@ -593,6 +615,7 @@ pub fn run_budget(
     run.leak_suspects = leak_suspects;
     run.phase_peaks = phase_peaks;
     run.step_peaks = step_peaks;
+    run.alloc_lines = alloc_lines.map(std::sync::Arc::new);
     run
 }
 
@@ -612,6 +635,74 @@ pub struct PhasePeak {
     pub phase: crate::analysis::kinds::phases::Phase,
     pub requested_bytes: u64,
     pub event: u32,
+}
+
+/// Each allocation's budget line, for a series predicted by its stream: by its `alloc`
+/// entry, and for blocks alive before recording, by address. A line is its place in
+/// [`Line::ALL`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AllocLines {
+    /// By trace entry (`u8::MAX`: not an `alloc`).
+    pub by_event: Vec<u8>,
+    pub before: BTreeMap<u64, u8>,
+}
+
+impl AllocLines {
+    /// The line of the allocation made at `event`, or (None) of the block from before
+    /// recording at `addr`; activations where nothing decided one.
+    pub fn line(&self, event: Option<u32>, addr: u64) -> u8 {
+        let found = match event {
+            Some(e) => self.by_event.get(e as usize).copied(),
+            None => self.before.get(&addr).copied(),
+        };
+        found
+            .filter(|&l| l != u8::MAX)
+            .unwrap_or(Line::Activations as u8)
+    }
+}
+
+/// Decides each allocation's line as its lifetime completes in a replay.
+struct LineSink<'a, 'f> {
+    attr: &'a Attributor<'f>,
+    lines: AllocLines,
+}
+
+impl LineSink<'_, '_> {
+    fn record(&mut self, l: &crate::timeline::Lifetime) {
+        let category = self.attr.category(l) as usize;
+        let name = self
+            .attr
+            .categories
+            .get(category)
+            .map_or("other", String::as_str);
+        let line = Line::of_category(name) as u8;
+        match l.alloc {
+            Some(a) => {
+                if let Some(slot) = self.lines.by_event.get_mut(a.index()) {
+                    *slot = line;
+                }
+            }
+            None => {
+                self.lines.before.insert(l.addr, line);
+            }
+        }
+    }
+}
+
+impl crate::timeline::replay::Aggregator for LineSink<'_, '_> {
+    fn free_completed(
+        &mut self,
+        _i: usize,
+        l: &crate::timeline::Lifetime,
+        _run: &crate::timeline::replay::Running,
+    ) {
+        self.record(l);
+    }
+    fn finish(&mut self, end: &crate::timeline::replay::End) {
+        for l in end.open.iter().chain(end.survivors) {
+            self.record(l);
+        }
+    }
 }
 
 /// Collects [`PhasePeak`]s in a replay, and the most requested in each step.
@@ -817,6 +908,7 @@ pub fn budget_of(
         settings: layout_settings(snap),
         replays: Vec::new(),
         stream: None,
+        alloc_lines: None,
     }
 }
 
@@ -1397,22 +1489,11 @@ fn predict_by_stream(
     let largest = f.largest();
     let settings = largest.settings().clone();
     let free = largest.replay(&sizes, &settings, None, None);
-    let persistent = sum_bytes(
-        p.lines
-            .iter()
-            .filter(|(l, _)| l.with_model())
-            .map(|&(_, b)| b),
-    );
-    let working_fitted = sum_bytes(
-        p.lines
-            .iter()
-            .filter(|(l, _)| l.fitted() && !l.with_model())
-            .map(|&(_, b)| b),
-    );
-    let working = free.requested_peak_bytes.saturating_sub(persistent);
+    // What is live at the predicted peak, by the lines of the largest size measured.
+    let live = largest.live_by_line(&sizes, free.requested_peak_at);
     for (l, b) in p.lines.iter_mut() {
-        if l.fitted() && !l.with_model() && working_fitted > 0 {
-            *b = (*b as f64 * working as f64 / working_fitted as f64).round() as u64;
+        if l.fitted() {
+            *b = live[*l as usize];
         } else if *l == Line::AllocatorOverhead {
             *b = free
                 .reserved_peak_bytes

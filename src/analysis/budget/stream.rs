@@ -12,6 +12,7 @@
 //! an empty allocator (an inference, which the answer says), for a predicted size and for
 //! a measured one alike.
 
+use super::{AllocLines, Line};
 use crate::allocator::identity::Prepared;
 use crate::allocator::requests::{Request, Requests};
 use crate::allocator::scenario::{self, OomCause, Scenario};
@@ -40,6 +41,8 @@ pub struct Stream {
     commands: Vec<Command>,
     /// Each allocation's requested size, in the order of its `Alloc` command.
     sizes: Vec<u64>,
+    /// Each allocation's budget line (its place in [`Line::ALL`]), in the same order.
+    lines: Vec<u8>,
     /// Each command's trace entry; None for a block alive before recording.
     events: Vec<Option<u32>>,
     streams: Vec<u64>,
@@ -52,10 +55,11 @@ pub struct Stream {
 impl Stream {
     /// The stream of a prepared recording. A recorded OOM's request is left out: the
     /// program never got that memory.
-    pub fn of(p: &Prepared) -> Stream {
+    pub fn of(p: &Prepared, lines: &AllocLines) -> Stream {
         let mut s = Stream {
             commands: Vec::new(),
             sizes: Vec::new(),
+            lines: Vec::new(),
             events: Vec::new(),
             streams: Vec::new(),
             pools: Vec::new(),
@@ -66,6 +70,7 @@ impl Stream {
         let mut live = p.start.live_requests();
         live.sort_unstable_by_key(|l| l.tag);
         for l in &live {
+            s.lines.push(lines.line(None, l.addr));
             s.alloc(l.tag, l.requested, l.stream, l.private, None);
         }
         for r in p.requests.iter() {
@@ -77,7 +82,10 @@ impl Stream {
                     pool,
                     event,
                     ..
-                } => s.alloc(tag, size, stream, pool, Some(event)),
+                } => {
+                    s.lines.push(lines.line(Some(event), 0));
+                    s.alloc(tag, size, stream, pool, Some(event))
+                }
                 Request::FreeRequested { tag, event } => {
                     s.push(Command::FreeRequested(tag), Some(event))
                 }
@@ -138,6 +146,35 @@ impl Stream {
             }
         }
         (peak, at)
+    }
+
+    /// The requested bytes alive just after command `at` with `sizes`, by line (indexed
+    /// by [`Line::ALL`]'s order).
+    pub fn live_by_line(&self, sizes: &[u64], at: usize) -> [u64; Line::ALL.len()] {
+        let mut live: Vec<Option<usize>> = vec![None; self.tags as usize];
+        let mut k = 0;
+        for c in self.commands.iter().take(at + 1) {
+            match *c {
+                Command::Alloc { tag, .. } => {
+                    if let Some(slot) = live.get_mut(tag as usize) {
+                        *slot = Some(k);
+                    }
+                    k += 1;
+                }
+                Command::Free(tag) => {
+                    if let Some(slot) = live.get_mut(tag as usize) {
+                        *slot = None;
+                    }
+                }
+                Command::FreeRequested(_) | Command::EmptyCache => {}
+            }
+        }
+        let mut out = [0u64; Line::ALL.len()];
+        for k in live.into_iter().flatten() {
+            let line = (self.lines[k] as usize).min(out.len() - 1);
+            out[line] = out[line].saturating_add(sizes[k]);
+        }
+        out
     }
 
     /// The stream with `sizes` as requests to the allocator: each command's index is its
