@@ -1292,3 +1292,27 @@ fn the_headroom_is_the_spread_the_steps_show() {
     assert_eq!(v["headroom_evidence"]["source"], "assumed");
     assert_eq!(v["headroom"].as_f64().unwrap(), 0.1);
 }
+
+/// A folder of runs of different models is not the ranks of one job: CS336's models at
+/// five sizes (weights from 490.7 MiB to 12.7 GiB) say so; the two ranks of one
+/// torchtitan job (the same weights) do not.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_folder_of_other_models_is_not_the_ranks_of_one_job() {
+    let data = common::require_shared_data();
+    let folder = data.join("cs336-cliffkai");
+    let (code, v, err) = budget(&[folder.to_str().unwrap(), "--gpu", "h100", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let weights: Vec<u64> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| line(&r["lines"], "weights"))
+        .collect();
+    let pair = v["unrelated_weights"].as_array().unwrap();
+    assert_eq!(pair[0].as_u64(), weights.iter().copied().min());
+    assert_eq!(pair[1].as_u64(), weights.iter().copied().max());
+    let folder = data.join("ccl-bench-torchtitan-fsdp-oom");
+    let (_, v, _) = budget(&[folder.to_str().unwrap(), "--gpu", "h100", "--json"]);
+    assert!(v["unrelated_weights"].is_null());
+}

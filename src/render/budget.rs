@@ -841,7 +841,17 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
     }
     if let Some(d) = r.runs.get(r.deciding_run) {
         writeln!(out)?;
-        if r.runs.len() > 1 {
+        if let Some((lo, hi)) = r.unrelated_weights {
+            writeln!(
+                out,
+                "the files are separate runs, not the ranks of one job (their weights differ: {} to {}); the largest, {} device {}, on one device, {}",
+                bytes(lo),
+                bytes(hi),
+                shown(&d.path),
+                d.device,
+                headroom_text(&r.headroom_evidence, &r.runs)
+            )?;
+        } else if r.runs.len() > 1 {
             writeln!(
                 out,
                 "on one device each (GPUs do not pool memory: the largest, {} device {}, decides), {}",

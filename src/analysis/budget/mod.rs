@@ -1199,6 +1199,9 @@ pub struct BudgetReport {
     pub runs: Vec<RunBudget>,
     /// The run whose total decides the fits (the largest: devices do not pool memory).
     pub deciding_run: usize,
+    /// Several runs whose weights differ by more than 2% (smallest, largest): separate
+    /// runs (other models), not the ranks of one job; the fits are still the largest's.
+    pub unrelated_weights: Option<(u64, u64)>,
     pub fits: Vec<Fit>,
     pub series: Option<Series>,
 }
@@ -2128,8 +2131,22 @@ pub fn report(
             .collect()
     });
     let series = series.map(|o| fit_series(&runs, o));
+    let weights: Vec<u64> = runs.iter().map(|r| r.line(Line::Weights)).collect();
+    let (lo, hi) = (
+        weights.iter().copied().min().unwrap_or(0),
+        weights.iter().copied().max().unwrap_or(0),
+    );
+    // The devices of one file are one process's, whatever each holds.
+    let files = runs
+        .iter()
+        .map(|r| &r.path)
+        .collect::<std::collections::BTreeSet<_>>();
+    let unrelated_weights =
+        (series.is_none() && files.len() > 1 && (hi - lo) as f64 > 0.02 * hi as f64)
+            .then_some((lo, hi));
     BudgetReport {
         schema_version: SCHEMA_VERSION,
+        unrelated_weights,
         headroom: headroom.fraction,
         headroom_evidence: headroom,
         runs,

@@ -4,7 +4,7 @@
 //!
 //! Takes each run's [`Prepared`] recording as a [`Stream`]; gives a [`StreamFit`] (how
 //! each size was fitted, each measured size predicted from the others) or why the runs'
-//! streams do not match ([`Mismatch`]); [`StreamFit::replay`] gives the peaks of
+//! streams do not match ([`Mismatch`]); [`Stream::replay`] gives the peaks of
 //! requested and reserved bytes at any size and capacity.
 //!
 //! What it cannot know: how the program left the allocator's cache before recording. The
