@@ -1014,6 +1014,11 @@ fn a_series_predicted_by_its_stream_is_the_target_to_the_byte() {
         .unwrap()
         .clone();
     assert_ne!(top["phase"], "optimizer");
+    // The predicted peak is in the phase the target's own recording peaks in.
+    assert_eq!(
+        v["series"]["prediction"]["stream"]["peak_phase"],
+        top["phase"]
+    );
 }
 
 /// On each GPU the predicted stream is replayed at its capacity less the memory outside

@@ -600,8 +600,13 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             if let Some(at) = &p.stream {
                 writeln!(
                     out,
-                    "  replayed: live tensors peak at {} ({}), the allocator reserves {} at most (its overhead as the allocator model computes it); the lines are what is live there, each allocation in the category it has in the largest size measured",
+                    "  replayed: live tensors peak at {}{} ({}), the allocator reserves {} at most (its overhead as the allocator model computes it); the lines are what is live there, each allocation in the category it has in the largest size measured",
                     bytes(at.requested_peak_bytes),
+                    match at.peak_phase {
+                        Some(p) if p != crate::analysis::kinds::phases::Phase::Between =>
+                            format!(" in {}", phase_name(p)),
+                        _ => String::new(),
+                    },
                     match at.peak_event {
                         Some(e) => format!(
                             "where {} is at event {}",

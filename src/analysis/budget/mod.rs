@@ -550,6 +550,11 @@ pub fn run_budget(
             lines: AllocLines {
                 by_event: vec![u8::MAX; r.len()],
                 before: BTreeMap::new(),
+                phases: phases
+                    .runs()
+                    .iter()
+                    .map(|run| (run.start, run.phase))
+                    .collect(),
             },
         });
         let start = match sink.as_mut() {
@@ -645,6 +650,8 @@ pub struct AllocLines {
     /// By trace entry (`u8::MAX`: not an `alloc`).
     pub by_event: Vec<u8>,
     pub before: BTreeMap<u64, u8>,
+    /// The phases of the trace: each run's first event and phase, in order.
+    pub phases: Vec<(u32, crate::analysis::kinds::phases::Phase)>,
 }
 
 impl AllocLines {
@@ -1127,6 +1134,8 @@ pub struct StreamAt {
     pub peak_event: Option<u32>,
     /// That run (index into [`BudgetReport::runs`]).
     pub peak_run: usize,
+    /// The phase of that trace entry (null: before recording).
+    pub peak_phase: Option<crate::analysis::kinds::phases::Phase>,
 }
 
 /// A series predicted by its allocation stream: whether the runs' allocations match one
@@ -1509,6 +1518,7 @@ fn predict_by_stream(
         reserved_peak_bytes: free.reserved_peak_bytes,
         peak_event: largest.event(free.requested_peak_at),
         peak_run: indices[indices.len() - 1],
+        peak_phase: largest.phase(free.requested_peak_at),
     });
     p.fits = options
         .gpus

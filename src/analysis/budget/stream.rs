@@ -18,6 +18,7 @@ use crate::allocator::requests::{Request, Requests};
 use crate::allocator::scenario::{self, OomCause, Scenario};
 use crate::allocator::start::StartState;
 use crate::allocator::{Profile, Settings};
+use crate::analysis::kinds::phases::Phase;
 use serde::Serialize;
 
 /// One command of a stream, its size apart: what runs of one workload share.
@@ -43,6 +44,8 @@ pub struct Stream {
     sizes: Vec<u64>,
     /// Each allocation's budget line (its place in [`Line::ALL`]), in the same order.
     lines: Vec<u8>,
+    /// The phases of the trace: each run's first event and phase.
+    phases: Vec<(u32, Phase)>,
     /// Each command's trace entry; None for a block alive before recording.
     events: Vec<Option<u32>>,
     streams: Vec<u64>,
@@ -60,6 +63,7 @@ impl Stream {
             commands: Vec::new(),
             sizes: Vec::new(),
             lines: Vec::new(),
+            phases: lines.phases.clone(),
             events: Vec::new(),
             streams: Vec::new(),
             pools: Vec::new(),
@@ -117,6 +121,16 @@ impl Stream {
     /// The trace entry of command `i` (None: a block from before recording).
     pub fn event(&self, i: usize) -> Option<u32> {
         self.events.get(i).copied().flatten()
+    }
+
+    /// The phase command `i` ran in (None: a block from before recording).
+    pub fn phase(&self, i: usize) -> Option<Phase> {
+        let e = self.event(i)?;
+        let run = self.phases.partition_point(|&(start, _)| start <= e);
+        Some(
+            run.checked_sub(1)
+                .map_or(Phase::Between, |r| self.phases[r].1),
+        )
     }
 
     /// The most requested bytes alive with `sizes`, and the command after which it is
