@@ -1692,6 +1692,18 @@ PY_STACKS.update({
 })
 
 
+def budget_forward(sim, batch, seq):
+    """The activations of one forward of the budget model, in allocation order: per layer
+    two hidden activations, the attention scores and the output."""
+    acts = []
+    for _ in range(BUDGET_LAYERS):
+        acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
+        acts.append(sim.malloc(batch * seq * seq * BUDGET_SCORES, "attn_scores"))
+        acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
+        acts.append(sim.malloc(batch * seq * BUDGET_OUT, "my_fwd_out"))
+    return acts
+
+
 def make_budget_run(seed, batch, seq, step_copies=0):
     """PyTorch 2.6, Python stacks: building the model, a first step (forward, backward,
     AdamW), then a second forward: its end is the peak, holding the weights, the first
@@ -1708,13 +1720,7 @@ def make_budget_run(seed, batch, seq, step_copies=0):
         sim.malloc(size, "my_init")
 
     def forward():
-        acts = []
-        for _ in range(BUDGET_LAYERS):
-            acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
-            acts.append(sim.malloc(batch * seq * seq * BUDGET_SCORES, "attn_scores"))
-            acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
-            acts.append(sim.malloc(batch * seq * BUDGET_OUT, "my_fwd_out"))
-        return acts, sim.malloc(4, "my_loss")
+        return budget_forward(sim, batch, seq), sim.malloc(4, "my_loss")
 
     acts, loss = forward()
     first = sim.malloc(4, "backward_call")
@@ -1754,12 +1760,7 @@ def make_budget_steps(seed, batch, seqs):
         sim.malloc(size, "my_init")
     grads, state = [], []
     for k, seq in enumerate(seqs):
-        acts = []
-        for _ in range(BUDGET_LAYERS):
-            acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
-            acts.append(sim.malloc(batch * seq * seq * BUDGET_SCORES, "attn_scores"))
-            acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
-            acts.append(sim.malloc(batch * seq * BUDGET_OUT, "my_fwd_out"))
+        acts = budget_forward(sim, batch, seq)
         loss = sim.malloc(4, "my_loss")
         first = sim.malloc(4, "backward_call")
         for a in acts:

@@ -819,25 +819,9 @@ fn an_oom_run_is_budgeted_as_live_memory_at_the_oom_plus_its_request() {
 /// The requested bytes live just after trace entry `at` of `device`: the final blocks'
 /// requested sizes, minus what was allocated after `at`, plus what was freed after it.
 fn requested_live_after(path: &std::path::Path, device: i64, at: usize) -> u64 {
-    use serde_pickle::{DeOptions, HashableValue as HV, Value as SV};
-    let bytes = std::fs::read(path).unwrap();
-    let v = serde_pickle::value_from_slice(&bytes, DeOptions::new().replace_recursive_structures())
-        .unwrap();
-    let get = |d: &SV, k: &str| -> Option<SV> {
-        match d {
-            SV::Dict(m) => m.get(&HV::String(k.to_string())).cloned(),
-            _ => None,
-        }
-    };
-    let int = |v: Option<SV>| match v {
-        Some(SV::I64(i)) => i as i128,
-        Some(SV::Int(i)) => i.to_string().parse().unwrap(),
-        other => panic!("expected an int, found {other:?}"),
-    };
-    let list = |v: Option<SV>| match v {
-        Some(SV::List(l)) => l,
-        _ => Vec::new(),
-    };
+    use common::pickled::{get, int, list, load};
+    use serde_pickle::Value as SV;
+    let v = load(path);
     let mut live: i128 = 0;
     for seg in list(get(&v, "segments")) {
         if int(get(&seg, "device")) != device as i128 {
@@ -1091,25 +1075,9 @@ fn a_series_whose_allocations_differ_falls_back_to_the_groups_and_says_so() {
 /// own: the state at the first entry is the final one less what the trace added, then each
 /// entry applies.
 fn recorded_peaks(path: &std::path::Path) -> (u64, u64) {
-    use serde_pickle::{DeOptions, HashableValue as HV, Value as SV};
-    let bytes = std::fs::read(path).unwrap();
-    let v = serde_pickle::value_from_slice(&bytes, DeOptions::new().replace_recursive_structures())
-        .unwrap();
-    let get = |d: &SV, k: &str| -> Option<SV> {
-        match d {
-            SV::Dict(m) => m.get(&HV::String(k.to_string())).cloned(),
-            _ => None,
-        }
-    };
-    let int = |v: Option<SV>| match v {
-        Some(SV::I64(i)) => i as i128,
-        Some(SV::Int(i)) => i.to_string().parse().unwrap(),
-        other => panic!("expected an int, found {other:?}"),
-    };
-    let list = |v: Option<SV>| match v {
-        Some(SV::List(l)) => l,
-        _ => Vec::new(),
-    };
+    use common::pickled::{get, int, list, load};
+    use serde_pickle::Value as SV;
+    let v = load(path);
     let (mut live, mut reserved): (i128, i128) = (0, 0);
     for seg in list(get(&v, "segments")) {
         if int(get(&seg, "device")) != 0 {

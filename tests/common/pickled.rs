@@ -20,3 +20,38 @@ pub fn dict(items: Vec<(&str, SV)>) -> SV {
             .collect::<BTreeMap<_, _>>(),
     )
 }
+
+/// A snapshot read with serde-pickle (not vramlens's reader).
+pub fn load(path: &std::path::Path) -> SV {
+    let bytes = std::fs::read(path).unwrap();
+    serde_pickle::value_from_slice(
+        &bytes,
+        serde_pickle::DeOptions::new().replace_recursive_structures(),
+    )
+    .unwrap()
+}
+
+/// The value at a string key of a dict.
+pub fn get(d: &SV, k: &str) -> Option<SV> {
+    match d {
+        SV::Dict(m) => m.get(&HV::String(k.to_string())).cloned(),
+        _ => None,
+    }
+}
+
+/// An integer, however the pickle wrote it.
+pub fn int(v: Option<SV>) -> i128 {
+    match v {
+        Some(SV::I64(i)) => i as i128,
+        Some(SV::Int(i)) => i.to_string().parse().unwrap(),
+        other => panic!("expected an int, found {other:?}"),
+    }
+}
+
+/// A list's items (none for anything else).
+pub fn list(v: Option<SV>) -> Vec<SV> {
+    match v {
+        Some(SV::List(l)) => l,
+        _ => Vec::new(),
+    }
+}

@@ -1590,28 +1590,13 @@ fn largest_by_replay(
             && fit(gpu, sum_bytes([r.reserved_peak_bytes, outside]), headroom).verdict
                 == Verdict::Fits
     };
-    let found = |size: Option<u64>, at_limit: bool| Largest {
+    let (size, at_limit) = largest_taken(takes, limit);
+    Largest {
         gpu: gpu.clone(),
         size,
         at_limit,
         by_replay: true,
-    };
-    if !takes(1) {
-        return found(None, false);
     }
-    if takes(limit) {
-        return found(Some(limit), true);
-    }
-    let (mut lo, mut hi) = (1, limit);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if takes(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    found(Some(lo), false)
 }
 
 /// Whether the runs are one workload: the same weights (within 2%), precision stated in
@@ -1964,25 +1949,26 @@ fn largest_size(model: &Model, gpu: &Gpu, limit: u64, headroom: f64) -> Largest 
         let (_, total) = model.at(s);
         fit(gpu, total, headroom).verdict == Verdict::Fits
     };
-    let smallest = 1;
-    if !takes(smallest) {
-        return Largest {
-            gpu: gpu.clone(),
-            size: None,
-            at_limit: false,
-            by_replay: false,
-        };
+    let (size, at_limit) = largest_taken(takes, limit);
+    Largest {
+        gpu: gpu.clone(),
+        size,
+        at_limit,
+        by_replay: false,
+    }
+}
+
+/// The largest size from 1 to `limit` that `takes` (which holds up to some size and not
+/// past it: a prediction grows with the size), by bisection: None when not even 1;
+/// whether the search stopped at `limit`.
+fn largest_taken(takes: impl Fn(u64) -> bool, limit: u64) -> (Option<u64>, bool) {
+    if !takes(1) {
+        return (None, false);
     }
     if takes(limit) {
-        return Largest {
-            gpu: gpu.clone(),
-            size: Some(limit),
-            at_limit: true,
-            by_replay: false,
-        };
+        return (Some(limit), true);
     }
-    // The prediction grows with the size: the last size it takes.
-    let (mut lo, mut hi) = (smallest, limit);
+    let (mut lo, mut hi) = (1, limit);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if takes(mid) {
@@ -1991,12 +1977,7 @@ fn largest_size(model: &Model, gpu: &Gpu, limit: u64, headroom: f64) -> Largest 
             hi = mid;
         }
     }
-    Largest {
-        gpu: gpu.clone(),
-        size: Some(lo),
-        at_limit: false,
-        by_replay: false,
-    }
+    (Some(lo), false)
 }
 
 /// The headroom when neither the files nor the user give one.
