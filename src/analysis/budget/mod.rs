@@ -534,17 +534,7 @@ pub fn run_budget(
             r.device,
             attr,
         );
-        let mut by_phase = PhasePeaks {
-            phases: &phases,
-            best: BTreeMap::new(),
-            ends_step: if phases.has(crate::analysis::kinds::phases::Phase::Optimizer) {
-                crate::analysis::kinds::phases::Phase::Optimizer
-            } else {
-                crate::analysis::kinds::phases::Phase::Forward
-            },
-            in_end: false,
-            steps: vec![i64::MIN],
-        };
+        let mut by_phase = PhasePeaks::new(&phases);
         let mut sink = with_lines.then(|| LineSink {
             attr,
             lines: AllocLines {
@@ -573,16 +563,7 @@ pub fn run_budget(
         };
         alloc_lines = sink.map(|s| s.lines);
         leak_suspects = leaks.finish(snap, &r, start).suspects;
-        phase_peaks = by_phase
-            .best
-            .iter()
-            .map(|(&phase, &(requested, event))| PhasePeak {
-                phase,
-                requested_bytes: (start.requested as i64 + requested).max(0) as u64,
-                event: event as u32,
-            })
-            .collect();
-        step_peaks = by_phase.whole_steps(start.requested);
+        (phase_peaks, step_peaks) = by_phase.finish(start.requested);
         let versions = crate::analysis::reports::top::Versions::NotNeeded;
         let live_at_oom = oom.map(|_| at_oom.finish(&r, start, versions));
         let oom_reserved = live_at_oom.as_ref().map(|l| l.reserved_bytes.max(0) as u64);
@@ -713,7 +694,7 @@ impl crate::timeline::replay::Aggregator for LineSink<'_, '_> {
 }
 
 /// Collects [`PhasePeak`]s in a replay, and the most requested in each step.
-struct PhasePeaks<'p> {
+pub struct PhasePeaks<'p> {
     phases: &'p crate::analysis::kinds::phases::Phases,
     best: BTreeMap<crate::analysis::kinds::phases::Phase, (i64, usize)>,
     /// The phase whose end ends a step.
@@ -724,7 +705,40 @@ struct PhasePeaks<'p> {
     steps: Vec<i64>,
 }
 
-impl PhasePeaks<'_> {
+impl<'p> PhasePeaks<'p> {
+    /// A collector over `phases`: a step ends with an optimizer step, or with a forward
+    /// where the trace has none.
+    pub fn new(phases: &'p crate::analysis::kinds::phases::Phases) -> PhasePeaks<'p> {
+        use crate::analysis::kinds::phases::Phase;
+        PhasePeaks {
+            phases,
+            best: BTreeMap::new(),
+            ends_step: if phases.has(Phase::Optimizer) {
+                Phase::Optimizer
+            } else {
+                Phase::Forward
+            },
+            in_end: false,
+            steps: vec![i64::MIN],
+        }
+    }
+
+    /// The peaks of each phase ([`RunBudget::phase_peaks`]) and of each whole step after
+    /// the first ([`RunBudget::step_peaks`]), with `start` the requested bytes at the
+    /// first event.
+    pub fn finish(&self, start: u64) -> (Vec<PhasePeak>, Vec<u64>) {
+        let phase_peaks = self
+            .best
+            .iter()
+            .map(|(&phase, &(requested, event))| PhasePeak {
+                phase,
+                requested_bytes: (start as i64 + requested).max(0) as u64,
+                event: event as u32,
+            })
+            .collect();
+        (phase_peaks, self.whole_steps(start))
+    }
+
     /// The peaks of the whole steps after the first: the first makes what later steps
     /// reuse (optimizer state, caches), and the last is cut by the end of the trace unless
     /// it ended with its step.

@@ -351,6 +351,9 @@ struct Replayed {
     /// The leak search of `top --leaks` (by call site, over the whole trace), for the
     /// budget.
     leak_suspects: Vec<crate::analysis::moments::leaks::LeakSuspect>,
+    /// The peaks of each phase and of each whole step, for the budget.
+    phase_peaks: Vec<crate::analysis::budget::PhasePeak>,
+    step_peaks: Vec<u64>,
 }
 
 /// One replay of the device for both timeline views, what was live at the peak and at
@@ -379,14 +382,24 @@ fn replay_once(
     let mut summary = SummaryPass::new(r);
     let mut leaks =
         crate::analysis::moments::leaks::LeakSampler::new(r, attr, GroupBy::Callsite, None);
+    let phases = crate::analysis::kinds::phases::Phases::find(
+        r.trace,
+        &snap.external_annotations,
+        r.device,
+        attr,
+    );
+    let mut by_phase = crate::analysis::budget::PhasePeaks::new(&phases);
     let start = r.run((
         callsite.as_mut().ok(),
         category.as_mut().ok(),
         (&mut lives, &mut peak),
         &mut oom_passes,
-        (&mut summary, &mut leaks),
+        (&mut summary, &mut leaks, &mut by_phase),
     ));
+    let (phase_peaks, step_peaks) = by_phase.finish(start.requested);
     Replayed {
+        phase_peaks,
+        step_peaks,
         leak_suspects: leaks.finish(snap, r, start).suspects,
         peak: peak.map(|p| LiveState::at_peak(r, start, p, Versions::NotNeeded)),
         summary: summary.finish(snap, r),
@@ -433,6 +446,8 @@ fn device_report(
         collected,
         summary: d,
         leak_suspects,
+        phase_peaks,
+        step_peaks,
     } = replay_once(snap, &r, &view_attr, &ats);
     let peak = peak.and_then(|live| {
         let m = resolve(&r, Moment::Peak, || live.at).ok()?;
@@ -467,6 +482,8 @@ fn device_report(
         .collect();
     if let Some(b) = moments.iter_mut().find_map(|m| m.budget.as_mut()) {
         b.leak_suspects = leak_suspects;
+        b.phase_peaks = phase_peaks;
+        b.step_peaks = step_peaks;
     }
     let mut timelines = by_callsite.and_then(|c| {
         by_category.map(|k| {
