@@ -89,8 +89,8 @@ impl Line {
         matches!(self, Line::Weights | Line::Gradients | Line::OptimizerState)
     }
 
-    /// Sized by the model, whatever the batch or sequence length: the persistent lines
-    /// and the optimizer step's temporaries.
+    /// Sized by the model, whatever the batch or sequence length: the persistent lines,
+    /// the optimizer step's temporaries and autocast's copies of the weights.
     pub fn with_model(self) -> bool {
         self.persistent() || matches!(self, Line::StepTemporaries | Line::AutocastCopies)
     }
@@ -447,18 +447,19 @@ fn fit_as_recorded(gpu: &Gpu, run: &RunBudget, headroom: f64) -> Fit {
             .oom_cause
             .map(|_| crate::allocator::scenario::OomCause::Capacity);
     }
+    fit_replayed(gpu, r, run.total_bytes, run.outside.counted_bytes, headroom)
+}
+
+/// A fit from a replay at `gpu`'s capacity less `outside`: one that runs out of memory
+/// (or whose start does not fit) does not fit, short by at least what `total` counts
+/// beyond the capacity; else its peak reserved plus `outside`, with the headroom.
+fn fit_replayed(gpu: &Gpu, r: Replayed, total: u64, outside: u64, headroom: f64) -> Fit {
     let mut f = if r.oom_event.is_some() || r.start_does_not_fit {
-        // Short by at least what the budget counts beyond the capacity.
-        let mut f = fit(gpu, run.total_bytes, headroom);
+        let mut f = fit(gpu, total, headroom);
         f.verdict = Verdict::DoesNotFit;
         f
     } else {
-        fit(
-            gpu,
-            r.peak_reserved_bytes
-                .saturating_add(run.outside.counted_bytes),
-            headroom,
-        )
+        fit(gpu, r.peak_reserved_bytes.saturating_add(outside), headroom)
     };
     f.replayed = Some(r);
     f
@@ -513,7 +514,13 @@ pub fn run_budget(
     with_lines: bool,
 ) -> RunBudget {
     let r = DeviceReplay::new(snap, choice.device);
-    let attr = &crate::analysis::kinds::categories::bound_attributor(&r, options);
+    // The device's categories, bound to the attributor; their phases serve the budget's
+    // phase and step peaks too.
+    let mut bound = Attributor::new(&snap.frames, options);
+    let categories = crate::analysis::kinds::categories::DeviceCategories::build(&r, &bound);
+    let phases = categories.phases.clone();
+    bound.bind(categories);
+    let attr = &bound;
     let mut leak_suspects = Vec::new();
     let mut phase_peaks = Vec::new();
     let mut step_peaks = Vec::new();
@@ -528,39 +535,21 @@ pub fn run_budget(
         // The leak search over the whole trace, in the same replay.
         let mut leaks =
             crate::analysis::moments::leaks::LeakSampler::new(&r, attr, GroupBy::Callsite, None);
-        let phases = crate::analysis::kinds::phases::Phases::find(
-            r.trace,
-            &snap.external_annotations,
-            r.device,
-            attr,
-        );
         let mut by_phase = PhasePeaks::new(&phases);
         let mut sink = with_lines.then(|| LineSink {
             attr,
             lines: AllocLines {
                 by_event: vec![u8::MAX; r.len()],
                 before: BTreeMap::new(),
-                phases: phases
-                    .runs()
-                    .iter()
-                    .map(|run| (run.start, run.phase))
-                    .collect(),
+                phases: phases.clone(),
             },
         });
-        let start = match sink.as_mut() {
-            Some(sink) => r.run((
-                &mut peak,
-                &mut peaks,
-                &mut at_oom,
-                (&mut leaks, &mut by_phase, sink),
-            )),
-            None => r.run((
-                &mut peak,
-                &mut peaks,
-                &mut at_oom,
-                (&mut leaks, &mut by_phase),
-            )),
-        };
+        let start = r.run((
+            &mut peak,
+            &mut peaks,
+            &mut at_oom,
+            (&mut leaks, &mut by_phase, sink.as_mut()),
+        ));
         alloc_lines = sink.map(|s| s.lines);
         leak_suspects = leaks.finish(snap, &r, start).suspects;
         (phase_peaks, step_peaks) = by_phase.finish(start.requested);
@@ -631,8 +620,8 @@ pub struct AllocLines {
     /// By trace entry (`u8::MAX`: not an `alloc`).
     pub by_event: Vec<u8>,
     pub before: BTreeMap<u64, u8>,
-    /// The phases of the trace: each run's first event and phase, in order.
-    pub phases: Vec<(u32, crate::analysis::kinds::phases::Phase)>,
+    /// The phases of the trace.
+    pub phases: crate::analysis::kinds::phases::Phases,
 }
 
 impl AllocLines {
@@ -1204,7 +1193,7 @@ pub struct Series {
     /// Predicting each measured size from the others (three sizes or more): (size,
     /// relative error of the total).
     pub held_out: Vec<(u64, f64)>,
-    /// The prediction by allocation stream (null: a run without a trace).
+    /// The prediction by allocation stream, or why the runs' allocations do not match.
     pub stream: StreamSeries,
     pub prediction: Option<Prediction>,
     pub largest: Vec<Largest>,
@@ -1499,10 +1488,10 @@ fn stream_series(
     }
 }
 
-/// The prediction's total, lines and fits from the target's stream replayed: the peak
-/// of requested bytes (the persistent lines as the group fits give them, the working
-/// lines sharing the rest in the groups' proportions), the allocator's overhead as the
-/// model computes it, and each device's verdict from a replay at its capacity.
+/// The prediction's total, lines and fits from the target's stream replayed: the lines
+/// are what is live at its peak of requested bytes (each allocation in the line it has
+/// in the largest size measured), the allocator's overhead as the model computes it, and
+/// each device's verdict from a replay at its capacity.
 fn predict_by_stream(
     p: &mut Prediction,
     f: &stream::StreamFit,
@@ -1555,14 +1544,6 @@ fn fit_stream(
     let capacity = gpu.capacity_bytes.saturating_sub(outside);
     let settings = s.settings().clone();
     let r = s.replay(sizes, &settings, Some(capacity), Some(gpu.capacity_bytes));
-    let mut f = match r.first_oom {
-        Some(_) => {
-            let mut f = fit(gpu, total, headroom);
-            f.verdict = Verdict::DoesNotFit;
-            f
-        }
-        None => fit(gpu, sum_bytes([r.reserved_peak_bytes, outside]), headroom),
-    };
     let fits_with_expandable =
         (r.first_oom.is_some() && !settings.expandable_segments).then(|| {
             let e = crate::allocator::Settings {
@@ -1573,15 +1554,30 @@ fn fit_stream(
                 .first_oom
                 .is_none()
         });
-    f.replayed = Some(Replayed {
+    fit_replayed(
+        gpu,
+        stream_replayed(s, &r, fits_with_expandable),
+        total,
+        outside,
+        headroom,
+    )
+}
+
+/// A predicted stream's replay as a fit reads it: its first OOM at the trace entry of
+/// the same place in `s`'s run.
+fn stream_replayed(
+    s: &stream::Stream,
+    r: &stream::StreamReplay,
+    fits_with_expandable: Option<bool>,
+) -> Replayed {
+    Replayed {
         model_exact: true,
         peak_reserved_bytes: r.reserved_peak_bytes,
         oom_event: r.first_oom.map(|(i, _, _)| s.event(i).unwrap_or(0)),
         oom_cause: r.first_oom.map(|(_, c, _)| c),
         fits_with_expandable,
         start_does_not_fit: false,
-    });
-    f
+    }
 }
 
 /// The largest size `gpu` takes with the headroom, each size's predicted stream replayed
@@ -1600,9 +1596,9 @@ fn largest_by_replay(
     let takes = |size: u64| {
         let (sizes, _) = f.sizes_at(size, &all);
         let r = s.replay(&sizes, &settings, Some(capacity), Some(gpu.capacity_bytes));
-        r.first_oom.is_none()
-            && fit(gpu, sum_bytes([r.reserved_peak_bytes, outside]), headroom).verdict
-                == Verdict::Fits
+        // A stream that runs out of memory does not fit whatever the total.
+        fit_replayed(gpu, stream_replayed(s, &r, None), 0, outside, headroom).verdict
+            == Verdict::Fits
     };
     let (size, at_limit) = largest_taken(takes, limit);
     Largest {
@@ -1616,15 +1612,23 @@ fn largest_by_replay(
 /// Whether the runs are one workload: the same weights (within 2%), precision stated in
 /// their names, allocator settings and number of devices; and whether two sizes leave
 /// the fit without an error band.
+/// The smallest and largest weights among `runs`, and whether they differ by more than
+/// 2% of the largest (not one model).
+fn weights_of<'r>(runs: impl IntoIterator<Item = &'r RunBudget>) -> ((u64, u64), bool) {
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for r in runs {
+        let w = r.line(Line::Weights);
+        (lo, hi) = (lo.min(w), hi.max(w));
+    }
+    let lo = lo.min(hi);
+    ((lo, hi), (hi - lo) as f64 > 0.02 * hi as f64)
+}
+
 fn workload_caveats(series_runs: &[&RunBudget], sizes: &[u64]) -> Vec<Caveat> {
     let mut caveats = Vec::new();
     // The same model and precision: weights within 2% of each other.
-    let weights: Vec<u64> = series_runs.iter().map(|r| r.line(Line::Weights)).collect();
-    let (lo, hi) = (
-        weights.iter().copied().min().unwrap_or(0),
-        weights.iter().copied().max().unwrap_or(0),
-    );
-    if hi > 0 && (hi - lo) as f64 > 0.02 * hi as f64 {
+    let ((lo, hi), differ) = weights_of(series_runs.iter().copied());
+    if differ {
         caveats.push(Caveat::WeightsDiffer {
             smallest_bytes: lo,
             largest_bytes: hi,
@@ -2080,15 +2084,8 @@ pub fn headroom_of(runs: &[RunBudget], given: Option<f64>, series: bool) -> Head
         jobs.entry(key).or_default().push(i);
     }
     for members in jobs.values().filter(|m| m.len() >= 2) {
-        let weights: Vec<u64> = members
-            .iter()
-            .map(|&i| runs[i].line(Line::Weights))
-            .collect();
-        let (lo, hi) = (
-            weights.iter().copied().min().unwrap_or(0),
-            weights.iter().copied().max().unwrap_or(0),
-        );
-        if lo == 0 || (hi - lo) as f64 > 0.02 * hi as f64 {
+        let ((lo, _), differ) = weights_of(members.iter().map(|&i| &runs[i]));
+        if lo == 0 || differ {
             continue;
         }
         let one_file = members
@@ -2136,19 +2133,13 @@ pub fn report(
             .collect()
     });
     let series = series.map(|o| fit_series(&runs, o));
-    let weights: Vec<u64> = runs.iter().map(|r| r.line(Line::Weights)).collect();
-    let (lo, hi) = (
-        weights.iter().copied().min().unwrap_or(0),
-        weights.iter().copied().max().unwrap_or(0),
-    );
+    let (range, differ) = weights_of(&runs);
     // The devices of one file are one process's, whatever each holds.
     let files = runs
         .iter()
         .map(|r| &r.path)
         .collect::<std::collections::BTreeSet<_>>();
-    let unrelated_weights =
-        (series.is_none() && files.len() > 1 && (hi - lo) as f64 > 0.02 * hi as f64)
-            .then_some((lo, hi));
+    let unrelated_weights = (series.is_none() && files.len() > 1 && differ).then_some(range);
     BudgetReport {
         schema_version: SCHEMA_VERSION,
         unrelated_weights,

@@ -18,7 +18,7 @@ use crate::allocator::requests::{Request, Requests};
 use crate::allocator::scenario::{self, OomCause, Scenario};
 use crate::allocator::start::StartState;
 use crate::allocator::{Profile, Settings};
-use crate::analysis::kinds::phases::Phase;
+use crate::analysis::kinds::phases::{Phase, Phases};
 use serde::Serialize;
 
 /// One command of a stream, its size apart: what runs of one workload share.
@@ -44,8 +44,8 @@ pub struct Stream {
     sizes: Vec<u64>,
     /// Each allocation's budget line (its place in [`Line::ALL`]), in the same order.
     lines: Vec<u8>,
-    /// The phases of the trace: each run's first event and phase.
-    phases: Vec<(u32, Phase)>,
+    /// The phases of the trace.
+    phases: Phases,
     /// Each command's trace entry; None for a block alive before recording.
     events: Vec<Option<u32>>,
     streams: Vec<u64>,
@@ -74,8 +74,8 @@ impl Stream {
         let mut live = p.start.live_requests();
         live.sort_unstable_by_key(|l| l.tag);
         for l in &live {
-            s.lines.push(lines.line(None, l.addr));
-            s.alloc(l.tag, l.requested, l.stream, l.private, None);
+            let line = lines.line(None, l.addr);
+            s.alloc(l.tag, l.requested, l.stream, l.private, None, line);
         }
         for r in p.requests.iter() {
             match r {
@@ -86,10 +86,14 @@ impl Stream {
                     pool,
                     event,
                     ..
-                } => {
-                    s.lines.push(lines.line(Some(event), 0));
-                    s.alloc(tag, size, stream, pool, Some(event))
-                }
+                } => s.alloc(
+                    tag,
+                    size,
+                    stream,
+                    pool,
+                    Some(event),
+                    lines.line(Some(event), 0),
+                ),
                 Request::FreeRequested { tag, event } => {
                     s.push(Command::FreeRequested(tag), Some(event))
                 }
@@ -101,10 +105,19 @@ impl Stream {
         s
     }
 
-    fn alloc(&mut self, tag: u32, size: u64, stream: u64, pool: (i64, i64), event: Option<u32>) {
+    fn alloc(
+        &mut self,
+        tag: u32,
+        size: u64,
+        stream: u64,
+        pool: (i64, i64),
+        event: Option<u32>,
+        line: u8,
+    ) {
         let stream = index_of(&mut self.streams, stream);
         let pool = index_of(&mut self.pools, pool);
         self.sizes.push(size);
+        self.lines.push(line);
         self.push(Command::Alloc { tag, stream, pool }, event);
     }
 
@@ -125,12 +138,7 @@ impl Stream {
 
     /// The phase command `i` ran in (None: a block from before recording).
     pub fn phase(&self, i: usize) -> Option<Phase> {
-        let e = self.event(i)?;
-        let run = self.phases.partition_point(|&(start, _)| start <= e);
-        Some(
-            run.checked_sub(1)
-                .map_or(Phase::Between, |r| self.phases[r].1),
-        )
+        self.event(i).map(|e| self.phases.phase_at(e as usize))
     }
 
     /// The most requested bytes alive with `sizes`, and the command after which it is

@@ -53,7 +53,7 @@ pub struct Run {
 }
 
 /// The phases of a device's trace.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Phases {
     /// In event order; the first starts at event 0. Empty for an empty trace.
     runs: Vec<Run>,

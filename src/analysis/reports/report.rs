@@ -363,6 +363,7 @@ fn replay_once(
     snap: &Snapshot,
     r: &DeviceReplay,
     attr: &Attributor,
+    phases: &crate::analysis::kinds::phases::Phases,
     ats: &[Option<usize>],
 ) -> Replayed {
     let view = |by: GroupBy| {
@@ -382,13 +383,7 @@ fn replay_once(
     let mut summary = SummaryPass::new(r);
     let mut leaks =
         crate::analysis::moments::leaks::LeakSampler::new(r, attr, GroupBy::Callsite, None);
-    let phases = crate::analysis::kinds::phases::Phases::find(
-        r.trace,
-        &snap.external_annotations,
-        r.device,
-        attr,
-    );
-    let mut by_phase = crate::analysis::budget::PhasePeaks::new(&phases);
+    let mut by_phase = crate::analysis::budget::PhasePeaks::new(phases);
     let start = r.run((
         callsite.as_mut().ok(),
         category.as_mut().ok(),
@@ -448,7 +443,7 @@ fn device_report(
         leak_suspects,
         phase_peaks,
         step_peaks,
-    } = replay_once(snap, &r, &view_attr, &ats);
+    } = replay_once(snap, &r, &view_attr, &categories.phases, &ats);
     let peak = peak.and_then(|live| {
         let m = resolve(&r, Moment::Peak, || live.at).ok()?;
         Some((m, live))
