@@ -443,6 +443,20 @@ fn the_chart_renders_in_chromium() {
         weights > 500,
         "only {weights} pixels of the weights' colour"
     );
+    // Under the bars, the reserved-over-time panel: the predicted line, dashed in
+    // #c0392b, below the bars' panel (480 px tall).
+    let (pixels, channels) =
+        common::chromium_pixels(&format!("file://{}", svg.display()), 1100, 920);
+    let width = 1100;
+    let predicted_below = pixels
+        .chunks(channels)
+        .enumerate()
+        .filter(|(i, p)| i / width > 480 && (p[0], p[1], p[2]) == (0xc0, 0x39, 0x2b))
+        .count();
+    assert!(
+        predicted_below > 100,
+        "only {predicted_below} pixels of the predicted line"
+    );
 }
 
 /// A file of several devices is one run per device (GPUs do not pool memory), and the one
@@ -1183,6 +1197,27 @@ fn real_series_match_allocation_by_allocation_or_say_where_they_part() {
                 "{path:?}: replayed {got}, recorded {reserved}"
             );
         }
+        // The chart's measured lines peak where the recordings do.
+        for (c, path) in st["reserved_over_time"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(&paths)
+        {
+            let peak = c["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p[1].as_u64().unwrap());
+            assert_eq!(peak.max(), Some(recorded_peaks(path).1), "{path:?}");
+        }
+        // Matched allocations follow a peak that moves: a line that shrinks at the larger
+        // size's peak (bf16's autocast copies, partly freed there) refuses nothing.
+        let caveats = v["series"]["caveats"].as_array().unwrap();
+        assert!(
+            caveats.iter().all(|c| c["kind"] != "not_monotonic"),
+            "{files:?}: {caveats:?}"
+        );
     }
 }
 
@@ -1288,4 +1323,50 @@ fn a_folder_of_other_models_is_not_the_ranks_of_one_job() {
     let folder = data.join("ccl-bench-torchtitan-fsdp-oom");
     let (_, v, _) = budget(&[folder.to_str().unwrap(), "--gpu", "h100", "--json"]);
     assert!(v["unrelated_weights"].is_null());
+}
+
+/// The chart's reserved-over-time lines: each measured size's curve peaks at its
+/// recording's peak of reserved bytes (scripts/expected.py's), and the predicted size's
+/// curve is, point for point, the curve of the held-out target's own recording.
+#[test]
+fn the_predicted_reserved_over_time_is_the_target_recording() {
+    for name in ["seq_ctx", "moving_seq"] {
+        let file = |s: u64| format!("testdata/budget/{name}{s}.pickle");
+        let measured: Vec<String> = [128, 256, 512].map(file).to_vec();
+        let mut args: Vec<&str> = measured.iter().map(String::as_str).collect();
+        args.extend(["--target", "1024", "--json"]);
+        let (code, v, err) = budget(&args);
+        assert_eq!(code, 0, "{err}");
+        let curves = v["series"]["stream"]["reserved_over_time"]
+            .as_array()
+            .unwrap();
+        assert_eq!(curves.len(), 3);
+        for (c, f) in curves.iter().zip(&measured) {
+            let peak = c["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p[1].as_u64().unwrap())
+                .max()
+                .unwrap();
+            assert_eq!(peak, expected_device(f)["peak_reserved_bytes"], "{f}");
+        }
+        let predicted = &v["series"]["prediction"]["stream"]["reserved_over_time"];
+        let target = file(1024);
+        let all: Vec<String> = [128, 256, 512, 1024].map(file).to_vec();
+        let mut args: Vec<&str> = all.iter().map(String::as_str).collect();
+        args.push("--json");
+        let (code, w, err) = budget(&args);
+        assert_eq!(code, 0, "{err}");
+        let recorded = &w["series"]["stream"]["reserved_over_time"][3];
+        assert_eq!(predicted, recorded, "{target}");
+        let peak = recorded["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[1].as_u64().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(peak, expected_device(&target)["peak_reserved_bytes"]);
+    }
 }

@@ -103,7 +103,9 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     }
     let report = report(runs, &gpus, headroom, series.as_ref());
     if let Some(o) = &args.output {
-        crate::cmd::output::write_new_file(o, args.force, |w| write_budget_svg(w, &report))?;
+        crate::cmd::output::write_new_file(o, args.force, |w| {
+            write_budget_svg(w, &report, args.gpus.is_empty())
+        })?;
     }
     if args.json {
         write_json(out, &report)?;

@@ -5,7 +5,7 @@
 use crate::analysis::budget::stream::Mismatch;
 use crate::analysis::budget::{
     BudgetLine, BudgetReport, Caveat, Fit, Line, MAX_HELD_OUT_ERROR, MIN_SHARED_SHARE,
-    OutsideSource, RunBudget, Series, Vary, Verdict, sum_bytes,
+    OutsideSource, ReservedCurve, RunBudget, Series, Vary, Verdict, sum_bytes,
 };
 use crate::analysis::budget::{Headroom, HeadroomSource, SpreadKind};
 use crate::render::Style;
@@ -910,16 +910,40 @@ impl Chart {
 
 /// Stacked bars: each run's lines (and the prediction, hatched), with each GPU's
 /// capacity as a line.
-pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()> {
+///
+/// With `only_near` (the GPUs were not named), only the capacities below the highest bar
+/// and the first at or above it are drawn: larger ones would flatten the bars.
+pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport, only_near: bool) -> io::Result<()> {
     let bars = bars(r);
-    let gpus: Vec<&Fit> = match r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
+    let all_gpus: Vec<&Fit> = match r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
         Some(p) => p.fits.iter().collect(),
         None => r.fits.iter().collect(),
     };
-    let data_top = bars
+    let highest_bar = bars
         .iter()
         .map(|(_, l, _)| sum_bytes(l.iter().map(|&(_, b)| b)))
-        .chain(gpus.iter().map(|f| f.gpu.capacity_bytes))
+        .max()
+        .unwrap_or(0);
+    let first_above = all_gpus
+        .iter()
+        .map(|f| f.gpu.capacity_bytes)
+        .filter(|&c| c >= highest_bar)
+        .min()
+        .filter(|_| only_near);
+    let given = all_gpus.len();
+    let gpus: Vec<&Fit> = all_gpus
+        .into_iter()
+        .filter(|f| first_above.is_none_or(|c| f.gpu.capacity_bytes <= c))
+        .collect();
+    let left_out = if gpus.len() < given {
+        " (larger GPUs left out)"
+    } else {
+        ""
+    };
+    let data_top = gpus
+        .iter()
+        .map(|f| f.gpu.capacity_bytes)
+        .chain([highest_bar])
         .max()
         .unwrap_or(1)
         .max(1);
@@ -935,7 +959,14 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
     let gap = 40.0;
     let plot_w = (bars.len() as f64 * (bar_w + gap) + gap).max(300.0);
     let width = left + plot_w + right;
-    let height = top_px + plot_h + 70.0;
+    let bars_height = top_px + plot_h + 70.0;
+    let curves = reserved_curves(r);
+    let height = bars_height
+        + if curves.is_empty() {
+            0.0
+        } else {
+            CURVES_HEIGHT
+        };
     let c = Chart {
         left,
         top_px,
@@ -964,11 +995,225 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport) -> io::Result<()>
     legend(&mut svg, &c, &bars)?;
     writeln!(
         svg.out,
-        r##"<text x="{}" y="{}" font-size="11" fill="#555555">dashed: each GPU's capacity; pale bar: predicted</text>"##,
+        r##"<text x="{}" y="{}" font-size="11" fill="#555555">dashed: each GPU's capacity{left_out}; pale bar: predicted</text>"##,
         num(left),
-        num(height - 12.0)
+        num(bars_height - 12.0)
     )?;
+    if !curves.is_empty() {
+        draw_reserved_over_time(&mut svg, bars_height, width, &curves, r)?;
+    }
     svg.end()
+}
+
+/// The height of the reserved-over-time panel under the bars.
+const CURVES_HEIGHT: f64 = 400.0;
+
+/// Each measured size's recorded reserved bytes over its stream, and the predicted
+/// size's replayed (the last, marked predicted); none unless the series' allocations
+/// match.
+fn reserved_curves(r: &BudgetReport) -> Vec<(&ReservedCurve, bool)> {
+    let Some(s) = &r.series else {
+        return Vec::new();
+    };
+    let mut out: Vec<(&ReservedCurve, bool)> = s
+        .stream
+        .reserved_over_time
+        .iter()
+        .map(|c| (c, false))
+        .collect();
+    if let Some(at) = s.prediction.as_ref().and_then(|p| p.stream.as_ref()) {
+        out.push((&at.reserved_over_time, true));
+    }
+    out
+}
+
+/// The panel of reserved bytes over the stream: one line per size (measured solid,
+/// predicted dashed), x the share of the stream done, y bytes.
+fn draw_reserved_over_time(
+    svg: &mut Svg,
+    y0: f64,
+    width: f64,
+    curves: &[(&ReservedCurve, bool)],
+    r: &BudgetReport,
+) -> io::Result<()> {
+    let vary = r.series.as_ref().map_or(Vary::Seq, |s| s.vary);
+    let (left, top_px, plot_h) = (90.0, y0 + 40.0, 280.0);
+    let plot_w = width - left - 260.0;
+    let highest = curves
+        .iter()
+        .flat_map(|(c, _)| c.points.iter().map(|p| p.1))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    // What each GPU leaves the allocator (its capacity less the memory outside it),
+    // drawn where it is near the curves.
+    let outside = r.series.as_ref().map_or(0, |s| {
+        s.runs
+            .iter()
+            .map(|&i| r.runs[i].outside.counted_bytes)
+            .max()
+            .unwrap_or(0)
+    });
+    let mut limits: Vec<(u64, Vec<&str>)> = Vec::new();
+    for f in r
+        .series
+        .as_ref()
+        .and_then(|s| s.prediction.as_ref())
+        .map_or(&r.fits[..], |p| &p.fits[..])
+    {
+        let limit = f.gpu.capacity_bytes.saturating_sub(outside);
+        if limit as f64 > 1.5 * highest as f64 {
+            continue;
+        }
+        match limits.iter_mut().find(|(b, _)| *b == limit) {
+            Some((_, names)) => names.push(&f.gpu.name),
+            None => limits.push((limit, vec![&f.gpu.name])),
+        }
+    }
+    let data_top = limits
+        .iter()
+        .map(|l| l.0)
+        .chain([highest])
+        .max()
+        .unwrap_or(1);
+    let (step, _, unit) = tick_step(data_top);
+    let step_bytes = step * unit as f64;
+    let top = ((data_top as f64 / step_bytes) * (1.0 - 1e-12))
+        .ceil()
+        .max(1.0)
+        * step_bytes;
+    let c = Chart {
+        left,
+        top_px,
+        plot_h,
+        plot_w,
+        bar_w: 0.0,
+        gap: 0.0,
+        top,
+        data_top,
+    };
+    writeln!(
+        svg.out,
+        r##"<text x="{}" y="{}" font-size="15" font-weight="bold">Reserved memory over each run, measured and predicted</text>"##,
+        num(left),
+        num(y0 + 20.0)
+    )?;
+    draw_ticks(svg, &c)?;
+    let bottom = top_px + plot_h;
+    svg.line(
+        left,
+        bottom,
+        left + plot_w,
+        bottom,
+        r##" stroke="#888888""##,
+    )?;
+    for k in 0..=4 {
+        let x = left + plot_w * k as f64 / 4.0;
+        svg.text(
+            x,
+            bottom + 16.0,
+            "middle",
+            r##" font-size="11" fill="#444444""##,
+            &format!("{}%", k * 25),
+        )?;
+    }
+    svg.text(
+        left + plot_w / 2.0,
+        bottom + 34.0,
+        "middle",
+        r##" font-size="11" fill="#444444""##,
+        "share of the recorded allocations and frees done (the same place in each size)",
+    )?;
+    svg.text(
+        left,
+        bottom + 54.0,
+        "start",
+        r##" font-size="11" fill="#555555""##,
+        "measured: what each recording reserved, from what it held when recording began; predicted: the predicted allocations replayed from an empty cache",
+    )?;
+    for (limit, names) in &limits {
+        let y = c.y(*limit as f64);
+        svg.line(
+            left,
+            y,
+            left + plot_w,
+            y,
+            r##" stroke="#333333" stroke-dasharray="5 3""##,
+        )?;
+        svg.text(
+            left + 4.0,
+            y - 4.0,
+            "start",
+            r##" font-size="11" fill="#333333" class="allocator-limit""##,
+            &format!(
+                "{}: {} for the allocator ({} less {} outside it)",
+                names.join(", "),
+                bytes(*limit),
+                bytes(limit + outside),
+                bytes(outside)
+            ),
+        )?;
+    }
+    let n = curves.len();
+    for (k, (curve, predicted)) in curves.iter().enumerate() {
+        // Darker for larger sizes; the prediction in its own colour.
+        let stroke = if *predicted {
+            "#c0392b".to_string()
+        } else {
+            let shade = 170 - (120 * k / n.max(2).saturating_sub(1).max(1)).min(120);
+            format!("#{shade:02x}{shade:02x}{:02x}", 200 + shade / 5)
+        };
+        let x_of = |cmd: u64| left + plot_w * cmd as f64 / curve.commands.max(1) as f64;
+        let mut pts: Vec<(f64, f64)> = Vec::with_capacity(curve.points.len() * 2 + 1);
+        for (i, &(cmd, b)) in curve.points.iter().enumerate() {
+            if i > 0 {
+                pts.push((x_of(cmd), pts[pts.len() - 1].1));
+            }
+            pts.push((x_of(cmd), c.y(b as f64)));
+        }
+        if let Some(&(_, y)) = pts.last() {
+            pts.push((left + plot_w, y));
+        }
+        let peak = curve.points.iter().map(|p| p.1).max().unwrap_or(0);
+        let name = format!(
+            "{} {}{}",
+            if vary == Vary::Seq { "seq" } else { "batch" },
+            curve.size,
+            if *predicted { " (predicted)" } else { "" }
+        );
+        let tip = format!("{name}: peak reserved {}", bytes(peak));
+        svg.polyline(
+            &pts,
+            &format!(
+                r##" stroke="{stroke}" stroke-width="1.6"{} class="reserved-curve" data-size="{}" data-peak-bytes="{peak}""##,
+                if *predicted {
+                    r##" stroke-dasharray="6 3""##
+                } else {
+                    ""
+                },
+                curve.size
+            ),
+            Some(&tip),
+        )?;
+        let ly = top_px + 10.0 + k as f64 * 18.0;
+        let lx = left + plot_w + 20.0;
+        writeln!(
+            svg.out,
+            r##"<line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="{stroke}" stroke-width="2"{}/><text x="{}" y="{}" font-size="11">{}</text>"##,
+            num(lx),
+            num(lx + 22.0),
+            if *predicted {
+                r##" stroke-dasharray="6 3""##
+            } else {
+                ""
+            },
+            num(lx + 28.0),
+            num(ly + 4.0),
+            escape(&format!("{name}: peak {}", bytes(peak))),
+            y = num(ly),
+        )?;
+    }
+    Ok(())
 }
 
 /// The bars: each run's (in the series' order when there is one), then the prediction.

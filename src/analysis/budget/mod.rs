@@ -1139,6 +1139,66 @@ pub struct StreamAt {
     pub peak_run: usize,
     /// The phase of that trace entry (null: before recording).
     pub peak_phase: Option<crate::analysis::kinds::phases::Phase>,
+    /// Its reserved bytes over the stream, replayed with no limit.
+    pub reserved_over_time: ReservedCurve,
+}
+
+/// Reserved bytes over a stream, for a chart: the most reserved in each of at most
+/// [`CURVE_POINTS`] equal spans of its recorded commands (the blocks from before
+/// recording are the start).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReservedCurve {
+    pub size: u64,
+    /// The stream's recorded commands (allocations, frees, cache flushes): the x axis.
+    pub commands: u64,
+    /// (first command of the span, the most reserved bytes in it), where it changes;
+    /// the first point is the start.
+    pub points: Vec<(u64, u64)>,
+}
+
+/// The most points a [`ReservedCurve`] keeps.
+pub const CURVE_POINTS: u64 = 500;
+
+impl ReservedCurve {
+    /// `series` (reserved bytes at the start, then after each command that changed them)
+    /// kept as its most in each span: a peak is never lost.
+    /// The first `before` commands (the blocks from before recording) count as the start.
+    pub fn of(
+        size: u64,
+        commands: usize,
+        before: usize,
+        series: &[(Option<u32>, u64)],
+    ) -> ReservedCurve {
+        let before = before as u64;
+        let commands = (commands as u64).saturating_sub(before);
+        let span = commands.div_ceil(CURVE_POINTS).max(1);
+        let mut points: Vec<(u64, u64)> = Vec::new();
+        let emit = |points: &mut Vec<(u64, u64)>, x: u64, b: u64| {
+            if points.last().is_none_or(|l| l.1 != b) {
+                points.push((x, b));
+            }
+        };
+        let (mut span_at, mut most, mut now) = (0u64, 0u64, 0u64);
+        for &(at, bytes) in series {
+            let this = at.map_or(0, |c| u64::from(c).saturating_sub(before) / span);
+            if this != span_at {
+                emit(&mut points, span_at * span, most);
+                // The spans between hold what the last change left.
+                if this > span_at + 1 {
+                    emit(&mut points, (span_at + 1) * span, now);
+                }
+                (span_at, most) = (this, now);
+            }
+            now = bytes;
+            most = most.max(bytes);
+        }
+        emit(&mut points, span_at * span, most);
+        ReservedCurve {
+            size,
+            commands,
+            points,
+        }
+    }
 }
 
 /// A series predicted by its allocation stream: whether the runs' allocations match one
@@ -1156,6 +1216,8 @@ pub struct StreamSeries {
     pub own: Vec<stream::StreamCheck>,
     /// Each measured size predicted from the others and replayed (three sizes or more).
     pub held_out: Vec<stream::StreamCheck>,
+    /// Each measured size's recorded reserved bytes over its stream.
+    pub reserved_over_time: Vec<ReservedCurve>,
 }
 
 /// A group that decides a prediction.
@@ -1368,11 +1430,15 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         .max()
         .unwrap_or(0);
     let lines = line_fits(&series_runs, &sizes, &groups);
-    caveats.extend(not_monotonic(&lines, &series_runs));
     let held_out = held_out(&series_runs, &sizes, options.vary, outside);
     let streams: Vec<Option<&stream::Stream>> =
         series_runs.iter().map(|r| r.stream.as_deref()).collect();
     let matched = stream::StreamFit::new(&streams, &sizes, &indices);
+    // A line that shrinks at the peak of a larger size says the runs differ, unless their
+    // allocations match one to one: then the peak moved, and the replay follows it.
+    if matched.is_err() {
+        caveats.extend(not_monotonic(&lines, &series_runs));
+    }
     let stream_series = stream_series(&matched, &series_runs);
     // The held-out errors that judge the prediction: the replayed streams' when the
     // runs' allocations match (the larger of requested and reserved), else the groups'.
@@ -1470,12 +1536,21 @@ fn stream_series(
             let largest = f.sizes().last().copied().unwrap_or(0);
             let (_, laws) = f.sizes_at(largest, &f.all());
             let (own, held_out) = rayon::join(|| f.own(&recorded), || f.held_out(&recorded));
+            let reserved_over_time = f
+                .streams()
+                .iter()
+                .zip(f.sizes())
+                .map(|(s, &size)| {
+                    ReservedCurve::of(size, s.commands(), s.before(), s.recorded_reserved())
+                })
+                .collect();
             StreamSeries {
                 mismatch: None,
                 allocations: f.largest().allocations() as u64,
                 laws,
                 own,
                 held_out,
+                reserved_over_time,
             }
         }
         Err(m) => StreamSeries {
@@ -1484,6 +1559,7 @@ fn stream_series(
             laws: stream::LawCounts::default(),
             own: Vec::new(),
             held_out: Vec::new(),
+            reserved_over_time: Vec::new(),
         },
     }
 }
@@ -1522,6 +1598,12 @@ fn predict_by_stream(
         peak_event: largest.event(free.requested_peak_at),
         peak_run: indices[indices.len() - 1],
         peak_phase: largest.phase(free.requested_peak_at),
+        reserved_over_time: ReservedCurve::of(
+            p.size,
+            largest.commands(),
+            largest.before(),
+            &free.reserved_series,
+        ),
     });
     p.fits = options
         .gpus
@@ -2155,6 +2237,26 @@ pub fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 1,500 commands in spans of 3: each span keeps its most, and a span with no change
+    /// after one keeps what the last change left.
+    #[test]
+    fn a_curve_keeps_the_most_of_each_span() {
+        let series = [
+            (None, 10),
+            (Some(0), 20),
+            (Some(1), 15),
+            (Some(7), 30),
+            (Some(8), 5),
+            (Some(20), 40),
+        ];
+        let c = ReservedCurve::of(1, 1500, 0, &series);
+        assert_eq!(c.commands, 1500);
+        assert_eq!(c.points, [(0, 20), (3, 15), (6, 30), (9, 5), (18, 40)]);
+        // The first 5 commands (blocks from before recording) are the start.
+        let c = ReservedCurve::of(1, 10, 5, &[(None, 100), (Some(3), 200), (Some(5), 150)]);
+        assert_eq!((c.commands, c.points), (5, vec![(0, 200)]));
+    }
 
     #[test]
     fn exponents_are_found_from_the_points() {

@@ -48,6 +48,9 @@ pub struct Stream {
     phases: Phases,
     /// Each command's trace entry; None for a block alive before recording.
     events: Vec<Option<u32>>,
+    /// The recording's reserved bytes: at the start, then after each command that
+    /// changed them (command index, bytes).
+    recorded_reserved: Vec<(Option<u32>, u64)>,
     streams: Vec<u64>,
     pools: Vec<(i64, i64)>,
     tags: u32,
@@ -65,6 +68,7 @@ impl Stream {
             lines: Vec::new(),
             phases: lines.phases.clone(),
             events: Vec::new(),
+            recorded_reserved: Vec::new(),
             streams: Vec::new(),
             pools: Vec::new(),
             tags: p.requests.tags,
@@ -102,7 +106,49 @@ impl Stream {
                 Request::Oom { .. } => {}
             }
         }
+        s.recorded_reserved = s.recorded_reserved_of(p);
         s
+    }
+
+    /// The recording's reserved bytes over the stream: each segment event at the command
+    /// of its trace entry (a dropped OOM request's at the command after it).
+    fn recorded_reserved_of(&self, p: &Prepared) -> Vec<(Option<u32>, u64)> {
+        use crate::model::Action;
+        let mut out = vec![(None, p.start.reserved)];
+        let mut reserved = p.start.reserved as i128;
+        for o in &p.requests.outputs {
+            match o.action {
+                Action::SegmentAlloc | Action::SegmentMap => reserved += o.size as i128,
+                Action::SegmentFree | Action::SegmentUnmap => reserved -= o.size as i128,
+                _ => continue,
+            }
+            let at = self
+                .events
+                .partition_point(|e| e.is_none_or(|e| e < o.event))
+                .min(self.commands.len().saturating_sub(1));
+            let point = (Some(at as u32), reserved.max(0) as u64);
+            match out.last_mut() {
+                Some(last) if last.0 == point.0 => *last = point,
+                _ => out.push(point),
+            }
+        }
+        out
+    }
+
+    /// How many commands come first for the blocks alive before recording.
+    pub fn before(&self) -> usize {
+        self.events.partition_point(Option::is_none)
+    }
+
+    /// How many commands (allocations, frees and cache flushes).
+    pub fn commands(&self) -> usize {
+        self.commands.len()
+    }
+
+    /// The recording's reserved bytes over the stream: at the start, then after each
+    /// command that changed them (command index, bytes).
+    pub fn recorded_reserved(&self) -> &[(Option<u32>, u64)] {
+        &self.recorded_reserved
     }
 
     fn alloc(
@@ -262,6 +308,7 @@ impl Stream {
             first_oom: o
                 .first_oom
                 .map(|f| (f.event as usize, f.cause, f.request_bytes)),
+            reserved_series: o.series,
         }
     }
 
@@ -335,6 +382,9 @@ pub struct StreamReplay {
     pub reserved_peak_bytes: u64,
     /// The first request that runs out of memory: its command, cause and size.
     pub first_oom: Option<(usize, OomCause, u64)>,
+    /// Reserved bytes at the start, then after each command that changed them, ending at
+    /// the first OOM (command index, bytes).
+    pub reserved_series: Vec<(Option<u32>, u64)>,
 }
 
 /// Why the runs' streams cannot be matched one to one.
@@ -521,6 +571,11 @@ impl<'a> StreamFit<'a> {
     }
 
     /// The sizes measured, ascending.
+    /// The runs' streams, by ascending size.
+    pub fn streams(&self) -> &[&'a Stream] {
+        &self.streams
+    }
+
     pub fn sizes(&self) -> &[u64] {
         &self.sizes
     }
