@@ -169,3 +169,49 @@ fn the_h200_recordings_replay_exactly_and_their_ooms_recur() {
     }
     assert_eq!(checked, 7);
 }
+
+/// One replay with no limit serves every capacity at or above its peak: at each
+/// capacity around each fixture's peak (2 MiB under it, at it, and well over it),
+/// `run_each` gives what a replay at that capacity alone gives, for the file's settings
+/// and for expandable segments.
+#[test]
+fn one_unlimited_replay_serves_every_capacity_above_its_peak() {
+    use vramlens::allocator::scenario::{run_each, unlimited};
+    for name in [
+        "expandable.pickle",
+        "gc_threshold.pickle",
+        "max_split.pickle",
+        "oom_retry.pickle",
+        "pending_frees.pickle",
+        "split_rules.pickle",
+    ] {
+        let snap = load(name);
+        let p = Prepared::new(&snap, 0, None).unwrap();
+        let expandable = Settings {
+            expandable_segments: true,
+            ..p.settings.clone()
+        };
+        for settings in [p.settings.clone(), expandable] {
+            let Ok((free, _)) = unlimited(&p, &settings, false) else {
+                continue;
+            };
+            let peak = free.peak_reserved_bytes;
+            let devices: Vec<(u64, u64)> = [peak.saturating_sub(2 * MIB), peak, peak + 1024 * MIB]
+                .iter()
+                .map(|&c| (c, c + 512 * MIB))
+                .collect();
+            let each = run_each(&p, &settings, &devices);
+            for (&(capacity, total), got) in devices.iter().zip(each) {
+                let alone = run(
+                    &p,
+                    &Scenario {
+                        settings: settings.clone(),
+                        capacity: Some(capacity),
+                        total_memory: Some(total),
+                    },
+                );
+                assert_eq!(got, alone, "{name} at {capacity}");
+            }
+        }
+    }
+}

@@ -172,6 +172,46 @@ fn replay(
     Ok(out)
 }
 
+/// Whether a replay under `settings` at `capacity` is the replay with no limit, known to
+/// peak at `unlimited_peak` with no OOM: without a memory fraction the device's total
+/// changes nothing until memory runs out, and it never runs out below that peak.
+pub fn limit_changes_nothing(settings: &Settings, unlimited_peak: u64, capacity: u64) -> bool {
+    settings.memory_fraction.is_none() && unlimited_peak <= capacity
+}
+
+/// [`run`] at each of `devices` (capacity for the allocator, total memory) under
+/// `settings`: one replay with no limit serves every device it does not exceed.
+pub fn run_each(
+    p: &Prepared,
+    settings: &Settings,
+    devices: &[(u64, u64)],
+) -> Vec<Result<Outcome, StartDoesNotFit>> {
+    use rayon::prelude::*;
+    let free = settings
+        .memory_fraction
+        .is_none()
+        .then(|| unlimited(p, settings, false))
+        .and_then(|u| u.ok())
+        .map(|(o, _)| o)
+        .filter(|o| o.first_oom.is_none());
+    devices
+        .par_iter()
+        .map(|&(capacity, total)| match &free {
+            Some(o) if limit_changes_nothing(settings, o.peak_reserved_bytes, capacity) => {
+                Ok(o.clone())
+            }
+            _ => run(
+                p,
+                &Scenario {
+                    settings: settings.clone(),
+                    capacity: Some(capacity),
+                    total_memory: Some(total),
+                },
+            ),
+        })
+        .collect()
+}
+
 /// The replay with no limit: its outcome, and what searching capacities needs of it (None
 /// where even that runs out of memory: a memory fraction of the total).
 pub type Unlimited = Result<(Outcome, Option<Search>), StartDoesNotFit>;

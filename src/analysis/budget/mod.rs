@@ -295,54 +295,44 @@ pub fn replay_on(
     lines: Option<&AllocLines>,
 ) -> (Vec<(String, Replayed)>, Option<stream::Stream>) {
     use crate::allocator::identity::{Prepared, check};
-    use crate::allocator::scenario::{Scenario, run};
-    use rayon::prelude::*;
+    use crate::allocator::scenario::run_each;
     let Ok(p) = Prepared::new(snap, device, None) else {
         return (Vec::new(), None);
     };
-    let exact = check(snap, &p).exact();
-    let replays = gpus
-        .par_iter()
-        .filter_map(|g| {
-            let capacity = g.capacity_bytes.saturating_sub(outside);
-            let at = |settings: crate::allocator::Settings| {
-                run(
-                    &p,
-                    &Scenario {
-                        settings,
-                        capacity: Some(capacity),
-                        total_memory: Some(g.capacity_bytes),
-                    },
-                )
-            };
-            let o = match at(p.settings.clone()) {
-                Ok(o) => o,
-                // The blocks alive before recording alone do not fit.
-                Err(_) => {
-                    return Some((
-                        g.name.clone(),
-                        Replayed {
-                            model_exact: exact,
-                            peak_reserved_bytes: 0,
-                            oom_event: None,
-                            oom_cause: Some(crate::allocator::scenario::OomCause::Capacity),
-                            fits_with_expandable: None,
-                            start_does_not_fit: true,
-                        },
-                    ));
+    let (exact, outcomes) = rayon::join(
+        || check(snap, &p).exact(),
+        || {
+            let devices: Vec<(u64, u64)> = gpus
+                .iter()
+                .map(|g| (g.capacity_bytes.saturating_sub(outside), g.capacity_bytes))
+                .collect();
+            let outcomes = run_each(&p, &p.settings, &devices);
+            // Where memory runs out, whether expandable segments let it through.
+            let short: Vec<usize> = (0..gpus.len())
+                .filter(|&i| outcomes[i].as_ref().is_ok_and(|o| o.first_oom.is_some()))
+                .collect();
+            let mut with_expandable: Vec<Option<bool>> = vec![None; gpus.len()];
+            if !short.is_empty() && !p.settings.expandable_segments {
+                let s = crate::allocator::Settings {
+                    expandable_segments: true,
+                    ..p.settings.clone()
+                };
+                let at: Vec<(u64, u64)> = short.iter().map(|&i| devices[i]).collect();
+                for (&i, o) in short.iter().zip(run_each(&p, &s, &at)) {
+                    with_expandable[i] = Some(o.is_ok_and(|e| e.first_oom.is_none()));
                 }
-            };
-            let fits_with_expandable = (o.first_oom.is_some() && !p.settings.expandable_segments)
-                .then(|| {
-                    let s = crate::allocator::Settings {
-                        expandable_segments: true,
-                        ..p.settings.clone()
-                    };
-                    at(s).is_ok_and(|e| e.first_oom.is_none())
-                });
-            Some((
-                g.name.clone(),
-                Replayed {
+            }
+            (outcomes, with_expandable)
+        },
+    );
+    let (outcomes, with_expandable) = outcomes;
+    let replays = gpus
+        .iter()
+        .zip(outcomes)
+        .zip(with_expandable)
+        .map(|((g, o), fits_with_expandable)| {
+            let replayed = match o {
+                Ok(o) => Replayed {
                     model_exact: exact,
                     peak_reserved_bytes: o.peak_reserved_bytes,
                     oom_event: o.first_oom.as_ref().map(|f| f.event),
@@ -350,7 +340,17 @@ pub fn replay_on(
                     fits_with_expandable,
                     start_does_not_fit: false,
                 },
-            ))
+                // The blocks alive before recording alone do not fit.
+                Err(_) => Replayed {
+                    model_exact: exact,
+                    peak_reserved_bytes: 0,
+                    oom_event: None,
+                    oom_cause: Some(crate::allocator::scenario::OomCause::Capacity),
+                    fits_with_expandable: None,
+                    start_does_not_fit: true,
+                },
+            };
+            (g.name.clone(), replayed)
         })
         .collect();
     (replays, lines.map(|l| stream::Stream::of(&p, l)))
@@ -1608,24 +1608,45 @@ fn predict_by_stream(
     p.fits = options
         .gpus
         .par_iter()
-        .map(|g| fit_stream(g, largest, &sizes, outside, p.total_bytes, options.headroom))
+        .map(|g| {
+            fit_stream(
+                g,
+                (largest, &sizes, &free),
+                outside,
+                p.total_bytes,
+                options.headroom,
+            )
+        })
         .collect();
 }
 
 /// A predicted stream on `gpu`: replayed at its capacity less `outside` (runs out of
 /// memory: does not fit, and whether expandable segments let it through; else its peak
 /// reserved plus `outside`, with the headroom).
+///
+/// `stream` is the stream, its sizes and its replay with no limit, which serves every
+/// capacity it does not exceed.
 fn fit_stream(
     gpu: &Gpu,
-    s: &stream::Stream,
-    sizes: &[u64],
+    stream: (&stream::Stream, &[u64], &stream::StreamReplay),
     outside: u64,
     total: u64,
     headroom: f64,
 ) -> Fit {
+    let (s, sizes, free) = stream;
     let capacity = gpu.capacity_bytes.saturating_sub(outside);
     let settings = s.settings().clone();
-    let r = s.replay(sizes, &settings, Some(capacity), Some(gpu.capacity_bytes));
+    let unlimited_serves = free.first_oom.is_none()
+        && crate::allocator::scenario::limit_changes_nothing(
+            &settings,
+            free.reserved_peak_bytes,
+            capacity,
+        );
+    let r = if unlimited_serves {
+        free.clone()
+    } else {
+        s.replay(sizes, &settings, Some(capacity), Some(gpu.capacity_bytes))
+    };
     let fits_with_expandable =
         (r.first_oom.is_some() && !settings.expandable_segments).then(|| {
             let e = crate::allocator::Settings {
