@@ -11,8 +11,8 @@
 
 use crate::allocator::identity::{Identity, NotReplayable, Prepared, check};
 use crate::allocator::scenario::{
-    FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, min_capacity, min_capacity_searched,
-    run, unlimited,
+    FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, limit_changes_nothing, min_capacity,
+    min_capacity_searched, run, unlimited,
 };
 use crate::allocator::{Profile, Settings};
 use crate::analysis::budget::Outside;
@@ -342,6 +342,15 @@ fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec
             let outcome = match &unlimited_runs[k] {
                 Some(u) if sc.capacity.is_none() && sc.total_memory.is_none() => {
                     u.as_ref().map(|(o, _)| o.clone()).map_err(|e| *e)
+                }
+                // A capacity the replay with no limit never reaches changes nothing.
+                Some(Ok((o, _)))
+                    if o.first_oom.is_none()
+                        && sc.capacity.is_some_and(|c| {
+                            limit_changes_nothing(s, o.peak_reserved_bytes, c)
+                        }) =>
+                {
+                    Ok(o.clone())
                 }
                 _ => run(p, &sc),
             };
