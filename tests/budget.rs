@@ -1370,3 +1370,88 @@ fn the_predicted_reserved_over_time_is_the_target_recording() {
         assert_eq!(peak, expected_device(&target)["peak_reserved_bytes"]);
     }
 }
+
+/// The call sites at a predicted peak, from the generator's model (scripts/gen_fixtures.py,
+/// batch 2, two layers): at 1024 tokens the peak is at the end of the second forward,
+/// where each layer holds two hidden activations of 16 KiB a token (layers.py:20), the
+/// attention scores of 32 bytes a token pair (layers.py:44) and an output of 8 KiB a
+/// token (layers.py:21), beside AdamW's two states of each of the 9 parameters.
+#[test]
+fn a_predicted_peak_names_the_call_sites_that_hold_it() {
+    let (code, v, err) = budget(&[
+        "testdata/budget/moving_seq128.pickle",
+        "testdata/budget/moving_seq256.pickle",
+        "testdata/budget/moving_seq512.pickle",
+        "--target",
+        "1024",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (batch, seq, layers) = (2u64, 1024u64, 2u64);
+    let params: u64 = 4 * (4 << 20) + 2 * ((2 << 20) + (4 << 10)) + 3 * (8 << 10);
+    let sites: Vec<(String, String, u64, u64)> = v["series"]["prediction"]["stream"]["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["callsite"].as_str().unwrap().to_string(),
+                s["line"].as_str().unwrap().to_string(),
+                s["bytes"].as_u64().unwrap(),
+                s["allocations"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expect =
+        |site: &str, line: &str, bytes: u64, n: u64| (site.to_string(), line.to_string(), bytes, n);
+    assert_eq!(
+        sites[..4],
+        [
+            expect(
+                "/home/alice/proj/layers.py:20:forward",
+                "activations",
+                2 * layers * batch * seq * 16 * 1024,
+                2 * layers
+            ),
+            expect(
+                "/home/alice/proj/layers.py:44:scaled_dot_product_attention",
+                "activations",
+                layers * batch * seq * seq * 32,
+                layers
+            ),
+            expect(
+                "/home/alice/proj/train.py:41:train_step",
+                "optimizer_state",
+                2 * params,
+                18
+            ),
+            expect(
+                "/home/alice/proj/layers.py:21:forward",
+                "activations",
+                layers * batch * seq * 8 * 1024,
+                layers
+            ),
+        ]
+    );
+    // The text names them under the prediction.
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args([
+            "budget",
+            "testdata/budget/moving_seq128.pickle",
+            "testdata/budget/moving_seq256.pickle",
+            "testdata/budget/moving_seq512.pickle",
+            "--target",
+            "1024",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "held at that peak mostly by: proj/layers.py:20 in forward 128.0 MiB (activations and other intermediates, 4 allocations)"
+        ),
+        "{text}"
+    );
+}

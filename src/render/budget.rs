@@ -617,6 +617,27 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
                     },
                     bytes(at.reserved_peak_bytes),
                 )?;
+                if !at.callsites.is_empty() {
+                    let parts: Vec<String> = at
+                        .callsites
+                        .iter()
+                        .map(|c| {
+                            format!(
+                                "{} {} ({}, {} allocation{})",
+                                if c.callsite.is_empty() {
+                                    "a call site not known".into()
+                                } else {
+                                    crate::render::words::labels::short_frame(&c.callsite)
+                                },
+                                bytes(c.bytes),
+                                line_name(c.line),
+                                crate::units::grouped(c.allocations),
+                                if c.allocations == 1 { "" } else { "s" }
+                            )
+                        })
+                        .collect();
+                    writeln!(out, "  held at that peak mostly by: {}", parts.join("; "))?;
+                }
             }
             if !p.deciding.is_empty() {
                 let parts: Vec<String> = p

@@ -536,14 +536,7 @@ pub fn run_budget(
         let mut leaks =
             crate::analysis::moments::leaks::LeakSampler::new(&r, attr, GroupBy::Callsite, None);
         let mut by_phase = PhasePeaks::new(&phases);
-        let mut sink = with_lines.then(|| LineSink {
-            attr,
-            lines: AllocLines {
-                by_event: vec![u8::MAX; r.len()],
-                before: BTreeMap::new(),
-                phases: phases.clone(),
-            },
-        });
+        let mut sink = with_lines.then(|| LineSink::new(attr, r.len(), phases.clone()));
         let start = r.run((
             &mut peak,
             &mut peaks,
@@ -622,6 +615,11 @@ pub struct AllocLines {
     pub before: BTreeMap<u64, u8>,
     /// The phases of the trace.
     pub phases: crate::analysis::kinds::phases::Phases,
+    /// Each allocation's call site (an index into `site_names`), by trace entry and for
+    /// the blocks from before recording by address.
+    pub site_by_event: Vec<u32>,
+    pub site_before: BTreeMap<u64, u32>,
+    pub site_names: Vec<String>,
 }
 
 impl AllocLines {
@@ -636,15 +634,45 @@ impl AllocLines {
             .filter(|&l| l != u8::MAX)
             .unwrap_or(Line::Activations as u8)
     }
+
+    /// The call site of the allocation made at `event`, or (None) of the block from
+    /// before recording at `addr` (an index into `site_names`; None: not known).
+    pub fn site(&self, event: Option<u32>, addr: u64) -> Option<u32> {
+        match event {
+            Some(e) => self.site_by_event.get(e as usize).copied(),
+            None => self.site_before.get(&addr).copied(),
+        }
+        .filter(|&s| s != u32::MAX)
+    }
 }
 
-/// Decides each allocation's line as its lifetime completes in a replay.
+/// Decides each allocation's line and call site as its lifetime completes in a replay.
 struct LineSink<'a, 'f> {
     attr: &'a Attributor<'f>,
     lines: AllocLines,
+    sites: crate::model::frames::FxMap<crate::analysis::kinds::attribution::Site, u32>,
 }
 
-impl LineSink<'_, '_> {
+impl<'a, 'f> LineSink<'a, 'f> {
+    fn new(
+        attr: &'a Attributor<'f>,
+        len: usize,
+        phases: crate::analysis::kinds::phases::Phases,
+    ) -> LineSink<'a, 'f> {
+        LineSink {
+            attr,
+            lines: AllocLines {
+                by_event: vec![u8::MAX; len],
+                before: BTreeMap::new(),
+                phases,
+                site_by_event: vec![u32::MAX; len],
+                site_before: BTreeMap::new(),
+                site_names: Vec::new(),
+            },
+            sites: Default::default(),
+        }
+    }
+
     fn record(&mut self, l: &crate::timeline::Lifetime) {
         let category = self.attr.category(l) as usize;
         let name = self
@@ -653,14 +681,24 @@ impl LineSink<'_, '_> {
             .get(category)
             .map_or("other", String::as_str);
         let line = Line::of_category(name) as u8;
+        let site = self.attr.site(l);
+        let names = &mut self.lines.site_names;
+        let site = *self.sites.entry(site).or_insert_with(|| {
+            names.push(self.attr.site_name(&site));
+            (names.len() - 1) as u32
+        });
         match l.alloc {
             Some(a) => {
                 if let Some(slot) = self.lines.by_event.get_mut(a.index()) {
                     *slot = line;
                 }
+                if let Some(slot) = self.lines.site_by_event.get_mut(a.index()) {
+                    *slot = site;
+                }
             }
             None => {
                 self.lines.before.insert(l.addr, line);
+                self.lines.site_before.insert(l.addr, site);
             }
         }
     }
@@ -1141,7 +1179,14 @@ pub struct StreamAt {
     pub peak_phase: Option<crate::analysis::kinds::phases::Phase>,
     /// Its reserved bytes over the stream, replayed with no limit.
     pub reserved_over_time: ReservedCurve,
+    /// The call sites holding the most at the predicted peak (at most
+    /// [`SITES_AT_PEAK`]), each allocation at the call site and in the line it has in the
+    /// largest size measured.
+    pub callsites: Vec<stream::SiteLive>,
 }
+
+/// How many call sites a predicted peak names.
+pub const SITES_AT_PEAK: usize = 5;
 
 /// Reserved bytes over a stream, for a chart: the most reserved in each of at most
 /// [`CURVE_POINTS`] equal spans of its recorded commands (the blocks from before
@@ -1604,6 +1649,7 @@ fn predict_by_stream(
             largest.before(),
             &free.reserved_series,
         ),
+        callsites: largest.live_by_site(&sizes, free.requested_peak_at, SITES_AT_PEAK),
     });
     p.fits = options
         .gpus

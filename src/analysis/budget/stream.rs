@@ -20,6 +20,7 @@ use crate::allocator::start::StartState;
 use crate::allocator::{Profile, Settings};
 use crate::analysis::kinds::phases::{Phase, Phases};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One command of a stream, its size apart: what runs of one workload share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +45,9 @@ pub struct Stream {
     sizes: Vec<u64>,
     /// Each allocation's budget line (its place in [`Line::ALL`]), in the same order.
     lines: Vec<u8>,
+    /// Each allocation's call site (an index into `site_names`), in the same order.
+    sites: Vec<u32>,
+    site_names: Vec<String>,
     /// The phases of the trace.
     phases: Phases,
     /// Each command's trace entry; None for a block alive before recording.
@@ -66,6 +70,8 @@ impl Stream {
             commands: Vec::new(),
             sizes: Vec::new(),
             lines: Vec::new(),
+            sites: Vec::new(),
+            site_names: lines.site_names.clone(),
             phases: lines.phases.clone(),
             events: Vec::new(),
             recorded_reserved: Vec::new(),
@@ -75,10 +81,16 @@ impl Stream {
             settings: p.settings.clone(),
             profile: p.profile,
         };
+        // A call site nothing decided is named empty: not known.
+        let unknown = s.site_names.len() as u32;
+        s.site_names.push(String::new());
         let mut live = p.start.live_requests();
         live.sort_unstable_by_key(|l| l.tag);
         for l in &live {
-            let line = lines.line(None, l.addr);
+            let line = (
+                lines.line(None, l.addr),
+                lines.site(None, l.addr).unwrap_or(unknown),
+            );
             s.alloc(l.tag, l.requested, l.stream, l.private, None, line);
         }
         for r in p.requests.iter() {
@@ -96,7 +108,10 @@ impl Stream {
                     stream,
                     pool,
                     Some(event),
-                    lines.line(Some(event), 0),
+                    (
+                        lines.line(Some(event), 0),
+                        lines.site(Some(event), 0).unwrap_or(unknown),
+                    ),
                 ),
                 Request::FreeRequested { tag, event } => {
                     s.push(Command::FreeRequested(tag), Some(event))
@@ -158,12 +173,13 @@ impl Stream {
         stream: u64,
         pool: (i64, i64),
         event: Option<u32>,
-        line: u8,
+        (line, site): (u8, u32),
     ) {
         let stream = index_of(&mut self.streams, stream);
         let pool = index_of(&mut self.pools, pool);
         self.sizes.push(size);
         self.lines.push(line);
+        self.sites.push(site);
         self.push(Command::Alloc { tag, stream, pool }, event);
     }
 
@@ -219,6 +235,47 @@ impl Stream {
     /// The requested bytes alive just after command `at` with `sizes`, by line (indexed
     /// by [`Line::ALL`]'s order).
     pub fn live_by_line(&self, sizes: &[u64], at: usize) -> [u64; Line::ALL.len()] {
+        let mut out = [0u64; Line::ALL.len()];
+        for k in self.live_at(at) {
+            let line = (self.lines[k] as usize).min(out.len() - 1);
+            out[line] = out[line].saturating_add(sizes[k]);
+        }
+        out
+    }
+
+    /// The call sites holding the most requested bytes just after command `at` with
+    /// `sizes`: at most `most` of them, the most bytes first (ties by name).
+    pub fn live_by_site(&self, sizes: &[u64], at: usize, most: usize) -> Vec<SiteLive> {
+        let mut by_site: BTreeMap<(u32, u8), (u64, u64)> = BTreeMap::new();
+        for k in self.live_at(at) {
+            let e = by_site.entry((self.sites[k], self.lines[k])).or_default();
+            *e = (e.0.saturating_add(sizes[k]), e.1 + 1);
+        }
+        let mut out: Vec<SiteLive> = by_site
+            .into_iter()
+            .map(|((site, line), (bytes, allocations))| SiteLive {
+                callsite: self
+                    .site_names
+                    .get(site as usize)
+                    .cloned()
+                    .unwrap_or_default(),
+                line: Line::ALL[(line as usize).min(Line::ALL.len() - 1)],
+                bytes,
+                allocations,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then_with(|| a.callsite.cmp(&b.callsite))
+                .then(a.line.cmp(&b.line))
+        });
+        out.truncate(most);
+        out
+    }
+
+    /// The allocations (their places in `sizes`) live just after command `at`.
+    fn live_at(&self, at: usize) -> impl Iterator<Item = usize> {
         let mut live: Vec<Option<usize>> = vec![None; self.tags as usize];
         let mut k = 0;
         for c in self.commands.iter().take(at + 1) {
@@ -237,12 +294,7 @@ impl Stream {
                 Command::FreeRequested(_) | Command::EmptyCache => {}
             }
         }
-        let mut out = [0u64; Line::ALL.len()];
-        for k in live.into_iter().flatten() {
-            let line = (self.lines[k] as usize).min(out.len() - 1);
-            out[line] = out[line].saturating_add(sizes[k]);
-        }
-        out
+        live.into_iter().flatten()
     }
 
     /// The stream with `sizes` as requests to the allocator: each command's index is its
@@ -371,6 +423,16 @@ fn index_of<T: PartialEq + Copy>(list: &mut Vec<T>, v: T) -> u16 {
             (list.len() - 1) as u16
         }
     }
+}
+
+/// A call site's allocations live at a moment of a stream, in one line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SiteLive {
+    /// Its name as `top` gives it (empty: not known).
+    pub callsite: String,
+    pub line: Line,
+    pub bytes: u64,
+    pub allocations: u64,
 }
 
 /// A stream replayed.
