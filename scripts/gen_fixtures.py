@@ -1849,6 +1849,11 @@ def main(argv=None):
     for t in (128, 256, 512):
         add("budget/attn_seq%d.pickle" % t,
             pickle.dumps(make_cat_attention_bench(t, 700 + t), protocol=4))
+    # Batch and sequence both varying: four shapes measured (three sequence lengths, so
+    # that a law in the length is told apart), and 4 x 512 to predict.
+    for b, t in ((1, 128), (2, 128), (2, 256), (1, 512), (4, 512)):
+        add("budget/bxs_bs%d_seq%d.pickle" % (b, t),
+            pickle.dumps(make_budget_run(1200 + 10 * b + t, b, t), protocol=4))
     # A peak that moves: in the optimizer step up to 512 tokens, in the forward at 1024.
     for t in (128, 256, 512, 1024):
         add("budget/moving_seq%d.pickle" % t,
@@ -1988,6 +1993,7 @@ of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an out
 - `budget/seq_ctx{128,256,512,1024}.pickle`: batch 2, sequence length 128 to 1024.
 - `budget/seq_ctx512_bf16.pickle`: the 512 run again, its name stating another precision.
 - `budget/steps.pickle`: the `seq_ctx` model trained five steps, one per batch of 512, 448, 512, 384 and 512 tokens (batch 2): after the first, the steps' peaks differ by the activations of 384 and 512 tokens.
+- `budget/bxs_bs{1,2,2,1,4}_seq{128,128,256,512,512}.pickle`: the `seq_ctx` run at five batch × sequence shapes; the first four are a series that varies both (three sequence lengths), the last the shape to predict (batch 4, 512 tokens).
 - `budget/moving_seq{128,256,512,1024}.pickle`: the `seq_ctx` runs with an optimizer step that makes 8 temporary copies of the parameters (160 MiB): up to 512 tokens the peak is in the optimizer step (the forward's activations, 160 KiB a token and 128 bytes a token pair, are smaller); at 1024 (288 MiB of activations) it is at the end of the second forward.
 - `budget/attn_seq{128,256,512}.pickle`: `categories/attention_bench.pickle` at sequence lengths 128 to 512: Q, K, V and the output 4 KiB a token, scores and weights 128 bytes a (token, token) pair, the 16 MiB flush buffer constant.
 

@@ -181,6 +181,10 @@ fn parse_vary(s: &str) -> Result<vramlens::analysis::budget::Vary, String> {
     s.parse()
 }
 
+fn parse_target(s: &str) -> Result<vramlens::analysis::budget::TargetSize, String> {
+    s.parse()
+}
+
 #[derive(Args, Debug)]
 pub struct ReportArgs {
     /// Snapshot files, or folders of them (the ranks of a job: one section per file and a
@@ -364,17 +368,19 @@ pub struct BudgetArgs {
     pub headroom: Option<f64>,
     #[command(flatten)]
     pub device_logs: DeviceLogArgs,
-    /// What differs between the files of a series: batch or seq. Default: what their
-    /// names state (ctx512, seq256, cl2048; bs8, batch4).
+    /// What differs between the files of a series: batch, seq, or batch,seq (both).
+    /// Default: what their names state (ctx512, seq256, cl2048; bs8, batch4; both:
+    /// bs4_seq512).
     #[arg(long, value_name = "KIND", value_parser = parse_vary)]
     pub vary: Option<vramlens::analysis::budget::Vary>,
-    /// The size of one file of a series, FILE=VALUE; repeatable. Default: from the name.
+    /// The size of one file of a series, FILE=VALUE (FILE=BATCHxSEQ where both vary);
+    /// repeatable. Default: from the name.
     #[arg(long = "size", value_name = "FILE=VALUE")]
     pub sizes: Vec<String>,
     /// Predict the budget at this batch size or sequence length (needs a series): a whole
-    /// number from 1 to 2^32.
-    #[arg(long, value_name = "VALUE", value_parser = clap::value_parser!(u64).range(1..=vramlens::analysis::budget::MAX_SERIES_SIZE))]
-    pub target: Option<u64>,
+    /// number from 1 to 2^32; where batch and sequence both vary, BATCHxSEQ (8x1024).
+    #[arg(long, value_name = "VALUE", value_parser = parse_target)]
+    pub target: Option<vramlens::analysis::budget::TargetSize>,
     /// A gate for CI: exit 1 when the budget (or, with --target, the prediction) with the
     /// headroom does not fit every --gpu, 0 when it does, 2 on bad input.
     #[arg(long, requires = "gpus")]

@@ -1455,3 +1455,119 @@ fn a_predicted_peak_names_the_call_sites_that_hold_it() {
         "{text}"
     );
 }
+
+/// Batch and sequence both varying: four shapes (three sequence lengths) predict batch 4
+/// × 512 tokens, and the replayed stream is that shape's own recording to the byte (its
+/// peaks as scripts/expected.py finds them). Each allocation's law is read in both: at
+/// 4 × 512 the forward's activations are the generator's 16 KiB and 8 KiB a token and 32
+/// bytes a token pair per layer, the attention scores growing with B·S² (the peak is at
+/// the backward's first allocation, after the loss).
+#[test]
+fn a_batch_by_sequence_series_is_predicted_to_the_byte() {
+    let files = [
+        "testdata/budget/bxs_bs1_seq128.pickle",
+        "testdata/budget/bxs_bs2_seq128.pickle",
+        "testdata/budget/bxs_bs2_seq256.pickle",
+        "testdata/budget/bxs_bs1_seq512.pickle",
+    ];
+    let mut args: Vec<&str> = files.to_vec();
+    args.extend(["--target", "4x512", "--json"]);
+    let (code, v, err) = budget(&args);
+    assert_eq!(code, 0, "{err}");
+    let s = &v["series"];
+    assert_eq!(s["vary"], "batch_seq");
+    assert_eq!(
+        s["shapes"],
+        serde_json::json!([[1, 128], [2, 128], [1, 512], [2, 256]])
+    );
+    let target = expected_device("testdata/budget/bxs_bs4_seq512.pickle");
+    let p = &s["prediction"];
+    assert_eq!(p["shape"], serde_json::json!([4, 512]));
+    assert_eq!(
+        p["stream"]["requested_peak_bytes"],
+        target["peak_requested_bytes"]
+    );
+    assert_eq!(
+        p["stream"]["reserved_peak_bytes"],
+        target["peak_reserved_bytes"]
+    );
+    let (b, q, layers) = (4u64, 512u64, 2u64);
+    // With the loss and the backward's first allocation, 4 bytes each, live at the peak.
+    let activations = layers * (2 * b * q * 16384 + b * q * q * 32 + b * q * 8192) + 4 + 4;
+    let line = |name: &str| {
+        p["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l[0] == name)
+            .map(|l| l[1].as_u64().unwrap())
+    };
+    assert_eq!(line("activations"), Some(activations));
+    // Each measured shape predicted from the other three: exact.
+    let held_out = s["stream"]["held_out"].as_array().unwrap();
+    assert_eq!(held_out.len(), 4);
+    for c in held_out {
+        assert_eq!(c["requested_error"], 0.0, "{c}");
+        assert_eq!(c["reserved_error"], 0.0, "{c}");
+    }
+    // No one size is searched for a largest that fits.
+    assert_eq!(s["largest"], serde_json::json!([]));
+    // A plain number is refused where both vary; a shape where one does.
+    let mut args: Vec<&str> = files.to_vec();
+    args.extend(["--target", "2048"]);
+    let (code, _, err) = budget(&args);
+    assert_eq!(code, 2);
+    assert!(err.contains("give BATCHxSEQ (8x1024)"), "{err}");
+    let (code, _, err) = budget(&[
+        "testdata/budget/seq_ctx128.pickle",
+        "testdata/budget/seq_ctx256.pickle",
+        "--target",
+        "2x512",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("varies its sequence length only"), "{err}");
+    // Past twice the largest batch measured.
+    let mut args: Vec<&str> = files.to_vec();
+    args.extend(["--target", "8x512", "--json"]);
+    let (code, v, err) = budget(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(v["series"]["prediction"].is_null());
+    let beyond = &v["series"]["caveats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "beyond_range")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (beyond["target"].as_u64(), beyond["largest"].as_u64()),
+        (Some(8), Some(2))
+    );
+    // Shapes given with --size whose runs' allocations do not match (an optimizer step
+    // with copies in one): refused, saying why.
+    let (code, v, err) = budget(&[
+        "testdata/budget/seq_ctx128.pickle",
+        "testdata/budget/moving_seq256.pickle",
+        "testdata/budget/seq_ctx512.pickle",
+        "--size",
+        "seq_ctx128.pickle=1x128",
+        "--size",
+        "moving_seq256.pickle=2x256",
+        "--size",
+        "seq_ctx512.pickle=1x512",
+        "--target",
+        "2x512",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(v["series"]["prediction"].is_null());
+    assert!(
+        v["series"]["caveats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["kind"] == "product_unmatched"),
+        "{}",
+        v["series"]["caveats"]
+    );
+}

@@ -9,8 +9,8 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use vramlens::analysis::budget::gpus::{DEFAULT_GPUS, Gpu, find};
 use vramlens::analysis::budget::{
-    Caveat, Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, Vary, Verdict,
-    headroom_of, replay_on, report, run_budget, size_from_name,
+    Caveat, Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, TargetSize, Vary, Verdict,
+    headroom_of, replay_on, report, run_budget, shape_from_name, size_from_name,
 };
 use vramlens::analysis::device::choose_device;
 use vramlens::input::ReadOptions;
@@ -211,22 +211,18 @@ fn series_options(
     gpus: &[Gpu],
 ) -> Result<Option<SeriesOptions>> {
     let asked = vary.is_some() || !args.sizes.is_empty() || args.target.is_some();
-    let mut given: Vec<(String, u64)> = Vec::new();
+    let mut given: Vec<(String, TargetSize)> = Vec::new();
     for s in &args.sizes {
         let (file, value) = s
             .rsplit_once('=')
             .ok_or_else(|| anyhow!("--size: expected FILE=VALUE, found {s:?}"))?;
-        let value: u64 = value
-            .trim()
-            .parse()
-            .ok()
-            .filter(|&v| (1..=vramlens::analysis::budget::MAX_SERIES_SIZE).contains(&v))
-            .ok_or_else(|| {
-                anyhow!("--size {s}: expected a whole number from 1 to 2^32 after '='")
-            })?;
+        let value: TargetSize = value.parse().map_err(|_| {
+            anyhow!("--size {s}: expected a whole number from 1 to 2^32 after '=' (or BATCHxSEQ)")
+        })?;
         given.push((file.to_string(), value));
     }
-    let mut sizes: Vec<(usize, u64)> = Vec::new();
+    // Each file's size: given, else from its name (both numbers where it states both).
+    let mut points: Vec<(usize, TargetSize)> = Vec::new();
     let mut kinds: Vec<Vary> = Vec::new();
     for (i, f) in files.iter().enumerate() {
         let shown = f.display().to_string();
@@ -235,18 +231,35 @@ fn series_options(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         if let Some((_, v)) = given.iter().find(|(g, _)| *g == shown || *g == name) {
-            sizes.push((i, *v));
+            if v.shape.is_some() {
+                kinds.push(Vary::BatchSeq);
+            }
+            points.push((i, *v));
             continue;
         }
-        match size_from_name(&name, vary) {
-            Some((k, v)) => {
+        let found = match vary {
+            Some(Vary::BatchSeq) | None => shape_from_name(&name).map(|shape| TargetSize {
+                size: shape.0.saturating_mul(shape.1),
+                shape: Some(shape),
+            }),
+            _ => None,
+        }
+        .or_else(|| {
+            size_from_name(&name, vary.filter(|v| *v != Vary::BatchSeq)).map(|(k, v)| {
                 kinds.push(k);
-                sizes.push((i, v));
-            }
+                TargetSize {
+                    size: v,
+                    shape: None,
+                }
+            })
+        });
+        match found {
+            Some(v) => points.push((i, v)),
             None if asked && files.len() > 1 => bail!(
                 "{shown}: no {} in its name: give --size {shown}=VALUE",
                 match vary {
                     Some(Vary::Batch) => "batch size",
+                    Some(Vary::BatchSeq) => "batch size and sequence length (bs4_seq512)",
                     _ => "size (ctx512, seq256, bs8)",
                 }
             ),
@@ -260,13 +273,28 @@ fn series_options(
             bail!("--size {g}=...: no such file among the inputs");
         }
     }
-    if files.len() < 2 || sizes.len() < files.len() {
+    if files.len() < 2 || points.len() < files.len() {
         if args.target.is_some() {
             bail!(
                 "--target needs a series: two or more snapshots of one workload at different sizes"
             );
         }
         return Ok(None);
+    }
+    // Names that state both: what varies across them decides.
+    let shapes: Vec<(u64, u64)> = points.iter().filter_map(|(_, p)| p.shape).collect();
+    if !shapes.is_empty() && shapes.len() == points.len() && vary.is_none() {
+        let distinct = |f: fn(&(u64, u64)) -> u64| {
+            let mut v: Vec<u64> = shapes.iter().map(f).collect();
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        };
+        kinds.push(match (distinct(|s| s.0) > 1, distinct(|s| s.1) > 1) {
+            (true, true) => Vary::BatchSeq,
+            (true, false) => Vary::Batch,
+            _ => Vary::Seq,
+        });
     }
     kinds.sort_by_key(|k| *k as u8);
     kinds.dedup();
@@ -278,6 +306,64 @@ fn series_options(
             bail!("the file names state both batch sizes and sequence lengths: give --vary")
         }
     };
+    // Each file's size as the series reads it.
+    let mut sizes: Vec<(usize, u64)> = Vec::new();
+    let mut shapes: Vec<(usize, (u64, u64))> = Vec::new();
+    for &(i, p) in &points {
+        match (vary, p.shape) {
+            (Vary::BatchSeq, Some(shape)) => shapes.push((i, shape)),
+            (Vary::BatchSeq, None) => bail!(
+                "{}: batch and sequence both vary: give --size {}=BATCHxSEQ",
+                files[i].display(),
+                files[i].display()
+            ),
+            _ => {}
+        }
+        sizes.push((
+            i,
+            match (vary, p.shape) {
+                (Vary::Batch, Some((b, _))) => b,
+                (Vary::Seq, Some((_, q))) => q,
+                _ => p.size,
+            },
+        ));
+    }
+    let target = match (vary, args.target) {
+        (Vary::BatchSeq, Some(t)) if t.shape.is_none() => {
+            bail!("--target: batch and sequence both vary: give BATCHxSEQ (8x1024)")
+        }
+        (Vary::Batch | Vary::Seq, Some(t)) if t.shape.is_some() => bail!(
+            "--target {}x{}: the series varies its {} only: give one number",
+            t.shape.map_or(0, |s| s.0),
+            t.shape.map_or(0, |s| s.1),
+            if vary == Vary::Seq {
+                "sequence length"
+            } else {
+                "batch size"
+            }
+        ),
+        (_, t) => t,
+    };
+    if vary == Vary::BatchSeq {
+        let mut seen: Vec<(u64, u64)> = shapes.iter().map(|&(_, s)| s).collect();
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            bail!(
+                "two files have batch {} × sequence {}: a series needs one file per shape",
+                w[0].0,
+                w[0].1
+            );
+        }
+        return Ok(Some(SeriesOptions {
+            vary,
+            sizes,
+            shapes,
+            target: target.map(|t| t.size),
+            target_shape: target.and_then(|t| t.shape),
+            gpus: gpus.to_vec(),
+            headroom: 0.0,
+        }));
+    }
     let mut seen: Vec<u64> = sizes.iter().map(|&(_, s)| s).collect();
     seen.sort_unstable();
     if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
@@ -311,7 +397,9 @@ fn series_options(
     Ok(Some(SeriesOptions {
         vary,
         sizes,
-        target: args.target,
+        shapes: Vec::new(),
+        target: target.map(|t| t.size),
+        target_shape: None,
         gpus: gpus.to_vec(),
         // Set once the runs' headroom is known.
         headroom: 0.0,

@@ -50,10 +50,37 @@ fn line_color(line: Line) -> &'static str {
     category_color(category).unwrap_or("#bab0ac")
 }
 
+/// Measured size `k` of a series as said: its size, or its batch × sequence.
+fn size_label(s: &Series, k: usize) -> String {
+    match s.shapes.get(k) {
+        Some((b, q)) => format!("{b}×{q}"),
+        None => s.sizes.get(k).map_or(String::new(), u64::to_string),
+    }
+}
+
+/// The predicted size as said.
+fn predicted_label(p: &crate::analysis::budget::Prediction) -> String {
+    match p.shape {
+        Some((b, q)) => format!("{b}×{q}"),
+        None => p.size.to_string(),
+    }
+}
+
+/// A series' kind, short, for a chart's labels.
+fn vary_short(v: Vary) -> &'static str {
+    match v {
+        Vary::Seq => "seq",
+        Vary::Batch => "batch",
+        // A shape (4×512) says what it is.
+        Vary::BatchSeq => "",
+    }
+}
+
 fn vary_name(v: Vary) -> &'static str {
     match v {
         Vary::Batch => "batch size",
         Vary::Seq => "sequence length",
+        Vary::BatchSeq => "batch size × sequence length",
     }
 }
 
@@ -448,6 +475,7 @@ fn write_fits(
 
 fn caveat_text(c: &Caveat, vary: Vary, runs: &[RunBudget]) -> String {
     match c {
+        Caveat::ProductUnmatched => "batch and sequence both vary and the runs' allocations do not match one to one: only a prediction allocation by allocation follows both (give files that vary one of them)".to_string(),
         Caveat::WeightsDiffer {
             smallest_bytes,
             largest_bytes,
@@ -511,10 +539,10 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
         out,
         "series: {} {}",
         vary_name(s.vary),
-        s.sizes
+        s.runs
             .iter()
-            .zip(&s.runs)
-            .map(|(size, run)| format!("{size} ({})", shown(&r.runs[*run].path)))
+            .enumerate()
+            .map(|(k, run)| format!("{} ({})", size_label(s, k), shown(&r.runs[*run].path)))
             .collect::<Vec<_>>()
             .join(", ")
     )?;
@@ -529,10 +557,12 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
         .any(|c| !matches!(c, Caveat::BeyondRange { .. }));
     let width = 36;
     let mut head = format!("  {:<width$}", "line");
-    for size in &s.sizes {
-        head.push_str(&format!("  {:>10}", size));
+    for k in 0..s.sizes.len() {
+        head.push_str(&format!("  {:>10}", size_label(s, k)));
     }
-    if refused {
+    // Where batch and sequence both vary, only the allocations have laws.
+    let measured_only = refused || s.vary == Vary::BatchSeq;
+    if measured_only {
         writeln!(out, "{head}")?;
     } else {
         writeln!(out, "{head}  grows as")?;
@@ -545,7 +575,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
         for b in &l.measured_bytes {
             row.push_str(&format!("  {:>10}", bytes(*b)));
         }
-        if refused {
+        if measured_only {
             writeln!(out, "{row}")?;
             continue;
         }
@@ -582,7 +612,7 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
                 out,
                 "at {} {}: needs {}{}",
                 vary_name(s.vary),
-                p.size,
+                predicted_label(p),
                 bytes(p.total_bytes),
                 match p.error_band {
                     Some(b) => format!(
@@ -664,7 +694,16 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             write_fits(out, &p.fits, r.headroom, events_of)?;
         }
         None if !refusals.is_empty() => {}
+        None if s.vary == Vary::BatchSeq => {
+            writeln!(out, "  no prediction (give --target BATCHxSEQ, say 8x1024)")?
+        }
         None => writeln!(out, "  no prediction (give --target VALUE)")?,
+    }
+    if s.vary == Vary::BatchSeq && !refused {
+        writeln!(
+            out,
+            "  (batch and sequence both vary: no single largest size is searched; try a --target on each GPU with --check)"
+        )?;
     }
     if !s.largest.is_empty() {
         writeln!(
@@ -739,7 +778,12 @@ fn write_stream_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io:
         };
         return writeln!(
             out,
-            "  by allocation: not predicted, the runs' allocations do not match one to one ({why}); the prediction sums the groups' fits at their peaks"
+            "  by allocation: not predicted, the runs' allocations do not match one to one ({why}){}",
+            if s.vary == Vary::BatchSeq {
+                ""
+            } else {
+                "; the prediction sums the groups' fits at their peaks"
+            }
         );
     }
     let l = st.laws;
@@ -774,11 +818,11 @@ fn write_stream_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io:
         "  each size's own stream replayed through the allocator model gives its recorded peaks within {:.1}% (an inference: the blocks from before recording are allocated first, into an empty allocator)",
         worst * 100.0
     )?;
-    for c in &st.held_out {
+    for (k, c) in st.held_out.iter().enumerate() {
         writeln!(
             out,
             "  held out, replayed: {} predicted from the others: requested {:+.1}%, reserved {:+.1}%",
-            c.size,
+            size_label(s, k),
             c.requested_error * 100.0,
             c.reserved_error * 100.0
         )?;
@@ -1032,18 +1076,31 @@ const CURVES_HEIGHT: f64 = 400.0;
 /// Each measured size's recorded reserved bytes over its stream, and the predicted
 /// size's replayed (the last, marked predicted); none unless the series' allocations
 /// match.
-fn reserved_curves(r: &BudgetReport) -> Vec<(&ReservedCurve, bool)> {
+fn reserved_curves(r: &BudgetReport) -> Vec<(&ReservedCurve, bool, String)> {
     let Some(s) = &r.series else {
         return Vec::new();
     };
-    let mut out: Vec<(&ReservedCurve, bool)> = s
+    let vary = vary_short(s.vary);
+    let mut out: Vec<(&ReservedCurve, bool, String)> = s
         .stream
         .reserved_over_time
         .iter()
-        .map(|c| (c, false))
+        .enumerate()
+        .map(|(k, c)| {
+            (
+                c,
+                false,
+                format!("{vary} {}", size_label(s, k)).trim().to_string(),
+            )
+        })
         .collect();
-    if let Some(at) = s.prediction.as_ref().and_then(|p| p.stream.as_ref()) {
-        out.push((&at.reserved_over_time, true));
+    if let Some(p) = &s.prediction
+        && let Some(at) = &p.stream
+    {
+        let name = format!("{vary} {} (predicted)", predicted_label(p))
+            .trim()
+            .to_string();
+        out.push((&at.reserved_over_time, true, name));
     }
     out
 }
@@ -1054,15 +1111,14 @@ fn draw_reserved_over_time(
     svg: &mut Svg,
     y0: f64,
     width: f64,
-    curves: &[(&ReservedCurve, bool)],
+    curves: &[(&ReservedCurve, bool, String)],
     r: &BudgetReport,
 ) -> io::Result<()> {
-    let vary = r.series.as_ref().map_or(Vary::Seq, |s| s.vary);
     let (left, top_px, plot_h) = (90.0, y0 + 40.0, 280.0);
     let plot_w = width - left - 260.0;
     let highest = curves
         .iter()
-        .flat_map(|(c, _)| c.points.iter().map(|p| p.1))
+        .flat_map(|(c, _, _)| c.points.iter().map(|p| p.1))
         .max()
         .unwrap_or(1)
         .max(1);
@@ -1176,7 +1232,7 @@ fn draw_reserved_over_time(
         )?;
     }
     let n = curves.len();
-    for (k, (curve, predicted)) in curves.iter().enumerate() {
+    for (k, (curve, predicted, name)) in curves.iter().enumerate() {
         // Darker for larger sizes; the prediction in its own colour.
         let stroke = if *predicted {
             "#c0392b".to_string()
@@ -1196,12 +1252,6 @@ fn draw_reserved_over_time(
             pts.push((left + plot_w, y));
         }
         let peak = curve.points.iter().map(|p| p.1).max().unwrap_or(0);
-        let name = format!(
-            "{} {}{}",
-            if vary == Vary::Seq { "seq" } else { "batch" },
-            curve.size,
-            if *predicted { " (predicted)" } else { "" }
-        );
         let tip = format!("{name}: peak reserved {}", bytes(peak));
         svg.polyline(
             &pts,
@@ -1247,11 +1297,9 @@ fn bars(r: &BudgetReport) -> Vec<Bar> {
     for (k, &i) in order.iter().enumerate() {
         let run = &r.runs[i];
         let label = match &r.series {
-            Some(s) => format!(
-                "{} {}",
-                if s.vary == Vary::Seq { "seq" } else { "batch" },
-                s.sizes[k]
-            ),
+            Some(s) => format!("{} {}", vary_short(s.vary), size_label(s, k))
+                .trim()
+                .to_string(),
             None => shown(run.path.rsplit(['/', '\\']).next().unwrap_or(&run.path)).into_owned(),
         };
         bars.push((
@@ -1261,12 +1309,11 @@ fn bars(r: &BudgetReport) -> Vec<Bar> {
         ));
     }
     if let Some(p) = r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
-        let vary = r
-            .series
-            .as_ref()
-            .map_or("", |s| if s.vary == Vary::Seq { "seq" } else { "batch" });
+        let vary = r.series.as_ref().map_or("", |s| vary_short(s.vary));
         bars.push((
-            format!("{vary} {} (predicted)", p.size),
+            format!("{vary} {} (predicted)", predicted_label(p))
+                .trim()
+                .to_string(),
             p.lines.clone(),
             true,
         ));

@@ -991,6 +991,9 @@ fn merge_part(into: &mut CategoryPart, part: CategoryPart) {
 pub enum Vary {
     Batch,
     Seq,
+    /// Both: each run is a batch size by a sequence length, its size their product (its
+    /// tokens).
+    BatchSeq,
 }
 
 impl std::str::FromStr for Vary {
@@ -999,9 +1002,60 @@ impl std::str::FromStr for Vary {
         match s {
             "batch" => Ok(Vary::Batch),
             "seq" => Ok(Vary::Seq),
-            _ => Err(format!("expected batch or seq, found {s:?}")),
+            "batch,seq" | "batch_seq" | "seq,batch" => Ok(Vary::BatchSeq),
+            _ => Err(format!("expected batch, seq or batch,seq, found {s:?}")),
         }
     }
+}
+
+/// A size to predict: a batch size or sequence length, or a batch × sequence shape
+/// (`8x1024`), its size then its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetSize {
+    pub size: u64,
+    pub shape: Option<stream::Shape>,
+}
+
+impl std::fmt::Display for TargetSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.shape {
+            Some((b, s)) => write!(f, "{b}x{s}"),
+            None => write!(f, "{}", self.size),
+        }
+    }
+}
+
+impl std::str::FromStr for TargetSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let whole = |v: &str| -> Result<u64, String> {
+            v.trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_SERIES_SIZE).contains(n))
+                .ok_or_else(|| format!("expected a whole number from 1 to 2^32, found {v:?}"))
+        };
+        match s.split_once(['x', 'X', '×']) {
+            Some((b, q)) => {
+                let shape = (whole(b)?, whole(q)?);
+                Ok(TargetSize {
+                    size: shape.0.saturating_mul(shape.1),
+                    shape: Some(shape),
+                })
+            }
+            None => Ok(TargetSize {
+                size: whole(s)?,
+                shape: None,
+            }),
+        }
+    }
+}
+
+/// The batch size and sequence length a file name states (`bs4_seq512`), both or none.
+pub fn shape_from_name(name: &str) -> Option<stream::Shape> {
+    let b = size_from_name(name, Some(Vary::Batch))?.1;
+    let s = size_from_name(name, Some(Vary::Seq))?.1;
+    Some((b, s))
 }
 
 /// The size a file name states (`ctx512`, `seq_len-2048`, `cl128`; `bs8`, `batch_4`),
@@ -1033,6 +1087,9 @@ pub fn size_from_name(name: &str, vary: Option<Vary>) -> Option<(Vary, u64)> {
     match vary {
         Some(Vary::Seq) => find(&SEQ).map(|n| (Vary::Seq, n)),
         Some(Vary::Batch) => find(&BATCH).map(|n| (Vary::Batch, n)),
+        Some(Vary::BatchSeq) => find(&BATCH)
+            .zip(find(&SEQ))
+            .map(|(b, s)| (Vary::BatchSeq, b.saturating_mul(s))),
         None => match (find(&SEQ), find(&BATCH)) {
             (Some(n), None) => Some((Vary::Seq, n)),
             (None, Some(n)) => Some((Vary::Batch, n)),
@@ -1086,6 +1143,9 @@ pub struct LineFit {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Caveat {
+    /// Batch and sequence both vary and the runs' allocations do not match one to one:
+    /// nothing else predicts such a series.
+    ProductUnmatched,
     /// The runs' weights differ: another model or precision.
     WeightsDiffer {
         smallest_bytes: u64,
@@ -1131,6 +1191,7 @@ impl Caveat {
         matches!(
             self,
             Caveat::WeightsDiffer { .. }
+                | Caveat::ProductUnmatched
                 | Caveat::PrecisionsDiffer { .. }
                 | Caveat::BeyondRange { .. }
                 | Caveat::NotMonotonic { .. }
@@ -1149,6 +1210,8 @@ impl Caveat {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Prediction {
     pub size: u64,
+    /// Its batch size and sequence length, where both vary (`size` is their product).
+    pub shape: Option<stream::Shape>,
     /// Every line, as in a run's budget.
     pub lines: Vec<(Line, u64)>,
     pub total_bytes: u64,
@@ -1294,6 +1357,9 @@ pub struct Series {
     pub vary: Vary,
     /// Sizes, ascending, and the run (index into [`BudgetReport::runs`]) of each.
     pub sizes: Vec<u64>,
+    /// With batch and sequence varying, each size's shape (batch, sequence), in the same
+    /// order; empty otherwise.
+    pub shapes: Vec<stream::Shape>,
     pub runs: Vec<usize>,
     pub lines: Vec<LineFit>,
     pub groups: Vec<GroupTerm>,
@@ -1436,9 +1502,14 @@ fn prediction_at(
 #[derive(Debug, Clone)]
 pub struct SeriesOptions {
     pub vary: Vary,
-    /// The size of each run (index into the runs), as given or read from its name.
+    /// The size of each run (index into the runs), as given or read from its name (with
+    /// batch and sequence varying, its tokens).
     pub sizes: Vec<(usize, u64)>,
+    /// With batch and sequence varying, each run's shape (index into the runs).
+    pub shapes: Vec<(usize, stream::Shape)>,
     pub target: Option<u64>,
+    /// With batch and sequence varying, the target's shape (`target` is its tokens).
+    pub target_shape: Option<stream::Shape>,
     pub gpus: Vec<Gpu>,
     pub headroom: f64,
 }
@@ -1460,14 +1531,37 @@ impl Model<'_> {
 
 /// Fits the runs of a series and predicts the target, with what cannot be trusted.
 pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
-    let mut order: Vec<(u64, usize)> = options.sizes.iter().map(|&(r, s)| (s, r)).collect();
+    let product = options.vary == Vary::BatchSeq;
+    let shape_of = |r: usize| {
+        options
+            .shapes
+            .iter()
+            .find(|&&(i, _)| i == r)
+            .map_or((0, 0), |&(_, s)| s)
+    };
+    let mut order: Vec<(u64, stream::Shape, usize)> = options
+        .sizes
+        .iter()
+        .map(|&(r, s)| (s, shape_of(r), r))
+        .collect();
     order.sort_unstable();
-    let sizes: Vec<u64> = order.iter().map(|&(s, _)| s).collect();
-    let indices: Vec<usize> = order.iter().map(|&(_, r)| r).collect();
+    let sizes: Vec<u64> = order.iter().map(|&(s, _, _)| s).collect();
+    let shapes: Vec<stream::Shape> = if product {
+        order.iter().map(|&(_, s, _)| s).collect()
+    } else {
+        Vec::new()
+    };
+    let indices: Vec<usize> = order.iter().map(|&(_, _, r)| r).collect();
     let series_runs: Vec<&RunBudget> = indices.iter().map(|&i| &runs[i]).collect();
     let mut caveats = workload_caveats(&series_runs, &sizes);
     caveats.extend(few_shared_groups(&series_runs, &indices));
-    let groups = group_terms(&series_runs, &sizes, options.vary);
+    // A call site's bytes at the peak follow no one size where batch and sequence both
+    // vary: only the allocations, matched one to one, predict such a series.
+    let groups = if product {
+        Vec::new()
+    } else {
+        group_terms(&series_runs, &sizes, options.vary)
+    };
     let overhead = overhead_fit(&series_runs, &sizes);
     let outside = series_runs
         .iter()
@@ -1475,14 +1569,26 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         .max()
         .unwrap_or(0);
     let lines = line_fits(&series_runs, &sizes, &groups);
-    let held_out = held_out(&series_runs, &sizes, options.vary, outside);
+    let held_out = if product {
+        Vec::new()
+    } else {
+        held_out(&series_runs, &sizes, options.vary, outside)
+    };
     let streams: Vec<Option<&stream::Stream>> =
         series_runs.iter().map(|r| r.stream.as_deref()).collect();
-    let matched = stream::StreamFit::new(&streams, &sizes, &indices);
+    let matched = stream::StreamFit::new(&streams, &sizes, &indices).map(|f| {
+        if product {
+            f.with_shapes(shapes.clone())
+        } else {
+            f
+        }
+    });
     // A line that shrinks at the peak of a larger size says the runs differ, unless their
     // allocations match one to one: then the peak moved, and the replay follows it.
-    if matched.is_err() {
-        caveats.extend(not_monotonic(&lines, &series_runs));
+    match &matched {
+        Err(_) if product => caveats.push(Caveat::ProductUnmatched),
+        Err(_) => caveats.extend(not_monotonic(&lines, &series_runs)),
+        Ok(_) => {}
     }
     let stream_series = stream_series(&matched, &series_runs);
     // The held-out errors that judge the prediction: the replayed streams' when the
@@ -1518,11 +1624,19 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let largest_measured = sizes.last().copied().unwrap_or(0);
     let refused = caveats.iter().any(Caveat::refuses);
     let prediction = options.target.and_then(|target| {
-        if target > 2 * largest_measured {
-            caveats.push(Caveat::BeyondRange {
-                target,
-                largest: largest_measured,
-            });
+        // Past twice the largest measured: in each of batch and sequence where both vary.
+        let beyond = match options.target_shape {
+            Some((b, s)) => [
+                (b, shapes.iter().map(|x| x.0).max()),
+                (s, shapes.iter().map(|x| x.1).max()),
+            ]
+            .into_iter()
+            .find(|&(t, m)| t > 2 * m.unwrap_or(0))
+            .map(|(t, m)| (t, m.unwrap_or(0))),
+            None => (target > 2 * largest_measured).then_some((target, largest_measured)),
+        };
+        if let Some((target, largest)) = beyond {
+            caveats.push(Caveat::BeyondRange { target, largest });
             return None;
         }
         if refused {
@@ -1534,7 +1648,8 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         }
         Some(p)
     });
-    let largest = if refused {
+    // Where batch and sequence both vary, no one size is searched.
+    let largest = if refused || product {
         Vec::new()
     } else {
         use rayon::prelude::*;
@@ -1552,6 +1667,7 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     Series {
         vary: options.vary,
         sizes,
+        shapes,
         runs: indices,
         lines,
         groups,
@@ -1578,8 +1694,7 @@ fn stream_series(
                 .iter()
                 .map(|r| (r.requested_bytes, r.peak_reserved_bytes))
                 .collect();
-            let largest = f.sizes().last().copied().unwrap_or(0);
-            let (_, laws) = f.sizes_at(largest, &f.all());
+            let (_, laws) = f.sizes_at(f.point(f.sizes().len() - 1), &f.all());
             let (own, held_out) = rayon::join(|| f.own(&recorded), || f.held_out(&recorded));
             let reserved_over_time = f
                 .streams()
@@ -1621,7 +1736,11 @@ fn predict_by_stream(
     indices: &[usize],
 ) {
     use rayon::prelude::*;
-    let (sizes, _) = f.sizes_at(p.size, &f.all());
+    let at = match p.shape {
+        Some(shape) => stream::At::Shape(shape),
+        None => stream::At::Size(p.size),
+    };
+    let (sizes, _) = f.sizes_at(at, &f.all());
     let largest = f.largest();
     let settings = largest.settings().clone();
     let free = largest.replay(&sizes, &settings, None, None);
@@ -1743,7 +1862,7 @@ fn largest_by_replay(
     let settings = s.settings().clone();
     let capacity = gpu.capacity_bytes.saturating_sub(outside);
     let takes = |size: u64| {
-        let (sizes, _) = f.sizes_at(size, &all);
+        let (sizes, _) = f.sizes_at(stream::At::Size(size), &all);
         let r = s.replay(&sizes, &settings, Some(capacity), Some(gpu.capacity_bytes));
         // A stream that runs out of memory does not fit whatever the total.
         fit_replayed(gpu, stream_replayed(s, &r, None), 0, outside, headroom).verdict
@@ -2070,6 +2189,7 @@ fn predict(
     let band = held_out.iter().map(|&(_, e)| e.abs()).reduce(f64::max);
     Prediction {
         size: target,
+        shape: options.target_shape,
         fits: options
             .gpus
             .iter()

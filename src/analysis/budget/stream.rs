@@ -521,6 +521,156 @@ pub fn law_at(xs: &[u64], ys: &[u64], t: u64) -> (u64, Law) {
     (through(&[n - 3, n - 2, n - 1], xs, ys, t), Law::Inexact)
 }
 
+/// A batch size and a sequence length.
+pub type Shape = (u64, u64);
+
+/// The terms a size may have in a batch × sequence series: 1, B·S, B·S², B, S, S² (a
+/// constant, what grows with the tokens, attention's scores, per-sample, per-position
+/// and position-pair buffers), in the order a simpler law is preferred.
+const TERMS: [fn(f64, f64) -> f64; 6] = [
+    |_, _| 1.0,
+    |b, s| b * s,
+    |b, s| b * s * s,
+    |b, _| b,
+    |_, s| s,
+    |_, s| s * s,
+];
+
+/// Whether term `i` of [`TERMS`] is quadratic in the sequence length.
+fn quadratic_term(i: usize) -> bool {
+    i == 2 || i == 5
+}
+
+/// The size at `t` of an allocation measuring `ys` at the shapes `xs` (distinct), and
+/// its law: the fewest of [`TERMS`] (in their order) whose combination holds exactly at
+/// every shape measured, with fewer terms than shapes (so that it is checked by at least
+/// one more). Where none holds, the terms through as many shapes as measured: inexact.
+pub fn law2_at(xs: &[Shape], ys: &[u64], t: Shape) -> (u64, Law) {
+    let n = xs.len();
+    if n == 0 {
+        return (0, Law::Constant);
+    }
+    if ys.iter().all(|&y| y == ys[0]) {
+        return (ys[0], Law::Constant);
+    }
+    let mut fallback = None;
+    for k in 1..=n.min(TERMS.len()) {
+        // Every law of `k` terms that holds: where two disagree at `t`, the shapes
+        // measured cannot tell them apart (two sequence lengths fit any two terms in it).
+        let mut found: Option<(u64, Law)> = None;
+        for terms in subsets(TERMS.len(), k) {
+            let Some(c) = solve(xs, ys, &terms) else {
+                continue;
+            };
+            let at = |(b, s): Shape| -> f64 {
+                terms
+                    .iter()
+                    .zip(&c)
+                    .map(|(&i, c)| c * TERMS[i](b as f64, s as f64))
+                    .sum()
+            };
+            let holds = xs
+                .iter()
+                .zip(ys)
+                .all(|(&x, &y)| (at(x) - y as f64).abs() < 0.5);
+            if !holds {
+                continue;
+            }
+            let v = at(t).round().max(0.0) as u64;
+            let law = if terms.iter().any(|&i| quadratic_term(i)) {
+                Law::Quadratic
+            } else if terms == [0] {
+                Law::Constant
+            } else {
+                Law::Linear
+            };
+            if k == n {
+                fallback.get_or_insert((v, Law::Inexact));
+                continue;
+            }
+            match found {
+                None => found = Some((v, law)),
+                Some((w, _)) if w.abs_diff(v) > 0 => return (w, Law::Inexact),
+                Some(_) => {}
+            }
+        }
+        if let Some(f) = found {
+            return f;
+        }
+    }
+    fallback.unwrap_or((ys[n - 1], Law::Inexact))
+}
+
+/// The subsets of `0..n` with `k` members, each ascending, in lexicographic order.
+fn subsets(n: usize, k: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut cur = Vec::with_capacity(k);
+    fn go(start: usize, n: usize, k: usize, cur: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if cur.len() == k {
+            out.push(cur.clone());
+            return;
+        }
+        for i in start..n {
+            cur.push(i);
+            go(i + 1, n, k, cur, out);
+            cur.pop();
+        }
+    }
+    go(0, n, k, &mut cur, &mut out);
+    out
+}
+
+/// The coefficients of `terms` fitted to (xs, ys) by elimination with the largest pivot
+/// (each term scaled to 1 at its largest): None where the shapes cannot tell the terms
+/// apart.
+fn solve(xs: &[Shape], ys: &[u64], terms: &[usize]) -> Option<Vec<f64>> {
+    let k = terms.len();
+    let scale: Vec<f64> = terms
+        .iter()
+        .map(|&i| {
+            xs.iter()
+                .map(|&(b, s)| TERMS[i](b as f64, s as f64).abs())
+                .fold(0.0, f64::max)
+                .max(1e-300)
+        })
+        .collect();
+    let y_scale = ys.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let mut rows: Vec<Vec<f64>> = xs
+        .iter()
+        .zip(ys)
+        .map(|(&(b, s), &y)| {
+            let mut r: Vec<f64> = terms
+                .iter()
+                .zip(&scale)
+                .map(|(&i, sc)| TERMS[i](b as f64, s as f64) / sc)
+                .collect();
+            r.push(y as f64 / y_scale);
+            r
+        })
+        .collect();
+    for j in 0..k {
+        let p = (j..rows.len()).max_by(|&a, &b| rows[a][j].abs().total_cmp(&rows[b][j].abs()))?;
+        if rows[p][j].abs() < 1e-9 {
+            return None;
+        }
+        rows.swap(j, p);
+        let pivot = rows[j].clone();
+        for (r, row) in rows.iter_mut().enumerate() {
+            let f = row[j] / pivot[j];
+            if r != j && f != 0.0 {
+                for (x, p) in row[j..].iter_mut().zip(&pivot[j..]) {
+                    *x -= f * p;
+                }
+            }
+        }
+    }
+    Some(
+        (0..k)
+            .map(|j| rows[j][k] / rows[j][j] * y_scale / scale[j])
+            .collect(),
+    )
+}
+
 /// The polynomial through the points `at` of (xs, ys), evaluated at `t` (Lagrange, in
 /// f64: exact laws of real sizes round back to their integer), never below 0.
 fn through(at: &[usize], xs: &[u64], ys: &[u64], t: u64) -> u64 {
@@ -558,6 +708,16 @@ pub struct StreamFit<'a> {
     /// The streams, by ascending size.
     streams: Vec<&'a Stream>,
     sizes: Vec<u64>,
+    /// Each run's batch size and sequence length, where both vary (the sizes are then
+    /// their tokens).
+    shapes: Option<Vec<Shape>>,
+}
+
+/// Where a stream is predicted: a size of a series that varies one thing, or a shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    Size(u64),
+    Shape(Shape),
 }
 
 impl<'a> StreamFit<'a> {
@@ -595,7 +755,22 @@ impl<'a> StreamFit<'a> {
         Ok(StreamFit {
             streams: got,
             sizes: sizes.to_vec(),
+            shapes: None,
         })
+    }
+
+    /// The runs' shapes, where batch and sequence both vary (by the same order).
+    pub fn with_shapes(mut self, shapes: Vec<Shape>) -> StreamFit<'a> {
+        self.shapes = Some(shapes);
+        self
+    }
+
+    /// Where run `k` was measured.
+    pub fn point(&self, k: usize) -> At {
+        match &self.shapes {
+            Some(s) => At::Shape(s[k]),
+            None => At::Size(self.sizes[k]),
+        }
     }
 
     /// The largest size's stream: the order the prediction keeps.
@@ -605,8 +780,21 @@ impl<'a> StreamFit<'a> {
 
     /// Each allocation's size at `t`, fitted on the runs `from` (indices by ascending
     /// size), and how many follow each law.
-    pub fn sizes_at(&self, t: u64, from: &[usize]) -> (Vec<u64>, LawCounts) {
+    pub fn sizes_at(&self, t: At, from: &[usize]) -> (Vec<u64>, LawCounts) {
         let xs: Vec<u64> = from.iter().map(|&i| self.sizes[i]).collect();
+        let shapes: Vec<Shape> = self
+            .shapes
+            .as_ref()
+            .map(|s| from.iter().map(|&i| s[i]).collect())
+            .unwrap_or_default();
+        // A shape's laws are searched once for each set of measured sizes.
+        let mut known: crate::model::frames::FxMap<Vec<u64>, (u64, Law)> = Default::default();
+        let mut law = |ys: &[u64]| match t {
+            At::Size(t) => law_at(&xs, ys, t),
+            At::Shape(t) => *known
+                .entry(ys.to_vec())
+                .or_insert_with(|| law2_at(&shapes, ys, t)),
+        };
         let mut counts = LawCounts::default();
         let mut ys = vec![0u64; from.len()];
         let sizes = (0..self.largest().sizes.len())
@@ -614,7 +802,7 @@ impl<'a> StreamFit<'a> {
                 for (y, &i) in ys.iter_mut().zip(from) {
                     *y = self.streams[i].sizes[k];
                 }
-                let (v, law) = law_at(&xs, &ys, t);
+                let (v, law) = law(&ys);
                 match law {
                     Law::Constant => counts.constant += 1,
                     Law::Linear => counts.linear += 1,
@@ -708,7 +896,7 @@ impl StreamFit<'_> {
             .into_par_iter()
             .map(|k| {
                 let from: Vec<usize> = (0..n).filter(|&i| i != k).collect();
-                let (sizes, _) = self.sizes_at(self.sizes[k], &from);
+                let (sizes, _) = self.sizes_at(self.point(k), &from);
                 let s = self.streams[k];
                 let r = s.replay(&sizes, &s.settings, None, None);
                 StreamCheck::new(self.sizes[k], &r, recorded[k])
@@ -741,5 +929,39 @@ mod tests {
         assert_eq!(law_at(&[1, 2, 3, 4], &[1, 4, 9, 17], 5), (28, Law::Inexact));
         // Never below zero.
         assert_eq!(law_at(&[2, 4], &[10, 4], 10), (0, Law::Linear));
+    }
+
+    #[test]
+    fn batch_by_sequence_laws_by_hand() {
+        // Three sequence lengths: with two, any two terms in the length fit.
+        let xs = [(1, 128), (2, 128), (2, 256), (1, 512)];
+        let t = (4, 512);
+        let y = |f: fn(u64, u64) -> u64| xs.map(|(b, s)| f(b, s));
+        // The weights; 16 KiB a token; 32 bytes a token pair; 1 MiB + 8 KiB a token.
+        assert_eq!(law2_at(&xs, &y(|_, _| 4096), t), (4096, Law::Constant));
+        assert_eq!(
+            law2_at(&xs, &y(|b, s| b * s * 16384), t),
+            (4 * 512 * 16384, Law::Linear)
+        );
+        assert_eq!(
+            law2_at(&xs, &y(|b, s| b * s * s * 32), t),
+            (4 * 512 * 512 * 32, Law::Quadratic)
+        );
+        assert_eq!(
+            law2_at(&xs, &y(|b, s| (1 << 20) + b * s * 8192), t),
+            ((1 << 20) + 4 * 512 * 8192, Law::Linear)
+        );
+        // A per-position buffer, and scores beside a per-sample one.
+        assert_eq!(law2_at(&xs, &y(|_, s| s * 4), t), (2048, Law::Linear));
+        assert_eq!(
+            law2_at(&xs, &y(|b, s| b * s * s * 2 + b * 100), t),
+            (4 * 512 * 512 * 2 + 400, Law::Quadratic)
+        );
+        // Two sequence lengths only: two terms in the length fit any size, and disagree.
+        let two = [(1, 128), (2, 128), (2, 256), (4, 256)];
+        let ys = two.map(|(b, s)| b * s * s * 2 + b * 100);
+        assert_eq!(law2_at(&two, &ys, t).1, Law::Inexact);
+        // Four shapes no pair or triple of terms holds at: through all four, inexact.
+        assert_eq!(law2_at(&xs, &[1, 7, 3, 100], t).1, Law::Inexact);
     }
 }
