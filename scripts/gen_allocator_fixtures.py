@@ -304,6 +304,26 @@ def oom_retry():
     x.write("oom_retry.pickle")
 
 
+def tie_break():
+    """Two free 8 MiB blocks of one size: the allocator takes the lower address, which
+    leaves the upper one to merge into a 20 MiB block for a 20 MiB request: 40 MiB
+    reserved at most. Taking the upper one instead leaves no 20 MiB block: a third
+    segment, 60 MiB."""
+    x = Fixture()
+    x.segment_alloc(A, 20 * MiB)
+    x.alloc(A, 8 * MiB, 8 * MiB)                  # [A, 8 MiB]; 12 MiB left, split off
+    x.alloc(A + 8 * MiB, 12 * MiB, 12 * MiB)      # the 12 MiB left, exactly
+    x.segment_alloc(B, 20 * MiB)
+    x.alloc(B, 8 * MiB, 8 * MiB)
+    x.alloc(B + 8 * MiB, 12 * MiB, 12 * MiB)
+    x.free(A)                                     # [A, 8 MiB] free
+    x.free(B)                                     # [B, 8 MiB] free: equal sizes
+    x.alloc(A, 8 * MiB, 8 * MiB)                  # the lower address of the two
+    x.free(B + 8 * MiB)                           # merges with [B, 8 MiB]: 20 MiB free
+    x.alloc(B, 20 * MiB, 20 * MiB)                # no new segment
+    x.write("tie_break.pickle")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=OUT, help="folder to write (default: testdata/allocator)")
@@ -314,3 +334,4 @@ if __name__ == "__main__":
     expandable()
     pending_frees()
     oom_retry()
+    tie_break()

@@ -200,7 +200,7 @@ fn one_unlimited_replay_serves_every_capacity_above_its_peak() {
                 .iter()
                 .map(|&c| (c, c + 512 * MIB))
                 .collect();
-            let each = run_each(&p, &settings, &devices);
+            let (_, each) = run_each(&p, &settings, &devices);
             for (&(capacity, total), got) in devices.iter().zip(each) {
                 let alone = run(
                     &p,
@@ -214,4 +214,21 @@ fn one_unlimited_replay_serves_every_capacity_above_its_peak() {
             }
         }
     }
+}
+
+/// The order of equal free blocks, worked out by hand in the generator: the recording
+/// (the lower address first) reserves 40 MiB at most; the upper first leaves no 20 MiB
+/// block for the last request, which takes a third 20 MiB segment: 60 MiB.
+#[test]
+fn taking_the_upper_of_equal_blocks_needs_a_third_segment() {
+    use vramlens::allocator::scenario::{unlimited, unlimited_highest_first};
+    let (_, p) = exact("tie_break.pickle", None);
+    let (lowest, _) = unlimited(&p, &p.settings, false).unwrap();
+    assert_eq!(lowest.peak_reserved_bytes, 40 * MIB);
+    let (highest, _) = unlimited_highest_first(&p, &p.settings).unwrap();
+    assert_eq!(highest.peak_reserved_bytes, 60 * MIB);
+    assert_eq!(
+        highest.stats.segment_allocs - lowest.stats.segment_allocs,
+        1
+    );
 }

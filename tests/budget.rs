@@ -1571,3 +1571,28 @@ fn a_batch_by_sequence_series_is_predicted_to_the_byte() {
         v["series"]["caveats"]
     );
 }
+
+/// The replay's sensitivity to the order of equal free blocks is a spread the headroom
+/// reads: on testdata/allocator/tie_break.pickle (worked out by hand: 40 MiB reserved in
+/// PyTorch's order, 60 MiB the other way) it is (60 - 40) / 60, over the assumed 10%;
+/// where the order changes nothing and nothing repeats, 10% stays assumed.
+#[test]
+fn the_order_of_equal_free_blocks_is_a_spread_of_the_headroom() {
+    const MIB: u64 = 1 << 20;
+    let (code, v, err) = budget(&["testdata/allocator/tie_break.pickle", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        v["runs"][0]["tie_break"],
+        serde_json::json!({"peak_reserved_bytes": 40 * MIB, "highest_first_bytes": 60 * MIB})
+    );
+    let h = &v["headroom_evidence"];
+    assert_eq!(h["source"], "observed");
+    assert_eq!(h["fraction"], 0.3333);
+    assert_eq!(h["spreads"][0]["kind"], "tie_break");
+    let (code, v, err) = budget(&["testdata/budget/moving_seq512.pickle", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let t = &v["runs"][0]["tie_break"];
+    assert_eq!(t["peak_reserved_bytes"], t["highest_first_bytes"]);
+    assert_eq!(v["headroom_evidence"]["source"], "assumed");
+    assert_eq!(v["headroom_evidence"]["fraction"], 0.1);
+}

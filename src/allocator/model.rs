@@ -194,6 +194,10 @@ pub struct Allocator {
     /// Free blocks by address, made by the first [`Allocator::allocate_at`] (a replay
     /// that follows a recording and departed from it) and kept from then on.
     free_by_addr: Option<BTreeMap<u64, u32>>,
+    /// Among free blocks of the best-fitting size, take the highest address rather than
+    /// the lowest (PyTorch's order): a what-if of how much the peak depends on which of
+    /// equal blocks is taken.
+    highest_first: bool,
     pub stats: Stats,
 }
 
@@ -215,6 +219,12 @@ pub struct Stats {
 }
 
 impl Allocator {
+    /// From now on, of the free blocks of the best-fitting size, take the one at the
+    /// highest address (a what-if: PyTorch takes the lowest).
+    pub fn take_highest_first(&mut self) {
+        self.highest_first = true;
+    }
+
     pub fn new(settings: Settings, profile: Profile, total_memory: Option<u64>) -> Allocator {
         let mut a = Allocator {
             settings,
@@ -232,6 +242,7 @@ impl Allocator {
             requested: 0,
             released: 0,
             free_by_addr: None,
+            highest_first: false,
             stats: Stats::default(),
         };
         // The default pools first: garbage collection and `empty_cache` walk them by name.
@@ -667,7 +678,18 @@ impl Allocator {
             return None;
         }
         let mut chosen = first;
-        if self.b(first).expandable != NIL {
+        if self.highest_first && self.b(first).expandable == NIL {
+            let size = self.b(first).size;
+            if let Some((_, &last)) = p
+                .free
+                .range((stream, size, 0)..=(stream, size, u64::MAX))
+                .next_back()
+                && self.b(last).expandable == NIL
+            {
+                chosen = last;
+            }
+        }
+        if self.b(chosen).expandable != NIL {
             if expandable_active {
                 // Best fit by the size a block can grow to: prefer one that needs no new
                 // pages.

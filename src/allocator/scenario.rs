@@ -110,9 +110,19 @@ pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
 fn replay(
     p: &Prepared,
     sc: &Scenario,
+    search: Option<&mut Search>,
+) -> Result<Outcome, StartDoesNotFit> {
+    let r = Replay::start(p, sc)?;
+    replay_from(p, sc, r, search)
+}
+
+/// [`replay`] from a started replay.
+fn replay_from(
+    p: &Prepared,
+    sc: &Scenario,
+    mut r: Replay,
     mut search: Option<&mut Search>,
 ) -> Result<Outcome, StartDoesNotFit> {
-    let mut r = Replay::start(p, sc)?;
     let mut out = Outcome {
         peak_reserved_bytes: r.a.reserved(),
         peak_event: None,
@@ -172,6 +182,21 @@ fn replay(
     Ok(out)
 }
 
+/// The replay with no limit under `settings`, of the free blocks of the best-fitting size
+/// taking the one at the highest address rather than the lowest: how much the peak
+/// depends on which of equal blocks the allocator takes (an order PyTorch fixes, but
+/// one that another run's addresses would shift).
+pub fn unlimited_highest_first(p: &Prepared, settings: &Settings) -> Unlimited {
+    let sc = Scenario {
+        settings: settings.clone(),
+        capacity: None,
+        total_memory: None,
+    };
+    let mut r = Replay::start(p, &sc)?;
+    r.a.take_highest_first();
+    replay_from(p, &sc, r, None).map(|o| (o, None))
+}
+
 /// Whether a replay under `settings` at `capacity` is the replay with no limit, known to
 /// peak at `unlimited_peak` with no OOM: without a memory fraction the device's total
 /// changes nothing until memory runs out, and it never runs out below that peak.
@@ -180,12 +205,13 @@ pub fn limit_changes_nothing(settings: &Settings, unlimited_peak: u64, capacity:
 }
 
 /// [`run`] at each of `devices` (capacity for the allocator, total memory) under
-/// `settings`: one replay with no limit serves every device it does not exceed.
+/// `settings`: one replay with no limit serves every device it does not exceed. Also
+/// that replay, where it ran without an OOM (None: a memory fraction is set).
 pub fn run_each(
     p: &Prepared,
     settings: &Settings,
     devices: &[(u64, u64)],
-) -> Vec<Result<Outcome, StartDoesNotFit>> {
+) -> (Option<Outcome>, Vec<Result<Outcome, StartDoesNotFit>>) {
     use rayon::prelude::*;
     let free = settings
         .memory_fraction
@@ -194,7 +220,7 @@ pub fn run_each(
         .and_then(|u| u.ok())
         .map(|(o, _)| o)
         .filter(|o| o.first_oom.is_none());
-    devices
+    let each = devices
         .par_iter()
         .map(|&(capacity, total)| match &free {
             Some(o) if limit_changes_nothing(settings, o.peak_reserved_bytes, capacity) => {
@@ -209,7 +235,8 @@ pub fn run_each(
                 },
             ),
         })
-        .collect()
+        .collect();
+    (free, each)
 }
 
 /// The replay with no limit: its outcome, and what searching capacities needs of it (None

@@ -71,15 +71,16 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                     let with_lines = files.len() > 1 && (args.device.is_some() || count == 1);
                     let mut run =
                         run_budget(&snap, &info.path, this, &options, outside, with_lines);
-                    let (replays, stream) = replay_on(
+                    let replayed = replay_on(
                         &snap,
                         device,
                         &gpus,
                         run.outside.counted_bytes,
                         run.alloc_lines.as_deref(),
                     );
-                    run.replays = replays;
-                    run.stream = stream.map(std::sync::Arc::new);
+                    run.replays = replayed.gpus;
+                    run.stream = replayed.stream.map(std::sync::Arc::new);
+                    run.tie_break = replayed.tie_break;
                     // Kept in the stream: no longer needed.
                     run.alloc_lines = None;
                     Ok(run)

@@ -879,6 +879,10 @@ fn headroom_text(h: &Headroom, runs: &[RunBudget]) -> String {
                     s.count,
                     shown(&run.path)
                 ),
+                SpreadKind::TieBreak => format!(
+                    "the most reserved replaying {} with equal free blocks taken highest address first or lowest (PyTorch's order)",
+                    shown(&run.path)
+                ),
             };
             format!(
                 "{what}, {} to {}: {}",
@@ -895,6 +899,18 @@ fn headroom_text(h: &Headroom, runs: &[RunBudget]) -> String {
             percent(h.fraction),
             spreads.join("; ")
         ),
+        HeadroomSource::Assumed if !h.spreads.is_empty() => {
+            // Only the order of equal free blocks was tried: it moved the peak less.
+            let s = &h.spreads[0];
+            format!(
+                "with {} headroom (assumed: no step or device repeats in the files to show how much the peak varies; taking equal free blocks in the other order moves the reserved peak of {} by {} ({} to {}); --headroom PCT sets it)",
+                percent(h.fraction),
+                shown(&runs[s.run].path),
+                percent(s.spread),
+                bytes(s.smallest_bytes),
+                bytes(s.largest_bytes)
+            )
+        }
         HeadroomSource::Assumed => format!(
             "with {} headroom (assumed: no step or device repeats in the files to show how much the peak varies; --headroom PCT sets it)",
             percent(h.fraction)

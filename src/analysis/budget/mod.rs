@@ -228,6 +228,9 @@ pub struct RunBudget {
     /// optimizer step, or with a forward where the trace has none), in order: how much
     /// the peak moves from step to step.
     pub step_peaks: Vec<u64>,
+    /// The peak of reserved bytes replayed with equal free blocks taken in the other
+    /// order (null: no trace, or more than [`MAX_TIE_BREAK_ALLOCATIONS`] allocations).
+    pub tie_break: Option<TieBreak>,
     /// (call site, category) -> requested bytes at the peak, for series fits.
     #[serde(skip)]
     pub groups: BTreeMap<(String, String), u64>,
@@ -285,19 +288,39 @@ pub struct Replayed {
     pub start_does_not_fit: bool,
 }
 
-/// Replays a run at each GPU's capacity less `outside`: one [`Replayed`] per GPU, or
-/// none when the device has no trace to replay; and the run's stream, for a series.
+/// How much a run's peak of reserved bytes depends on which of equal free blocks the
+/// allocator takes: its replay with no limit in PyTorch's order (the lowest address
+/// first) and in the other (the highest first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TieBreak {
+    pub peak_reserved_bytes: u64,
+    pub highest_first_bytes: u64,
+}
+
+/// The runs whose order of equal blocks is tried (one more replay each): past it, none.
+pub const MAX_TIE_BREAK_ALLOCATIONS: u64 = 200_000;
+
+/// What replaying a run gives: one [`Replayed`] per GPU (none when the device has no
+/// trace to replay), its stream for a series, and its [`TieBreak`].
+#[derive(Debug, Default)]
+pub struct RunReplays {
+    pub gpus: Vec<(String, Replayed)>,
+    pub stream: Option<stream::Stream>,
+    pub tie_break: Option<TieBreak>,
+}
+
+/// Replays a run at each GPU's capacity less `outside`.
 pub fn replay_on(
     snap: &Snapshot,
     device: i64,
     gpus: &[Gpu],
     outside: u64,
     lines: Option<&AllocLines>,
-) -> (Vec<(String, Replayed)>, Option<stream::Stream>) {
+) -> RunReplays {
     use crate::allocator::identity::{Prepared, check};
-    use crate::allocator::scenario::run_each;
+    use crate::allocator::scenario::{run_each, unlimited_highest_first};
     let Ok(p) = Prepared::new(snap, device, None) else {
-        return (Vec::new(), None);
+        return RunReplays::default();
     };
     let (exact, outcomes) = rayon::join(
         || check(snap, &p).exact(),
@@ -306,7 +329,20 @@ pub fn replay_on(
                 .iter()
                 .map(|g| (g.capacity_bytes.saturating_sub(outside), g.capacity_bytes))
                 .collect();
-            let outcomes = run_each(&p, &p.settings, &devices);
+            let ((free, outcomes), highest) = rayon::join(
+                || run_each(&p, &p.settings, &devices),
+                || {
+                    (p.requests.allocs <= MAX_TIE_BREAK_ALLOCATIONS)
+                        .then(|| unlimited_highest_first(&p, &p.settings).ok())
+                        .flatten()
+                        .filter(|(o, _)| o.first_oom.is_none())
+                        .map(|(o, _)| o.peak_reserved_bytes)
+                },
+            );
+            let tie_break = free.zip(highest).map(|(f, h)| TieBreak {
+                peak_reserved_bytes: f.peak_reserved_bytes,
+                highest_first_bytes: h,
+            });
             // Where memory runs out, whether expandable segments let it through.
             let short: Vec<usize> = (0..gpus.len())
                 .filter(|&i| outcomes[i].as_ref().is_ok_and(|o| o.first_oom.is_some()))
@@ -318,14 +354,14 @@ pub fn replay_on(
                     ..p.settings.clone()
                 };
                 let at: Vec<(u64, u64)> = short.iter().map(|&i| devices[i]).collect();
-                for (&i, o) in short.iter().zip(run_each(&p, &s, &at)) {
+                for (&i, o) in short.iter().zip(run_each(&p, &s, &at).1) {
                     with_expandable[i] = Some(o.is_ok_and(|e| e.first_oom.is_none()));
                 }
             }
-            (outcomes, with_expandable)
+            (outcomes, with_expandable, tie_break)
         },
     );
-    let (outcomes, with_expandable) = outcomes;
+    let (outcomes, with_expandable, tie_break) = outcomes;
     let replays = gpus
         .iter()
         .zip(outcomes)
@@ -353,7 +389,11 @@ pub fn replay_on(
             (g.name.clone(), replayed)
         })
         .collect();
-    (replays, lines.map(|l| stream::Stream::of(&p, l)))
+    RunReplays {
+        gpus: replays,
+        stream: lines.map(|l| stream::Stream::of(&p, l)),
+        tie_break,
+    }
 }
 
 /// A budget against one device.
@@ -956,6 +996,7 @@ pub fn budget_of(
         settings: layout_settings(snap),
         replays: Vec::new(),
         stream: None,
+        tie_break: None,
         alloc_lines: None,
     }
 }
@@ -2295,6 +2336,11 @@ pub enum SpreadKind {
     /// The most reserved in each of files whose names differ only in their digits
     /// (`rank0`, `rank1`) and that hold the same weights: the ranks of one job.
     Ranks,
+    /// The most reserved in a run's replay with equal free blocks taken lowest address
+    /// first (PyTorch's order) and highest first ([`RunBudget::tie_break`]): how much the
+    /// peak hangs on an order other addresses would shift. Not a run-to-run spread: alone
+    /// it raises the assumed headroom, never lowers it.
+    TieBreak,
 }
 
 /// How much a peak varied where the files repeat it.
@@ -2371,11 +2417,23 @@ pub fn headroom_of(runs: &[RunBudget], given: Option<f64>, series: bool) -> Head
         };
         spreads.push(spread(kind, members[0], &peaks));
     }
+    let repeats = !spreads.is_empty();
+    spreads.extend(runs.iter().enumerate().filter_map(|(i, r)| {
+        r.tie_break.map(|t| {
+            spread(
+                SpreadKind::TieBreak,
+                i,
+                &[t.peak_reserved_bytes, t.highest_first_bytes],
+            )
+        })
+    }));
     spreads.sort_by(|a, b| b.spread.total_cmp(&a.spread).then(a.run.cmp(&b.run)));
     let (fraction, source) = match (given, spreads.first()) {
         (Some(g), _) => (g, HeadroomSource::Given),
-        (None, Some(s)) => (s.spread, HeadroomSource::Observed),
-        (None, None) => (ASSUMED_HEADROOM, HeadroomSource::Assumed),
+        (None, Some(s)) if repeats || s.spread > ASSUMED_HEADROOM => {
+            (s.spread, HeadroomSource::Observed)
+        }
+        (None, _) => (ASSUMED_HEADROOM, HeadroomSource::Assumed),
     };
     Headroom {
         fraction,

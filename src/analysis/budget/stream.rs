@@ -542,7 +542,7 @@ fn quadratic_term(i: usize) -> bool {
 }
 
 /// The size at `t` of an allocation measuring `ys` at the shapes `xs` (distinct), and
-/// its law: the fewest of [`TERMS`] (in their order) whose combination holds exactly at
+/// its law: the fewest of the terms 1, B·S, B·S², B, S, S² (in that order) whose combination holds exactly at
 /// every shape measured, with fewer terms than shapes (so that it is checked by at least
 /// one more). Where none holds, the terms through as many shapes as measured: inexact.
 pub fn law2_at(xs: &[Shape], ys: &[u64], t: Shape) -> (u64, Law) {
