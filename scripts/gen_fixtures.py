@@ -1704,7 +1704,7 @@ def budget_forward(sim, batch, seq):
     return acts
 
 
-def make_budget_run(seed, batch, seq, step_copies=0):
+def make_budget_run(seed, batch, seq, step_copies=0, loss_bytes=4):
     """PyTorch 2.6, Python stacks: building the model, a first step (forward, backward,
     AdamW), then a second forward: its end is the peak, holding the weights, the first
     step's gradients and optimizer state, and the second forward's activations.
@@ -1720,7 +1720,7 @@ def make_budget_run(seed, batch, seq, step_copies=0):
         sim.malloc(size, "my_init")
 
     def forward():
-        return budget_forward(sim, batch, seq), sim.malloc(4, "my_loss")
+        return budget_forward(sim, batch, seq), sim.malloc(loss_bytes, "my_loss")
 
     acts, loss = forward()
     first = sim.malloc(4, "backward_call")
@@ -1849,6 +1849,10 @@ def main(argv=None):
     for t in (128, 256, 512):
         add("budget/attn_seq%d.pickle" % t,
             pickle.dumps(make_cat_attention_bench(t, 700 + t), protocol=4))
+    # A second run at 512 tokens whose loss holds 8 MiB, not 4 bytes: a repeat of the
+    # size that reserves more.
+    add("budget/seq_ctx512_rerun.pickle",
+        pickle.dumps(make_budget_run(1300, 2, 512, loss_bytes=8 * MiB), protocol=4))
     # Batch and sequence both varying: four shapes measured (three sequence lengths, so
     # that a law in the length is told apart), and 4 x 512 to predict.
     for b, t in ((1, 128), (2, 128), (2, 256), (1, 512), (4, 512)):
@@ -1993,6 +1997,7 @@ of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an out
 - `budget/seq_ctx{128,256,512,1024}.pickle`: batch 2, sequence length 128 to 1024.
 - `budget/seq_ctx512_bf16.pickle`: the 512 run again, its name stating another precision.
 - `budget/steps.pickle`: the `seq_ctx` model trained five steps, one per batch of 512, 448, 512, 384 and 512 tokens (batch 2): after the first, the steps' peaks differ by the activations of 384 and 512 tokens.
+- `budget/seq_ctx512_rerun.pickle`: `seq_ctx512` again, its loss 8 MiB rather than 4 bytes (a repeat of the size that reserves more).
 - `budget/bxs_bs{1,2,2,1,4}_seq{128,128,256,512,512}.pickle`: the `seq_ctx` run at five batch × sequence shapes; the first four are a series that varies both (three sequence lengths), the last the shape to predict (batch 4, 512 tokens).
 - `budget/moving_seq{128,256,512,1024}.pickle`: the `seq_ctx` runs with an optimizer step that makes 8 temporary copies of the parameters (160 MiB): up to 512 tokens the peak is in the optimizer step (the forward's activations, 160 KiB a token and 128 bytes a token pair, are smaller); at 1024 (288 MiB of activations) it is at the end of the second forward.
 - `budget/attn_seq{128,256,512}.pickle`: `categories/attention_bench.pickle` at sequence lengths 128 to 512: Q, K, V and the output 4 KiB a token, scores and weights 128 bytes a (token, token) pair, the 16 MiB flush buffer constant.

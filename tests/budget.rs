@@ -1596,3 +1596,57 @@ fn the_order_of_equal_free_blocks_is_a_spread_of_the_headroom() {
     assert_eq!(v["headroom_evidence"]["source"], "assumed");
     assert_eq!(v["headroom_evidence"]["fraction"], 0.1);
 }
+
+/// Two files of one size in a series are repeated runs: the spread of their reserved
+/// peaks (scripts/expected.py's) is headroom evidence, and the one that reserved the
+/// most stands for the size.
+#[test]
+fn repeated_runs_of_a_size_are_a_spread_of_the_headroom() {
+    let (code, v, err) = budget(&[
+        "testdata/budget/seq_ctx128.pickle",
+        "testdata/budget/seq_ctx256.pickle",
+        "testdata/budget/seq_ctx512.pickle",
+        "testdata/budget/seq_ctx512_rerun.pickle",
+        "--target",
+        "1024",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let once = expected_device("testdata/budget/seq_ctx512.pickle")["peak_reserved_bytes"]
+        .as_u64()
+        .unwrap();
+    let again = expected_device("testdata/budget/seq_ctx512_rerun.pickle")["peak_reserved_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(again > once);
+    let spread = ((again - once) as f64 / again as f64 * 10_000.0).round() / 10_000.0;
+    let h = &v["headroom_evidence"];
+    let repeats = h["spreads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "repeats")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (
+            repeats["smallest_bytes"].as_u64(),
+            repeats["largest_bytes"].as_u64()
+        ),
+        (Some(once), Some(again))
+    );
+    assert_eq!(repeats["spread"], spread);
+    assert_eq!(h["source"], "observed");
+    assert!(h["fraction"].as_f64().unwrap() >= spread);
+    assert_eq!(v["series"]["sizes"], serde_json::json!([128, 256, 512]));
+    assert_eq!(v["series"]["runs"], serde_json::json!([0, 1, 3]));
+    // One size only is no series: with a target, refused.
+    let (code, _, err) = budget(&[
+        "testdata/budget/seq_ctx512.pickle",
+        "testdata/budget/seq_ctx512_rerun.pickle",
+        "--target",
+        "1024",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("a series needs two sizes at least"), "{err}");
+}

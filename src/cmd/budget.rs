@@ -98,7 +98,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     } else {
         series_options(args, vary, &files, &gpus)?
     };
-    let headroom = headroom_of(&runs, args.headroom.map(|p| p / 100.0), series.is_some());
+    let headroom = headroom_of(&runs, args.headroom.map(|p| p / 100.0), series.as_ref());
     if let Some(s) = &mut series {
         s.headroom = headroom.fraction;
     }
@@ -367,32 +367,42 @@ fn series_options(
     }
     let mut seen: Vec<u64> = sizes.iter().map(|&(_, s)| s).collect();
     seen.sort_unstable();
-    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-        let mut precisions: Vec<&str> = files
-            .iter()
-            .map(|f| {
-                vramlens::analysis::budget::precision_from_name(&f.display().to_string())
-                    .unwrap_or("not stated")
-            })
-            .collect();
-        precisions.sort_unstable();
-        precisions.dedup();
+    let mut precisions: Vec<&str> = files
+        .iter()
+        .map(|f| {
+            vramlens::analysis::budget::precision_from_name(&f.display().to_string())
+                .unwrap_or("not stated")
+        })
+        .collect();
+    precisions.sort_unstable();
+    precisions.dedup();
+    // Files of one size are repeats (their spread is headroom evidence), unless their
+    // names state other precisions; a series still needs two sizes.
+    let mut distinct = seen.clone();
+    distinct.dedup();
+    if let Some(w) = seen
+        .windows(2)
+        .find(|w| w[0] == w[1])
+        .filter(|_| precisions.len() > 1 || distinct.len() < 2)
+    {
+        if distinct.len() < 2 && precisions.len() < 2 && args.target.is_none() {
+            return Ok(None);
+        }
+        let kind = if vary == Vary::Seq {
+            "sequence length"
+        } else {
+            "batch size"
+        };
+        if precisions.len() > 1 {
+            bail!(
+                "two files have the same {kind} {}: a series needs one file per size (their names state precisions {}: give the files of one precision)",
+                w[0],
+                precisions.join(", ")
+            );
+        }
         bail!(
-            "two files have the same {} {}: a series needs one file per size{}",
-            if vary == Vary::Seq {
-                "sequence length"
-            } else {
-                "batch size"
-            },
-            w[0],
-            if precisions.len() > 1 {
-                format!(
-                    " (their names state precisions {}: give the files of one precision)",
-                    precisions.join(", ")
-                )
-            } else {
-                String::new()
-            }
+            "the files all have the same {kind} {}: a series needs two sizes at least",
+            w[0]
         );
     }
     Ok(Some(SeriesOptions {

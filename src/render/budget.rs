@@ -835,7 +835,7 @@ fn write_stream_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io:
 pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<()> {
     write_run(out, r, true)?;
     let runs = std::slice::from_ref(r);
-    let headroom = crate::analysis::budget::headroom_of(runs, None, false);
+    let headroom = crate::analysis::budget::headroom_of(runs, None, None);
     let fits: Vec<Fit> = crate::analysis::budget::gpus::DEFAULT_GPUS
         .iter()
         .filter_map(|g| crate::analysis::budget::gpus::find(g).ok())
@@ -876,6 +876,11 @@ fn headroom_text(h: &Headroom, runs: &[RunBudget]) -> String {
                 ),
                 SpreadKind::Ranks => format!(
                     "the most reserved in each of {} files named like {} (ranks of one job)",
+                    s.count,
+                    shown(&run.path)
+                ),
+                SpreadKind::Repeats => format!(
+                    "the most reserved in each of {} files of one size, like {}",
                     s.count,
                     shown(&run.path)
                 ),

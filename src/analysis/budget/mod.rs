@@ -1586,6 +1586,15 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         .map(|&(r, s)| (s, shape_of(r), r))
         .collect();
     order.sort_unstable();
+    // Files of one size are repeats: the one that reserved the most stands for the size
+    // (their spread is in the headroom).
+    order.dedup_by(|later, kept| {
+        let same = (later.0, later.1) == (kept.0, kept.1);
+        if same && runs[later.2].peak_reserved_bytes > runs[kept.2].peak_reserved_bytes {
+            kept.2 = later.2;
+        }
+        same
+    });
     let sizes: Vec<u64> = order.iter().map(|&(s, _, _)| s).collect();
     let shapes: Vec<stream::Shape> = if product {
         order.iter().map(|&(_, s, _)| s).collect()
@@ -2336,6 +2345,8 @@ pub enum SpreadKind {
     /// The most reserved in each of files whose names differ only in their digits
     /// (`rank0`, `rank1`) and that hold the same weights: the ranks of one job.
     Ranks,
+    /// The most reserved in each file of one size of a series: repeated runs.
+    Repeats,
     /// The most reserved in a run's replay with equal free blocks taken lowest address
     /// first (PyTorch's order) and highest first ([`RunBudget::tie_break`]): how much the
     /// peak hangs on an order other addresses would shift. Not a run-to-run spread: alone
@@ -2370,7 +2381,11 @@ pub struct Headroom {
 /// The headroom for `runs`: `given` (a fraction) when the user gave one; else the most
 /// the peak varied where the files repeat it (whole steps of one run; the ranks of one
 /// job, unless the runs are a `series` of sizes); else [`ASSUMED_HEADROOM`].
-pub fn headroom_of(runs: &[RunBudget], given: Option<f64>, series: bool) -> Headroom {
+pub fn headroom_of(
+    runs: &[RunBudget],
+    given: Option<f64>,
+    series: Option<&SeriesOptions>,
+) -> Headroom {
     let spread = |kind, run, peaks: &[u64]| {
         let (lo, hi) = (
             peaks.iter().copied().min().unwrap_or(0),
@@ -2394,7 +2409,7 @@ pub fn headroom_of(runs: &[RunBudget], given: Option<f64>, series: bool) -> Head
     // Ranks of one job: the devices of one file, or files named alike but for digits,
     // holding the same weights (within 2%).
     let mut jobs: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, r) in runs.iter().enumerate().filter(|_| !series) {
+    for (i, r) in runs.iter().enumerate().filter(|_| series.is_none()) {
         let key: String = r.path.chars().filter(|c| !c.is_ascii_digit()).collect();
         jobs.entry(key).or_default().push(i);
     }
@@ -2416,6 +2431,25 @@ pub fn headroom_of(runs: &[RunBudget], given: Option<f64>, series: bool) -> Head
             SpreadKind::Ranks
         };
         spreads.push(spread(kind, members[0], &peaks));
+    }
+    // Files of one size in a series: repeated runs.
+    if let Some(o) = series {
+        let mut by_size: BTreeMap<(u64, stream::Shape), Vec<usize>> = BTreeMap::new();
+        for &(i, size) in &o.sizes {
+            let shape = o
+                .shapes
+                .iter()
+                .find(|&&(j, _)| j == i)
+                .map_or((0, 0), |&(_, s)| s);
+            by_size.entry((size, shape)).or_default().push(i);
+        }
+        for members in by_size.values().filter(|m| m.len() >= 2) {
+            let peaks: Vec<u64> = members
+                .iter()
+                .map(|&i| runs[i].peak_reserved_bytes)
+                .collect();
+            spreads.push(spread(SpreadKind::Repeats, members[0], &peaks));
+        }
     }
     let repeats = !spreads.is_empty();
     spreads.extend(runs.iter().enumerate().filter_map(|(i, r)| {
