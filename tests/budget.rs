@@ -1640,6 +1640,7 @@ fn repeated_runs_of_a_size_are_a_spread_of_the_headroom() {
     assert!(h["fraction"].as_f64().unwrap() >= spread);
     assert_eq!(v["series"]["sizes"], serde_json::json!([128, 256, 512]));
     assert_eq!(v["series"]["runs"], serde_json::json!([0, 1, 3]));
+    assert_eq!(v["series"]["repeats"], serde_json::json!([2]));
     // One size only is no series: with a target, refused.
     let (code, _, err) = budget(&[
         "testdata/budget/seq_ctx512.pickle",

@@ -546,6 +546,13 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
             .collect::<Vec<_>>()
             .join(", ")
     )?;
+    for &i in &s.repeats {
+        writeln!(
+            out,
+            "  {} repeats a size: the run of that size that reserved the most stands for it (their spread is in the headroom)",
+            shown(&r.runs[i].path)
+        )?;
+    }
     // A refused series says so first, with its reasons; its table is then measurements only.
     let refusals: Vec<&Caveat> = s.caveats.iter().filter(|c| c.refuses()).collect();
     for c in &refusals {

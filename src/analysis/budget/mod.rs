@@ -1398,6 +1398,9 @@ pub struct Series {
     pub vary: Vary,
     /// Sizes, ascending, and the run (index into [`BudgetReport::runs`]) of each.
     pub sizes: Vec<u64>,
+    /// Runs of a size another run stands for (it reserved more): repeats, read only for
+    /// the headroom.
+    pub repeats: Vec<usize>,
     /// With batch and sequence varying, each size's shape (batch, sequence), in the same
     /// order; empty otherwise.
     pub shapes: Vec<stream::Shape>,
@@ -1588,13 +1591,18 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     order.sort_unstable();
     // Files of one size are repeats: the one that reserved the most stands for the size
     // (their spread is in the headroom).
+    let mut repeats: Vec<usize> = Vec::new();
     order.dedup_by(|later, kept| {
         let same = (later.0, later.1) == (kept.0, kept.1);
-        if same && runs[later.2].peak_reserved_bytes > runs[kept.2].peak_reserved_bytes {
-            kept.2 = later.2;
+        if same {
+            if runs[later.2].peak_reserved_bytes > runs[kept.2].peak_reserved_bytes {
+                std::mem::swap(&mut kept.2, &mut later.2);
+            }
+            repeats.push(later.2);
         }
         same
     });
+    repeats.sort_unstable();
     let sizes: Vec<u64> = order.iter().map(|&(s, _, _)| s).collect();
     let shapes: Vec<stream::Shape> = if product {
         order.iter().map(|&(_, s, _)| s).collect()
@@ -1719,6 +1727,7 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         sizes,
         shapes,
         runs: indices,
+        repeats,
         lines,
         groups,
         held_out,
