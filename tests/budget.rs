@@ -1651,3 +1651,30 @@ fn repeated_runs_of_a_size_are_a_spread_of_the_headroom() {
     assert_eq!(code, 2);
     assert!(err.contains("a series needs two sizes at least"), "{err}");
 }
+
+/// The report's budget section takes its headroom from the same evidence as `budget`:
+/// on the fixture whose order of equal free blocks moves the peak from 40 to 60 MiB,
+/// both say 33.3%, with that evidence.
+#[test]
+fn the_report_and_budget_read_the_same_headroom() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args(["report", "testdata/allocator/tie_break.pickle", "-o"])
+        .arg(&html)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let page = std::fs::read_to_string(&html).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args(["budget", "testdata/allocator/tie_break.pickle"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let said = "with 33.3% headroom, the most the peak varies in the files";
+    assert!(text.contains(said), "{text}");
+    assert!(page.contains(said));
+    assert!(page.contains("40.0 MiB to 60.0 MiB: 33.3%"));
+}

@@ -300,6 +300,37 @@ pub struct TieBreak {
 /// The runs whose order of equal blocks is tried (one more replay each): past it, none.
 pub const MAX_TIE_BREAK_ALLOCATIONS: u64 = 200_000;
 
+/// The peak of reserved bytes of `p` replayed with no limit taking equal free blocks
+/// highest address first; None past [`MAX_TIE_BREAK_ALLOCATIONS`] allocations or where
+/// it runs out of memory.
+fn highest_first_peak(p: &crate::allocator::identity::Prepared) -> Option<u64> {
+    (p.requests.allocs <= MAX_TIE_BREAK_ALLOCATIONS)
+        .then(|| crate::allocator::scenario::unlimited_highest_first(p, &p.settings).ok())
+        .flatten()
+        .filter(|(o, _)| o.first_oom.is_none())
+        .map(|(o, _)| o.peak_reserved_bytes)
+}
+
+/// A device's [`TieBreak`], for a budget made without [`replay_on`] (the report's): its
+/// replay with no limit beside [`highest_first_peak`].
+pub fn tie_break_of(snap: &Snapshot, device: i64) -> Option<TieBreak> {
+    use crate::allocator::identity::Prepared;
+    use crate::allocator::scenario::unlimited;
+    let p = Prepared::new(snap, device, None).ok()?;
+    if p.requests.allocs > MAX_TIE_BREAK_ALLOCATIONS || p.settings.memory_fraction.is_some() {
+        return None;
+    }
+    let (free, highest) = rayon::join(
+        || unlimited(&p, &p.settings, false).ok(),
+        || highest_first_peak(&p),
+    );
+    let (free, _) = free.filter(|(o, _)| o.first_oom.is_none())?;
+    Some(TieBreak {
+        peak_reserved_bytes: free.peak_reserved_bytes,
+        highest_first_bytes: highest?,
+    })
+}
+
 /// What replaying a run gives: one [`Replayed`] per GPU (none when the device has no
 /// trace to replay), its stream for a series, and its [`TieBreak`].
 #[derive(Debug, Default)]
@@ -318,7 +349,7 @@ pub fn replay_on(
     lines: Option<&AllocLines>,
 ) -> RunReplays {
     use crate::allocator::identity::{Prepared, check};
-    use crate::allocator::scenario::{run_each, unlimited_highest_first};
+    use crate::allocator::scenario::run_each;
     let Ok(p) = Prepared::new(snap, device, None) else {
         return RunReplays::default();
     };
@@ -331,13 +362,7 @@ pub fn replay_on(
                 .collect();
             let ((free, outcomes), highest) = rayon::join(
                 || run_each(&p, &p.settings, &devices),
-                || {
-                    (p.requests.allocs <= MAX_TIE_BREAK_ALLOCATIONS)
-                        .then(|| unlimited_highest_first(&p, &p.settings).ok())
-                        .flatten()
-                        .filter(|(o, _)| o.first_oom.is_none())
-                        .map(|(o, _)| o.peak_reserved_bytes)
-                },
+                || highest_first_peak(&p),
             );
             let tie_break = free.zip(highest).map(|(f, h)| TieBreak {
                 peak_reserved_bytes: f.peak_reserved_bytes,

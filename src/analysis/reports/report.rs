@@ -174,7 +174,7 @@ fn moment_report(
     with_budget: bool,
 ) -> MomentReport {
     let budget = with_budget.then(|| {
-        crate::analysis::budget::budget_of(
+        let mut b = crate::analysis::budget::budget_of(
             snap,
             path,
             choice.into(),
@@ -187,7 +187,10 @@ fn moment_report(
                 crate::analysis::budget::reserved_at_first_oom(r),
             ),
             crate::analysis::budget::Outside::not_measured(),
-        )
+        );
+        // Its headroom reads the order of equal free blocks, as `budget`'s does.
+        b.tie_break = crate::analysis::budget::tie_break_of(snap, choice.device);
+        b
     });
     let mut groups = limit_groups(
         group_live(attr, &live, GroupBy::Callsite),
