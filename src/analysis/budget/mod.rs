@@ -312,7 +312,7 @@ fn highest_first_peak(p: &crate::allocator::identity::Prepared) -> Option<u64> {
 }
 
 /// A device's [`TieBreak`], for a budget made without [`replay_on`] (the report's): its
-/// replay with no limit beside [`highest_first_peak`].
+/// replay with no limit beside the same taking equal free blocks highest address first.
 pub fn tie_break_of(snap: &Snapshot, device: i64) -> Option<TieBreak> {
     use crate::allocator::identity::Prepared;
     use crate::allocator::scenario::unlimited;
