@@ -309,6 +309,23 @@ impl Prepared {
 }
 
 impl Prepared {
+    /// The recording's reserved bytes: at the start (no event), then after each
+    /// `segment_*` entry (its event), as its sizes add and take away.
+    pub fn recorded_reserved(&self) -> Vec<(Option<u32>, u64)> {
+        let mut out = vec![(None, self.start.reserved)];
+        let mut reserved = self.start.reserved as i128;
+        for o in &self.requests.outputs {
+            match o.action {
+                crate::model::Action::SegmentAlloc | crate::model::Action::SegmentMap => {
+                    reserved += o.size as i128
+                }
+                _ => reserved -= o.size as i128,
+            }
+            out.push((Some(o.event), reserved.max(0) as u64));
+        }
+        out
+    }
+
     /// Each recorded OOM and the capacity it implies, from the recording alone (the
     /// reserved bytes the segment events give when it failed, plus `device_free`).
     pub fn oom_capacities(&self) -> Vec<OomCapacity> {

@@ -52,17 +52,22 @@ fn line_color(line: Line) -> &'static str {
 
 /// Measured size `k` of a series as said: its size, or its batch × sequence.
 fn size_label(s: &Series, k: usize) -> String {
-    match s.shapes.get(k) {
-        Some((b, q)) => format!("{b}×{q}"),
-        None => s.sizes.get(k).map_or(String::new(), u64::to_string),
-    }
+    size_text(
+        s.sizes.get(k).copied().unwrap_or(0),
+        s.shapes.get(k).copied(),
+    )
 }
 
 /// The predicted size as said.
 fn predicted_label(p: &crate::analysis::budget::Prediction) -> String {
-    match p.shape {
+    size_text(p.size, p.shape)
+}
+
+/// A size as said: its batch × sequence where both vary, else the number.
+fn size_text(size: u64, shape: Option<(u64, u64)>) -> String {
+    match shape {
         Some((b, q)) => format!("{b}×{q}"),
-        None => p.size.to_string(),
+        None => size.to_string(),
     }
 }
 

@@ -1583,6 +1583,16 @@ pub struct SeriesOptions {
     pub headroom: f64,
 }
 
+impl SeriesOptions {
+    /// Run `r`'s batch × sequence shape ((0, 0) where only one of them varies).
+    fn shape_of(&self, r: usize) -> stream::Shape {
+        self.shapes
+            .iter()
+            .find(|&&(i, _)| i == r)
+            .map_or((0, 0), |&(_, s)| s)
+    }
+}
+
 /// A series' fitted model: its groups, the allocator's overhead (`a + b · size` and its
 /// floor, as [`overhead_fit`] gives) and the memory outside the allocator.
 struct Model<'a> {
@@ -1601,17 +1611,10 @@ impl Model<'_> {
 /// Fits the runs of a series and predicts the target, with what cannot be trusted.
 pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let product = options.vary == Vary::BatchSeq;
-    let shape_of = |r: usize| {
-        options
-            .shapes
-            .iter()
-            .find(|&&(i, _)| i == r)
-            .map_or((0, 0), |&(_, s)| s)
-    };
     let mut order: Vec<(u64, stream::Shape, usize)> = options
         .sizes
         .iter()
-        .map(|&(r, s)| (s, shape_of(r), r))
+        .map(|&(r, s)| (s, options.shape_of(r), r))
         .collect();
     order.sort_unstable();
     // Files of one size are repeats: the one that reserved the most stands for the size
@@ -2470,12 +2473,7 @@ pub fn headroom_of(
     if let Some(o) = series {
         let mut by_size: BTreeMap<(u64, stream::Shape), Vec<usize>> = BTreeMap::new();
         for &(i, size) in &o.sizes {
-            let shape = o
-                .shapes
-                .iter()
-                .find(|&&(j, _)| j == i)
-                .map_or((0, 0), |&(_, s)| s);
-            by_size.entry((size, shape)).or_default().push(i);
+            by_size.entry((size, o.shape_of(i))).or_default().push(i);
         }
         for members in by_size.values().filter(|m| m.len() >= 2) {
             let peaks: Vec<u64> = members

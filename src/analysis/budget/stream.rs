@@ -128,20 +128,17 @@ impl Stream {
     /// The recording's reserved bytes over the stream: each segment event at the command
     /// of its trace entry (a dropped OOM request's at the command after it).
     fn recorded_reserved_of(&self, p: &Prepared) -> Vec<(Option<u32>, u64)> {
-        use crate::model::Action;
-        let mut out = vec![(None, p.start.reserved)];
-        let mut reserved = p.start.reserved as i128;
-        for o in &p.requests.outputs {
-            match o.action {
-                Action::SegmentAlloc | Action::SegmentMap => reserved += o.size as i128,
-                Action::SegmentFree | Action::SegmentUnmap => reserved -= o.size as i128,
-                _ => continue,
-            }
+        let mut out: Vec<(Option<u32>, u64)> = Vec::new();
+        for (event, reserved) in p.recorded_reserved() {
+            let Some(event) = event else {
+                out.push((None, reserved));
+                continue;
+            };
             let at = self
                 .events
-                .partition_point(|e| e.is_none_or(|e| e < o.event))
+                .partition_point(|e| e.is_none_or(|e| e < event))
                 .min(self.commands.len().saturating_sub(1));
-            let point = (Some(at as u32), reserved.max(0) as u64);
+            let point = (Some(at as u32), reserved);
             match out.last_mut() {
                 Some(last) if last.0 == point.0 => *last = point,
                 _ => out.push(point),

@@ -208,19 +208,8 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
     let (identity, scenarios) = rayon::join(|| check(snap, p), || scenarios_of(snap, p, options));
     let outside = outside_of(options);
     let trace = snap.trace(p.device);
-    let mut recorded_series = vec![(None, p.start.reserved)];
-    let mut reserved = p.start.reserved as i128;
-    for o in &p.requests.outputs {
-        match o.action {
-            crate::model::Action::SegmentAlloc | crate::model::Action::SegmentMap => {
-                reserved += o.size as i128
-            }
-            _ => reserved -= o.size as i128,
-        }
-        recorded_series.push((Some(o.event), reserved.max(0) as u64));
-    }
     DeviceSimulation {
-        recorded_series,
+        recorded_series: p.recorded_reserved(),
         events: trace.map_or(0, |t| t.len() as u32),
         device: p.device,
         profile: p.profile,
