@@ -5,7 +5,7 @@
 mod common;
 
 use common::root;
-use vramlens::allocator::identity::{Identity, Prepared, check};
+use vramlens::allocator::identity::{Identity, Prepared, check, reproduces};
 use vramlens::allocator::scenario::{OomCause, Scenario, min_capacity, run};
 use vramlens::allocator::{Profile, Settings};
 use vramlens::input::{ReadOptions, read_snapshot};
@@ -29,6 +29,10 @@ fn exact(name: &str, total: Option<u64>) -> (Identity, Prepared) {
     p.total_memory = total;
     let id = check(&snap, &p);
     assert!(id.exact(), "{name}: {:?}\n{:#?}", id.first_divergence, id);
+    assert!(
+        reproduces(&snap, &p),
+        "{name}: the check stopped early disagrees"
+    );
     assert_eq!(
         id.final_segments, id.final_segments_equal,
         "{name}: final segments"
@@ -65,6 +69,7 @@ fn garbage_collection_under_a_memory_fraction() {
     let snap = load("gc_threshold.pickle");
     let p = Prepared::new(&snap, 0, None).unwrap();
     assert!(!check(&snap, &p).exact());
+    assert!(!reproduces(&snap, &p));
 }
 
 #[test]

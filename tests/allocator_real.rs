@@ -7,7 +7,7 @@
 mod common;
 
 use common::require_shared_data;
-use vramlens::allocator::identity::{Prepared, check};
+use vramlens::allocator::identity::{Prepared, check, reproduces};
 use vramlens::allocator::scenario::{Scenario, run};
 use vramlens::input::{ReadOptions, read_snapshot};
 
@@ -38,6 +38,8 @@ fn identity_replay_of_every_real_recording() {
                 continue;
             };
             let id = check(&snap, &p);
+            // The check stopped at its first divergence says the same.
+            assert_eq!(reproduces(&snap, &p), id.exact(), "{}", path.display());
             let rel = path.strip_prefix(&data).unwrap().display().to_string();
             let line = format!(
                 "{rel} dev {device}: allocs {}/{} segs {}/{} (+{}) ooms {}/{} peak {} vs {} final segs {}/{} start blocks {} ({} inferred) empty_cache {} retries {} div {}",

@@ -374,6 +374,18 @@ impl Prepared {
 
 /// Replays `p` against its recording; `snap` gives the final segments to compare.
 pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
+    check_until(snap, p, false)
+}
+
+/// Whether the model reproduces `p`'s recording exactly ([`Identity::exact`]): the
+/// check, stopped at its first divergence where only that is asked.
+pub fn reproduces(snap: &Snapshot, p: &Prepared) -> bool {
+    check_until(snap, p, true).exact()
+}
+
+/// The check; with `stop_at_divergence`, it ends at the first divergence, its counts
+/// then partial (only [`Identity::exact`] is meant to be read).
+fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Identity {
     let mut a = Allocator::new(p.settings.clone(), p.profile, p.total_memory);
     let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
     for (tag, id) in p.start.restore(&mut a) {
@@ -597,6 +609,9 @@ pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
             }
         }
         id.peak_reserved_bytes = id.peak_reserved_bytes.max(a.reserved());
+        if stop_at_divergence && id.divergences > 0 {
+            return id;
+        }
     }
     id.oom_capacities = p.oom_capacities();
     id.final_reserved_bytes = a.reserved();

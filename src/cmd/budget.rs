@@ -7,7 +7,9 @@ use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use vramlens::allocator::identity::Prepared;
 use vramlens::analysis::budget::gpus::{DEFAULT_GPUS, Gpu, find};
+use vramlens::analysis::budget::stream::Stream;
 use vramlens::analysis::budget::{
     Caveat, Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, TargetSize, Vary, Verdict,
     headroom_of, replay_on, report, run_budget, shape_from_name, size_from_name,
@@ -69,18 +71,22 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                     )?;
                     // Each allocation's line, for a series predicted by its stream.
                     let with_lines = files.len() > 1 && (args.device.is_some() || count == 1);
-                    let mut run =
-                        run_budget(&snap, &info.path, this, &options, outside, with_lines);
-                    let replayed = replay_on(
-                        &snap,
-                        device,
-                        &gpus,
-                        run.outside.counted_bytes,
-                        run.alloc_lines.as_deref(),
+                    // The budget and the replays of the allocator model are independent.
+                    let (mut run, (prepared, replayed)) = rayon::join(
+                        || run_budget(&snap, &info.path, this, &options, outside, with_lines),
+                        || {
+                            let p = Prepared::new(&snap, device, None).ok();
+                            let r = p
+                                .as_ref()
+                                .map(|p| replay_on(&snap, p, &gpus, outside.counted_bytes));
+                            (p, r.unwrap_or_default())
+                        },
                     );
                     run.replays = replayed.gpus;
-                    run.stream = replayed.stream.map(std::sync::Arc::new);
                     run.tie_break = replayed.tie_break;
+                    run.stream = prepared
+                        .zip(run.alloc_lines.as_deref())
+                        .map(|(p, lines)| std::sync::Arc::new(Stream::of(&p, lines)));
                     // Kept in the stream: no longer needed.
                     run.alloc_lines = None;
                     Ok(run)

@@ -28,6 +28,7 @@
 pub mod gpus;
 pub mod stream;
 
+use crate::allocator::identity::Prepared;
 use crate::analysis::budget::gpus::Gpu;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::kinds::attribution::{Attributor, GroupBy};
@@ -314,7 +315,6 @@ fn highest_first_peak(p: &crate::allocator::identity::Prepared) -> Option<u64> {
 /// A device's [`TieBreak`], for a budget made without [`replay_on`] (the report's): its
 /// replay with no limit beside the same taking equal free blocks highest address first.
 pub fn tie_break_of(snap: &Snapshot, device: i64) -> Option<TieBreak> {
-    use crate::allocator::identity::Prepared;
     use crate::allocator::scenario::unlimited;
     let p = Prepared::new(snap, device, None).ok()?;
     if p.requests.allocs > MAX_TIE_BREAK_ALLOCATIONS || p.settings.memory_fraction.is_some() {
@@ -331,38 +331,27 @@ pub fn tie_break_of(snap: &Snapshot, device: i64) -> Option<TieBreak> {
     })
 }
 
-/// What replaying a run gives: one [`Replayed`] per GPU (none when the device has no
-/// trace to replay), its stream for a series, and its [`TieBreak`].
+/// What replaying a run gives: one [`Replayed`] per GPU and its [`TieBreak`].
 #[derive(Debug, Default)]
 pub struct RunReplays {
     pub gpus: Vec<(String, Replayed)>,
-    pub stream: Option<stream::Stream>,
     pub tie_break: Option<TieBreak>,
 }
 
-/// Replays a run at each GPU's capacity less `outside`.
-pub fn replay_on(
-    snap: &Snapshot,
-    device: i64,
-    gpus: &[Gpu],
-    outside: u64,
-    lines: Option<&AllocLines>,
-) -> RunReplays {
-    use crate::allocator::identity::{Prepared, check};
+/// Replays a prepared run at each GPU's capacity less `outside`.
+pub fn replay_on(snap: &Snapshot, p: &Prepared, gpus: &[Gpu], outside: u64) -> RunReplays {
+    use crate::allocator::identity::reproduces;
     use crate::allocator::scenario::run_each;
-    let Ok(p) = Prepared::new(snap, device, None) else {
-        return RunReplays::default();
-    };
     let (exact, outcomes) = rayon::join(
-        || check(snap, &p).exact(),
+        || reproduces(snap, p),
         || {
             let devices: Vec<(u64, u64)> = gpus
                 .iter()
                 .map(|g| (g.capacity_bytes.saturating_sub(outside), g.capacity_bytes))
                 .collect();
             let ((free, outcomes), highest) = rayon::join(
-                || run_each(&p, &p.settings, &devices),
-                || highest_first_peak(&p),
+                || run_each(p, &p.settings, &devices),
+                || highest_first_peak(p),
             );
             let tie_break = free.zip(highest).map(|(f, h)| TieBreak {
                 peak_reserved_bytes: f.peak_reserved_bytes,
@@ -379,7 +368,7 @@ pub fn replay_on(
                     ..p.settings.clone()
                 };
                 let at: Vec<(u64, u64)> = short.iter().map(|&i| devices[i]).collect();
-                for (&i, o) in short.iter().zip(run_each(&p, &s, &at).1) {
+                for (&i, o) in short.iter().zip(run_each(p, &s, &at).1) {
                     with_expandable[i] = Some(o.is_ok_and(|e| e.first_oom.is_none()));
                 }
             }
@@ -416,7 +405,6 @@ pub fn replay_on(
         .collect();
     RunReplays {
         gpus: replays,
-        stream: lines.map(|l| stream::Stream::of(&p, l)),
         tie_break,
     }
 }
@@ -1676,7 +1664,32 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         Err(_) => caveats.extend(not_monotonic(&lines, &series_runs)),
         Ok(_) => {}
     }
-    let stream_series = stream_series(&matched, &series_runs);
+    // Past twice the largest measured (in each of batch and sequence where both vary):
+    // no prediction.
+    let largest_measured = sizes.last().copied().unwrap_or(0);
+    let beyond = options
+        .target
+        .and_then(|target| match options.target_shape {
+            Some((b, s)) => [
+                (b, shapes.iter().map(|x| x.0).max()),
+                (s, shapes.iter().map(|x| x.1).max()),
+            ]
+            .into_iter()
+            .find(|&(t, m)| t > 2 * m.unwrap_or(0))
+            .map(|(t, m)| (t, m.unwrap_or(0))),
+            None => (target > 2 * largest_measured).then_some((target, largest_measured)),
+        });
+    // The target's stream is replayed beside the checks of the measured sizes, which
+    // decide whether it is shown.
+    let (stream_series, target_replay) = rayon::join(
+        || stream_series(&matched, &series_runs),
+        || match (&matched, options.target) {
+            (Ok(f), Some(target)) if beyond.is_none() && !caveats.iter().any(Caveat::refuses) => {
+                Some(replay_target(f, target, outside, options))
+            }
+            _ => None,
+        },
+    );
     // The held-out errors that judge the prediction: the replayed streams' when the
     // runs' allocations match (the larger of requested and reserved), else the groups'.
     let judged: Vec<(u64, f64)> = if matched.is_ok() && sizes.len() >= 3 {
@@ -1707,20 +1720,8 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         overhead,
         outside,
     };
-    let largest_measured = sizes.last().copied().unwrap_or(0);
     let refused = caveats.iter().any(Caveat::refuses);
     let prediction = options.target.and_then(|target| {
-        // Past twice the largest measured: in each of batch and sequence where both vary.
-        let beyond = match options.target_shape {
-            Some((b, s)) => [
-                (b, shapes.iter().map(|x| x.0).max()),
-                (s, shapes.iter().map(|x| x.1).max()),
-            ]
-            .into_iter()
-            .find(|&(t, m)| t > 2 * m.unwrap_or(0))
-            .map(|(t, m)| (t, m.unwrap_or(0))),
-            None => (target > 2 * largest_measured).then_some((target, largest_measured)),
-        };
         if let Some((target, largest)) = beyond {
             caveats.push(Caveat::BeyondRange { target, largest });
             return None;
@@ -1729,8 +1730,8 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
             return None;
         }
         let mut p = predict(&model, target, largest_measured, &judged, options);
-        if let Ok(f) = &matched {
-            predict_by_stream(&mut p, f, outside, options, &indices);
+        if let (Ok(f), Some(t)) = (&matched, target_replay) {
+            predict_by_stream(&mut p, f, t, &indices);
         }
         Some(p)
     });
@@ -1811,6 +1812,53 @@ fn stream_series(
     }
 }
 
+/// The target's stream replayed with no limit, and at each device's capacity.
+struct TargetReplay {
+    sizes: Vec<u64>,
+    free: stream::StreamReplay,
+    total_bytes: u64,
+    fits: Vec<Fit>,
+}
+
+/// The target's stream built from the fit and replayed: with no limit, then on each
+/// device (a replay at its capacity where the one with no limit does not serve).
+fn replay_target(
+    f: &stream::StreamFit,
+    target: u64,
+    outside: u64,
+    options: &SeriesOptions,
+) -> TargetReplay {
+    use rayon::prelude::*;
+    let at = match options.target_shape {
+        Some(shape) => stream::At::Shape(shape),
+        None => stream::At::Size(target),
+    };
+    let (sizes, _) = f.sizes_at(at, &f.all());
+    let largest = f.largest();
+    let settings = largest.settings().clone();
+    let free = largest.replay(&sizes, &settings, None, None);
+    let total_bytes = sum_bytes([free.reserved_peak_bytes, outside]);
+    let fits = options
+        .gpus
+        .par_iter()
+        .map(|g| {
+            fit_stream(
+                g,
+                (largest, &sizes, &free),
+                outside,
+                total_bytes,
+                options.headroom,
+            )
+        })
+        .collect();
+    TargetReplay {
+        sizes,
+        free,
+        total_bytes,
+        fits,
+    }
+}
+
 /// The prediction's total, lines and fits from the target's stream replayed: the lines
 /// are what is live at its peak of requested bytes (each allocation in the line it has
 /// in the largest size measured), the allocator's overhead as the model computes it, and
@@ -1818,19 +1866,16 @@ fn stream_series(
 fn predict_by_stream(
     p: &mut Prediction,
     f: &stream::StreamFit,
-    outside: u64,
-    options: &SeriesOptions,
+    t: TargetReplay,
     indices: &[usize],
 ) {
-    use rayon::prelude::*;
-    let at = match p.shape {
-        Some(shape) => stream::At::Shape(shape),
-        None => stream::At::Size(p.size),
-    };
-    let (sizes, _) = f.sizes_at(at, &f.all());
     let largest = f.largest();
-    let settings = largest.settings().clone();
-    let free = largest.replay(&sizes, &settings, None, None);
+    let TargetReplay {
+        sizes,
+        free,
+        total_bytes,
+        fits,
+    } = t;
     // What is live at the predicted peak, by the lines of the largest size measured.
     let live = largest.live_by_line(&sizes, free.requested_peak_at);
     for (l, b) in p.lines.iter_mut() {
@@ -1842,7 +1887,7 @@ fn predict_by_stream(
                 .saturating_sub(free.requested_peak_bytes);
         }
     }
-    p.total_bytes = sum_bytes([free.reserved_peak_bytes, outside]);
+    p.total_bytes = total_bytes;
     p.stream = Some(StreamAt {
         requested_peak_bytes: free.requested_peak_bytes,
         reserved_peak_bytes: free.reserved_peak_bytes,
@@ -1857,19 +1902,7 @@ fn predict_by_stream(
         ),
         callsites: largest.live_by_site(&sizes, free.requested_peak_at, SITES_AT_PEAK),
     });
-    p.fits = options
-        .gpus
-        .par_iter()
-        .map(|g| {
-            fit_stream(
-                g,
-                (largest, &sizes, &free),
-                outside,
-                p.total_bytes,
-                options.headroom,
-            )
-        })
-        .collect();
+    p.fits = fits;
 }
 
 /// A predicted stream on `gpu`: replayed at its capacity less `outside` (runs out of

@@ -9,7 +9,7 @@
 //! out-of-memory error and the smallest device that runs the requests. Scenarios run in
 //! parallel; the report is the same for any number of threads.
 
-use crate::allocator::identity::{Identity, NotReplayable, Prepared, check};
+use crate::allocator::identity::{Identity, NotReplayable, Prepared, check, reproduces};
 use crate::allocator::scenario::{
     FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, limit_changes_nothing, min_capacity,
     min_capacity_searched, run, unlimited,
@@ -410,7 +410,7 @@ pub fn fleet_figures(snap: &Snapshot, device: i64) -> Option<FleetFigures> {
         ..p.settings.clone()
     };
     let (exact, (plain, exp)) = rayon::join(
-        || check(snap, &p).exact(),
+        || reproduces(snap, &p),
         || {
             rayon::join(
                 || min_capacity(&p, &p.settings, 0),
