@@ -1689,22 +1689,29 @@ BUDGET_SCORES = 32        # bytes per (token, token) pair of a layer's attention
 PY_STACKS.update({
     "attn_scores": [("scaled_dot_product_attention", LAYERS_PY, 44), ("forward", LAYERS_PY, 30)]
                    + CALL + [("forward", LAYERS_PY, 66)] + CALL + LOOP,
+    "attn_workspace": [("scaled_dot_product_attention", LAYERS_PY, 46),
+                       ("forward", LAYERS_PY, 30)] + CALL + [("forward", LAYERS_PY, 66)] + CALL
+                      + LOOP,
 })
 
 
-def budget_forward(sim, batch, seq):
+def budget_forward(sim, batch, seq, workspace=0):
     """The activations of one forward of the budget model, in allocation order: per layer
-    two hidden activations, the attention scores and the output."""
+    two hidden activations, the attention scores and the output. With `workspace`, the
+    first layer's attention also makes a workspace of that many bytes, kept with the
+    activations (a kernel that only some sizes pick)."""
     acts = []
-    for _ in range(BUDGET_LAYERS):
+    for layer in range(BUDGET_LAYERS):
         acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
         acts.append(sim.malloc(batch * seq * seq * BUDGET_SCORES, "attn_scores"))
+        if workspace and layer == 0:
+            acts.append(sim.malloc(workspace, "attn_workspace"))
         acts.append(sim.malloc(batch * seq * BUDGET_HIDDEN, "my_fwd"))
         acts.append(sim.malloc(batch * seq * BUDGET_OUT, "my_fwd_out"))
     return acts
 
 
-def make_budget_run(seed, batch, seq, step_copies=0, loss_bytes=4):
+def make_budget_run(seed, batch, seq, step_copies=0, loss_bytes=4, workspace=0):
     """PyTorch 2.6, Python stacks: building the model, a first step (forward, backward,
     AdamW), then a second forward: its end is the peak, holding the weights, the first
     step's gradients and optimizer state, and the second forward's activations.
@@ -1720,7 +1727,7 @@ def make_budget_run(seed, batch, seq, step_copies=0, loss_bytes=4):
         sim.malloc(size, "my_init")
 
     def forward():
-        return budget_forward(sim, batch, seq), sim.malloc(loss_bytes, "my_loss")
+        return budget_forward(sim, batch, seq, workspace), sim.malloc(loss_bytes, "my_loss")
 
     acts, loss = forward()
     first = sim.malloc(4, "backward_call")
@@ -1862,6 +1869,11 @@ def main(argv=None):
     for t in (128, 256, 512, 1024):
         add("budget/moving_seq%d.pickle" % t,
             pickle.dumps(make_budget_run(1000 + t, 2, t, step_copies=8), protocol=4))
+    # From 512 tokens on, each forward's attention also makes an 8 MiB workspace (a
+    # kernel only those sizes pick): the runs' allocations match in order, not one to one.
+    for t in (512, 1024):
+        add("budget/ws_seq%d.pickle" % t,
+            pickle.dumps(make_budget_run(800 + t, 2, t, workspace=8 * MiB), protocol=4))
     # Five steps, their batches of 512, 448, 512, 384 and 512 tokens.
     add("budget/steps.pickle",
         pickle.dumps(make_budget_steps(1100, 2, [512, 448, 512, 384, 512]), protocol=4))
@@ -1996,6 +2008,7 @@ of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an out
 - `budget/batch_bs{1,2,4,8}.pickle`: sequence length 128, batch 1, 2, 4, 8.
 - `budget/seq_ctx{128,256,512,1024}.pickle`: batch 2, sequence length 128 to 1024.
 - `budget/seq_ctx512_bf16.pickle`: the 512 run again, its name stating another precision.
+- `budget/ws_seq{512,1024}.pickle`: the `seq_ctx` runs at 512 and 1024 tokens whose first layer's attention also makes an 8 MiB workspace in each forward, freed with the activations: with `seq_ctx128` and `seq_ctx256`, a series whose allocations match in order but not one to one (two more in the larger runs).
 - `budget/steps.pickle`: the `seq_ctx` model trained five steps, one per batch of 512, 448, 512, 384 and 512 tokens (batch 2): after the first, the steps' peaks differ by the activations of 384 and 512 tokens.
 - `budget/seq_ctx512_rerun.pickle`: `seq_ctx512` again, its loss 8 MiB rather than 4 bytes (a repeat of the size that reserves more).
 - `budget/bxs_bs{1,2,2,1,4}_seq{128,128,256,512,512}.pickle`: the `seq_ctx` run at five batch × sequence shapes; the first four are a series that varies both (three sequence lengths), the last the shape to predict (batch 4, 512 tokens).

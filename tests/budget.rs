@@ -1085,6 +1085,88 @@ fn a_series_whose_allocations_differ_falls_back_to_the_groups_and_says_so() {
     );
 }
 
+/// From 512 tokens on, each forward makes an 8 MiB workspace the smaller runs do not
+/// (`ws_seq*`): the allocations match in order, not one to one. Matched, the others are
+/// fitted and the workspaces taken at their size at 512, and the prediction at 1024 is
+/// `ws_seq1024`'s own recording to the byte (scripts/expected.py's peaks); each measured
+/// size predicted from the others is its recording too.
+#[test]
+fn a_series_whose_allocations_match_in_order_is_predicted_by_its_stream() {
+    let files = [
+        "testdata/budget/seq_ctx128.pickle",
+        "testdata/budget/seq_ctx256.pickle",
+        "testdata/budget/ws_seq512.pickle",
+    ];
+    let mut args = files.to_vec();
+    args.extend(["--target", "1024", "--json"]);
+    let (code, v, err) = budget(&args);
+    assert_eq!(code, 0, "{err}");
+    let st = &v["series"]["stream"];
+    assert!(st["mismatch"].is_null(), "{st}");
+    // Two workspaces (one per forward) only the largest run makes; 57 allocations in all.
+    let u = &st["unmatched"];
+    assert_eq!(u["parted"]["kind"], "length", "{u}");
+    assert_eq!(
+        (u["largest_only"].as_u64(), u["others_only"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(st["allocations"], 57);
+    assert_eq!(st["laws"]["unmatched"], 2);
+    let want = expected_device("testdata/budget/ws_seq1024.pickle");
+    let at = &v["series"]["prediction"]["stream"];
+    assert_eq!(at["requested_peak_bytes"], want["peak_requested_bytes"]);
+    assert_eq!(at["reserved_peak_bytes"], want["peak_reserved_bytes"]);
+    // At the peak (the end of the second forward) its workspace is live.
+    assert_eq!(at["unmatched_bytes"], 8 * MIB);
+    for c in st["held_out"].as_array().unwrap() {
+        assert_eq!(
+            c["predicted_requested_bytes"], c["recorded_requested_bytes"],
+            "{c}"
+        );
+        assert_eq!(
+            c["predicted_reserved_bytes"], c["recorded_reserved_bytes"],
+            "{c}"
+        );
+    }
+    // What changes from 512 is the activations; the workspace stays what it is.
+    for d in v["series"]["prediction"]["deciding"].as_array().unwrap() {
+        assert!(
+            !d["callsite"].as_str().unwrap().contains("layers.py:46"),
+            "{d}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .arg("budget")
+        .args(files)
+        .args(["--target", "1024"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("2 allocations that only some runs make are taken at their size in the largest size measured, and 0 that the largest does not make are left out"),
+        "{text}"
+    );
+    assert!(
+        text.contains("of it, 8.0 MiB is allocations that only some runs make"),
+        "{text}"
+    );
+    // The other way round: the smaller run's workspaces have no counterpart in the
+    // largest, which the prediction follows; they are left out.
+    let (code, v, err) = budget(&[
+        "testdata/budget/ws_seq512.pickle",
+        "testdata/budget/seq_ctx1024.pickle",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let u = &v["series"]["stream"]["unmatched"];
+    assert_eq!(
+        (u["largest_only"].as_u64(), u["others_only"].as_u64()),
+        (Some(0), Some(2)),
+        "{u}"
+    );
+}
+
 /// The peaks of requested and reserved bytes of device 0, walked from the pickle on its
 /// own: the state at the first entry is the final one less what the trace added, then each
 /// entry applies.

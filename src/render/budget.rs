@@ -680,6 +680,13 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
                         .collect();
                     writeln!(out, "  held at that peak mostly by: {}", parts.join("; "))?;
                 }
+                if at.unmatched_bytes > 0 {
+                    writeln!(
+                        out,
+                        "  of it, {} is allocations that only some runs make, taken at their size in the largest size measured",
+                        bytes(at.unmatched_bytes)
+                    )?;
+                }
             }
             if !p.deciding.is_empty() {
                 let parts: Vec<String> = p
@@ -750,47 +757,52 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
     Ok(())
 }
 
+/// Where two runs' streams part, in words.
+fn parted_text(m: &Mismatch, r: &BudgetReport) -> String {
+    match m {
+        Mismatch::NoTrace { run } => format!("{} has no trace", shown(&r.runs[*run].path)),
+        Mismatch::Length {
+            run,
+            commands,
+            other_run,
+            other_commands,
+        } => format!(
+            "{} makes {} allocations and frees, {} makes {}",
+            shown(&r.runs[*run].path),
+            crate::units::grouped(*commands),
+            shown(&r.runs[*other_run].path),
+            crate::units::grouped(*other_commands)
+        ),
+        Mismatch::Order {
+            run,
+            event,
+            other_run,
+            other_event,
+        } => {
+            let at = |e: &Option<u32>| match e {
+                Some(e) => format!("event {}", crate::units::grouped(*e as u64)),
+                None => "the blocks from before recording".into(),
+            };
+            format!(
+                "they part at {} of {} and {} of {}",
+                at(event),
+                shown(&r.runs[*run].path),
+                at(other_event),
+                shown(&r.runs[*other_run].path)
+            )
+        }
+    }
+}
+
 /// How the series' streams matched, how their sizes grow, and how well replays
 /// reproduce the sizes measured.
 fn write_stream_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result<()> {
     let st = &s.stream;
     if let Some(m) = &st.mismatch {
-        let why = match m {
-            Mismatch::NoTrace { run } => format!("{} has no trace", shown(&r.runs[*run].path)),
-            Mismatch::Length {
-                run,
-                commands,
-                other_run,
-                other_commands,
-            } => format!(
-                "{} makes {} allocations and frees, {} makes {}",
-                shown(&r.runs[*run].path),
-                crate::units::grouped(*commands),
-                shown(&r.runs[*other_run].path),
-                crate::units::grouped(*other_commands)
-            ),
-            Mismatch::Order {
-                run,
-                event,
-                other_run,
-                other_event,
-            } => {
-                let at = |e: &Option<u32>| match e {
-                    Some(e) => format!("event {}", crate::units::grouped(*e as u64)),
-                    None => "the blocks from before recording".into(),
-                };
-                format!(
-                    "they part at {} of {} and {} of {}",
-                    at(event),
-                    shown(&r.runs[*run].path),
-                    at(other_event),
-                    shown(&r.runs[*other_run].path)
-                )
-            }
-        };
         return writeln!(
             out,
-            "  by allocation: not predicted, the runs' allocations do not match one to one ({why}){}",
+            "  by allocation: not predicted, the runs' allocations do not match one to one ({}), nor in part (what every run makes, made and freed in the same order, with at most a tenth of a run's allocations left out){}",
+            parted_text(m, r),
             if s.vary == Vary::BatchSeq {
                 ""
             } else {
@@ -817,13 +829,35 @@ fn write_stream_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io:
             grouped(l.inexact)
         ));
     }
-    writeln!(
-        out,
-        "  by allocation: the runs' {} allocations match one to one (the same order, the same frees); with the {}, {}",
-        crate::units::grouped(st.allocations),
-        vary_name(s.vary),
-        laws.join(", ")
-    )?;
+    match &st.unmatched {
+        None => writeln!(
+            out,
+            "  by allocation: the runs' {} allocations match one to one (the same order, the same frees); with the {}, {}",
+            grouped(st.allocations),
+            vary_name(s.vary),
+            laws.join(", ")
+        )?,
+        Some(u) => {
+            writeln!(
+                out,
+                "  by allocation: the runs differ ({}), but matched in order {} allocations of the largest size have a counterpart in every run; with the {}, {}",
+                parted_text(&u.parted, r),
+                grouped(st.allocations),
+                vary_name(s.vary),
+                laws.join(", ")
+            )?;
+            writeln!(
+                out,
+                "  {} allocation{} that only some runs make {} taken at {} size in the largest size measured, and {} that the largest does not make {} left out (an inference: what only some sizes make has no law)",
+                grouped(u.largest_only),
+                if u.largest_only == 1 { "" } else { "s" },
+                if u.largest_only == 1 { "is" } else { "are" },
+                if u.largest_only == 1 { "its" } else { "their" },
+                grouped(u.others_only),
+                if u.others_only == 1 { "is" } else { "are" },
+            )?;
+        }
+    }
     let worst = st.own.iter().map(|c| c.worst()).fold(0.0, f64::max);
     writeln!(
         out,

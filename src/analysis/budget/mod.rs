@@ -96,6 +96,22 @@ impl Line {
         self.persistent() || matches!(self, Line::StepTemporaries | Line::AutocastCopies)
     }
 
+    /// The category that falls in this line (the tensor lines; "other" for the rest).
+    pub fn category(self) -> &'static str {
+        match self {
+            Line::Weights => "parameters",
+            Line::Gradients => "gradients",
+            Line::OptimizerState => "optimizer_state",
+            Line::StepTemporaries => "step_temporaries",
+            Line::AutocastCopies => "autocast_copies",
+            Line::Activations => "activations",
+            Line::Caches => "caches",
+            Line::Workspaces => "workspaces",
+            Line::Communication => "communication",
+            _ => "other",
+        }
+    }
+
     /// The line a category falls in.
     pub fn of_category(name: &str) -> Line {
         match name {
@@ -1300,6 +1316,10 @@ pub struct StreamAt {
     /// [`SITES_AT_PEAK`]), each allocation at the call site and in the line it has in the
     /// largest size measured.
     pub callsites: Vec<stream::SiteLive>,
+    /// Of the requested bytes at the predicted peak, those of allocations that some run
+    /// does not make, taken at their size in the largest size measured (0 where the
+    /// runs' allocations match one to one).
+    pub unmatched_bytes: u64,
 }
 
 /// How many call sites a predicted peak names.
@@ -1368,10 +1388,14 @@ impl ReservedCurve {
 /// measured sizes.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StreamSeries {
-    /// Why the runs' allocations cannot be matched one to one, where they cannot (the
-    /// group fits then answer alone).
+    /// Why the runs' allocations cannot be matched, where they cannot (the group fits
+    /// then answer alone).
     pub mismatch: Option<stream::Mismatch>,
-    /// Allocations matched (the blocks from before recording included).
+    /// Where the runs' streams differ but their allocations match in order: what is left
+    /// without a counterpart (null: they match one to one, or not at all).
+    pub unmatched: Option<stream::Unmatched>,
+    /// Allocations of the largest size measured with a counterpart in every run (the
+    /// blocks from before recording included).
     pub allocations: u64,
     pub laws: stream::LawCounts,
     /// Each measured size's own stream replayed, against its recording.
@@ -1794,7 +1818,8 @@ fn stream_series(
                 .collect();
             StreamSeries {
                 mismatch: None,
-                allocations: f.largest().allocations() as u64,
+                unmatched: f.unmatched().cloned(),
+                allocations: f.matched(),
                 laws,
                 own,
                 held_out,
@@ -1803,6 +1828,7 @@ fn stream_series(
         }
         Err(m) => StreamSeries {
             mismatch: Some(m.clone()),
+            unmatched: None,
             allocations: 0,
             laws: stream::LawCounts::default(),
             own: Vec::new(),
@@ -1815,6 +1841,7 @@ fn stream_series(
 /// The target's stream replayed with no limit, and at each device's capacity.
 struct TargetReplay {
     sizes: Vec<u64>,
+    laws: Vec<Option<stream::Law>>,
     free: stream::StreamReplay,
     total_bytes: u64,
     fits: Vec<Fit>,
@@ -1833,7 +1860,7 @@ fn replay_target(
         Some(shape) => stream::At::Shape(shape),
         None => stream::At::Size(target),
     };
-    let (sizes, _) = f.sizes_at(at, &f.all());
+    let (sizes, laws) = f.sizes_and_laws(at, &f.all());
     let largest = f.largest();
     let settings = largest.settings().clone();
     let free = largest.replay(&sizes, &settings, None, None);
@@ -1853,6 +1880,7 @@ fn replay_target(
         .collect();
     TargetReplay {
         sizes,
+        laws,
         free,
         total_bytes,
         fits,
@@ -1872,6 +1900,7 @@ fn predict_by_stream(
     let largest = f.largest();
     let TargetReplay {
         sizes,
+        laws,
         free,
         total_bytes,
         fits,
@@ -1901,8 +1930,29 @@ fn predict_by_stream(
             &free.reserved_series,
         ),
         callsites: largest.live_by_site(&sizes, free.requested_peak_at, SITES_AT_PEAK),
+        unmatched_bytes: largest
+            .live_bytes_where(&sizes, free.requested_peak_at, |j| !f.is_matched(j)),
     });
     p.fits = fits;
+    // What changes from the largest size measured, as the replayed streams show it
+    // (where batch and sequence both vary, no one exponent says how).
+    if p.shape.is_none() {
+        p.deciding = largest
+            .site_changes(&sizes, free.requested_peak_at, &laws)
+            .into_iter()
+            .take(3)
+            .map(|(site, change, law)| Deciding {
+                callsite: site.callsite,
+                category: site.line.category().to_string(),
+                exponent: match law {
+                    Some(stream::Law::Linear) => 1,
+                    Some(stream::Law::Quadratic | stream::Law::Inexact) => 2,
+                    Some(stream::Law::Constant) | None => 0,
+                },
+                change_bytes: change,
+            })
+            .collect();
+    }
 }
 
 /// A predicted stream on `gpu`: replayed at its capacity less `outside` (runs out of

@@ -185,6 +185,24 @@ impl Stream {
         self.events.push(event);
     }
 
+    /// What identifies each allocation across runs, its size apart: its call site, line,
+    /// stream and pool.
+    fn alloc_keys(&self) -> Vec<(&str, u8, u16, u16)> {
+        let mut k = 0;
+        let mut out = Vec::with_capacity(self.sizes.len());
+        for c in &self.commands {
+            if let Command::Alloc { stream, pool, .. } = *c {
+                let site = self
+                    .site_names
+                    .get(self.sites[k] as usize)
+                    .map_or("", String::as_str);
+                out.push((site, self.lines[k], stream, pool));
+                k += 1;
+            }
+        }
+        out
+    }
+
     /// How many allocations (blocks from before recording included).
     pub fn allocations(&self) -> usize {
         self.sizes.len()
@@ -269,6 +287,64 @@ impl Stream {
         });
         out.truncate(most);
         out
+    }
+
+    /// How the live bytes of each call site (and line) change from this stream's own peak
+    /// of requested bytes to the moment just after command `at` with `sizes`, the largest
+    /// change first (ties by name): the change, and the highest law among its allocations
+    /// live then (None: only allocations without a law).
+    pub fn site_changes(
+        &self,
+        sizes: &[u64],
+        at: usize,
+        laws: &[Option<Law>],
+    ) -> Vec<(SiteLive, i64, Option<Law>)> {
+        let (_, own_at) = self.requested_peak(&self.sizes);
+        let mut by_site: BTreeMap<(u32, u8), (u64, u64, u64, Option<Law>)> = BTreeMap::new();
+        for k in self.live_at(at) {
+            let e = by_site.entry((self.sites[k], self.lines[k])).or_default();
+            e.0 = e.0.saturating_add(sizes[k]);
+            e.2 += 1;
+            e.3 = e.3.max(laws.get(k).copied().flatten());
+        }
+        for k in self.live_at(own_at) {
+            let e = by_site.entry((self.sites[k], self.lines[k])).or_default();
+            e.1 = e.1.saturating_add(self.sizes[k]);
+        }
+        let mut out: Vec<(SiteLive, i64, Option<Law>)> = by_site
+            .into_iter()
+            .map(|((site, line), (now, before, allocations, law))| {
+                let live = SiteLive {
+                    callsite: self
+                        .site_names
+                        .get(site as usize)
+                        .cloned()
+                        .unwrap_or_default(),
+                    line: Line::ALL[(line as usize).min(Line::ALL.len() - 1)],
+                    bytes: now,
+                    allocations,
+                };
+                let change =
+                    (now as i128 - before as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+                (live, change, law)
+            })
+            .filter(|(_, change, _)| *change != 0)
+            .collect();
+        out.sort_by(|a, b| {
+            b.1.unsigned_abs()
+                .cmp(&a.1.unsigned_abs())
+                .then_with(|| a.0.callsite.cmp(&b.0.callsite))
+                .then(a.0.line.cmp(&b.0.line))
+        });
+        out
+    }
+
+    /// The requested bytes alive just after command `at` with `sizes` of the allocations
+    /// (their places in `sizes`) that `keep` keeps.
+    pub fn live_bytes_where(&self, sizes: &[u64], at: usize, keep: impl Fn(usize) -> bool) -> u64 {
+        self.live_at(at)
+            .filter(|&k| keep(k))
+            .fold(0u64, |sum, k| sum.saturating_add(sizes[k]))
     }
 
     /// The allocations (their places in `sizes`) live just after command `at`.
@@ -375,32 +451,72 @@ impl Stream {
 /// burst (consecutive frees, as a container or cache cleared at once makes them) may come
 /// in any order: their order follows addresses, which differ between runs.
 fn first_difference(a: &Stream, b: &Stream) -> Option<usize> {
+    first_command_difference(&a.commands, &b.commands)
+}
+
+/// [`first_difference`] of two command lists of equal length.
+fn first_command_difference(a: &[Command], b: &[Command]) -> Option<usize> {
     let is_free = |c: &Command| matches!(c, Command::Free(_) | Command::FreeRequested(_));
     let mut i = 0;
-    let n = a.commands.len();
+    let n = a.len();
     while i < n {
-        if !is_free(&a.commands[i]) {
-            if a.commands[i] != b.commands[i] {
+        if !is_free(&a[i]) {
+            if a[i] != b[i] {
                 return Some(i);
             }
             i += 1;
             continue;
         }
-        let end = (i..n).find(|&j| !is_free(&a.commands[j])).unwrap_or(n);
-        let mut x = a.commands[i..end].to_vec();
-        let mut y = b.commands[i..end].to_vec();
+        let end = (i..n).find(|&j| !is_free(&a[j])).unwrap_or(n);
+        let mut x = a[i..end].to_vec();
+        let mut y = b[i..end].to_vec();
         x.sort_unstable_by_key(free_key);
         y.sort_unstable_by_key(free_key);
         if x != y {
-            return Some(
-                i + (i..end)
-                    .position(|j| a.commands[j] != b.commands[j])
-                    .unwrap_or(0),
-            );
+            return Some(i + (i..end).position(|j| a[j] != b[j]).unwrap_or(0));
         }
         i = end;
     }
     None
+}
+
+/// The commands of `s` that concern allocations kept by `keep` (by their place in the
+/// largest run, `place` of each of `s`'s allocations), those allocations tagged by that
+/// place: what two runs of one workload share once what only some make is left out.
+fn projected(s: &Stream, place: &[u32], keep: &[bool]) -> Vec<Command> {
+    let mut by_tag: Vec<u32> = vec![NONE; s.tags as usize];
+    let mut k = 0;
+    let mut out = Vec::with_capacity(s.commands.len());
+    let kept = |j: u32| j != NONE && keep[j as usize];
+    for c in &s.commands {
+        match *c {
+            Command::Alloc { tag, stream, pool } => {
+                let j = place[k];
+                k += 1;
+                if let Some(slot) = by_tag.get_mut(tag as usize) {
+                    *slot = j;
+                }
+                if kept(j) {
+                    out.push(Command::Alloc {
+                        tag: j,
+                        stream,
+                        pool,
+                    });
+                }
+            }
+            Command::Free(tag) | Command::FreeRequested(tag) => {
+                let j = by_tag.get(tag as usize).copied().unwrap_or(NONE);
+                if kept(j) {
+                    out.push(match c {
+                        Command::Free(_) => Command::Free(j),
+                        _ => Command::FreeRequested(j),
+                    });
+                }
+            }
+            Command::EmptyCache => out.push(Command::EmptyCache),
+        }
+    }
+    out
 }
 
 fn free_key(c: &Command) -> (u8, u32) {
@@ -697,6 +813,26 @@ pub struct LawCounts {
     pub linear: u64,
     pub quadratic: u64,
     pub inexact: u64,
+    /// Allocations without a counterpart in every run fitted: taken at their size in
+    /// the run replayed.
+    pub unmatched: u64,
+}
+
+impl LawCounts {
+    /// The counts of each allocation's law (None: unmatched).
+    pub fn of(laws: &[Option<Law>]) -> LawCounts {
+        let mut c = LawCounts::default();
+        for l in laws {
+            match l {
+                Some(Law::Constant) => c.constant += 1,
+                Some(Law::Linear) => c.linear += 1,
+                Some(Law::Quadratic) => c.quadratic += 1,
+                Some(Law::Inexact) => c.inexact += 1,
+                None => c.unmatched += 1,
+            }
+        }
+        c
+    }
 }
 
 /// The runs of a series matched allocation by allocation.
@@ -708,6 +844,145 @@ pub struct StreamFit<'a> {
     /// Each run's batch size and sequence length, where both vary (the sizes are then
     /// their tokens).
     shapes: Option<Vec<Shape>>,
+    /// Where the runs' streams differ: their allocations matched in order (None: one to
+    /// one, the same commands in the same order).
+    partial: Option<Partial>,
+}
+
+/// The runs' allocations matched in order where their streams differ.
+#[derive(Debug, Clone)]
+struct Partial {
+    /// For each run, each allocation of the largest run's counterpart in it ([`NONE`]:
+    /// none).
+    counterpart: Vec<Vec<u32>>,
+    /// For each run, each of its allocations' counterpart in the largest run.
+    in_largest: Vec<Vec<u32>>,
+    unmatched: Unmatched,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// What matching the runs' allocations in order left without a counterpart.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Unmatched {
+    /// Where the runs' streams first differ.
+    pub parted: Mismatch,
+    /// Allocations of the largest run that some other run does not make: the
+    /// prediction takes them at their size in the largest run.
+    pub largest_only: u64,
+    /// Allocations of the other runs without a counterpart in the largest run: the
+    /// prediction, which follows the largest run's order, leaves them out.
+    pub others_only: u64,
+}
+
+/// The most of a run's allocations that may lack a counterpart for its stream to be
+/// matched in part: past it, the runs are not one workload's.
+pub const MAX_UNMATCHED_SHARE: f64 = 0.1;
+
+/// Where two streams part, the most allocations skipped on each side to find where they
+/// agree again, and how many must agree then.
+const RESYNC_WINDOW: usize = 64;
+const RESYNC_RUN: usize = 8;
+/// The most places two streams may part before they count as unmatched.
+const MAX_PARTINGS: usize = 4096;
+
+/// For each item of `b`, its counterpart in `a` ([`NONE`]: none): both walked in order,
+/// equal items matched; where they part, they are matched again at the nearest place
+/// (the fewest items skipped on both sides, at most [`RESYNC_WINDOW`] on each) from
+/// which [`RESYNC_RUN`] items agree (or both end). None past [`MAX_PARTINGS`] partings or
+/// where no such place is found.
+fn align<K: PartialEq>(a: &[K], b: &[K]) -> Option<Vec<u32>> {
+    let mut out = vec![NONE; b.len()];
+    let (mut i, mut j, mut partings) = (0, 0, 0);
+    let agree = |i: usize, j: usize| {
+        let n = RESYNC_RUN.min(a.len() - i).min(b.len() - j);
+        (a.len() - i == b.len() - j || n == RESYNC_RUN) && (0..n).all(|d| a[i + d] == b[j + d])
+    };
+    while i < a.len() && j < b.len() {
+        if a[i] == b[j] {
+            out[j] = i as u32;
+            i += 1;
+            j += 1;
+            continue;
+        }
+        partings += 1;
+        if partings > MAX_PARTINGS {
+            return None;
+        }
+        let found = (1..=2 * RESYNC_WINDOW).find_map(|d| {
+            (d.saturating_sub(RESYNC_WINDOW)..=d.min(RESYNC_WINDOW))
+                .map(|di| (di, d - di))
+                .find(|&(di, dj)| i + di < a.len() && j + dj < b.len() && agree(i + di, j + dj))
+        });
+        match found {
+            Some((di, dj)) => {
+                i += di;
+                j += dj;
+            }
+            // Only one side has items left within reach: the rest is unmatched.
+            None if a.len() - i <= RESYNC_WINDOW || b.len() - j <= RESYNC_WINDOW => break,
+            None => return None,
+        }
+    }
+    Some(out)
+}
+
+impl Partial {
+    /// The runs' allocations (by ascending size) matched to the largest run's in order,
+    /// where few enough lack a counterpart.
+    fn of(streams: &[&Stream], parted: &Mismatch) -> Option<Partial> {
+        let last = streams.len() - 1;
+        let largest = streams[last].alloc_keys();
+        let mut counterpart = Vec::with_capacity(streams.len());
+        let mut in_largest = Vec::with_capacity(streams.len());
+        let mut others_only = 0u64;
+        for (k, s) in streams.iter().enumerate() {
+            let keys = s.alloc_keys();
+            let map = if k == last {
+                (0..largest.len() as u32).collect()
+            } else {
+                align(&keys, &largest)?
+            };
+            let mut back = vec![NONE; keys.len()];
+            for (j, &i) in map.iter().enumerate() {
+                if i != NONE {
+                    back[i as usize] = j as u32;
+                }
+            }
+            let lacking = back.iter().filter(|&&j| j == NONE).count();
+            if lacking as f64 > MAX_UNMATCHED_SHARE * keys.len() as f64 {
+                return None;
+            }
+            others_only += lacking as u64;
+            counterpart.push(map);
+            in_largest.push(back);
+        }
+        let keep: Vec<bool> = (0..largest.len())
+            .map(|j| counterpart.iter().all(|m| m[j] != NONE))
+            .collect();
+        let largest_only = keep.iter().filter(|&&k| !k).count();
+        if largest_only as f64 > MAX_UNMATCHED_SHARE * largest.len() as f64 {
+            return None;
+        }
+        // What every run makes is made and freed in the same order: the allocations
+        // alone matching is not one workload (a run that keeps what another frees).
+        let common = projected(streams[last], &in_largest[last], &keep);
+        for (k, s) in streams.iter().enumerate().take(last) {
+            let other = projected(s, &in_largest[k], &keep);
+            if other.len() != common.len() || first_command_difference(&other, &common).is_some() {
+                return None;
+            }
+        }
+        Some(Partial {
+            counterpart,
+            in_largest,
+            unmatched: Unmatched {
+                parted: parted.clone(),
+                largest_only: largest_only as u64,
+                others_only,
+            },
+        })
+    }
 }
 
 /// Where a stream is predicted: a size of a series that varies one thing, or a shape.
@@ -730,30 +1005,59 @@ impl<'a> StreamFit<'a> {
             got.push(s.ok_or(Mismatch::NoTrace { run })?);
         }
         let (first, first_run) = (got[0], runs[0]);
+        let mut parted = None;
         for (s, &run) in got.iter().zip(runs).skip(1) {
             if s.commands.len() != first.commands.len() {
-                return Err(Mismatch::Length {
+                parted = Some(Mismatch::Length {
                     run: first_run,
                     commands: first.commands.len() as u64,
                     other_run: run,
                     other_commands: s.commands.len() as u64,
                 });
+                break;
             }
             // Streams and pools by first use: their ids differ from process to process.
             if let Some(i) = first_difference(first, s) {
-                return Err(Mismatch::Order {
+                parted = Some(Mismatch::Order {
                     run: first_run,
                     event: first.event(i),
                     other_run: run,
                     other_event: s.event(i),
                 });
+                break;
             }
         }
+        // Where the streams differ, their allocations matched in order, when few lack a
+        // counterpart.
+        let partial = match parted {
+            None => None,
+            Some(m) => Some(Partial::of(&got, &m).ok_or(m)?),
+        };
         Ok(StreamFit {
             streams: got,
             sizes: sizes.to_vec(),
             shapes: None,
+            partial,
         })
+    }
+
+    /// What matching the allocations in order left without a counterpart, where the
+    /// streams differ (None: they match one to one).
+    pub fn unmatched(&self) -> Option<&Unmatched> {
+        self.partial.as_ref().map(|p| &p.unmatched)
+    }
+
+    /// Allocations of the largest run with a counterpart in every run.
+    pub fn matched(&self) -> u64 {
+        let n = self.largest().allocations() as u64;
+        n - self.unmatched().map_or(0, |u| u.largest_only)
+    }
+
+    /// Whether allocation `j` of the largest run has a counterpart in every run.
+    pub fn is_matched(&self, j: usize) -> bool {
+        self.partial
+            .as_ref()
+            .is_none_or(|p| p.counterpart.iter().all(|m| m[j] != NONE))
     }
 
     /// The runs' shapes, where batch and sequence both vary (by the same order).
@@ -778,6 +1082,24 @@ impl<'a> StreamFit<'a> {
     /// Each allocation's size at `t`, fitted on the runs `from` (indices by ascending
     /// size), and how many follow each law.
     pub fn sizes_at(&self, t: At, from: &[usize]) -> (Vec<u64>, LawCounts) {
+        self.sizes_of(self.streams.len() - 1, t, from)
+    }
+
+    /// Each allocation of run `run`'s stream at `t`, fitted on the runs `from`: where it
+    /// has a counterpart in each of them, by the law their sizes follow; else at its
+    /// own size (counted as unmatched).
+    pub fn sizes_of(&self, run: usize, t: At, from: &[usize]) -> (Vec<u64>, LawCounts) {
+        let (sizes, laws) = self.fit_each(run, t, from);
+        (sizes, LawCounts::of(&laws))
+    }
+
+    /// [`StreamFit::sizes_at`], with each allocation's law (None: no counterpart in
+    /// every run, taken at its own size).
+    pub fn sizes_and_laws(&self, t: At, from: &[usize]) -> (Vec<u64>, Vec<Option<Law>>) {
+        self.fit_each(self.streams.len() - 1, t, from)
+    }
+
+    fn fit_each(&self, run: usize, t: At, from: &[usize]) -> (Vec<u64>, Vec<Option<Law>>) {
         let xs: Vec<u64> = from.iter().map(|&i| self.sizes[i]).collect();
         let shapes: Vec<Shape> = self
             .shapes
@@ -792,24 +1114,35 @@ impl<'a> StreamFit<'a> {
                 .entry(ys.to_vec())
                 .or_insert_with(|| law2_at(&shapes, ys, t)),
         };
-        let mut counts = LawCounts::default();
+        let own = &self.streams[run].sizes;
+        // The place of allocation `a` of `run` in run `i` (None: no counterpart).
+        let place = |a: usize, i: usize| -> Option<usize> {
+            let Some(p) = &self.partial else {
+                return Some(a);
+            };
+            let j = p.in_largest[run][a];
+            (j != NONE)
+                .then(|| p.counterpart[i][j as usize])
+                .filter(|&x| x != NONE)
+                .map(|x| x as usize)
+        };
+        let mut laws = Vec::with_capacity(own.len());
         let mut ys = vec![0u64; from.len()];
-        let sizes = (0..self.largest().sizes.len())
-            .map(|k| {
+        let sizes = (0..own.len())
+            .map(|a| {
                 for (y, &i) in ys.iter_mut().zip(from) {
-                    *y = self.streams[i].sizes[k];
+                    let Some(x) = place(a, i) else {
+                        laws.push(None);
+                        return own[a];
+                    };
+                    *y = self.streams[i].sizes[x];
                 }
-                let (v, law) = law(&ys);
-                match law {
-                    Law::Constant => counts.constant += 1,
-                    Law::Linear => counts.linear += 1,
-                    Law::Quadratic => counts.quadratic += 1,
-                    Law::Inexact => counts.inexact += 1,
-                }
+                let (v, l) = law(&ys);
+                laws.push(Some(l));
                 v
             })
             .collect();
-        (sizes, counts)
+        (sizes, laws)
     }
 
     /// Every run.
@@ -893,7 +1226,7 @@ impl StreamFit<'_> {
             .into_par_iter()
             .map(|k| {
                 let from: Vec<usize> = (0..n).filter(|&i| i != k).collect();
-                let (sizes, _) = self.sizes_at(self.point(k), &from);
+                let (sizes, _) = self.sizes_of(k, self.point(k), &from);
                 let s = self.streams[k];
                 let r = s.replay(&sizes, &s.settings, None, None);
                 StreamCheck::new(self.sizes[k], &r, recorded[k])
@@ -905,6 +1238,31 @@ impl StreamFit<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sequences matched in order by hand: an item only one side has is skipped where
+    /// the next items agree again, and a sequence with nothing in common is unmatched.
+    #[test]
+    fn allocations_matched_in_order_by_hand() {
+        let n = NONE;
+        // b has one more item (9) after the first two: a's items keep their places.
+        let a = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11];
+        let b = [1, 2, 9, 3, 4, 5, 6, 7, 8, 10, 11];
+        assert_eq!(
+            align(&a, &b).unwrap(),
+            vec![0, 1, n, 2, 3, 4, 5, 6, 7, 8, 9]
+        );
+        // a has one more (9): b's items skip it.
+        assert_eq!(align(&b, &a).unwrap(), vec![0, 1, 3, 4, 5, 6, 7, 8, 9, 10]);
+        // One item replaced by another: neither has a counterpart.
+        let c = [1, 2, 12, 4, 5, 6, 7, 8, 10, 11];
+        assert_eq!(align(&a, &c).unwrap(), vec![0, 1, n, 3, 4, 5, 6, 7, 8, 9]);
+        // An extra item in the last few: both tails, of equal length, agree after it.
+        assert_eq!(align(&[1, 2], &[0, 1, 2]).unwrap(), vec![n, 0, 1]);
+        // Nothing in common over more than the window: not matched.
+        let x: Vec<u32> = (0..200).collect();
+        let y: Vec<u32> = (1000..1200).collect();
+        assert_eq!(align(&x, &y), None);
+    }
 
     #[test]
     fn laws_by_hand() {
