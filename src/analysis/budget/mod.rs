@@ -1941,15 +1941,15 @@ fn predict_by_stream(
             .site_changes(&sizes, free.requested_peak_at, &laws)
             .into_iter()
             .take(3)
-            .map(|(site, change, law)| Deciding {
-                callsite: site.callsite,
-                category: site.line.category().to_string(),
-                exponent: match law {
+            .map(|c| Deciding {
+                callsite: c.live.callsite,
+                category: c.live.line.category().to_string(),
+                exponent: match c.law {
                     Some(stream::Law::Linear) => 1,
                     Some(stream::Law::Quadratic | stream::Law::Inexact) => 2,
                     Some(stream::Law::Constant) | None => 0,
                 },
-                change_bytes: change,
+                change_bytes: c.change_bytes,
             })
             .collect();
     }

@@ -291,50 +291,52 @@ impl Stream {
 
     /// How the live bytes of each call site (and line) change from this stream's own peak
     /// of requested bytes to the moment just after command `at` with `sizes`, the largest
-    /// change first (ties by name): the change, and the highest law among its allocations
-    /// live then (None: only allocations without a law).
-    pub fn site_changes(
-        &self,
-        sizes: &[u64],
-        at: usize,
-        laws: &[Option<Law>],
-    ) -> Vec<(SiteLive, i64, Option<Law>)> {
+    /// change first (ties by name).
+    pub fn site_changes(&self, sizes: &[u64], at: usize, laws: &[Option<Law>]) -> Vec<SiteChange> {
+        #[derive(Default)]
+        struct Tally {
+            now: u64,
+            before: u64,
+            allocations: u64,
+            law: Option<Law>,
+        }
         let (_, own_at) = self.requested_peak(&self.sizes);
-        let mut by_site: BTreeMap<(u32, u8), (u64, u64, u64, Option<Law>)> = BTreeMap::new();
+        let mut by_site: BTreeMap<(u32, u8), Tally> = BTreeMap::new();
         for k in self.live_at(at) {
             let e = by_site.entry((self.sites[k], self.lines[k])).or_default();
-            e.0 = e.0.saturating_add(sizes[k]);
-            e.2 += 1;
-            e.3 = e.3.max(laws.get(k).copied().flatten());
+            e.now = e.now.saturating_add(sizes[k]);
+            e.allocations += 1;
+            e.law = e.law.max(laws.get(k).copied().flatten());
         }
         for k in self.live_at(own_at) {
             let e = by_site.entry((self.sites[k], self.lines[k])).or_default();
-            e.1 = e.1.saturating_add(self.sizes[k]);
+            e.before = e.before.saturating_add(self.sizes[k]);
         }
-        let mut out: Vec<(SiteLive, i64, Option<Law>)> = by_site
+        let mut out: Vec<SiteChange> = by_site
             .into_iter()
-            .map(|((site, line), (now, before, allocations, law))| {
-                let live = SiteLive {
+            .map(|((site, line), t)| SiteChange {
+                live: SiteLive {
                     callsite: self
                         .site_names
                         .get(site as usize)
                         .cloned()
                         .unwrap_or_default(),
                     line: Line::ALL[(line as usize).min(Line::ALL.len() - 1)],
-                    bytes: now,
-                    allocations,
-                };
-                let change =
-                    (now as i128 - before as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
-                (live, change, law)
+                    bytes: t.now,
+                    allocations: t.allocations,
+                },
+                change_bytes: (t.now as i128 - t.before as i128)
+                    .clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+                law: t.law,
             })
-            .filter(|(_, change, _)| *change != 0)
+            .filter(|c| c.change_bytes != 0)
             .collect();
         out.sort_by(|a, b| {
-            b.1.unsigned_abs()
-                .cmp(&a.1.unsigned_abs())
-                .then_with(|| a.0.callsite.cmp(&b.0.callsite))
-                .then(a.0.line.cmp(&b.0.line))
+            b.change_bytes
+                .unsigned_abs()
+                .cmp(&a.change_bytes.unsigned_abs())
+                .then_with(|| a.live.callsite.cmp(&b.live.callsite))
+                .then(a.live.line.cmp(&b.live.line))
         });
         out
     }
@@ -546,6 +548,17 @@ pub struct SiteLive {
     pub line: Line,
     pub bytes: u64,
     pub allocations: u64,
+}
+
+/// How a call site's live bytes change between two moments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteChange {
+    /// What is live at the later moment.
+    pub live: SiteLive,
+    pub change_bytes: i64,
+    /// The highest law among the allocations live then (None: only allocations without
+    /// a law, made by some runs alone).
+    pub law: Option<Law>,
 }
 
 /// A stream replayed.
