@@ -580,25 +580,52 @@ pub fn min_capacity_searched(
     // state its replay resumes from; one that fits replays every request after it. So
     // the search first climbs from the floor in doubling steps, where most tries are
     // the cheap ones, and then halves what is left.
+    //
+    // A capacity that fits replays the rest of the requests; one below it usually fails
+    // soon. So each try runs beside the one the search makes next if it fits (the middle
+    // of what is then left): the same tries, in the same order of decisions, with the
+    // long ones two at a time.
+    let middle = |lo: u64, hi: u64| on_step(lo + (hi - lo) / 2).max(lo + CAPACITY_STEP);
+    let next_if_fits = |lo: u64, c: u64| (!close_enough(lo, c)).then(|| middle(lo, c));
+    let try_both = |c: u64, next: Option<u64>| rayon::join(|| fits(c), || next.map(&fits));
+    // The try made beside one that fit, taken as the search's next.
+    let settle = |lo: &mut u64, hi: &mut u64, next: Option<u64>, then: Option<bool>| {
+        if let (Some(n), Some(f)) = (next, then) {
+            if f {
+                *hi = n;
+            } else {
+                *lo = n;
+            }
+        }
+    };
     let mut step = CAPACITY_STEP.max(hi / CAPACITY_TOLERANCE);
     while !close_enough(lo, hi) {
         let c = on_step(lo.saturating_add(step)).max(lo + CAPACITY_STEP);
         if c >= hi {
             break;
         }
-        if fits(c) {
-            hi = c;
-            break;
+        let next = next_if_fits(lo, c);
+        match try_both(c, next) {
+            (true, then) => {
+                hi = c;
+                settle(&mut lo, &mut hi, next, then);
+                break;
+            }
+            (false, _) => {
+                lo = c;
+                step = step.saturating_mul(2);
+            }
         }
-        lo = c;
-        step = step.saturating_mul(2);
     }
     while !close_enough(lo, hi) {
-        let mid = on_step(lo + (hi - lo) / 2).max(lo + CAPACITY_STEP);
-        if fits(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
+        let mid = middle(lo, hi);
+        let next = next_if_fits(lo, mid);
+        match try_both(mid, next) {
+            (true, then) => {
+                hi = mid;
+                settle(&mut lo, &mut hi, next, then);
+            }
+            (false, _) => lo = mid,
         }
     }
     Some(hi)
