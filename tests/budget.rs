@@ -1003,6 +1003,16 @@ fn a_series_predicted_by_its_stream_is_the_target_to_the_byte() {
     let lines = &v["series"]["prediction"]["lines"];
     assert_eq!(line(lines, "activations"), activations(2, 1024));
     assert_eq!(line(lines, "step_temporaries"), 0);
+    // So what changes the most from 512 is the 8 copies of the parameters, no longer
+    // live at the peak: the same sizes, an exponent of 0.
+    let d = &v["series"]["prediction"]["deciding"][0];
+    assert_eq!(d["category"], "step_temporaries", "{d}");
+    assert_eq!(d["exponent"], 0, "{d}");
+    assert_eq!(
+        d["change_bytes"].as_i64().unwrap(),
+        -8 * line(lines, "weights") as i64,
+        "{d}"
+    );
     let (_, t, _) = budget(&["testdata/budget/moving_seq1024.pickle", "--json"]);
     let top = t["runs"][0]["phase_peaks"]
         .as_array()

@@ -699,7 +699,12 @@ fn write_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io::Result
                             d.category,
                             if d.change_bytes < 0 { "-" } else { "+" },
                             bytes(d.change_bytes.unsigned_abs()),
-                            grows(d.exponent)
+                            // Sizes that do not grow change only where the peak moved.
+                            if d.exponent == 0 {
+                                "the same sizes, live at one peak and not at the other"
+                            } else {
+                                grows(d.exponent)
+                            }
                         )
                     })
                     .collect();
