@@ -37,6 +37,18 @@ fn budget(args: &[&str]) -> (i32, serde_json::Value, String) {
     )
 }
 
+/// What `budget` prints for `files` with `args`.
+fn budget_text(files: &[&str], args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .arg("budget")
+        .args(files)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn line(lines: &serde_json::Value, name: &str) -> u64 {
     lines
         .as_array()
@@ -1079,14 +1091,7 @@ fn a_series_whose_allocations_differ_falls_back_to_the_groups_and_says_so() {
     let m = &v["series"]["stream"]["mismatch"];
     assert_eq!(m["kind"], "length", "{m}");
     assert!(v["series"]["prediction"]["stream"].is_null());
-    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
-        .arg("budget")
-        .args(files)
-        .args(["--target", "1024"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = budget_text(&files, &["--target", "1024"]);
     assert!(
         text.contains(
             "by allocation: not predicted, the runs' allocations do not match one to one"
@@ -1145,14 +1150,7 @@ fn a_series_whose_allocations_match_in_order_is_predicted_by_its_stream() {
             "{d}"
         );
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
-        .arg("budget")
-        .args(files)
-        .args(["--target", "1024"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = budget_text(&files, &["--target", "1024"]);
     assert!(
         text.contains("2 allocations that only some runs make are taken at their size in the largest size measured, and 0 that the largest does not make are left out"),
         "{text}"

@@ -34,18 +34,10 @@ pub fn line_name(line: Line) -> &'static str {
 
 fn line_color(line: Line) -> &'static str {
     let category = match line {
-        Line::Weights => "parameters",
-        Line::Gradients => "gradients",
-        Line::OptimizerState => "optimizer_state",
-        Line::StepTemporaries => "step_temporaries",
-        Line::AutocastCopies => "autocast_copies",
-        Line::Activations => "activations",
-        Line::Caches => "caches",
-        Line::Workspaces => "workspaces",
-        Line::Communication => "communication",
         Line::AllocatorOverhead => "other",
         Line::OutsideAllocator => "unknown",
         Line::FailedRequest => "caches",
+        tensors => tensors.category(),
     };
     category_color(category).unwrap_or("#bab0ac")
 }
