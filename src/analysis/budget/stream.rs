@@ -268,15 +268,8 @@ impl Stream {
         }
         let mut out: Vec<SiteLive> = by_site
             .into_iter()
-            .map(|((site, line), (bytes, allocations))| SiteLive {
-                callsite: self
-                    .site_names
-                    .get(site as usize)
-                    .cloned()
-                    .unwrap_or_default(),
-                line: Line::ALL[(line as usize).min(Line::ALL.len() - 1)],
-                bytes,
-                allocations,
+            .map(|((site, line), (bytes, allocations))| {
+                self.site_live((site, line), bytes, allocations)
             })
             .collect();
         out.sort_by(|a, b| {
@@ -314,17 +307,8 @@ impl Stream {
         }
         let mut out: Vec<SiteChange> = by_site
             .into_iter()
-            .map(|((site, line), t)| SiteChange {
-                live: SiteLive {
-                    callsite: self
-                        .site_names
-                        .get(site as usize)
-                        .cloned()
-                        .unwrap_or_default(),
-                    line: Line::ALL[(line as usize).min(Line::ALL.len() - 1)],
-                    bytes: t.now,
-                    allocations: t.allocations,
-                },
+            .map(|(key, t)| SiteChange {
+                live: self.site_live(key, t.now, t.allocations),
                 change_bytes: (t.now as i128 - t.before as i128)
                     .clamp(i64::MIN as i128, i64::MAX as i128) as i64,
                 law: t.law,
@@ -347,6 +331,20 @@ impl Stream {
         self.live_at(at)
             .filter(|&k| keep(k))
             .fold(0u64, |sum, k| sum.saturating_add(sizes[k]))
+    }
+
+    /// A call site (its index, its line's) holding `bytes` in `allocations`.
+    fn site_live(&self, (site, line): (u32, u8), bytes: u64, allocations: u64) -> SiteLive {
+        SiteLive {
+            callsite: self
+                .site_names
+                .get(site as usize)
+                .cloned()
+                .unwrap_or_default(),
+            line: Line::ALL[(line as usize).min(Line::ALL.len() - 1)],
+            bytes,
+            allocations,
+        }
     }
 
     /// The allocations (their places in `sizes`) live just after command `at`.
