@@ -1263,7 +1263,15 @@ fn draw_reserved_over_time(
         bottom + 34.0,
         "middle",
         r##" font-size="11" fill="#444444""##,
-        "share of the recorded allocations and frees done (the same place in each size)",
+        if r
+            .series
+            .as_ref()
+            .is_some_and(|s| s.stream.unmatched.is_some())
+        {
+            "share of the recorded allocations and frees done (about the same place in each size: some runs make allocations others do not)"
+        } else {
+            "share of the recorded allocations and frees done (the same place in each size)"
+        },
     )?;
     svg.text(
         left,
