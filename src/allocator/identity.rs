@@ -448,12 +448,14 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
                 }
                 // A cached block elsewhere: the model would take it and make no segment
                 // entry; the request goes straight to its recorded address (the state is
-                // the one taking the block and giving it back leaves).
-                let elsewhere = a
-                    .cached_address(*size, *stream, *pool)
-                    .filter(|m| m != addr);
-                let (r, made) = match elsewhere {
-                    Some(m) => (Placed::Elsewhere(m), Vec::new()),
+                // the one taking the block and giving it back leaves). A cached block at
+                // the recorded address is taken as `malloc` would take it.
+                let (r, made) = match a.cached_block(*size, *stream, *pool) {
+                    Some(c) if c.addr != *addr => (Placed::Elsewhere(c.addr), Vec::new()),
+                    Some(c) => (
+                        Placed::Model(Ok(a.malloc_cached(c, *size, *tag))),
+                        Vec::new(),
+                    ),
                     None => {
                         let mut dev = Recording {
                             outputs: outs,

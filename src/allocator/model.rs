@@ -272,6 +272,17 @@ pub struct SegmentView {
     pub blocks: Vec<(u64, u64, bool)>,
 }
 
+/// A cached block that `malloc` would take ([`Allocator::cached_block`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cached {
+    /// Its address.
+    pub addr: u64,
+    block: u32,
+    pool: u16,
+    /// The rounded request.
+    size: u64,
+}
+
 /// The allocator of one device.
 #[derive(Clone, Debug)]
 pub struct Allocator {
@@ -709,10 +720,9 @@ impl Allocator {
         Ok(BlockId(self.alloc_found_block(i, size, orig, split, tag)))
     }
 
-    /// Where `malloc` would put a request of `orig` bytes from its cache, without
-    /// putting it there: the address of the cached block it would take, or None when
-    /// it would need new memory (a segment, pages, a release).
-    pub fn cached_address(&self, orig: u64, stream: u64, private: (i64, i64)) -> Option<u64> {
+    /// The cached block `malloc` would take for a request of `orig` bytes, without
+    /// taking it; None when it would need new memory (a segment, pages, a release).
+    pub fn cached_block(&self, orig: u64, stream: u64, private: (i64, i64)) -> Option<Cached> {
         let size = self.round_size(orig);
         let key = PoolKey {
             private,
@@ -720,7 +730,23 @@ impl Allocator {
         };
         let &pool = self.pool_index.get(&key)?;
         self.choose_free_block(size, stream, pool)
-            .map(|i| self.b(i).addr)
+            .map(|block| Cached {
+                addr: self.b(block).addr,
+                block,
+                pool,
+                size,
+            })
+    }
+
+    /// `malloc` of the request [`Allocator::cached_block`] found `c` for, with nothing
+    /// changed since: what `malloc` does with the block its search finds.
+    pub fn malloc_cached(&mut self, c: Cached, orig: u64, tag: u32) -> BlockId {
+        if self.gc_active() {
+            self.pools[c.pool as usize].gc_clock += 1;
+        }
+        self.remove_free(c.block);
+        let split = self.should_split(c.block, c.size);
+        BlockId(self.alloc_found_block(c.block, c.size, orig, split, tag))
     }
 
     /// `malloc` when the model would take a cached block but the request must go to
