@@ -331,20 +331,32 @@ fn highest_first_peak(p: &crate::allocator::identity::Prepared) -> Option<u64> {
 /// A device's [`TieBreak`], for a budget made without [`replay_on`] (the report's): its
 /// replay with no limit beside the same taking equal free blocks highest address first.
 pub fn tie_break_of(snap: &Snapshot, device: i64) -> Option<TieBreak> {
-    use crate::allocator::scenario::unlimited;
     let p = Prepared::new(snap, device, None).ok()?;
     if p.requests.allocs > MAX_TIE_BREAK_ALLOCATIONS || p.settings.memory_fraction.is_some() {
         return None;
     }
-    let (free, highest) = rayon::join(
-        || unlimited(&p, &p.settings, false).ok(),
-        || highest_first_peak(&p),
+    replays_with_tie_break(&p, &[]).1
+}
+
+/// [`run_each`](crate::allocator::scenario::run_each) at `devices` under the recorded
+/// settings, beside the replay taking equal free blocks highest address first: each
+/// device's outcome and the run's [`TieBreak`].
+fn replays_with_tie_break(
+    p: &Prepared,
+    devices: &[(u64, u64)],
+) -> (
+    Vec<Result<crate::allocator::scenario::Outcome, crate::allocator::scenario::StartDoesNotFit>>,
+    Option<TieBreak>,
+) {
+    let ((free, outcomes), highest) = rayon::join(
+        || crate::allocator::scenario::run_each(p, &p.settings, devices),
+        || highest_first_peak(p),
     );
-    let (free, _) = free.filter(|(o, _)| o.first_oom.is_none())?;
-    Some(TieBreak {
-        peak_reserved_bytes: free.peak_reserved_bytes,
-        highest_first_bytes: highest?,
-    })
+    let tie_break = free.zip(highest).map(|(f, h)| TieBreak {
+        peak_reserved_bytes: f.peak_reserved_bytes,
+        highest_first_bytes: h,
+    });
+    (outcomes, tie_break)
 }
 
 /// What replaying a run gives: one [`Replayed`] per GPU and its [`TieBreak`].
@@ -365,14 +377,7 @@ pub fn replay_on(snap: &Snapshot, p: &Prepared, gpus: &[Gpu], outside: u64) -> R
                 .iter()
                 .map(|g| (g.capacity_bytes.saturating_sub(outside), g.capacity_bytes))
                 .collect();
-            let ((free, outcomes), highest) = rayon::join(
-                || run_each(p, &p.settings, &devices),
-                || highest_first_peak(p),
-            );
-            let tie_break = free.zip(highest).map(|(f, h)| TieBreak {
-                peak_reserved_bytes: f.peak_reserved_bytes,
-                highest_first_bytes: h,
-            });
+            let (outcomes, tie_break) = replays_with_tie_break(p, &devices);
             // Where memory runs out, whether expandable segments let it through.
             let short: Vec<usize> = (0..gpus.len())
                 .filter(|&i| outcomes[i].as_ref().is_ok_and(|o| o.first_oom.is_some()))
@@ -1603,6 +1608,19 @@ impl SeriesOptions {
             .find(|&&(i, _)| i == r)
             .map_or((0, 0), |&(_, s)| s)
     }
+
+    /// The runs of each size (and shape), ascending, each size's runs in their order:
+    /// more than one are repeated runs.
+    fn runs_by_size(&self) -> BTreeMap<(u64, stream::Shape), Vec<usize>> {
+        let mut by_size: BTreeMap<(u64, stream::Shape), Vec<usize>> = BTreeMap::new();
+        for &(r, size) in &self.sizes {
+            by_size.entry((size, self.shape_of(r))).or_default().push(r);
+        }
+        for runs in by_size.values_mut() {
+            runs.sort_unstable();
+        }
+        by_size
+    }
 }
 
 /// A series' fitted model: its groups, the allocator's overhead (`a + b · size` and its
@@ -1623,25 +1641,25 @@ impl Model<'_> {
 /// Fits the runs of a series and predicts the target, with what cannot be trusted.
 pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let product = options.vary == Vary::BatchSeq;
-    let mut order: Vec<(u64, stream::Shape, usize)> = options
-        .sizes
-        .iter()
-        .map(|&(r, s)| (s, options.shape_of(r), r))
-        .collect();
-    order.sort_unstable();
-    // Files of one size are repeats: the one that reserved the most stands for the size
-    // (their spread is in the headroom).
+    // Files of one size are repeats: the first that reserved the most stands for the
+    // size (their spread is in the headroom).
+    let mut order: Vec<(u64, stream::Shape, usize)> = Vec::new();
     let mut repeats: Vec<usize> = Vec::new();
-    order.dedup_by(|later, kept| {
-        let same = (later.0, later.1) == (kept.0, kept.1);
-        if same {
-            if runs[later.2].peak_reserved_bytes > runs[kept.2].peak_reserved_bytes {
-                std::mem::swap(&mut kept.2, &mut later.2);
-            }
-            repeats.push(later.2);
-        }
-        same
-    });
+    for ((size, shape), members) in options.runs_by_size() {
+        let kept = members
+            .iter()
+            .copied()
+            .reduce(|kept, r| {
+                if runs[r].peak_reserved_bytes > runs[kept].peak_reserved_bytes {
+                    r
+                } else {
+                    kept
+                }
+            })
+            .expect("a size has a run");
+        repeats.extend(members.into_iter().filter(|&r| r != kept));
+        order.push((size, shape, kept));
+    }
     repeats.sort_unstable();
     let sizes: Vec<u64> = order.iter().map(|&(s, _, _)| s).collect();
     let shapes: Vec<stream::Shape> = if product {
@@ -2554,11 +2572,7 @@ pub fn headroom_of(
     }
     // Files of one size in a series: repeated runs.
     if let Some(o) = series {
-        let mut by_size: BTreeMap<(u64, stream::Shape), Vec<usize>> = BTreeMap::new();
-        for &(i, size) in &o.sizes {
-            by_size.entry((size, o.shape_of(i))).or_default().push(i);
-        }
-        for members in by_size.values().filter(|m| m.len() >= 2) {
+        for members in o.runs_by_size().values().filter(|m| m.len() >= 2) {
             let peaks: Vec<u64> = members
                 .iter()
                 .map(|&i| runs[i].peak_reserved_bytes)
