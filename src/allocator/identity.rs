@@ -329,6 +329,9 @@ impl Prepared {
     /// Each recorded OOM and the capacity it implies, from the recording alone (the
     /// reserved bytes the segment events give when it failed, plus `device_free`).
     pub fn oom_capacities(&self) -> Vec<OomCapacity> {
+        if self.requests.ooms == 0 {
+            return Vec::new();
+        }
         let probe = Allocator::new(self.settings.clone(), self.profile, None);
         let mut out = Vec::new();
         let mut reserved = self.start.reserved as i128;
@@ -451,7 +454,7 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
                 // the one taking the block and giving it back leaves). A cached block at
                 // the recorded address is taken as `malloc` would take it.
                 let (r, made) = match a.cached_block(*size, *stream, *pool) {
-                    Some(c) if c.addr != *addr => (Placed::Elsewhere(c.addr), Vec::new()),
+                    Some(c) if c.addr != *addr => (Placed::Elsewhere(c), Vec::new()),
                     Some(c) => (
                         Placed::Model(Ok(a.malloc_cached(c, *size, *tag))),
                         Vec::new(),
@@ -473,17 +476,16 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
                 let mut div = (!segs_ok).then_some(DivergenceKind::Segments);
                 let mut model_addr = None;
                 match r {
-                    Placed::Elsewhere(m) => {
-                        model_addr = Some(m);
+                    Placed::Elsewhere(c) => {
+                        model_addr = Some(c.addr);
                         div = div.or(Some(DivergenceKind::Address));
-                        let moved = a.malloc_moved_to(*addr, *size, *stream, *pool, *tag);
-                        put_back(
-                            &mut a,
-                            &mut by_tag,
-                            &mut spare,
-                            moved,
-                            (*size, *stream, *pool, *tag),
-                        );
+                        // At the recorded address where the model has it free; else where
+                        // the model would put it, the cached block it found (nothing has
+                        // changed since but the search's tick of the GC clock).
+                        let b = a
+                            .malloc_moved_to(*addr, *size, *stream, *pool, *tag)
+                            .unwrap_or_else(|| a.malloc_cached(c, *size, *tag));
+                        by_tag[*tag as usize] = Some(b);
                     }
                     Placed::Model(Ok(b)) => {
                         model_addr = Some(a.block_addr(b));
@@ -654,8 +656,8 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
 enum Placed {
     /// Its `malloc`'s answer.
     Model(Result<BlockId, super::model::Oom>),
-    /// It would have taken the cached block at this address, not the recorded one.
-    Elsewhere(u64),
+    /// It would have taken this cached block, not one at the recorded address.
+    Elsewhere(super::model::Cached),
 }
 
 /// An allocation put back in step: its block at the recorded address (`moved`) or, where

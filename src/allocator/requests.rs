@@ -372,6 +372,8 @@ impl Requests {
             live: FxMap::default(),
             memo: FxMap::default(),
         };
+        // At most one request per entry: reserved once, not grown by copies.
+        b.out.items.reserve_exact(trace.len());
         for i in 0..trace.len() {
             b.event(i as u32);
         }

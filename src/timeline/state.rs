@@ -3,6 +3,7 @@
 //! section 6.5). Blocks rebuilt from trace entries have their requested size (the
 //! rounding is not recorded); blocks still alive at the end keep their real size.
 
+use crate::model::frames::FxMap;
 use crate::model::{Action, BlockState, Snapshot, StackId};
 
 /// A block that is allocated or waiting for its free to complete.
@@ -67,8 +68,9 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
             )
         })
         .collect();
-    // Live blocks by address; placed into segments at the end.
-    let mut blocks: BTreeMap<u64, StateBlock> = snap
+    // Live blocks by address (hashed: a long trace keeps many open), placed into
+    // segments at the end in address order.
+    let mut blocks: FxMap<u64, StateBlock> = snap
         .segments_of(device)
         .flat_map(|s| s.blocks.iter())
         .filter(|b| {
@@ -154,7 +156,9 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
             .filter(|f| s.addr < f.0.saturating_add(f.1))
             .and_then(|f| f.2);
     }
-    for b in blocks.into_values() {
+    let mut blocks: Vec<StateBlock> = blocks.into_values().collect();
+    blocks.sort_unstable_by_key(|b| b.addr);
+    for b in blocks {
         if let Some((_, s)) = segments.range_mut(..=b.addr).next_back()
             && b.addr < s.addr.saturating_add(s.size)
         {
