@@ -265,33 +265,29 @@ fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec
         settings.push((given.clone(), s.clone(), false));
     }
     // Each setting's replay with no limit, made once: the answer of an unlimited
-    // capacity, and the saved states the smallest capacity's search resumes from.
+    // capacity, and the saved states the smallest capacity's search resumes from. Each
+    // setting's search follows its own replay in one task (no wait for the other
+    // settings' replays), and its saved states, the largest thing held, are let go
+    // after it.
     let wants_unlimited = capacities
         .iter()
         .any(|c| c.allocator_bytes.is_none() && c.total_memory.is_none());
-    let mut unlimited_runs: Vec<Option<Unlimited>> = settings
+    let (unlimited_runs, mins): (Vec<Option<Unlimited>>, Vec<Option<u64>>) = settings
         .par_iter()
         .map(|(_, s, _)| {
             let search = options.min_capacity && s.memory_fraction.is_none();
-            (wants_unlimited || search).then(|| unlimited(p, s, search))
+            let mut u = (wants_unlimited || search).then(|| unlimited(p, s, search));
+            let min = options.min_capacity.then(|| {
+                let saved = match s.memory_fraction {
+                    None => Some(u.as_mut()?.as_mut().ok()?.1.take()?),
+                    Some(_) => None,
+                };
+                min_capacity_searched(p, s, outside.counted_bytes, saved.as_ref())
+                    .map(|c| c.saturating_add(outside.counted_bytes))
+            });
+            (u, min.flatten())
         })
-        .collect();
-    // Each search is used once and let go: its saved states are the largest thing held.
-    let mins: Vec<Option<u64>> = settings
-        .par_iter()
-        .zip(&mut unlimited_runs)
-        .map(|((_, s, _), u)| {
-            if !options.min_capacity {
-                return None;
-            }
-            let search = match s.memory_fraction {
-                None => Some(u.as_mut()?.as_mut().ok()?.1.take()?),
-                Some(_) => None,
-            };
-            min_capacity_searched(p, s, outside.counted_bytes, search.as_ref())
-                .map(|c| c.saturating_add(outside.counted_bytes))
-        })
-        .collect();
+        .unzip();
     let pairs: Vec<(usize, &Capacity)> = (0..settings.len())
         .flat_map(|k| capacities.iter().map(move |c| (k, c)))
         .collect();
