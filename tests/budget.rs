@@ -423,6 +423,23 @@ fn real_budgets_add_up_to_their_peaks_and_the_largest_rank_decides() {
     for r in v["runs"].as_array().unwrap() {
         assert!(r["oom_request_bytes"].as_u64().unwrap() > 0);
     }
+    // Its trace ends at that OOM (the MANIFEST: 'oom' is the last of its 3,274 entries),
+    // so a device that fits it fits only that far.
+    for f in v["fits"].as_array().unwrap() {
+        assert_eq!(f["until_oom"], true, "{f}");
+    }
+    let text = budget_text(&[r0.to_str().unwrap()], &["--gpu", "h100"]);
+    assert!(text.contains("; up to its OOM only"), "{text}");
+    assert!(
+        text.contains("(up to its OOM only: the run stopped at the request it was refused"),
+        "{text}"
+    );
+    // The full training step recorded without an OOM: its fits are whole.
+    let (code, v, err) = budget(&[full.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    for f in v["fits"].as_array().unwrap() {
+        assert_eq!(f["until_oom"], false, "{f}");
+    }
 }
 
 /// The chart renders in headless Chromium: bars in the weights' colour, on a page of the

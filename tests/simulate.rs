@@ -62,6 +62,41 @@ fn the_oom_fixture_at_its_own_capacity_and_with_expandable_segments() {
     assert_eq!(sc[1]["alloc_conf"], "expandable_segments:True");
     assert_eq!(sc[1]["first_oom"], Value::Null);
     assert_eq!(sc[1]["peak_reserved_bytes"], 120 * MIB);
+    // The fixture's last entry is the OOM (scripts/gen_allocator_fixtures.py): what the
+    // run asks for after it is not recorded.
+    assert_eq!(d["stops_at_oom"], true);
+}
+
+/// A recording that does not end at an OOM says nothing of one; one that does says a
+/// scenario that gets past it ran only what was recorded.
+#[test]
+fn only_a_recording_that_ends_at_an_oom_is_said_to_stop_there() {
+    let v = json(&["testdata/allocator/split_rules.pickle"]);
+    assert_eq!(v["devices"][0]["stops_at_oom"], false);
+    let text = |file: &str| {
+        let out = vramlens()
+            .args(["simulate", file, "--alloc-conf", "expandable_segments:True"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    };
+    let plain = text("testdata/allocator/split_rules.pickle");
+    assert!(!plain.contains("stops there"), "{plain}");
+    assert!(!plain.contains("ends at the request"), "{plain}");
+    let oom = text("testdata/allocator/oom_retry.pickle");
+    assert!(
+        oom.contains("would have been allocated, but the recording stops there: what the run asks for after it is not known"),
+        "{oom}"
+    );
+    assert!(
+        oom.contains(
+            "the recording ends at the request it ran out of memory on, so only that far):"
+        ),
+        "{oom}"
+    );
 }
 
 #[test]

@@ -462,6 +462,17 @@ impl Requests {
         self.items.is_empty()
     }
 
+    /// Whether the last allocation request is one the recording ran out of memory on:
+    /// the run stopped there, or recording did (frees and cache releases may follow).
+    pub fn ends_with_oom(&self) -> bool {
+        self.items
+            .iter()
+            .rev()
+            .map(|p| p.outputs_len >> KIND_SHIFT)
+            .find(|&kind| kind == 0 || kind == 4)
+            == Some(4)
+    }
+
     /// The trace entry of the last request.
     pub fn last_event(&self) -> Option<u32> {
         self.items.last().map(|p| p.event)
@@ -529,5 +540,50 @@ impl Requests {
             stream,
             pool,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(tag: u32, event: u32) -> Request {
+        Request::Alloc {
+            tag,
+            size: 512,
+            stream: 0,
+            pool: (0, 0),
+            event,
+            outputs: 0..0,
+        }
+    }
+
+    fn oom(event: u32) -> Request {
+        Request::Oom {
+            size: 1 << 30,
+            stream: 0,
+            pool: (0, 0),
+            event,
+            outputs: 0..0,
+        }
+    }
+
+    /// The last allocation request decides; frees and cache releases after it do not.
+    #[test]
+    fn a_trace_ends_with_an_oom_when_its_last_allocation_request_is_one() {
+        let ends = |r: Vec<Request>| Requests::from_commands(r, 2).ends_with_oom();
+        assert!(ends(vec![alloc(0, 0), oom(1)]));
+        assert!(ends(vec![
+            alloc(0, 0),
+            oom(1),
+            Request::Free { tag: 0, event: 2 },
+            Request::EmptyCache {
+                event: 3,
+                outputs: 0..0
+            },
+        ]));
+        assert!(!ends(vec![oom(0), alloc(1, 1)]));
+        assert!(!ends(vec![alloc(0, 0), Request::Free { tag: 0, event: 1 }]));
+        assert!(!ends(Vec::new()));
     }
 }

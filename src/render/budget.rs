@@ -374,6 +374,18 @@ fn fit_text(f: &Fit, headroom: f64, events_of: Option<&str>) -> String {
             fit_text(&as_recorded, headroom, events_of)
         );
     }
+    if f.until_oom && f.verdict != Verdict::DoesNotFit {
+        // The replay ran every request recorded; the run asked for no more because it
+        // stopped at its OOM.
+        let recorded = Fit {
+            until_oom: false,
+            ..f.clone()
+        };
+        return format!(
+            "{}; up to its OOM only",
+            fit_text(&recorded, headroom, events_of)
+        );
+    }
     let verdict = verdict_text(f, headroom);
     let short = if f.left_bytes < 0 {
         format!(", short by at least {}", bytes(f.left_bytes.unsigned_abs()))
@@ -465,6 +477,15 @@ fn write_fits(
             f.gpu.name,
             bytes(f.gpu.capacity_bytes),
             fit_text(f, headroom, events_of)
+        )?;
+    }
+    if fits
+        .iter()
+        .any(|f| f.until_oom && f.verdict != Verdict::DoesNotFit)
+    {
+        writeln!(
+            out,
+            "  (up to its OOM only: the run stopped at the request it was refused, so what it needs after that is not recorded)"
         )?;
     }
     Ok(())

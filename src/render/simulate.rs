@@ -201,8 +201,9 @@ fn oom_text(o: &OomAt) -> String {
     )
 }
 
-/// One scenario's answer in a sentence.
-fn answer(s: &ScenarioReport) -> String {
+/// One scenario's answer in a sentence; `stops_at_oom`: the recording ends at a request
+/// it ran out of memory on.
+fn answer(s: &ScenarioReport, stops_at_oom: bool) -> String {
     if let Some(e) = &s.start_does_not_fit {
         return format!(
             "cannot start: the {} alive before recording do not fit",
@@ -215,16 +216,21 @@ fn answer(s: &ScenarioReport) -> String {
             "fits: peak reserved {} ({} of it cache and fragmentation){}",
             bytes(s.peak_reserved_bytes),
             bytes(s.reserved_minus_allocated_at_peak_bytes),
-            if s.recorded_ooms_passed == 1 {
-                "; the request the recording ran out of memory on would have been allocated"
-                    .to_string()
-            } else if s.recorded_ooms_passed > 1 {
-                format!(
-                    "; the {} requests the recording ran out of memory on would have been allocated",
-                    s.recorded_ooms_passed
-                )
-            } else {
-                String::new()
+            match s.recorded_ooms_passed {
+                0 => String::new(),
+                n => format!(
+                    "; {} the recording ran out of memory on would have been allocated{}",
+                    if n == 1 {
+                        "the request".to_string()
+                    } else {
+                        format!("the {n} requests")
+                    },
+                    if stops_at_oom {
+                        ", but the recording stops there: what the run asks for after it is not known"
+                    } else {
+                        ""
+                    }
+                ),
             }
         ),
     }
@@ -338,7 +344,12 @@ fn write_device(
             .collect();
         writeln!(out, "  {}:", capacity_text(d, group[0]))?;
         for s in &group {
-            writeln!(out, "    with {}: {}", settings_name(s), answer(s))?;
+            writeln!(
+                out,
+                "    with {}: {}",
+                settings_name(s),
+                answer(s, d.stops_at_oom)
+            )?;
             if s.gc_inactive {
                 writeln!(
                     out,
@@ -368,9 +379,14 @@ fn write_device(
     if !mins.is_empty() {
         writeln!(
             out,
-            "  smallest device that runs it ({} outside the allocator, {}):",
+            "  smallest device that runs it ({} outside the allocator, {}{}):",
             bytes(d.outside.counted_bytes),
-            outside_source(d.outside.source)
+            outside_source(d.outside.source),
+            if d.stops_at_oom {
+                "; the recording ends at the request it ran out of memory on, so only that far"
+            } else {
+                ""
+            }
         )?;
         for s in mins {
             writeln!(

@@ -448,6 +448,9 @@ pub struct Fit {
     /// The run leaks ([`RunBudget::leak_suspects`]): it fits no device, whatever the
     /// figures of the run recorded say (they decide the verdict otherwise).
     pub leaks: bool,
+    /// The run ran out of memory: the verdict covers it as far as the request it was
+    /// refused, and what it needs after that is not recorded.
+    pub until_oom: bool,
 }
 
 /// The largest batch size or sequence length a series takes (2^32): past it no run is
@@ -482,6 +485,7 @@ pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
             Verdict::DoesNotFit
         },
         leaks: false,
+        until_oom: false,
     }
 }
 
@@ -490,6 +494,7 @@ pub fn fit(gpu: &Gpu, total: u64, headroom: f64) -> Fit {
 /// the memory outside the allocator, with the headroom), else as [`fit`].
 pub fn fit_run(gpu: &Gpu, run: &RunBudget, headroom: f64) -> Fit {
     let mut f = fit_as_recorded(gpu, run, headroom);
+    f.until_oom = run.oom_request_bytes.is_some();
     if !run.leak_suspects.is_empty() {
         // Memory that grows step after step outgrows any device in a longer run.
         f.verdict = Verdict::DoesNotFit;

@@ -133,6 +133,10 @@ pub struct DeviceSimulation {
     pub recorded_alloc_conf: String,
     pub settings_recorded: bool,
     pub identity: Identity,
+    /// The recording's last allocation request is one it ran out of memory on: a
+    /// scenario that allocates it has run every request recorded, and what the run asks
+    /// for after it is not recorded.
+    pub stops_at_oom: bool,
     pub outside: Outside,
     pub scenarios: Vec<ScenarioReport>,
     /// Reserved bytes as recorded, after each segment event (for charts).
@@ -217,6 +221,7 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
         recorded_alloc_conf: p.settings.to_conf(),
         settings_recorded: snap.allocator_settings.is_some(),
         identity,
+        stops_at_oom: p.requests.ends_with_oom(),
         outside,
         scenarios,
     }
