@@ -434,6 +434,17 @@ fn real_budgets_add_up_to_their_peaks_and_the_largest_rank_decides() {
         text.contains("(up to its OOM only: the run stopped at the request it was refused"),
         "{text}"
     );
+    // An FSDP job (the MANIFEST: torchtitan FSDP on 4 GPUs): NCCL's own buffers are
+    // outside the allocator and not in the assumption; a one-GPU step says nothing of them.
+    assert!(
+        text.contains(
+            "this run also communicates (it has communication buffers), and NCCL's own buffers"
+        ),
+        "{text}"
+    );
+    let one_gpu = budget_text(&[full.to_str().unwrap()], &[]);
+    assert!(!one_gpu.contains("this run also communicates"), "{one_gpu}");
+    assert!(one_gpu.contains("(more with NCCL)"), "{one_gpu}");
     // The full training step recorded without an OOM: its fits are whole.
     let (code, v, err) = budget(&[full.to_str().unwrap(), "--json"]);
     assert_eq!(code, 0, "{err}");

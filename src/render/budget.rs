@@ -195,9 +195,18 @@ fn decided(l: &BudgetLine, r: &RunBudget) -> String {
             OutsideSource::OomMessage => "measured: \"this process has ... in use\" of the OOM message minus what PyTorch reserved".into(),
             OutsideSource::Given => "given with --outside".into(),
             OutsideSource::NotMeasured => format!(
-                "~not measured: the CUDA context and libraries take {} to {} on one GPU (more with NCCL); counted at the top; measure it with --nvml (python -m vramlens.capture records it) or --log with an OOM message",
+                "~not measured: the CUDA context and libraries take {} to {} on one GPU{}; measure it with --nvml (python -m vramlens.capture records it) or --log with an OOM message",
                 bytes(r.outside.typical_low_bytes),
-                bytes(r.outside.typical_high_bytes)
+                bytes(r.outside.typical_high_bytes),
+                if communicates(r) {
+                    format!(
+                        ", counted at the top; this run also communicates (it has communication buffers), and NCCL's own buffers, {} to {} per communicator in published measurements, are not counted",
+                        bytes(crate::analysis::budget::NCCL_PER_COMMUNICATOR.0),
+                        bytes(crate::analysis::budget::NCCL_PER_COMMUNICATOR.1)
+                    )
+                } else {
+                    " (more with NCCL); counted at the top".to_string()
+                }
             ),
         },
         _ => l
@@ -354,6 +363,14 @@ fn write_run(out: &mut dyn Write, r: &RunBudget, alone: bool) -> io::Result<()> 
         }
     )?;
     Ok(())
+}
+
+/// Whether the run's memory shows communication buffers (NCCL's own buffers then sit
+/// outside the allocator).
+fn communicates(r: &RunBudget) -> bool {
+    r.lines
+        .iter()
+        .any(|l| l.line == Line::Communication && l.bytes > 0)
 }
 
 /// A fit's verdict; `events_of` names the file whose trace entries a predicted stream's

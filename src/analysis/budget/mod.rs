@@ -47,6 +47,12 @@ pub const SCHEMA_VERSION: u32 = 3;
 /// buffers); a budget assumes the top of that range.
 pub const OUTSIDE_TYPICAL: (u64, u64) = (300 << 20, 1 << 30);
 
+/// NCCL's own buffers outside the allocator, per communicator, in published
+/// measurements: 544 MB for a process group of 2 ranks, 688 MB for more (4 A100s over
+/// NVLink, NVIDIA/nccl#964). Not in [`OUTSIDE_TYPICAL`]; a run whose memory shows
+/// communication buffers is told so.
+pub const NCCL_PER_COMMUNICATOR: (u64, u64) = (544_000_000, 688_000_000);
+
 /// A line of a budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
