@@ -382,7 +382,8 @@ pub struct BudgetArgs {
     #[arg(long, value_name = "VALUE", value_parser = parse_target)]
     pub target: Option<vramlens::analysis::budget::TargetSize>,
     /// A gate for CI: exit 1 when the budget (or, with --target, the prediction) with the
-    /// headroom does not fit every --gpu, 0 when it does, 2 on bad input.
+    /// headroom does not fit every --gpu, or the run ran out of memory (it fits only as far
+    /// as its OOM), 0 when it does, 2 on bad input.
     #[arg(long, requires = "gpus")]
     pub check: bool,
     /// Only this device (default: every device of every file: GPUs do not pool memory,

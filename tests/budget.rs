@@ -442,6 +442,11 @@ fn real_budgets_add_up_to_their_peaks_and_the_largest_rank_decides() {
         ),
         "{text}"
     );
+    // A check cannot pass a run that stopped at its OOM, however large the device.
+    let (code, _, err) = budget(&[r0.to_str().unwrap(), "--gpu", "h200", "--check"]);
+    assert_eq!(code, 1, "{err}");
+    let (code, _, err) = budget(&[full.to_str().unwrap(), "--gpu", "h200", "--check"]);
+    assert_eq!(code, 0, "{err}");
     let one_gpu = budget_text(&[full.to_str().unwrap()], &[]);
     assert!(!one_gpu.contains("this run also communicates"), "{one_gpu}");
     assert!(one_gpu.contains("(more with NCCL)"), "{one_gpu}");

@@ -133,7 +133,11 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
             },
             _ => &report.fits,
         };
-        if fits.iter().any(|f| f.verdict != Verdict::Fits) {
+        // A run that ran out of memory fits a device only as far as its OOM: not a pass.
+        if fits
+            .iter()
+            .any(|f| f.verdict != Verdict::Fits || f.until_oom)
+        {
             return Err(crate::cmd::diff::CheckFailed.into());
         }
     }
