@@ -442,6 +442,20 @@ fn real_budgets_add_up_to_their_peaks_and_the_largest_rank_decides() {
         ),
         "{text}"
     );
+    // Its bar in the chart is a lower bound, and says so.
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("oom.svg");
+    let (code, _, err) = budget(&[r0.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.contains(">≥ "), "no lower bound on the bar");
+    assert!(chart.contains("≥: the run ran out of memory there"));
+    assert!(chart.contains("at each run's peak (or its OOM)"));
+    let svg = dir.path().join("full.svg");
+    let (code, _, err) = budget(&[full.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(!chart.contains('≥'), "a run that did not run out of memory");
     // A check cannot pass a run that stopped at its OOM, however large the device.
     let (code, _, err) = budget(&[r0.to_str().unwrap(), "--gpu", "h200", "--check"]);
     assert_eq!(code, 1, "{err}");

@@ -1148,8 +1148,13 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport, only_near: bool) 
     svg.begin(width, height, "VRAM budget")?;
     writeln!(
         svg.out,
-        r##"<text x="{}" y="24" font-size="15" font-weight="bold">VRAM budget at each run's peak{}</text>"##,
+        r##"<text x="{}" y="24" font-size="15" font-weight="bold">VRAM budget at each run's peak{}{}</text>"##,
         num(left),
+        if bars.iter().any(|(_, lines, _)| ran_out(lines)) {
+            " (or its OOM)"
+        } else {
+            ""
+        },
         if r.series.is_some() {
             ", the series and its prediction"
         } else {
@@ -1162,9 +1167,14 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport, only_near: bool) 
     legend(&mut svg, &c, &bars)?;
     writeln!(
         svg.out,
-        r##"<text x="{}" y="{}" font-size="11" fill="#555555">dashed: each GPU's capacity{left_out}; pale bar: predicted</text>"##,
+        r##"<text x="{}" y="{}" font-size="11" fill="#555555">dashed: each GPU's capacity{left_out}; pale bar: predicted{}</text>"##,
         num(left),
-        num(bars_height - 12.0)
+        num(bars_height - 12.0),
+        if bars.iter().any(|(_, lines, _)| ran_out(lines)) {
+            "; ≥: the run ran out of memory there, so it needs at least this"
+        } else {
+            ""
+        }
     )?;
     if !curves.is_empty() {
         draw_reserved_over_time(&mut svg, bars_height, width, &curves, r)?;
@@ -1513,10 +1523,21 @@ fn draw_bars(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
             escape(label),
             num(x + c.bar_w / 2.0),
             num(c.y(acc as f64) - 5.0),
-            escape(&bytes(acc)),
+            escape(&format!(
+                "{}{}",
+                if ran_out(lines) { "≥ " } else { "" },
+                bytes(acc)
+            )),
         )?;
     }
     Ok(())
+}
+
+/// A bar of a run that ran out of memory: its total is a lower bound.
+fn ran_out(lines: &[(Line, u64)]) -> bool {
+    lines
+        .iter()
+        .any(|&(l, b)| l == Line::FailedRequest && b > 0)
 }
 
 /// The height of a capacity's label (font size 11, and a little air).
