@@ -483,7 +483,7 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
                         // the model would put it, the cached block it found (nothing has
                         // changed since but the search's tick of the GC clock).
                         let b = a
-                            .malloc_moved_to(*addr, *size, *stream, *pool, *tag)
+                            .malloc_moved_to(*addr, c, *size, *stream, *pool, *tag)
                             .unwrap_or_else(|| a.malloc_cached(c, *size, *tag));
                         by_tag[*tag as usize] = Some(b);
                     }

@@ -760,26 +760,20 @@ impl Allocator {
         self.take(c.block, c.size, orig, tag)
     }
 
-    /// `malloc` when the model would take a cached block but the request must go to
+    /// `malloc` when the model would take cached block `c` but the request must go to
     /// `addr`: the one effect of the model's choice (its call counts on the garbage
-    /// collection clock) and the block placed at `addr` as [`Allocator::allocate_at`]
-    /// does.
+    /// collection clock of `c`'s pool) and the block placed at `addr` as
+    /// [`Allocator::allocate_at`] does.
     pub fn malloc_moved_to(
         &mut self,
         addr: u64,
+        c: Cached,
         orig: u64,
         stream: u64,
         private: (i64, i64),
         tag: u32,
     ) -> Option<BlockId> {
-        if self.gc_active() {
-            let size = self.round_size(orig);
-            let pool = self.pool(PoolKey {
-                private,
-                small: size <= SMALL_SIZE,
-            });
-            self.count_search(pool);
-        }
+        self.count_search(c.pool);
         self.allocate_at(addr, orig, stream, private, tag)
     }
 

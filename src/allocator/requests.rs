@@ -89,6 +89,18 @@ struct Packed {
 /// Bits of `Packed::outputs_len` that hold the kind.
 const KIND_SHIFT: u32 = 29;
 
+impl Packed {
+    fn kind(&self) -> Kind {
+        match self.outputs_len >> KIND_SHIFT {
+            0 => Kind::Alloc,
+            1 => Kind::FreeRequested,
+            2 => Kind::Free,
+            3 => Kind::EmptyCache,
+            _ => Kind::Oom,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Alloc,
@@ -414,14 +426,7 @@ impl Requests {
             let len = p.outputs_len & ((1 << KIND_SHIFT) - 1);
             let outputs = at..at + len;
             at += len;
-            let kind = match p.outputs_len >> KIND_SHIFT {
-                0 => Kind::Alloc,
-                1 => Kind::FreeRequested,
-                2 => Kind::Free,
-                3 => Kind::EmptyCache,
-                _ => Kind::Oom,
-            };
-            match kind {
+            match p.kind() {
                 Kind::Alloc => Request::Alloc {
                     tag: p.tag,
                     size: p.size,
@@ -468,9 +473,9 @@ impl Requests {
         self.items
             .iter()
             .rev()
-            .map(|p| p.outputs_len >> KIND_SHIFT)
-            .find(|&kind| kind == 0 || kind == 4)
-            == Some(4)
+            .map(Packed::kind)
+            .find(|&kind| kind == Kind::Alloc || kind == Kind::Oom)
+            == Some(Kind::Oom)
     }
 
     /// The trace entry of the last request.

@@ -391,7 +391,7 @@ fn fit_text(f: &Fit, headroom: f64, events_of: Option<&str>) -> String {
             fit_text(&as_recorded, headroom, events_of)
         );
     }
-    if f.until_oom && f.verdict != Verdict::DoesNotFit {
+    if f.fits_until_oom() {
         // The replay ran every request recorded; the run asked for no more because it
         // stopped at its OOM.
         let recorded = Fit {
@@ -496,10 +496,7 @@ fn write_fits(
             fit_text(f, headroom, events_of)
         )?;
     }
-    if fits
-        .iter()
-        .any(|f| f.until_oom && f.verdict != Verdict::DoesNotFit)
-    {
+    if fits.iter().any(Fit::fits_until_oom) {
         writeln!(
             out,
             "  (up to its OOM only: the run stopped at the request it was refused, so what it needs after that is not recorded)"
@@ -1051,8 +1048,14 @@ pub fn write_budget_text(out: &mut dyn Write, r: &BudgetReport, _style: Style) -
     Ok(())
 }
 
-/// A bar of the chart: its label, its lines, and whether it is predicted.
-type Bar = (String, Vec<(Line, u64)>, bool);
+/// A bar of the chart.
+struct Bar {
+    label: String,
+    lines: Vec<(Line, u64)>,
+    predicted: bool,
+    /// A run that ran out of memory: its total is a lower bound.
+    at_least: bool,
+}
 
 /// The chart's geometry: the plot's left edge, top, height and width, the bars' width
 /// and the gap between them, and the bytes at the top of the axis (a round tick).
@@ -1082,13 +1085,14 @@ impl Chart {
 /// and the first at or above it are drawn: larger ones would flatten the bars.
 pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport, only_near: bool) -> io::Result<()> {
     let bars = bars(r);
+    let at_least = bars.iter().any(|bar| bar.at_least);
     let all_gpus: Vec<&Fit> = match r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
         Some(p) => p.fits.iter().collect(),
         None => r.fits.iter().collect(),
     };
     let highest_bar = bars
         .iter()
-        .map(|(_, l, _)| sum_bytes(l.iter().map(|&(_, b)| b)))
+        .map(|bar| sum_bytes(bar.lines.iter().map(|&(_, b)| b)))
         .max()
         .unwrap_or(0);
     let first_above = all_gpus
@@ -1150,11 +1154,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport, only_near: bool) 
         svg.out,
         r##"<text x="{}" y="24" font-size="15" font-weight="bold">VRAM budget at each run's peak{}{}</text>"##,
         num(left),
-        if bars.iter().any(|(_, lines, _)| ran_out(lines)) {
-            " (or its OOM)"
-        } else {
-            ""
-        },
+        if at_least { " (or its OOM)" } else { "" },
         if r.series.is_some() {
             ", the series and its prediction"
         } else {
@@ -1170,7 +1170,7 @@ pub fn write_budget_svg(out: &mut dyn Write, r: &BudgetReport, only_near: bool) 
         r##"<text x="{}" y="{}" font-size="11" fill="#555555">dashed: each GPU's capacity{left_out}; pale bar: predicted{}</text>"##,
         num(left),
         num(bars_height - 12.0),
-        if bars.iter().any(|(_, lines, _)| ran_out(lines)) {
+        if at_least {
             "; ≥: the run ran out of memory there, so it needs at least this"
         } else {
             ""
@@ -1422,21 +1422,23 @@ fn bars(r: &BudgetReport) -> Vec<Bar> {
                 .to_string(),
             None => shown(run.path.rsplit(['/', '\\']).next().unwrap_or(&run.path)).into_owned(),
         };
-        bars.push((
+        bars.push(Bar {
             label,
-            run.lines.iter().map(|l| (l.line, l.bytes)).collect(),
-            false,
-        ));
+            lines: run.lines.iter().map(|l| (l.line, l.bytes)).collect(),
+            predicted: false,
+            at_least: run.oom_request_bytes.is_some(),
+        });
     }
     if let Some(p) = r.series.as_ref().and_then(|s| s.prediction.as_ref()) {
         let vary = r.series.as_ref().map_or("", |s| vary_short(s.vary));
-        bars.push((
-            format!("{vary} {} (predicted)", predicted_label(p))
+        bars.push(Bar {
+            label: format!("{vary} {} (predicted)", predicted_label(p))
                 .trim()
                 .to_string(),
-            p.lines.clone(),
-            true,
-        ));
+            lines: p.lines.clone(),
+            predicted: true,
+            at_least: false,
+        });
     }
     bars
 }
@@ -1491,7 +1493,8 @@ fn draw_ticks(svg: &mut Svg, c: &Chart) -> io::Result<()> {
 /// Each bar: its lines stacked from the bottom, then its label under it and its total
 /// above it.
 fn draw_bars(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
-    for (i, (label, lines, predicted)) in bars.iter().enumerate() {
+    for (i, bar) in bars.iter().enumerate() {
+        let (label, lines, predicted) = (&bar.label, &bar.lines, &bar.predicted);
         let x = c.left + c.gap + i as f64 * (c.bar_w + c.gap);
         let mut acc = 0u64;
         for (line, b) in lines {
@@ -1525,19 +1528,12 @@ fn draw_bars(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
             num(c.y(acc as f64) - 5.0),
             escape(&format!(
                 "{}{}",
-                if ran_out(lines) { "≥ " } else { "" },
+                if bar.at_least { "≥ " } else { "" },
                 bytes(acc)
             )),
         )?;
     }
     Ok(())
-}
-
-/// A bar of a run that ran out of memory: its total is a lower bound.
-fn ran_out(lines: &[(Line, u64)]) -> bool {
-    lines
-        .iter()
-        .any(|&(l, b)| l == Line::FailedRequest && b > 0)
 }
 
 /// The height of a capacity's label (font size 11, and a little air).
@@ -1630,7 +1626,7 @@ fn legend(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
         .copied()
         .filter(|l| {
             bars.iter()
-                .any(|(_, lines, _)| lines.iter().any(|(x, b)| x == l && *b > 0))
+                .any(|bar| bar.lines.iter().any(|(x, b)| x == l && *b > 0))
         })
         .collect();
     for (k, line) in shown.iter().enumerate() {

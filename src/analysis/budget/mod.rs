@@ -459,6 +459,13 @@ pub struct Fit {
     pub until_oom: bool,
 }
 
+impl Fit {
+    /// It fits (or fits with less than the headroom left) only as far as the run's OOM.
+    pub fn fits_until_oom(&self) -> bool {
+        self.until_oom && self.verdict != Verdict::DoesNotFit
+    }
+}
+
 /// The largest batch size or sequence length a series takes (2^32): past it no run is
 /// real, and twice it still fits the arithmetic of sizes.
 pub const MAX_SERIES_SIZE: u64 = 1 << 32;
