@@ -110,14 +110,43 @@ fn hex(a: Option<u64>) -> String {
     a.map_or("nothing".into(), |a| format!("{a:#x}"))
 }
 
+/// Segment events in words: each one when there are a few, else a count and the bytes
+/// of each kind (an `empty_cache` gives back hundreds at once).
 fn segments_text(s: &[crate::allocator::identity::SegmentEntry]) -> String {
+    const LISTED: usize = 4;
     if s.is_empty() {
         return "no segment event".into();
     }
-    s.iter()
-        .map(|e| format!("{} {}", e.action, bytes(e.size_bytes)))
+    if s.len() <= LISTED {
+        return s
+            .iter()
+            .map(|e| format!("{} {}", e.action, bytes(e.size_bytes)))
+            .collect::<Vec<_>>()
+            .join(", ");
+    }
+    // Kinds in the order they first come.
+    let mut kinds: Vec<(&str, u64, u64)> = Vec::new();
+    for e in s {
+        match kinds.iter_mut().find(|(a, _, _)| *a == e.action) {
+            Some(k) => {
+                k.1 += 1;
+                k.2 += e.size_bytes;
+            }
+            None => kinds.push((e.action, 1, e.size_bytes)),
+        }
+    }
+    kinds
+        .iter()
+        .map(|(action, n, total)| match n {
+            1 => format!("{action} {}", bytes(*total)),
+            _ => format!(
+                "{} {action} events of {} in all",
+                grouped(*n),
+                bytes(*total)
+            ),
+        })
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(" and ")
 }
 
 fn event_text(event: u32, time_us: Option<i64>, clock: Clock) -> String {
@@ -705,5 +734,47 @@ fn escape_label(s: &str) -> String {
         format!("{cut}...")
     } else {
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segments_text;
+    use crate::allocator::identity::SegmentEntry;
+
+    fn entry(action: &'static str, mib: u64) -> SegmentEntry {
+        SegmentEntry {
+            action,
+            addr: 0,
+            size_bytes: mib << 20,
+        }
+    }
+
+    #[test]
+    fn a_few_segment_events_are_each_named() {
+        let s = [entry("segment_free", 14), entry("segment_alloc", 20)];
+        assert_eq!(
+            segments_text(&s),
+            "segment_free 14.0 MiB, segment_alloc 20.0 MiB"
+        );
+        assert_eq!(segments_text(&[]), "no segment event");
+    }
+
+    #[test]
+    fn a_burst_of_segment_events_is_counted_by_kind() {
+        // An empty_cache giving back five segments (2 x 14 + 2 x 20 + 62 = 130 MiB), then
+        // the segment of the next allocation.
+        let s = [
+            entry("segment_free", 14),
+            entry("segment_free", 14),
+            entry("segment_free", 20),
+            entry("segment_free", 20),
+            entry("segment_free", 62),
+            entry("segment_alloc", 20),
+        ];
+        assert_eq!(
+            segments_text(&s),
+            "5 segment_free events of 130.0 MiB in all and segment_alloc 20.0 MiB"
+        );
     }
 }
