@@ -8,11 +8,12 @@
 #   gen_300m.pickle, gen_1g.pickle    scripts/bench_gen.py: a modelled training step, tiled;
 #                                     176 bytes per trace entry, each entry with its own
 #                                     frames list of ~30 frame references
-#   tiled_280.pickle, tiled_940.pickle  scripts/bench_tile.py: a real recorded training step
-#                                     (../shared/data/cs336-kkaitlyn111/memory_ctx128_fullstep.pickle)
-#                                     tiled 280 and 940 times (305 MiB and 1 GB), fresh
-#                                     addresses and shifted times, frames lists shared
-#                                     between tiles: 60 bytes per entry
+#   tiled_300m.pickle, tiled_1g.pickle  scripts/bench_tile.py: a real recorded training step
+#                                     (../shared/data/cs336-cliffkai/memory_snapshot_xl_bwd.pickle)
+#                                     run 190 and 630 times (304 MB and 1 GB), each run but
+#                                     the last ending with its frees and empty_cache, times
+#                                     shifted, frames lists shared between tiles: 60 bytes
+#                                     per entry
 # The memory_viz leg runs bench-data/_memory_viz.py when present (a copy of
 # torch/cuda/_memory_viz.py from the pytorch/pytorch repository; only the standard library
 # is needed for `stats`), or VRAMLENS_MEMORY_VIZ, or torch's module if torch is installed.
@@ -29,7 +30,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VRAMLENS=${VRAMLENS:-target/release/vramlens}
-REAL=../shared/data/cs336-kkaitlyn111/memory_ctx128_fullstep.pickle
+REAL=../shared/data/cs336-cliffkai/memory_snapshot_xl_bwd.pickle
 
 cargo build --release
 
@@ -38,9 +39,9 @@ mkdir -p bench-data
 [ -f bench-data/gen_1g.pickle ] || "$PYTHON" scripts/bench_gen.py --size-mb 1024 -o bench-data/gen_1g.pickle
 files=(bench-data/gen_300m.pickle bench-data/gen_1g.pickle)
 if [ -f "$REAL" ]; then
-    [ -f bench-data/tiled_280.pickle ] || "$PYTHON" scripts/bench_tile.py --tiles 280 -o bench-data/tiled_280.pickle "$REAL"
-    [ -f bench-data/tiled_940.pickle ] || "$PYTHON" scripts/bench_tile.py --tiles 940 -o bench-data/tiled_940.pickle "$REAL"
-    files+=(bench-data/tiled_280.pickle bench-data/tiled_940.pickle)
+    [ -f bench-data/tiled_300m.pickle ] || "$PYTHON" scripts/bench_tile.py --tiles 190 -o bench-data/tiled_300m.pickle "$REAL"
+    [ -f bench-data/tiled_1g.pickle ] || "$PYTHON" scripts/bench_tile.py --tiles 630 -o bench-data/tiled_1g.pickle "$REAL"
+    files+=(bench-data/tiled_300m.pickle bench-data/tiled_1g.pickle)
 else
     echo "bench: $REAL is absent: the tiled real-snapshot files are skipped" >&2
 fi
