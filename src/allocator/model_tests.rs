@@ -364,3 +364,60 @@ fn restored_segment_keeps_its_blocks_and_merges_frees() {
     a.free(x);
     assert_eq!(a.segments()[0].blocks, vec![(base, 20 * MIB, false)]);
 }
+
+/// The free set of one stream against a plain ordered map as the reference: after each
+/// of a few thousand insertions and removals (a fixed pseudo-random sequence, keys
+/// often reused as a split block merges back), every range from the front, from the
+/// back and from both ends at once hands out the same blocks in the same order.
+#[test]
+fn a_stream_set_orders_its_blocks_as_one_ordered_map() {
+    let mut set = StreamSet::default();
+    let mut reference: BTreeMap<u128, u32> = BTreeMap::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for step in 0..4000u32 {
+        let r = next();
+        let key = pack(1 + r % 24, (r >> 8) % 16);
+        if reference.remove(&key).is_some() {
+            set.remove(key);
+        } else {
+            set.insert(key, step);
+            reference.insert(key, step);
+        }
+        assert_eq!(set.len(), reference.len());
+        let lo = pack(1 + next() % 24, 0);
+        let hi = lo + pack(next() % 8, 0);
+        let want: Vec<(u128, u32)> = reference.range(lo..hi).map(|(&k, &b)| (k, b)).collect();
+        assert_eq!(set.range(lo, Some(hi)).collect::<Vec<_>>(), want);
+        let mut back: Vec<_> = set.range(lo, Some(hi)).rev().collect();
+        back.reverse();
+        assert_eq!(back, want);
+        let all: Vec<(u128, u32)> = reference.range(lo..).map(|(&k, &b)| (k, b)).collect();
+        // From both ends at once, the front first on even steps and the back on odd.
+        let mut it = set.range(lo, None);
+        let (mut front, mut tail) = (Vec::new(), Vec::new());
+        let mut from_front = step % 2 == 0;
+        loop {
+            let got = if from_front {
+                it.next()
+            } else {
+                it.next_back()
+            };
+            let Some(got) = got else { break };
+            if from_front {
+                front.push(got);
+            } else {
+                tail.push(got);
+            }
+            from_front = !from_front;
+        }
+        tail.reverse();
+        front.extend(tail);
+        assert_eq!(front, all, "step {step}");
+    }
+}
