@@ -274,3 +274,41 @@ fn one_thread_and_many_give_the_same_bytes() {
     };
     assert_eq!(run("1"), run("4"));
 }
+
+/// A fragmentation OOM on a device too small for the run's live tensors says that
+/// removing the fragmentation would not save it, from the recording's own peak of live
+/// tensor bytes (the official viewer's timeline maximum, which `summary` gives); one
+/// whose live tensors fit the device does not say it.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_fragmentation_oom_on_a_device_the_live_tensors_outgrow_says_so() {
+    let data = common::require_shared_data();
+    let small = data.join("cs336-cliffkai/memory_snapshot_xl_bwd.pickle");
+    let small = small.to_str().unwrap();
+    let sim = json(&[small, "--gpu", "l4", "--no-min-capacity"]);
+    let summary = common::summary_json(std::path::Path::new(small));
+    let peak = summary["devices"][0]["peak_requested_bytes"]
+        .as_u64()
+        .unwrap();
+    let d = &sim["devices"][0];
+    assert_eq!(d["identity"]["peak_requested_bytes"].as_u64(), Some(peak));
+    let s = &d["scenarios"][0];
+    assert_eq!(s["first_oom"]["cause"], "fragmentation");
+    assert!(peak > s["allocator_capacity_bytes"].as_u64().unwrap());
+    vramlens()
+        .args(["simulate", small, "--gpu", "l4", "--no-min-capacity"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "; even without fragmentation it would run out later: the live tensors alone reach 37.3 GiB in the recording, more than the 21.0 GiB the allocator may hold",
+        ));
+    // At the capacity its own OOM implies (38.3 GiB), the torchtitan rank's live tensors
+    // fit: its fragmentation is the whole story.
+    let rank = data.join("ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle");
+    vramlens()
+        .args(["simulate", rank.to_str().unwrap(), "--no-min-capacity"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("fragmentation: 34.5 GiB reserved"))
+        .stdout(predicate::str::contains("even without fragmentation").not());
+}

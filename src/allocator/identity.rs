@@ -202,6 +202,10 @@ pub struct Identity {
     pub first_divergence: Option<Divergence>,
     pub peak_reserved_bytes: u64,
     pub recorded_peak_reserved_bytes: u64,
+    /// The most bytes the live tensors asked for at once over the replay (the recording
+    /// put back in step after each departure, so the recording's own): what no setting
+    /// can pack below.
+    pub peak_requested_bytes: u64,
     pub final_reserved_bytes: u64,
     pub recorded_final_reserved_bytes: u64,
     /// Final segments of the snapshot, and how many the model ends with exactly (same
@@ -421,6 +425,7 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
         first_divergence: None,
         peak_reserved_bytes: a.reserved(),
         recorded_peak_reserved_bytes: p.start.reserved,
+        peak_requested_bytes: a.requested(),
         final_reserved_bytes: 0,
         recorded_final_reserved_bytes: 0,
         final_segments: 0,
@@ -613,6 +618,7 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
             }
         }
         id.peak_reserved_bytes = id.peak_reserved_bytes.max(a.reserved());
+        id.peak_requested_bytes = id.peak_requested_bytes.max(a.requested());
         if stop_at_divergence && id.divergences > 0 {
             return id;
         }

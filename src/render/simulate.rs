@@ -232,7 +232,7 @@ fn oom_text(o: &OomAt) -> String {
 
 /// One scenario's answer in a sentence; `stops_at_oom`: the recording ends at a request
 /// it ran out of memory on.
-fn answer(s: &ScenarioReport, stops_at_oom: bool) -> String {
+fn answer(s: &ScenarioReport, d: &DeviceSimulation) -> String {
     if let Some(e) = &s.start_does_not_fit {
         return format!(
             "cannot start: the {} alive before recording do not fit",
@@ -240,7 +240,22 @@ fn answer(s: &ScenarioReport, stops_at_oom: bool) -> String {
         );
     }
     match &s.first_oom {
-        Some(o) => oom_text(o),
+        Some(o) => {
+            let mut text = oom_text(o);
+            // Fragmentation stopped it here, but the live tensors alone outgrow the
+            // capacity later: no setting makes this device enough.
+            let live = d.identity.peak_requested_bytes;
+            if o.cause == OomCause::Fragmentation
+                && s.allocator_capacity_bytes.is_some_and(|c| live > c)
+            {
+                text.push_str(&format!(
+                    "; even without fragmentation it would run out later: the live tensors alone reach {} in the recording, more than the {} the allocator may hold",
+                    bytes(live),
+                    bytes(s.allocator_capacity_bytes.unwrap_or(0))
+                ));
+            }
+            text
+        }
         None => format!(
             "fits: peak reserved {} ({} of it cache and fragmentation){}",
             bytes(s.peak_reserved_bytes),
@@ -254,7 +269,7 @@ fn answer(s: &ScenarioReport, stops_at_oom: bool) -> String {
                     } else {
                         format!("the {n} requests")
                     },
-                    if stops_at_oom {
+                    if d.stops_at_oom {
                         ", but the recording stops there: what the run asks for after it is not known"
                     } else {
                         ""
@@ -373,12 +388,7 @@ fn write_device(
             .collect();
         writeln!(out, "  {}:", capacity_text(d, group[0]))?;
         for s in &group {
-            writeln!(
-                out,
-                "    with {}: {}",
-                settings_name(s),
-                answer(s, d.stops_at_oom)
-            )?;
+            writeln!(out, "    with {}: {}", settings_name(s), answer(s, d))?;
             if s.gc_inactive {
                 writeln!(
                     out,
