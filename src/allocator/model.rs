@@ -357,7 +357,7 @@ impl FreeSet {
     /// The block of `stream` of exactly `size` bytes at the highest address.
     fn highest_of_size(&self, stream: u64, size: u64) -> Option<u32> {
         self.of(stream)?
-            .range(pack(size, 0), Some(pack(size + 1, 0)))
+            .range(pack(size, 0), size.checked_add(1).map(|next| pack(next, 0)))
             .next_back()
             .map(|(_, i)| i)
     }
