@@ -1815,3 +1815,34 @@ fn the_report_and_budget_read_the_same_headroom() {
     assert!(page.contains(said));
     assert!(page.contains("40.0 MiB to 60.0 MiB: 33.3%"));
 }
+
+/// A shortfall that `expandable_segments:True` removes is said to be the run's with its
+/// own settings: on an A100 40GB the XL backward step runs out of memory for
+/// fragmentation and fits with expandable segments; on an L4 it is short whatever the
+/// setting, and the shortfall stands alone.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_shortfall_another_setting_removes_is_the_runs_with_its_settings() {
+    let data = common::require_shared_data();
+    let file = data.join("cs336-cliffkai/memory_snapshot_xl_bwd.pickle");
+    let text = budget_text(
+        &[file.to_str().unwrap()],
+        &["--gpu", "a100-40gb", "--gpu", "l4"],
+    );
+    let a100 = text.lines().find(|l| l.contains("A100 40GB")).unwrap();
+    assert!(a100.contains(", short by at least "), "{a100}");
+    assert!(
+        a100.contains(" with its settings: replayed at this capacity"),
+        "{a100}"
+    );
+    assert!(
+        a100.ends_with("; with expandable_segments:True it fits"),
+        "{a100}"
+    );
+    let l4 = text.lines().find(|l| l.contains("L4 24GB")).unwrap();
+    assert!(
+        l4.contains("; expandable_segments:True does not help"),
+        "{l4}"
+    );
+    assert!(!l4.contains("with its settings"), "{l4}");
+}

@@ -404,8 +404,22 @@ fn fit_text(f: &Fit, headroom: f64, events_of: Option<&str>) -> String {
         );
     }
     let verdict = verdict_text(f, headroom);
+    // The shortfall is the run's as configured: where another setting lets it through,
+    // it is not a floor for every setting.
     let short = if f.left_bytes < 0 {
-        format!(", short by at least {}", bytes(f.left_bytes.unsigned_abs()))
+        let expandable_fits = f
+            .replayed
+            .as_ref()
+            .is_some_and(|r| r.fits_with_expandable == Some(true));
+        format!(
+            ", short by at least {}{}",
+            bytes(f.left_bytes.unsigned_abs()),
+            if expandable_fits {
+                " with its settings"
+            } else {
+                ""
+            }
+        )
     } else {
         String::new()
     };
@@ -415,12 +429,7 @@ fn fit_text(f: &Fit, headroom: f64, events_of: Option<&str>) -> String {
         ),
         Some(r) if r.model_exact => match r.oom_event {
             Some(e) => format!(
-                "does not fit{}: replayed at this capacity, it runs out of memory {}{}{}",
-                if f.left_bytes < 0 {
-                    format!(", short by at least {}", bytes(f.left_bytes.unsigned_abs()))
-                } else {
-                    String::new()
-                },
+                "does not fit{short}: replayed at this capacity, it runs out of memory {}{}{}",
                 match events_of {
                     Some(path) => format!(
                         "where {} is at event {}",
