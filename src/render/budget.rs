@@ -198,7 +198,8 @@ fn decided(l: &BudgetLine, r: &RunBudget) -> String {
                 "~not measured: the CUDA context and libraries take {} to {} on one GPU{}; measure it with --nvml (python -m vramlens.capture records it) or --log with an OOM message",
                 bytes(r.outside.typical_low_bytes),
                 bytes(r.outside.typical_high_bytes),
-                if communicates(r) {
+                // Communication buffers in the run's memory: NCCL's own sit outside it.
+                if r.line(Line::Communication) > 0 {
                     format!(
                         ", counted at the top; this run also communicates (it has communication buffers), and NCCL's own buffers, {} to {} per communicator in published measurements, are not counted",
                         bytes(crate::analysis::budget::NCCL_PER_COMMUNICATOR.0),
@@ -363,14 +364,6 @@ fn write_run(out: &mut dyn Write, r: &RunBudget, alone: bool) -> io::Result<()> 
         }
     )?;
     Ok(())
-}
-
-/// Whether the run's memory shows communication buffers (NCCL's own buffers then sit
-/// outside the allocator).
-fn communicates(r: &RunBudget) -> bool {
-    r.lines
-        .iter()
-        .any(|l| l.line == Line::Communication && l.bytes > 0)
 }
 
 /// A fit's verdict; `events_of` names the file whose trace entries a predicted stream's
@@ -1503,7 +1496,12 @@ fn draw_ticks(svg: &mut Svg, c: &Chart) -> io::Result<()> {
 /// above it.
 fn draw_bars(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
     for (i, bar) in bars.iter().enumerate() {
-        let (label, lines, predicted) = (&bar.label, &bar.lines, &bar.predicted);
+        let Bar {
+            label,
+            lines,
+            predicted,
+            at_least,
+        } = bar;
         let x = c.left + c.gap + i as f64 * (c.bar_w + c.gap);
         let mut acc = 0u64;
         for (line, b) in lines {
@@ -1537,7 +1535,7 @@ fn draw_bars(svg: &mut Svg, c: &Chart, bars: &[Bar]) -> io::Result<()> {
             num(c.y(acc as f64) - 5.0),
             escape(&format!(
                 "{}{}",
-                if bar.at_least { "≥ " } else { "" },
+                if *at_least { "≥ " } else { "" },
                 bytes(acc)
             )),
         )?;

@@ -230,8 +230,8 @@ fn oom_text(o: &OomAt) -> String {
     )
 }
 
-/// One scenario's answer in a sentence; `stops_at_oom`: the recording ends at a request
-/// it ran out of memory on.
+/// One scenario's answer in a sentence, on device `d` (its check's peak of live tensors,
+/// whether its recording ends at an OOM).
 fn answer(s: &ScenarioReport, d: &DeviceSimulation) -> String {
     if let Some(e) = &s.start_does_not_fit {
         return format!(
@@ -246,12 +246,13 @@ fn answer(s: &ScenarioReport, d: &DeviceSimulation) -> String {
             // capacity later: no setting makes this device enough.
             let live = d.identity.peak_requested_bytes;
             if o.cause == OomCause::Fragmentation
-                && s.allocator_capacity_bytes.is_some_and(|c| live > c)
+                && let Some(capacity) = s.allocator_capacity_bytes
+                && live > capacity
             {
                 text.push_str(&format!(
                     "; even without fragmentation it would run out later: the live tensors alone reach {} in the recording, more than the {} the allocator may hold",
                     bytes(live),
-                    bytes(s.allocator_capacity_bytes.unwrap_or(0))
+                    bytes(capacity)
                 ));
             }
             text
