@@ -312,3 +312,44 @@ fn a_fragmentation_oom_on_a_device_the_live_tensors_outgrow_says_so() {
         .stdout(predicate::str::contains("fragmentation: 34.5 GiB reserved"))
         .stdout(predicate::str::contains("even without fragmentation").not());
 }
+
+/// A capacity's label moves to the left end of its dashed line when an OOM marker of a
+/// scenario at that capacity would fall under it at the right: on an L4 and an A100
+/// 40GB the XL backward step runs out of memory late in the trace (events 20,952 and
+/// 22,433 of 24,263), right where the labels end.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_capacity_label_makes_way_for_the_oom_marker_under_it() {
+    let data = common::require_shared_data();
+    let file = data.join("cs336-cliffkai/memory_snapshot_xl_bwd.pickle");
+    let out = tempdir().join("late_ooms.svg");
+    vramlens()
+        .args([
+            "simulate",
+            file.to_str().unwrap(),
+            "--gpu",
+            "l4",
+            "--gpu",
+            "a100-40gb",
+        ])
+        .args(["--no-min-capacity", "--force", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    for label in [
+        "L4 24GB: 21.0 GiB for the allocator",
+        "A100 40GB: 38.4 GiB for the allocator",
+    ] {
+        let at = svg
+            .find(label)
+            .unwrap_or_else(|| panic!("{label} not in the chart"));
+        let open = svg[..at].rfind("<text").unwrap();
+        let tag = &svg[open..at];
+        assert!(
+            tag.contains(r#"x="84""#) && tag.contains(r#"text-anchor="start""#),
+            "{tag}"
+        );
+    }
+    assert_eq!(svg.matches("✕ OOM").count(), 2);
+}

@@ -524,6 +524,10 @@ const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 420.0;
 const LEFT: f64 = 80.0;
 const RIGHT: f64 = 24.0;
+/// A character of the chart's 12 px sans-serif text, wide enough for most.
+const CHAR_W: f64 = 7.0;
+/// The width of an OOM marker ("✕ OOM"), centred on its event.
+const OOM_MARK_W: f64 = 40.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 120.0;
 
@@ -644,13 +648,22 @@ pub fn write_simulate_svg(
                 y,
                 &format!(r##" stroke="#000" stroke-dasharray="6,4" data-bytes="{c}""##),
             )?;
-            svg.text(
-                WIDTH - RIGHT - 4.0,
-                y - 4.0,
-                "end",
-                r##" fill="#000""##,
-                &name,
-            )?;
+            // The label sits at the right end of its line, unless an OOM marker of a
+            // scenario at this capacity (drawn where its line meets this one) would
+            // fall under it there: then at the left end.
+            let label_w = name.chars().count() as f64 * CHAR_W;
+            let marker_under = d
+                .scenarios
+                .iter()
+                .filter(|o| o.allocator_capacity_bytes == Some(c))
+                .filter_map(|o| o.first_oom.as_ref())
+                .any(|o| x_of(Some(o.event)) > WIDTH - RIGHT - label_w - OOM_MARK_W);
+            let (x, anchor) = if marker_under {
+                (LEFT + 4.0, "start")
+            } else {
+                (WIDTH - RIGHT - 4.0, "end")
+            };
+            svg.text(x, y - 4.0, anchor, r##" fill="#000""##, &name)?;
         }
     }
     if !recorded.is_empty() {
