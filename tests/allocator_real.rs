@@ -1,7 +1,8 @@
 //! The allocator model replays every real recording of `../shared/data` as the spec's
 //! identity check describes (spec 4.4, check 2): every allocation at its recorded
 //! address, every `segment_*` entry reproduced and none added, every OOM where it was,
-//! the recorded peak of reserved memory reached. Needs `../shared/data` (ignored by
+//! the recorded peak of reserved memory reached; and with the recorded settings and no
+//! limit, a scenario is the recording itself. Needs `../shared/data` (ignored by
 //! default; `.ci/run` runs it where it exists).
 
 mod common;
@@ -75,6 +76,28 @@ fn identity_replay_of_every_real_recording() {
                 oom_lines.push(format!("oom at {} -> scenario oom at {at:?}", oc.event));
                 if at != Some(oc.event) {
                     bad.push(format!("{rel} dev {device}: recorded OOM at {} not reproduced at capacity {:?}: first OOM {:?}", oc.event, oc.capacity_bytes, o.first_oom));
+                }
+            }
+            // With the recorded settings and no limit, a replay that never departs from
+            // the recording is the recording: its new segments get the recorded
+            // addresses, so its peak and its segments are the recorded ones.
+            if id.exact() && id.ooms == 0 && id.retry_calls == 0 {
+                let sc = Scenario {
+                    settings: p.settings.clone(),
+                    capacity: None,
+                    total_memory: None,
+                };
+                let o = run(&p, &sc).unwrap();
+                let made = p.requests.outputs.iter().filter(|r| !r.releases()).count() as u64;
+                if o.peak_reserved_bytes != id.recorded_peak_reserved_bytes
+                    || o.stats.segment_allocs + o.stats.maps != made
+                {
+                    bad.push(format!(
+                        "{rel} dev {device}: the recorded settings with no limit peak at {} with {} segments made; the recording at {} with {made}",
+                        o.peak_reserved_bytes,
+                        o.stats.segment_allocs + o.stats.maps,
+                        id.recorded_peak_reserved_bytes
+                    ));
                 }
             }
             let line = format!("{line} {}", oom_lines.join(" "));

@@ -9,7 +9,8 @@
 //!   profiles where PyTorch changed behaviour.
 //! - [`model`]: the allocator itself (pools, best fit, split and merge, segment sizes,
 //!   `max_split_size`, garbage collection, expandable segments, the out-of-memory retry).
-//! - [`device`]: what `cudaMalloc` answers: a capacity and addresses of the model's own.
+//! - [`device`]: what `cudaMalloc` answers: a capacity, and the recorded addresses while
+//!   the calls are the recording's, the model's own after.
 //! - [`requests`]: a recording turned into requests (allocations, frees, `empty_cache`
 //!   calls) and the outputs each allocator call recorded.
 //! - [`start`]: the allocator's state at the trace's first event, rebuilt backwards

@@ -21,6 +21,7 @@
 //! waiting for other streams, and one that comes after the segment frees of a `malloc`
 //! was completed by that call's out-of-memory retry.
 
+use super::model::ModelEvent;
 use crate::model::frames::FxMap;
 use crate::model::{Action, DeviceTrace, FrameTable, StackId};
 use std::collections::BTreeMap;
@@ -40,6 +41,18 @@ impl Recorded {
     /// A `segment_free` or `segment_unmap`.
     pub fn releases(&self) -> bool {
         matches!(self.action, Action::SegmentFree | Action::SegmentUnmap)
+    }
+
+    /// Whether the model's event `e` is this entry (its kind, address and size).
+    pub fn is_model(&self, e: &ModelEvent) -> bool {
+        let (action, addr, size) = match *e {
+            ModelEvent::SegmentAlloc { addr, size, .. } => (Action::SegmentAlloc, addr, size),
+            ModelEvent::SegmentFree { addr, size, .. } => (Action::SegmentFree, addr, size),
+            ModelEvent::SegmentMap { addr, size, .. } => (Action::SegmentMap, addr, size),
+            ModelEvent::SegmentUnmap { addr, size, .. } => (Action::SegmentUnmap, addr, size),
+            ModelEvent::FreeCompleted { .. } => return false,
+        };
+        self.action == action && self.addr == addr && self.size == size
     }
 }
 
@@ -417,6 +430,16 @@ impl Requests {
     /// The outputs of a call.
     pub fn outputs_of(&self, r: &Range<u32>) -> &[Recorded] {
         &self.outputs[r.start as usize..r.end as usize]
+    }
+
+    /// The outputs of request `r` (none for a free).
+    pub fn outputs_of_request(&self, r: &Request) -> &[Recorded] {
+        match r {
+            Request::Alloc { outputs, .. }
+            | Request::EmptyCache { outputs, .. }
+            | Request::Oom { outputs, .. } => self.outputs_of(outputs),
+            Request::FreeRequested { .. } | Request::Free { .. } => &[],
+        }
     }
 
     /// The requests in recorded order.

@@ -6,19 +6,22 @@
 //! flushes of the out-of-memory retry), and the first request that would run out of
 //! memory, if any, with whether capacity or fragmentation refused it. A scenario takes
 //! nothing from the recording but its requests, its frees and its `empty_cache` calls:
-//! the capacity decides where `cudaMalloc` fails, and new segments get addresses of the
-//! model's own. It stops at the first out-of-memory error: what the program did next is
-//! not in the file.
+//! the capacity decides where `cudaMalloc` fails. A new segment gets the address the
+//! recording shows while every call the scenario made to the device was the recording's
+//! (a device given the same calls answers the same), and an address of the model's own
+//! after its first other call ([`Following`]): so the recorded settings with room enough
+//! give the recording itself wherever the model reproduces it. It stops at the first
+//! out-of-memory error: what the program did next is not in the file.
 //!
 //! Where the blocks from before recording go: with the recorded kind of segments
 //! (expandable or not), the state at the first event is kept as the recording shows it;
 //! with the other kind it cannot be, so those blocks are allocated first, in address
 //! order (an inference, which the outcome says).
 
-use super::device::CapacityDevice;
+use super::device::{CapacityDevice, Following};
 use super::identity::Prepared;
 use super::model::{Allocator, BlockId, ModelEvent, Stats};
-use super::requests::Request;
+use super::requests::{Recorded, Request};
 use super::settings::Settings;
 use serde::Serialize;
 
@@ -146,7 +149,7 @@ fn replay_from(
             r.dev.max_need = 0;
         }
         let before = r.a.reserved();
-        match r.step(&item) {
+        match r.step(&item, p.requests.outputs_of_request(&item)) {
             Step::Done => {}
             Step::PassedOom => out.recorded_ooms_passed += 1,
             Step::Oom(e, recorded) => {
@@ -305,8 +308,12 @@ impl Replay {
             for (tag, id) in p.start.restore(&mut a) {
                 by_tag[tag as usize] = Some(id);
             }
+            // The recording's state: its calls to the device are the scenario's until
+            // the scenario makes another.
+            dev.in_step = true;
             if sc.capacity.is_some_and(|c| a.reserved() > c) {
                 // A smaller device would not have cached as much: what was cached goes.
+                dev.in_step = false;
                 a.empty_cache();
                 if sc.capacity.is_some_and(|c| a.reserved() > c) {
                     return Err(start_fails(&a));
@@ -352,9 +359,15 @@ impl Replay {
         }
     }
 
-    fn step(&mut self, item: &Request) -> Step {
+    /// Runs one request; `outs` are the `segment_*` entries the recording shows for it.
+    fn step(&mut self, item: &Request, outs: &[Recorded]) -> Step {
         let a = &mut self.a;
         let by_tag = &mut self.by_tag;
+        let mut dev = Following {
+            dev: &mut self.dev,
+            outs,
+            made: 0,
+        };
         let step = match item {
             Request::Alloc {
                 tag,
@@ -362,7 +375,7 @@ impl Replay {
                 stream,
                 pool,
                 ..
-            } => match a.malloc(&mut self.dev, *size, *stream, *pool, *tag) {
+            } => match a.malloc(&mut dev, *size, *stream, *pool, *tag) {
                 Ok(b) => {
                     by_tag[*tag as usize] = Some(b);
                     Step::Done
@@ -371,7 +384,7 @@ impl Replay {
             },
             Request::Oom {
                 size, stream, pool, ..
-            } => match a.malloc(&mut self.dev, *size, *stream, *pool, u32::MAX) {
+            } => match a.malloc(&mut dev, *size, *stream, *pool, u32::MAX) {
                 Ok(b) => {
                     // The program never got it: it is gone at once.
                     a.free(b);
@@ -396,15 +409,25 @@ impl Replay {
                 Step::Done
             }
         };
+        let mut made = 0;
         if a.has_events() {
             for e in a.take_events() {
-                if let ModelEvent::FreeCompleted { tag } = e
-                    && let Some(slot) = by_tag.get_mut(tag as usize)
-                {
-                    *slot = None;
+                match e {
+                    ModelEvent::FreeCompleted { tag } => {
+                        if let Some(slot) = by_tag.get_mut(tag as usize) {
+                            *slot = None;
+                        }
+                    }
+                    _ => {
+                        let same = outs.get(made).is_some_and(|o| o.is_model(&e));
+                        self.dev.in_step &= same;
+                        made += 1;
+                    }
                 }
             }
         }
+        // The recording's calls to the device here were others (or more).
+        self.dev.in_step &= made == outs.len();
         step
     }
 }
@@ -489,7 +512,7 @@ impl Search {
         let mut r = Replay::restore(saved, p.requests.tags);
         r.dev.capacity = Some(capacity);
         for item in p.requests.iter().skip(*from) {
-            if let Step::Oom(..) = r.step(&item) {
+            if let Step::Oom(..) = r.step(&item, p.requests.outputs_of_request(&item)) {
                 return false;
             }
         }
