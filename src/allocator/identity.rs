@@ -16,6 +16,7 @@
 
 use super::model::{Allocator, BlockId, Device, ModelEvent};
 use super::requests::{PoolLookup, Recorded, Request, Requests};
+use super::scenario::{Outcome, Search, Track};
 use super::settings::{Profile, Settings};
 use super::start::{self, StartState};
 use crate::model::{Action, Snapshot};
@@ -31,6 +32,8 @@ struct Recording<'a> {
     ends_in_oom: bool,
     /// Addresses for growth the recording does not show (a divergence).
     spare: u64,
+    /// The most the allocator asked to hold (reserved + the new memory) in the call.
+    need: u64,
 }
 
 impl Recording<'_> {
@@ -68,14 +71,16 @@ impl Recording<'_> {
 }
 
 impl Device for Recording<'_> {
-    fn cuda_malloc(&mut self, size: u64, _reserved: u64, released: usize) -> Option<u64> {
+    fn cuda_malloc(&mut self, size: u64, reserved: u64, released: usize) -> Option<u64> {
+        self.need = self.need.max(reserved.saturating_add(size));
         match self.grow(Action::SegmentAlloc, released)? {
             Some(j) => Some(self.outputs[j].addr),
             None => Some(self.spare(size)),
         }
     }
 
-    fn map(&mut self, _addr: u64, _size: u64, _reserved: u64, released: usize) -> bool {
+    fn map(&mut self, _addr: u64, size: u64, reserved: u64, released: usize) -> bool {
+        self.need = self.need.max(reserved.saturating_add(size));
         self.grow(Action::SegmentMap, released).is_some()
     }
 
@@ -381,22 +386,77 @@ impl Prepared {
 
 /// Replays `p` against its recording; `snap` gives the final segments to compare.
 pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
-    check_until(snap, p, false)
+    check_until(snap, p, false, None).0
 }
 
 /// Whether the model reproduces `p`'s recording exactly ([`Identity::exact`]): the
 /// check, stopped at its first divergence where only that is asked.
 pub fn reproduces(snap: &Snapshot, p: &Prepared) -> bool {
-    check_until(snap, p, true).exact()
+    check_until(snap, p, true, None).0.exact()
+}
+
+/// Where the identity check's replay stops being the scenario with the recorded settings
+/// and no limit: the scenario's track so far, and the request from which it goes on
+/// alone ([`Track::resume`]).
+pub struct Parting {
+    pub track: Track,
+    pub at: usize,
+}
+
+/// [`check`], and from the same replay the scenario with the recorded settings and no
+/// limit ([`super::scenario::unlimited`], with what a search needs where `keep_search`):
+/// the two are one replay up to the first request where the check departs from the
+/// recording, or where the recording's device refused memory (an OOM, or a call that took
+/// the out-of-memory retry), which a device with no limit would have given. `part` is
+/// told where that is, and the scenario goes on from there in its own replay; the
+/// scenario's answer comes back here when they never part.
+pub fn check_sharing(
+    snap: &Snapshot,
+    p: &Prepared,
+    keep_search: bool,
+    part: &dyn Fn(Parting),
+) -> (Identity, Option<(Outcome, Option<Search>)>) {
+    if p.total_memory.is_some() {
+        // The scenario knows no total memory: another allocator.
+        part(Parting {
+            track: Track::new_at_start(p, keep_search, true),
+            at: 0,
+        });
+        return check_until(snap, p, false, None);
+    }
+    check_until(
+        snap,
+        p,
+        false,
+        Some(Shared {
+            track: Track::new_at_start(p, keep_search, true),
+            part,
+        }),
+    )
+}
+
+/// The scenario a check's replay makes as it goes ([`check_sharing`]).
+struct Shared<'f> {
+    track: Track,
+    part: &'f dyn Fn(Parting),
 }
 
 /// The check; with `stop_at_divergence`, it ends at the first divergence, its counts
-/// then partial (only [`Identity::exact`] is meant to be read).
-fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Identity {
+/// then partial (only [`Identity::exact`] is meant to be read); with `shared`, it makes
+/// that scenario too while the two are one.
+fn check_until(
+    snap: &Snapshot,
+    p: &Prepared,
+    stop_at_divergence: bool,
+    mut shared: Option<Shared>,
+) -> (Identity, Option<(Outcome, Option<Search>)>) {
     let mut a = Allocator::new(p.settings.clone(), p.profile, p.total_memory);
     let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
     for (tag, id) in p.start.restore(&mut a) {
         by_tag[tag as usize] = Some(id);
+    }
+    if let Some(s) = &mut shared {
+        s.track.begin(&a);
     }
     let spare_base = p
         .start
@@ -439,7 +499,30 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
     let mut recorded_reserved = p.start.reserved as i128;
     let mut spare = spare_base;
     let trace = snap.trace(p.device).expect("a prepared device has a trace");
-    for item in p.requests.iter() {
+    // Parts the scenario from the check at request `i`.
+    let part = |shared: &mut Option<Shared>, i: usize| {
+        if let Some(s) = shared.take() {
+            (s.part)(Parting {
+                track: s.track,
+                at: i,
+            });
+        }
+    };
+    for (i, item) in p.requests.iter().enumerate() {
+        if let Some(s) = &mut shared {
+            let refused = match &item {
+                Request::Oom { .. } => true,
+                Request::Alloc { outputs, .. } => took_retry(p.requests.outputs_of(outputs)),
+                _ => false,
+            };
+            if refused {
+                part(&mut shared, i);
+            } else {
+                s.track.before_check(i, p, &a);
+            }
+        }
+        let (reserved_before, divergences_before) = (a.reserved(), id.divergences);
+        let mut need = 0;
         match &item {
             Request::Alloc {
                 tag,
@@ -470,9 +553,11 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
                             next: 0,
                             ends_in_oom: false,
                             spare,
+                            need: 0,
                         };
                         let r = a.malloc(&mut dev, *size, *stream, *pool, *tag);
                         spare = dev.spare;
+                        need = dev.need;
                         (Placed::Model(r), drain(&mut a, &mut by_tag))
                     }
                 };
@@ -546,6 +631,7 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
                     next: 0,
                     ends_in_oom: true,
                     spare,
+                    need: 0,
                 };
                 let r = a.malloc(&mut dev, *size, *stream, *pool, u32::MAX);
                 spare = dev.spare;
@@ -619,10 +705,19 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
         }
         id.peak_reserved_bytes = id.peak_reserved_bytes.max(a.reserved());
         id.peak_requested_bytes = id.peak_requested_bytes.max(a.requested());
+        if id.divergences > divergences_before {
+            part(&mut shared, i);
+        } else if let Some(s) = &mut shared {
+            s.track.after(i, item.event(), reserved_before, &a, need);
+        }
         if stop_at_divergence && id.divergences > 0 {
-            return id;
+            return (id, None);
         }
     }
+    let scenario = shared.map(|s| {
+        let (out, search) = s.track.finish(&a);
+        super::scenario::searchable(out, search)
+    });
     id.oom_capacities = p.oom_capacities();
     id.final_reserved_bytes = a.reserved();
     id.recorded_final_reserved_bytes = recorded_reserved.max(0) as u64;
@@ -655,7 +750,7 @@ fn check_until(snap: &Snapshot, p: &Prepared, stop_at_divergence: bool) -> Ident
             id.final_segments_equal += 1;
         }
     }
-    id
+    (id, scenario)
 }
 
 /// What the model did with an allocation request.

@@ -105,53 +105,32 @@ pub struct StartDoesNotFit {
 
 /// Replays `p`'s requests under `sc`.
 pub fn run(p: &Prepared, sc: &Scenario) -> Result<Outcome, StartDoesNotFit> {
-    replay(p, sc, None)
-}
-
-/// The replay of `run`; with `search`, it also keeps what [`Search`] needs (saved states
-/// and what each request asked of the device), for a replay with no limit.
-fn replay(
-    p: &Prepared,
-    sc: &Scenario,
-    search: Option<&mut Search>,
-) -> Result<Outcome, StartDoesNotFit> {
     let r = Replay::start(p, sc)?;
-    replay_from(p, sc, r, search)
+    Ok(replay_from(p, sc, r, Track::new_at_start(p, false, false), 0).0)
 }
 
-/// [`replay`] from a started replay.
+/// The replay of [`run`] from a started replay at request `from`, `track` holding what
+/// the requests before it did.
 fn replay_from(
     p: &Prepared,
     sc: &Scenario,
     mut r: Replay,
-    mut search: Option<&mut Search>,
-) -> Result<Outcome, StartDoesNotFit> {
-    let mut out = Outcome {
-        peak_reserved_bytes: r.a.reserved(),
-        peak_event: None,
-        allocated_at_peak_bytes: r.a.allocated(),
-        stats: Stats::default(),
-        first_oom: None,
-        recorded_ooms_passed: 0,
-        start_replaced: r.replaced,
-        series: vec![(None, r.a.reserved())],
-    };
-    let every = CHECKPOINT_EVERY.max(p.requests.len().div_ceil(CHECKPOINTS));
-    if let Some(s) = search.as_deref_mut() {
-        s.peak_requested = r.a.requested();
+    mut track: Track,
+    from: usize,
+) -> (Outcome, Option<Search>) {
+    if from == 0 {
+        track.begin(&r.a);
+        track.out.start_replaced = r.replaced;
     }
-    let stats_at_start = r.a.stats;
-    for (i, item) in p.requests.iter().enumerate() {
-        if let Some(s) = search.as_deref_mut() {
-            if i % every == 0 {
-                s.checkpoints.push((i, r.save()));
-            }
-            r.dev.max_need = 0;
-        }
+    for (i, item) in p.requests.iter().enumerate().skip(from) {
+        track.before(i, || r.save());
+        r.dev.max_need = 0;
         let before = r.a.reserved();
-        match r.step(&item, p.requests.outputs_of_request(&item)) {
+        let step = r.step(&item, p.requests.outputs_of_request(&item));
+        track.after(i, item.event(), before, &r.a, r.dev.max_need);
+        match step {
             Step::Done => {}
-            Step::PassedOom => out.recorded_ooms_passed += 1,
+            Step::PassedOom => track.out.recorded_ooms_passed += 1,
             Step::Oom(e, recorded) => {
                 let (size, stream) = match item {
                     Request::Alloc { size, stream, .. } | Request::Oom { size, stream, .. } => {
@@ -159,30 +138,180 @@ fn replay_from(
                     }
                     _ => (0, 0),
                 };
-                out.first_oom = Some(first_oom(&r.a, sc, item.event(), size, stream, e, recorded));
+                track.out.first_oom =
+                    Some(first_oom(&r.a, sc, item.event(), size, stream, e, recorded));
+                break;
             }
-        }
-        let now = r.a.reserved();
-        if now != before {
-            out.series.push((Some(item.event()), now));
-        }
-        if now > out.peak_reserved_bytes {
-            out.peak_reserved_bytes = now;
-            out.peak_event = Some(item.event());
-            out.allocated_at_peak_bytes = r.a.allocated();
-        }
-        if let Some(s) = search.as_deref_mut() {
-            if r.dev.max_need > 0 {
-                s.needs.push((i, r.dev.max_need));
-            }
-            s.peak_requested = s.peak_requested.max(r.a.requested());
-        }
-        if out.first_oom.is_some() {
-            break;
         }
     }
-    out.stats = sub_stats(r.a.stats, stats_at_start);
-    Ok(out)
+    track.finish(&r.a)
+}
+
+/// A replay's outcome as it goes, and what searching capacities needs of it: saved
+/// states every so many requests and what each request asked of the device. A replay
+/// that starts as another one did (the identity check's, while the two are the same)
+/// takes it over at one of its saved states ([`Track::resume`]).
+pub struct Track {
+    out: Outcome,
+    stats_at_start: Stats,
+    every: usize,
+    /// Saved states, oldest first, each with the outcome so far there.
+    saved: Vec<(Mark, Saved)>,
+    /// All saved states kept (for a search), or only the latest (to resume from).
+    keep_all: bool,
+    /// Whether states are saved at all.
+    saving: bool,
+    needs: Vec<(usize, u64)>,
+    peak_requested: u64,
+}
+
+/// The outcome so far at a saved state.
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    at: usize,
+    series: usize,
+    peak_reserved: u64,
+    peak_event: Option<u32>,
+    allocated_at_peak: u64,
+    needs: usize,
+    peak_requested: u64,
+}
+
+impl Track {
+    /// A track for a replay of `p` from its start: saving states for a search
+    /// (`keep_all`), or only the latest one (`keep_latest`), or none.
+    pub fn new_at_start(p: &Prepared, keep_all: bool, keep_latest: bool) -> Track {
+        Track {
+            out: Outcome {
+                peak_reserved_bytes: 0,
+                peak_event: None,
+                allocated_at_peak_bytes: 0,
+                stats: Stats::default(),
+                first_oom: None,
+                recorded_ooms_passed: 0,
+                start_replaced: false,
+                series: Vec::new(),
+            },
+            stats_at_start: Stats::default(),
+            every: CHECKPOINT_EVERY.max(p.requests.len().div_ceil(CHECKPOINTS)),
+            saved: Vec::new(),
+            keep_all,
+            saving: keep_all || keep_latest,
+            needs: Vec::new(),
+            peak_requested: 0,
+        }
+    }
+
+    /// The state at the first request: `a` as it starts.
+    pub fn begin(&mut self, a: &Allocator) {
+        self.out.peak_reserved_bytes = a.reserved();
+        self.out.allocated_at_peak_bytes = a.allocated();
+        self.out.series = vec![(None, a.reserved())];
+        self.stats_at_start = a.stats;
+        self.peak_requested = a.requested();
+    }
+
+    /// Before request `i`: saves the state (`save` makes it) where one is due.
+    fn before(&mut self, i: usize, save: impl FnOnce() -> Saved) {
+        if !self.saving || !i.is_multiple_of(self.every) {
+            return;
+        }
+        let mark = Mark {
+            at: i,
+            series: self.out.series.len(),
+            peak_reserved: self.out.peak_reserved_bytes,
+            peak_event: self.out.peak_event,
+            allocated_at_peak: self.out.allocated_at_peak_bytes,
+            needs: self.needs.len(),
+            peak_requested: self.peak_requested,
+        };
+        if !self.keep_all {
+            self.saved.clear();
+        }
+        self.saved.push((mark, save()));
+    }
+
+    /// Before request `i` of the identity check's replay, whose allocator is `a`.
+    pub fn before_check(&mut self, i: usize, p: &Prepared, a: &Allocator) {
+        self.before(i, || Saved {
+            a: a.clone(),
+            dev: following_device(p, None),
+            live: a.live_tags(),
+        });
+    }
+
+    /// After request `i` (trace entry `event`), which found `before` bytes reserved, left
+    /// `a`, and asked the device for at most `need` (0: nothing).
+    pub fn after(&mut self, i: usize, event: u32, before: u64, a: &Allocator, need: u64) {
+        let now = a.reserved();
+        if now != before {
+            self.out.series.push((Some(event), now));
+        }
+        if now > self.out.peak_reserved_bytes {
+            self.out.peak_reserved_bytes = now;
+            self.out.peak_event = Some(event);
+            self.out.allocated_at_peak_bytes = a.allocated();
+        }
+        if self.keep_all {
+            if need > 0 {
+                self.needs.push((i, need));
+            }
+            self.peak_requested = self.peak_requested.max(a.requested());
+        }
+    }
+
+    /// The outcome, ending with `a`; and what a search needs, where it was kept.
+    pub fn finish(mut self, a: &Allocator) -> (Outcome, Option<Search>) {
+        self.out.stats = sub_stats(a.stats, self.stats_at_start);
+        let search = self.keep_all.then(|| Search {
+            checkpoints: self.saved.into_iter().map(|(m, s)| (m.at, s)).collect(),
+            needs: self.needs,
+            peak_reserved: self.out.peak_reserved_bytes,
+            peak_requested: self.peak_requested,
+        });
+        (self.out, search)
+    }
+
+    /// The replay continued on its own from its latest saved state at or before request
+    /// `i` (what it did from there on is done again): the scenario with the recorded
+    /// settings and no limit, where the identity check's replay stops being it.
+    pub fn resume(mut self, p: &Prepared, i: usize) -> (Outcome, Option<Search>) {
+        let sc = Scenario {
+            settings: p.settings.clone(),
+            capacity: None,
+            total_memory: None,
+        };
+        let k = self.saved.partition_point(|(m, _)| m.at <= i);
+        assert!(k > 0, "a state is saved at the first request");
+        self.saved.truncate(k);
+        let (m, saved) = self.saved.last().expect("kept");
+        let (m, r) = (*m, Replay::restore(saved, p.requests.tags));
+        self.out.series.truncate(m.series);
+        self.out.peak_reserved_bytes = m.peak_reserved;
+        self.out.peak_event = m.peak_event;
+        self.out.allocated_at_peak_bytes = m.allocated_at_peak;
+        self.needs.truncate(m.needs);
+        self.peak_requested = m.peak_requested;
+        // Saved again when the replay passes it.
+        self.saved.pop();
+        replay_from(p, &sc, r, self, m.at)
+    }
+}
+
+/// The device of a replay of `p` under `capacity`, in step with the recording: new
+/// segments above every address the recording shows.
+fn following_device(p: &Prepared, capacity: Option<u64>) -> CapacityDevice {
+    let above = p.start.top_address().max(
+        p.requests
+            .outputs
+            .iter()
+            .map(|o| o.addr + o.size)
+            .max()
+            .unwrap_or(0),
+    );
+    let mut dev = CapacityDevice::new(capacity, above);
+    dev.in_step = true;
+    dev
 }
 
 /// The replay with no limit under `settings`, of the free blocks of the best-fitting size
@@ -197,7 +326,13 @@ pub fn unlimited_highest_first(p: &Prepared, settings: &Settings) -> Unlimited {
     };
     let mut r = Replay::start(p, &sc)?;
     r.a.take_highest_first();
-    replay_from(p, &sc, r, None).map(|o| (o, None))
+    Ok(replay_from(
+        p,
+        &sc,
+        r,
+        Track::new_at_start(p, false, false),
+        0,
+    ))
 }
 
 /// Whether a replay under `settings` at `capacity` is the replay with no limit, known to
@@ -254,11 +389,15 @@ pub fn unlimited(p: &Prepared, settings: &Settings, keep_search: bool) -> Unlimi
         capacity: None,
         total_memory: None,
     };
-    let mut search = Search::default();
-    let out = replay(p, &sc, keep_search.then_some(&mut search))?;
-    search.peak_reserved = out.peak_reserved_bytes;
-    let search = (keep_search && out.first_oom.is_none()).then_some(search);
-    Ok((out, search))
+    let r = Replay::start(p, &sc)?;
+    let (out, search) = replay_from(p, &sc, r, Track::new_at_start(p, keep_search, false), 0);
+    Ok(searchable(out, search))
+}
+
+/// A replay with no limit, and its search where it ran without an OOM.
+pub fn searchable(out: Outcome, search: Option<Search>) -> (Outcome, Option<Search>) {
+    let search = search.filter(|_| out.first_oom.is_none());
+    (out, search)
 }
 
 /// What one request did.
@@ -290,15 +429,8 @@ impl Replay {
     fn start(p: &Prepared, sc: &Scenario) -> Result<Replay, StartDoesNotFit> {
         let mut a = Allocator::new(sc.settings.clone(), p.profile, sc.total_memory);
         let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
-        let above = p.start.top_address().max(
-            p.requests
-                .outputs
-                .iter()
-                .map(|o| o.addr + o.size)
-                .max()
-                .unwrap_or(0),
-        );
-        let mut dev = CapacityDevice::new(sc.capacity, above);
+        let mut dev = following_device(p, sc.capacity);
+        dev.in_step = false;
         let keep_start = sc.settings.expandable_segments == p.settings.expandable_segments;
         let start_fails = |a: &Allocator| StartDoesNotFit {
             live_bytes: a.allocated().max(p.start.requested),

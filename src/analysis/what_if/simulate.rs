@@ -9,10 +9,12 @@
 //! out-of-memory error and the smallest device that runs the requests. Scenarios run in
 //! parallel; the report is the same for any number of threads.
 
-use crate::allocator::identity::{Identity, NotReplayable, Prepared, check, reproduces};
+use crate::allocator::identity::{
+    Identity, NotReplayable, Parting, Prepared, check_sharing, reproduces,
+};
 use crate::allocator::scenario::{
     FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, limit_changes_nothing, min_capacity,
-    min_capacity_searched, run, unlimited,
+    min_capacity_searched, run, searchable, unlimited,
 };
 use crate::allocator::{Profile, Settings};
 use crate::analysis::budget::Outside;
@@ -208,8 +210,7 @@ struct Capacity {
 }
 
 fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> DeviceSimulation {
-    // The check and the scenarios are independent replays.
-    let (identity, scenarios) = rayon::join(|| check(snap, p), || scenarios_of(snap, p, options));
+    let (identity, scenarios) = scenarios_of(snap, p, options);
     let outside = outside_of(options);
     let trace = snap.trace(p.device);
     DeviceSimulation {
@@ -231,9 +232,13 @@ fn outside_of(options: &SimulateOptions) -> Outside {
     options.outside.unwrap_or_else(Outside::not_measured)
 }
 
-/// The scenarios of a device: every setting at every capacity, and each setting's
-/// smallest device.
-fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec<ScenarioReport> {
+/// The check, and the scenarios of a device: every setting at every capacity, and each
+/// setting's smallest device.
+fn scenarios_of(
+    snap: &Snapshot,
+    p: &Prepared,
+    options: &SimulateOptions,
+) -> (Identity, Vec<ScenarioReport>) {
     use rayon::prelude::*;
     let outside = outside_of(options);
     let mut capacities = Vec::new();
@@ -270,29 +275,60 @@ fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec
         settings.push((given.clone(), s.clone(), false));
     }
     // Each setting's replay with no limit, made once: the answer of an unlimited
-    // capacity, and the saved states the smallest capacity's search resumes from. Each
-    // setting's search follows its own replay in one task (no wait for the other
-    // settings' replays), and its saved states, the largest thing held, are let go
-    // after it.
+    // capacity, and the saved states the smallest capacity's search resumes from. The
+    // recorded settings' replay is the check's own, as far as the two are one (and goes
+    // on alone from where they part, beside the rest of the check); the other settings'
+    // replays run beside the check. Each setting's search follows its own replay (no wait
+    // for the other settings' replays), and its saved states, the largest thing held, are
+    // let go after it.
     let wants_unlimited = capacities
         .iter()
         .any(|c| c.allocator_bytes.is_none() && c.total_memory.is_none());
-    let (unlimited_runs, mins): (Vec<Option<Unlimited>>, Vec<Option<u64>>) = settings
-        .par_iter()
-        .map(|(_, s, _)| {
-            let search = options.min_capacity && s.memory_fraction.is_none();
-            let mut u = (wants_unlimited || search).then(|| unlimited(p, s, search));
-            let min = options.min_capacity.then(|| {
-                let saved = match s.memory_fraction {
-                    None => Some(u.as_mut()?.as_mut().ok()?.1.take()?),
-                    Some(_) => None,
-                };
-                min_capacity_searched(p, s, outside.counted_bytes, saved.as_ref())
-                    .map(|c| c.saturating_add(outside.counted_bytes))
-            });
-            (u, min.flatten())
+    let search_of = |s: &Settings| options.min_capacity && s.memory_fraction.is_none();
+    let min_of = |s: &Settings, u: &mut Option<Unlimited>| {
+        options.min_capacity.then(|| {
+            let saved = match s.memory_fraction {
+                None => Some(u.as_mut()?.as_mut().ok()?.1.take()?),
+                Some(_) => None,
+            };
+            min_capacity_searched(p, s, outside.counted_bytes, saved.as_ref())
+                .map(|c| c.saturating_add(outside.counted_bytes))
         })
-        .unzip();
+    };
+    let parted = std::sync::Mutex::new(None);
+    let ((identity, shared), others) = rayon::scope(|scope| {
+        let part = |parting: Parting| {
+            let parted = &parted;
+            scope.spawn(move |_| {
+                let resumed = parting.track.resume(p, parting.at);
+                *parted.lock().expect("no panic holds it") = Some(resumed);
+            });
+        };
+        rayon::join(
+            || check_sharing(snap, p, search_of(&settings[0].1), &part),
+            || {
+                settings[1..]
+                    .par_iter()
+                    .map(|(_, s, _)| {
+                        let mut u = (wants_unlimited || search_of(s))
+                            .then(|| unlimited(p, s, search_of(s)));
+                        let min = min_of(s, &mut u);
+                        (u, min.flatten())
+                    })
+                    .collect::<Vec<_>>()
+            },
+        )
+    });
+    let parted = parted.into_inner().expect("no panic holds it");
+    let (out, search) = shared
+        .or(parted)
+        .expect("the check's scenario ends in it or goes on alone");
+    let mut baseline = Some(Ok(searchable(out, search)));
+    let baseline_min = min_of(&settings[0].1, &mut baseline).flatten();
+    let (unlimited_runs, mins): (Vec<Option<Unlimited>>, Vec<Option<u64>>) =
+        std::iter::once((baseline, baseline_min))
+            .chain(others)
+            .unzip();
     let pairs: Vec<(usize, &Capacity)> = (0..settings.len())
         .flat_map(|k| capacities.iter().map(move |c| (k, c)))
         .collect();
@@ -367,7 +403,7 @@ fn scenarios_of(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> Vec
             r
         })
         .collect();
-    scenarios
+    (identity, scenarios)
 }
 
 fn oom_at(snap: &Snapshot, device: i64, f: FirstOom) -> OomAt {
