@@ -152,3 +152,65 @@ fn the_benchmark_tiling_is_a_stream_the_model_replays_exactly() {
     assert!(id.first_divergence.is_none(), "{:?}", id.first_divergence);
     assert_eq!(id.final_segments_equal, id.final_segments);
 }
+
+/// The check cut in two halves replayed at once (the second from the state rebuilt at
+/// the cut) gives the answer of the check in one piece, on every real recording cut at a
+/// quarter, the middle and three quarters; and the scenario the check's replay makes on
+/// the way (the recorded settings, no limit) is the one a replay of its own makes, with
+/// the same smallest device. Most cuts are kept (the rebuilt state is the one the first
+/// half ends in), so joining the halves is what is tested, not only the fallback.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn a_check_in_two_halves_is_the_check_in_one() {
+    use std::sync::Mutex;
+    use vramlens::allocator::identity::{Parting, check_sharing, check_split_at};
+    use vramlens::allocator::scenario::{min_capacity_searched, searchable, unlimited};
+    let data = require_shared_data();
+    let (mut tried, mut kept) = (0, 0);
+    let mut bad = Vec::new();
+    for path in snapshots(&data) {
+        let (snap, _) = read_snapshot(&path, ReadOptions::default()).unwrap();
+        for device in snap.devices() {
+            let Ok(p) = Prepared::new(&snap, device, None) else {
+                continue;
+            };
+            let rel = path.strip_prefix(&data).unwrap().display().to_string();
+            let whole = check(&snap, &p);
+            let (alone, alone_search) = unlimited(&p, &p.settings, true).unwrap();
+            let alone_min = min_capacity_searched(&p, &p.settings, 0, alone_search.as_ref());
+            let n = p.requests.len();
+            for m in [n / 4, n / 2, n * 3 / 4] {
+                let c = check_split_at(&snap, &p, m);
+                tried += 1;
+                kept += c.halves as usize;
+                if c.identity != whole {
+                    bad.push(format!("{rel} dev {device} cut at {m}: the check differs"));
+                }
+                let parted = Mutex::new(None);
+                let part = |x: Parting| {
+                    *parted.lock().unwrap() = Some(x.track.resume(&p, x.at));
+                };
+                let c = check_sharing(&snap, &p, true, &part, Some(m));
+                let (out, search) = c
+                    .scenario
+                    .or_else(|| parted.into_inner().unwrap())
+                    .map(|(o, s)| searchable(o, s))
+                    .unwrap();
+                if out != alone {
+                    bad.push(format!(
+                        "{rel} dev {device} cut at {m}: the scenario differs"
+                    ));
+                }
+                let min = min_capacity_searched(&p, &p.settings, 0, search.as_ref());
+                if min != alone_min {
+                    bad.push(format!(
+                        "{rel} dev {device} cut at {m}: smallest capacity {min:?}, alone {alone_min:?}"
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!("{kept} of {tried} cuts kept");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert!(kept * 2 > tried, "only {kept} of {tried} cuts kept");
+}

@@ -14,13 +14,15 @@
 //! from the recording. After a divergence the model is put back in step where it can be
 //! (an allocation moved to its recorded address) and the counts go on.
 
-use super::model::{Allocator, BlockId, Device, ModelEvent};
+use super::midway;
+use super::model::{Allocator, BlockId, Device, ModelEvent, StateView};
 use super::requests::{PoolLookup, Recorded, Request, Requests};
 use super::scenario::{Outcome, Search, Track};
 use super::settings::{Profile, Settings};
 use super::start::{self, StartState};
 use crate::model::{Action, Snapshot};
 use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The device of an identity replay: `cudaMalloc` and page mappings succeed where the
 /// recording shows them, at the recorded addresses, once the model has released what
@@ -239,6 +241,60 @@ impl Identity {
     }
 }
 
+impl Identity {
+    /// Nothing counted yet, for a check of `p` starting with `a`.
+    fn at_start(p: &Prepared, a: &Allocator) -> Identity {
+        Identity {
+            profile: p.profile,
+            allocations: 0,
+            allocations_at_recorded_address: 0,
+            segment_events: p.requests.outputs.len() as u64,
+            segment_events_reproduced: 0,
+            segment_events_extra: 0,
+            ooms: 0,
+            ooms_reproduced: 0,
+            empty_cache_calls: 0,
+            retry_calls: 0,
+            divergences: 0,
+            first_divergence: None,
+            peak_reserved_bytes: a.reserved(),
+            recorded_peak_reserved_bytes: p.start.reserved,
+            peak_requested_bytes: a.requested(),
+            final_reserved_bytes: 0,
+            recorded_final_reserved_bytes: 0,
+            final_segments: 0,
+            final_segments_equal: 0,
+            final_state_later: false,
+            start_blocks: p.start.blocks,
+            start_blocks_inferred: p.start.blocks_inferred,
+            start_reserved_bytes: p.start.reserved,
+            oom_capacities: Vec::new(),
+        }
+    }
+
+    /// The counts of a check of some requests, then those of `later`, a check of the
+    /// requests after them.
+    fn add_later(&mut self, later: Identity) {
+        self.allocations += later.allocations;
+        self.allocations_at_recorded_address += later.allocations_at_recorded_address;
+        self.segment_events_reproduced += later.segment_events_reproduced;
+        self.segment_events_extra += later.segment_events_extra;
+        self.ooms += later.ooms;
+        self.ooms_reproduced += later.ooms_reproduced;
+        self.empty_cache_calls += later.empty_cache_calls;
+        self.retry_calls += later.retry_calls;
+        self.divergences += later.divergences;
+        if self.first_divergence.is_none() {
+            self.first_divergence = later.first_divergence;
+        }
+        self.peak_reserved_bytes = self.peak_reserved_bytes.max(later.peak_reserved_bytes);
+        self.recorded_peak_reserved_bytes = self
+            .recorded_peak_reserved_bytes
+            .max(later.recorded_peak_reserved_bytes);
+        self.peak_requested_bytes = self.peak_requested_bytes.max(later.peak_requested_bytes);
+    }
+}
+
 /// Why a device cannot be replayed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(rename_all = "snake_case", tag = "reason")]
@@ -386,13 +442,13 @@ impl Prepared {
 
 /// Replays `p` against its recording; `snap` gives the final segments to compare.
 pub fn check(snap: &Snapshot, p: &Prepared) -> Identity {
-    check_until(snap, p, false, None).0
+    check_until(snap, p, false, None, split_point(p)).identity
 }
 
 /// Whether the model reproduces `p`'s recording exactly ([`Identity::exact`]): the
 /// check, stopped at its first divergence where only that is asked.
 pub fn reproduces(snap: &Snapshot, p: &Prepared) -> bool {
-    check_until(snap, p, true, None).0.exact()
+    check_until(snap, p, true, None, None).identity.exact()
 }
 
 /// Where the identity check's replay stops being the scenario with the recorded settings
@@ -409,20 +465,22 @@ pub struct Parting {
 /// recording, or where the recording's device refused memory (an OOM, or a call that took
 /// the out-of-memory retry), which a device with no limit would have given. `part` is
 /// told where that is, and the scenario goes on from there in its own replay; the
-/// scenario's answer comes back here when they never part.
+/// scenario's answer comes back here when they never part. `split`: where the check is
+/// cut in two halves replayed at once ([`split_point`]; None: in one piece).
 pub fn check_sharing(
     snap: &Snapshot,
     p: &Prepared,
     keep_search: bool,
-    part: &dyn Fn(Parting),
-) -> (Identity, Option<(Outcome, Option<Search>)>) {
+    part: &(dyn Fn(Parting) + Sync),
+    split: Option<usize>,
+) -> Checked {
     if p.total_memory.is_some() {
         // The scenario knows no total memory: another allocator.
         part(Parting {
             track: Track::new_at_start(p, keep_search, true),
             at: 0,
         });
-        return check_until(snap, p, false, None);
+        return check_until(snap, p, false, None, split);
     }
     check_until(
         snap,
@@ -430,15 +488,52 @@ pub fn check_sharing(
         false,
         Some(Shared {
             track: Track::new_at_start(p, keep_search, true),
-            part,
+            part: Some(part),
         }),
+        split,
     )
+}
+
+/// What a check gives.
+pub struct Checked {
+    pub identity: Identity,
+    /// The scenario with the recorded settings and no limit, where it never parted from
+    /// the check ([`check_sharing`]).
+    pub scenario: Option<(Outcome, Option<Search>)>,
+    /// The check was made in two halves at once: the state rebuilt where the second
+    /// starts was the one the first ended in.
+    pub halves: bool,
+}
+
+/// [`check`] cut at request `m`: the requests from `m` on are replayed at the same time as
+/// those before it, from the state rebuilt at `m` ([`midway`]), and kept where that is
+/// the state the first half ends in (else replayed again after it). The same answer as
+/// [`check`] (which cuts long recordings by itself, [`split_point`]).
+pub fn check_split_at(snap: &Snapshot, p: &Prepared, m: usize) -> Checked {
+    check_until(snap, p, false, None, Some(m))
+}
+
+/// Recordings with at least this many requests are checked in two halves at once where
+/// more than one thread can run them.
+const HALVES_MIN: usize = 1 << 20;
+
+/// Where a check of `p` is cut in two halves replayed at once, if it is.
+pub fn split_point(p: &Prepared) -> Option<usize> {
+    let n = p.requests.len();
+    if n < HALVES_MIN || rayon::current_num_threads() < 2 || !midway::can_rebuild(p) {
+        return None;
+    }
+    // The second half also rebuilds the state at the split, at about a fifth of the cost
+    // of checking as many requests: the split sits past the middle to even them out.
+    Some(n / 100 * 56)
 }
 
 /// The scenario a check's replay makes as it goes ([`check_sharing`]).
 struct Shared<'f> {
     track: Track,
-    part: &'f dyn Fn(Parting),
+    /// Told where the scenario parts from the check (None: the parting is held in the
+    /// check's state, for a check of later requests whose earlier ones run elsewhere).
+    part: Option<&'f (dyn Fn(Parting) + Sync)>,
 }
 
 /// The check; with `stop_at_divergence`, it ends at the first divergence, its counts
@@ -449,7 +544,8 @@ fn check_until(
     p: &Prepared,
     stop_at_divergence: bool,
     mut shared: Option<Shared>,
-) -> (Identity, Option<(Outcome, Option<Search>)>) {
+    split: Option<usize>,
+) -> Checked {
     let mut a = Allocator::new(p.settings.clone(), p.profile, p.total_memory);
     let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
     for (tag, id) in p.start.restore(&mut a) {
@@ -470,249 +566,72 @@ fn check_until(
                 .unwrap_or(0),
         )
         .saturating_add(1 << 40);
-    let mut id = Identity {
-        profile: p.profile,
-        allocations: 0,
-        allocations_at_recorded_address: 0,
-        segment_events: p.requests.outputs.len() as u64,
-        segment_events_reproduced: 0,
-        segment_events_extra: 0,
-        ooms: 0,
-        ooms_reproduced: 0,
-        empty_cache_calls: 0,
-        retry_calls: 0,
-        divergences: 0,
-        first_divergence: None,
-        peak_reserved_bytes: a.reserved(),
-        recorded_peak_reserved_bytes: p.start.reserved,
-        peak_requested_bytes: a.requested(),
-        final_reserved_bytes: 0,
-        recorded_final_reserved_bytes: 0,
-        final_segments: 0,
-        final_segments_equal: 0,
-        final_state_later: false,
-        start_blocks: p.start.blocks,
-        start_blocks_inferred: p.start.blocks_inferred,
-        start_reserved_bytes: p.start.reserved,
-        oom_capacities: Vec::new(),
-    };
-    let mut recorded_reserved = p.start.reserved as i128;
-    let mut spare = spare_base;
+    let id = Identity::at_start(p, &a);
+    let recorded_reserved = p.start.reserved as i128;
+    let spare = spare_base;
     let trace = snap.trace(p.device).expect("a prepared device has a trace");
-    // Parts the scenario from the check at request `i`.
-    let part = |shared: &mut Option<Shared>, i: usize| {
-        if let Some(s) = shared.take() {
-            (s.part)(Parting {
-                track: s.track,
-                at: i,
-            });
-        }
+    let mut st = CheckState {
+        a,
+        by_tag,
+        spare,
+        recorded_reserved,
+        id,
+        held: None,
     };
-    for (i, item) in p.requests.iter().enumerate() {
-        if let Some(s) = &mut shared {
-            let refused = match &item {
-                Request::Oom { .. } => true,
-                Request::Alloc { outputs, .. } => took_retry(p.requests.outputs_of(outputs)),
-                _ => false,
-            };
-            if refused {
-                part(&mut shared, i);
+    let n = p.requests.len();
+    let split = split.filter(|&m| !stop_at_divergence && m > 0 && m < n);
+    let mut halves = false;
+    match split {
+        Some(m) => {
+            let keep_all = shared.as_ref().is_some_and(|s| s.track.keeps_all());
+            let departed = AtomicBool::new(false);
+            let (_, later) = rayon::join(
+                || {
+                    check_requests(
+                        p,
+                        trace,
+                        (0, m),
+                        Stop::Tell(&departed),
+                        &mut st,
+                        &mut shared,
+                    )
+                },
+                || check_later(p, trace, m, spare_base, keep_all, &departed),
+            );
+            let verified = later.filter(|l| {
+                st.spare == spare_base && !st.a.has_events() && st.a.state_view() == l.view_at_start
+            });
+            match verified {
+                Some(l) => {
+                    join_halves(&mut st, &mut shared, l);
+                    halves = true;
+                }
+                None => {
+                    check_requests(p, trace, (m, n), Stop::Never, &mut st, &mut shared);
+                }
+            }
+        }
+        None => {
+            let stop = if stop_at_divergence {
+                Stop::AtDivergence
             } else {
-                s.track.before_check(i, p, &a);
-            }
+                Stop::Never
+            };
+            check_requests(p, trace, (0, n), stop, &mut st, &mut shared);
         }
-        let (reserved_before, divergences_before) = (a.reserved(), id.divergences);
-        let mut need = 0;
-        match &item {
-            Request::Alloc {
-                tag,
-                size,
-                stream,
-                pool,
-                event,
-                outputs,
-            } => {
-                let addr = &trace.addr(*event as usize);
-                let outs = p.requests.outputs_of(outputs);
-                if took_retry(outs) {
-                    id.retry_calls += 1;
-                }
-                // A cached block elsewhere: the model would take it and make no segment
-                // entry; the request goes straight to its recorded address (the state is
-                // the one taking the block and giving it back leaves). A cached block at
-                // the recorded address is taken as `malloc` would take it.
-                let (r, made) = match a.cached_block(*size, *stream, *pool) {
-                    Some(c) if c.addr != *addr => (Placed::Elsewhere(c), Vec::new()),
-                    Some(c) => (
-                        Placed::Model(Ok(a.malloc_cached(c, *size, *tag))),
-                        Vec::new(),
-                    ),
-                    None => {
-                        let mut dev = Recording {
-                            outputs: outs,
-                            next: 0,
-                            ends_in_oom: false,
-                            spare,
-                            need: 0,
-                        };
-                        let r = a.malloc(&mut dev, *size, *stream, *pool, *tag);
-                        spare = dev.spare;
-                        need = dev.need;
-                        (Placed::Model(r), drain(&mut a, &mut by_tag))
-                    }
-                };
-                let segs_ok = compare(&made, outs, &mut id);
-                id.allocations += 1;
-                let mut div = (!segs_ok).then_some(DivergenceKind::Segments);
-                let mut model_addr = None;
-                match r {
-                    Placed::Elsewhere(c) => {
-                        model_addr = Some(c.addr);
-                        div = div.or(Some(DivergenceKind::Address));
-                        // At the recorded address where the model has it free; else where
-                        // the model would put it, the cached block it found (nothing has
-                        // changed since but the search's tick of the GC clock).
-                        let b = a
-                            .malloc_moved_to(*addr, c, *size, *stream, *pool, *tag)
-                            .unwrap_or_else(|| a.malloc_cached(c, *size, *tag));
-                        by_tag[*tag as usize] = Some(b);
-                    }
-                    Placed::Model(Ok(b)) => {
-                        model_addr = Some(a.block_addr(b));
-                        if a.block_addr(b) == *addr {
-                            id.allocations_at_recorded_address += 1;
-                            by_tag[*tag as usize] = Some(b);
-                        } else {
-                            div = div.or(Some(DivergenceKind::Address));
-                            // Back in step: the allocation where the recording put it.
-                            a.free(b);
-                            let moved = a.allocate_at(*addr, *size, *stream, *pool, *tag);
-                            put_back(
-                                &mut a,
-                                &mut by_tag,
-                                &mut spare,
-                                moved,
-                                (*size, *stream, *pool, *tag),
-                            );
-                        }
-                    }
-                    Placed::Model(Err(_)) => {
-                        div = Some(DivergenceKind::ModelOom);
-                        by_tag[*tag as usize] = a.allocate_at(*addr, *size, *stream, *pool, *tag);
-                    }
-                }
-                if let Some(kind) = div {
-                    diverged(
-                        &mut id,
-                        *event,
-                        kind,
-                        Some(*size),
-                        Some(*stream),
-                        model_addr,
-                        Some(*addr),
-                        &made,
-                        outs,
-                    );
-                }
-                recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
-            }
-            Request::Oom {
-                size,
-                stream,
-                pool,
-                event,
-                outputs,
-            } => {
-                let outs = p.requests.outputs_of(outputs);
-                id.ooms += 1;
-                id.retry_calls += 1;
-                let mut dev = Recording {
-                    outputs: outs,
-                    next: 0,
-                    ends_in_oom: true,
-                    spare,
-                    need: 0,
-                };
-                let r = a.malloc(&mut dev, *size, *stream, *pool, u32::MAX);
-                spare = dev.spare;
-                let made = drain(&mut a, &mut by_tag);
-                let segs_ok = compare(&made, outs, &mut id);
-                match r {
-                    Err(_) => {
-                        id.ooms_reproduced += 1;
-                        if !segs_ok {
-                            diverged(
-                                &mut id,
-                                *event,
-                                DivergenceKind::Segments,
-                                Some(*size),
-                                Some(*stream),
-                                None,
-                                None,
-                                &made,
-                                outs,
-                            );
-                        }
-                    }
-                    Ok(b) => {
-                        let at = a.block_addr(b);
-                        a.free(b);
-                        diverged(
-                            &mut id,
-                            *event,
-                            DivergenceKind::MissedOom,
-                            Some(*size),
-                            Some(*stream),
-                            Some(at),
-                            None,
-                            &made,
-                            outs,
-                        );
-                    }
-                }
-                recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
-            }
-            Request::EmptyCache { event, outputs } => {
-                let outs = p.requests.outputs_of(outputs);
-                id.empty_cache_calls += 1;
-                a.empty_cache();
-                let made = drain(&mut a, &mut by_tag);
-                if !compare(&made, outs, &mut id) {
-                    diverged(
-                        &mut id,
-                        *event,
-                        DivergenceKind::Segments,
-                        None,
-                        None,
-                        None,
-                        None,
-                        &made,
-                        outs,
-                    );
-                }
-                recorded_reserved = reserved_after(recorded_reserved, outs, &mut id);
-            }
-            Request::FreeRequested { tag, .. } => {
-                if let Some(b) = by_tag[*tag as usize] {
-                    a.free_requested(b);
-                }
-            }
-            Request::Free { tag, .. } => {
-                if let Some(b) = by_tag[*tag as usize].take() {
-                    a.free(b);
-                }
-            }
-        }
-        id.peak_reserved_bytes = id.peak_reserved_bytes.max(a.reserved());
-        id.peak_requested_bytes = id.peak_requested_bytes.max(a.requested());
-        if id.divergences > divergences_before {
-            part(&mut shared, i);
-        } else if let Some(s) = &mut shared {
-            s.track.after(i, item.event(), reserved_before, &a, need);
-        }
-        if stop_at_divergence && id.divergences > 0 {
-            return (id, None);
-        }
+    }
+    let CheckState {
+        a,
+        recorded_reserved,
+        mut id,
+        ..
+    } = st;
+    if stop_at_divergence && id.divergences > 0 {
+        return Checked {
+            identity: id,
+            scenario: None,
+            halves,
+        };
     }
     let scenario = shared.map(|s| {
         let (out, search) = s.track.finish(&a);
@@ -750,7 +669,377 @@ fn check_until(
             id.final_segments_equal += 1;
         }
     }
-    (id, scenario)
+    Checked {
+        identity: id,
+        scenario,
+        halves,
+    }
+}
+
+/// A check's state between requests.
+struct CheckState {
+    a: Allocator,
+    by_tag: Vec<Option<BlockId>>,
+    /// Where the next segment the recording does not show goes.
+    spare: u64,
+    /// The recording's reserved bytes so far.
+    recorded_reserved: i128,
+    id: Identity,
+    /// Where the scenario parted from the check, when no one was there to be told.
+    held: Option<Parting>,
+}
+
+/// The check of the requests from `m` on, from the state rebuilt there ([`midway`]),
+/// with the scenario's track of them; and that state's view, to compare with the state
+/// the check of the requests before `m` ends in.
+struct Later {
+    st: CheckState,
+    track: Option<Track>,
+    view_at_start: StateView,
+}
+
+fn check_later(
+    p: &Prepared,
+    trace: &crate::model::DeviceTrace,
+    m: usize,
+    spare: u64,
+    keep_all: bool,
+    departed: &AtomicBool,
+) -> Option<Later> {
+    let midway::Midway { a, by_tag } = midway::state_at(p, trace, m)?;
+    let view_at_start = a.state_view();
+    let before = p.requests.outputs_before(m);
+    let recorded_reserved =
+        p.requests.outputs[..before]
+            .iter()
+            .fold(p.start.reserved as i128, |r, o| {
+                if o.releases() {
+                    r - o.size as i128
+                } else {
+                    r + o.size as i128
+                }
+            });
+    let mut id = Identity::at_start(p, &a);
+    id.recorded_peak_reserved_bytes = recorded_reserved.max(0) as u64;
+    let mut track = Track::new_at_start(p, keep_all, true);
+    track.begin(&a);
+    let mut shared = Some(Shared { track, part: None });
+    let mut st = CheckState {
+        a,
+        by_tag,
+        spare,
+        recorded_reserved,
+        id,
+        held: None,
+    };
+    let n = p.requests.len();
+    if !check_requests(
+        p,
+        trace,
+        (m, n),
+        Stop::WhenTold(departed),
+        &mut st,
+        &mut shared,
+    ) {
+        return None;
+    }
+    let track = shared.map(|s| s.track);
+    Some(Later {
+        st,
+        track,
+        view_at_start,
+    })
+}
+
+/// The check of the requests before `m` (`st`, `shared`) followed by `later`'s of the
+/// rest, which started from the state the first ends in.
+fn join_halves(st: &mut CheckState, shared: &mut Option<Shared>, later: Later) {
+    let Later {
+        st: l,
+        track: later_track,
+        ..
+    } = later;
+    let first_a = std::mem::replace(&mut st.a, l.a);
+    st.by_tag = l.by_tag;
+    st.spare = l.spare;
+    st.recorded_reserved = l.recorded_reserved;
+    st.id.add_later(l.id);
+    // The scenario: parted in the first half (told then), or its track goes on with the
+    // later one's, to the end or to where that one parted.
+    if let Some(s) = shared.take() {
+        match (later_track, l.held) {
+            (Some(t), _) => {
+                *shared = Some(Shared {
+                    track: s.track.append(&first_a, t),
+                    part: s.part,
+                });
+            }
+            (None, Some(parting)) => {
+                let whole = Parting {
+                    track: s.track.append(&first_a, parting.track),
+                    at: parting.at,
+                };
+                match s.part {
+                    Some(part) => part(whole),
+                    None => st.held = Some(whole),
+                }
+            }
+            (None, None) => unreachable!("a track ends or parts"),
+        }
+    }
+}
+
+/// When a check of some requests ends before the last.
+#[derive(Clone, Copy)]
+enum Stop<'f> {
+    Never,
+    /// At its first divergence.
+    AtDivergence,
+    /// Never; its first divergence raises the flag (the state it ends in is then unlikely
+    /// to be the one rebuilt for the half after it, which gives up).
+    Tell(&'f AtomicBool),
+    /// When the flag is raised.
+    WhenTold(&'f AtomicBool),
+}
+
+/// The requests `[from, to)` of a check (see [`check_until`]); false where it stopped at a
+/// divergence.
+#[allow(clippy::too_many_arguments)]
+fn check_requests(
+    p: &Prepared,
+    trace: &crate::model::DeviceTrace,
+    (from, to): (usize, usize),
+    stop: Stop,
+    st: &mut CheckState,
+    shared: &mut Option<Shared>,
+) -> bool {
+    let CheckState {
+        a,
+        by_tag,
+        spare,
+        recorded_reserved,
+        id,
+        held,
+    } = st;
+    // Parts the scenario from the check at request `i`.
+    let mut part = |shared: &mut Option<Shared>, i: usize| {
+        if let Some(s) = shared.take() {
+            let parting = Parting {
+                track: s.track,
+                at: i,
+            };
+            match s.part {
+                Some(part) => part(parting),
+                None => *held = Some(parting),
+            }
+        }
+    };
+    for (i, item) in p.requests.iter_from(from).enumerate().take(to - from) {
+        let i = from + i;
+        if let Some(s) = shared.as_mut() {
+            let refused = match &item {
+                Request::Oom { .. } => true,
+                Request::Alloc { outputs, .. } => took_retry(p.requests.outputs_of(outputs)),
+                _ => false,
+            };
+            if refused {
+                part(shared, i);
+            } else {
+                s.track.before_check(i, a);
+            }
+        }
+        let (reserved_before, divergences_before) = (a.reserved(), id.divergences);
+        let mut need = 0;
+        match &item {
+            Request::Alloc {
+                tag,
+                size,
+                stream,
+                pool,
+                event,
+                outputs,
+            } => {
+                let addr = &trace.addr(*event as usize);
+                let outs = p.requests.outputs_of(outputs);
+                if took_retry(outs) {
+                    id.retry_calls += 1;
+                }
+                // A cached block elsewhere: the model would take it and make no segment
+                // entry; the request goes straight to its recorded address (the state is
+                // the one taking the block and giving it back leaves). A cached block at
+                // the recorded address is taken as `malloc` would take it.
+                let (r, made) = match a.cached_block(*size, *stream, *pool) {
+                    Some(c) if c.addr != *addr => (Placed::Elsewhere(c), Vec::new()),
+                    Some(c) => (
+                        Placed::Model(Ok(a.malloc_cached(c, *size, *tag))),
+                        Vec::new(),
+                    ),
+                    None => {
+                        let mut dev = Recording {
+                            outputs: outs,
+                            next: 0,
+                            ends_in_oom: false,
+                            spare: *spare,
+                            need: 0,
+                        };
+                        let r = a.malloc(&mut dev, *size, *stream, *pool, *tag);
+                        *spare = dev.spare;
+                        need = dev.need;
+                        (Placed::Model(r), drain(a, by_tag))
+                    }
+                };
+                let segs_ok = compare(&made, outs, id);
+                id.allocations += 1;
+                let mut div = (!segs_ok).then_some(DivergenceKind::Segments);
+                let mut model_addr = None;
+                match r {
+                    Placed::Elsewhere(c) => {
+                        model_addr = Some(c.addr);
+                        div = div.or(Some(DivergenceKind::Address));
+                        // At the recorded address where the model has it free; else where
+                        // the model would put it, the cached block it found (nothing has
+                        // changed since but the search's tick of the GC clock).
+                        let b = a
+                            .malloc_moved_to(*addr, c, *size, *stream, *pool, *tag)
+                            .unwrap_or_else(|| a.malloc_cached(c, *size, *tag));
+                        by_tag[*tag as usize] = Some(b);
+                    }
+                    Placed::Model(Ok(b)) => {
+                        model_addr = Some(a.block_addr(b));
+                        if a.block_addr(b) == *addr {
+                            id.allocations_at_recorded_address += 1;
+                            by_tag[*tag as usize] = Some(b);
+                        } else {
+                            div = div.or(Some(DivergenceKind::Address));
+                            // Back in step: the allocation where the recording put it.
+                            a.free(b);
+                            let moved = a.allocate_at(*addr, *size, *stream, *pool, *tag);
+                            put_back(a, by_tag, spare, moved, (*size, *stream, *pool, *tag));
+                        }
+                    }
+                    Placed::Model(Err(_)) => {
+                        div = Some(DivergenceKind::ModelOom);
+                        by_tag[*tag as usize] = a.allocate_at(*addr, *size, *stream, *pool, *tag);
+                    }
+                }
+                if let Some(kind) = div {
+                    diverged(
+                        id,
+                        *event,
+                        kind,
+                        Some(*size),
+                        Some(*stream),
+                        model_addr,
+                        Some(*addr),
+                        &made,
+                        outs,
+                    );
+                }
+                *recorded_reserved = reserved_after(*recorded_reserved, outs, id);
+            }
+            Request::Oom {
+                size,
+                stream,
+                pool,
+                event,
+                outputs,
+            } => {
+                let outs = p.requests.outputs_of(outputs);
+                id.ooms += 1;
+                id.retry_calls += 1;
+                let mut dev = Recording {
+                    outputs: outs,
+                    next: 0,
+                    ends_in_oom: true,
+                    spare: *spare,
+                    need: 0,
+                };
+                let r = a.malloc(&mut dev, *size, *stream, *pool, u32::MAX);
+                *spare = dev.spare;
+                let made = drain(a, by_tag);
+                let segs_ok = compare(&made, outs, id);
+                match r {
+                    Err(_) => {
+                        id.ooms_reproduced += 1;
+                        if !segs_ok {
+                            diverged(
+                                id,
+                                *event,
+                                DivergenceKind::Segments,
+                                Some(*size),
+                                Some(*stream),
+                                None,
+                                None,
+                                &made,
+                                outs,
+                            );
+                        }
+                    }
+                    Ok(b) => {
+                        let at = a.block_addr(b);
+                        a.free(b);
+                        diverged(
+                            id,
+                            *event,
+                            DivergenceKind::MissedOom,
+                            Some(*size),
+                            Some(*stream),
+                            Some(at),
+                            None,
+                            &made,
+                            outs,
+                        );
+                    }
+                }
+                *recorded_reserved = reserved_after(*recorded_reserved, outs, id);
+            }
+            Request::EmptyCache { event, outputs } => {
+                let outs = p.requests.outputs_of(outputs);
+                id.empty_cache_calls += 1;
+                a.empty_cache();
+                let made = drain(a, by_tag);
+                if !compare(&made, outs, id) {
+                    diverged(
+                        id,
+                        *event,
+                        DivergenceKind::Segments,
+                        None,
+                        None,
+                        None,
+                        None,
+                        &made,
+                        outs,
+                    );
+                }
+                *recorded_reserved = reserved_after(*recorded_reserved, outs, id);
+            }
+            Request::FreeRequested { tag, .. } => {
+                if let Some(b) = by_tag[*tag as usize] {
+                    a.free_requested(b);
+                }
+            }
+            Request::Free { tag, .. } => {
+                if let Some(b) = by_tag[*tag as usize].take() {
+                    a.free(b);
+                }
+            }
+        }
+        id.peak_reserved_bytes = id.peak_reserved_bytes.max(a.reserved());
+        id.peak_requested_bytes = id.peak_requested_bytes.max(a.requested());
+        if id.divergences > divergences_before {
+            part(shared, i);
+        } else if let Some(s) = shared.as_mut() {
+            s.track.after(i, item.event(), reserved_before, a, need);
+        }
+        match stop {
+            Stop::Never => {}
+            Stop::AtDivergence if id.divergences > 0 => return false,
+            Stop::Tell(flag) if id.divergences > 0 => flag.store(true, Ordering::Relaxed),
+            Stop::WhenTold(flag) if i % 4096 == 0 && flag.load(Ordering::Relaxed) => return false,
+            _ => {}
+        }
+    }
+    true
 }
 
 /// What the model did with an allocation request.

@@ -17,6 +17,8 @@
 //!   from the final segments.
 //! - [`identity`]: the recorded requests replayed with the recorded settings, compared
 //!   event by event with the recording.
+//! - [`midway`]: the state in the middle of a recording, rebuilt from it, for a check in
+//!   two halves at once.
 //! - [`scenario`]: the requests replayed under other settings and capacities, the first
 //!   out-of-memory error, and the smallest capacity that runs them.
 //!
@@ -25,6 +27,7 @@
 
 pub mod device;
 pub mod identity;
+pub mod midway;
 pub mod model;
 pub mod requests;
 pub mod scenario;

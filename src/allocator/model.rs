@@ -422,6 +422,34 @@ pub struct SegmentView {
     pub blocks: Vec<(u64, u64, bool)>,
 }
 
+/// An allocator's state as [`Allocator::state_view`] gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateView {
+    pools: Vec<Option<PoolKey>>,
+    /// (address, size, stream, pool, expandable, blocks) by address.
+    segments: Vec<(u64, u64, u64, PoolKey, bool, Vec<BlockView>)>,
+    /// Tags of the blocks waiting for other streams, in the order they were freed.
+    pending: Vec<u32>,
+    reserved: u64,
+    allocated: u64,
+    requested: u64,
+    total_memory: Option<u64>,
+    highest_first: bool,
+}
+
+/// One block of a [`StateView`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockView {
+    addr: u64,
+    size: u64,
+    requested: u64,
+    allocated: bool,
+    pending: bool,
+    mapped: bool,
+    tag: u32,
+    stream: u64,
+}
+
 /// A cached block that `malloc` would take ([`Allocator::cached_block`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cached {
@@ -586,6 +614,12 @@ impl Allocator {
         });
         self.pool_index.insert(key, i);
         i
+    }
+
+    /// Makes the pool of `key` now if there is none: pools are walked in the order they
+    /// were made (a state rebuilt elsewhere makes them in the same order).
+    pub fn ensure_pool(&mut self, key: PoolKey) {
+        self.pool(key);
     }
 
     fn pool_key(&self, pool: u16) -> PoolKey {
@@ -1599,6 +1633,62 @@ impl Allocator {
     }
 
     // ---- views ----
+
+    /// Everything that decides what the allocator does next, in a form two allocators
+    /// that got there differently compare by (not block ids, not the order free blocks
+    /// were kept in): with garbage collection and expandable segments off, two allocators
+    /// with equal views answer every request the same.
+    pub fn state_view(&self) -> StateView {
+        let spare: std::collections::BTreeSet<u32> = self.spare.iter().copied().collect();
+        let mut segments = Vec::new();
+        for (h, head) in self.blocks.iter().enumerate() {
+            let h = h as u32;
+            if head.prev != NIL || spare.contains(&h) {
+                continue;
+            }
+            if head.expandable != NIL && !self.expandables[head.expandable as usize].alive {
+                continue;
+            }
+            let mut blocks = Vec::new();
+            let mut size = 0;
+            let mut i = h;
+            while i != NIL {
+                let b = self.b(i);
+                size += b.size;
+                // A free block keeps what its last request asked for; nothing reads it.
+                let (requested, tag) = if b.allocated {
+                    (b.requested, b.tag)
+                } else {
+                    (0, NIL)
+                };
+                blocks.push(BlockView {
+                    addr: b.addr,
+                    size: b.size,
+                    requested,
+                    allocated: b.allocated,
+                    pending: b.pending,
+                    mapped: b.mapped,
+                    tag,
+                    stream: b.stream,
+                });
+                i = b.next;
+            }
+            let pool = self.pool_key(head.pool);
+            let expandable = head.expandable != NIL;
+            segments.push((head.addr, size, head.stream, pool, expandable, blocks));
+        }
+        segments.sort_by_key(|s| s.0);
+        StateView {
+            pools: self.pools.iter().map(|p| p.key).collect(),
+            segments,
+            pending: self.pending.iter().map(|&i| self.b(i).tag).collect(),
+            reserved: self.reserved,
+            allocated: self.allocated,
+            requested: self.requested,
+            total_memory: self.total_memory,
+            highest_first: self.highest_first,
+        }
+    }
 
     /// The segments as a snapshot lists them, by address.
     pub fn segments(&self) -> Vec<SegmentView> {

@@ -56,6 +56,16 @@ impl Recorded {
     }
 }
 
+/// An allocation request ([`Requests::alloc_at`]): as [`Request::Alloc`] has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocAt {
+    pub tag: u32,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: (i64, i64),
+    pub event: u32,
+}
+
 /// One command to the allocator, in recorded order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
@@ -444,8 +454,14 @@ impl Requests {
 
     /// The requests in recorded order.
     pub fn iter(&self) -> impl Iterator<Item = Request> + '_ {
-        let mut at = 0u32;
-        self.items.iter().map(move |p| {
+        self.iter_from(0)
+    }
+
+    /// The requests from the one at `from` on, in recorded order.
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = Request> + '_ {
+        let from = from.min(self.items.len());
+        let mut at = self.outputs_before(from) as u32;
+        self.items[from..].iter().map(move |p| {
             let len = p.outputs_len & ((1 << KIND_SHIFT) - 1);
             let outputs = at..at + len;
             at += len;
@@ -478,6 +494,26 @@ impl Requests {
                     outputs,
                 },
             }
+        })
+    }
+
+    /// How many outputs the requests before the one at `i` have.
+    pub fn outputs_before(&self, i: usize) -> usize {
+        self.items[..i.min(self.items.len())]
+            .iter()
+            .map(|p| (p.outputs_len & ((1 << KIND_SHIFT) - 1)) as usize)
+            .sum()
+    }
+
+    /// The allocation at index `i` (None: a request of another kind).
+    pub fn alloc_at(&self, i: usize) -> Option<AllocAt> {
+        let p = self.items.get(i)?;
+        (p.kind() == Kind::Alloc).then(|| AllocAt {
+            tag: p.tag,
+            size: p.size,
+            stream: self.streams[p.stream as usize],
+            pool: self.pools[p.pool as usize],
+            event: p.event,
         })
     }
 

@@ -153,6 +153,9 @@ fn replay_from(
 /// takes it over at one of its saved states ([`Track::resume`]).
 pub struct Track {
     out: Outcome,
+    /// What the allocator did in the replays before this one's start (a track appended
+    /// to another), and its statistics at that start.
+    stats_before: Stats,
     stats_at_start: Stats,
     every: usize,
     /// Saved states, oldest first, each with the outcome so far there.
@@ -163,6 +166,10 @@ pub struct Track {
     saving: bool,
     needs: Vec<(usize, u64)>,
     peak_requested: u64,
+    /// The device of a state saved from the identity check's replay.
+    device: CapacityDevice,
+    /// The next request before which a state is saved.
+    next_save: usize,
 }
 
 /// The outcome so far at a saved state.
@@ -175,6 +182,8 @@ struct Mark {
     allocated_at_peak: u64,
     needs: usize,
     peak_requested: u64,
+    stats_before: Stats,
+    stats_at_start: Stats,
 }
 
 impl Track {
@@ -192,13 +201,16 @@ impl Track {
                 start_replaced: false,
                 series: Vec::new(),
             },
+            stats_before: Stats::default(),
             stats_at_start: Stats::default(),
-            every: CHECKPOINT_EVERY.max(p.requests.len().div_ceil(CHECKPOINTS)),
+            every: checkpoint_every(p.requests.len()),
             saved: Vec::new(),
             keep_all,
             saving: keep_all || keep_latest,
             needs: Vec::new(),
             peak_requested: 0,
+            device: following_device(p, None),
+            next_save: 0,
         }
     }
 
@@ -213,9 +225,16 @@ impl Track {
 
     /// Before request `i`: saves the state (`save` makes it) where one is due.
     fn before(&mut self, i: usize, save: impl FnOnce() -> Saved) {
-        if !self.saving || !i.is_multiple_of(self.every) {
+        if !self.saving || i < self.next_save {
             return;
         }
+        // At the first multiple of `every` from `i` on (a track that starts midway saves
+        // where one from the start would).
+        if !i.is_multiple_of(self.every) {
+            self.next_save = i.next_multiple_of(self.every);
+            return;
+        }
+        self.next_save = i + self.every;
         let mark = Mark {
             at: i,
             series: self.out.series.len(),
@@ -224,6 +243,8 @@ impl Track {
             allocated_at_peak: self.out.allocated_at_peak_bytes,
             needs: self.needs.len(),
             peak_requested: self.peak_requested,
+            stats_before: self.stats_before,
+            stats_at_start: self.stats_at_start,
         };
         if !self.keep_all {
             self.saved.clear();
@@ -232,10 +253,14 @@ impl Track {
     }
 
     /// Before request `i` of the identity check's replay, whose allocator is `a`.
-    pub fn before_check(&mut self, i: usize, p: &Prepared, a: &Allocator) {
+    pub fn before_check(&mut self, i: usize, a: &Allocator) {
+        if !self.saving || i < self.next_save {
+            return;
+        }
+        let dev = self.device.clone();
         self.before(i, || Saved {
             a: a.clone(),
-            dev: following_device(p, None),
+            dev,
             live: a.live_tags(),
         });
     }
@@ -262,7 +287,7 @@ impl Track {
 
     /// The outcome, ending with `a`; and what a search needs, where it was kept.
     pub fn finish(mut self, a: &Allocator) -> (Outcome, Option<Search>) {
-        self.out.stats = sub_stats(a.stats, self.stats_at_start);
+        self.out.stats = add_stats(self.stats_before, sub_stats(a.stats, self.stats_at_start));
         let search = self.keep_all.then(|| Search {
             checkpoints: self.saved.into_iter().map(|(m, s)| (m.at, s)).collect(),
             needs: self.needs,
@@ -292,9 +317,60 @@ impl Track {
         self.out.allocated_at_peak_bytes = m.allocated_at_peak;
         self.needs.truncate(m.needs);
         self.peak_requested = m.peak_requested;
+        self.stats_before = m.stats_before;
+        self.stats_at_start = m.stats_at_start;
         // Saved again when the replay passes it.
         self.saved.pop();
+        self.next_save = m.at;
         replay_from(p, &sc, r, self, m.at)
+    }
+}
+
+impl Track {
+    /// This track, of the requests before `later`'s first ending with `a`, followed by
+    /// `later`'s: the track of a replay of the requests after those, from a state equal to
+    /// `a`'s. The same track as one replay of both would have made.
+    pub fn append(mut self, a: &Allocator, later: Track) -> Track {
+        self.stats_before = add_stats(self.stats_before, sub_stats(a.stats, self.stats_at_start));
+        self.stats_at_start = later.stats_at_start;
+        let (series, needs) = (self.out.series.len(), self.needs.len());
+        let (peak, peak_event, allocated_at_peak) = (
+            self.out.peak_reserved_bytes,
+            self.out.peak_event,
+            self.out.allocated_at_peak_bytes,
+        );
+        let peak_requested = self.peak_requested;
+        // The later track starts with the state this one ends in: its first point is ours.
+        self.out.series.extend(later.out.series.into_iter().skip(1));
+        // A peak is where it is first reached.
+        if later.out.peak_reserved_bytes > peak {
+            self.out.peak_reserved_bytes = later.out.peak_reserved_bytes;
+            self.out.peak_event = later.out.peak_event;
+            self.out.allocated_at_peak_bytes = later.out.allocated_at_peak_bytes;
+        }
+        self.needs.extend(later.needs);
+        self.peak_requested = self.peak_requested.max(later.peak_requested);
+        self.next_save = later.next_save;
+        for (mut m, saved) in later.saved {
+            m.series += series - 1;
+            m.needs += needs;
+            if m.peak_reserved <= peak {
+                (m.peak_reserved, m.peak_event, m.allocated_at_peak) =
+                    (peak, peak_event, allocated_at_peak);
+            }
+            m.peak_requested = m.peak_requested.max(peak_requested);
+            m.stats_before = self.stats_before;
+            if !self.keep_all {
+                self.saved.clear();
+            }
+            self.saved.push((m, saved));
+        }
+        self
+    }
+
+    /// Whether every saved state is kept (for a search).
+    pub fn keeps_all(&self) -> bool {
+        self.keep_all
     }
 }
 
@@ -564,6 +640,17 @@ impl Replay {
     }
 }
 
+fn add_stats(a: Stats, b: Stats) -> Stats {
+    Stats {
+        segment_allocs: a.segment_allocs + b.segment_allocs,
+        segment_frees: a.segment_frees + b.segment_frees,
+        maps: a.maps + b.maps,
+        unmaps: a.unmaps + b.unmaps,
+        retry_flushes: a.retry_flushes + b.retry_flushes,
+        gc_runs: a.gc_runs + b.gc_runs,
+    }
+}
+
 fn sub_stats(a: Stats, b: Stats) -> Stats {
     Stats {
         segment_allocs: a.segment_allocs - b.segment_allocs,
@@ -610,6 +697,11 @@ fn first_oom(
         },
         recorded,
     }
+}
+
+/// How many requests apart a replay of `n` requests saves its state.
+pub fn checkpoint_every(n: usize) -> usize {
+    CHECKPOINT_EVERY.max(n.div_ceil(CHECKPOINTS))
 }
 
 /// Requests between two saved states of the unlimited replay, when the smallest

@@ -10,7 +10,7 @@
 //! parallel; the report is the same for any number of threads.
 
 use crate::allocator::identity::{
-    Identity, NotReplayable, Parting, Prepared, check_sharing, reproduces,
+    Identity, NotReplayable, Parting, Prepared, check_sharing, reproduces, split_point,
 };
 use crate::allocator::scenario::{
     FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, limit_changes_nothing, min_capacity,
@@ -305,7 +305,11 @@ fn scenarios_of(
             });
         };
         rayon::join(
-            || check_sharing(snap, p, search_of(&settings[0].1), &part),
+            || {
+                let keep_search = search_of(&settings[0].1);
+                let c = check_sharing(snap, p, keep_search, &part, split_point(p));
+                (c.identity, c.scenario)
+            },
             || {
                 settings[1..]
                     .par_iter()
