@@ -13,6 +13,11 @@
 //! `empty_cache` calls ([`super::requests`]); and the addresses of new segments, taken
 //! from the recording. After a divergence the model is put back in step where it can be
 //! (an allocation moved to its recorded address) and the counts go on.
+//!
+//! The same replay is the scenario with the recorded settings and no limit while the two
+//! are one ([`check_sharing`]); a long recording is checked in two halves at once, the
+//! second from the state rebuilt at the cut ([`super::midway`]), kept only where that is
+//! the state the first half ends in ([`check_split_at`]).
 
 use super::midway;
 use super::model::{Allocator, BlockId, Device, ModelEvent, StateView};
@@ -523,9 +528,9 @@ pub fn split_point(p: &Prepared) -> Option<usize> {
     if n < HALVES_MIN || rayon::current_num_threads() < 2 || !midway::can_rebuild(p) {
         return None;
     }
-    // The second half also rebuilds the state at the split, at about a fifth of the cost
-    // of checking as many requests: the split sits past the middle to even them out.
-    Some(n / 100 * 56)
+    // The second half also rebuilds the state at the cut, at about a sixth of the cost of
+    // checking as many requests: the cut sits past the middle to even them out.
+    Some(n / 100 * 54)
 }
 
 /// The scenario a check's replay makes as it goes ([`check_sharing`]).

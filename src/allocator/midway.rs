@@ -18,6 +18,7 @@
 use super::identity::Prepared;
 use super::model::{Allocator, BlockId, MIN_BLOCK, PoolKey, SMALL_SIZE};
 use super::requests::Request;
+use crate::model::frames::FxMap;
 use crate::model::{Action, DeviceTrace};
 use std::collections::BTreeMap;
 
@@ -61,13 +62,14 @@ pub fn state_at(p: &Prepared, trace: &DeviceTrace, m: usize) -> Option<Midway> {
             pools.push(k);
         }
     };
-    let mut segments: BTreeMap<u64, (u64, u64, PoolKey)> = BTreeMap::new();
+    // By address; sorted once at the end (most segments come and go before the cut).
+    let mut segments: FxMap<u64, (u64, u64, PoolKey)> = FxMap::default();
     let mut at_start: BTreeMap<u32, Live> = BTreeMap::new();
     // Per tag: 1 + the request that allocated it (NONE: not alive; AT_START: from the
-    // start), and 1 + the request that freed it while other streams used it.
+    // start); and the request that freed it while other streams used it, for those alive.
     let tags = p.requests.tags as usize;
     let mut alive = vec![NONE; tags];
-    let mut waiting = vec![NONE; tags];
+    let mut waiting: FxMap<u32, u32> = FxMap::default();
     for s in &p.start.segments {
         use_pool(s.pool);
         segments.insert(s.addr, (s.size, s.stream, s.pool));
@@ -120,12 +122,15 @@ pub fn state_at(p: &Prepared, trace: &DeviceTrace, m: usize) -> Option<Midway> {
             Request::EmptyCache { outputs, .. } => grow(p.requests.outputs_of(&outputs), None)?,
             Request::FreeRequested { tag, .. } => {
                 if alive.get(tag as usize).is_some_and(|&a| a != NONE) {
-                    waiting[tag as usize] = i as u32 + 1;
+                    // A block freed so twice waits from the first time.
+                    waiting.entry(tag).or_insert(i as u32);
                 }
             }
             Request::Free { tag, .. } => {
                 *alive.get_mut(tag as usize)? = NONE;
-                waiting[tag as usize] = NONE;
+                if !waiting.is_empty() {
+                    waiting.remove(&tag);
+                }
             }
         }
     }
@@ -147,8 +152,10 @@ pub fn state_at(p: &Prepared, trace: &DeviceTrace, m: usize) -> Option<Midway> {
         a.ensure_pool(k);
     }
     let mut by_tag: Vec<Option<BlockId>> = vec![None; tags];
+    let mut segments: Vec<(u64, (u64, u64, PoolKey))> = segments.into_iter().collect();
+    segments.sort_unstable_by_key(|s| s.0);
     let mut k = 0;
-    for (&addr, &(size, stream, pool)) in &segments {
+    for &(addr, (size, stream, pool)) in &segments {
         let end = addr + size;
         let lo = k;
         while k < live.len() && live[k].0 < end {
@@ -191,12 +198,7 @@ pub fn state_at(p: &Prepared, trace: &DeviceTrace, m: usize) -> Option<Midway> {
     if k < live.len() {
         return None;
     }
-    let mut pending: Vec<(u32, u32)> = waiting
-        .iter()
-        .enumerate()
-        .filter(|&(_, &w)| w != NONE)
-        .map(|(tag, &w)| (w, tag as u32))
-        .collect();
+    let mut pending: Vec<(u32, u32)> = waiting.into_iter().map(|(tag, w)| (w, tag)).collect();
     pending.sort_unstable();
     for (_, tag) in pending {
         a.free_requested(by_tag[tag as usize]?);

@@ -122,7 +122,8 @@ fn replay_from(
         track.begin(&r.a);
         track.out.start_replaced = r.replaced;
     }
-    for (i, item) in p.requests.iter().enumerate().skip(from) {
+    for (i, item) in p.requests.iter_from(from).enumerate() {
+        let i = from + i;
         track.before(i, || r.save());
         r.dev.max_need = 0;
         let before = r.a.reserved();
