@@ -626,6 +626,8 @@ pub fn write_simulate_svg(
         pts
     };
     let mut legend: Vec<(String, String, bool)> = Vec::new();
+    // (left edge, baseline) of each OOM marker drawn.
+    let mut oom_marks: Vec<(f64, f64)> = Vec::new();
     // Capacities, dashed.
     let mut caps_drawn: Vec<u64> = Vec::new();
     for s in &d.scenarios {
@@ -710,14 +712,23 @@ pub fn write_simulate_svg(
         if let Some(o) = &s.first_oom {
             let x = x_of(Some(o.event));
             let y = y_of(o.reserved_bytes);
-            let anchor = if x > WIDTH - RIGHT - 40.0 {
-                "end"
+            let (anchor, left) = if x > WIDTH - RIGHT - OOM_MARK_W {
+                ("end", x - OOM_MARK_W)
             } else {
-                "middle"
+                ("middle", x - OOM_MARK_W / 2.0)
             };
+            // Above the markers already drawn where it would print over one.
+            let mut at = y - 6.0;
+            while oom_marks
+                .iter()
+                .any(|&(l, t): &(f64, f64)| (l - left).abs() < OOM_MARK_W && (t - at).abs() < 13.0)
+            {
+                at -= 14.0;
+            }
+            oom_marks.push((left, at));
             svg.text(
                 x,
-                y - 6.0,
+                at,
                 anchor,
                 &format!(r#" fill="{color}" font-weight="bold""#),
                 "✕ OOM",
