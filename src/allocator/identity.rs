@@ -379,6 +379,12 @@ impl Prepared {
 }
 
 impl Prepared {
+    /// The highest address the recording uses: at the start or in a `segment_*` entry.
+    pub fn top_address(&self) -> u64 {
+        let outputs = self.requests.outputs.iter().map(|o| o.addr + o.size);
+        outputs.fold(self.start.top_address(), u64::max)
+    }
+
     /// The recording's reserved bytes: at the start (no event), then after each
     /// `segment_*` entry (its event), as its sizes add and take away.
     pub fn recorded_reserved(&self) -> Vec<(Option<u32>, u64)> {
@@ -559,18 +565,7 @@ fn check_until(
     if let Some(s) = &mut shared {
         s.track.begin(&a);
     }
-    let spare_base = p
-        .start
-        .top_address()
-        .max(
-            p.requests
-                .outputs
-                .iter()
-                .map(|o| o.addr + o.size)
-                .max()
-                .unwrap_or(0),
-        )
-        .saturating_add(1 << 40);
+    let spare_base = p.top_address().saturating_add(1 << 40);
     let id = Identity::at_start(p, &a);
     let recorded_reserved = p.start.reserved as i128;
     let spare = spare_base;

@@ -97,27 +97,23 @@ pub fn state_at(p: &Prepared, trace: &DeviceTrace, m: usize) -> Option<Midway> {
     for (i, r) in p.requests.iter().take(m).enumerate() {
         match r {
             Request::Alloc {
-                tag,
                 size,
                 pool,
-                outputs,
+                ref outputs,
                 ..
-            } => {
-                let key = key_of(size, pool);
-                use_pool(key);
-                grow(p.requests.outputs_of(&outputs), Some(key))?;
-                *alive.get_mut(tag as usize)? = i as u32 + 1;
             }
-            Request::Oom {
+            | Request::Oom {
                 size,
                 pool,
-                outputs,
+                ref outputs,
                 ..
             } => {
-                // The request is rounded already; rounding again keeps it.
                 let key = key_of(size, pool);
                 use_pool(key);
-                grow(p.requests.outputs_of(&outputs), Some(key))?;
+                grow(p.requests.outputs_of(outputs), Some(key))?;
+                if let Request::Alloc { tag, .. } = r {
+                    *alive.get_mut(tag as usize)? = i as u32 + 1;
+                }
             }
             Request::EmptyCache { outputs, .. } => grow(p.requests.outputs_of(&outputs), None)?,
             Request::FreeRequested { tag, .. } => {

@@ -378,15 +378,7 @@ impl Track {
 /// The device of a replay of `p` under `capacity`, in step with the recording: new
 /// segments above every address the recording shows.
 fn following_device(p: &Prepared, capacity: Option<u64>) -> CapacityDevice {
-    let above = p.start.top_address().max(
-        p.requests
-            .outputs
-            .iter()
-            .map(|o| o.addr + o.size)
-            .max()
-            .unwrap_or(0),
-    );
-    let mut dev = CapacityDevice::new(capacity, above);
+    let mut dev = CapacityDevice::new(capacity, p.top_address());
     dev.in_step = true;
     dev
 }
