@@ -5,7 +5,8 @@
 mod common;
 
 use common::root;
-use vramlens::allocator::identity::{Identity, Prepared, check, reproduces};
+use vramlens::allocator::identity::{Identity, check, reproduces};
+use vramlens::allocator::prepared::Prepared;
 use vramlens::allocator::scenario::{OomCause, Scenario, min_capacity, run};
 use vramlens::allocator::{Profile, Settings};
 use vramlens::input::{ReadOptions, read_snapshot};
@@ -133,7 +134,7 @@ fn oom_retry_releases_cached_segments_and_what_ifs() {
 /// exactly, and each OOM again at the capacity it implies.
 #[test]
 fn the_h200_recordings_replay_exactly_and_their_ooms_recur() {
-    use vramlens::allocator::identity::OomLimit;
+    use vramlens::allocator::prepared::OomLimit;
     let mut checked = 0;
     for dir in ["ok", "oom", "oom_cap", "oom_exp"] {
         for name in ["snapshot.pickle", "oom_snapshot.pickle"] {

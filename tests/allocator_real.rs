@@ -8,7 +8,8 @@
 mod common;
 
 use common::require_shared_data;
-use vramlens::allocator::identity::{Prepared, check, reproduces};
+use vramlens::allocator::identity::{check, reproduces};
+use vramlens::allocator::prepared::Prepared;
 use vramlens::allocator::scenario::{Scenario, run};
 use vramlens::input::{ReadOptions, read_snapshot};
 

@@ -15,8 +15,8 @@
 //! and uses it only where the two are equal. Only states the view decides are rebuilt:
 //! no expandable segments, no garbage collection, no `max_split_size`.
 
-use super::identity::Prepared;
 use super::model::{Allocator, BlockId, MIN_BLOCK, PoolKey, SMALL_SIZE};
+use super::prepared::Prepared;
 use super::requests::Request;
 use crate::model::frames::FxMap;
 use crate::model::{Action, DeviceTrace};

@@ -15,6 +15,8 @@
 //!   calls) and the outputs each allocator call recorded.
 //! - [`start`]: the allocator's state at the trace's first event, rebuilt backwards
 //!   from the final segments.
+//! - [`prepared`]: a device's recording ready to replay: its requests, its start state,
+//!   its settings.
 //! - [`identity`]: the recorded requests replayed with the recorded settings, compared
 //!   event by event with the recording.
 //! - [`midway`]: the state in the middle of a recording, rebuilt from it, for a check in
@@ -29,6 +31,7 @@ pub mod device;
 pub mod identity;
 pub mod midway;
 pub mod model;
+pub mod prepared;
 pub mod requests;
 pub mod scenario;
 pub mod settings;

@@ -19,8 +19,8 @@
 //! order (an inference, which the outcome says).
 
 use super::device::{CapacityDevice, Following};
-use super::identity::Prepared;
 use super::model::{Allocator, BlockId, ModelEvent, Stats};
+use super::prepared::Prepared;
 use super::requests::{Recorded, Request};
 use super::settings::Settings;
 use serde::Serialize;

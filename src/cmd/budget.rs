@@ -7,7 +7,7 @@ use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use vramlens::allocator::identity::Prepared;
+use vramlens::allocator::prepared::Prepared;
 use vramlens::analysis::budget::gpus::{DEFAULT_GPUS, Gpu, find};
 use vramlens::analysis::budget::stream::Stream;
 use vramlens::analysis::budget::{

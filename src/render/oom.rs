@@ -288,7 +288,7 @@ fn write_what_if(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
         "it does not run out of memory at this request: the capacity or the model is off, read what follows with care"
     };
     let basis = match w.limit {
-        crate::allocator::identity::OomLimit::MemoryFraction => {
+        crate::allocator::prepared::OomLimit::MemoryFraction => {
             "the most the allocator held under its memory fraction"
         }
         _ => "reserved + free then",

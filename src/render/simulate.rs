@@ -3,7 +3,8 @@
 //! and why, the smallest device), then the table of scenarios; the chart draws reserved
 //! memory over the trace per scenario against the recorded line and each capacity.
 
-use crate::allocator::identity::{DivergenceKind, Identity, OomLimit};
+use crate::allocator::identity::{DivergenceKind, Identity};
+use crate::allocator::prepared::OomLimit;
 use crate::allocator::scenario::OomCause;
 use crate::analysis::budget::OutsideSource;
 use crate::analysis::what_if::simulate::{

@@ -28,7 +28,7 @@
 pub mod gpus;
 pub mod stream;
 
-use crate::allocator::identity::Prepared;
+use crate::allocator::prepared::Prepared;
 use crate::analysis::budget::gpus::Gpu;
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::kinds::attribution::{Attributor, GroupBy};
@@ -326,7 +326,7 @@ pub const MAX_TIE_BREAK_ALLOCATIONS: u64 = 200_000;
 /// The peak of reserved bytes of `p` replayed with no limit taking equal free blocks
 /// highest address first; None past [`MAX_TIE_BREAK_ALLOCATIONS`] allocations or where
 /// it runs out of memory.
-fn highest_first_peak(p: &crate::allocator::identity::Prepared) -> Option<u64> {
+fn highest_first_peak(p: &crate::allocator::prepared::Prepared) -> Option<u64> {
     (p.requests.allocs <= MAX_TIE_BREAK_ALLOCATIONS)
         .then(|| crate::allocator::scenario::unlimited_highest_first(p, &p.settings).ok())
         .flatten()

@@ -13,7 +13,7 @@
 //! a measured one alike.
 
 use super::{AllocLines, Line};
-use crate::allocator::identity::Prepared;
+use crate::allocator::prepared::Prepared;
 use crate::allocator::requests::{Request, Requests};
 use crate::allocator::scenario::{self, OomCause, Scenario};
 use crate::allocator::start::StartState;

@@ -10,7 +10,8 @@
 //! the model cannot say).
 
 use crate::allocator::Settings;
-use crate::allocator::identity::{Prepared, check};
+use crate::allocator::identity::check;
+use crate::allocator::prepared::Prepared;
 use crate::allocator::scenario::{Scenario, run};
 use crate::model::Snapshot;
 use serde::Serialize;
@@ -56,7 +57,7 @@ pub struct OomWhatIf {
     pub segment_events_reproduced: u64,
     /// The capacity the OOM implies, and what limited it.
     pub capacity_bytes: u64,
-    pub limit: crate::allocator::identity::OomLimit,
+    pub limit: crate::allocator::prepared::OomLimit,
     /// The recorded settings alone run out of memory at this request at that capacity
     /// (the check that the capacity is the right one).
     pub reproduced: bool,

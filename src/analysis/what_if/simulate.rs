@@ -9,9 +9,8 @@
 //! out-of-memory error and the smallest device that runs the requests. Scenarios run in
 //! parallel; the report is the same for any number of threads.
 
-use crate::allocator::identity::{
-    Identity, NotReplayable, Parting, Prepared, check_sharing, reproduces, split_point,
-};
+use crate::allocator::identity::{Identity, Parting, check_sharing, reproduces, split_point};
+use crate::allocator::prepared::{NotReplayable, Prepared};
 use crate::allocator::scenario::{
     FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, limit_changes_nothing, min_capacity,
     min_capacity_searched, run, searchable, unlimited,
