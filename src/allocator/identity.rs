@@ -404,7 +404,7 @@ fn check_until(
     let mut halves = false;
     match split {
         Some(m) => {
-            let keep_all = shared.as_ref().is_some_and(|s| s.track.keeps_all());
+            let track = shared.as_ref().map(|s| s.track.keeps_all());
             let departed = AtomicBool::new(false);
             let (_, later) = rayon::join(
                 || {
@@ -417,7 +417,7 @@ fn check_until(
                         &mut shared,
                     )
                 },
-                || check_later(p, trace, m, spare_base, keep_all, &departed),
+                || check_later(p, trace, m, spare_base, track, &departed),
             );
             let verified = later.filter(|l| {
                 st.spare == spare_base && !st.a.has_events() && st.a.state_view() == l.view_at_start
@@ -524,7 +524,7 @@ fn check_later(
     trace: &crate::model::DeviceTrace,
     m: usize,
     spare: u64,
-    keep_all: bool,
+    track: Option<bool>,
     departed: &AtomicBool,
 ) -> Option<Later> {
     let midway::Midway { a, by_tag } = midway::state_at(p, trace, m)?;
@@ -542,9 +542,13 @@ fn check_later(
             });
     let mut id = Identity::at_start(p, &a);
     id.recorded_peak_reserved_bytes = recorded_reserved.max(0) as u64;
-    let mut track = Track::new_at_start(p, keep_all, true);
-    track.begin(&a);
-    let mut shared = Some(Shared { track, part: None });
+    // The scenario's track of these requests, where the check makes one (keeping every
+    // saved state, or the latest).
+    let mut shared = track.map(|keep_all| {
+        let mut track = Track::new_at_start(p, keep_all, true);
+        track.begin(&a);
+        Shared { track, part: None }
+    });
     let mut st = CheckState {
         a,
         by_tag,
