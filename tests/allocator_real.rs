@@ -27,90 +27,97 @@ fn snapshots(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// Each device of each real recording that can be replayed: its path under `data`, the
+/// snapshot, the device and its prepared recording.
+fn each_replayable(
+    data: &std::path::Path,
+    mut f: impl FnMut(&str, &vramlens::model::Snapshot, i64, &Prepared),
+) {
+    for path in snapshots(data) {
+        let (snap, _) = read_snapshot(&path, ReadOptions::default()).unwrap();
+        let rel = path.strip_prefix(data).unwrap().display().to_string();
+        for device in snap.devices() {
+            if let Ok(p) = Prepared::new(&snap, device, None) {
+                f(&rel, &snap, device, &p);
+            }
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs ../shared/data"]
 fn identity_replay_of_every_real_recording() {
     let data = require_shared_data();
     let mut lines = Vec::new();
     let mut bad = Vec::new();
-    for path in snapshots(&data) {
-        let (snap, _) = read_snapshot(&path, ReadOptions::default()).unwrap();
-        for device in snap.devices() {
-            let Ok(p) = Prepared::new(&snap, device, None) else {
-                continue;
+    each_replayable(&data, |rel, snap, device, p| {
+        let id = check(snap, p);
+        // The check stopped at its first divergence says the same.
+        assert_eq!(reproduces(snap, p), id.exact(), "{rel}");
+        let line = format!(
+            "{rel} dev {device}: allocs {}/{} segs {}/{} (+{}) ooms {}/{} peak {} vs {} final segs {}/{} start blocks {} ({} inferred) empty_cache {} retries {} div {}",
+            id.allocations_at_recorded_address,
+            id.allocations,
+            id.segment_events_reproduced,
+            id.segment_events,
+            id.segment_events_extra,
+            id.ooms_reproduced,
+            id.ooms,
+            id.peak_reserved_bytes,
+            id.recorded_peak_reserved_bytes,
+            id.final_segments_equal,
+            id.final_segments,
+            id.start_blocks,
+            id.start_blocks_inferred,
+            id.empty_cache_calls,
+            id.retry_calls,
+            id.divergences,
+        );
+        let finals_ok = id.final_state_later || id.final_segments_equal == id.final_segments;
+        // Each recorded OOM again, with no recording to follow: the recorded settings
+        // and the capacity the OOM implies.
+        let mut oom_lines = Vec::new();
+        for oc in &id.oom_capacities {
+            let sc = Scenario {
+                settings: p.settings.clone(),
+                capacity: oc.capacity_bytes,
+                total_memory: None,
             };
-            let id = check(&snap, &p);
-            // The check stopped at its first divergence says the same.
-            assert_eq!(reproduces(&snap, &p), id.exact(), "{}", path.display());
-            let rel = path.strip_prefix(&data).unwrap().display().to_string();
-            let line = format!(
-                "{rel} dev {device}: allocs {}/{} segs {}/{} (+{}) ooms {}/{} peak {} vs {} final segs {}/{} start blocks {} ({} inferred) empty_cache {} retries {} div {}",
-                id.allocations_at_recorded_address,
-                id.allocations,
-                id.segment_events_reproduced,
-                id.segment_events,
-                id.segment_events_extra,
-                id.ooms_reproduced,
-                id.ooms,
-                id.peak_reserved_bytes,
-                id.recorded_peak_reserved_bytes,
-                id.final_segments_equal,
-                id.final_segments,
-                id.start_blocks,
-                id.start_blocks_inferred,
-                id.empty_cache_calls,
-                id.retry_calls,
-                id.divergences,
-            );
-            let finals_ok = id.final_state_later || id.final_segments_equal == id.final_segments;
-            // Each recorded OOM again, with no recording to follow: the recorded settings
-            // and the capacity the OOM implies.
-            let mut oom_lines = Vec::new();
-            for oc in &id.oom_capacities {
-                let sc = Scenario {
-                    settings: p.settings.clone(),
-                    capacity: oc.capacity_bytes,
-                    total_memory: None,
-                };
-                let o = run(&p, &sc).unwrap();
-                let at = o.first_oom.as_ref().map(|f| f.event);
-                oom_lines.push(format!("oom at {} -> scenario oom at {at:?}", oc.event));
-                if at != Some(oc.event) {
-                    bad.push(format!("{rel} dev {device}: recorded OOM at {} not reproduced at capacity {:?}: first OOM {:?}", oc.event, oc.capacity_bytes, o.first_oom));
-                }
+            let o = run(p, &sc).unwrap();
+            let at = o.first_oom.as_ref().map(|f| f.event);
+            oom_lines.push(format!("oom at {} -> scenario oom at {at:?}", oc.event));
+            if at != Some(oc.event) {
+                bad.push(format!("{rel} dev {device}: recorded OOM at {} not reproduced at capacity {:?}: first OOM {:?}", oc.event, oc.capacity_bytes, o.first_oom));
             }
-            // With the recorded settings and no limit, a replay that never departs from
-            // the recording is the recording: its new segments get the recorded
-            // addresses, so its peak and its segments are the recorded ones.
-            if id.exact() && id.ooms == 0 && id.retry_calls == 0 {
-                let sc = Scenario {
-                    settings: p.settings.clone(),
-                    capacity: None,
-                    total_memory: None,
-                };
-                let o = run(&p, &sc).unwrap();
-                let made = p.requests.outputs.iter().filter(|r| !r.releases()).count() as u64;
-                if o.peak_reserved_bytes != id.recorded_peak_reserved_bytes
-                    || o.stats.segment_allocs + o.stats.maps != made
-                {
-                    bad.push(format!(
+        }
+        // With the recorded settings and no limit, a replay that never departs from
+        // the recording is the recording: its new segments get the recorded
+        // addresses, so its peak and its segments are the recorded ones.
+        if id.exact() && id.ooms == 0 && id.retry_calls == 0 {
+            let sc = Scenario {
+                settings: p.settings.clone(),
+                capacity: None,
+                total_memory: None,
+            };
+            let o = run(p, &sc).unwrap();
+            let made = p.requests.outputs.iter().filter(|r| !r.releases()).count() as u64;
+            if o.peak_reserved_bytes != id.recorded_peak_reserved_bytes
+                || o.stats.segment_allocs + o.stats.maps != made
+            {
+                bad.push(format!(
                         "{rel} dev {device}: the recorded settings with no limit peak at {} with {} segments made; the recording at {} with {made}",
                         o.peak_reserved_bytes,
                         o.stats.segment_allocs + o.stats.maps,
                         id.recorded_peak_reserved_bytes
                     ));
-                }
             }
-            let line = format!("{line} {}", oom_lines.join(" "));
-            if !id.exact()
-                || id.peak_reserved_bytes != id.recorded_peak_reserved_bytes
-                || !finals_ok
-            {
-                bad.push(format!("{line}\n   first: {:?}", id.first_divergence));
-            }
-            lines.push(line);
         }
-    }
+        let line = format!("{line} {}", oom_lines.join(" "));
+        if !id.exact() || id.peak_reserved_bytes != id.recorded_peak_reserved_bytes || !finals_ok {
+            bad.push(format!("{line}\n   first: {:?}", id.first_divergence));
+        }
+        lines.push(line);
+    });
     eprintln!("{}", lines.join("\n"));
     assert!(!lines.is_empty());
     assert!(bad.is_empty(), "{}", bad.join("\n"));
@@ -169,48 +176,41 @@ fn a_check_in_two_halves_is_the_check_in_one() {
     let data = require_shared_data();
     let (mut tried, mut kept) = (0, 0);
     let mut bad = Vec::new();
-    for path in snapshots(&data) {
-        let (snap, _) = read_snapshot(&path, ReadOptions::default()).unwrap();
-        for device in snap.devices() {
-            let Ok(p) = Prepared::new(&snap, device, None) else {
-                continue;
+    each_replayable(&data, |rel, snap, device, p| {
+        let whole = check(snap, p);
+        let (alone, alone_search) = unlimited(p, &p.settings, true).unwrap();
+        let alone_min = min_capacity_searched(p, &p.settings, 0, alone_search.as_ref());
+        let n = p.requests.len();
+        for m in [n / 4, n / 2, n * 3 / 4] {
+            let c = check_split_at(snap, p, m);
+            tried += 1;
+            kept += c.halves as usize;
+            if c.identity != whole {
+                bad.push(format!("{rel} dev {device} cut at {m}: the check differs"));
+            }
+            let parted = Mutex::new(None);
+            let part = |x: Parting| {
+                *parted.lock().unwrap() = Some(x.track.resume(p, x.at));
             };
-            let rel = path.strip_prefix(&data).unwrap().display().to_string();
-            let whole = check(&snap, &p);
-            let (alone, alone_search) = unlimited(&p, &p.settings, true).unwrap();
-            let alone_min = min_capacity_searched(&p, &p.settings, 0, alone_search.as_ref());
-            let n = p.requests.len();
-            for m in [n / 4, n / 2, n * 3 / 4] {
-                let c = check_split_at(&snap, &p, m);
-                tried += 1;
-                kept += c.halves as usize;
-                if c.identity != whole {
-                    bad.push(format!("{rel} dev {device} cut at {m}: the check differs"));
-                }
-                let parted = Mutex::new(None);
-                let part = |x: Parting| {
-                    *parted.lock().unwrap() = Some(x.track.resume(&p, x.at));
-                };
-                let c = check_sharing(&snap, &p, true, &part, Some(m));
-                let (out, search) = c
-                    .scenario
-                    .or_else(|| parted.into_inner().unwrap())
-                    .map(|(o, s)| searchable(o, s))
-                    .unwrap();
-                if out != alone {
-                    bad.push(format!(
-                        "{rel} dev {device} cut at {m}: the scenario differs"
-                    ));
-                }
-                let min = min_capacity_searched(&p, &p.settings, 0, search.as_ref());
-                if min != alone_min {
-                    bad.push(format!(
-                        "{rel} dev {device} cut at {m}: smallest capacity {min:?}, alone {alone_min:?}"
-                    ));
-                }
+            let c = check_sharing(snap, p, true, &part, Some(m));
+            let (out, search) = c
+                .scenario
+                .or_else(|| parted.into_inner().unwrap())
+                .map(|(o, s)| searchable(o, s))
+                .unwrap();
+            if out != alone {
+                bad.push(format!(
+                    "{rel} dev {device} cut at {m}: the scenario differs"
+                ));
+            }
+            let min = min_capacity_searched(p, &p.settings, 0, search.as_ref());
+            if min != alone_min {
+                bad.push(format!(
+                    "{rel} dev {device} cut at {m}: smallest capacity {min:?}, alone {alone_min:?}"
+                ));
             }
         }
-    }
+    });
     eprintln!("{kept} of {tried} cuts kept");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
     assert!(kept * 2 > tried, "only {kept} of {tried} cuts kept");

@@ -529,19 +529,11 @@ fn check_later(
 ) -> Option<Later> {
     let midway::Midway { a, by_tag } = midway::state_at(p, trace, m)?;
     let view_at_start = a.state_view();
-    let before = p.requests.outputs_before(m);
-    let recorded_reserved =
-        p.requests.outputs[..before]
-            .iter()
-            .fold(p.start.reserved as i128, |r, o| {
-                if o.releases() {
-                    r - o.size as i128
-                } else {
-                    r + o.size as i128
-                }
-            });
+    // The recording's reserved bytes at the cut, and their peak before it, as the check
+    // of the requests before it counts them.
     let mut id = Identity::at_start(p, &a);
-    id.recorded_peak_reserved_bytes = recorded_reserved.max(0) as u64;
+    let before = &p.requests.outputs[..p.requests.outputs_before(m)];
+    let recorded_reserved = reserved_after(p.start.reserved as i128, before, &mut id);
     // The scenario's track of these requests, where the check makes one (keeping every
     // saved state, or the latest).
     let mut shared = track.map(|keep_all| {

@@ -498,8 +498,8 @@ impl Replay {
     fn start(p: &Prepared, sc: &Scenario) -> Result<Replay, StartDoesNotFit> {
         let mut a = Allocator::new(sc.settings.clone(), p.profile, sc.total_memory);
         let mut by_tag: Vec<Option<BlockId>> = vec![None; p.requests.tags as usize];
+        // In step with the recording while its state at the first event is kept.
         let mut dev = following_device(p, sc.capacity);
-        dev.in_step = false;
         let keep_start = sc.settings.expandable_segments == p.settings.expandable_segments;
         let start_fails = |a: &Allocator| StartDoesNotFit {
             live_bytes: a.allocated().max(p.start.requested),
@@ -509,9 +509,6 @@ impl Replay {
             for (tag, id) in p.start.restore(&mut a) {
                 by_tag[tag as usize] = Some(id);
             }
-            // The recording's state: its calls to the device are the scenario's until
-            // the scenario makes another.
-            dev.in_step = true;
             if sc.capacity.is_some_and(|c| a.reserved() > c) {
                 // A smaller device would not have cached as much: what was cached goes.
                 dev.in_step = false;
@@ -521,6 +518,7 @@ impl Replay {
                 }
             }
         } else {
+            dev.in_step = false;
             for l in p.start.live_requests() {
                 match a.malloc(&mut dev, l.requested, l.stream, l.private, l.tag) {
                     Ok(b) => by_tag[l.tag as usize] = Some(b),
