@@ -167,8 +167,9 @@ pub struct Track {
     saving: bool,
     needs: Vec<(usize, u64)>,
     peak_requested: u64,
-    /// The device of a state saved from the identity check's replay.
-    device: CapacityDevice,
+    /// The device of a state saved from the identity check's replay (made only for a
+    /// track that saves states).
+    device: Option<CapacityDevice>,
     /// The next request before which a state is saved.
     next_save: usize,
 }
@@ -210,7 +211,7 @@ impl Track {
             saving: keep_all || keep_latest,
             needs: Vec::new(),
             peak_requested: 0,
-            device: following_device(p, None),
+            device: (keep_all || keep_latest).then(|| following_device(p, None)),
             next_save: 0,
         }
     }
@@ -258,7 +259,10 @@ impl Track {
         if !self.saving || i < self.next_save {
             return;
         }
-        let dev = self.device.clone();
+        let dev = self
+            .device
+            .clone()
+            .expect("a track that saves has its device");
         self.before(i, || Saved {
             a: a.clone(),
             dev,
@@ -308,7 +312,12 @@ impl Track {
             total_memory: None,
         };
         let k = self.saved.partition_point(|(m, _)| m.at <= i);
-        assert!(k > 0, "a state is saved at the first request");
+        if k == 0 {
+            // Parted before any state was saved (at the first request): from the start.
+            let fresh = Track::new_at_start(p, self.keep_all, self.saving);
+            let r = Replay::start(p, &sc).expect("a replay with no limit has room to start");
+            return replay_from(p, &sc, r, fresh, 0);
+        }
         self.saved.truncate(k);
         let (m, saved) = self.saved.last().expect("kept");
         let (m, r) = (*m, Replay::restore(saved, p.requests.tags));
@@ -867,4 +876,58 @@ pub fn min_capacity_searched(
         }
     }
     Some(hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allocator::requests::Requests;
+    use crate::allocator::start::StartState;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Two 30 MiB tensors, then a 50 MiB one after the first is freed: worked by hand, a
+    /// segment of 30 MiB for each (a multiple of 2 MiB already), then one of 50 MiB (the
+    /// freed 30 MiB block is too small): 110 MiB reserved at the peak, 80 MiB of it in
+    /// blocks.
+    fn prepared() -> Prepared {
+        let alloc = |tag, size, event| Request::Alloc {
+            tag,
+            size,
+            stream: 0,
+            pool: (0, 0),
+            event,
+            outputs: 0..0,
+        };
+        let requests = Requests::from_commands(
+            [
+                alloc(0, 30 * MIB, 0),
+                alloc(1, 30 * MIB, 1),
+                Request::Free { tag: 0, event: 2 },
+                alloc(2, 50 * MIB, 3),
+            ],
+            3,
+        );
+        Prepared {
+            device: 0,
+            device_free: Vec::new(),
+            total_memory: None,
+            settings: Settings::default(),
+            profile: crate::allocator::Profile::V2_4,
+            requests,
+            start: StartState::default(),
+        }
+    }
+
+    /// A track parted at the first request, before it saved any state, goes on from the
+    /// start: the answer of a replay of its own.
+    #[test]
+    fn a_track_parted_before_its_first_saved_state_replays_from_the_start() {
+        let p = prepared();
+        let (alone, _) = unlimited(&p, &p.settings, false).unwrap();
+        assert_eq!(alone.peak_reserved_bytes, 110 * MIB);
+        assert_eq!(alone.allocated_at_peak_bytes, 80 * MIB);
+        let (resumed, _) = Track::new_at_start(&p, false, true).resume(&p, 0);
+        assert_eq!(resumed, alone);
+    }
 }
