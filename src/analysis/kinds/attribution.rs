@@ -337,6 +337,9 @@ pub struct StackFacts {
     /// A C++ frame is autocast's `cached_cast`: a cast under autocast (of a weight, kept
     /// in autocast's cache, or of an activation).
     pub autocast_cast: bool,
+    /// The stack holds a C++ frame (recorded with `stacks="all"`): where none does, the
+    /// frames cannot show autocast's `cached_cast`.
+    pub cpp_frames: bool,
 }
 
 /// The categories of one device's allocations by their lifetimes, which an attributor
@@ -662,6 +665,7 @@ impl<'f> Attributor<'f> {
                 mark: Mark::Empty,
                 init_file: None,
                 autocast_cast: false,
+                cpp_frames: false,
             };
         }
         let texts: Vec<String> = ids.iter().map(|&id| self.rule_text(id)).collect();
@@ -672,6 +676,7 @@ impl<'f> Attributor<'f> {
             mark,
             init_file,
             autocast_cast: texts.iter().any(|t| t.contains("autocast::cached_cast")),
+            cpp_frames: ids.iter().any(|&id| !self.is_python_frame(id)),
         }
     }
 

@@ -52,6 +52,15 @@ pub struct DeviceCategories<'a> {
     persistent: FxMap<u64, (u32, SizeRule)>,
     /// Sizes of the parameters' set, as the sizes rules found it.
     parameter_sizes: BTreeSet<u64>,
+    /// How many parameters alive at the end have each size (made in the trace, or
+    /// decided by sizes among the memory from before recording).
+    parameter_counts: BTreeMap<u64, u64>,
+    /// The `alloc` events of autocast's copies of weights decided by sizes and lifetime
+    /// ([`SizeRule::HalfParameterKeptThroughForward`]), ascending.
+    half_parameters: Vec<u32>,
+    /// The `alloc` events of what the user's code made outside every module and the next
+    /// backward freed ([`LifetimeRule::MadeBeforeBackwardFreedByIt`]), ascending.
+    saved_for_backward: Vec<u32>,
     /// Stacks whose allocations grow while the previous one is alive.
     cache_stacks: BTreeSet<StackId>,
     /// An `export_memory_timeline` file: the one frame of each stack is its category.
@@ -75,6 +84,9 @@ impl Clone for DeviceCategories<'_> {
             phases: self.phases.clone(),
             persistent: self.persistent.clone(),
             parameter_sizes: self.parameter_sizes.clone(),
+            parameter_counts: self.parameter_counts.clone(),
+            half_parameters: self.half_parameters.clone(),
+            saved_for_backward: self.saved_for_backward.clone(),
             cache_stacks: self.cache_stacks.clone(),
             file_categories: self.file_categories,
             traced: self.traced,
@@ -120,6 +132,13 @@ impl<'a> DeviceCategories<'a> {
         cats.without_modules =
             snap.features.converted_from.is_none() && shows_no_modules(r, &finals, attr);
         cats.infer_persistent(&finals, attr);
+        if cats.phases.has(Phase::Backward)
+            || (cats.phases.has(Phase::Forward) && !cats.parameter_counts.is_empty())
+        {
+            let frees = allocation_frees(r.trace);
+            cats.saved_for_backward = cats.made_before_backward_freed_by_it(r.trace, &frees, attr);
+            cats.half_parameters = cats.half_parameters_kept_through_forward(r.trace, &frees, attr);
+        }
         cats
     }
 
@@ -159,6 +178,17 @@ impl<'a> DeviceCategories<'a> {
             return Decision {
                 category: AUTOCAST_COPIES,
                 evidence: Evidence::Sizes(SizeRule::AutocastCopy),
+            };
+        }
+        if l.origin == Origin::Traced
+            && l.alloc.is_some_and(|a| {
+                u32::try_from(a.index())
+                    .is_ok_and(|a| self.half_parameters.binary_search(&a).is_ok())
+            })
+        {
+            return Decision {
+                category: AUTOCAST_COPIES,
+                evidence: Evidence::Sizes(SizeRule::HalfParameterKeptThroughForward),
             };
         }
         match l.origin {
@@ -339,6 +369,12 @@ impl<'a> DeviceCategories<'a> {
                 }
             }
             Phase::Between => match attr.stack_facts(l).map(|f| f.mark) {
+                Some(Mark::Plain)
+                    if u32::try_from(alloc)
+                        .is_ok_and(|a| self.saved_for_backward.binary_search(&a).is_ok()) =>
+                {
+                    lifetime(MadeBeforeBackwardFreedByIt, ACTIVATIONS)
+                }
                 Some(Mark::Plain) if same_run && self.without_modules => {
                     lifetime(MadeAndFreedWithoutModules, ACTIVATIONS)
                 }
@@ -356,6 +392,7 @@ impl<'a> DeviceCategories<'a> {
         let mut gradients: BTreeMap<u64, u64> = BTreeMap::new();
         let mut state: BTreeMap<u64, u64> = BTreeMap::new();
         let mut traced_parameters: BTreeSet<u64> = BTreeSet::new();
+        let mut parameter_counts: BTreeMap<u64, u64> = BTreeMap::new();
         let mut made_in_backward: Vec<u64> = Vec::new();
         for f in finals {
             let framed = f.stack.filter(|&s| !attr.frames().stack(s).is_empty());
@@ -372,10 +409,12 @@ impl<'a> DeviceCategories<'a> {
                         }
                         (_, Some((c, _))) if c == PARAMETERS => {
                             traced_parameters.insert(f.size);
+                            *parameter_counts.entry(f.size).or_default() += 1;
                         }
                         (Phase::Optimizer, None) => *state.entry(f.size).or_default() += 1,
                         (Phase::Init, None) => {
                             traced_parameters.insert(f.size);
+                            *parameter_counts.entry(f.size).or_default() += 1;
                         }
                         _ => {}
                     }
@@ -391,6 +430,7 @@ impl<'a> DeviceCategories<'a> {
             }
         }
         self.parameter_sizes = traced_parameters.clone();
+        self.parameter_counts = parameter_counts;
         if untraced.is_empty() || !self.traced {
             return;
         }
@@ -472,10 +512,165 @@ impl<'a> DeviceCategories<'a> {
                 None
             };
             *n += 1;
-            self.persistent
-                .insert(addr, decided.unwrap_or((PARAMETERS, SizeRule::Unmatched)));
+            let decided = decided.unwrap_or((PARAMETERS, SizeRule::Unmatched));
+            if decided.0 == PARAMETERS {
+                *self.parameter_counts.entry(size).or_default() += 1;
+            }
+            self.persistent.insert(addr, decided);
         }
     }
+
+    /// The allocations the user's own code made outside every module and the backward
+    /// of the same step freed (the module documentation's rule 2, where no `forward`
+    /// frame shows a forward: a script that computes attention by calling its own
+    /// functions). Each was made between phases by frames that mark no phase, freed by a
+    /// free in backward whose stack is the autograd engine's (or has no frames, as on the
+    /// engine's own thread), with no optimizer step, `zero_grad` or model building in
+    /// between: autograd held it for backward, as it holds a forward's activations.
+    fn made_before_backward_freed_by_it(
+        &self,
+        trace: &DeviceTrace,
+        frees: &[(u32, Option<u32>)],
+        attr: &Attributor,
+    ) -> Vec<u32> {
+        if !self.phases.has(Phase::Backward) {
+            return Vec::new();
+        }
+        // Runs that end a step, counted up to each run: two runs with the same count
+        // are in the same step.
+        let mut steps = Vec::with_capacity(self.phases.runs().len());
+        let mut ended = 0u32;
+        for run in self.phases.runs() {
+            if matches!(run.phase, Phase::Optimizer | Phase::ZeroGrad | Phase::Init) {
+                ended += 1;
+            }
+            steps.push(ended);
+        }
+        let mark = |i: u32| trace.stack(i as usize).map(|s| attr.facts(s));
+        frees
+            .iter()
+            .filter_map(|&(alloc, free)| {
+                let free = free?;
+                let made = self.phases.run_of(alloc as usize);
+                let freed = self.phases.run_of(free as usize);
+                if self.phases.phase(made) != Phase::Between
+                    || self.phases.phase(freed) != Phase::Backward
+                    || steps.get(made) != steps.get(freed)
+                {
+                    return None;
+                }
+                let by_engine = mark(free).is_none_or(|f| matches!(f.mark, Mark::Backward | Mark::Empty));
+                let made_by_user = mark(alloc).is_some_and(|f| f.mark == Mark::Plain && f.category.is_none());
+                (by_engine && made_by_user).then_some(alloc)
+            })
+            .collect()
+    }
+
+    /// Autocast's half-precision copies of the weights, where the stacks record no C++
+    /// frame and so cannot show `cached_cast`: per forward (a run of the forward phase),
+    /// the allocations made in it that no frame rule decides, exactly half the bytes of
+    /// a parameter, and alive until the forward's last allocation or later (autocast
+    /// keeps its copies until its region ends; an activation of the same size freed
+    /// within the forward is not one). A size is taken where the forward made at most one
+    /// such allocation per parameter of twice its bytes (autocast casts a weight once);
+    /// a forward's copies are taken where the weights they copy hold at least half the
+    /// parameters' bytes (autocast casts every weight a linear layer uses; a few outputs
+    /// that happen to be half a weight, such as an fp32 model's logits, are not a set of
+    /// copies). A forward cut short before it used half the weights (an OOM early in it)
+    /// is not decided by sizes: its copies stay activations.
+    fn half_parameters_kept_through_forward(
+        &self,
+        trace: &DeviceTrace,
+        frees: &[(u32, Option<u32>)],
+        attr: &Attributor,
+    ) -> Vec<u32> {
+        if self.parameter_counts.is_empty() || !self.phases.has(Phase::Forward) {
+            return Vec::new();
+        }
+        let facts = |i: u32| trace.stack(i as usize).map(|s| attr.facts(s));
+        if frees
+            .iter()
+            .any(|&(alloc, _)| facts(alloc).is_some_and(|f| f.cpp_frames))
+        {
+            return Vec::new();
+        }
+        let mut last_alloc: Vec<u32> = vec![0; self.phases.runs().len()];
+        for &(alloc, _) in frees {
+            if let Some(last) = last_alloc.get_mut(self.phases.run_of(alloc as usize)) {
+                *last = alloc;
+            }
+        }
+        // (forward run, size) -> its allocations that live through the forward
+        let mut kept: BTreeMap<(usize, u64), Vec<u32>> = BTreeMap::new();
+        for &(alloc, free) in frees {
+            let run = self.phases.run_of(alloc as usize);
+            if self.phases.phase(run) != Phase::Forward {
+                continue;
+            }
+            let size = trace.size(alloc as usize);
+            let parameters = size
+                .checked_mul(2)
+                .and_then(|twice| self.parameter_counts.get(&twice));
+            if parameters.is_none()
+                || free.is_some_and(|f| f <= last_alloc[run])
+                || facts(alloc).is_some_and(|f| f.category.is_some())
+            {
+                continue;
+            }
+            kept.entry((run, size)).or_default().push(alloc);
+        }
+        let parameter_bytes: u128 = self
+            .parameter_counts
+            .iter()
+            .map(|(&size, &n)| size as u128 * n as u128)
+            .sum();
+        let mut out = Vec::new();
+        let mut start = 0;
+        let entries: Vec<((usize, u64), Vec<u32>)> = kept.into_iter().collect();
+        while start < entries.len() {
+            let run = entries[start].0.0;
+            let end = start + entries[start..].partition_point(|e| e.0.0 == run);
+            let taken: Vec<&((usize, u64), Vec<u32>)> = entries[start..end]
+                .iter()
+                .filter(|((_, size), allocs)| {
+                    allocs.len() as u64 <= self.parameter_counts.get(&(size * 2)).copied().unwrap_or(0)
+                })
+                .collect();
+            let bytes: u128 = taken
+                .iter()
+                .map(|((_, size), allocs)| *size as u128 * allocs.len() as u128)
+                .sum();
+            // The weights copied (twice the copies' bytes) are half the parameters or more.
+            if bytes * 2 * 2 >= parameter_bytes {
+                out.extend(taken.iter().flat_map(|(_, allocs)| allocs.iter().copied()));
+            }
+            start = end;
+        }
+        out.sort_unstable();
+        out
+    }
+}
+
+/// Each `alloc` event of a trace with the event that freed it (its `free_requested`,
+/// else its `free_completed`; None while alive at the end), in event order.
+fn allocation_frees(trace: &DeviceTrace) -> Vec<(u32, Option<u32>)> {
+    let mut out: Vec<(u32, Option<u32>)> = Vec::new();
+    let mut open: FxMap<u64, usize> = FxMap::default();
+    for i in 0..trace.len() {
+        match trace.action(i) {
+            Action::Alloc => {
+                open.insert(trace.addr(i), out.len());
+                out.push((i as u32, None));
+            }
+            Action::FreeRequested | Action::FreeCompleted => {
+                if let Some(k) = open.remove(&trace.addr(i)) {
+                    out[k].1 = Some(i as u32);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Whether a device's stacks (its trace's allocations and its final blocks) show Python

@@ -72,7 +72,8 @@ impl Evidence {
     /// A stable identifier of the evidence, as JSON and export write it:
     /// `file:export_memory_timeline`, `rule:N` (the rule on line N of the `--rules` file), `stack:FRAME`
     /// (the frame a built-in rule matched, `filename:line:name`), `mark:PHASE`,
-    /// `lifetime:RULE`, `sizes:copy_C_of_N_REFERENCE`, `sizes:unmatched`, `sizes:without_modules`, `sizes:autocast_copy_of_parameter`, `none`.
+    /// `lifetime:RULE`, `sizes:copy_C_of_N_REFERENCE`, `sizes:unmatched`, `sizes:without_modules`, `sizes:autocast_copy_of_parameter`,
+    /// `sizes:half_a_parameter_kept_through_forward`, `none`.
     pub fn code(&self, frames: &crate::model::FrameTable) -> String {
         match self {
             Evidence::FileCategory => "file:export_memory_timeline".into(),
@@ -96,6 +97,9 @@ impl Evidence {
             Evidence::Sizes(SizeRule::Unmatched) => "sizes:unmatched".into(),
             Evidence::Sizes(SizeRule::WithoutModules) => "sizes:without_modules".into(),
             Evidence::Sizes(SizeRule::AutocastCopy) => "sizes:autocast_copy_of_parameter".into(),
+            Evidence::Sizes(SizeRule::HalfParameterKeptThroughForward) => {
+                "sizes:half_a_parameter_kept_through_forward".into()
+            }
             Evidence::Nothing => "none".into(),
         }
     }
@@ -159,6 +163,10 @@ pub enum LifetimeRule {
     /// script that calls its functions directly): the computation's intermediates, as a
     /// forward's would be (inferred).
     MadeAndFreedWithoutModules,
+    /// Made by the user's own code outside every module (its frames mark no phase) before
+    /// a backward, and freed by that backward of the same step: saved for it, as a
+    /// forward's activations are (inferred: no frame says forward).
+    MadeBeforeBackwardFreedByIt,
     /// From before recording, freed in backward (inferred: saved for backward).
     BeforeRecordingFreedInBackward,
     /// From before recording, freed in a forward (inferred).
@@ -184,6 +192,7 @@ impl LifetimeRule {
                 | BeforeRecordingFreedInStep
                 | BeforeRecordingFreedInZeroGrad
                 | MadeAndFreedWithoutModules
+                | MadeBeforeBackwardFreedByIt
         )
     }
 }
@@ -206,6 +215,11 @@ pub enum SizeRule {
     /// Made by autocast's `cached_cast`, half the size of a parameter: the weight's copy
     /// in half precision that autocast keeps for the forward.
     AutocastCopy,
+    /// In stacks that record no C++ frame (so no `cached_cast` to read): made in a
+    /// forward, exactly half the bytes of a parameter, at most one per parameter of that
+    /// size in the forward, and alive until the forward's last allocation or later (the
+    /// end of the autocast region): autocast's half-precision copy of a weight.
+    HalfParameterKeptThroughForward,
 }
 
 /// The set of sizes that memory from before recording is matched against.

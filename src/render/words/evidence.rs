@@ -70,6 +70,9 @@ fn lifetime_words(rule: &str) -> &'static str {
         "made_and_freed_without_modules" => {
             "made and freed by the script's own functions, in a trace with no module forward (read as a forward's intermediates)"
         }
+        "made_before_backward_freed_by_it" => {
+            "made by the script's own code outside any module before backward, and freed by it (read as a forward's activations saved for backward)"
+        }
         "block_made_in_backward" => "alive at the end, made in backward (its block's frames)",
         "block_made_in_step" => "alive at the end, made in an optimizer step (its block's frames)",
         "before_recording_freed_in_backward" => {
@@ -92,6 +95,9 @@ fn sizes_words(rule: &str) -> String {
     }
     if rule == "autocast_copy_of_parameter" {
         return "sizes: made by autocast's cached_cast, half a parameter's size: the weight's half-precision copy autocast keeps".into();
+    }
+    if rule == "half_a_parameter_kept_through_forward" {
+        return "sizes: half a parameter's bytes, at most one per parameter, made in the forward and kept to its end: the weight's half-precision copy autocast keeps (the stacks record no autocast frame)".into();
     }
     if rule == "without_modules" {
         return "alive throughout from before recording, in a trace with no module, backward or optimizer step: read as inputs".into();
