@@ -1376,6 +1376,10 @@ def wrong_type_snapshot():
 # --------------------------------------------------------------------------------------
 
 LATE_RECORDINGS = {"categories/old_moments.pickle", "categories/forward_only.pickle",
+                   "categories/autocast_no_frames.pickle",
+                   "categories/fp32_half_weight_output.pickle",
+                   "budget/autocast_bs1.pickle", "budget/autocast_bs2.pickle",
+                   "budget/autocast_bs4.pickle",
                    "budget/attn_seq128.pickle", "budget/attn_seq256.pickle",
                    "budget/attn_seq512.pickle",
                    "categories/attention_bench.pickle"}
@@ -1644,6 +1648,90 @@ def make_cat_attention_bench(seq=512, seed=607):
     return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
 
 
+PY_STACKS.update({
+    # The attention benchmark's forward and backward (make_cat_attention_backward).
+    "bench_loss": [("main", BENCH_PY, 101), ("<module>", BENCH_PY, 120)],
+    "bench_backward": [("_engine_run_backward", SITE + "/autograd/graph.py", 825),
+                       ("backward", SITE + "/autograd/__init__.py", 347),
+                       ("backward", SITE + "/_tensor.py", 581),
+                       ("main", BENCH_PY, 102), ("<module>", BENCH_PY, 120)],
+})
+
+
+def make_cat_attention_backward(seq=512, seed=608):
+    """PyTorch 2.6, Python stacks: the attention benchmark's forward and backward, no
+    module anywhere. Q, K, V (2 MiB each at 512 tokens) made by the script, then twice:
+    scores (32 MiB, freed by the script once the weights are made), weights (32 MiB,
+    saved for backward), the output (2 MiB) and its sum (4 bytes); `backward()` makes its
+    4-byte seed, and on the engine's thread (no frames) the output's gradient (2 MiB), the
+    weights' (32 MiB), the scores' (32 MiB, the peak), frees the saved weights, makes
+    Q's and K's gradients (2 MiB each) and frees all it made; then the script drops the
+    output and its sum."""
+    V = (2, 6)
+    sim, frames, _ = cat_sim(seed, cpp=False)
+    token, pair = seq * BENCH_TOKEN, seq * seq * BENCH_PAIR
+    for _ in range(3):
+        sim.malloc(token, "bench_qkv")
+    for _ in range(2):
+        scores = sim.malloc(pair, "bench_scores")
+        weights = sim.malloc(pair, "bench_weights")
+        sim.free(scores, ctx="bench_weights")
+        out = sim.malloc(token, "bench_out")
+        loss = sim.malloc(4, "bench_loss")
+        seed_grad = sim.malloc(4, "bench_backward")
+        made = [sim.malloc(token, "autograd_thread"), sim.malloc(pair, "autograd_thread")]
+        made.append(sim.malloc(pair, "autograd_thread"))          # the peak
+        sim.free(weights, ctx="autograd_thread")
+        made += [sim.malloc(token, "autograd_thread") for _ in range(2)]
+        for a in made + [seed_grad]:
+            sim.free(a, ctx="autograd_thread")
+        sim.free(loss, ctx="bench_loss")
+        sim.free(out, ctx="bench_loss")
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
+
+# A linear layer's weights in CAT_PARAMS: autocast casts these (not the 8 KiB norms).
+CAT_LINEAR = CAT_PARAMS[:6]
+CAT_COLLIDE = 2 * MiB      # an activation half a 4 MiB weight, freed within the forward
+
+
+def make_cat_autocast(batch=1, autocast=True, seed=609):
+    """PyTorch 2.6, Python stacks only (no C++ frame, so no autocast frame): the model
+    built before recording (fp32), then two inference forwards. Per forward: the batch
+    (64 KiB), then per linear weight its half-precision copy (autocast's cache) and the
+    layer's output (1.5 MiB per sample in bf16), each output freed once the next is made;
+    after the first layer an activation of 2 MiB (half a 4 MiB weight) made and freed;
+    the forward's output (1.5 MiB per sample); then the autocast region ends and frees
+    its copies, and the script the rest. Without autocast the same forward makes no
+    copies, its activations are fp32 (3 MiB per sample) and its output is 2 MiB, half a
+    4 MiB weight, alive to the end of the forward."""
+    V = (2, 6)
+    sim, frames, _ = cat_sim(seed, cpp=False)
+    for size in CAT_PARAMS:
+        sim.malloc(size, "my_init")
+    sim.start_recording()
+    act = batch * (CAT_ACT // 2 if autocast else CAT_ACT)
+    for _ in range(2):
+        x = sim.malloc(CAT_BATCH, "my_batch")
+        copies, prev = [], None
+        for k, size in enumerate(CAT_LINEAR):
+            if autocast:
+                copies.append(sim.malloc(size // 2, "my_fwd"))
+            a = sim.malloc(act, "my_fwd")
+            if prev is not None:
+                sim.free(prev, ctx="my_fwd")
+            prev = a
+            if k == 0:
+                sim.free(sim.malloc(CAT_COLLIDE, "my_fwd"), ctx="my_fwd")
+        out = sim.malloc(act if autocast else CAT_COLLIDE, "my_fwd_out")
+        sim.free(prev, ctx="my_fwd")
+        for c in copies:
+            sim.free(c, ctx="my_batch")
+        sim.free(out, ctx="my_batch")
+        sim.free(x, ctx="my_batch")
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
+
 KV_LAYERS = 2
 KV_PROMPT = 16            # tokens of the prompt
 KV_STEPS = 8              # decode steps
@@ -1849,10 +1937,18 @@ def main(argv=None):
     add("categories/kv_cache.pickle", pickle.dumps(make_cat_kv_cache(), protocol=4))
     add("categories/attention_bench.pickle",
         pickle.dumps(make_cat_attention_bench(), protocol=4))
+    add("categories/attention_backward.pickle",
+        pickle.dumps(make_cat_attention_backward(), protocol=4))
+    add("categories/autocast_no_frames.pickle", pickle.dumps(make_cat_autocast(), protocol=4))
+    add("categories/fp32_half_weight_output.pickle",
+        pickle.dumps(make_cat_autocast(autocast=False, seed=610), protocol=4))
     for b in (1, 2, 4, 8):
         add("budget/batch_bs%d.pickle" % b, pickle.dumps(make_budget_run(700 + b, b, 128), protocol=4))
     for t in (128, 256, 512, 1024):
         add("budget/seq_ctx%d.pickle" % t, pickle.dumps(make_budget_run(800 + t, 2, t), protocol=4))
+    for b in (1, 2, 4):
+        add("budget/autocast_bs%d.pickle" % b,
+            pickle.dumps(make_cat_autocast(b, seed=620 + b), protocol=4))
     for t in (128, 256, 512):
         add("budget/attn_seq%d.pickle" % t,
             pickle.dumps(make_cat_attention_bench(t, 700 + t), protocol=4))
@@ -1996,6 +2092,9 @@ optimizer temporary at each step's peak:
 - `categories/forward_only.pickle`: PyTorch 2.5: the model built before recording started, then two forwards.
 - `categories/kv_cache.pickle`: PyTorch 2.6: greedy decoding, 2 layers, a 16-token prompt and 8 steps, each step copying every layer's keys and values into a tensor one token (64 KiB) longer and freeing the old one.
 - `categories/attention_bench.pickle`: PyTorch 2.6: an attention benchmark (`benchmark_attention.py`) with no module: Q, K, V (2 MiB each) made before recording, triton `do_bench`'s 16 MiB cache-flush buffer, then two calls of the script's own `annotated_scaled_dot_product_attention`: 32 MiB scores, 32 MiB weights, a 2 MiB output, each freed (sequence length 512).
+- `categories/attention_backward.pickle`: PyTorch 2.6, Python stacks: the same benchmark's forward and backward, no module: Q, K, V (2 MiB each) made by the script; twice: 32 MiB scores (freed by the script), 32 MiB weights (saved for backward, freed by the engine), a 2 MiB output and its 4-byte sum; `backward()`'s 4-byte seed, then on the engine's thread (no frames) the gradients of the output (2 MiB), the weights (32 MiB) and the scores (32 MiB, the peak), Q's and K's (2 MiB each), all freed in backward; the script then frees the output and its sum.
+- `categories/autocast_no_frames.pickle`: PyTorch 2.6, Python stacks only (no C++ frame shows autocast): the model (`CAT_PARAMS`, fp32) built before recording, two inference forwards under autocast: per linear weight (the four of 4 MiB and two of 2 MiB + 4 KiB) its half-precision copy and a 1.5 MiB output, a 2 MiB activation (half a 4 MiB weight) made and freed after the first layer, a 1.5 MiB final output; the copies freed when the autocast region ends.
+- `categories/fp32_half_weight_output.pickle`: the same forward without autocast: no copies, 3 MiB outputs, and a final output of 2 MiB (half a 4 MiB weight) alive to the forward's end.
 
 ## budget/: one synthetic model at several sizes (tests/budget.rs)
 
@@ -2014,6 +2113,7 @@ of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an out
 - `budget/bxs_bs{1,2,2,1,4}_seq{128,128,256,512,512}.pickle`: the `seq_ctx` run at five batch × sequence shapes; the first four are a series that varies both (three sequence lengths), the last the shape to predict (batch 4, 512 tokens).
 - `budget/moving_seq{128,256,512,1024}.pickle`: the `seq_ctx` runs with an optimizer step that makes 8 temporary copies of the parameters (160 MiB): up to 512 tokens the peak is in the optimizer step (the forward's activations, 160 KiB a token and 128 bytes a token pair, are smaller); at 1024 (288 MiB of activations) it is at the end of the second forward.
 - `budget/attn_seq{128,256,512}.pickle`: `categories/attention_bench.pickle` at sequence lengths 128 to 512: Q, K, V and the output 4 KiB a token, scores and weights 128 bytes a (token, token) pair, the 16 MiB flush buffer constant.
+- `budget/autocast_bs{1,2,4}.pickle`: `categories/autocast_no_frames.pickle` at batch sizes 1, 2 and 4: the copies of the weights (10 MiB + 4 KiB) the same at every batch, the outputs 1.5 MiB a sample.
 
 ## Bad fixtures (`bad/`, must be rejected with a clean error, never a panic)
 

@@ -1846,3 +1846,36 @@ fn a_shortfall_another_setting_removes_is_the_runs_with_its_settings() {
     );
     assert!(!l4.contains("with its settings"), "{l4}");
 }
+
+/// Autocast's copies decided by sizes (stacks with no C++ frame, testdata/README.md,
+/// `budget/autocast_bs*`) are sized by the model: 10 MiB + 4 KiB at every batch size and
+/// at the predicted one, while the 1.5 MiB-a-sample outputs (two at the peak) grow.
+#[test]
+fn autocast_copies_without_frames_grow_with_the_model_not_the_batch() {
+    let copies = 4 * 2 * MIB + 2 * (MIB + 2 * KIB);
+    let (code, v, err) = budget(&[
+        "testdata/budget/autocast_bs1.pickle",
+        "testdata/budget/autocast_bs2.pickle",
+        "testdata/budget/autocast_bs4.pickle",
+        "--target",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    for (run, batch) in v["runs"].as_array().unwrap().iter().zip([1, 2, 4]) {
+        assert_eq!(line(&run["lines"], "autocast_copies"), copies);
+        assert_eq!(line(&run["lines"], "weights"), PARAMS);
+        assert_eq!(
+            line(&run["lines"], "activations"),
+            2 * batch * 3 * MIB / 2 + 64 * KIB
+        );
+    }
+    let p = &v["series"]["prediction"];
+    assert_eq!(p["size"], 8);
+    assert_eq!(line(&p["lines"], "autocast_copies"), copies);
+    assert_eq!(line(&p["lines"], "weights"), PARAMS);
+    assert_eq!(
+        line(&p["lines"], "activations"),
+        2 * 8 * 3 * MIB / 2 + 64 * KIB
+    );
+}

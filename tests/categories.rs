@@ -330,3 +330,111 @@ fn a_rule_past_255_categories_is_named_by_its_line_in_the_file() {
     assert_eq!(g["category"], "mine");
     assert_eq!(g["category_evidence"], "rule:5");
 }
+
+/// The half-precision copies of the weights under autocast, in stacks that record no C++
+/// frame (so no `cached_cast` to read; testdata/README.md): each linear weight's copy is
+/// half its bytes, one per weight, made in the forward and freed when the autocast region
+/// ends, after the forward's last allocation. The peak holds every copy and two 1.5 MiB
+/// outputs: the four 4 MiB weights copied as 2 MiB, the two of 2 MiB + 4 KiB as 1 MiB +
+/// 2 KiB (the 8 KiB norms are not cast).
+#[test]
+fn autocast_copies_without_autocast_frames_are_decided_by_sizes_and_lifetime() {
+    let copies = 4 * 2 * MIB + 2 * (MIB + 2 * KIB);
+    let output = 3 * MIB / 2;
+    let peak = expect(
+        "autocast_no_frames.pickle",
+        "peak",
+        &[
+            ("parameters", PARAMS),
+            ("autocast_copies", copies),
+            ("activations", 2 * output),
+            ("other", BATCH),
+        ],
+    );
+    assert_eq!(
+        peak["autocast_copies"].1,
+        "sizes:half_a_parameter_kept_through_forward"
+    );
+    // Event 3: the batch (0), the first copy (1, 2 MiB), the first output (2) and an
+    // activation of 2 MiB (3), half a 4 MiB weight too, that the forward frees again:
+    // the same size, told apart by its lifetime.
+    let early = expect(
+        "autocast_no_frames.pickle",
+        "event:3",
+        &[
+            ("parameters", PARAMS),
+            ("autocast_copies", 2 * MIB),
+            ("activations", output + 2 * MIB),
+            ("other", BATCH),
+        ],
+    );
+    assert_eq!(early["activations"].1, "lifetime:made_in_forward");
+    // The words say what decided it.
+    let text = vramlens_text(&[
+        "top",
+        "--by",
+        "category",
+        "testdata/categories/autocast_no_frames.pickle",
+    ]);
+    assert!(
+        text.contains("half a parameter's bytes, at most one per parameter"),
+        "{text}"
+    );
+}
+
+/// The same forward in fp32: no copies, and an output of 2 MiB (half a 4 MiB weight)
+/// alive to the forward's end is one tensor, not a set of copies of half the weights. At
+/// event 20 (the batch, the first layer's output with the 2 MiB activation made and
+/// freed, five more outputs each freeing the one before, then the forward's output) the
+/// last 3 MiB output and the 2 MiB output are alive.
+#[test]
+fn an_fp32_output_half_a_weight_is_an_activation() {
+    let at = expect(
+        "fp32_half_weight_output.pickle",
+        "event:20",
+        &[
+            ("parameters", PARAMS),
+            ("activations", ACT + 2 * MIB),
+            ("other", BATCH),
+        ],
+    );
+    assert_eq!(at["activations"].1, "lifetime:made_in_forward");
+}
+
+/// An attention benchmark with a backward and no module (testdata/README.md): the weights
+/// the script makes and backward frees on the engine's thread were saved for backward, a
+/// forward's activations, though no frame says forward. The peak is the scores' gradient:
+/// Q, K, V, the output and its sum (made by the script, kept past backward), the saved
+/// weights, and backward's seed and gradients of the output, weights and scores.
+#[test]
+fn what_a_script_makes_before_backward_and_backward_frees_is_activations() {
+    let token = 512 * 4 * KIB;
+    let pair = 512 * 512 * 128;
+    let peak = expect(
+        "attention_backward.pickle",
+        "peak",
+        &[
+            ("activations", pair),
+            ("backward_temporaries", 2 * pair + token + 4),
+            ("other", 3 * token + token + 4),
+        ],
+    );
+    assert_eq!(
+        peak["activations"].1,
+        "lifetime:made_before_backward_freed_by_it"
+    );
+    assert_eq!(
+        peak["backward_temporaries"].1,
+        "lifetime:made_and_freed_in_backward"
+    );
+}
+
+fn vramlens_text(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -171,6 +171,19 @@ fn categories_at_the_peak_match_the_models_sizes() {
                 ("optimizer_state", 2 * tinystories),
             ],
         ),
+        // An attention benchmark with no module (trace_peak_memory.py), its peak after
+        // event 52 in backward. Activations: the three tensors its own `custom_softmax`
+        // made (lines 6, 7, 8: events 13, 16, 19) that autograd's nodes released in
+        // backward (events 81, 72, 79: `MaxBackward0::release_variables`,
+        // `ExpBackward0::release_variables`, the engine). Backward temporaries: events
+        // 34 (2 MiB) and 40, 46, 48, 50, 52 (512 MiB each), made by backward nodes.
+        (
+            "cs336-silmont2000/mem_snapshot.pickle",
+            vec![
+                ("activations", 536_870_912 + 262_144 + 131_072),
+                ("backward_temporaries", 2_097_152 + 5 * 536_870_912),
+            ],
+        ),
         (
             "ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle",
             vec![("parameters", llama3_8b * 4 / 8)],
@@ -229,4 +242,95 @@ fn a_memory_timeline_keeps_its_own_categories() {
         (wrong as f64) < 0.05 * total as f64,
         "{wrong} of {total} misplaced: expected {truth:?}, found {actual:?}"
     );
+}
+
+/// The allocations of a file that `export` calls autocast's copies: (device, alloc event).
+fn autocast_copies(path: &std::path::Path, out: &std::path::Path) -> Vec<(u64, u64)> {
+    let status = Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args(["export", "--format", "jsonl", "-o"])
+        .arg(out)
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let mut copies = Vec::new();
+    for dir in std::fs::read_dir(out.join("lifetimes")).unwrap() {
+        let text = std::fs::read_to_string(dir.unwrap().path().join("part-0.jsonl")).unwrap();
+        for row in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(row).unwrap();
+            if v["category"] == "autocast_copies" {
+                copies.push((
+                    v["device"].as_u64().unwrap(),
+                    v["alloc_event"].as_u64().unwrap(),
+                ));
+            }
+        }
+    }
+    copies.sort_unstable();
+    copies
+}
+
+/// Autocast's copies decided by sizes and lifetime where the stacks record no C++ frame
+/// are the ones its `cached_cast` frame marks: each real bf16 recording (whose stacks
+/// hold C++ frames) against the same file with only its Python frames kept
+/// (`scripts/strip_cpp_frames.py`, as `stacks="python"` records them), allocation by
+/// allocation; and fp32 recordings stripped the same way have none.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn autocast_copies_without_cpp_frames_are_the_ones_cached_cast_marks() {
+    let data = require_shared_data();
+    let tmp = tempfile::tempdir().unwrap();
+    let strip = |rel: &str, name: &str| {
+        let out = tmp.path().join(name);
+        let status = Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/strip_cpp_frames.py"
+            ))
+            .arg(data.join(rel))
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{rel}");
+        out
+    };
+    for (i, (rel, expected)) in [
+        ("cs336-silmont2000/memory_forward_bf16_128.pickle", 85),
+        (
+            "cs336-aimetrics/memory_2.7b_forward_seq128_bf16.pickle",
+            225,
+        ),
+        ("cs336-aimetrics/memory_2.7b_train_seq128_bf16.pickle", 225),
+        ("cs336-rohanbansal12/xl_ctx512_forward_bf16.pickle", 225),
+        (
+            "cs336-bolongcheng/memory_snapshot_xl_fwd_cl512_dtypetorch.bfloat16.pickle",
+            225,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let by_frames = autocast_copies(&data.join(rel), &tmp.path().join(format!("f{i}")));
+        let stripped = strip(rel, &format!("s{i}.pickle"));
+        let by_sizes = autocast_copies(&stripped, &tmp.path().join(format!("s{i}")));
+        assert_eq!(by_frames.len(), expected, "{rel}");
+        assert_eq!(by_sizes, by_frames, "{rel}");
+    }
+    for (i, rel) in [
+        "cs336-wedsonlin/medium_128_inference_memory_snapshot.pickle",
+        "cs336-rohanbansal12/xl_ctx512_forward.pickle",
+        "cs336-aimetrics/memory_2.7b_train_seq128.pickle",
+        "cs336-magma27-windows/memory_snapshot.pickle",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let stripped = strip(rel, &format!("p{i}.pickle"));
+        let by_sizes = autocast_copies(&stripped, &tmp.path().join(format!("p{i}")));
+        assert!(by_sizes.is_empty(), "{rel}: {by_sizes:?}");
+    }
 }

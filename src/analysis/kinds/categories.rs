@@ -559,8 +559,10 @@ impl<'a> DeviceCategories<'a> {
                 {
                     return None;
                 }
-                let by_engine = mark(free).is_none_or(|f| matches!(f.mark, Mark::Backward | Mark::Empty));
-                let made_by_user = mark(alloc).is_some_and(|f| f.mark == Mark::Plain && f.category.is_none());
+                let by_engine =
+                    mark(free).is_none_or(|f| matches!(f.mark, Mark::Backward | Mark::Empty));
+                let made_by_user =
+                    mark(alloc).is_some_and(|f| f.mark == Mark::Plain && f.category.is_none());
                 (by_engine && made_by_user).then_some(alloc)
             })
             .collect()
@@ -573,11 +575,14 @@ impl<'a> DeviceCategories<'a> {
     /// keeps its copies until its region ends; an activation of the same size freed
     /// within the forward is not one). A size is taken where the forward made at most one
     /// such allocation per parameter of twice its bytes (autocast casts a weight once);
-    /// a forward's copies are taken where the weights they copy hold at least half the
-    /// parameters' bytes (autocast casts every weight a linear layer uses; a few outputs
-    /// that happen to be half a weight, such as an fp32 model's logits, are not a set of
-    /// copies). A forward cut short before it used half the weights (an OOM early in it)
-    /// is not decided by sizes: its copies stay activations.
+    /// a forward's copies are taken where they copy weights of two sizes or more that
+    /// hold at least half the parameters' bytes (autocast casts every weight a linear
+    /// layer uses, and a model's linear layers come in several sizes; a few outputs that
+    /// happen to be half a weight, such as an fp32 model's logits, or the activations of
+    /// one size that a training forward keeps for backward, are not a set of copies). A
+    /// forward cut short before it used half the weights (an OOM early in it), or a
+    /// model whose weights are all of one size, is not decided by sizes: its copies stay
+    /// activations.
     fn half_parameters_kept_through_forward(
         &self,
         trace: &DeviceTrace,
@@ -633,15 +638,17 @@ impl<'a> DeviceCategories<'a> {
             let taken: Vec<&((usize, u64), Vec<u32>)> = entries[start..end]
                 .iter()
                 .filter(|((_, size), allocs)| {
-                    allocs.len() as u64 <= self.parameter_counts.get(&(size * 2)).copied().unwrap_or(0)
+                    allocs.len() as u64
+                        <= self.parameter_counts.get(&(size * 2)).copied().unwrap_or(0)
                 })
                 .collect();
             let bytes: u128 = taken
                 .iter()
                 .map(|((_, size), allocs)| *size as u128 * allocs.len() as u128)
                 .sum();
-            // The weights copied (twice the copies' bytes) are half the parameters or more.
-            if bytes * 2 * 2 >= parameter_bytes {
+            // Copies of weights of two sizes or more, holding (twice the copies' bytes)
+            // half the parameters or more.
+            if taken.len() >= 2 && bytes * 2 * 2 >= parameter_bytes {
                 out.extend(taken.iter().flat_map(|(_, allocs)| allocs.iter().copied()));
             }
             start = end;
