@@ -334,3 +334,82 @@ fn many_rules_that_match_nothing_leave_the_first_match_deciding() {
     assert!(text.contains("rule:5001"), "{text}");
     assert!(!text.contains("\"later\""), "{text}");
 }
+
+/// A 20 MiB segment of two 1 MiB blocks and an 18 MiB free one at `BASE`, with blocks.
+fn segment_of_blocks(blocks: &[(i64, i64, &str)]) -> SV {
+    let block = |&(addr, size, state): &(i64, i64, &str)| {
+        dict(vec![
+            ("address", i(addr)),
+            ("size", i(size)),
+            (
+                "requested_size",
+                i(if state == "inactive" { 0 } else { size }),
+            ),
+            ("state", s(state)),
+            ("frames", SV::List(vec![])),
+        ])
+    };
+    let allocated: i64 = blocks
+        .iter()
+        .filter(|b| b.2 != "inactive")
+        .map(|b| b.1)
+        .sum();
+    dict(vec![
+        ("device", i(0)),
+        ("address", i(BASE)),
+        ("total_size", i(blocks.iter().map(|b| b.1).sum())),
+        ("allocated_size", i(allocated)),
+        ("active_size", i(allocated)),
+        ("requested_size", i(allocated)),
+        ("stream", i(0)),
+        ("segment_type", s("large")),
+        ("segment_pool_id", SV::Tuple(vec![i(0), i(0)])),
+        ("is_expandable", SV::Bool(false)),
+        ("blocks", SV::List(blocks.iter().map(block).collect())),
+        ("frames", SV::List(vec![])),
+    ])
+}
+
+/// A `segment_unmap` (or a `segment_free`) whose range a segment still held later covers:
+/// the recording contradicts itself. Undoing it must not put a second segment over the
+/// same bytes at the start, where the allocator model would hand them out twice (a
+/// block list that closed on itself, and `simulate` and `report` allocating until the
+/// process aborted, on a file of 1 KB). The later state wins: the start holds the one
+/// 20 MiB segment the end shows.
+#[test]
+fn a_release_of_a_range_a_later_segment_holds_is_not_undone_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = segment_of_blocks(&[
+        (BASE, MIB, "active_allocated"),
+        (BASE + MIB, MIB, "active_allocated"),
+        (BASE + 2 * MIB, 18 * MIB, "inactive"),
+    ]);
+    for release in ["segment_unmap", "segment_free"] {
+        let trace = vec![
+            entry(release, BASE + 2 * MIB, 18 * MIB, 1),
+            entry("alloc", BASE + 2 * MIB, 8 * MIB, 2),
+            entry("alloc", BASE + 10 * MIB, 8 * MIB, 3),
+            entry("free_completed", BASE + 10 * MIB, 8 * MIB, 4),
+            entry("alloc", BASE + 18 * MIB, 12 * MIB, 5),
+        ];
+        let bytes = snapshot(vec![seg.clone()], vec![trace], vec![]);
+        assert!(bytes.len() < 2048, "{}", bytes.len());
+        let path = write(dir.path(), &format!("{release}.pickle"), &bytes);
+        let (snap, _) =
+            vramlens::input::read_snapshot(&path, vramlens::input::ReadOptions::default()).unwrap();
+        let start = vramlens::timeline::state::allocator_state(&snap, 0, None);
+        let ranges: Vec<(u64, u64)> = start.iter().map(|s| (s.addr, s.size)).collect();
+        assert_eq!(ranges, vec![(BASE as u64, 20 * MIB as u64)], "{release}");
+        let (code, out, err) = run(&["simulate", path.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{release}: {err}");
+        assert!(out.contains("recorded"), "{out}");
+        let html = dir.path().join(format!("{release}.html"));
+        let (code, _, err) = run(&[
+            "report",
+            "-o",
+            html.to_str().unwrap(),
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(0), "{release}: {err}");
+    }
+}

@@ -119,6 +119,11 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
                 Action::Alloc => {
                     blocks.remove(&e.addr);
                 }
+                // A release undone brings its range back, unless a segment the walk
+                // still holds (made later, or alive at the end) covers any of it: the
+                // recording contradicts itself there, and the later state wins (two
+                // segments over one range would hand out the same bytes twice).
+                Action::SegmentFree if overlaps(&segments, e.addr, e.size) => {}
                 Action::SegmentFree => {
                     segments.insert(
                         e.addr,
@@ -170,6 +175,21 @@ pub fn allocator_state(snap: &Snapshot, device: i64, at: Option<usize>) -> Vec<S
     out
 }
 
+/// Whether `[addr, addr + size)` is empty or meets a segment of `segments` (disjoint,
+/// keyed by address).
+fn overlaps(
+    segments: &std::collections::BTreeMap<u64, StateSegment>,
+    addr: u64,
+    size: u64,
+) -> bool {
+    let end = addr.saturating_add(size);
+    size == 0
+        || segments
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, s)| s.addr.saturating_add(s.size) > addr)
+}
+
 /// Undoing an unmap maps the range again, joined to address-adjacent segments of the
 /// same stream (expandable segments grow and shrink in place).
 fn unmap_undo(
@@ -178,22 +198,28 @@ fn unmap_undo(
     size: u64,
     stream: u64,
 ) {
+    if overlaps(segments, addr, size) {
+        return;
+    }
     let end = addr.saturating_add(size);
     let mut start = addr;
     let mut stop = end;
     let mut pool = None;
-    // The segment ending where the range starts.
+    // The expandable segment ending where the range starts (a `cudaMalloc` segment is
+    // never mapped or unmapped in pieces).
     if let Some((&k, s)) = segments.range(..addr).next_back()
         && s.stream == stream
+        && s.expandable
         && s.addr.saturating_add(s.size) == addr
     {
         let s = segments.remove(&k).expect("present");
         start = s.addr;
         pool = pool.or(s.pool_id);
     }
-    // The segment starting where the range ends.
+    // The expandable segment starting where the range ends.
     if let Some(s) = segments.get(&end)
         && s.stream == stream
+        && s.expandable
     {
         let s = segments.remove(&end).expect("present");
         stop = s.addr.saturating_add(s.size);
