@@ -14,7 +14,8 @@ const ACT: u64 = 3 * MIB;
 const STEP_TMP: u64 = 64 * MIB;
 const BATCH: u64 = 64 * KIB;
 
-fn vramlens(args: &[&str]) -> serde_json::Value {
+/// What `vramlens ARGS` prints, run from the repository's root; it must succeed.
+fn vramlens_stdout(args: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -25,7 +26,11 @@ fn vramlens(args: &[&str]) -> serde_json::Value {
         "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
+}
+
+fn vramlens(args: &[&str]) -> serde_json::Value {
+    serde_json::from_slice(&vramlens_stdout(args)).unwrap()
 }
 
 /// (bytes, evidence of the largest) by category at a moment.
@@ -370,12 +375,13 @@ fn autocast_copies_without_autocast_frames_are_decided_by_sizes_and_lifetime() {
     );
     assert_eq!(early["activations"].1, "lifetime:made_in_forward");
     // The words say what decided it.
-    let text = vramlens_text(&[
+    let text = String::from_utf8(vramlens_stdout(&[
         "top",
         "--by",
         "category",
         "testdata/categories/autocast_no_frames.pickle",
-    ]);
+    ]))
+    .unwrap();
     assert!(
         text.contains("half a parameter's bytes, at most one per parameter"),
         "{text}"
@@ -427,14 +433,4 @@ fn what_a_script_makes_before_backward_and_backward_frees_is_activations() {
         peak["backward_temporaries"].1,
         "lifetime:made_and_freed_in_backward"
     );
-}
-
-fn vramlens_text(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -32,11 +32,10 @@ fn cs336(size: &str) -> u64 {
 }
 
 /// Bytes by category at the peak, as `top --by category --json` gives them.
-fn categories_at_peak(path: &std::path::Path) -> (u64, BTreeMap<String, u64>) {
+/// What `vramlens ARGS PATH` prints; it must succeed.
+fn vramlens_stdout(args: &[&str], path: &std::path::Path) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_vramlens"))
-        .args([
-            "top", "--by", "category", "--at", "peak", "--json", "--limit", "100",
-        ])
+        .args(args)
         .arg(path)
         .output()
         .unwrap();
@@ -45,7 +44,17 @@ fn categories_at_peak(path: &std::path::Path) -> (u64, BTreeMap<String, u64>) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    out.stdout
+}
+
+fn categories_at_peak(path: &std::path::Path) -> (u64, BTreeMap<String, u64>) {
+    let out = vramlens_stdout(
+        &[
+            "top", "--by", "category", "--at", "peak", "--json", "--limit", "100",
+        ],
+        path,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let total = v["total_bytes"].as_u64().unwrap();
     let groups = v["groups"]
         .as_array()
@@ -246,17 +255,8 @@ fn a_memory_timeline_keeps_its_own_categories() {
 
 /// The allocations of a file that `export` calls autocast's copies: (device, alloc event).
 fn autocast_copies(path: &std::path::Path, out: &std::path::Path) -> Vec<(u64, u64)> {
-    let status = Command::new(env!("CARGO_BIN_EXE_vramlens"))
-        .args(["export", "--format", "jsonl", "-o"])
-        .arg(out)
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
+    let out_dir = out.to_str().unwrap();
+    vramlens_stdout(&["export", "--format", "jsonl", "-o", out_dir], path);
     let mut copies = Vec::new();
     for dir in std::fs::read_dir(out.join("lifetimes")).unwrap() {
         let text = std::fs::read_to_string(dir.unwrap().path().join("part-0.jsonl")).unwrap();

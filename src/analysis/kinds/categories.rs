@@ -181,10 +181,8 @@ impl<'a> DeviceCategories<'a> {
             };
         }
         if l.origin == Origin::Traced
-            && l.alloc.is_some_and(|a| {
-                u32::try_from(a.index())
-                    .is_ok_and(|a| self.half_parameters.binary_search(&a).is_ok())
-            })
+            && l.alloc
+                .is_some_and(|a| listed(&self.half_parameters, a.index()))
         {
             return Decision {
                 category: AUTOCAST_COPIES,
@@ -369,10 +367,7 @@ impl<'a> DeviceCategories<'a> {
                 }
             }
             Phase::Between => match attr.stack_facts(l).map(|f| f.mark) {
-                Some(Mark::Plain)
-                    if u32::try_from(alloc)
-                        .is_ok_and(|a| self.saved_for_backward.binary_search(&a).is_ok()) =>
-                {
+                Some(Mark::Plain) if listed(&self.saved_for_backward, alloc) => {
                     lifetime(MadeBeforeBackwardFreedByIt, ACTIVATIONS)
                 }
                 Some(Mark::Plain) if same_run && self.without_modules => {
@@ -391,8 +386,8 @@ impl<'a> DeviceCategories<'a> {
         let mut untraced: Vec<(u64, u64)> = Vec::new();
         let mut gradients: BTreeMap<u64, u64> = BTreeMap::new();
         let mut state: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut traced_parameters: BTreeSet<u64> = BTreeSet::new();
-        let mut parameter_counts: BTreeMap<u64, u64> = BTreeMap::new();
+        // The parameters the trace made and alive at the end, counted by size.
+        let mut traced_parameters: BTreeMap<u64, u64> = BTreeMap::new();
         let mut made_in_backward: Vec<u64> = Vec::new();
         for f in finals {
             let framed = f.stack.filter(|&s| !attr.frames().stack(s).is_empty());
@@ -408,13 +403,11 @@ impl<'a> DeviceCategories<'a> {
                             *gradients.entry(f.size).or_default() += 1
                         }
                         (_, Some((c, _))) if c == PARAMETERS => {
-                            traced_parameters.insert(f.size);
-                            *parameter_counts.entry(f.size).or_default() += 1;
+                            *traced_parameters.entry(f.size).or_default() += 1;
                         }
                         (Phase::Optimizer, None) => *state.entry(f.size).or_default() += 1,
                         (Phase::Init, None) => {
-                            traced_parameters.insert(f.size);
-                            *parameter_counts.entry(f.size).or_default() += 1;
+                            *traced_parameters.entry(f.size).or_default() += 1;
                         }
                         _ => {}
                     }
@@ -425,12 +418,12 @@ impl<'a> DeviceCategories<'a> {
         // from the trace, only those of a parameter's size (a cuBLAS workspace made by
         // the first matmul on the autograd engine's thread is kept too).
         for size in made_in_backward {
-            if traced_parameters.is_empty() || traced_parameters.contains(&size) {
+            if traced_parameters.is_empty() || traced_parameters.contains_key(&size) {
                 *gradients.entry(size).or_default() += 1;
             }
         }
-        self.parameter_sizes = traced_parameters.clone();
-        self.parameter_counts = parameter_counts;
+        self.parameter_sizes = traced_parameters.keys().copied().collect();
+        self.parameter_counts = traced_parameters.clone();
         if untraced.is_empty() || !self.traced {
             return;
         }
@@ -520,6 +513,14 @@ impl<'a> DeviceCategories<'a> {
         }
     }
 
+    /// How many parameters have twice `size` bytes.
+    fn parameters_of_twice(&self, size: u64) -> u64 {
+        size.checked_mul(2)
+            .and_then(|twice| self.parameter_counts.get(&twice))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// The allocations the user's own code made outside every module and the backward
     /// of the same step freed (the module documentation's rule 2, where no `forward`
     /// frame shows a forward: a script that computes attention by calling its own
@@ -605,24 +606,25 @@ impl<'a> DeviceCategories<'a> {
                 *last = alloc;
             }
         }
-        // (forward run, size) -> its allocations that live through the forward
-        let mut kept: BTreeMap<(usize, u64), Vec<u32>> = BTreeMap::new();
+        // forward run -> size -> its allocations that live through the forward
+        let mut kept: BTreeMap<usize, BTreeMap<u64, Vec<u32>>> = BTreeMap::new();
         for &(alloc, free) in frees {
             let run = self.phases.run_of(alloc as usize);
             if self.phases.phase(run) != Phase::Forward {
                 continue;
             }
             let size = trace.size(alloc as usize);
-            let parameters = size
-                .checked_mul(2)
-                .and_then(|twice| self.parameter_counts.get(&twice));
-            if parameters.is_none()
+            if self.parameters_of_twice(size) == 0
                 || free.is_some_and(|f| f <= last_alloc[run])
                 || facts(alloc).is_some_and(|f| f.category.is_some())
             {
                 continue;
             }
-            kept.entry((run, size)).or_default().push(alloc);
+            kept.entry(run)
+                .or_default()
+                .entry(size)
+                .or_default()
+                .push(alloc);
         }
         let parameter_bytes: u128 = self
             .parameter_counts
@@ -630,32 +632,30 @@ impl<'a> DeviceCategories<'a> {
             .map(|(&size, &n)| size as u128 * n as u128)
             .sum();
         let mut out = Vec::new();
-        let mut start = 0;
-        let entries: Vec<((usize, u64), Vec<u32>)> = kept.into_iter().collect();
-        while start < entries.len() {
-            let run = entries[start].0.0;
-            let end = start + entries[start..].partition_point(|e| e.0.0 == run);
-            let taken: Vec<&((usize, u64), Vec<u32>)> = entries[start..end]
+        for sizes in kept.values() {
+            // At most one copy per parameter of twice its bytes.
+            let taken: Vec<(&u64, &Vec<u32>)> = sizes
                 .iter()
-                .filter(|((_, size), allocs)| {
-                    allocs.len() as u64
-                        <= self.parameter_counts.get(&(size * 2)).copied().unwrap_or(0)
-                })
+                .filter(|(size, allocs)| allocs.len() as u64 <= self.parameters_of_twice(**size))
                 .collect();
             let bytes: u128 = taken
                 .iter()
-                .map(|((_, size), allocs)| *size as u128 * allocs.len() as u128)
+                .map(|(size, allocs)| **size as u128 * allocs.len() as u128)
                 .sum();
             // Copies of weights of two sizes or more, holding (twice the copies' bytes)
             // half the parameters or more.
             if taken.len() >= 2 && bytes * 2 * 2 >= parameter_bytes {
                 out.extend(taken.iter().flat_map(|(_, allocs)| allocs.iter().copied()));
             }
-            start = end;
         }
         out.sort_unstable();
         out
     }
+}
+
+/// Whether event `i` is in `events` (ascending).
+fn listed(events: &[u32], i: usize) -> bool {
+    u32::try_from(i).is_ok_and(|i| events.binary_search(&i).is_ok())
 }
 
 /// Each `alloc` event of a trace with the event that freed it (its `free_requested`,
