@@ -1688,7 +1688,6 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let indices: Vec<usize> = order.iter().map(|&(_, _, r)| r).collect();
     let series_runs: Vec<&RunBudget> = indices.iter().map(|&i| &runs[i]).collect();
     let mut caveats = workload_caveats(&series_runs, &sizes);
-    caveats.extend(few_shared_groups(&series_runs, &indices));
     // A call site's bytes at the peak follow no one size where batch and sequence both
     // vary: only the allocations, matched one to one, predict such a series.
     let groups = if product {
@@ -1708,8 +1707,10 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     } else {
         held_out(&series_runs, &sizes, options.vary, outside)
     };
-    let streams: Vec<Option<&stream::Stream>> =
+    let recorded: Vec<Option<&stream::Stream>> =
         series_runs.iter().map(|r| r.stream.as_deref()).collect();
+    let paired = stream::paired_before_recording(&recorded);
+    let streams: Vec<Option<&stream::Stream>> = paired.iter().map(|s| s.as_deref()).collect();
     let matched = stream::StreamFit::new(&streams, &sizes, &indices).map(|f| {
         if product {
             f.with_shapes(shapes.clone())
@@ -1717,11 +1718,15 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
             f
         }
     });
-    // A line that shrinks at the peak of a larger size says the runs differ, unless their
-    // allocations match one to one: then the peak moved, and the replay follows it.
+    // A line that shrinks at the peak of a larger size, or call sites that differ at the
+    // peaks, say the runs differ, unless their allocations match: then the peak moved (to
+    // another phase, other call sites), and the replay follows it.
     match &matched {
         Err(_) if product => caveats.push(Caveat::ProductUnmatched),
-        Err(_) => caveats.extend(not_monotonic(&lines, &series_runs)),
+        Err(_) => {
+            caveats.extend(few_shared_groups(&series_runs, &indices));
+            caveats.extend(not_monotonic(&lines, &series_runs));
+        }
         Ok(_) => {}
     }
     // Past twice the largest measured (in each of batch and sequence where both vary):

@@ -185,9 +185,10 @@ impl Stream {
         self.events.push(event);
     }
 
-    /// What identifies each allocation across runs, its size apart: its call site, line,
-    /// stream and pool.
-    fn alloc_keys(&self) -> Vec<(&str, u8, u16, u16)> {
+    /// What identifies each allocation across runs, its size apart: its call site, stream
+    /// and pool. Not its budget line: a run's categories are decided from its own sizes
+    /// and lifetimes, which may put one allocation in another line at another size.
+    fn alloc_keys(&self) -> Vec<(&str, u16, u16)> {
         let mut k = 0;
         let mut out = Vec::with_capacity(self.sizes.len());
         for c in &self.commands {
@@ -196,7 +197,7 @@ impl Stream {
                     .site_names
                     .get(self.sites[k] as usize)
                     .map_or("", String::as_str);
-                out.push((site, self.lines[k], stream, pool));
+                out.push((site, stream, pool));
                 k += 1;
             }
         }
@@ -444,6 +445,129 @@ impl Stream {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+}
+
+/// The blocks alive before recording that no event of the trace frees, paired across the
+/// runs of a series by what holds from run to run, never by address: each run's copy of
+/// `streams` with those blocks reordered so that the same place pairs them.
+///
+/// Their addresses (and so the order the recording lists them in) change from process to
+/// process. In each stream and pool, the sizes every run has are paired first, equal
+/// with equal, smallest first (the weights, kept the same at every size); what is left
+/// in each run (what grows with the size: inputs made before recording) is paired by
+/// rank of size. Blocks the trace frees keep their place: the order of their frees,
+/// which the runs share, already pairs them. Where the runs hold different numbers of
+/// such blocks in a stream and pool, no pairing is decided and the streams are left as
+/// recorded (their matching then fails or matches them in part).
+pub fn paired_before_recording<'a>(
+    streams: &[Option<&'a Stream>],
+) -> Vec<Option<std::borrow::Cow<'a, Stream>>> {
+    use std::borrow::Cow;
+    let kept: Vec<Option<BTreeMap<(u16, u16), Vec<usize>>>> = streams
+        .iter()
+        .map(|s| s.map(Stream::kept_before_recording))
+        .collect();
+    let as_recorded = || streams.iter().map(|s| s.map(Cow::Borrowed)).collect();
+    let Some(first) = kept.iter().flatten().next() else {
+        return as_recorded();
+    };
+    let alike = kept.iter().flatten().all(|k| {
+        k.len() == first.len()
+            && k.iter()
+                .zip(first)
+                .all(|(a, b)| a.0 == b.0 && a.1.len() == b.1.len())
+    });
+    if !alike || kept.iter().any(Option::is_none) {
+        return as_recorded();
+    }
+    let mut out: Vec<Option<Cow<'a, Stream>>> = as_recorded();
+    for group in first.keys() {
+        let places: Vec<&Vec<usize>> = kept.iter().flatten().map(|k| &k[group]).collect();
+        // How many blocks of each size every run holds.
+        let mut common: BTreeMap<u64, usize> = BTreeMap::new();
+        for (r, s) in streams.iter().flatten().enumerate() {
+            let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+            for &k in places[r] {
+                *counts.entry(s.sizes[k]).or_default() += 1;
+            }
+            if r == 0 {
+                common = counts;
+            } else {
+                common.retain(|size, n| match counts.get(size) {
+                    Some(&m) => {
+                        *n = (*n).min(m);
+                        true
+                    }
+                    None => false,
+                });
+            }
+        }
+        for (r, s) in streams.iter().flatten().enumerate() {
+            let at = places[r];
+            let key = |k: usize| {
+                (
+                    s.sizes[k],
+                    s.lines[k],
+                    s.site_names.get(s.sites[k] as usize),
+                )
+            };
+            let mut sorted: Vec<usize> = at.clone();
+            sorted.sort_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
+            // The sizes every run has first, then the rest, each by size.
+            let mut left = common.clone();
+            let (mut shared, mut rest) = (Vec::new(), Vec::new());
+            for k in sorted {
+                match left.get_mut(&s.sizes[k]) {
+                    Some(n) if *n > 0 => {
+                        *n -= 1;
+                        shared.push(k);
+                    }
+                    _ => rest.push(k),
+                }
+            }
+            shared.extend(rest);
+            if shared == *at {
+                continue;
+            }
+            let copy = out[r].as_mut().expect("every run has a stream").to_mut();
+            let (sizes, lines, sites) = (
+                shared.iter().map(|&k| s.sizes[k]).collect::<Vec<_>>(),
+                shared.iter().map(|&k| s.lines[k]).collect::<Vec<_>>(),
+                shared.iter().map(|&k| s.sites[k]).collect::<Vec<_>>(),
+            );
+            for (i, &k) in at.iter().enumerate() {
+                copy.sizes[k] = sizes[i];
+                copy.lines[k] = lines[i];
+                copy.sites[k] = sites[i];
+            }
+        }
+    }
+    out
+}
+
+impl Stream {
+    /// The allocations (their places in `sizes`) of blocks alive before recording that
+    /// no command frees, by stream and pool, in stream order.
+    fn kept_before_recording(&self) -> BTreeMap<(u16, u16), Vec<usize>> {
+        let freed: std::collections::BTreeSet<u32> = self
+            .commands
+            .iter()
+            .filter_map(|c| match *c {
+                Command::Free(t) | Command::FreeRequested(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        let mut out: BTreeMap<(u16, u16), Vec<usize>> = BTreeMap::new();
+        // The blocks from before recording come first, one allocation each.
+        for (k, c) in self.commands[..self.before()].iter().enumerate() {
+            if let Command::Alloc { tag, stream, pool } = *c {
+                if !freed.contains(&tag) {
+                    out.entry((stream, pool)).or_default().push(k);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -888,52 +1012,88 @@ pub struct Unmatched {
 
 /// The most of a run's allocations that may lack a counterpart for its stream to be
 /// matched in part: past it, the runs are not one workload's.
-pub const MAX_UNMATCHED_SHARE: f64 = 0.1;
+pub const MAX_UNMATCHED_SHARE: f64 = 0.25;
 
-/// Where two streams part, the most allocations skipped on each side to find where they
-/// agree again, and how many must agree then.
-const RESYNC_WINDOW: usize = 64;
-const RESYNC_RUN: usize = 8;
-/// The most places two streams may part before they count as unmatched.
-const MAX_PARTINGS: usize = 4096;
+/// The most allocations that two runs' streams may differ by (made by one and not the
+/// other, counted on both sides) for them to be matched in part.
+const MAX_EDITS: usize = 4096;
 
-/// For each item of `b`, its counterpart in `a` ([`NONE`]: none): both walked in order,
-/// equal items matched; where they part, they are matched again at the nearest place
-/// (the fewest items skipped on both sides, at most [`RESYNC_WINDOW`] on each) from
-/// which [`RESYNC_RUN`] items agree (or both end). None past [`MAX_PARTINGS`] partings or
-/// where no such place is found.
+/// For each item of `b`, its counterpart in `a` ([`NONE`]: none): the longest common
+/// subsequence of the two, found as the shortest edit script (Myers' greedy algorithm;
+/// among equally short scripts, the one that matches earliest items first). None where
+/// more than [`MAX_EDITS`] items must be left unmatched.
 fn align<K: PartialEq>(a: &[K], b: &[K]) -> Option<Vec<u32>> {
     let mut out = vec![NONE; b.len()];
-    let (mut i, mut j, mut partings) = (0, 0, 0);
-    let agree = |i: usize, j: usize| {
-        let n = RESYNC_RUN.min(a.len() - i).min(b.len() - j);
-        (a.len() - i == b.len() - j || n == RESYNC_RUN) && (0..n).all(|d| a[i + d] == b[j + d])
-    };
-    while i < a.len() && j < b.len() {
-        if a[i] == b[j] {
-            out[j] = i as u32;
-            i += 1;
-            j += 1;
-            continue;
-        }
-        partings += 1;
-        if partings > MAX_PARTINGS {
-            return None;
-        }
-        let found = (1..=2 * RESYNC_WINDOW).find_map(|d| {
-            (d.saturating_sub(RESYNC_WINDOW)..=d.min(RESYNC_WINDOW))
-                .map(|di| (di, d - di))
-                .find(|&(di, dj)| i + di < a.len() && j + dj < b.len() && agree(i + di, j + dj))
-        });
-        match found {
-            Some((di, dj)) => {
-                i += di;
-                j += dj;
+    // The common prefix is matched as it is. (Not the common suffix: where a run makes
+    // one more of a repeated allocation, the extra one is the last of the repeat in
+    // every step, which the suffix would match the other way round in the last step.)
+    let prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    for (j, o) in out.iter_mut().enumerate().take(prefix) {
+        *o = j as u32;
+    }
+    let (a_mid, b_mid) = (&a[prefix..], &b[prefix..]);
+    let (n, m) = (a_mid.len() as i64, b_mid.len() as i64);
+    let max = (n + m).min(MAX_EDITS as i64);
+    // v[k + offset]: the furthest x on diagonal k = x - y; one copy kept per edit count.
+    let offset = max + 1;
+    let mut v = vec![0i64; (2 * max + 3) as usize];
+    // i32 halves what the edits kept take (streams of at most 2^31 allocations).
+    let mut trace: Vec<Vec<i32>> = Vec::new();
+    let mut end = None;
+    'edits: for d in 0..=max {
+        trace.push(
+            v[(offset - d) as usize..=(offset + d) as usize]
+                .iter()
+                .map(|&x| x as i32)
+                .collect(),
+        );
+        for k in (-d..=d).step_by(2) {
+            let i = (k + offset) as usize;
+            let mut x = if k == -d || (k != d && v[i - 1] < v[i + 1]) {
+                v[i + 1]
+            } else {
+                v[i - 1] + 1
+            };
+            let mut y = x - k;
+            while x < n && y < m && a_mid[x as usize] == b_mid[y as usize] {
+                x += 1;
+                y += 1;
             }
-            // Only one side has items left within reach: the rest is unmatched.
-            None if a.len() - i <= RESYNC_WINDOW || b.len() - j <= RESYNC_WINDOW => break,
-            None => return None,
+            v[i] = x;
+            if x >= n && y >= m {
+                end = Some(d);
+                break 'edits;
+            }
         }
+    }
+    let d_end = end?;
+    // Back from the end: each edit's step, and the matched run before it.
+    let (mut x, mut y) = (n, m);
+    for d in (0..=d_end).rev() {
+        let k = x - y;
+        let before = &trace[d as usize];
+        let at = |k: i64| i64::from(before[(k + d) as usize]);
+        let (px, py) = if d == 0 {
+            (0, 0)
+        } else {
+            let down = k == -d || (k != d && at(k - 1) < at(k + 1));
+            let pk = if down { k + 1 } else { k - 1 };
+            let px = at(pk);
+            (px, px - pk)
+        };
+        // The matched run on this diagonal, from after the edit to (x, y).
+        let (sx, sy) = if d == 0 {
+            (0, 0)
+        } else if px - py == k + 1 {
+            (px, px - k)
+        } else {
+            (px + 1, px + 1 - k)
+        };
+        let run = (x - sx).min(y - sy);
+        for t in 0..run {
+            out[prefix + (y - 1 - t) as usize] = (prefix as i64 + x - 1 - t) as u32;
+        }
+        (x, y) = (px, py);
     }
     Some(out)
 }
@@ -1269,10 +1429,25 @@ mod tests {
         assert_eq!(align(&a, &c).unwrap(), vec![0, 1, n, 3, 4, 5, 6, 7, 8, 9]);
         // An extra item in the last few: both tails, of equal length, agree after it.
         assert_eq!(align(&[1, 2], &[0, 1, 2]).unwrap(), vec![n, 0, 1]);
-        // Nothing in common over more than the window: not matched.
+        // Nothing in common: nothing matched; past the most edits, no answer.
         let x: Vec<u32> = (0..200).collect();
         let y: Vec<u32> = (1000..1200).collect();
+        assert_eq!(align(&x, &y), Some(vec![n; 200]));
+        let x: Vec<u32> = (0..MAX_EDITS as u32).collect();
+        let y: Vec<u32> = (0..MAX_EDITS as u32).map(|v| v + 1_000_000).collect();
         assert_eq!(align(&x, &y), None);
+        // An extra item inside a repeated key, and two more a little later: the earliest
+        // items matched first, so the extra ones are the last of each repeat.
+        let a = [1, 7, 7, 2, 3, 5, 5, 4, 1, 7, 7, 2, 3, 5, 5, 4];
+        let b = [
+            1, 7, 7, 7, 2, 3, 5, 5, 5, 5, 4, 1, 7, 7, 7, 2, 3, 5, 5, 5, 5, 4,
+        ];
+        assert_eq!(
+            align(&a, &b).unwrap(),
+            vec![
+                0, 1, 2, n, 3, 4, 5, 6, n, n, 7, 8, 9, 10, n, 11, 12, 13, 14, n, n, 15
+            ]
+        );
     }
 
     #[test]

@@ -469,11 +469,6 @@ impl<'a> DeviceCategories<'a> {
                 u64::MAX
             })
             .min(u8::MAX as u64) as u8;
-        if std::env::var_os("VRAMLENS_DEBUG_SIZES").is_some() {
-            eprintln!(
-                "reference {kind:?} sets {sets} copies {copies}\n  R {reference:?}\n  U {counts:?}\n  G {gradients:?}\n  S {state:?}"
-            );
-        }
         let mut roles = Vec::new();
         if traced_parameters.is_empty() {
             roles.push(PARAMETERS);
