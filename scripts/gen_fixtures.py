@@ -1382,7 +1382,9 @@ LATE_RECORDINGS = {"categories/old_moments.pickle", "categories/forward_only.pic
                    "budget/autocast_bs4.pickle",
                    "budget/attn_seq128.pickle", "budget/attn_seq256.pickle",
                    "budget/attn_seq512.pickle",
-                   "categories/attention_bench.pickle"}
+                   "categories/attention_bench.pickle"} | {
+                       "budget/%s_seq%d.pickle" % (kind, t)
+                       for kind in ("shuffled", "stale") for t in (128, 256, 384, 512)}
 
 
 def check_snapshot(name, root):
@@ -1842,6 +1844,46 @@ def make_budget_run(seed, batch, seq, step_copies=0, loss_bytes=4, workspace=0):
     return build(V, {0: sim}, frames, 1, annotations=ann, settings=allocator_settings(V))
 
 
+SERIES_TOKEN = 4 * KiB     # bytes per token of each input and of the output
+SERIES_PAIR = 64           # bytes per (token, token) pair of the scores
+
+
+def make_series_run(seq, seed, earlier=()):
+    """PyTorch 2.6, Python stacks: before recording, the weights (`CAT_PARAMS`) made in an
+    order of the run's own (shuffled by `seed`, as a loader's order or a dict's may be:
+    their addresses in another order in every run) and the run's three inputs (`seq` x 4
+    KiB each); then two forwards, each making scores (`seq` x `seq` x 64 bytes) and an
+    output (`seq` x 4 KiB), both freed. With `earlier`, the same process first ran those
+    sizes (inputs made, two forwards, inputs freed): their segments are still cached
+    when recording starts."""
+    V = (2, 6)
+    sim, frames, _ = cat_sim(seed, cpp=False)
+    order = list(CAT_PARAMS)
+    random.Random(seed).shuffle(order)
+    for size in order:
+        sim.malloc(size, "my_init")
+
+    def inputs(t):
+        return [sim.malloc(t * SERIES_TOKEN, "my_batch") for _ in range(3)]
+
+    def forwards(t):
+        for _ in range(2):
+            scores = sim.malloc(t * t * SERIES_PAIR, "attn_scores")
+            out = sim.malloc(t * SERIES_TOKEN, "my_fwd_out")
+            sim.free(scores, ctx="my_fwd_out")
+            sim.free(out, ctx="my_loss")
+
+    for t in earlier:
+        x = inputs(t)
+        forwards(t)
+        for a in x:
+            sim.free(a, ctx="my_batch")
+    inputs(seq)
+    sim.start_recording()
+    forwards(seq)
+    return build(V, {0: sim}, frames, 1, settings=allocator_settings(V))
+
+
 def make_budget_steps(seed, batch, seqs):
     """The `make_budget_run` model trained one step per sequence length in `seqs` (a
     last batch shorter, say): each step a forward, a backward that frees its activations
@@ -1952,6 +1994,11 @@ def main(argv=None):
     for t in (128, 256, 512):
         add("budget/attn_seq%d.pickle" % t,
             pickle.dumps(make_cat_attention_bench(t, 700 + t), protocol=4))
+    for k, t in enumerate((128, 256, 384, 512)):
+        add("budget/shuffled_seq%d.pickle" % t,
+            pickle.dumps(make_series_run(t, 1400 + t), protocol=4))
+        add("budget/stale_seq%d.pickle" % t,
+            pickle.dumps(make_series_run(t, 1500 + t, (128, 256, 384, 512)[:k]), protocol=4))
     # A second run at 512 tokens whose loss holds 8 MiB, not 4 bytes: a repeat of the
     # size that reserves more.
     add("budget/seq_ctx512_rerun.pickle",
@@ -2112,6 +2159,8 @@ of 16 KiB a token, attention scores of 32 bytes a (token, token) pair and an out
 - `budget/seq_ctx512_rerun.pickle`: `seq_ctx512` again, its loss 8 MiB rather than 4 bytes (a repeat of the size that reserves more).
 - `budget/bxs_bs{1,2,2,1,4}_seq{128,128,256,512,512}.pickle`: the `seq_ctx` run at five batch × sequence shapes; the first four are a series that varies both (three sequence lengths), the last the shape to predict (batch 4, 512 tokens).
 - `budget/moving_seq{128,256,512,1024}.pickle`: the `seq_ctx` runs with an optimizer step that makes 8 temporary copies of the parameters (160 MiB): up to 512 tokens the peak is in the optimizer step (the forward's activations, 160 KiB a token and 128 bytes a token pair, are smaller); at 1024 (288 MiB of activations) it is at the end of the second forward.
+- `budget/shuffled_seq{128,256,384,512}.pickle`: PyTorch 2.6: before recording, the weights (`CAT_PARAMS`: four of 4 MiB, two of 2 MiB + 4 KiB, three of 8 KiB) made in a shuffled order of each run's own (their addresses in another order in every file) and three inputs of the sequence length x 4 KiB; then two forwards, each with scores of length x length x 64 bytes and an output of length x 4 KiB, both freed. The peak: the weights, the inputs, one forward's scores and output.
+- `budget/stale_seq{128,256,384,512}.pickle`: the same workload, each file from a process that first ran every smaller length of the list (inputs made, two forwards, inputs freed), so that recording starts with their segments cached.
 - `budget/attn_seq{128,256,512}.pickle`: `categories/attention_bench.pickle` at sequence lengths 128 to 512: Q, K, V and the output 4 KiB a token, scores and weights 128 bytes a (token, token) pair, the 16 MiB flush buffer constant.
 - `budget/autocast_bs{1,2,4}.pickle`: `categories/autocast_no_frames.pickle` at batch sizes 1, 2 and 4: the copies of the weights (10 MiB + 4 KiB) the same at every batch, the outputs 1.5 MiB a sample.
 

@@ -11,7 +11,7 @@ use vramlens::allocator::prepared::Prepared;
 use vramlens::analysis::budget::gpus::{DEFAULT_GPUS, Gpu, find};
 use vramlens::analysis::budget::stream::Stream;
 use vramlens::analysis::budget::{
-    Caveat, Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, TargetSize, Vary, Verdict,
+    Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, TargetSize, Vary, Verdict,
     headroom_of, replay_on, report, run_budget, shape_from_name, size_from_name,
 };
 use vramlens::analysis::device::choose_device;
@@ -121,15 +121,10 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     }
     if args.check {
         let fits = match (&report.series, args.target) {
-            (Some(s), Some(t)) => match &s.prediction {
-                // Shown, with why it cannot gate (a large held-out error): a failed check.
-                Some(_) if s.caveats.iter().any(Caveat::fails_check) => {
-                    return Err(crate::cmd::diff::CheckFailed.into());
-                }
-                Some(p) => &p.fits,
-                None => {
-                    bail!("--check: no prediction at {t} can be trusted (see the caveats above)")
-                }
+            // No prediction (the output says why first): a failed check.
+            (Some(s), Some(_)) => match &s.prediction {
+                Some(p) if s.trusted => &p.fits,
+                _ => return Err(crate::cmd::diff::CheckFailed.into()),
             },
             _ => &report.fits,
         };

@@ -1263,9 +1263,23 @@ pub enum Caveat {
     /// below [`MIN_SHARED_SHARE`].
     FewSharedGroups { run: usize, shared_share: f64 },
     /// Predicting a measured size from the others misses by more than
-    /// [`MAX_HELD_OUT_ERROR`] (`error`, the largest relative error): the prediction is
-    /// shown, but `--check` never passes on it.
+    /// [`MAX_HELD_OUT_ERROR`] (`error`, the largest relative error): the sizes do not
+    /// follow one law, and nothing is predicted.
     LargeHeldOutError { size: u64, error: f64 },
+    /// A line sized by the model that the series table calls constant (`measured_bytes`
+    /// at the largest size) comes out otherwise in the prediction (`predicted_bytes`).
+    ContradictsLine {
+        line: Line,
+        measured_bytes: u64,
+        predicted_bytes: u64,
+    },
+    /// Two sizes (no held-out check): live tensors at the replayed peak
+    /// (`replayed_bytes`) and the sum of the group fits (`group_bytes`) differ by more
+    /// than [`MAX_HELD_OUT_ERROR`].
+    DisagreesWithGroupFits {
+        replayed_bytes: u64,
+        group_bytes: u64,
+    },
 }
 
 /// The least share of each run's bytes at its peak that must lie in groups (call site
@@ -1289,13 +1303,10 @@ impl Caveat {
                 | Caveat::BeyondRange { .. }
                 | Caveat::NotMonotonic { .. }
                 | Caveat::FewSharedGroups { .. }
+                | Caveat::LargeHeldOutError { .. }
+                | Caveat::ContradictsLine { .. }
+                | Caveat::DisagreesWithGroupFits { .. }
         )
-    }
-
-    /// Whether a `--check` on the prediction fails for it (the prediction is shown, but
-    /// cannot gate).
-    pub fn fails_check(&self) -> bool {
-        self.refuses() || matches!(self, Caveat::LargeHeldOutError { .. })
     }
 }
 
@@ -1473,6 +1484,12 @@ pub struct Series {
     /// The prediction by allocation stream, or why the runs' allocations do not match.
     pub stream: StreamSeries,
     pub prediction: Option<Prediction>,
+    /// The size asked for (`--target`; where batch and sequence both vary, their
+    /// product, with `prediction.shape`).
+    pub target: Option<u64>,
+    /// Whether a prediction was asked for and given: false where a caveat refuses it
+    /// (the first refusing caveat says why).
+    pub trusted: bool,
     pub largest: Vec<Largest>,
     pub caveats: Vec<Caveat>,
 }
@@ -1686,7 +1703,29 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         Vec::new()
     };
     let indices: Vec<usize> = order.iter().map(|&(_, _, r)| r).collect();
-    let series_runs: Vec<&RunBudget> = indices.iter().map(|&i| &runs[i]).collect();
+    let recorded: Vec<Option<&stream::Stream>> =
+        indices.iter().map(|&i| runs[i].stream.as_deref()).collect();
+    let paired = stream::paired_before_recording(&recorded);
+    let streams: Vec<Option<&stream::Stream>> =
+        paired.streams.iter().map(|s| s.as_deref()).collect();
+    let matched = stream::StreamFit::new(&streams, &sizes, &indices).map(|f| {
+        if product {
+            f.with_shapes(shapes.clone())
+        } else {
+            f
+        }
+    });
+    // Where the allocations match, blocks from before recording that grow with the size
+    // are inputs: the series counts them with the activations, in every line it shows.
+    let relined: Vec<std::borrow::Cow<RunBudget>> = indices
+        .iter()
+        .zip(&paired.inputs)
+        .map(|(&i, inputs)| match &matched {
+            Ok(_) if !inputs.is_empty() => std::borrow::Cow::Owned(with_inputs(&runs[i], inputs)),
+            _ => std::borrow::Cow::Borrowed(&runs[i]),
+        })
+        .collect();
+    let series_runs: Vec<&RunBudget> = relined.iter().map(|r| r.as_ref()).collect();
     let mut caveats = workload_caveats(&series_runs, &sizes);
     // A call site's bytes at the peak follow no one size where batch and sequence both
     // vary: only the allocations, matched one to one, predict such a series.
@@ -1707,17 +1746,6 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     } else {
         held_out(&series_runs, &sizes, options.vary, outside)
     };
-    let recorded: Vec<Option<&stream::Stream>> =
-        series_runs.iter().map(|r| r.stream.as_deref()).collect();
-    let paired = stream::paired_before_recording(&recorded);
-    let streams: Vec<Option<&stream::Stream>> = paired.iter().map(|s| s.as_deref()).collect();
-    let matched = stream::StreamFit::new(&streams, &sizes, &indices).map(|f| {
-        if product {
-            f.with_shapes(shapes.clone())
-        } else {
-            f
-        }
-    });
     // A line that shrinks at the peak of a larger size, or call sites that differ at the
     // peaks, say the runs differ, unless their allocations match: then the peak moved (to
     // another phase, other call sites), and the replay follows it.
@@ -1795,11 +1823,19 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
             return None;
         }
         let mut p = predict(&model, target, largest_measured, &judged, options);
+        let by_groups = sum_bytes(p.lines.iter().filter(|(l, _)| l.fitted()).map(|&(_, b)| b));
         if let (Ok(f), Some(t)) = (&matched, target_replay) {
             predict_by_stream(&mut p, f, t, &indices);
         }
+        // One story: what the table calls constant stays so, and two sizes (no held-out
+        // check) must agree with the group fits they came from.
+        if let Some(c) = contradiction(&p, &lines, by_groups, sizes.len()) {
+            caveats.push(c);
+            return None;
+        }
         Some(p)
     });
+    let refused = caveats.iter().any(Caveat::refuses);
     // Where batch and sequence both vary, no one size is searched.
     let largest = if refused || product {
         Vec::new()
@@ -1826,6 +1862,8 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
         groups,
         held_out,
         stream: stream_series,
+        target: options.target,
+        trusted: prediction.is_some() && !refused,
         prediction,
         largest,
         caveats,
@@ -1848,7 +1886,8 @@ fn stream_series(
                 .map(|r| (r.requested_bytes, r.peak_reserved_bytes))
                 .collect();
             let (_, laws) = f.sizes_at(f.point(f.sizes().len() - 1), &f.all());
-            let (own, held_out) = rayon::join(|| f.own(&recorded), || f.held_out(&recorded));
+            let own = f.own(&recorded);
+            let held_out = f.held_out(&recorded, &own);
             let reserved_over_time = f
                 .streams()
                 .iter()
@@ -2086,6 +2125,58 @@ fn largest_by_replay(
         at_limit,
         by_replay: true,
     }
+}
+
+/// `run` with the blocks from before recording that grow with the size (`inputs`, by
+/// call site and the line its categories gave them) moved to the activations: in its
+/// lines and in its groups.
+fn with_inputs(run: &RunBudget, inputs: &BTreeMap<(String, Line), u64>) -> RunBudget {
+    let mut r = run.clone();
+    for ((site, from), &bytes) in inputs {
+        let mut moved = 0u64;
+        for (key, b) in r.groups.iter_mut() {
+            if key.0 == *site && Line::of_category(&key.1) == *from {
+                let m = (*b).min(bytes - moved);
+                *b -= m;
+                moved += m;
+            }
+        }
+        r.groups.retain(|_, b| *b > 0);
+        if moved > 0 {
+            let to = r
+                .groups
+                .entry((site.clone(), Line::Activations.category().to_string()))
+                .or_default();
+            *to = to.saturating_add(moved);
+        }
+        let moved = r.lines.iter_mut().find(|l| l.line == *from).map_or(0, |l| {
+            let m = l.bytes.min(bytes);
+            l.bytes -= m;
+            m
+        });
+        match r.lines.iter_mut().find(|l| l.line == Line::Activations) {
+            Some(l) => l.bytes = l.bytes.saturating_add(moved),
+            None => r.lines.push(BudgetLine {
+                line: Line::Activations,
+                bytes: moved,
+                share: 0.0,
+                persistent: false,
+                categories: Vec::new(),
+                inferred_bytes: 0,
+            }),
+        }
+        if from.persistent() {
+            r.persistent_bytes = r.persistent_bytes.saturating_sub(moved);
+            r.working_bytes = r.working_bytes.saturating_add(moved);
+        }
+    }
+    r.lines
+        .retain(|l| l.bytes > 0 || l.line == Line::Activations);
+    r.lines.sort_by_key(|l| l.line);
+    for l in &mut r.lines {
+        l.share = round4(l.bytes as f64 / r.total_bytes.max(1) as f64);
+    }
+    r
 }
 
 /// Whether the runs are one workload: the same weights (within 2%), precision stated in
@@ -2412,6 +2503,45 @@ fn predict(
         deciding: deciding(model.groups, target, largest_measured),
         stream: None,
     }
+}
+
+/// Why a prediction contradicts the fits it came from, if it does: a line sized by the
+/// model that the series table calls constant and the prediction moves (by more than
+/// the held-out band, at least 2%), or with two sizes, live tensors at the replayed
+/// peak more than [`MAX_HELD_OUT_ERROR`] from what the group fits sum to (`by_groups`).
+fn contradiction(
+    p: &Prediction,
+    lines: &[LineFit],
+    by_groups: u64,
+    sizes: usize,
+) -> Option<Caveat> {
+    let band = p.error_band.unwrap_or(0.0).max(0.02);
+    for l in lines
+        .iter()
+        .filter(|l| l.line.persistent() && l.grows_as == 0)
+    {
+        let measured = l.measured_bytes.last().copied().unwrap_or(0);
+        let predicted = p
+            .lines
+            .iter()
+            .find(|(line, _)| *line == l.line)
+            .map_or(0, |&(_, b)| b);
+        if measured > 0 && (predicted as f64 - measured as f64).abs() > band * measured as f64 {
+            return Some(Caveat::ContradictsLine {
+                line: l.line,
+                measured_bytes: measured,
+                predicted_bytes: predicted,
+            });
+        }
+    }
+    let replayed = p.stream.as_ref()?.requested_peak_bytes;
+    let apart = (replayed as f64 - by_groups as f64).abs();
+    (sizes == 2 && apart > MAX_HELD_OUT_ERROR * replayed.max(by_groups) as f64).then_some(
+        Caveat::DisagreesWithGroupFits {
+            replayed_bytes: replayed,
+            group_bytes: by_groups,
+        },
+    )
 }
 
 /// The groups that grow the most from the largest size measured to the target, the

@@ -152,6 +152,24 @@ impl Stream {
         self.events.partition_point(Option::is_none)
     }
 
+    /// What the recording's allocator held at its first event beyond what `fresh` (this
+    /// stream replayed from an empty allocator) reserves once the blocks from before
+    /// recording are allocated: a cache left by earlier work.
+    pub fn cache_at_start(&self, fresh: &StreamReplay) -> u64 {
+        let recorded = match self.recorded_reserved.first() {
+            Some(&(None, bytes)) => bytes,
+            _ => return 0,
+        };
+        let before = self.before() as u32;
+        let replayed = fresh
+            .reserved_series
+            .iter()
+            .take_while(|(at, _)| at.is_none_or(|a| a < before))
+            .last()
+            .map_or(0, |&(_, bytes)| bytes);
+        recorded.saturating_sub(replayed)
+    }
+
     /// How many commands (allocations, frees and cache flushes).
     pub fn commands(&self) -> usize {
         self.commands.len()
@@ -460,15 +478,16 @@ impl Stream {
 /// which the runs share, already pairs them. Where the runs hold different numbers of
 /// such blocks in a stream and pool, no pairing is decided and the streams are left as
 /// recorded (their matching then fails or matches them in part).
-pub fn paired_before_recording<'a>(
-    streams: &[Option<&'a Stream>],
-) -> Vec<Option<std::borrow::Cow<'a, Stream>>> {
+pub fn paired_before_recording<'a>(streams: &[Option<&'a Stream>]) -> Paired<'a> {
     use std::borrow::Cow;
-    let kept: Vec<Option<BTreeMap<(u16, u16), Vec<usize>>>> = streams
+    let kept: Vec<Option<KeptByPool>> = streams
         .iter()
         .map(|s| s.map(Stream::kept_before_recording))
         .collect();
-    let as_recorded = || streams.iter().map(|s| s.map(Cow::Borrowed)).collect();
+    let as_recorded = || Paired {
+        streams: streams.iter().map(|s| s.map(Cow::Borrowed)).collect(),
+        inputs: vec![BTreeMap::new(); streams.len()],
+    };
     let Some(first) = kept.iter().flatten().next() else {
         return as_recorded();
     };
@@ -481,7 +500,7 @@ pub fn paired_before_recording<'a>(
     if !alike || kept.iter().any(Option::is_none) {
         return as_recorded();
     }
-    let mut out: Vec<Option<Cow<'a, Stream>>> = as_recorded();
+    let mut out = as_recorded();
     for group in first.keys() {
         let places: Vec<&Vec<usize>> = kept.iter().flatten().map(|k| &k[group]).collect();
         // How many blocks of each size every run holds.
@@ -526,15 +545,37 @@ pub fn paired_before_recording<'a>(
                     _ => rest.push(k),
                 }
             }
+            // What grows with the size is an input of the run, never its weights.
+            let grown: Vec<usize> = rest
+                .iter()
+                .copied()
+                .filter(|&k| Line::ALL[(s.lines[k] as usize).min(Line::ALL.len() - 1)].with_model())
+                .collect();
+            for &k in &grown {
+                let site = s
+                    .site_names
+                    .get(s.sites[k] as usize)
+                    .cloned()
+                    .unwrap_or_default();
+                let line = Line::ALL[s.lines[k] as usize];
+                let from = out.inputs[r].entry((site, line)).or_default();
+                *from = from.saturating_add(s.sizes[k]);
+            }
             shared.extend(rest);
-            if shared == *at {
+            if shared == *at && grown.is_empty() {
                 continue;
             }
-            let copy = out[r].as_mut().expect("every run has a stream").to_mut();
+            let copy = out.streams[r]
+                .as_mut()
+                .expect("every run has a stream")
+                .to_mut();
+            for &k in &grown {
+                copy.lines[k] = Line::Activations as u8;
+            }
             let (sizes, lines, sites) = (
-                shared.iter().map(|&k| s.sizes[k]).collect::<Vec<_>>(),
-                shared.iter().map(|&k| s.lines[k]).collect::<Vec<_>>(),
-                shared.iter().map(|&k| s.sites[k]).collect::<Vec<_>>(),
+                shared.iter().map(|&k| copy.sizes[k]).collect::<Vec<_>>(),
+                shared.iter().map(|&k| copy.lines[k]).collect::<Vec<_>>(),
+                shared.iter().map(|&k| copy.sites[k]).collect::<Vec<_>>(),
             );
             for (i, &k) in at.iter().enumerate() {
                 copy.sizes[k] = sizes[i];
@@ -546,10 +587,24 @@ pub fn paired_before_recording<'a>(
     out
 }
 
+/// The places of a stream's blocks from before recording that no command frees, by
+/// stream and pool.
+type KeptByPool = BTreeMap<(u16, u16), Vec<usize>>;
+
+/// A series' streams with the blocks from before recording paired.
+pub struct Paired<'a> {
+    /// Each run's stream (reordered where the pairing moved blocks; None: no trace).
+    pub streams: Vec<Option<std::borrow::Cow<'a, Stream>>>,
+    /// For each run, the bytes of blocks from before recording whose size differs from
+    /// run to run that its categories put in a line sized by the model, by call site and
+    /// that line: inputs, which the streams count as activations.
+    pub inputs: Vec<BTreeMap<(String, Line), u64>>,
+}
+
 impl Stream {
     /// The allocations (their places in `sizes`) of blocks alive before recording that
     /// no command frees, by stream and pool, in stream order.
-    fn kept_before_recording(&self) -> BTreeMap<(u16, u16), Vec<usize>> {
+    fn kept_before_recording(&self) -> KeptByPool {
         let freed: std::collections::BTreeSet<u32> = self
             .commands
             .iter()
@@ -558,13 +613,13 @@ impl Stream {
                 _ => None,
             })
             .collect();
-        let mut out: BTreeMap<(u16, u16), Vec<usize>> = BTreeMap::new();
+        let mut out = KeptByPool::new();
         // The blocks from before recording come first, one allocation each.
         for (k, c) in self.commands[..self.before()].iter().enumerate() {
-            if let Command::Alloc { tag, stream, pool } = *c {
-                if !freed.contains(&tag) {
-                    out.entry((stream, pool)).or_default().push(k);
-                }
+            if let Command::Alloc { tag, stream, pool } = *c
+                && !freed.contains(&tag)
+            {
+                out.entry((stream, pool)).or_default().push(k);
             }
         }
         out
@@ -1343,25 +1398,54 @@ pub struct StreamCheck {
     pub recorded_requested_bytes: u64,
     pub recorded_reserved_bytes: u64,
     /// (predicted - recorded) / recorded, rounded to 4 decimals.
+    /// (predicted - reference) / reference, rounded to 4 decimals: the reference is the
+    /// recording's peak, or for reserved `fresh_process_reserved_bytes` where set.
     pub requested_error: f64,
     pub reserved_error: f64,
+    /// What the recording's allocator held at its first event beyond what the blocks
+    /// alive then take when allocated first into an empty allocator: a cache left by
+    /// earlier work (a size's own check; 0 in a held-out one).
+    pub cache_at_start_bytes: u64,
+    /// Where the recording began with a cache left by earlier work (and its reserved
+    /// peak is above a fresh process's): the size's own stream replayed from an empty
+    /// allocator, the reserved peak of a fresh process, which a held-out check is
+    /// judged against.
+    pub fresh_process_reserved_bytes: Option<u64>,
+}
+
+fn relative_error(p: u64, r: u64) -> f64 {
+    let e = (p as f64 - r as f64) / r.max(1) as f64;
+    (e * 10_000.0).round() / 10_000.0
 }
 
 impl StreamCheck {
     fn new(size: u64, predicted: &StreamReplay, recorded: (u64, u64)) -> StreamCheck {
-        let error = |p: u64, r: u64| {
-            let e = (p as f64 - r as f64) / r.max(1) as f64;
-            (e * 10_000.0).round() / 10_000.0
-        };
         StreamCheck {
             size,
             predicted_requested_bytes: predicted.requested_peak_bytes,
             predicted_reserved_bytes: predicted.reserved_peak_bytes,
             recorded_requested_bytes: recorded.0,
             recorded_reserved_bytes: recorded.1,
-            requested_error: error(predicted.requested_peak_bytes, recorded.0),
-            reserved_error: error(predicted.reserved_peak_bytes, recorded.1),
+            requested_error: relative_error(predicted.requested_peak_bytes, recorded.0),
+            reserved_error: relative_error(predicted.reserved_peak_bytes, recorded.1),
+            cache_at_start_bytes: 0,
+            fresh_process_reserved_bytes: None,
         }
+    }
+
+    /// Whether the recording of this size (its own check) began with a cache left by
+    /// earlier work that raised its reserved peak above a fresh process's.
+    pub fn began_with_cache(&self) -> bool {
+        self.fresh_process_reserved_bytes.is_some()
+    }
+
+    /// A held-out check judged against a fresh process's reserved peak.
+    fn against_fresh(mut self, fresh: Option<u64>) -> StreamCheck {
+        if let Some(f) = fresh {
+            self.fresh_process_reserved_bytes = Some(f);
+            self.reserved_error = relative_error(self.predicted_reserved_bytes, f);
+        }
+        self
     }
 
     /// The larger of its two errors, unsigned.
@@ -1380,14 +1464,21 @@ impl StreamFit<'_> {
             .map(|k| {
                 let s = self.streams[k];
                 let r = s.replay(&s.sizes, &s.settings, None, None);
-                StreamCheck::new(self.sizes[k], &r, recorded[k])
+                let mut c = StreamCheck::new(self.sizes[k], &r, recorded[k]);
+                c.cache_at_start_bytes = s.cache_at_start(&r);
+                if c.cache_at_start_bytes > 0 && r.reserved_peak_bytes < recorded[k].1 {
+                    c.fresh_process_reserved_bytes = Some(r.reserved_peak_bytes);
+                }
+                c
             })
             .collect()
     }
 
     /// Each measured size predicted from the others (three sizes or more), replayed with
-    /// no limit, against `recorded`.
-    pub fn held_out(&self, recorded: &[(u64, u64)]) -> Vec<StreamCheck> {
+    /// no limit, against `recorded`, or where the size's own check (`own`) says its
+    /// recording began with a cache left by earlier work, its reserved peak against a
+    /// fresh process's.
+    pub fn held_out(&self, recorded: &[(u64, u64)], own: &[StreamCheck]) -> Vec<StreamCheck> {
         use rayon::prelude::*;
         let n = self.sizes.len();
         if n < 3 {
@@ -1401,6 +1492,7 @@ impl StreamFit<'_> {
                 let s = self.streams[k];
                 let r = s.replay(&sizes, &s.settings, None, None);
                 StreamCheck::new(self.sizes[k], &r, recorded[k])
+                    .against_fresh(own.get(k).and_then(|c| c.fresh_process_reserved_bytes))
             })
             .collect()
     }
