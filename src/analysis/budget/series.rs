@@ -617,7 +617,7 @@ pub fn fit_series(runs: &[RunBudget], options: &SeriesOptions) -> Series {
     let indices: Vec<usize> = order.iter().map(|&(_, _, r)| r).collect();
     let recorded: Vec<Option<&stream::Stream>> =
         indices.iter().map(|&i| runs[i].stream.as_deref()).collect();
-    let paired = stream::paired_before_recording(&recorded);
+    let paired = stream::paired_before_recording(&recorded, &sizes);
     let streams: Vec<Option<&stream::Stream>> =
         paired.streams.iter().map(|s| s.as_deref()).collect();
     let matched = stream::StreamFit::new(&streams, &sizes, &indices).map(|f| {

@@ -474,11 +474,13 @@ impl Stream {
 /// process. In each stream and pool, the sizes every run has are paired first, equal
 /// with equal, smallest first (the weights, kept the same at every size); what is left
 /// in each run (what grows with the size: inputs made before recording) is paired by
-/// rank of size. Blocks the trace frees keep their place: the order of their frees,
+/// rank of size; where each rank grows with the series' size (`sizes`, one per stream) by
+/// a law the sizes show exactly ([`grows_with`]), those are inputs, counted with the
+/// activations whatever line the runs gave them. Blocks the trace frees keep their place: the order of their frees,
 /// which the runs share, already pairs them. Where the runs hold different numbers of
 /// such blocks in a stream and pool, no pairing is decided and the streams are left as
 /// recorded (their matching then fails or matches them in part).
-pub fn paired_before_recording<'a>(streams: &[Option<&'a Stream>]) -> Paired<'a> {
+pub fn paired_before_recording<'a>(streams: &[Option<&'a Stream>], sizes: &[u64]) -> Paired<'a> {
     use std::borrow::Cow;
     let kept: Vec<Option<KeptByPool>> = streams
         .iter()
@@ -522,34 +524,54 @@ pub fn paired_before_recording<'a>(streams: &[Option<&'a Stream>]) -> Paired<'a>
                 });
             }
         }
+        // Each run's order: the sizes every run has first, then the rest, each by size.
+        let orders: Vec<(Vec<usize>, Vec<usize>)> = streams
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(r, s)| {
+                let key = |k: usize| {
+                    (
+                        s.sizes[k],
+                        s.lines[k],
+                        s.site_names.get(s.sites[k] as usize),
+                    )
+                };
+                let mut sorted: Vec<usize> = places[r].clone();
+                sorted.sort_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
+                let mut left = common.clone();
+                sorted
+                    .into_iter()
+                    .partition(|&k| match left.get_mut(&s.sizes[k]) {
+                        Some(n) if *n > 0 => {
+                            *n -= 1;
+                            true
+                        }
+                        _ => false,
+                    })
+            })
+            .collect();
+        // What the rest holds grows with the size, rank by rank, by a law the sizes
+        // measured show exactly: inputs of the run, never its weights. Otherwise (other
+        // weights at each size: another model) they keep the lines the runs gave them.
+        let inputs = (0..orders[0].1.len()).all(|i| {
+            let ys: Vec<u64> = streams
+                .iter()
+                .flatten()
+                .zip(&orders)
+                .map(|(s, o)| s.sizes[o.1[i]])
+                .collect();
+            grows_with(sizes, &ys)
+        });
         for (r, s) in streams.iter().flatten().enumerate() {
             let at = places[r];
-            let key = |k: usize| {
-                (
-                    s.sizes[k],
-                    s.lines[k],
-                    s.site_names.get(s.sites[k] as usize),
-                )
-            };
-            let mut sorted: Vec<usize> = at.clone();
-            sorted.sort_by(|&a, &b| key(a).cmp(&key(b)).then(a.cmp(&b)));
-            // The sizes every run has first, then the rest, each by size.
-            let mut left = common.clone();
-            let (mut shared, mut rest) = (Vec::new(), Vec::new());
-            for k in sorted {
-                match left.get_mut(&s.sizes[k]) {
-                    Some(n) if *n > 0 => {
-                        *n -= 1;
-                        shared.push(k);
-                    }
-                    _ => rest.push(k),
-                }
-            }
-            // What grows with the size is an input of the run, never its weights.
+            let (shared, rest) = &orders[r];
             let grown: Vec<usize> = rest
                 .iter()
                 .copied()
-                .filter(|&k| Line::ALL[(s.lines[k] as usize).min(Line::ALL.len() - 1)].with_model())
+                .filter(|&k| {
+                    inputs && Line::ALL[(s.lines[k] as usize).min(Line::ALL.len() - 1)].with_model()
+                })
                 .collect();
             for &k in &grown {
                 let site = s
@@ -561,8 +583,8 @@ pub fn paired_before_recording<'a>(streams: &[Option<&'a Stream>]) -> Paired<'a>
                 let from = out.inputs[r].entry((site, line)).or_default();
                 *from = from.saturating_add(s.sizes[k]);
             }
-            shared.extend(rest);
-            if shared == *at && grown.is_empty() {
+            let order: Vec<usize> = shared.iter().chain(rest).copied().collect();
+            if order == *at && grown.is_empty() {
                 continue;
             }
             let copy = out.streams[r]
@@ -573,9 +595,9 @@ pub fn paired_before_recording<'a>(streams: &[Option<&'a Stream>]) -> Paired<'a>
                 copy.lines[k] = Line::Activations as u8;
             }
             let (sizes, lines, sites) = (
-                shared.iter().map(|&k| copy.sizes[k]).collect::<Vec<_>>(),
-                shared.iter().map(|&k| copy.lines[k]).collect::<Vec<_>>(),
-                shared.iter().map(|&k| copy.sites[k]).collect::<Vec<_>>(),
+                order.iter().map(|&k| copy.sizes[k]).collect::<Vec<_>>(),
+                order.iter().map(|&k| copy.lines[k]).collect::<Vec<_>>(),
+                order.iter().map(|&k| copy.sites[k]).collect::<Vec<_>>(),
             );
             for (i, &k) in at.iter().enumerate() {
                 copy.sizes[k] = sizes[i];
@@ -585,6 +607,30 @@ pub fn paired_before_recording<'a>(streams: &[Option<&'a Stream>]) -> Paired<'a>
         }
     }
     out
+}
+
+/// Whether bytes `ys` measured at the series' sizes `xs` (ascending) grow with the size by
+/// a law they show exactly, with fewer terms than sizes (so that one size at least checks
+/// it): `c · s` or `c · s²` from two sizes, `a + b · s` or `a + c · s²` from three, any
+/// polynomial of degree 2 from four. A size that stays the same does not grow.
+pub fn grows_with(xs: &[u64], ys: &[u64]) -> bool {
+    let n = xs.len();
+    if n != ys.len() || n < 2 || ys.iter().all(|&y| y == ys[0]) {
+        return false;
+    }
+    let x = |i: usize| i128::from(xs[i]);
+    let y = |i: usize| i128::from(ys[i]);
+    // Through the points (f(x), y), with f the size or its square.
+    let proportional = |f: &dyn Fn(usize) -> i128| (0..n).all(|i| y(i) * f(0) == y(0) * f(i));
+    let affine = |f: &dyn Fn(usize) -> i128| {
+        (0..n).all(|i| (y(i) - y(0)) * (f(n - 1) - f(0)) == (y(n - 1) - y(0)) * (f(i) - f(0)))
+    };
+    let size = |i: usize| x(i);
+    let square = |i: usize| x(i) * x(i);
+    proportional(&size)
+        || proportional(&square)
+        || (n >= 3 && (affine(&size) || affine(&square)))
+        || (n >= 4 && law_at(xs, ys, xs[0]).1 == Law::Quadratic)
 }
 
 /// The places of a stream's blocks from before recording that no command frees, by
@@ -1540,6 +1586,36 @@ mod tests {
                 0, 1, 2, n, 3, 4, 5, 6, n, n, 7, 8, 9, 10, n, 11, 12, 13, 14, n, n, 15
             ]
         );
+    }
+
+    /// Inputs made before recording grow with the size by a law the sizes show; other
+    /// weights at each size (another model) do not.
+    #[test]
+    fn what_grows_with_the_size_by_hand() {
+        // Q, K, V of 4 KiB a token; a mask of 64 bytes a token pair; 1 MiB + 1 KiB a token.
+        assert!(grows_with(&[128, 256, 512], &[512 << 10, 1 << 20, 2 << 20]));
+        assert!(grows_with(&[128, 256, 512], &[1 << 20, 4 << 20, 16 << 20]));
+        assert!(grows_with(
+            &[128, 256, 512],
+            &[
+                (1 << 20) + (128 << 10),
+                (1 << 20) + (256 << 10),
+                (1 << 20) + (512 << 10)
+            ]
+        ));
+        // Four sizes: any quadratic (1 MiB + 1 KiB a token + 8 bytes a token pair).
+        let q = |t: u64| (1 << 20) + t * 1024 + t * t * 8;
+        assert!(grows_with(
+            &[128, 256, 384, 512],
+            &[q(128), q(256), q(384), q(512)]
+        ));
+        // Two sizes: in proportion to the size or to its square only.
+        assert!(grows_with(&[128, 512], &[512 << 10, 2 << 20]));
+        assert!(grows_with(&[128, 512], &[1 << 20, 16 << 20]));
+        assert!(!grows_with(&[128, 512], &[3 << 20, 5 << 20]));
+        // The same size everywhere; weights of three models at three sizes.
+        assert!(!grows_with(&[128, 256, 512], &[4096, 4096, 4096]));
+        assert!(!grows_with(&[128, 256, 512], &[3 << 20, 5 << 20, 6 << 20]));
     }
 
     #[test]
