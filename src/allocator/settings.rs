@@ -398,11 +398,11 @@ impl Settings {
         if self.gc_threshold != d.gc_threshold {
             parts.push(format!(
                 "garbage_collection_threshold:{}",
-                self.gc_threshold
+                short_number(self.gc_threshold)
             ));
         }
         if let Some(f) = self.memory_fraction {
-            parts.push(format!("per_process_memory_fraction:{f}"));
+            parts.push(format!("per_process_memory_fraction:{}", short_number(f)));
         }
         if self.large_segment_size != d.large_segment_size {
             parts.push(format!(
@@ -411,6 +411,17 @@ impl Settings {
             ));
         }
         parts.join(",")
+    }
+}
+
+/// A setting's number as given where that is short, else in exponent form: a fraction
+/// of 1e-300 is not printed as 300 zeros.
+fn short_number(f: f64) -> String {
+    let plain = f.to_string();
+    if plain.len() <= 16 {
+        plain
+    } else {
+        format!("{f:e}")
     }
 }
 
@@ -576,11 +587,37 @@ impl Profile {
         }
     }
 
-    /// A release as `2.5` or `2.5.1`.
+    /// A release as `torch.__version__` spells it: `2.5`, `2.5.1`, with a pre-release
+    /// (`2.6.0a0`, `2.6.0rc1`), a development build (`2.10.0.dev20250101`) or a local
+    /// label (`2.5.1+cu121`); any other spelling is refused.
     pub fn parse(s: &str) -> Result<Profile, String> {
-        let mut it = s.trim().split('.');
-        let major: Option<u32> = it.next().and_then(|x| x.parse().ok());
-        let minor: Option<u32> = it.next().and_then(|x| x.parse().ok());
+        let release = s
+            .trim()
+            .split_once('+')
+            .map_or(s.trim(), |(r, local)| if local.is_empty() { "" } else { r });
+        let parts: Vec<&str> = release.split('.').collect();
+        let number = |x: &str| -> Option<u32> {
+            (!x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| x.parse().ok())
+                .flatten()
+        };
+        // A patch: digits, then a pre-release tag of letters and digits.
+        let patch = |x: &str| {
+            x.bytes().next().is_some_and(|b| b.is_ascii_digit())
+                && x.bytes().all(|b| b.is_ascii_alphanumeric())
+        };
+        let dev = |x: &str| x.strip_prefix("dev").is_some_and(|n| number(n).is_some());
+        let well_formed = match parts.len() {
+            2 => true,
+            3 => patch(parts[2]),
+            4 => patch(parts[2]) && dev(parts[3]),
+            _ => false,
+        };
+        let (major, minor) = if well_formed {
+            (number(parts[0]), number(parts[1]))
+        } else {
+            (None, None)
+        };
         match (major, minor) {
             (Some(2), Some(m)) if m <= 3 => Ok(Profile::V2_0),
             (Some(2), Some(m)) if m <= 9 => Ok(Profile::V2_4),
@@ -622,6 +659,58 @@ mod tests {
 
     fn refused(s: &str, p: Profile) -> String {
         Settings::parse(s, p).expect_err(s).0
+    }
+
+    /// `--torch` takes `torch.__version__`'s spellings, and only those.
+    #[test]
+    fn releases_as_torch_spells_them() {
+        for (s, p) in [
+            ("2.3", Profile::V2_0),
+            (" 2.4 ", Profile::V2_4),
+            ("2.5.1", Profile::V2_4),
+            ("2.5.1+cu121", Profile::V2_4),
+            ("2.5+cu121", Profile::V2_4),
+            ("2.6.0a0+git1234abc", Profile::V2_4),
+            ("2.6.0rc1", Profile::V2_4),
+            ("2.10.0.dev20250101", Profile::V2_10),
+            ("2.15", Profile::V2_11),
+        ] {
+            assert_eq!(Profile::parse(s), Ok(p), "{s}");
+        }
+        for s in [
+            "2",
+            "2.",
+            "2.x",
+            "2.5.abc",
+            "2.5.1.2",
+            "2.5.1+",
+            "2.5.1.devx",
+            "1.13",
+            "+2.5",
+            "2.-1",
+            "",
+        ] {
+            assert!(Profile::parse(s).is_err(), "{s}");
+        }
+    }
+
+    /// A tiny fraction or threshold is written in exponent form, not as 300 digits.
+    #[test]
+    fn numbers_in_a_conf_stay_short() {
+        let s = Settings {
+            memory_fraction: Some(1e-300),
+            gc_threshold: 0.5,
+            ..Settings::default()
+        };
+        assert_eq!(
+            s.to_conf(),
+            "garbage_collection_threshold:0.5,per_process_memory_fraction:1e-300"
+        );
+        let s = Settings {
+            memory_fraction: Some(0.25),
+            ..Settings::default()
+        };
+        assert_eq!(s.to_conf(), "per_process_memory_fraction:0.25");
     }
 
     #[test]

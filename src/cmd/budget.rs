@@ -26,7 +26,7 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
             .map(|g| find(g).expect("the default GPUs are in the table"))
             .collect()
     } else {
-        args.gpus.clone()
+        vramlens::analysis::budget::gpus::distinct(&args.gpus)
     };
     let vary: Option<Vary> = args.vary;
     let files = crate::cmd::expand_inputs(&args.files)?;

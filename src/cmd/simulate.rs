@@ -54,7 +54,7 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
         None => None,
     };
     let options = SimulateOptions {
-        gpus: args.gpus.clone(),
+        gpus: vramlens::analysis::budget::gpus::distinct(&args.gpus),
         outside,
         alloc_confs,
         profile,

@@ -947,7 +947,7 @@ fn write_stream_series(out: &mut dyn Write, s: &Series, r: &BudgetReport) -> io:
     if !cached.is_empty() {
         writeln!(
             out,
-            "  the recording{} of {} began with a cache left by earlier work (one process measuring several sizes): {} recorded reserved memory includes it, so {} held-out check{} and the prediction are of a fresh process (a replay from an empty allocator)",
+            "  the recording{} of {} began with a cache left by earlier work (the process's work before recording: other sizes measured first, or earlier steps): {} recorded reserved memory includes it, so {} held-out check{} and the prediction are of a fresh process (a replay from an empty allocator)",
             if cached.len() == 1 { "" } else { "s" },
             cached.join(", "),
             if cached.len() == 1 { "its" } else { "their" },

@@ -23,6 +23,16 @@ pub struct Gpu {
     pub source: &'static str,
 }
 
+/// `gpus` without repeats: a device named (or sized) twice is one device, answered once,
+/// at its first place.
+pub fn distinct(gpus: &[Gpu]) -> Vec<Gpu> {
+    let mut seen = std::collections::BTreeSet::new();
+    gpus.iter()
+        .filter(|g| seen.insert((g.name.clone(), g.capacity_bytes)))
+        .cloned()
+        .collect()
+}
+
 /// (names it is known by, lower case; shown name; capacity in GiB; source).
 const TABLE: [(&[&str], &str, f64, &str); 19] = [
     (
@@ -255,6 +265,15 @@ pub fn all() -> Vec<Gpu> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_asked_for_twice_is_one() {
+        let h100 = find("h100").unwrap();
+        let also = find("H100-SXM").unwrap();
+        let l4 = find("l4").unwrap();
+        let got = distinct(&[h100.clone(), l4.clone(), also, h100.clone(), l4.clone()]);
+        assert_eq!(got, vec![h100, l4]);
+    }
 
     #[test]
     fn names_sizes_and_refusals() {
