@@ -122,13 +122,18 @@ pub struct Oom {
     pub largest_free: u64,
 }
 
+/// A pool's place in the allocator's list of pools: one for each of the default
+/// pools and two for each private pool, so a u16 would wrap at 32,768 CUDA-graph pools
+/// (the next one taken for the default pool).
+type PoolIndex = u32;
+
 #[derive(Clone, Copy, Debug)]
 struct Block {
     addr: u64,
     size: u64,
     requested: u64,
     stream: u64,
-    pool: u16,
+    pool: PoolIndex,
     /// Allocated, or freed and waiting for other streams (`event_count > 0`): either way
     /// it is neither reused nor merged.
     allocated: bool,
@@ -456,7 +461,7 @@ pub struct Cached {
     /// Its address.
     pub addr: u64,
     block: u32,
-    pool: u16,
+    pool: PoolIndex,
     /// The rounded request.
     size: u64,
 }
@@ -472,7 +477,7 @@ pub struct Allocator {
     blocks: Vec<Block>,
     spare: Vec<u32>,
     pools: Vec<Pool>,
-    pool_index: BTreeMap<PoolKey, u16>,
+    pool_index: BTreeMap<PoolKey, PoolIndex>,
     expandables: Vec<Expandable>,
     /// Blocks freed while other streams used them, in the order they were freed.
     pending: Vec<u32>,
@@ -603,11 +608,11 @@ impl Allocator {
         self.pending.len()
     }
 
-    fn pool(&mut self, key: PoolKey) -> u16 {
+    fn pool(&mut self, key: PoolKey) -> PoolIndex {
         if let Some(&i) = self.pool_index.get(&key) {
             return i;
         }
-        let i = self.pools.len() as u16;
+        let i = self.pools.len() as PoolIndex;
         self.pools.push(Pool {
             key: Some(key),
             ..Pool::default()
@@ -622,7 +627,7 @@ impl Allocator {
         self.pool(key);
     }
 
-    fn pool_key(&self, pool: u16) -> PoolKey {
+    fn pool_key(&self, pool: PoolIndex) -> PoolKey {
         self.pools[pool as usize].key.expect("pools have keys")
     }
 
@@ -671,12 +676,12 @@ impl Allocator {
         Some((f * total as f64) as u64)
     }
 
-    fn expandable_active(&self, pool: u16) -> bool {
+    fn expandable_active(&self, pool: PoolIndex) -> bool {
         self.settings.expandable_segments
             && (self.profile.expandable_in_private_pools() || !self.pool_key(pool).is_private())
     }
 
-    fn page_size(&self, pool: u16) -> u64 {
+    fn page_size(&self, pool: PoolIndex) -> u64 {
         if self.pool_key(pool).small {
             SMALL_BUFFER
         } else {
@@ -815,7 +820,7 @@ impl Allocator {
         &mut self,
         pieces: &[Piece],
         stream: u64,
-        pool: u16,
+        pool: PoolIndex,
         expandable: u32,
         _plain: bool,
     ) -> Vec<BlockId> {
@@ -912,7 +917,7 @@ impl Allocator {
 
     /// A search of `pool`'s free blocks: it ticks the garbage collection clock while
     /// collection is active (`get_free_blocks_call_count`).
-    fn count_search(&mut self, pool: u16) {
+    fn count_search(&mut self, pool: PoolIndex) {
         if self.gc_active() {
             self.pools[pool as usize].gc_clock += 1;
         }
@@ -962,7 +967,7 @@ impl Allocator {
     }
 
     /// The largest free mapped block of `pool` on `stream`.
-    fn largest_free(&self, stream: u64, pool: u16) -> u64 {
+    fn largest_free(&self, stream: u64, pool: PoolIndex) -> u64 {
         self.pools[pool as usize].free.largest(stream)
     }
 
@@ -976,7 +981,7 @@ impl Allocator {
             .unwrap_or(0)
     }
 
-    fn get_free_block(&mut self, size: u64, stream: u64, pool: u16) -> Option<u32> {
+    fn get_free_block(&mut self, size: u64, stream: u64, pool: PoolIndex) -> Option<u32> {
         self.count_search(pool);
         let chosen = self.choose_free_block(size, stream, pool)?;
         self.remove_free(chosen);
@@ -984,7 +989,7 @@ impl Allocator {
     }
 
     /// The cached block `get_free_block` takes for a block of `size`, without taking it.
-    fn choose_free_block(&self, size: u64, stream: u64, pool: u16) -> Option<u32> {
+    fn choose_free_block(&self, size: u64, stream: u64, pool: PoolIndex) -> Option<u32> {
         let expandable_active = self.expandable_active(pool);
         let p = &self.pools[pool as usize];
         let mut it = p.free.from(stream, size);
@@ -1057,7 +1062,7 @@ impl Allocator {
 
     /// Whether `should_split` takes the expandable rule: every release tests the
     /// setting; the newest test it for the block's pool.
-    fn split_as_expandable(&self, pool: u16) -> bool {
+    fn split_as_expandable(&self, pool: PoolIndex) -> bool {
         if self.profile.split_tests_pool() {
             self.expandable_active(pool)
         } else {
@@ -1110,7 +1115,7 @@ impl Allocator {
         size: u64,
         asize: u64,
         stream: u64,
-        pool: u16,
+        pool: PoolIndex,
     ) -> Option<u32> {
         if let Some(allowed) = self.allowed_max()
             && self.reserved.saturating_add(asize) > allowed
@@ -1156,7 +1161,7 @@ impl Allocator {
         dev: &mut impl Device,
         size: u64,
         stream: u64,
-        pool: u16,
+        pool: PoolIndex,
     ) -> Option<u32> {
         let mut cand = self.find_expandable_block(dev, size, stream, pool);
         if !self.b(cand).mapped {
@@ -1186,7 +1191,7 @@ impl Allocator {
         dev: &mut impl Device,
         size: u64,
         stream: u64,
-        pool: u16,
+        pool: PoolIndex,
     ) -> u32 {
         let candidates: Vec<u32> = self.pools[pool as usize]
             .unmapped
@@ -1443,7 +1448,7 @@ impl Allocator {
         self.release_blocks(small);
     }
 
-    fn release_blocks(&mut self, pool: u16) {
+    fn release_blocks(&mut self, pool: PoolIndex) {
         let order: Vec<u32> = self.pools[pool as usize].free.blocks();
         let mut to_unmap = Vec::new();
         for i in order {
@@ -1483,7 +1488,7 @@ impl Allocator {
     /// `release_available_cached_blocks`: with a `max_split_size`, free oversize cached
     /// segments of the stream until `size` bytes are released: the smallest one large
     /// enough, else from the largest down. Expandable blocks are never released here.
-    fn release_available(&mut self, size: u64, stream: u64, pool: u16) -> bool {
+    fn release_available(&mut self, size: u64, stream: u64, pool: PoolIndex) -> bool {
         let max_split = self.settings.max_split_size;
         if max_split == u64::MAX {
             return false;

@@ -421,3 +421,27 @@ fn a_stream_set_orders_its_blocks_as_one_ordered_map() {
         assert_eq!(front, all, "step {step}");
     }
 }
+
+/// Pools are numbered as they are made: one for each default pool and one or two for
+/// each private (CUDA-graph) pool. Past 65,536 a 16-bit number wrapped, and the next
+/// private pool's block landed in the first pool made, here the default small pool.
+#[test]
+fn a_pool_made_after_65536_others_is_its_own() {
+    let (mut a, mut d) = alloc(Settings::default());
+    let first = a.malloc(&mut d, MIB, 0, (0, 0), 0).unwrap();
+    a.free(first);
+    let mut last = first;
+    for p in 1..=65_536i64 {
+        last = a.malloc(&mut d, 2 * MIB, 0, (1, p), p as u32).unwrap();
+    }
+    let pool = a.blocks[last.0 as usize].pool;
+    assert_eq!(
+        a.pool_key(pool),
+        PoolKey {
+            private: (1, 65_536),
+            small: false
+        }
+    );
+    // The two default pools, then one large pool for each private pool.
+    assert_eq!(a.pools.len(), 65_538);
+}
