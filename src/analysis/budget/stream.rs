@@ -579,7 +579,7 @@ pub fn paired_before_recording<'a>(streams: &[Option<&'a Stream>], sizes: &[u64]
                     .get(s.sites[k] as usize)
                     .cloned()
                     .unwrap_or_default();
-                let line = Line::ALL[s.lines[k] as usize];
+                let line = Line::ALL[(s.lines[k] as usize).min(Line::ALL.len() - 1)];
                 let from = out.inputs[r].entry((site, line)).or_default();
                 *from = from.saturating_add(s.sizes[k]);
             }
@@ -618,19 +618,38 @@ pub fn grows_with(xs: &[u64], ys: &[u64]) -> bool {
     if n != ys.len() || n < 2 || ys.iter().all(|&y| y == ys[0]) {
         return false;
     }
-    let x = |i: usize| i128::from(xs[i]);
-    let y = |i: usize| i128::from(ys[i]);
-    // Through the points (f(x), y), with f the size or its square.
-    let proportional = |f: &dyn Fn(usize) -> i128| (0..n).all(|i| y(i) * f(0) == y(0) * f(i));
-    let affine = |f: &dyn Fn(usize) -> i128| {
-        (0..n).all(|i| (y(i) - y(0)) * (f(n - 1) - f(0)) == (y(n - 1) - y(0)) * (f(i) - f(0)))
-    };
-    let size = |i: usize| x(i);
-    let square = |i: usize| x(i) * x(i);
-    proportional(&size)
-        || proportional(&square)
-        || (n >= 3 && (affine(&size) || affine(&square)))
+    through_origin(xs, ys, itself)
+        || through_origin(xs, ys, squared)
+        || (n >= 3 && (on_one_line(xs, ys, itself) || on_one_line(xs, ys, squared)))
         || (n >= 4 && law_at(xs, ys, xs[0]).1 == Law::Quadratic)
+}
+
+fn itself(x: i128) -> i128 {
+    x
+}
+
+fn squared(x: i128) -> i128 {
+    x * x
+}
+
+/// Whether the points (f(x), y) of `xs` and `ys` lie on one line through the origin
+/// (y · f(x0) = y0 · f(x) at every size), in exact integers.
+fn through_origin(xs: &[u64], ys: &[u64], f: fn(i128) -> i128) -> bool {
+    let (fx, y) = (
+        |i: usize| f(i128::from(xs[i])),
+        |i: usize| i128::from(ys[i]),
+    );
+    (0..xs.len()).all(|i| y(i) * fx(0) == y(0) * fx(i))
+}
+
+/// Whether the points (f(x), y) of `xs` and `ys` lie on one line, in exact integers.
+fn on_one_line(xs: &[u64], ys: &[u64], f: fn(i128) -> i128) -> bool {
+    let n = xs.len();
+    let (fx, y) = (
+        |i: usize| f(i128::from(xs[i])),
+        |i: usize| i128::from(ys[i]),
+    );
+    (0..n).all(|i| (y(i) - y(0)) * (fx(n - 1) - fx(0)) == (y(n - 1) - y(0)) * (fx(i) - fx(0)))
 }
 
 /// The places of a stream's blocks from before recording that no command frees, by
@@ -849,11 +868,9 @@ pub fn law_at(xs: &[u64], ys: &[u64], t: u64) -> (u64, Law) {
         return (ys[n - 1], Law::Constant);
     }
     let (x, y) = (|i: usize| i128::from(xs[i]), |i: usize| i128::from(ys[i]));
-    // Proportional to the square: y·x0² = y0·x² at every size.
-    let square = (0..n).all(|i| y(i) * x(0) * x(0) == y(0) * x(i) * x(i));
-    let proportional = (0..n).all(|i| y(i) * x(0) == y(0) * x(i));
-    let line =
-        (0..n).all(|i| (y(i) - y(0)) * (x(n - 1) - x(0)) == (y(n - 1) - y(0)) * (x(i) - x(0)));
+    let square = through_origin(xs, ys, squared);
+    let proportional = through_origin(xs, ys, itself);
+    let line = on_one_line(xs, ys, itself);
     if line && (n > 2 || proportional || !square) {
         return (through(&[0, n - 1], xs, ys, t), Law::Linear);
     }
