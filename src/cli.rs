@@ -122,8 +122,9 @@ pub struct SimulateArgs {
     pub snapshot: PathBuf,
     #[arg(long, value_name = "N", help = DEVICE_CHOSEN)]
     pub device: Option<i64>,
-    /// A GPU to fit: a name (h100, h200, a100-80gb, a100-40gb, l40s, l4, a10, rtx4090,
-    /// rtx5090, b200, mi300x, v100, t4) or a size (24GiB). Repeatable. Default: the
+    /// A GPU to fit: a name (h100, h200, h20, gh200, b200, a100-80gb, a100-40gb, l40s,
+    /// rtxa6000, a40, l4, a10, rtx4090, rtx3090, rtx5090, mi300x, mi250x, v100, t4) or a
+    /// size (24GiB). Repeatable. Default: the
     /// capacity the recorded out-of-memory error implies, else no limit.
     #[arg(long = "gpu", value_name = "NAME|SIZE", value_parser = parse_gpu)]
     pub gpus: Vec<vramlens::analysis::budget::gpus::Gpu>,
@@ -357,8 +358,9 @@ pub struct BudgetArgs {
     /// several batch sizes or sequence lengths.
     #[arg(value_name = "SNAPSHOT", required = true)]
     pub files: Vec<PathBuf>,
-    /// A GPU to fit: a name (h100, h200, a100-80gb, a100-40gb, l40s, l4, a10, rtx4090,
-    /// rtx5090, b200, mi300x, v100, t4) or a size (24GiB). Repeatable; default: rtx4090,
+    /// A GPU to fit: a name (h100, h200, h20, gh200, b200, a100-80gb, a100-40gb, l40s,
+    /// rtxa6000, a40, l4, a10, rtx4090, rtx3090, rtx5090, mi300x, mi250x, v100, t4) or a
+    /// size (24GiB). Repeatable; default: rtx4090,
     /// l40s, a100-80gb, h100, h200, b200.
     #[arg(long = "gpu", value_name = "NAME|SIZE", value_parser = parse_gpu)]
     pub gpus: Vec<vramlens::analysis::budget::gpus::Gpu>,

@@ -84,9 +84,36 @@ fn ledger_at_the_oom_against_nvml_samples() {
     assert_eq!(l["device_used_bytes"], used);
     assert_eq!(l["process_used_bytes"], process);
     assert_eq!(l["process_pid"], nearest["processes"][0]["pid"]);
+    // The reading is compared with the allocator at the reading's own time: the last
+    // event at or before it, from the raw entries. On this recording the reading is
+    // 7.5 ms before the OOM, and a 128 MiB segment came in between.
+    let (snap, _) = vramlens::input::read_snapshot(
+        &root().join("testdata/gpu/oom/oom_snapshot.pickle"),
+        Default::default(),
+    )
+    .unwrap();
+    let reading_time = nearest["time_us"].as_i64().unwrap();
+    let before = snap
+        .trace(0)
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.time_us.is_some_and(|x| x <= reading_time))
+        .map(|(i, _)| i)
+        .last()
+        .unwrap();
+    let at_reading = common::reserved_after(&snap, 0, before);
+    assert_eq!(reserved - at_reading, 128 << 20);
+    assert_eq!(l["reading_reserved_bytes"], at_reading);
     assert_eq!(
         l["outside_allocator_bytes"],
-        process as i64 - reserved as i64
+        process as i64 - at_reading as i64
+    );
+    assert_eq!(l["gap_bytes"], used as i64 - at_reading as i64);
+    // The figure every command gives for this reading: 806.0 MiB.
+    assert_eq!(
+        vramlens::units::bytes((process - at_reading) as u64),
+        "806.0 MiB"
     );
     assert_eq!(l["other_processes_bytes"], used as i64 - process as i64);
     // The CUDA context and friends: a few hundred MB, not GBs.
@@ -256,6 +283,32 @@ fn shift_stamp(s: &str, hours: i64) -> String {
     )
 }
 
+/// Reserved bytes when the reading nearest the OOM in our CSV was taken: after the last
+/// event at or before it, from the snapshot's raw entries.
+fn reserved_at_nearest_reading() -> u64 {
+    let (t, _) = oom_moment();
+    let at = our_gpu_rows()
+        .into_iter()
+        .map(|(s, _)| stamp_us(&s))
+        .min_by_key(|&s| ((s - t).abs(), s))
+        .unwrap();
+    let (snap, _) = vramlens::input::read_snapshot(
+        &root().join("testdata/gpu/oom/oom_snapshot.pickle"),
+        Default::default(),
+    )
+    .unwrap();
+    let before = snap
+        .trace(0)
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.time_us.is_some_and(|x| x <= at))
+        .map(|(i, _)| i)
+        .last()
+        .unwrap();
+    common::reserved_after(&snap, 0, before)
+}
+
 /// The reading nearest the OOM in our CSV: (used bytes).
 fn nearest_used_at_oom() -> u64 {
     let (t, _) = oom_moment();
@@ -285,7 +338,9 @@ fn a_log_without_index_or_uuid_is_its_only_gpu() {
     assert_eq!(v["devices"][0]["gpu"]["reason"], "only_gpu");
     let l = oom_ledger(&v);
     assert_eq!(l["device_used_bytes"], nearest_used_at_oom());
-    let (_, reserved) = oom_moment();
+    // The reading against the allocator at the reading's own time.
+    let reserved = reserved_at_nearest_reading();
+    assert_eq!(l["reading_reserved_bytes"], reserved);
     assert_eq!(
         l["gap_bytes"],
         nearest_used_at_oom() as i64 - reserved as i64
@@ -425,7 +480,7 @@ fn without_process_readings_text_and_json_give_the_same_gap() {
     ];
     let v = json_of(&[&args[..], &["--json"]].concat());
     let l = oom_ledger(&v);
-    let (_, reserved) = oom_moment();
+    let reserved = reserved_at_nearest_reading();
     let gap = nearest_used_at_oom() as i64 - reserved as i64;
     assert_eq!(l["gap_bytes"], gap);
     assert_eq!(l["split"], "no_process_readings");
@@ -723,7 +778,7 @@ fn the_ledger_counts_requested_bytes_and_calls_them_so() {
     let blocks = expected["devices"][0]["allocated_bytes"].as_u64().unwrap();
     assert_eq!((requested, blocks), (149_184_151_828, 149_184_222_208));
     let v = reconcile(&["testdata/gpu/oom/nvml.jsonl"]);
-    assert_eq!(v["schema_version"], 4);
+    assert_eq!(v["schema_version"], 5);
     let d = &v["devices"][0];
     for l in d["ledgers"].as_array().unwrap() {
         assert!(l.get("allocated_bytes").is_none(), "{l}");
@@ -750,8 +805,10 @@ fn the_ledger_counts_requested_bytes_and_calls_them_so() {
         "testdata/gpu/oom/nvml.jsonl",
     ])
     .1;
+    // The reading 7.5 ms before the OOM, before a 128 MiB segment: both figures, and
+    // which one the split is against.
     assert!(
-        text.contains("| PyTorch reserved 139.0 GiB (requested 138.9 GiB)\n"),
+        text.contains("| PyTorch reserved 138.9 GiB when the reading was taken (139.0 GiB at the moment; the figures below compare the reading with the allocator at its own time) (requested 138.9 GiB)\n"),
         "{text}"
     );
     assert!(!text.contains("(allocated "), "{text}");
@@ -903,4 +960,54 @@ fn the_device_with_the_oom_comes_first_as_in_every_command() {
     ]);
     assert_eq!(code, 0);
     assert_eq!(text.lines().nth(1), Some("device 2"), "{text}");
+}
+
+/// One reading gives one figure of the memory outside the allocator: `reconcile`,
+/// `budget` and the report's budget say the same 806.0 MiB for the reading nearest the
+/// OOM (its process's use minus what the allocator held at the reading's time).
+#[test]
+fn one_reading_gives_one_outside_figure_in_every_command() {
+    let snap = "testdata/gpu/oom/oom_snapshot.pickle";
+    let nvml = "testdata/gpu/oom/nvml.jsonl";
+    let text = |args: &[&str]| {
+        let out = vramlens().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let r = text(&["reconcile", snap, "--nvml", nvml]);
+    assert!(r.contains("outside the allocator 806.0 MiB | "), "{r}");
+    let b = text(&[
+        "budget",
+        snap,
+        "--nvml",
+        nvml,
+        "--log",
+        "testdata/gpu/oom/oom.log",
+    ]);
+    assert!(
+        b.contains("    outside the allocator                 806.0 MiB "),
+        "{b}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("r.html");
+    vramlens()
+        .args([
+            "report",
+            snap,
+            "--nvml",
+            nvml,
+            "--log",
+            "testdata/gpu/oom/oom.log",
+            "-o",
+        ])
+        .arg(&page)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("outside the allocator                 806.0 MiB "));
+    assert!(!html.contains("678.0 MiB"));
 }

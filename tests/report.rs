@@ -1076,3 +1076,74 @@ fn the_budget_section_names_a_leak_and_budgets_an_oom_at_the_oom() {
     assert!(!ok.contains("leaks (an inference"), "{ok}");
     assert!(!ok.contains("the run leaks"), "{ok}");
 }
+
+/// The lines of a budget text that fit it on a GPU, and its outside-the-allocator line.
+fn budget_answer(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            ["RTX 4090", "L40S", "A100", "H100", "H200", "B200"]
+                .iter()
+                .any(|g| t.starts_with(g))
+                || t.starts_with("outside the allocator")
+                || t.starts_with("needs ")
+        })
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// The report's budget is `budget`'s: the same run, the same memory outside the allocator
+/// (from the same readings and log), and the same replays at each GPU's capacity.
+fn report_budget_is_budget(args: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let page = report(args, &dir.path().join("r.html"));
+    let start = page
+        .find("<section id=\"")
+        .and_then(|_| {
+            Regex::new(r#"<section id="[^"]*-budget">"#)
+                .unwrap()
+                .find(&page)
+        })
+        .expect("a budget section")
+        .end();
+    let section = Some(&page[start..])
+        .and_then(|s| s.split("<pre>").nth(1))
+        .and_then(|s| s.split("</pre>").next())
+        .expect("a budget section");
+    let section = section
+        .replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'");
+    let out = vramlens().arg("budget").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let budget = String::from_utf8(out.stdout).unwrap();
+    let (ours, theirs) = (budget_answer(&section), budget_answer(&budget));
+    assert!(ours.len() >= 8, "{ours:?}");
+    assert_eq!(ours, theirs, "{args:?}");
+}
+
+#[test]
+fn the_reports_budget_is_budgets_with_readings_and_a_log() {
+    report_budget_is_budget(&[
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--nvml",
+        "testdata/gpu/oom/nvml.jsonl",
+        "--log",
+        "testdata/gpu/oom/oom.log",
+    ]);
+    report_budget_is_budget(&["testdata/gpu/ok/snapshot.pickle"]);
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn the_reports_budget_is_budgets_on_a_real_oom() {
+    let data = require_shared_data();
+    let f = data.join("ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle");
+    report_budget_is_budget(&[f.to_str().unwrap()]);
+}

@@ -38,7 +38,7 @@ fn the_oom_fixture_at_its_own_capacity_and_with_expandable_segments() {
         "--outside",
         "0",
     ]);
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let d = &v["devices"][0];
     let id = &d["identity"];
     assert_eq!(id["allocations"], 4);

@@ -37,5 +37,5 @@ pub mod scenario;
 pub mod settings;
 pub mod start;
 
-pub use model::{Allocator, BlockId, Device, ModelEvent, Oom, PoolKey};
+pub use model::{Allocator, BlockId, Device, ModelEvent, Oom, PoolKey, device_ask_at_most};
 pub use settings::{ConfError, Profile, Settings};

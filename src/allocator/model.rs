@@ -32,6 +32,27 @@ pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
 /// Segments for requests of 10 MiB or more are rounded to this (`kRoundLarge`).
 pub const ROUND_LARGE: u64 = 2 << 20;
 
+/// The most a request of `rounded` bytes makes the allocator ask the device for, under
+/// the default segment sizes: a whole segment (2 MiB for the small pool, 20 MiB below
+/// 10 MiB, else the request rounded up to 2 MiB), or with expandable segments the
+/// request rounded up to whole pages (less when a mapped free tail takes part of it).
+pub fn device_ask_at_most(rounded: u64, expandable: bool) -> u64 {
+    let page = if rounded <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else {
+        super::settings::LARGE_BUFFER
+    };
+    if expandable {
+        rounded.div_ceil(page).saturating_mul(page)
+    } else if rounded <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if rounded < MIN_LARGE_ALLOC {
+        super::settings::LARGE_BUFFER
+    } else {
+        rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
+    }
+}
+
 /// Up to this many free blocks of a stream, putting a block at a recorded address looks
 /// at each; past it, every free block is indexed by address from then on.
 const SCAN_BLOCKS: usize = 512;

@@ -40,15 +40,37 @@ pub struct Scenario {
     pub total_memory: Option<u64>,
 }
 
-/// Why a request ran out of memory.
+/// Why a request ran out of memory: where the memory it lacked was. One rule for a
+/// recorded OOM (`oom`, the report) and a replayed one (`simulate`, `budget`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OomCause {
-    /// Even packed without gaps, the live blocks and the request exceed the capacity.
+    /// Even packed without gaps, the live blocks and the request exceed the capacity:
+    /// the memory was not there.
     Capacity,
-    /// The capacity holds the live blocks and the request, but the free memory is in
-    /// pieces (inside segments split by live blocks) none of which fits the request.
+    /// The capacity holds the live blocks and the request, and the device had less free
+    /// than the request: the rest sat in holes inside segments (split by live blocks),
+    /// none large enough.
     Fragmentation,
+    /// The capacity holds the live blocks and the request, and the device had room for
+    /// the request itself, but the allocator asks the device for more: a whole segment
+    /// (2 MiB, 20 MiB, or the request rounded up to 2 MiB) or whole expandable pages.
+    Rounding,
+}
+
+impl OomCause {
+    /// Where a refused request of `request` bytes (rounded) fell short, given the live
+    /// block bytes, the reserved bytes after the allocator released what it could, and
+    /// the most it could hold.
+    pub fn of(allocated: u64, request: u64, reserved: u64, limit: u64) -> OomCause {
+        if allocated.saturating_add(request) > limit {
+            OomCause::Capacity
+        } else if limit.saturating_sub(reserved) >= request {
+            OomCause::Rounding
+        } else {
+            OomCause::Fragmentation
+        }
+    }
 }
 
 /// The first request that runs out of memory.
@@ -680,7 +702,6 @@ fn first_oom(
         .flatten()
         .min()
         .unwrap_or(u64::MAX);
-    let fits_packed = e.allocated.saturating_add(e.size) <= limit;
     FirstOom {
         event,
         request_bytes: size,
@@ -690,11 +711,7 @@ fn first_oom(
         allocated_bytes: e.allocated,
         requested_bytes: a.requested(),
         largest_free_bytes: e.largest_free,
-        cause: if fits_packed {
-            OomCause::Fragmentation
-        } else {
-            OomCause::Capacity
-        },
+        cause: OomCause::of(e.allocated, e.size, e.reserved, limit),
         recorded,
     }
 }

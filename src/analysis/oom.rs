@@ -13,6 +13,7 @@
 //! enough, the memory was there but in pieces (fragmentation, private pools) or the
 //! device refused with room to spare (a cap).
 
+use crate::allocator::scenario::OomCause;
 use crate::analysis::device::{DeviceReason, choose_device};
 use crate::analysis::kinds::attribution::{AttributionOptions, Attributor, GroupBy, GroupKind};
 use crate::analysis::kinds::categories::bound_attributor;
@@ -27,7 +28,7 @@ use crate::timeline::state::allocator_state;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Memory outside the allocator worth naming: this many bytes or this share of the device.
 const OUTSIDE_BYTES: u64 = 1 << 30;
@@ -58,6 +59,9 @@ pub enum Cause {
     PendingFrees,
     /// Enough memory was free in segments, but no hole was large enough.
     Fragmentation,
+    /// The device had room for the request, not for the segment or the expandable pages
+    /// the allocator asks for it (a 20 MiB segment for a 1.3 MB request).
+    Rounding,
     /// Free memory sat in private pools (CUDA graphs) the request could not use.
     PrivatePools,
     /// The device had room; a per-process limit refused the request.
@@ -221,6 +225,21 @@ pub struct OomAnalysis {
     /// for a message, whose hole sizes are unknown, device free only).
     /// Verdict shares are of this.
     pub deficit_bytes: Option<u64>,
+    /// Where the memory the request lacked was, by the rule `simulate` and `budget`
+    /// apply to a replayed OOM (their `cause`): "capacity" (live blocks and request
+    /// exceed what PyTorch could have), "fragmentation" (the rest sat in holes inside
+    /// segments), "rounding" (the device had room for the request, not for the segment
+    /// or pages asked for it); null when the request or the device's free memory is
+    /// unknown.
+    pub shortfall_in: Option<crate::allocator::scenario::OomCause>,
+    /// The most PyTorch could hold by the limit `shortfall_in` is judged against:
+    /// `available_bytes`, or under a memory fraction the replay finds, the most the
+    /// allocator held under it.
+    pub limit_bytes: Option<u64>,
+    /// The most the allocator would ask the device for to serve the request: a whole
+    /// segment, or whole pages with expandable segments (null when the request is
+    /// unknown).
+    pub device_ask_bytes: Option<u64>,
     /// Live memory by call site, largest first (at most 10).
     pub top_sites: Vec<SiteUse>,
     pub leaks: Option<LeakReport>,
@@ -271,6 +290,9 @@ impl OomAnalysis {
             needed_bytes: None,
             shortfall_bytes: None,
             deficit_bytes: None,
+            shortfall_in: None,
+            limit_bytes: None,
+            device_ask_bytes: None,
             top_sites: Vec::new(),
             leaks: None,
             verdicts: Vec::new(),
@@ -408,29 +430,61 @@ fn verdict(
     }
 }
 
-/// The ranked verdicts of an analysis whose figures are filled in.
+/// What the allocator would have asked the device for, then the verdicts.
+fn judge(a: &mut OomAnalysis, s: Settings) {
+    a.device_ask_bytes = a
+        .requested_bytes
+        .map(|r| crate::allocator::device_ask_at_most(r, s.expandable));
+    // Under a memory fraction the replay finds (the device had room), the limit the
+    // request met is the fraction's, not the device's.
+    if let (Some(w), Some(r), Some(free)) = (&a.what_if, a.requested_bytes, a.device_free_bytes) {
+        use crate::analysis::what_if::oom_what_if::OomWhatIf;
+        let limit = OomWhatIf::limit(Some(w), a.reserved_bytes, free);
+        if w.limit == crate::allocator::prepared::OomLimit::MemoryFraction {
+            a.limit_bytes = Some(limit);
+            a.shortfall_in = Some(OomCause::of(a.allocated_bytes, r, a.reserved_bytes, limit));
+        }
+    }
+    a.verdicts = verdicts(a, s);
+}
+
+/// The ranked verdicts of an analysis whose figures are filled in (and its what-if,
+/// when it has one: a setting is then offered only where the replay shows it letting
+/// the request through, the most to spare first).
 pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
-    let (Some(request), Some(free)) = (a.requested_bytes, a.device_free_bytes) else {
+    let (Some(request), Some(free), Some(class)) =
+        (a.requested_bytes, a.device_free_bytes, a.shortfall_in)
+    else {
         return Vec::new();
     };
-    // The device had room for the request: a limit refused it.
-    if free >= request {
-        return vec![verdict(
+    // The device had room for what the allocator would have asked of it: a limit
+    // refused the request.
+    if free >= a.device_ask_bytes.unwrap_or(request) {
+        let mut out = vec![verdict(
             Cause::MemoryFractionCap,
             Role::Primary,
             a.allowed_bytes.unwrap_or(a.reserved_bytes),
             None,
             vec![Knob::CheckFractionCap],
         )];
+        // Under the limit, holes or rounding may have refused it: the settings the
+        // replay proves there.
+        if class != OomCause::Capacity && a.what_if.as_ref().is_some_and(|w| w.tested()) {
+            out.extend(
+                verdicts_layout(a, s, class, request)
+                    .into_iter()
+                    .filter(|v| v.cause != Cause::Leak)
+                    .map(|v| Verdict {
+                        role: Role::Contributing,
+                        ..v
+                    }),
+            );
+        }
+        return out;
     }
-    let shortfall = a.shortfall_bytes.unwrap_or(0);
-    // Nearly full: short of memory, or with so little free (in segments and on the device)
-    // that holes are not the story.
-    let tight = shortfall > 0 || request.saturating_mul(2) > a.cached_free_bytes + free;
-    let mut out = if tight {
-        verdicts_tight(a, s)
-    } else {
-        verdicts_holes(a, s, request, free)
+    let mut out = match class {
+        OomCause::Capacity => verdicts_tight(a, s),
+        OomCause::Fragmentation | OomCause::Rounding => verdicts_layout(a, s, class, request),
     };
     // Name the leak's call sites.
     if let Some(l) = &a.leaks {
@@ -444,24 +498,39 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
 /// A cause the deficit may come from: (cause, bytes, may be primary, knobs).
 type Candidate = (Cause, u64, bool, Vec<Knob>);
 
-/// The causes a nearly full device's deficit may come from, in order of precedence: a
-/// leak, memory outside the allocator, frees pending on other streams, and (with no
-/// shortfall) the free memory in segments.
-fn tight_candidates(a: &OomAnalysis, s: Settings) -> Vec<Candidate> {
+/// The bytes the leak's suspects hold (0 without a leak).
+fn leak_bytes(a: &OomAnalysis) -> u64 {
+    a.leaks
+        .as_ref()
+        .map_or(0, |l| l.suspects.iter().map(|s| s.bytes).sum())
+}
+
+/// What reduces live memory, for a job sharded already or not.
+fn reduce_live_knobs(s: Settings) -> Vec<Knob> {
+    vec![
+        Knob::SmallerBatch,
+        Knob::ActivationCheckpointing,
+        if s.sharded {
+            Knob::PrecisionOffload
+        } else {
+            Knob::PrecisionShardingOffload
+        },
+    ]
+}
+
+/// The causes a device short of memory may owe its shortfall to, in order of
+/// precedence: a leak, memory outside the allocator, frees pending on other streams.
+fn tight_candidates(a: &OomAnalysis) -> Vec<Candidate> {
     let outside = a
         .outside_allocator_bytes
         .zip(a.device_total_bytes)
         .filter(|&(o, t)| o >= OUTSIDE_BYTES || o as f64 >= OUTSIDE_SHARE * t as f64);
-    let shortfall = a.shortfall_bytes.unwrap_or(0);
     let pending = a.pending_free_bytes.unwrap_or(0);
     let total = a.device_total_bytes.unwrap_or(0);
-    let leak_bytes: u64 = a
-        .leaks
-        .as_ref()
-        .map_or(0, |l| l.suspects.iter().map(|s| s.bytes).sum());
+    let leak = leak_bytes(a);
     let mut candidates: Vec<Candidate> = Vec::new();
-    if leak_bytes > 0 {
-        candidates.push((Cause::Leak, leak_bytes, true, vec![Knob::FixLeak]));
+    if leak > 0 {
+        candidates.push((Cause::Leak, leak, true, vec![Knob::FixLeak]));
     }
     if let Some((o, t)) = outside {
         // Outside memory is the primary cause only when it is unusual for a process
@@ -469,7 +538,7 @@ fn tight_candidates(a: &OomAnalysis, s: Settings) -> Vec<Candidate> {
         candidates.push((
             Cause::OutsideAllocator,
             o,
-            shortfall > 0 && o as f64 >= 0.10 * t as f64,
+            o as f64 >= 0.10 * t as f64,
             vec![
                 Knob::CheckOtherProcesses,
                 Knob::NcclBuffers,
@@ -481,28 +550,22 @@ fn tight_candidates(a: &OomAnalysis, s: Settings) -> Vec<Candidate> {
         candidates.push((
             Cause::PendingFrees,
             pending,
-            shortfall > 0 && pending as f64 >= 0.05 * total as f64,
+            pending as f64 >= 0.05 * total as f64,
             vec![Knob::AvoidRecordStream],
-        ));
-    }
-    if shortfall == 0 && a.cached_free_bytes > 0 {
-        candidates.push((
-            Cause::Fragmentation,
-            a.cached_free_bytes,
-            false,
-            fragmentation_knobs(s),
         ));
     }
     candidates
 }
 
-/// The verdicts of a nearly full device: the first candidate that may be primary and
-/// covers the deficit, else capacity; then the contributing causes.
+/// The verdicts of a device short of memory (the live blocks and the request exceed
+/// what PyTorch could have): the first candidate that may be primary and covers the
+/// shortfall, else capacity; then the contributing causes. No allocator setting or
+/// `empty_cache()` can make memory that is in use.
 fn verdicts_tight(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
     let mut out = Vec::new();
     let shortfall = a.shortfall_bytes.unwrap_or(0);
     let deficit = a.deficit_bytes.unwrap_or(shortfall).max(1);
-    let mut candidates = tight_candidates(a, s);
+    let mut candidates = tight_candidates(a);
     let primary = candidates
         .iter()
         .position(|(_, bytes, may, _)| *may && *bytes >= deficit);
@@ -524,27 +587,22 @@ fn verdicts_tight(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
                 knobs,
             ));
         }
-        None => out.push(verdict(
-            Cause::Capacity,
-            Role::Primary,
-            deficit,
-            None,
-            vec![
-                Knob::SmallerBatch,
-                Knob::ActivationCheckpointing,
-                if s.sharded {
-                    Knob::PrecisionOffload
-                } else {
-                    Knob::PrecisionShardingOffload
-                },
-            ],
-        )),
+        None => {
+            let mut knobs = reduce_live_knobs(s);
+            knobs.push(Knob::CachedMemoryCannotHelp);
+            out.push(verdict(
+                Cause::Capacity,
+                Role::Primary,
+                deficit,
+                None,
+                knobs,
+            ));
+        }
     }
     candidates.sort_by_key(|c| match c.0 {
         Cause::Leak => 0,
         Cause::PendingFrees => 1,
-        Cause::Fragmentation => 2,
-        _ => 3,
+        _ => 2,
     });
     for (cause, bytes, _, knobs) in candidates {
         let part = bytes.min(left);
@@ -559,18 +617,46 @@ fn verdicts_tight(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
             left -= part;
         }
     }
-    // Under capacity, allocator settings and empty_cache() cannot help unless free
-    // memory inside segments (holes) could have covered part of the deficit.
-    if out[0].cause == Cause::Capacity && !out.iter().any(|v| v.cause == Cause::Fragmentation) {
-        out[0].knobs.push(Knob::CachedMemoryCannotHelp);
-    }
     out
 }
 
-/// The verdicts when the memory was there (`free` on the device for a `request`): in
-/// holes too small, or in pools the request cannot use; and frees pending on other
-/// streams when they would have covered a share of the request.
-fn verdicts_holes(a: &OomAnalysis, s: Settings, request: u64, free: u64) -> Vec<Verdict> {
+/// The allocator settings to offer for a layout cause: with a what-if the model
+/// reproduced, those it shows letting the request through, the most to spare first;
+/// without one, every setting that is off (unverified: the text says so).
+fn layout_settings(a: &OomAnalysis, s: Settings, class: OomCause) -> Vec<Knob> {
+    use crate::analysis::what_if::oom_what_if::Tried;
+    match &a.what_if {
+        Some(w) if w.tested() => w
+            .proven()
+            .into_iter()
+            .map(|t| match t.setting {
+                Tried::ExpandableSegments => Knob::ExpandableSegments,
+                Tried::MaxSplitSize => Knob::MaxSplitSize,
+                Tried::GcThreshold => Knob::GcThreshold,
+            })
+            .collect(),
+        _ if class == OomCause::Rounding => {
+            // Pages instead of whole segments are the one setting that asks the device
+            // for less.
+            if s.expandable {
+                Vec::new()
+            } else {
+                vec![Knob::ExpandableSegments]
+            }
+        }
+        _ => fragmentation_knobs(s),
+    }
+}
+
+/// The verdicts when the live blocks and the request fit in what PyTorch could have:
+/// the memory was there, in holes inside segments too small (fragmentation), in pools
+/// the request cannot use, or in a segment or pages larger than the request (rounding).
+/// The settings the what-if proves come first, then what reduces live memory; a leak
+/// that alone covers what the request lacked leads when no setting helps or the best
+/// leaves a thin margin (the next step would run out again).
+fn verdicts_layout(a: &OomAnalysis, s: Settings, class: OomCause, request: u64) -> Vec<Verdict> {
+    let free = a.device_free_bytes.unwrap_or(0);
+    let deficit = a.deficit_bytes.unwrap_or(0).max(1);
     let mut out = Vec::new();
     let private_free: u64 = a
         .free_by_pool
@@ -580,13 +666,42 @@ fn verdicts_holes(a: &OomAnalysis, s: Settings, request: u64, free: u64) -> Vec<
         .sum();
     let pending = a.pending_free_bytes.unwrap_or(0);
     let default_free = a.cached_free_bytes.saturating_sub(private_free);
-    if default_free + free >= request || private_free == 0 {
+    let settings = layout_settings(a, s, class);
+    let tested = a.what_if.as_ref().is_some_and(|w| w.tested());
+    let thin = a
+        .what_if
+        .as_ref()
+        .and_then(|w| w.proven().first().map(|t| t.thin_margin))
+        .unwrap_or(true);
+    let leak = leak_bytes(a);
+    let leak_leads = leak >= deficit && (thin || (tested && settings.is_empty()));
+    if leak_leads {
+        out.push(verdict(
+            Cause::Leak,
+            Role::Primary,
+            leak,
+            Some(share(leak, deficit)),
+            vec![Knob::FixLeak],
+        ));
+    }
+    let role = if leak_leads {
+        Role::Contributing
+    } else {
+        Role::Primary
+    };
+    let mut knobs = settings;
+    if !leak_leads {
+        knobs.extend(reduce_live_knobs(s));
+    }
+    if class == OomCause::Rounding {
+        out.push(verdict(Cause::Rounding, role, request, None, knobs));
+    } else if default_free + free >= request || private_free == 0 {
         out.push(verdict(
             Cause::Fragmentation,
-            Role::Primary,
+            role,
             a.cached_free_bytes,
             None,
-            fragmentation_knobs(s),
+            knobs,
         ));
         if private_free as f64 >= CONTRIBUTES * a.cached_free_bytes as f64 {
             out.push(verdict(
@@ -600,10 +715,19 @@ fn verdicts_holes(a: &OomAnalysis, s: Settings, request: u64, free: u64) -> Vec<
     } else {
         out.push(verdict(
             Cause::PrivatePools,
-            Role::Primary,
+            role,
             private_free,
             None,
             vec![Knob::ReleaseGraphPools],
+        ));
+    }
+    if !leak_leads && leak as f64 >= CONTRIBUTES * deficit as f64 {
+        out.push(verdict(
+            Cause::Leak,
+            Role::Contributing,
+            leak,
+            Some(share(leak, deficit)),
+            vec![Knob::FixLeak],
         ));
     }
     if pending as f64 >= CONTRIBUTES * request as f64 {
@@ -641,6 +765,11 @@ fn derive(a: &mut OomAnalysis) {
         .map(|r| a.allocated_bytes.saturating_add(r));
     a.shortfall_bytes = match (a.needed_bytes, a.available_bytes) {
         (Some(n), Some(h)) => Some(n.saturating_sub(h)),
+        _ => None,
+    };
+    a.limit_bytes = a.available_bytes;
+    a.shortfall_in = match (a.requested_bytes, a.available_bytes) {
+        (Some(r), Some(h)) => Some(OomCause::of(a.allocated_bytes, r, a.reserved_bytes, h)),
         _ => None,
     };
     a.deficit_bytes = match (a.shortfall_bytes, a.requested_bytes, a.device_free_bytes) {
@@ -840,13 +969,16 @@ fn analyze_at(
         needed_bytes: None,
         shortfall_bytes: None,
         deficit_bytes: None,
+        shortfall_in: None,
+        limit_bytes: None,
+        device_ask_bytes: None,
         top_sites,
         leaks,
         verdicts: Vec::new(),
         what_if: None,
     };
     derive(&mut a);
-    a.verdicts = verdicts(&a, settings);
+    judge(&mut a, settings);
     a
 }
 
@@ -952,7 +1084,7 @@ pub fn analyze_oom(
             ));
         }
         // Only this device's analyses: the earlier devices' are not searched again.
-        attach_what_ifs(snap, d, &mut analyses[first..]);
+        attach_what_ifs(snap, d, settings, &mut analyses[first..]);
     }
     let mut reason = match (device, all.len()) {
         (Some(_), _) => Some(DeviceReason::Asked),
@@ -1012,10 +1144,10 @@ pub fn analyze_oom(
     }
 }
 
-/// Each recorded OOM of `device` with its what-ifs; a setting they show does not let
-/// the request through is not offered.
-fn attach_what_ifs(snap: &Snapshot, device: i64, analyses: &mut [OomAnalysis]) {
-    use crate::analysis::what_if::oom_what_if::{Tried, refutes, what_ifs};
+/// Each recorded OOM of `device` with its what-ifs, and its verdicts again in their
+/// light (a setting they show does not let the request through is not offered).
+fn attach_what_ifs(snap: &Snapshot, device: i64, settings: Settings, analyses: &mut [OomAnalysis]) {
+    use crate::analysis::what_if::oom_what_if::what_ifs;
     let found = what_ifs(snap, device);
     for a in analyses
         .iter_mut()
@@ -1028,18 +1160,8 @@ fn attach_what_ifs(snap: &Snapshot, device: i64, analyses: &mut [OomAnalysis]) {
         else {
             continue;
         };
-        for v in &mut a.verdicts {
-            v.knobs.retain(|k| {
-                let tried = match k {
-                    Knob::ExpandableSegments => Tried::ExpandableSegments,
-                    Knob::MaxSplitSize => Tried::MaxSplitSize,
-                    Knob::GcThreshold => Tried::GcThreshold,
-                    _ => return true,
-                };
-                !refutes(&w, tried)
-            });
-        }
         a.what_if = Some(w);
+        judge(a, settings);
     }
 }
 
@@ -1078,7 +1200,7 @@ pub fn analyze_messages(messages: Vec<OomMessage>, options: OomOptions) -> OomRe
                 ..OomAnalysis::blank(m.gpu.unwrap_or(0), Source::Message)
             };
             derive(&mut a);
-            a.verdicts = verdicts(&a, Settings::default());
+            judge(&mut a, Settings::default());
             a
         })
         .collect();
@@ -1139,7 +1261,7 @@ mod tests {
             ..OomAnalysis::blank(0, Source::OomEvent)
         };
         derive(&mut a);
-        a.verdicts = verdicts(&a, Settings::default());
+        judge(&mut a, Settings::default());
         a
     }
 
@@ -1215,7 +1337,7 @@ mod tests {
     }
 
     #[test]
-    fn holes_that_would_hold_the_request_contribute_and_settings_can_help() {
+    fn holes_that_would_hold_the_request_are_the_cause_and_settings_can_help() {
         // 38 GiB reserved, 37.2 GiB live (800 MiB in holes of at most 112 MiB), 3.8 GiB
         // free: a 3.9 GiB request fits in total but lacks ~102 MiB of one free range.
         let reserved = 38 * GIB;
@@ -1224,20 +1346,17 @@ mod tests {
         let request = 3 * GIB + 921 * MIB;
         let a = figures(request, free, 48 * GIB, reserved, allocated, 0, 112 * MIB);
         assert_eq!(a.shortfall_bytes, Some(0));
-        // 6.2 GiB outside the allocator would also have made room, but the holes come
-        // first: a user can act on them; the outside memory is left with no part.
+        assert_eq!(a.shortfall_in, Some(OomCause::Fragmentation));
+        // 6.2 GiB outside the allocator is no cause: the memory was there.
         assert_eq!(a.outside_allocator_bytes, Some(6 * GIB + 205 * MIB));
         assert_eq!(a.deficit_bytes, Some(102 * MIB));
-        assert_eq!(
-            summary(&a),
-            [
-                (Cause::Capacity, Role::Primary, None),
-                (Cause::Fragmentation, Role::Contributing, Some(1.0)),
-            ]
-        );
-        // Capacity does not say that settings cannot help when fragmentation proposes them.
-        assert!(!a.verdicts[0].knobs.contains(&Knob::CachedMemoryCannotHelp));
-        assert!(a.verdicts[1].knobs.contains(&Knob::ExpandableSegments));
+        assert_eq!(summary(&a), [(Cause::Fragmentation, Role::Primary, None)]);
+        // Without a replay, every setting that is off (unverified), then what reduces
+        // live memory; never that settings cannot help.
+        let k = &a.verdicts[0].knobs;
+        assert_eq!(k[0], Knob::ExpandableSegments);
+        assert!(k.contains(&Knob::SmallerBatch));
+        assert!(!k.contains(&Knob::CachedMemoryCannotHelp));
         // With 20 MiB in holes the request does not fit even in total (short by 82 MiB):
         // holes are no cause, and no setting can help.
         let total = reserved + free + 512 * MIB;
@@ -1251,7 +1370,40 @@ mod tests {
             8 * MIB,
         );
         assert_eq!(a.shortfall_bytes, Some(82 * MIB));
+        assert_eq!(a.shortfall_in, Some(OomCause::Capacity));
         assert_eq!(summary(&a), [(Cause::Capacity, Role::Primary, None)]);
         assert!(a.verdicts[0].knobs.contains(&Knob::CachedMemoryCannotHelp));
+    }
+
+    #[test]
+    fn a_request_smaller_than_the_segment_asked_for_it_is_rounding() {
+        // Nothing cached (reserved = live), 10 MiB free on the device: a 1.3 MB request
+        // fits there, but the allocator asks for a 20 MiB segment for it (spec 1.3:
+        // requests of 1-10 MiB get a whole large segment). Not fragmentation (no hole),
+        // not capacity (the request itself fit), not a cap (the device had less free
+        // than the segment).
+        let request = 1_300_480;
+        let reserved = 30 * GIB;
+        let a = figures(request, 10 * MIB, 32 * GIB, reserved, reserved, 0, 0);
+        assert_eq!(a.shortfall_bytes, Some(0));
+        assert_eq!(a.shortfall_in, Some(OomCause::Rounding));
+        assert_eq!(a.device_ask_bytes, Some(20 * MIB));
+        assert_eq!(summary(&a), [(Cause::Rounding, Role::Primary, None)]);
+        // Expandable pages ask the device for less: the one setting offered.
+        assert_eq!(a.verdicts[0].knobs[0], Knob::ExpandableSegments);
+        // With 20 MiB free the device had room for the segment: a limit refused it.
+        let a = figures(request, 20 * MIB, 32 * GIB, reserved, reserved, 0, 0);
+        assert_eq!(summary(&a)[0].0, Cause::MemoryFractionCap);
+    }
+
+    #[test]
+    fn where_a_request_fell_short_is_one_rule() {
+        use crate::allocator::scenario::OomCause as C;
+        // (live, request, reserved, limit)
+        assert_eq!(C::of(90, 20, 100, 105), C::Capacity);
+        assert_eq!(C::of(80, 20, 100, 105), C::Fragmentation);
+        assert_eq!(C::of(80, 5, 100, 105), C::Rounding);
+        assert_eq!(C::of(80, 25, 100, 105), C::Fragmentation);
+        assert_eq!(C::of(80, 26, 100, 105), C::Capacity);
     }
 }

@@ -11,8 +11,8 @@ use vramlens::allocator::prepared::Prepared;
 use vramlens::analysis::budget::gpus::{DEFAULT_GPUS, Gpu, find};
 use vramlens::analysis::budget::stream::Stream;
 use vramlens::analysis::budget::{
-    Outside, OutsideSource, RunBudget, RunDevice, SeriesOptions, TargetSize, Vary, Verdict,
-    headroom_of, replay_on, report, run_budget, shape_from_name, size_from_name,
+    Outside, RunBudget, RunDevice, SeriesOptions, TargetSize, Vary, Verdict, headroom_of,
+    replay_on, report, run_budget, shape_from_name, size_from_name,
 };
 use vramlens::analysis::device::choose_device;
 use vramlens::input::ReadOptions;
@@ -139,8 +139,8 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Memory outside the allocator at the run's peak: from device readings, else from an
-/// OOM message, else not measured.
+/// Memory outside the allocator at the run's peak ([`Outside::of_run`]), the device
+/// readings read for the snapshot's time only.
 pub(super) fn outside_of(
     snap: &vramlens::model::Snapshot,
     path: &str,
@@ -149,63 +149,23 @@ pub(super) fn outside_of(
     utc_offset: i32,
     messages: Option<&[vramlens::devlog::oom_log::OomMessage]>,
 ) -> Result<Outside> {
-    use vramlens::analysis::device::reconcile::{
-        LOG_MARGIN_US, Moment, ReconcileOptions, analyze_reconcile, focus_ranges, snapshot_range,
-    };
-    if !nvml.is_empty() {
+    use vramlens::analysis::device::reconcile::{LOG_MARGIN_US, focus_ranges, snapshot_range};
+    let log = if nvml.is_empty() {
+        None
+    } else {
         let keep = snapshot_range(snap, Some(device)).map(|r| r.widen(LOG_MARGIN_US));
         let focus = focus_ranges(snap, Some(device));
-        let log = crate::cmd::read_device_logs_in(nvml, utc_offset, keep, &focus)?;
-        let options = ReconcileOptions {
-            device: Some(device),
-            gpu: None,
-            allow_no_overlap: false,
-        };
-        let rec = analyze_reconcile(snap, path, &log, utc_offset, None, options).map_err(|e| {
-            let logs: Vec<String> = nvml.iter().map(|p| p.display().to_string()).collect();
-            anyhow!(
-                "{}",
-                vramlens::render::device::reconcile::error_text(&e, &logs.join(", "), None)
-            )
-        })?;
-        let ledger = rec
-            .devices
-            .iter()
-            .flat_map(|d| &d.ledgers)
-            .find(|l| l.moment == Moment::Peak);
-        if let Some(l) = ledger {
-            if let Some(b) = l.outside_allocator_bytes {
-                return Ok(Outside::measured(OutsideSource::Nvml, b.max(0) as u64));
-            }
-            if let Some(b) = l.gap_bytes {
-                return Ok(Outside::measured(
-                    OutsideSource::NvmlDevice,
-                    b.max(0) as u64,
-                ));
-            }
-        }
-        return Ok(Outside::not_measured());
-    }
-    if let Some(messages) = messages {
-        let m = messages
-            .iter()
-            .find(|m| m.gpu == Some(device))
-            .or_else(|| messages.iter().find(|m| m.gpu.is_none()))
-            .or(if messages.len() == 1 {
-                messages.first()
-            } else {
-                None
-            });
-        if let Some((process, reserved)) =
-            m.and_then(|m| m.this_process_bytes.zip(m.reserved_by_pytorch_bytes))
-        {
-            return Ok(Outside::measured(
-                OutsideSource::OomMessage,
-                process.saturating_sub(reserved),
-            ));
-        }
-    }
-    Ok(Outside::not_measured())
+        Some(crate::cmd::read_device_logs_in(
+            nvml, utc_offset, keep, &focus,
+        )?)
+    };
+    Outside::of_run(snap, path, device, log.as_ref(), utc_offset, messages).map_err(|e| {
+        let logs: Vec<String> = nvml.iter().map(|p| p.display().to_string()).collect();
+        anyhow!(
+            "{}",
+            vramlens::render::device::reconcile::error_text(&e, &logs.join(", "), None)
+        )
+    })
 }
 
 /// The series the files form, when they do: sizes given with --size or stated by the

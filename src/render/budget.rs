@@ -310,6 +310,19 @@ fn write_run(out: &mut dyn Write, r: &RunBudget, alone: bool) -> io::Result<()> 
             ""
         },
     )?;
+    if let Some(c) = r.oom_shortfall_in {
+        let fix = r
+            .oom_what_if
+            .as_ref()
+            .and_then(crate::render::oom::what_if_fix_text)
+            .map(|t| format!("; {t}"))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "  the OOM: {}{fix} (vramlens oom explains it)",
+            crate::render::words::labels::shortfall_sentence(c)
+        )?;
+    }
     write_phase_peaks(out, r, alone)?;
     let width = Line::ALL
         .iter()
@@ -503,6 +516,11 @@ fn write_fits(
             out,
             "  (up to its OOM only: the run stopped at the request it was refused, so what it needs after that is not recorded)"
         )?;
+    }
+    for f in fits {
+        if let Some(which) = f.gpu.ambiguous {
+            writeln!(out, "  ({which})")?;
+        }
     }
     Ok(())
 }
@@ -1050,12 +1068,23 @@ fn headroom_text(h: &Headroom, runs: &[RunBudget]) -> String {
             // Only the order of equal free blocks was tried: it moved the peak less.
             let s = &h.spreads[0];
             format!(
-                "with {} headroom (assumed: no step or device repeats in the files to show how much the peak varies; taking equal free blocks in the other order moves the reserved peak of {} by {} ({} to {}); --headroom PCT sets it)",
+                "with {} headroom (assumed: no step or device repeats in the files to show how much the peak varies; replayed with no limit, taking equal free blocks in the other order moves the reserved peak of {} by {} ({} to {}{}); --headroom PCT sets it)",
                 percent(h.fraction),
                 shown(&runs[s.run].path),
                 percent(s.spread),
                 bytes(s.smallest_bytes),
-                bytes(s.largest_bytes)
+                bytes(s.largest_bytes),
+                {
+                    let r = &runs[s.run];
+                    if r.oom_event.is_some() && r.peak_reserved_bytes < s.smallest_bytes {
+                        format!(
+                            "; the recording reserved at most {} before its OOM stopped it",
+                            bytes(r.peak_reserved_bytes)
+                        )
+                    } else {
+                        String::new()
+                    }
+                }
             )
         }
         HeadroomSource::Assumed => format!(
@@ -1743,6 +1772,7 @@ mod chart_tests {
             name: "40 GiB".into(),
             capacity_bytes: 40 << 30,
             source: "given as a size",
+            ambiguous: None,
         };
         // 36.4 GiB needs 40.04 GiB with 10%: tight; 3.6 GiB left, 3.64 GiB of headroom.
         let total = (364u64 << 30) / 10;

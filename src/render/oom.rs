@@ -100,43 +100,6 @@ fn share_text(a: &OomAnalysis, v: &Verdict) -> String {
     }
 }
 
-/// Two sizes that read differently: one decimal, else more, else exact bytes.
-fn distinct_sizes(a: u64, b: u64) -> (String, String) {
-    let (ta, tb) = (bytes(a), bytes(b));
-    if ta != tb || a == b {
-        return (ta, tb);
-    }
-    // Same unit for both (they printed the same), so only the decimals change.
-    let (unit, scale) = crate::units::binary_unit(a);
-    let scale = scale as f64;
-    for decimals in 2..=3 {
-        let (x, y) = (
-            format!("{:.*} {unit}", decimals, a as f64 / scale),
-            format!("{:.*} {unit}", decimals, b as f64 / scale),
-        );
-        if x != y {
-            return (x, y);
-        }
-    }
-    (format!("{a} B"), format!("{b} B"))
-}
-
-/// A share that is below the whole but would print as 100.0%.
-fn percent_below(part: u64, whole: u64) -> String {
-    let p = percent(part, whole);
-    if part < whole && p == "100.0%" {
-        let exact = part as f64 * 100.0 / whole as f64;
-        for decimals in 2..=4 {
-            let t = format!("{exact:.decimals$}%");
-            if !t.starts_with("100.") {
-                return t;
-            }
-        }
-        return "99.9999%".into();
-    }
-    p
-}
-
 /// How much more the request was than its largest usable free space: for a message the
 /// device's free memory only, since a message gives no hole sizes.
 fn lacked_text(a: &OomAnalysis) -> String {
@@ -155,16 +118,9 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
     let request = opt(a.requested_bytes);
     let short = opt(a.shortfall_bytes);
     match v.cause {
-        Cause::Capacity if a.shortfall_bytes == Some(0) => format!(
-            "capacity: the device was nearly full: the live blocks ({}) plus the request ({request}) are {} of the {} PyTorch could have, and no free space held the request ({})",
-            bytes(a.allocated_bytes),
-            percent_below(a.needed_bytes.unwrap_or(0), a.available_bytes.unwrap_or(0)),
-            opt(a.available_bytes),
-            lacked_text(a)
-        ),
         Cause::Capacity => {
             let (needed, could) = match (a.needed_bytes, a.available_bytes) {
-                (Some(n), Some(h)) => distinct_sizes(n, h),
+                (Some(n), Some(h)) => crate::render::words::labels::distinct_sizes(n, h),
                 (n, h) => (opt(n), opt(h)),
             };
             format!(
@@ -204,6 +160,35 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
             bytes(v.bytes),
             share_text(a, v)
         ),
+        Cause::Rounding => format!(
+            "rounding: the live blocks ({}) plus the request ({request}) fit in the {} PyTorch could have, and the device had {} free, room for the request itself, but the allocator asks the device for more at a time (up to {}: a whole segment, or whole pages with expandable segments)",
+            bytes(a.allocated_bytes),
+            opt(a.available_bytes),
+            opt(a.device_free_bytes),
+            opt(a.device_ask_bytes)
+        ),
+        Cause::Fragmentation if v.role == Role::Contributing && a.shortfall_bytes == Some(0) => {
+            format!(
+                "fragmentation: the memory was there ({} to spare in total{}), {} of it in holes inside segments of at most {}{}",
+                opt(a
+                    .limit_bytes
+                    .zip(a.needed_bytes)
+                    .map(|(h, n)| h.saturating_sub(n))),
+                if a.limit_bytes != a.available_bytes {
+                    " under the memory fraction"
+                } else {
+                    ""
+                },
+                bytes(a.cached_free_bytes),
+                opt(a.largest_hole_bytes),
+                match v.knobs.iter().any(|k| k.is_allocator_setting()) {
+                    false if a.what_if.as_ref().is_some_and(|w| w.tested()) => {
+                        "; no allocator setting tried lets the request through"
+                    }
+                    _ => "",
+                }
+            )
+        }
         Cause::Fragmentation if v.role == Role::Contributing => match a.largest_hole_bytes {
             Some(hole) => format!(
                 "fragmentation: {} sat free inside segments in holes of at most {}{}",
@@ -223,12 +208,18 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
             opt(a.device_free_bytes)
         ),
         Cause::Fragmentation => format!(
-            "fragmentation: {} free inside segments plus {} free on the device would cover the request ({request}), but the largest hole is {} ({} on the request's stream); rounding added {} to live blocks",
-            bytes(a.cached_free_bytes),
+            "fragmentation: the memory was there: the live blocks ({}) plus the request ({request}) fit in the {} PyTorch could have ({} to spare), but the device had {} free and {} sat in holes inside segments, the largest {} ({} on the request's stream): no free piece held the request ({})",
+            bytes(a.allocated_bytes),
+            opt(a.available_bytes),
+            opt(a
+                .available_bytes
+                .zip(a.needed_bytes)
+                .map(|(h, n)| h.saturating_sub(n))),
             opt(a.device_free_bytes),
+            bytes(a.cached_free_bytes),
             opt(a.largest_hole_bytes),
             opt(a.largest_hole_same_stream_bytes),
-            opt(a.rounding_waste_bytes)
+            lacked_text(a)
         ),
         Cause::PrivatePools => format!(
             "private pools (CUDA graphs) hold {} free that other allocations cannot use",
@@ -252,11 +243,11 @@ pub fn verdict_text(a: &OomAnalysis, v: &Verdict) -> String {
 pub fn write_analysis(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
     write_heading(out, a, style)?;
     write_request(out, a)?;
+    write_verdicts(out, a, style)?;
     write_device(out, a)?;
     write_allocator(out, a)?;
     write_needed(out, a)?;
     write_top_sites(out, a)?;
-    write_verdicts(out, a, style)?;
     write_what_if(out, a)?;
     Ok(())
 }
@@ -497,7 +488,7 @@ fn write_allocator(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
 /// pool.
 fn write_needed(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
     if let (Some(n), Some(h)) = (a.needed_bytes, a.available_bytes) {
-        let (needed, could) = distinct_sizes(n, h);
+        let (needed, could) = crate::render::words::labels::distinct_sizes(n, h);
         writeln!(
             out,
             "  needed             {needed} (live blocks + request); PyTorch could have {could} (reserved + free{}){}",
@@ -559,6 +550,94 @@ fn write_top_sites(out: &mut dyn Write, a: &OomAnalysis) -> io::Result<()> {
     Ok(())
 }
 
+/// The replayed try of an allocator setting that let the request through, if any.
+fn proven_try(
+    a: &OomAnalysis,
+    k: Knob,
+) -> Option<&crate::analysis::what_if::oom_what_if::SettingTry> {
+    use crate::analysis::what_if::oom_what_if::Tried;
+    let setting = match k {
+        Knob::ExpandableSegments => Tried::ExpandableSegments,
+        Knob::MaxSplitSize => Tried::MaxSplitSize,
+        Knob::GcThreshold => Tried::GcThreshold,
+        _ => return None,
+    };
+    a.what_if
+        .as_ref()?
+        .proven()
+        .into_iter()
+        .find(|t| t.setting == setting)
+}
+
+/// A setting the allocator model's replay let the request through with, and its margin.
+fn proven_text(
+    a: &OomAnalysis,
+    t: &crate::analysis::what_if::oom_what_if::SettingTry,
+    live_follows: bool,
+) -> String {
+    let capacity = a.what_if.as_ref().map_or(0, |w| w.capacity_bytes);
+    let spare = t.spare_bytes.unwrap_or(0).max(0) as u64;
+    format!(
+        "PYTORCH_CUDA_ALLOC_CONF={}: replayed through the allocator model with the same requests, this request goes through with {} to spare of {} ({}){}",
+        t.alloc_conf,
+        bytes(spare),
+        bytes(capacity),
+        percent(spare, capacity),
+        match (t.thin_margin, live_follows) {
+            (true, true) => ": a thin margin, so also reduce what is live (below)",
+            (true, false) => ": a thin margin",
+            _ => "",
+        }
+    )
+}
+
+/// What to try for a verdict, one line each ("try: ..." or "note: ..."): a setting the
+/// replay proved with its margin, the others as they apply. The `oom` text and the
+/// report's first screen both print these.
+pub fn fix_lines(a: &OomAnalysis, v: &Verdict) -> Vec<String> {
+    let live_follows = v.knobs.contains(&Knob::SmallerBatch);
+    v.knobs
+        .iter()
+        .map(|&k| match (k, proven_try(a, k)) {
+            (Knob::CachedMemoryCannotHelp, _) => format!("note: {}", knob_text(k)),
+            (_, Some(t)) => format!("try: {}", proven_text(a, t, live_follows)),
+            _ => format!("try: {}", knob_text(k)),
+        })
+        .collect()
+}
+
+/// Which settings the replay shows letting a recorded OOM's request through, in one
+/// sentence (`simulate` and `budget` say it as `oom` does); None when the model does not
+/// reproduce the OOM.
+pub fn what_if_fix_text(w: &crate::analysis::what_if::oom_what_if::OomWhatIf) -> Option<String> {
+    if !w.tested() {
+        return None;
+    }
+    let proven = w.proven();
+    if proven.is_empty() {
+        let tried: Vec<&str> = w.tries.iter().map(|t| t.alloc_conf.as_str()).collect();
+        return Some(format!(
+            "no allocator setting tried lets the request through ({}): reduce what is live",
+            tried.join("; ")
+        ));
+    }
+    let each: Vec<String> = proven
+        .iter()
+        .map(|t| {
+            let spare = t.spare_bytes.unwrap_or(0).max(0) as u64;
+            format!(
+                "PYTORCH_CUDA_ALLOC_CONF={} lets it through with {} to spare ({} of {}{})",
+                t.alloc_conf,
+                bytes(spare),
+                percent(spare, w.capacity_bytes),
+                bytes(w.capacity_bytes),
+                if t.thin_margin { ": a thin margin" } else { "" }
+            )
+        })
+        .collect();
+    Some(format!("the fix the replay proves: {}", each.join("; ")))
+}
+
 /// The verdicts, each with what to try; or why there is none.
 fn write_verdicts(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Result<()> {
     if a.verdicts.is_empty() {
@@ -584,8 +663,8 @@ fn write_verdicts(out: &mut dyn Write, a: &OomAnalysis, style: Style) -> io::Res
             "  {}",
             style.warn(&format!("{role}: {}", verdict_text(a, v)))
         )?;
-        for k in &v.knobs {
-            writeln!(out, "    try: {}", knob_text(*k))?;
+        for line in fix_lines(a, v) {
+            writeln!(out, "    {line}")?;
         }
         if a.source == Source::Message && v.knobs.iter().any(|k| k.is_allocator_setting()) {
             writeln!(

@@ -222,6 +222,12 @@ fn oom_text(o: &OomAt) -> String {
             bytes(o.rounded_bytes),
             bytes(o.largest_free_bytes)
         ),
+        OomCause::Rounding => format!(
+            "rounding: the device had room for the {} block, not for the segment or pages the allocator asks for it ({} reserved, {} of it in live blocks)",
+            bytes(o.rounded_bytes),
+            bytes(o.reserved_bytes),
+            bytes(o.allocated_bytes)
+        ),
     };
     format!(
         "runs out of memory at {}{site}, a {} request{}; {cause}",
@@ -404,6 +410,14 @@ fn write_device(
                 )?;
             }
         }
+        if group[0].capacity_source == CapacitySource::RecordedOom
+            && let Some(text) = d
+                .recorded_oom_what_if
+                .as_ref()
+                .and_then(crate::render::oom::what_if_fix_text)
+        {
+            writeln!(out, "    {text}")?;
+        }
     }
     let mins: Vec<&ScenarioReport> = {
         let mut seen: Vec<&str> = Vec::new();
@@ -473,10 +487,7 @@ fn write_table(out: &mut dyn Write, d: &DeviceSimulation) -> io::Result<()> {
                     (Some(o), _) => format!(
                         "event {} ({})",
                         grouped(o.event as u64),
-                        match o.cause {
-                            OomCause::Capacity => "capacity",
-                            OomCause::Fragmentation => "fragmentation",
-                        }
+                        crate::render::words::labels::shortfall_name(o.cause)
                     ),
                     (None, _) => "none".into(),
                 },

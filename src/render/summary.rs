@@ -135,11 +135,32 @@ fn write_trace(
             "history",
             "complete in its totals; the trace has no addresses, so each free was paired with an allocation of its size (which block ended is a guess)",
         )?;
-    } else {
+    } else if t.alive_before_recording > 0 {
+        row(
+            out,
+            "history",
+            format!(
+                "began mid-run: {} in {} were alive before the first event (their allocations are not in the trace); every free pairs with an allocation in the trace or one of those",
+                bytes(t.alive_before_recording_bytes),
+                crate::units::count(t.alive_before_recording as usize, "block", "blocks")
+            ),
+        )?;
+    } else if t.freed_after_trace == 0 {
         row(
             out,
             "history",
             "complete (every free pairs with an allocation in the trace)",
+        )?;
+    }
+    if t.freed_after_trace > 0 {
+        let first = !t.looks_truncated && !t.frees_paired_by_size && t.alive_before_recording == 0;
+        row(
+            out,
+            if first { "history" } else { "" },
+            style.warn(&crate::render::words::labels::freed_after_trace_text(
+                t.freed_after_trace,
+                t.freed_after_trace_bytes,
+            )),
         )?;
     }
     Ok(())

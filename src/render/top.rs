@@ -86,6 +86,16 @@ pub fn write_top_text(
         choice,
         style,
     )?;
+    if r.freed_after_trace_count > 0 {
+        writeln!(
+            out,
+            "  {}",
+            crate::render::words::labels::freed_after_trace_text(
+                r.freed_after_trace_count as u64,
+                r.freed_after_trace_bytes
+            )
+        )?;
+    }
     if r.groups.is_empty() {
         return writeln!(out, "  nothing was live");
     }

@@ -253,6 +253,16 @@ impl<'a> DeviceReplay<'a> {
         }
     }
 
+    /// Whether an allocation the trace leaves alive at its end is free in the file's
+    /// final state: the trace lost its free, or the recording stopped before it (the
+    /// segments are taken when the file is written). The final state is the truth at the
+    /// end. Never for a file made from a profiler trace, which has no final state.
+    pub fn freed_after_trace(&self, l: &Lifetime) -> bool {
+        l.origin == Origin::Traced
+            && self.snap.features.converted_from.is_none()
+            && !self.final_blocks.contains_key(&l.addr)
+    }
+
     /// The last `alloc` at each address that holds a block at the end: the last million
     /// events are searched first, and the rest, when needed, in parallel pieces.
     fn last_alloc(&self) -> &FxMap<u64, usize> {

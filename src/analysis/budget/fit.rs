@@ -62,16 +62,6 @@ fn highest_first_peak(p: &crate::allocator::prepared::Prepared) -> Option<u64> {
         .map(|(o, _)| o.peak_reserved_bytes)
 }
 
-/// A device's [`TieBreak`], for a budget made without [`replay_on`] (the report's): its
-/// replay with no limit beside the same taking equal free blocks highest address first.
-pub fn tie_break_of(snap: &Snapshot, device: i64) -> Option<TieBreak> {
-    let p = Prepared::new(snap, device, None).ok()?;
-    if p.requests.allocs > MAX_TIE_BREAK_ALLOCATIONS || p.settings.memory_fraction.is_some() {
-        return None;
-    }
-    replays_with_tie_break(&p, &[]).1
-}
-
 /// [`run_each`](crate::allocator::scenario::run_each) at `devices` under the recorded
 /// settings, beside the replay taking equal free blocks highest address first: each
 /// device's outcome and the run's [`TieBreak`].

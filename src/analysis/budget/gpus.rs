@@ -21,6 +21,9 @@ pub struct Gpu {
     pub capacity_bytes: u64,
     /// Where the figure comes from.
     pub source: &'static str,
+    /// The name given names more than one card, and which one is taken (null when it
+    /// names one).
+    pub ambiguous: Option<&'static str>,
 }
 
 /// `gpus` without repeats: a device named (or sized) twice is one device, answered once,
@@ -180,8 +183,15 @@ fn of(entry: &(&[&str], &str, f64, &'static str)) -> Gpu {
         name: entry.1.to_string(),
         capacity_bytes: (entry.2 * GIB).round() as u64,
         source: entry.3,
+        ambiguous: None,
     }
 }
+
+/// Names that more than one card goes by, and which the table takes.
+const AMBIGUOUS: [(&str, &str); 1] = [(
+    "a100",
+    "a100 names the 40GB and the 80GB card: the 80GB one is taken; a100-40gb names the other",
+)];
 
 /// A device by name (any case, `-`, `_` and spaces ignored, `nvidia` dropped), or a size
 /// (`24GiB`, `80G`: binary units, or a byte count).
@@ -198,7 +208,12 @@ pub fn find(text: &str) -> Result<Gpu, String> {
         e.0.iter()
             .any(|n| *n == key || n.replace('-', "") == compact)
     }) {
-        return Ok(of(e));
+        let mut gpu = of(e);
+        gpu.ambiguous = AMBIGUOUS
+            .iter()
+            .find(|(name, _)| *name == compact)
+            .map(|(_, which)| *which);
+        return Ok(gpu);
     }
     if text.trim().starts_with(|c: char| c.is_ascii_digit()) {
         let bytes = crate::units::parse_size_arg(text)?;
@@ -206,6 +221,7 @@ pub fn find(text: &str) -> Result<Gpu, String> {
             name: text.trim().to_string(),
             capacity_bytes: bytes,
             source: "given as a size",
+            ambiguous: None,
         });
     }
     if let Some((_, why)) = NOT_CUDA.iter().find(|(k, _)| compact.starts_with(k)) {

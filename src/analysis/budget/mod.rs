@@ -213,6 +213,68 @@ impl Outside {
     }
 }
 
+impl Outside {
+    /// Memory outside the allocator on `device`, the one rule of `budget` and the report:
+    /// from device readings (this process's use at the run's peak minus reserved, else
+    /// the device's), else from an OOM message about the device ("this process has X in
+    /// use" minus PyTorch's reserved), else not measured.
+    pub fn of_run(
+        snap: &crate::model::Snapshot,
+        path: &str,
+        device: i64,
+        log: Option<&crate::devlog::DeviceLog>,
+        utc_offset_minutes: i32,
+        messages: Option<&[crate::devlog::oom_log::OomMessage]>,
+    ) -> Result<Outside, crate::analysis::device::reconcile::ReconcileError> {
+        use crate::analysis::device::reconcile::{Moment, ReconcileOptions, analyze_reconcile};
+        if let Some(log) = log {
+            let options = ReconcileOptions {
+                device: Some(device),
+                gpu: None,
+                allow_no_overlap: false,
+            };
+            let rec = analyze_reconcile(snap, path, log, utc_offset_minutes, None, options)?;
+            let ledger = rec
+                .devices
+                .iter()
+                .flat_map(|d| &d.ledgers)
+                .find(|l| l.moment == Moment::Peak);
+            if let Some(l) = ledger {
+                if let Some(b) = l.outside_allocator_bytes {
+                    return Ok(Outside::measured(OutsideSource::Nvml, b.max(0) as u64));
+                }
+                if let Some(b) = l.gap_bytes {
+                    return Ok(Outside::measured(
+                        OutsideSource::NvmlDevice,
+                        b.max(0) as u64,
+                    ));
+                }
+            }
+            return Ok(Outside::not_measured());
+        }
+        if let Some(messages) = messages {
+            let m = messages
+                .iter()
+                .find(|m| m.gpu == Some(device))
+                .or_else(|| messages.iter().find(|m| m.gpu.is_none()))
+                .or(if messages.len() == 1 {
+                    messages.first()
+                } else {
+                    None
+                });
+            if let Some((process, reserved)) =
+                m.and_then(|m| m.this_process_bytes.zip(m.reserved_by_pytorch_bytes))
+            {
+                return Ok(Outside::measured(
+                    OutsideSource::OomMessage,
+                    process.saturating_sub(reserved),
+                ));
+            }
+        }
+        Ok(Outside::not_measured())
+    }
+}
+
 /// The budget of one run (one device of one snapshot) at its peak.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RunBudget {
@@ -240,6 +302,13 @@ pub struct RunBudget {
     pub oom_request_bytes: Option<u64>,
     pub oom_event: Option<u32>,
     pub oom_reserved_bytes: Option<u64>,
+    /// Where the memory the first OOM's request lacked was: the rule of `oom`'s
+    /// `shortfall_in` and `simulate`'s `cause` ("capacity", "fragmentation", "rounding");
+    /// null without an OOM that says what the device had free.
+    pub oom_shortfall_in: Option<crate::allocator::scenario::OomCause>,
+    /// The first OOM replayed under the settings `oom` would suggest (the replays of
+    /// `oom`'s `what_if`); null without one.
+    pub oom_what_if: Option<crate::analysis::what_if::oom_what_if::OomWhatIf>,
     /// What a device must have: every line (for a run that ran out of memory, at least).
     pub total_bytes: u64,
     /// Call sites whose memory grew step after step to the end of the trace (the leak

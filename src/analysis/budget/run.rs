@@ -69,6 +69,8 @@ pub fn run_budget(
     let mut phase_peaks = Vec::new();
     let mut step_peaks = Vec::new();
     let mut alloc_lines = None;
+    let mut oom_cause = None;
+    let mut oom_what_if = None;
     let (moment, live, reserved) = if r.has_timeline() {
         let mut peak = LifetimesAtPeak::default();
         let mut peaks = Peaks::default();
@@ -93,6 +95,7 @@ pub fn run_budget(
         let versions = crate::analysis::reports::top::Versions::NotNeeded;
         let live_at_oom = oom.map(|_| at_oom.finish(&r, start, versions));
         let oom_reserved = live_at_oom.as_ref().map(|l| l.reserved_bytes.max(0) as u64);
+        let allocated_at_oom = live_at_oom.as_ref().map_or(0, |l| l.allocated_bytes);
         let (live, kind) = match (live_at_oom, oom) {
             (Some(l), Some(i))
                 if budgets_at_oom(
@@ -110,6 +113,22 @@ pub fn run_budget(
         };
         let moment = crate::analysis::moments::moment::resolve(&r, kind, || live.at)
             .expect("the peak and the first OOM of a trace resolve");
+        if let (Some(i), Some(held)) = (oom, oom_reserved) {
+            use crate::analysis::what_if::oom_what_if::{OomWhatIf, what_ifs};
+            let e = r.trace.get(i);
+            oom_what_if = what_ifs(snap, choice.device)
+                .into_iter()
+                .find(|(event, _)| *event as usize == i)
+                .map(|(_, w)| w);
+            oom_cause = e.device_free().map(|free| {
+                crate::allocator::scenario::OomCause::of(
+                    allocated_at_oom,
+                    e.size,
+                    held,
+                    OomWhatIf::limit(oom_what_if.as_ref(), held, free),
+                )
+            });
+        }
         (moment, live, (Some(peaks.reserved.bytes), oom_reserved))
     } else {
         // No memory over time: the final state is all the file knows.
@@ -125,6 +144,8 @@ pub fn run_budget(
         snap, path, choice, &r, attr, &live, moment, reserved, outside,
     );
     run.leak_suspects = leak_suspects;
+    run.oom_shortfall_in = oom_cause;
+    run.oom_what_if = oom_what_if;
     run.phase_peaks = phase_peaks;
     run.step_peaks = step_peaks;
     run.alloc_lines = alloc_lines.map(std::sync::Arc::new);
@@ -492,6 +513,8 @@ pub fn budget_of(
         oom_request_bytes: oom_request,
         oom_reserved_bytes: oom_request.and(oom_reserved),
         oom_event: oom.map(|i| i as u32),
+        oom_shortfall_in: None,
+        oom_what_if: None,
         total_bytes: total,
         leak_suspects: Vec::new(),
         phase_peaks: Vec::new(),

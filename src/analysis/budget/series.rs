@@ -1587,6 +1587,7 @@ mod tests {
             name: "x".into(),
             capacity_bytes: 100,
             source: "",
+            ambiguous: None,
         };
         assert_eq!(fit(&gpu, 90, 0.1).verdict, Verdict::Fits);
         assert_eq!(fit(&gpu, 95, 0.1).verdict, Verdict::Tight);
@@ -1604,6 +1605,7 @@ mod tests {
             name: "40GB".into(),
             capacity_bytes: 40_000_000_000,
             source: "",
+            ambiguous: None,
         };
         let f = fit(&gpu, sum_bytes(parts), 0.1);
         assert_eq!(f.verdict, Verdict::DoesNotFit);

@@ -22,7 +22,7 @@ use crate::timeline::{self, TotalsAtEvents};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Readings farther than this from a moment are not used for it.
 pub const MAX_SKEW_US: i64 = 5_000_000;
@@ -84,10 +84,16 @@ pub struct Ledger {
     /// to PyTorch's reserved memory).
     pub process_pid: Option<u64>,
     pub process_used_bytes: Option<u64>,
+    /// Reserved bytes at the moment.
     pub reserved_bytes: u64,
+    /// Reserved bytes when the reading used was taken (the allocator's state at the
+    /// reading's own time, which the gap and its split are measured against); equal to
+    /// `reserved_bytes` without a reading or when nothing changed in between.
+    pub reading_reserved_bytes: u64,
     /// Requested bytes alive (the official viewer's count, not block bytes).
     pub requested_bytes: u64,
-    /// device used − reserved: memory outside the allocator and other processes' together.
+    /// device used − reserved at the reading: memory outside the allocator and other
+    /// processes' together.
     pub gap_bytes: Option<i64>,
     /// Whether the gap is split into the two parts below, or why not.
     pub split: Split,
@@ -584,7 +590,12 @@ fn ledger(c: &DeviceCtx, moment: Moment, at: usize) -> Option<Ledger> {
         .zip(used_values.iter().max())
         .map(|(&lo, &hi)| (lo, hi));
     let used = sample.and_then(|s| s.used_bytes);
-    let process = sample.and_then(|s| our_process(&c.log.processes, s, reserved, MAX_SKEW_US));
+    // A reading is compared with the allocator at the reading's own time: a segment
+    // allocated between the reading and the moment is not in the reading.
+    let at_reading = sample.map_or(reserved, |s| {
+        tl.reserved_at(c.times.event_at(s.time_us)).max(0) as u64
+    });
+    let process = sample.and_then(|s| our_process(&c.log.processes, s, at_reading, MAX_SKEW_US));
     // The split at each reading near the moment, against the allocator at that reading.
     let mut outside_all = Vec::new();
     let mut other_all = Vec::new();
@@ -599,7 +610,7 @@ fn ledger(c: &DeviceCtx, moment: Moment, at: usize) -> Option<Ledger> {
     }
     // The point estimate itself belongs to its range.
     if let (Some(u), Some((_, p))) = (used, process) {
-        outside_all.push(p as i64 - reserved as i64);
+        outside_all.push(p as i64 - at_reading as i64);
         other_all.push(u as i64 - p as i64);
     }
     let span = |v: &[i64]| Some((*v.iter().min()?, *v.iter().max()?));
@@ -620,10 +631,11 @@ fn ledger(c: &DeviceCtx, moment: Moment, at: usize) -> Option<Ledger> {
         process_pid: process.map(|p| p.0),
         process_used_bytes: process.map(|p| p.1),
         reserved_bytes: reserved,
+        reading_reserved_bytes: at_reading,
         requested_bytes: requested,
-        gap_bytes: used.map(|u| u as i64 - reserved as i64),
+        gap_bytes: used.map(|u| u as i64 - at_reading as i64),
         split,
-        outside_allocator_bytes: process.map(|(_, p)| p as i64 - reserved as i64),
+        outside_allocator_bytes: process.map(|(_, p)| p as i64 - at_reading as i64),
         other_processes_bytes: match (used, process) {
             (Some(u), Some((_, p))) => Some(u as i64 - p as i64),
             _ => None,

@@ -23,7 +23,13 @@ pub struct PeaksReport {
     pub survivors: usize,
     /// Requested bytes before the first and after the last event.
     pub initial_requested_bytes: u64,
+    /// At the end, the final state's count where the trace lost frees (see
+    /// `freed_after_trace`).
     pub final_requested_bytes: u64,
+    /// Allocations the trace leaves alive that the file's final state holds free: the
+    /// trace lost their frees, or the recording stopped before them. Not live at the end.
+    pub freed_after_trace: usize,
+    pub freed_after_trace_bytes: u64,
     pub initial_reserved_bytes: i64,
     pub final_reserved_bytes: i64,
     /// The official viewer's timeline maximum (requested bytes).
@@ -36,15 +42,16 @@ pub struct PeaksReport {
     pub clock: crate::units::Clock,
 }
 
-#[derive(Default)]
-struct Counts {
+struct Counts<'r, 'a> {
+    replay: &'r DeviceReplay<'a>,
     traced: usize,
     before: usize,
     survivors: usize,
     last: Running,
+    freed_after_trace: (usize, u64),
 }
 
-impl Aggregator for Counts {
+impl Aggregator for Counts<'_, '_> {
     fn alloc(&mut self, _i: usize, _l: &Lifetime, _run: &Running) {
         self.traced += 1;
     }
@@ -58,6 +65,12 @@ impl Aggregator for Counts {
     }
     fn finish(&mut self, end: &End) {
         self.survivors = end.survivors.len();
+        for l in end.open {
+            if self.replay.freed_after_trace(l) {
+                self.freed_after_trace.0 += 1;
+                self.freed_after_trace.1 += l.size;
+            }
+        }
     }
 }
 
@@ -73,7 +86,14 @@ pub fn report(path: &str, r: &DeviceReplay) -> Result<PeaksReport, NoTrace> {
     if let Some(none) = r.no_timeline() {
         return Err(NoTrace(none));
     }
-    let mut counts = Counts::default();
+    let mut counts = Counts {
+        replay: r,
+        traced: 0,
+        before: 0,
+        survivors: 0,
+        last: Running::default(),
+        freed_after_trace: (0, 0),
+    };
     let mut peaks = Peaks::default();
     let start = r.run((&mut counts, &mut peaks));
     let peaks = peaks.with_times(r.trace);
@@ -86,7 +106,11 @@ pub fn report(path: &str, r: &DeviceReplay) -> Result<PeaksReport, NoTrace> {
         allocated_before_trace: counts.before,
         survivors: counts.survivors,
         initial_requested_bytes: start.requested,
-        final_requested_bytes: start.requested_after(&counts.last),
+        final_requested_bytes: start
+            .requested_after(&counts.last)
+            .saturating_sub(counts.freed_after_trace.1),
+        freed_after_trace: counts.freed_after_trace.0,
+        freed_after_trace_bytes: counts.freed_after_trace.1,
         initial_reserved_bytes: start.reserved,
         final_reserved_bytes: start.reserved_after(&counts.last),
         peak_requested: peaks.requested,

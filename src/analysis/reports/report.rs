@@ -171,9 +171,9 @@ fn moment_report(
     live: LiveState,
     choice: &DeviceChoice,
     peak_reserved: Option<u64>,
-    with_budget: bool,
+    budget_outside: Option<crate::analysis::budget::Outside>,
 ) -> MomentReport {
-    let budget = with_budget.then(|| {
+    let budget = budget_outside.map(|outside| {
         let mut b = crate::analysis::budget::budget_of(
             snap,
             path,
@@ -186,10 +186,21 @@ fn moment_report(
                 peak_reserved,
                 crate::analysis::budget::reserved_at_first_oom(r),
             ),
-            crate::analysis::budget::Outside::not_measured(),
+            outside,
         );
-        // Its headroom reads the order of equal free blocks, as `budget`'s does.
-        b.tie_break = crate::analysis::budget::tie_break_of(snap, choice.device);
+        // Its fits replay the run at each GPU's capacity, and its headroom reads the
+        // order of equal free blocks, as `budget`'s do.
+        if let Ok(p) = crate::allocator::prepared::Prepared::new(snap, choice.device, None) {
+            let gpus: Vec<crate::analysis::budget::gpus::Gpu> =
+                crate::analysis::budget::gpus::DEFAULT_GPUS
+                    .iter()
+                    .filter_map(|g| crate::analysis::budget::gpus::find(g).ok())
+                    .collect();
+            let replayed =
+                crate::analysis::budget::replay_on(snap, &p, &gpus, outside.counted_bytes);
+            b.replays = replayed.gpus;
+            b.tie_break = replayed.tie_break;
+        }
         b
     });
     let mut groups = limit_groups(
@@ -459,6 +470,16 @@ fn device_report(
     count_versions(&r, &mut lives);
     let peak_reserved = d.peak_reserved_bytes;
     let budget_at = budget_moment(&r, &ooms, &wanted, &lives);
+    // Memory outside the allocator by `budget`'s rule, from the same readings and log.
+    let outside = crate::analysis::budget::Outside::of_run(
+        snap,
+        path,
+        device,
+        options.readings.map(|x| x.log),
+        options.readings.map_or(0, |x| x.utc_offset_minutes),
+        Some(options.messages),
+    )
+    .unwrap_or_else(|_| crate::analysis::budget::Outside::not_measured());
     let mut moments: Vec<MomentReport> = wanted
         .into_par_iter()
         .zip(lives)
@@ -474,7 +495,7 @@ fn device_report(
                 live,
                 &choice,
                 peak_reserved,
-                budget_at == Some(k),
+                (budget_at == Some(k)).then_some(outside),
             )
         })
         .collect();

@@ -166,6 +166,14 @@ pub struct TraceSummary {
     /// Frees were paired with allocations by size (a profiler trace without addresses).
     pub frees_paired_by_size: bool,
     pub truncation_evidence: Vec<TruncationEvidence>,
+    /// Allocations the trace leaves alive that the file's final state holds free: the
+    /// trace lost their frees, or the recording stopped before them.
+    pub freed_after_trace: u64,
+    pub freed_after_trace_bytes: u64,
+    /// The recording began mid-run: blocks alive before its first event (freed in it, or
+    /// still alive at the end) and their requested bytes.
+    pub alive_before_recording: u64,
+    pub alive_before_recording_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -212,7 +220,11 @@ fn is_round_capacity(n: usize) -> bool {
 /// Counts actions, times, OOM events, and frees whose allocation the trace does not
 /// contain, from the replay.
 struct TraceStats<'a> {
+    replay: &'a DeviceReplay<'a>,
     trace: &'a DeviceTrace,
+    freed_after_trace: (u64, u64),
+    survivors: u64,
+    before_bytes: u64,
     counts: [u64; 16],
     other_events: Vec<usize>,
     orphan_frees: u64,
@@ -239,6 +251,16 @@ impl Aggregator for TraceStats<'_> {
             _ => {}
         }
     }
+    fn finish(&mut self, end: &crate::timeline::replay::End) {
+        self.survivors = end.survivors.len() as u64;
+        self.before_bytes = end.start.requested;
+        for l in end.open {
+            if self.replay.freed_after_trace(l) {
+                self.freed_after_trace.0 += 1;
+                self.freed_after_trace.1 += l.size;
+            }
+        }
+    }
     fn event(&mut self, i: usize, action: Action, _run: &Running) {
         self.counts[action as usize] += 1;
         match action {
@@ -250,9 +272,13 @@ impl Aggregator for TraceStats<'_> {
 }
 
 impl<'a> TraceStats<'a> {
-    fn new(trace: &'a DeviceTrace) -> Self {
+    fn new(replay: &'a DeviceReplay<'a>, trace: &'a DeviceTrace) -> Self {
         TraceStats {
+            replay,
             trace,
+            freed_after_trace: (0, 0),
+            survivors: 0,
+            before_bytes: 0,
             counts: [0; 16],
             other_events: Vec::new(),
             orphan_frees: 0,
@@ -298,6 +324,10 @@ impl<'a> TraceStats<'a> {
             looks_truncated: !evidence.is_empty(),
             truncation_evidence: evidence,
             frees_paired_by_size: false,
+            freed_after_trace: self.freed_after_trace.0,
+            freed_after_trace_bytes: self.freed_after_trace.1,
+            alive_before_recording: self.orphan_frees + self.survivors,
+            alive_before_recording_bytes: self.before_bytes,
         }
     }
 }
@@ -317,7 +347,7 @@ pub enum TruncationEvidence {
 
 /// Replays one trace for its counts, peaks and OOM events.
 fn replay_trace(snap: &Snapshot, r: &DeviceReplay) -> (TraceSummary, Peaks, Vec<usize>) {
-    let mut stats = TraceStats::new(r.trace);
+    let mut stats = TraceStats::new(r, r.trace);
     let mut peaks = Peaks::default();
     r.run((&mut stats, &mut peaks));
     (
@@ -511,9 +541,9 @@ pub struct SummaryPass<'a> {
 crate::aggregator_of_fields!(SummaryPass<'_>, stats, peaks);
 
 impl<'a> SummaryPass<'a> {
-    pub fn new(r: &DeviceReplay<'a>) -> Self {
+    pub fn new(r: &'a DeviceReplay<'a>) -> Self {
         SummaryPass {
-            stats: TraceStats::new(r.trace),
+            stats: TraceStats::new(r, r.trace),
             peaks: Peaks::default(),
         }
     }

@@ -28,6 +28,10 @@ pub struct LiveState {
     pub reserved_bytes: i64,
     /// Whether `lifetimes` carry their versions.
     pub versions: Versions,
+    /// At the end of the trace: allocations it leaves alive that the file's final state
+    /// holds free ([`DeviceReplay::freed_after_trace`]), left out of `lifetimes` and the
+    /// totals: (count, requested bytes).
+    pub freed_after_trace: (usize, u64),
 }
 
 impl LiveState {
@@ -48,6 +52,7 @@ impl LiveState {
             allocated_bytes: start.allocated_after(&peak.totals),
             reserved_bytes: start.reserved_after(&peak.totals),
             versions: Versions::NotNeeded,
+            freed_after_trace: (0, 0),
         };
         if versions == Versions::Counted {
             count_versions(r, std::slice::from_mut(&mut state));
@@ -135,17 +140,35 @@ impl LiveStatePass {
             .map(|&at| {
                 let k = self.states.binary_search(&at).expect("a moment asked for");
                 let run = self.totals.values.get(k).copied().unwrap_or_default();
-                let lifetimes = self.live.set(at).to_vec();
+                let mut lifetimes = self.live.set(at).to_vec();
+                let mut requested = start.requested_after(&run);
+                let mut allocated = start.allocated_after(&run);
+                // At the end, the final state is the truth: what the trace leaves alive
+                // but the file holds free is not live.
+                let mut freed = (0, 0);
+                if at.is_some() && at == r.len().checked_sub(1) {
+                    lifetimes.retain(|l| {
+                        let gone = r.freed_after_trace(l);
+                        if gone {
+                            freed.0 += 1;
+                            freed.1 += l.size;
+                            requested = requested.saturating_sub(l.size);
+                            allocated = allocated.saturating_sub(r.block_bytes_of(l));
+                        }
+                        !gone
+                    });
+                }
                 LiveState {
                     at,
                     block_bytes: lifetimes.iter().map(|l| r.block_bytes_of(l)).collect(),
                     lifetimes,
                     streams: self.live.streams.clone(),
                     pools: self.live.pools.clone(),
-                    requested_bytes: start.requested_after(&run),
-                    allocated_bytes: start.allocated_after(&run),
+                    requested_bytes: requested,
+                    allocated_bytes: allocated,
                     reserved_bytes: start.reserved_after(&run),
                     versions: Versions::NotNeeded,
+                    freed_after_trace: freed,
                 }
             })
             .collect();
@@ -307,6 +330,11 @@ pub struct TopReport {
     pub groups: Vec<Group>,
     /// Groups growing across repeated steps (`--leaks`), else null.
     pub leaks: Option<crate::analysis::moments::leaks::LeakReport>,
+    /// At the end: allocations the trace leaves alive that the file's final state holds
+    /// free (the trace lost their frees, or the recording stopped before them); they are
+    /// not counted as live.
+    pub freed_after_trace_count: usize,
+    pub freed_after_trace_bytes: u64,
 }
 
 /// Groups the live allocations; the whole list, largest first, ties by name.
@@ -460,5 +488,7 @@ pub fn analyze_top<A: Aggregator>(
         count: live.lifetimes.len(),
         groups,
         leaks: None,
+        freed_after_trace_count: live.freed_after_trace.0,
+        freed_after_trace_bytes: live.freed_after_trace.1,
     })
 }

@@ -43,7 +43,13 @@ pub struct SettingTry {
     pub spare_bytes: Option<i64>,
     /// A later request that runs out of memory instead (trace entry), when one does.
     pub later_oom_event: Option<u32>,
+    /// What it spares is under [`THIN_MARGIN`] of the capacity: a slightly larger step
+    /// would run out of memory again.
+    pub thin_margin: bool,
 }
+
+/// A margin under this share of the capacity is thin.
+pub const THIN_MARGIN: f64 = 0.05;
 
 /// The what-ifs of one recorded OOM.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -67,10 +73,16 @@ pub struct OomWhatIf {
 /// The what-ifs of each recorded OOM of `device` (trace entry → answers); empty when
 /// the device cannot be replayed or its OOMs do not say what the device had free.
 pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
-    let Ok(p) = Prepared::new(snap, device, None) else {
-        return Vec::new();
-    };
-    let id = check(snap, &p);
+    match Prepared::new(snap, device, None) {
+        Ok(p) => what_ifs_of(snap, &p),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// [`what_ifs`] of a device's recording prepared already (under the profile the caller
+/// models).
+pub fn what_ifs_of(snap: &Snapshot, p: &Prepared) -> Vec<(u32, OomWhatIf)> {
+    let id = check(snap, p);
     let mut out = Vec::new();
     for oc in &id.oom_capacities {
         let Some(capacity) = oc.capacity_bytes else {
@@ -78,7 +90,7 @@ pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
         };
         let at = |settings: Settings, total: Option<u64>| {
             run(
-                &p,
+                p,
                 &Scenario {
                     settings,
                     capacity: Some(capacity),
@@ -100,13 +112,16 @@ pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
                 .map(|f| f.event)
                 .filter(|&e| e != oc.event);
             let lets_through = o.first_oom.as_ref().is_none_or(|f| f.event != oc.event);
+            let spare_bytes = (lets_through && later.is_none())
+                .then(|| capacity as i64 - o.peak_reserved_bytes as i64);
             Some(SettingTry {
                 setting,
                 alloc_conf: s.to_conf(),
                 lets_through,
-                spare_bytes: (lets_through && later.is_none())
-                    .then(|| capacity as i64 - o.peak_reserved_bytes as i64),
+                spare_bytes,
                 later_oom_event: later,
+                thin_margin: spare_bytes
+                    .is_some_and(|sp| (sp as f64) < THIN_MARGIN * capacity as f64),
             })
         };
         let mut tries = Vec::new();
@@ -166,13 +181,38 @@ pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
     out
 }
 
-/// Whether the what-if shows that a knob of `oom` does not help (and so must not be
-/// offered): the model is exact, reproduces the OOM at its capacity, and the setting's
-/// replay runs out of memory at the same request.
-pub fn refutes(w: &OomWhatIf, setting: Tried) -> bool {
-    w.model_exact
-        && w.reproduced
-        && w.tries
+impl OomWhatIf {
+    /// The most PyTorch could hold at the OOM: what it held plus what the device had
+    /// free, or under a memory fraction this replay finds, the most the allocator held
+    /// under it. `oom` and `budget` judge where the request fell short against it.
+    pub fn limit(w: Option<&OomWhatIf>, reserved: u64, device_free: u64) -> u64 {
+        match w {
+            Some(w) if w.limit == crate::allocator::prepared::OomLimit::MemoryFraction => {
+                w.capacity_bytes
+            }
+            _ => reserved.saturating_add(device_free),
+        }
+    }
+
+    /// The answers can be relied on: the model replays the recording exactly and runs
+    /// out of memory at this request at the capacity.
+    pub fn tested(&self) -> bool {
+        self.model_exact && self.reproduced
+    }
+
+    /// The settings shown to let the request through with nothing later running out of
+    /// memory, the most to spare first (none unless [`OomWhatIf::tested`]).
+    pub fn proven(&self) -> Vec<&SettingTry> {
+        if !self.tested() {
+            return Vec::new();
+        }
+        let mut p: Vec<&SettingTry> = self
+            .tries
             .iter()
-            .any(|t| t.setting == setting && !t.lets_through)
+            .filter(|t| t.lets_through && t.later_oom_event.is_none())
+            .filter(|t| t.spare_bytes.is_some_and(|sp| sp >= 0))
+            .collect();
+        p.sort_by_key(|t| std::cmp::Reverse(t.spare_bytes));
+        p
+    }
 }

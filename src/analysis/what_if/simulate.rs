@@ -23,7 +23,7 @@ use crate::analysis::kinds::frames::{display_frames, headline_frame};
 use crate::model::Snapshot;
 use serde::Serialize;
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// What to simulate.
 #[derive(Clone, Debug, Default)]
@@ -140,6 +140,11 @@ pub struct DeviceSimulation {
     pub stops_at_oom: bool,
     pub outside: Outside,
     pub scenarios: Vec<ScenarioReport>,
+    /// The first recorded OOM replayed under the settings `oom` would suggest, at the
+    /// capacity it implies (the same replays as `oom`'s `what_if`): which let the request
+    /// through and with how much to spare. Null without a recorded OOM that says what
+    /// the device had free.
+    pub recorded_oom_what_if: Option<crate::analysis::what_if::oom_what_if::OomWhatIf>,
     /// Reserved bytes as recorded, after each segment event (for charts).
     #[serde(skip)]
     pub recorded_series: Vec<(Option<u32>, u64)>,
@@ -224,6 +229,10 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
         stops_at_oom: p.requests.ends_with_oom(),
         outside,
         scenarios,
+        recorded_oom_what_if: crate::analysis::what_if::oom_what_if::what_ifs_of(snap, p)
+            .into_iter()
+            .next()
+            .map(|(_, w)| w),
     }
 }
 

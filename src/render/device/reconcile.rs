@@ -76,11 +76,22 @@ fn suspect_line(s: &Suspect) -> String {
 }
 
 fn ledger_lines(l: &Ledger) -> Vec<String> {
-    let pytorch = format!(
-        "PyTorch reserved {} (requested {})",
-        bytes(l.reserved_bytes),
-        bytes(l.requested_bytes)
-    );
+    let pytorch = if l.reading_reserved_bytes != l.reserved_bytes {
+        let (then, now) = crate::render::words::labels::distinct_sizes(
+            l.reading_reserved_bytes,
+            l.reserved_bytes,
+        );
+        format!(
+            "PyTorch reserved {then} when the reading was taken ({now} at the moment; the figures below compare the reading with the allocator at its own time) (requested {})",
+            bytes(l.requested_bytes)
+        )
+    } else {
+        format!(
+            "PyTorch reserved {} (requested {})",
+            bytes(l.reserved_bytes),
+            bytes(l.requested_bytes)
+        )
+    };
     let mut lines = Vec::new();
     match (l.device_used_bytes, l.gap_bytes) {
         (Some(used), Some(gap)) => {

@@ -928,6 +928,14 @@ fn answer_section(out: &mut String, d: &DeviceReport, id: &str) {
                 },
                 escape_html(&verdict_text(a, v))
             );
+            let fixes = crate::render::oom::fix_lines(a, v);
+            if !fixes.is_empty() {
+                out.push_str("<ul class=\"fixes\">\n");
+                for f in fixes {
+                    let _ = writeln!(out, "<li>{}</li>", escape_html(&f));
+                }
+                out.push_str("</ul>\n");
+            }
         }
         if a.verdicts.is_empty() {
             out.push_str("<p class=\"verdict none\">An OOM is recorded, but its figures do not give a verdict: see the OOM section.</p>\n");

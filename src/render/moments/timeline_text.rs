@@ -41,9 +41,20 @@ pub fn write_timeline_text(
         (
             "requested",
             format!(
-                "{} at the start, {} at the end",
+                "{} at the start, {} at the end{}",
                 bytes(r.initial_requested_bytes),
-                bytes(r.final_requested_bytes)
+                bytes(r.final_requested_bytes),
+                if r.freed_after_trace > 0 {
+                    format!(
+                        " ({})",
+                        crate::render::words::labels::freed_after_trace_text(
+                            r.freed_after_trace as u64,
+                            r.freed_after_trace_bytes
+                        )
+                    )
+                } else {
+                    String::new()
+                }
             ),
         ),
         (

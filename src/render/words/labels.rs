@@ -285,6 +285,63 @@ impl Serialize for LayoutEvidence {
     }
 }
 
+/// Where a refused request fell short, in one word (the same in every command).
+pub fn shortfall_name(c: crate::allocator::scenario::OomCause) -> &'static str {
+    use crate::allocator::scenario::OomCause;
+    match c {
+        OomCause::Capacity => "capacity",
+        OomCause::Fragmentation => "fragmentation",
+        OomCause::Rounding => "rounding",
+    }
+}
+
+/// Where a refused request fell short, in a sentence (the same in every command).
+pub fn shortfall_sentence(c: crate::allocator::scenario::OomCause) -> &'static str {
+    use crate::allocator::scenario::OomCause;
+    match c {
+        OomCause::Capacity => {
+            "capacity: the live memory and the request exceeded what PyTorch could have"
+        }
+        OomCause::Fragmentation => {
+            "fragmentation: the memory was there, but in holes inside segments, none large enough for the request"
+        }
+        OomCause::Rounding => {
+            "rounding: the device had room for the request, not for the segment or pages the allocator asks for it"
+        }
+    }
+}
+
+/// Allocations a trace leaves alive that the file's final state holds free, in words (the
+/// same in every command).
+pub fn freed_after_trace_text(count: u64, bytes: u64) -> String {
+    format!(
+        "the trace leaves {} ({}) alive that the file's final state holds free: their frees are not in the trace (it lost them, or the recording stopped before them); the final state is the truth at the end, so they are not counted as live",
+        crate::units::count(count as usize, "allocation", "allocations"),
+        crate::units::bytes(bytes)
+    )
+}
+
+/// Two sizes that read differently: one decimal, else more, else exact bytes.
+pub fn distinct_sizes(a: u64, b: u64) -> (String, String) {
+    let (ta, tb) = (crate::units::bytes(a), crate::units::bytes(b));
+    if ta != tb || a == b {
+        return (ta, tb);
+    }
+    // Same unit for both (they printed the same), so only the decimals change.
+    let (unit, scale) = crate::units::binary_unit(a);
+    let scale = scale as f64;
+    for decimals in 2..=3 {
+        let (x, y) = (
+            format!("{:.*} {unit}", decimals, a as f64 / scale),
+            format!("{:.*} {unit}", decimals, b as f64 / scale),
+        );
+        if x != y {
+            return (x, y);
+        }
+    }
+    (format!("{a} B"), format!("{b} B"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
