@@ -87,22 +87,7 @@ fn ledger_at_the_oom_against_nvml_samples() {
     // The reading is compared with the allocator at the reading's own time: the last
     // event at or before it, from the raw entries. On this recording the reading is
     // 7.5 ms before the OOM, and a 128 MiB segment came in between.
-    let (snap, _) = vramlens::input::read_snapshot(
-        &root().join("testdata/gpu/oom/oom_snapshot.pickle"),
-        Default::default(),
-    )
-    .unwrap();
-    let reading_time = nearest["time_us"].as_i64().unwrap();
-    let before = snap
-        .trace(0)
-        .unwrap()
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.time_us.is_some_and(|x| x <= reading_time))
-        .map(|(i, _)| i)
-        .last()
-        .unwrap();
-    let at_reading = common::reserved_after(&snap, 0, before);
+    let at_reading = reserved_at_time(nearest["time_us"].as_i64().unwrap());
     assert_eq!(reserved - at_reading, 128 << 20);
     assert_eq!(l["reading_reserved_bytes"], at_reading);
     assert_eq!(
@@ -292,6 +277,12 @@ fn reserved_at_nearest_reading() -> u64 {
         .map(|(s, _)| stamp_us(&s))
         .min_by_key(|&s| ((s - t).abs(), s))
         .unwrap();
+    reserved_at_time(at)
+}
+
+/// Reserved bytes of our OOM recording at time `t`: after the last event at or before
+/// it, from the snapshot's raw entries.
+fn reserved_at_time(t: i64) -> u64 {
     let (snap, _) = vramlens::input::read_snapshot(
         &root().join("testdata/gpu/oom/oom_snapshot.pickle"),
         Default::default(),
@@ -302,7 +293,7 @@ fn reserved_at_nearest_reading() -> u64 {
         .unwrap()
         .iter()
         .enumerate()
-        .filter(|(_, e)| e.time_us.is_some_and(|x| x <= at))
+        .filter(|(_, e)| e.time_us.is_some_and(|x| x <= t))
         .map(|(i, _)| i)
         .last()
         .unwrap();

@@ -675,14 +675,17 @@ fn verdicts_layout(a: &OomAnalysis, s: Settings, class: OomCause, request: u64) 
         .unwrap_or(true);
     let leak = leak_bytes(a);
     let leak_leads = leak >= deficit && (thin || (tested && settings.is_empty()));
-    if leak_leads {
-        out.push(verdict(
+    let leak_verdict = |role| {
+        verdict(
             Cause::Leak,
-            Role::Primary,
+            role,
             leak,
             Some(share(leak, deficit)),
             vec![Knob::FixLeak],
-        ));
+        )
+    };
+    if leak_leads {
+        out.push(leak_verdict(Role::Primary));
     }
     let role = if leak_leads {
         Role::Contributing
@@ -722,13 +725,7 @@ fn verdicts_layout(a: &OomAnalysis, s: Settings, class: OomCause, request: u64) 
         ));
     }
     if !leak_leads && leak as f64 >= CONTRIBUTES * deficit as f64 {
-        out.push(verdict(
-            Cause::Leak,
-            Role::Contributing,
-            leak,
-            Some(share(leak, deficit)),
-            vec![Knob::FixLeak],
-        ));
+        out.push(leak_verdict(Role::Contributing));
     }
     if pending as f64 >= CONTRIBUTES * request as f64 {
         out.push(verdict(

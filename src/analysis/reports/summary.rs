@@ -326,8 +326,17 @@ impl<'a> TraceStats<'a> {
             frees_paired_by_size: false,
             freed_after_trace: self.freed_after_trace.0,
             freed_after_trace_bytes: self.freed_after_trace.1,
-            alive_before_recording: self.orphan_frees + self.survivors,
-            alive_before_recording_bytes: self.before_bytes,
+            // Without a trace nothing was recorded: nothing began mid-run.
+            alive_before_recording: if trace.is_empty() {
+                0
+            } else {
+                self.orphan_frees + self.survivors
+            },
+            alive_before_recording_bytes: if trace.is_empty() {
+                0
+            } else {
+                self.before_bytes
+            },
         }
     }
 }
