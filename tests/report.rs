@@ -1147,3 +1147,61 @@ fn the_reports_budget_is_budgets_on_a_real_oom() {
     let f = data.join("ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle");
     report_budget_is_budget(&[f.to_str().unwrap()]);
 }
+
+/// The legend swatches of a page's charts (timeline and zoom: 18x10, segments: 14x10):
+/// (name, fill).
+fn legend_swatches(html: &str) -> Vec<(String, String)> {
+    let re = Regex::new(
+        r#"<rect [^>]*width="(?:18|14)" height="10" fill="([^"]+)"[^>]*><title>([^<]*)</title></rect>"#,
+    )
+    .unwrap();
+    re.captures_iter(html)
+        .map(|c| (c[2].to_string(), c[1].to_string()))
+        .collect()
+}
+
+/// Within one device's page, a name has one colour in every chart, and no two names
+/// share a colour.
+fn one_colour_per_name(args: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let page = report(args, &dir.path().join("r.html"));
+    let swatches = legend_swatches(&page);
+    assert!(swatches.len() >= 3, "{args:?}: {swatches:?}");
+    let mut by_name = std::collections::BTreeMap::new();
+    let mut by_colour = std::collections::BTreeMap::new();
+    for (name, fill) in &swatches {
+        if name.starts_with('(') {
+            continue; // the merged rest and other shared greys
+        }
+        let was = by_name.insert(name.clone(), fill.clone());
+        assert!(
+            was.is_none() || was.as_ref() == Some(fill),
+            "{args:?}: {name} is {was:?} and {fill}"
+        );
+        let other = by_colour.insert(fill.clone(), name.clone());
+        assert!(
+            other.is_none() || other.as_ref() == Some(name),
+            "{args:?}: {fill} is both {other:?} and {name}"
+        );
+    }
+}
+
+#[test]
+fn no_two_call_sites_share_a_colour_in_a_report() {
+    one_colour_per_name(&["testdata/gpu/oom/oom_snapshot.pickle"]);
+    one_colour_per_name(&["testdata/sample.pickle"]);
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn no_two_call_sites_share_a_colour_in_a_real_oom_report() {
+    let data = require_shared_data();
+    for f in [
+        "ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle",
+        "ccl-bench-torchtitan-fsdp-oom/rank1_memory_snapshot.pickle",
+    ] {
+        one_colour_per_name(&[data.join(f).to_str().unwrap()]);
+    }
+    let f = data.join("code-location-expandable-oom/memory_snapshot.pickle");
+    one_colour_per_name(&[f.to_str().unwrap(), "--device", "1"]);
+}

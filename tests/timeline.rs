@@ -894,7 +894,7 @@ fn real_snapshots_draw_within_limits() {
                     peak_reserved: Some(peaks.reserved.bytes),
                 };
                 vramlens::render::charts::timeline_svg::write_timeline_svg(
-                    &mut svg, &view, &title, None, None,
+                    &mut svg, &view, &title, None, None, None,
                 )
                 .unwrap();
                 let svg = String::from_utf8(svg).unwrap();

@@ -44,7 +44,7 @@ pub fn run(args: &FlamegraphArgs, out: &mut dyn Write) -> Result<()> {
                 heading: &heading,
                 subtitle: &subtitle,
             };
-            write_new_file(o, args.force, |w| write_flame_svg(w, &root, &title))?;
+            write_new_file(o, args.force, |w| write_flame_svg(w, &root, &title, None))?;
         }
     }
     Ok(())

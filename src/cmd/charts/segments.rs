@@ -26,7 +26,7 @@ pub fn run(args: &SegmentsArgs, out: &mut dyn Write) -> Result<()> {
     );
     let choice = &session.choice;
     if let Some(o) = &args.output {
-        write_new_file(o, args.force, |w| write_segments_svg(w, &map, choice))?;
+        write_new_file(o, args.force, |w| write_segments_svg(w, &map, choice, None))?;
     }
     if args.json {
         write_json(out, &map)?;

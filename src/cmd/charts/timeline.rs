@@ -166,7 +166,7 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         };
         let lanes = trace_lanes(args, &snap, &info, device, &view, r.trace)?;
         write_new_file(o, args.force, |w| {
-            write_timeline_svg(w, &view, &title, lanes.as_ref(), zoom_panel.as_ref())
+            write_timeline_svg(w, &view, &title, lanes.as_ref(), zoom_panel.as_ref(), None)
         })?;
     }
     if let Some(m) = moment {

@@ -3,7 +3,7 @@
 //! (`<title>`) with the whole name, bytes, share and count; no script.
 
 use crate::analysis::kinds::flame::FlameNode;
-use crate::render::charts::svg::{Svg, escape, name_color, num, text_on};
+use crate::render::charts::svg::{Colors, Svg, escape, name_color, num, text_on};
 use crate::render::words::labels::clip;
 use crate::units::{bytes, percent};
 use std::io::{self, Write};
@@ -86,10 +86,14 @@ pub struct FlameTitle<'a> {
     pub subtitle: &'a str,
 }
 
+///
+/// `colors`: those of the report the graph is part of, which a frame named as a call site
+/// of the report's other charts takes.
 pub fn write_flame_svg(
     out: &mut dyn Write,
     root: &FlameNode,
     title: &FlameTitle,
+    colors: Option<&Colors>,
 ) -> io::Result<()> {
     let scale = if root.bytes == 0 {
         0.0
@@ -119,7 +123,9 @@ pub fn write_flame_svg(
         let fill = if level == 0 {
             "hsl(0,0%,80%)".to_string()
         } else {
-            frame_color(&node.name)
+            colors
+                .and_then(|c| c.get(&node.name))
+                .map_or_else(|| frame_color(&node.name), str::to_string)
         };
         let category = match node.category.as_str() {
             "" => String::new(),

@@ -7,7 +7,7 @@
 use crate::analysis::device::DeviceChoice;
 use crate::analysis::kinds::attribution::GroupKind;
 use crate::analysis::moments::segment_map::{MapBlock, MapSegment, SegmentMap};
-use crate::render::charts::svg::{Svg, group_color};
+use crate::render::charts::svg::{Colors, Svg};
 use crate::render::words::labels::{device_line, group_display, moment_text, tiny_frame};
 use crate::units::bytes;
 use std::io::{self, Write};
@@ -48,15 +48,28 @@ fn group_name(s: &MapSegment) -> String {
     format!("{pool}, {stream}")
 }
 
-/// A group's colour: its category's or its name's ([`group_color`], as the timeline and
-/// the flame graph draw it), else the one the groups past the coloured ones share.
-fn group_fill(map: &SegmentMap, g: usize) -> &'static str {
-    let group = &map.groups[g];
-    if g < COLOURED {
-        group_color(&group.name, group.kind)
-    } else {
-        OTHER
-    }
+/// The groups' colours: the first [`COLOURED`] groups each their own ([`Colors`], those of
+/// the report the map is part of, else the map's own, as the timeline and the flame graph
+/// draw them); the rest share one.
+fn group_fills(map: &SegmentMap, colors: Option<&Colors>) -> Vec<String> {
+    let shown = &map.groups[..map.groups.len().min(COLOURED)];
+    let own;
+    let colors = match colors {
+        Some(c) => c,
+        None => {
+            own = Colors::new(shown.iter().map(|g| (g.name.as_str(), g.kind)));
+            &own
+        }
+    };
+    shown
+        .iter()
+        .map(|g| colors.group(&g.name, g.kind))
+        .collect()
+}
+
+/// A group's colour (see [`group_fills`]).
+fn group_fill(fills: &[String], g: usize) -> &str {
+    fills.get(g).map_or(OTHER, String::as_str)
 }
 
 /// Where a segment's row is drawn: its top, and pixels per byte.
@@ -72,7 +85,9 @@ pub fn write_segments_svg(
     out: &mut dyn Write,
     map: &SegmentMap,
     choice: &DeviceChoice,
+    colors: Option<&Colors>,
 ) -> io::Result<()> {
+    let fills = group_fills(map, colors);
     let segments = &map.segments;
     let shown = &segments[..segments.len().min(MAX_ROWS)];
     let pools = shown
@@ -102,7 +117,7 @@ pub fn write_segments_svg(
         &format!("vramlens segments of {}: {heading}", map.path),
     )?;
     write_heading(&mut svg, map, &heading)?;
-    legend(&mut svg, map)?;
+    legend(&mut svg, map, &fills)?;
     let mut y = 100.0;
     let mut last_group = String::new();
     for s in shown {
@@ -113,7 +128,7 @@ pub fn write_segments_svg(
             y += 6.0;
             last_group = g;
         }
-        draw_segment(&mut svg, map, s, RowAt { y, scale })?;
+        draw_segment(&mut svg, map, &fills, s, RowAt { y, scale })?;
         y += ROW + GAP;
     }
     if segments.len() > shown.len() {
@@ -163,7 +178,7 @@ fn write_heading(svg: &mut Svg, map: &SegmentMap, heading: &str) -> io::Result<(
 }
 
 /// The legend: the states, then the groups with a colour of their own, then the rest.
-fn legend(svg: &mut Svg, map: &SegmentMap) -> io::Result<()> {
+fn legend(svg: &mut Svg, map: &SegmentMap, fills: &[String]) -> io::Result<()> {
     let lx = WIDTH - LEGEND + 10.0;
     let mut ly = 96.0;
     for (fill, edge, text) in [
@@ -201,7 +216,7 @@ fn legend(svg: &mut Svg, map: &SegmentMap) -> io::Result<()> {
             ly - 8.0,
             14.0,
             10.0,
-            &format!(r#" fill="{}""#, group_fill(map, g)),
+            &format!(r#" fill="{}""#, group_fill(fills, g)),
             Some(&group.name),
         )?;
         let name = match group.kind {
@@ -246,7 +261,13 @@ fn legend(svg: &mut Svg, map: &SegmentMap) -> io::Result<()> {
 /// One segment's row: its label, its outline, its blocks, then its free holes over them
 /// (each at least [`HOLE_MIN`] wide, centred where it is, so the smallest shows) with
 /// their sizes where they fit.
-fn draw_segment(svg: &mut Svg, map: &SegmentMap, s: &MapSegment, at: RowAt) -> io::Result<()> {
+fn draw_segment(
+    svg: &mut Svg,
+    map: &SegmentMap,
+    fills: &[String],
+    s: &MapSegment,
+    at: RowAt,
+) -> io::Result<()> {
     let RowAt { y, scale } = at;
     let x0 = LABEL;
     let used: u64 = s.blocks.iter().map(|b| b.size_bytes).sum();
@@ -277,7 +298,7 @@ fn draw_segment(svg: &mut Svg, map: &SegmentMap, s: &MapSegment, at: RowAt) -> i
         )),
     )?;
     for b in &s.blocks {
-        draw_block(svg, map, s, b, at)?;
+        draw_block(svg, map, fills, s, b, at)?;
     }
     let row_w = (s.size_bytes as f64 * scale).max(1.0);
     for &(addr, size) in &s.holes {
@@ -318,6 +339,7 @@ fn draw_segment(svg: &mut Svg, map: &SegmentMap, s: &MapSegment, at: RowAt) -> i
 fn draw_block(
     svg: &mut Svg,
     map: &SegmentMap,
+    fills: &[String],
     s: &MapSegment,
     b: &MapBlock,
     at: RowAt,
@@ -328,7 +350,7 @@ fn draw_block(
     let fill = if b.pending_free {
         PENDING
     } else {
-        b.group.map_or(OTHER, |g| group_fill(map, g))
+        b.group.map_or(OTHER, |g| group_fill(fills, g))
     };
     svg.rect(
         bx,

@@ -139,6 +139,79 @@ pub fn group_color(
     name_color(name)
 }
 
+/// The colours of the groups (call sites, stacks, files, categories) that one chart, or
+/// every chart of one report, shows: no two names share a colour. A category keeps its
+/// fixed colour; any other name takes its own palette entry ([`name_color`], so a call
+/// site mostly reads alike in charts made apart), unless a name before it took that
+/// entry: then the first entry no name took, and past the palette, hues generated a
+/// golden angle apart. Names are given largest first, so the largest keep their own.
+#[derive(Debug, Clone, Default)]
+pub struct Colors {
+    by_name: std::collections::BTreeMap<String, String>,
+}
+
+impl Colors {
+    pub fn new<'a>(
+        groups: impl IntoIterator<Item = (&'a str, crate::analysis::kinds::attribution::GroupKind)>,
+    ) -> Colors {
+        use crate::analysis::kinds::attribution::GroupKind;
+        let groups: Vec<(&str, GroupKind)> = groups.into_iter().collect();
+        let mut taken: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        let mut by_name = std::collections::BTreeMap::new();
+        // Categories first: their colours are fixed.
+        for &(name, kind) in &groups {
+            if kind == GroupKind::Category
+                && let Some(c) = category_color(name)
+            {
+                taken.insert(c.to_string());
+                by_name.insert(name.to_string(), c.to_string());
+            }
+        }
+        let mut extra = 0u32;
+        for &(name, _) in &groups {
+            if by_name.contains_key(name) {
+                continue;
+            }
+            let own = name_color(name);
+            let colour = if !taken.contains(own) {
+                own.to_string()
+            } else if let Some(free) = PALETTE.iter().find(|c| !taken.contains(**c)) {
+                free.to_string()
+            } else {
+                loop {
+                    extra += 1;
+                    let hue = (extra as f64 * 137.508) % 360.0;
+                    let c = format!("hsl({hue:.1},60%,{}%)", [42, 58, 50][extra as usize % 3]);
+                    if !taken.contains(&c) {
+                        break c;
+                    }
+                }
+            };
+            taken.insert(colour.clone());
+            by_name.insert(name.to_string(), colour);
+        }
+        Colors { by_name }
+    }
+
+    /// A group's colour: the one given it here, else its category's or name's
+    /// ([`group_color`]).
+    pub fn group(
+        &self,
+        name: &str,
+        kind: crate::analysis::kinds::attribution::GroupKind,
+    ) -> String {
+        match self.by_name.get(name) {
+            Some(c) => c.clone(),
+            None => group_color(name, kind).to_string(),
+        }
+    }
+
+    /// The colour given a name here, if any.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.by_name.get(name).map(String::as_str)
+    }
+}
+
 /// The colour of text written on a `#rrggbb` fill: white on the palette's dark entries,
 /// black on everything else (hsl fills are light).
 pub fn text_on(fill: &str) -> &'static str {
@@ -280,6 +353,46 @@ impl Svg<'_> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn no_two_names_of_a_book_share_a_colour() {
+        use crate::analysis::kinds::attribution::GroupKind;
+        // 300 call sites: more than the palette, and many whose own entries collide.
+        let names: Vec<String> = (0..300).map(|i| format!("model.py:{i}:forward")).collect();
+        let mut groups: Vec<(&str, GroupKind)> = names
+            .iter()
+            .map(|n| (n.as_str(), GroupKind::Frame))
+            .collect();
+        groups.push(("activations", GroupKind::Category));
+        let book = Colors::new(groups.iter().copied());
+        let colours: std::collections::BTreeSet<String> =
+            groups.iter().map(|&(n, k)| book.group(n, k)).collect();
+        assert_eq!(colours.len(), groups.len());
+        // A category keeps its fixed colour; the first name keeps its own entry.
+        assert_eq!(book.group("activations", GroupKind::Category), "#59a14f");
+        assert_eq!(
+            book.group(&names[0], GroupKind::Frame),
+            name_color(&names[0])
+        );
+        // Two names whose own entries are one: the second takes another.
+        let (a, b) = names
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| {
+                names[i + 1..]
+                    .iter()
+                    .find(|b| name_color(b) == name_color(a))
+                    .map(|b| (a, b))
+            })
+            .expect("20 entries for 300 names collide");
+        let two = Colors::new([
+            (a.as_str(), GroupKind::Frame),
+            (b.as_str(), GroupKind::Frame),
+        ]);
+        assert_eq!(two.group(a, GroupKind::Frame), name_color(a));
+        assert_ne!(two.group(b, GroupKind::Frame), name_color(a));
+    }
+
     use super::*;
 
     #[test]

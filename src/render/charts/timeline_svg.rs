@@ -9,7 +9,7 @@ use crate::analysis::kinds::attribution::GroupKind;
 use crate::analysis::moments::chart::{
     Band, BandBy, MarkerKind, TimelineView, XAxis, Zoom, ZoomAround,
 };
-use crate::render::charts::svg::{Svg, color, escape, group_color, num};
+use crate::render::charts::svg::{Colors, Svg, color, escape, num};
 use crate::render::words::labels::{device_line, group_display, tiny_frame};
 use crate::units::{Clock, bytes, duration_us};
 use std::io::{self, Write};
@@ -87,10 +87,10 @@ fn decimal_step(span: f64, ticks: f64) -> f64 {
     crate::render::charts::svg::round_step((span / ticks).max(1e-9), &[1.0, 2.0, 5.0, 10.0])
 }
 
-/// A band's colour: its category's, else its name's ([`group_color`]), the same in the
-/// zoom panel, the segments map and the flame graph.
-fn band_color(band: &Band) -> &'static str {
-    group_color(&band.name, band.kind)
+/// A band's colour: the one the chart's (or the report's) [`Colors`] give it, the same in
+/// the zoom panel, the segments map and the flame graph.
+fn band_color(band: &Band, colors: &Colors) -> String {
+    colors.group(&band.name, band.kind)
 }
 
 fn band_title(b: &Band, clock: Clock) -> String {
@@ -167,26 +167,59 @@ pub struct ZoomPanel<'a> {
 
 /// Writes the chart, and under it the zoom panel when one is given. Output depends only
 /// on the views and title.
+///
+/// `colors`: those of the report the chart is part of; without, the chart's own (no two
+/// bands of the chart and its zoom panel share one).
 pub fn write_timeline_svg(
     out: &mut dyn Write,
     view: &TimelineView,
     title: &ChartTitle,
     lanes: Option<&TraceLanes>,
     zoom: Option<&ZoomPanel>,
+    colors: Option<&Colors>,
 ) -> io::Result<()> {
+    let own;
+    let colors = match colors {
+        Some(c) => c,
+        None => {
+            own = Colors::new(
+                view.bands
+                    .iter()
+                    .chain(zoom.iter().flat_map(|z| &z.view.bands))
+                    .map(|b| (b.name.as_str(), b.kind)),
+            );
+            &own
+        }
+    };
     let mut svg = Svg { out };
     let heading = format!("{}: {}", title.path, device_line(title.device));
     let main_height = HEIGHT + lanes.map_or(0.0, lanes_height);
     let height = main_height + zoom.map_or(0.0, |_| HEIGHT);
     svg.begin(WIDTH, height, &format!("vramlens timeline of {heading}"))?;
-    write_panel(&mut svg, view, title, lanes, zoom.map(|z| z.zoom), None)?;
+    write_panel(
+        &mut svg,
+        view,
+        title,
+        lanes,
+        zoom.map(|z| z.zoom),
+        None,
+        colors,
+    )?;
     if let Some(z) = zoom {
         writeln!(
             svg.out,
             r#"<g transform="translate(0,{})">"#,
             num(main_height)
         )?;
-        write_panel(&mut svg, z.view, title, None, Some(z.zoom), Some(view))?;
+        write_panel(
+            &mut svg,
+            z.view,
+            title,
+            None,
+            Some(z.zoom),
+            Some(view),
+            colors,
+        )?;
         writeln!(svg.out, "</g>")?;
     }
     svg.end()
@@ -209,6 +242,7 @@ fn write_panel(
     lanes: Option<&TraceLanes>,
     zoom: Option<Zoom>,
     main: Option<&TimelineView>,
+    colors: &Colors,
 ) -> io::Result<()> {
     let zoomed = main.is_some();
     let y_max = (view.max_bytes as f64 * 1.08).max(1.0);
@@ -242,7 +276,7 @@ fn write_panel(
     } else {
         write_heading(svg, title)?;
     }
-    write_body(svg, view, &f, lanes, zoom.filter(|_| !zoomed), main)
+    write_body(svg, view, &f, lanes, zoom.filter(|_| !zoomed), main, colors)
 }
 
 /// The chart's two heading lines: the file and device, then the peaks.
@@ -291,6 +325,7 @@ struct Panel<'a> {
     view: &'a TimelineView,
     f: &'a Frame,
     main: Option<&'a TimelineView>,
+    colors: &'a Colors,
 }
 
 /// The bottom edge of the plot area.
@@ -307,8 +342,14 @@ fn write_body(
     lanes: Option<&TraceLanes>,
     outline: Option<Zoom>,
     main: Option<&TimelineView>,
+    colors: &Colors,
 ) -> io::Result<()> {
-    let p = Panel { view, f, main };
+    let p = Panel {
+        view,
+        f,
+        main,
+        colors,
+    };
     draw_y_axis(svg, f)?;
     draw_x_axis(svg, &p)?;
     // Everything drawn against the x axis, in a viewport of the plot's width: a zoom of
@@ -497,7 +538,7 @@ fn draw_rest_band(svg: &mut Svg, p: &Panel) -> io::Result<()> {
 fn draw_bands(svg: &mut Svg, p: &Panel) -> io::Result<()> {
     let (view, f) = (p.view, p.f);
     for band in &view.bands {
-        let fill = band_color(band);
+        let fill = band_color(band, p.colors);
         let tip = band_title(band, view.clock);
         let grouped = band.runs.len() > 1;
         if grouped {
@@ -873,7 +914,7 @@ fn legend_bands(svg: &mut Svg, p: &Panel, mut ly: f64) -> io::Result<()> {
             ly - 6.0,
             18.0,
             10.0,
-            &format!(r#" fill="{}""#, band_color(band)),
+            &format!(r#" fill="{}""#, band_color(band, p.colors)),
             Some(&band.name),
         )?;
         let at_peak = peak_bucket.map_or(0, |b| band_height_at(band, b));

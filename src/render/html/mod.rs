@@ -23,6 +23,7 @@ use crate::analysis::reports::summary::DeviceSummary;
 use crate::render::Style;
 use crate::render::charts::flame_svg::{FlameTitle, write_flame_svg};
 use crate::render::charts::segments_svg::write_segments_svg;
+use crate::render::charts::svg::Colors;
 use crate::render::charts::timeline_svg::{ChartTitle, write_timeline_svg};
 use crate::render::device::reconcile::write_reconcile_text;
 use crate::render::oom::{verdict_text, write_analysis};
@@ -320,11 +321,15 @@ fn headline(out: &mut String, d: Option<&DeviceSummary>) {
                 "too few to show memory over time"
             } else if d.trace.looks_truncated {
                 "incomplete: it does not start at the beginning"
+            } else if d.trace.freed_after_trace > 0 {
+                "incomplete at the end: frees not in it"
+            } else if d.trace.alive_before_recording > 0 {
+                "began mid-run, complete since"
             } else {
                 "complete"
             },
             "",
-            false,
+            d.trace.freed_after_trace > 0,
         );
     }
     out.push_str("</div>\n");
@@ -337,6 +342,30 @@ fn alone(d: &DeviceReport) -> crate::analysis::device::DeviceChoice {
         others: Vec::new(),
         ..d.choice.clone()
     }
+}
+
+/// The colours of every chart and table of a device's section: no two call sites (or
+/// other groups) shown there share one. Largest first: the timelines' bands, then each
+/// moment's table and segment map.
+fn device_colors(d: &DeviceReport) -> Colors {
+    use crate::analysis::kinds::attribution::GroupKind;
+    let mut names: Vec<(&str, GroupKind)> = Vec::new();
+    if let Ok(t) = &d.timelines {
+        for b in t.by_callsite.bands.iter().chain(&t.by_category.bands) {
+            names.push((b.name.as_str(), b.kind));
+        }
+    }
+    for m in &d.moments {
+        for g in &m.groups {
+            if let Some(k) = g.name.key() {
+                names.push((k, g.kind));
+            }
+        }
+        for g in &m.segments.groups {
+            names.push((g.name.as_str(), g.kind));
+        }
+    }
+    Colors::new(names)
 }
 
 fn timeline_chart(f: &FileReport, d: &DeviceReport, view: &TimelineView) -> io::Result<String> {
@@ -354,7 +383,8 @@ fn timeline_chart(f: &FileReport, d: &DeviceReport, view: &TimelineView) -> io::
         peak_event: summary.and_then(|s| s.peak_requested_event),
         peak_reserved: summary.and_then(|s| s.peak_reserved_bytes),
     };
-    inline_svg(|w| write_timeline_svg(w, view, &title, None, None))
+    let colors = device_colors(d);
+    inline_svg(|w| write_timeline_svg(w, view, &title, None, None, Some(&colors)))
 }
 
 fn timeline_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
@@ -428,7 +458,7 @@ fn band_stacks(stacks: &std::collections::BTreeMap<String, Vec<String>>) -> Stri
 /// Rows of a table of what was live shown open; the rest are one click away.
 const OPEN_ROWS: usize = 12;
 
-fn live_table(m: &MomentReport) -> String {
+fn live_table(m: &MomentReport, colors: &Colors) -> String {
     let head = "<table class=\"live\">\n<thead><tr><th class=\"num\">requested</th><th class=\"num\">share</th><th class=\"num\">allocations</th><th>call site</th><th>category</th><th class=\"num\">first allocated</th></tr></thead>\n<tbody>\n";
     let mut out = String::from(head);
     for (i, g) in m.groups.iter().enumerate() {
@@ -461,9 +491,7 @@ fn live_table(m: &MomentReport) -> String {
             "<span class=\"swatch\" style=\"background:{}\"></span>",
             g.name
                 .key()
-                .map_or("#c8c8c8", |k| crate::render::charts::svg::group_color(
-                    k, g.kind
-                ))
+                .map_or("#c8c8c8".to_string(), |k| colors.group(k, g.kind))
         );
         let site = if g.frames.is_empty() {
             format!("{swatch}{}", escape_html(&name))
@@ -501,6 +529,7 @@ fn live_table(m: &MomentReport) -> String {
 }
 
 fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
+    let colors = device_colors(d);
     let out = s.text();
     let _ = writeln!(
         out,
@@ -562,7 +591,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
             escape_html(&bytes(m.reserved_bytes.max(0) as u64)),
         );
         out.push_str("<h5>By call site</h5>\n");
-        let table = live_table(m);
+        let table = live_table(m, &colors);
         let note = left_out(
             "table",
             table.len(),
@@ -586,6 +615,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
                     heading: &heading,
                     subtitle: &subtitle,
                 },
+                Some(&colors),
             )
         })?;
         let note = left_out(
@@ -598,7 +628,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
         );
         s.optional(html, note, (3, k));
         s.text().push_str("<h5>Segments</h5>\n");
-        let map = inline_svg(|w| write_segments_svg(w, &m.segments, &alone(d)))?;
+        let map = inline_svg(|w| write_segments_svg(w, &m.segments, &alone(d), Some(&colors)))?;
         let note = left_out(
             "segment map",
             map.len(),
