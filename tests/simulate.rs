@@ -313,13 +313,12 @@ fn a_fragmentation_oom_on_a_device_the_live_tensors_outgrow_says_so() {
         .stdout(predicate::str::contains("even without fragmentation").not());
 }
 
-/// A capacity's label moves to the left end of its dashed line when an OOM marker of a
-/// scenario at that capacity would fall under it at the right: on an L4 and an A100
-/// 40GB the XL backward step runs out of memory late in the trace (events 20,952 and
-/// 22,433 of 24,263), right where the labels end.
+/// Each GPU has its own panel, its capacity in the heading: on an L4 and an A100 40GB the
+/// XL backward step runs out of memory late in the trace (events 20,952 and 22,433 of
+/// 24,263), each marked in its own panel where no label is.
 #[test]
 #[ignore = "needs ../shared/data"]
-fn a_capacity_label_makes_way_for_the_oom_marker_under_it() {
+fn each_gpu_has_its_panel_and_its_oom_marked_in_it() {
     let data = common::require_shared_data();
     let file = data.join("cs336-cliffkai/memory_snapshot_xl_bwd.pickle");
     let out = tempdir().join("late_ooms.svg");
@@ -337,9 +336,16 @@ fn a_capacity_label_makes_way_for_the_oom_marker_under_it() {
         .assert()
         .success();
     let svg = std::fs::read_to_string(&out).unwrap();
+    // One panel per GPU, its capacity in its heading, left: no OOM marker can fall under
+    // it; each marker is in its own GPU's panel, under the heading.
+    let y_of = |tag: &str| -> f64 {
+        let y = tag.split(r#" y=""#).nth(1).unwrap();
+        y[..y.find('"').unwrap()].parse().unwrap()
+    };
+    let mut tops = Vec::new();
     for label in [
-        "L4 24GB: 21.0 GiB for the allocator",
-        "A100 40GB: 38.4 GiB for the allocator",
+        "on L4 24GB: 21.0 GiB for the allocator",
+        "on A100 40GB: 38.4 GiB for the allocator",
     ] {
         let at = svg
             .find(label)
@@ -347,9 +353,19 @@ fn a_capacity_label_makes_way_for_the_oom_marker_under_it() {
         let open = svg[..at].rfind("<text").unwrap();
         let tag = &svg[open..at];
         assert!(
-            tag.contains(r#"x="84""#) && tag.contains(r#"text-anchor="start""#),
+            tag.contains(r#"x="80""#) && tag.contains(r#"text-anchor="start""#),
             "{tag}"
         );
+        tops.push(y_of(tag));
     }
+    let marks: Vec<f64> = svg
+        .match_indices("✕ OOM")
+        .map(|(at, _)| y_of(&svg[svg[..at].rfind("<text").unwrap()..at]))
+        .collect();
+    assert_eq!(marks.len(), 2, "{marks:?}");
+    assert!(
+        tops[0] < marks[0] && marks[0] < tops[1] && tops[1] < marks[1],
+        "{tops:?} {marks:?}"
+    );
     assert_eq!(svg.matches("✕ OOM").count(), 2);
 }

@@ -533,15 +533,13 @@ fn write_table(out: &mut dyn Write, d: &DeviceSimulation) -> io::Result<()> {
 // ---- the chart ----
 
 const WIDTH: f64 = 960.0;
-const HEIGHT: f64 = 420.0;
 const LEFT: f64 = 80.0;
 const RIGHT: f64 = 24.0;
-/// A character of the chart's 12 px sans-serif text, wide enough for most.
-const CHAR_W: f64 = 7.0;
 /// The width of an OOM marker ("✕ OOM"), centred on its event.
 const OOM_MARK_W: f64 = 40.0;
 const TOP: f64 = 40.0;
-const BOTTOM: f64 = 120.0;
+/// The height of one capacity's panel.
+const PANEL_H: f64 = 230.0;
 
 /// Colours of the scenarios' lines, in order (the recorded line is grey).
 const LINE_COLORS: [&str; 8] = [
@@ -564,8 +562,10 @@ fn tick_step(max: f64) -> (f64, f64, &'static str) {
     (step * unit, unit, name)
 }
 
-/// Reserved memory over the trace (x: trace entries) for each scenario of device `d`,
-/// the recorded line, and each capacity as a dashed line.
+/// Reserved memory over the trace (x: trace entries): one panel per capacity (each GPU,
+/// the recorded OOM's, no limit), each with its own scale, its capacity dashed, a line
+/// per setting (one colour per setting in every panel) with its OOM marked where it
+/// happens, and the recorded line on top, so that it shows where the others cover it.
 pub fn write_simulate_svg(
     out: &mut dyn Write,
     r: &SimulateReport,
@@ -573,21 +573,95 @@ pub fn write_simulate_svg(
     recorded: &[(Option<u32>, u64)],
     events: u32,
 ) -> io::Result<()> {
+    // The capacities, in the scenarios' order; each a panel.
+    let mut caps: Vec<(CapacitySource, Option<String>, Option<u64>)> = Vec::new();
+    for s in &d.scenarios {
+        let key = (s.capacity_source, s.gpu.clone(), s.capacity_bytes);
+        if !caps.contains(&key) {
+            caps.push(key);
+        }
+    }
+    let mut settings_seen: Vec<String> = Vec::new();
+    for s in &d.scenarios {
+        if !settings_seen.contains(&s.alloc_conf) {
+            settings_seen.push(s.alloc_conf.clone());
+        }
+    }
+    let legend_rows = settings_seen.len().min(6) + usize::from(!recorded.is_empty());
+    let height = TOP + caps.len().max(1) as f64 * PANEL_H + 30.0 + legend_rows as f64 * 16.0;
     let mut svg = Svg { out };
     let title = format!(
         "{} device {}: reserved memory by scenario",
         r.path, d.device
     );
-    svg.begin(WIDTH, HEIGHT, &title)?;
-    let max_bytes = d
-        .scenarios
+    svg.begin(WIDTH, height, &title)?;
+    svg.text(LEFT, 22.0, "start", r#" font-size="14""#, &title)?;
+    let color_of = |s: &ScenarioReport| {
+        let k = settings_seen
+            .iter()
+            .position(|c| *c == s.alloc_conf)
+            .unwrap_or(0);
+        LINE_COLORS[k % LINE_COLORS.len()]
+    };
+    for (i, key) in caps.iter().enumerate() {
+        let group: Vec<&ScenarioReport> = d
+            .scenarios
+            .iter()
+            .filter(|s| (s.capacity_source, s.gpu.clone(), s.capacity_bytes) == *key)
+            .collect();
+        let top = TOP + i as f64 * PANEL_H;
+        draw_panel(&mut svg, d, &group, recorded, events, top, &color_of)?;
+    }
+    // The legend: each setting's colour, and the recorded line.
+    let mut y = TOP + caps.len().max(1) as f64 * PANEL_H + 20.0;
+    let mut rows: Vec<(String, String, &str)> = settings_seen
+        .iter()
+        .take(6)
+        .filter_map(|conf| d.scenarios.iter().find(|s| s.alloc_conf == *conf))
+        .map(|s| (color_of(s).to_string(), settings_name(s), ""))
+        .collect();
+    if !recorded.is_empty() {
+        rows.push((
+            RECORDED.to_string(),
+            "recorded (dashed, drawn over the others)".into(),
+            r#" stroke-dasharray="5,3""#,
+        ));
+    }
+    for (color, label, dash) in rows {
+        svg.line(
+            LEFT,
+            y - 4.0,
+            LEFT + 24.0,
+            y - 4.0,
+            &format!(r#" stroke="{color}" stroke-width="2"{dash}"#),
+        )?;
+        svg.text(LEFT + 30.0, y, "start", "", &escape_label(&label))?;
+        y += 16.0;
+    }
+    svg.end()
+}
+
+/// The recorded line's colour.
+const RECORDED: &str = "#222";
+
+/// One capacity's panel, its top at `top`.
+fn draw_panel(
+    svg: &mut Svg,
+    d: &DeviceSimulation,
+    group: &[&ScenarioReport],
+    recorded: &[(Option<u32>, u64)],
+    events: u32,
+    top: f64,
+    color_of: &dyn Fn(&ScenarioReport) -> &'static str,
+) -> io::Result<()> {
+    let first = group[0];
+    let max_bytes = group
         .iter()
         .flat_map(|s| {
             s.series
                 .iter()
                 .map(|p| p.1)
                 .chain(s.allocator_capacity_bytes)
-                .chain(s.capacity_bytes)
         })
         .chain(recorded.iter().map(|p| p.1))
         .max()
@@ -596,31 +670,53 @@ pub fn write_simulate_svg(
     let (step, unit, unit_name) = tick_step(max_bytes);
     let top_value = (max_bytes / step).ceil() * step;
     let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
+    let plot_top = top + 22.0;
+    let plot_h = PANEL_H - 60.0;
     let x_of =
         |e: Option<u32>| LEFT + plot_w * e.map_or(0.0, |e| (e + 1) as f64) / events.max(1) as f64;
-    let y_of = |b: u64| TOP + plot_h * (1.0 - b as f64 / top_value);
-    svg.text(LEFT, 22.0, "start", r#" font-size="14""#, &title)?;
+    let y_of = |b: u64| plot_top + plot_h * (1.0 - b as f64 / top_value);
+    let heading = match (
+        &first.gpu,
+        first.capacity_source,
+        first.allocator_capacity_bytes,
+    ) {
+        (Some(g), _, Some(c)) => format!("on {g}: {} for the allocator", bytes(c)),
+        (None, CapacitySource::RecordedOom, Some(c)) => {
+            format!("at the capacity the recorded OOM implies: {}", bytes(c))
+        }
+        _ => "with no limit on memory".to_string(),
+    };
+    svg.text(
+        LEFT,
+        top + 12.0,
+        "start",
+        r#" font-weight="bold""#,
+        &heading,
+    )?;
     for v in crate::render::charts::svg::axis_ticks(0.0, top_value + step / 2.0, step) {
         let y = y_of(v as u64);
         svg.line(LEFT, y, WIDTH - RIGHT, y, r##" stroke="#e0e0e0""##)?;
         let label = format!("{} {unit_name}", num(v / unit));
         svg.text(LEFT - 6.0, y + 4.0, "end", r##" fill="#444""##, &label)?;
     }
-    svg.line(
-        LEFT,
-        TOP + plot_h,
-        WIDTH - RIGHT,
-        TOP + plot_h,
-        r##" stroke="#888""##,
-    )?;
+    let bottom = plot_top + plot_h;
+    svg.line(LEFT, bottom, WIDTH - RIGHT, bottom, r##" stroke="#888""##)?;
     svg.text(
         LEFT + plot_w / 2.0,
-        TOP + plot_h + 20.0,
+        bottom + 16.0,
         "middle",
         r##" fill="#444""##,
         &format!("trace entries (0 to {})", grouped(events as u64)),
     )?;
+    if let Some(c) = first.allocator_capacity_bytes {
+        svg.line(
+            LEFT,
+            y_of(c),
+            WIDTH - RIGHT,
+            y_of(c),
+            &format!(r##" stroke="#000" stroke-dasharray="6,4" data-bytes="{c}""##),
+        )?;
+    }
     let step_points = |series: &[(Option<u32>, u64)], end: Option<u32>| -> Vec<(f64, f64)> {
         let mut pts = Vec::new();
         let mut last: Option<u64> = None;
@@ -637,79 +733,13 @@ pub fn write_simulate_svg(
         }
         pts
     };
-    let mut legend: Vec<(String, String, bool)> = Vec::new();
     // (left edge, baseline) of each OOM marker drawn.
     let mut oom_marks: Vec<(f64, f64)> = Vec::new();
-    // Capacities, dashed.
-    let mut caps_drawn: Vec<u64> = Vec::new();
-    for s in &d.scenarios {
-        if let Some(c) = s.allocator_capacity_bytes
-            && !caps_drawn.contains(&c)
-        {
-            caps_drawn.push(c);
-            let y = y_of(c);
-            let name = match (&s.gpu, s.capacity_source) {
-                (Some(g), _) => format!("{g}: {} for the allocator", bytes(c)),
-                (None, CapacitySource::RecordedOom) => {
-                    format!("capacity at the recorded OOM: {}", bytes(c))
-                }
-                _ => bytes(c),
-            };
-            svg.line(
-                LEFT,
-                y,
-                WIDTH - RIGHT,
-                y,
-                &format!(r##" stroke="#000" stroke-dasharray="6,4" data-bytes="{c}""##),
-            )?;
-            // The label sits at the right end of its line, unless an OOM marker of a
-            // scenario at this capacity (drawn where its line meets this one) would
-            // fall under it there: then at the left end.
-            let label_w = name.chars().count() as f64 * CHAR_W;
-            let marker_under = d
-                .scenarios
-                .iter()
-                .filter(|o| o.allocator_capacity_bytes == Some(c))
-                .filter_map(|o| o.first_oom.as_ref())
-                .any(|o| x_of(Some(o.event)) > WIDTH - RIGHT - label_w - OOM_MARK_W);
-            let (x, anchor) = if marker_under {
-                (LEFT + 4.0, "start")
-            } else {
-                (WIDTH - RIGHT - 4.0, "end")
-            };
-            svg.text(x, y - 4.0, anchor, r##" fill="#000""##, &name)?;
-        }
-    }
-    if !recorded.is_empty() {
-        let pts = step_points(recorded, None);
-        svg.polyline(
-            &pts,
-            r##" stroke="#999" stroke-width="5" stroke-opacity="0.6""##,
-            Some("recorded reserved"),
-        )?;
-        legend.push(("#999".into(), "recorded".into(), true));
-    }
-    let mut settings_seen: Vec<String> = Vec::new();
-    for s in &d.scenarios {
-        if !settings_seen.contains(&s.alloc_conf) {
-            settings_seen.push(s.alloc_conf.clone());
-        }
-        let k = settings_seen
-            .iter()
-            .position(|c| *c == s.alloc_conf)
-            .unwrap_or(0);
-        let color = LINE_COLORS[k % LINE_COLORS.len()];
+    for s in group {
+        let color = color_of(s);
         let end = s.first_oom.as_ref().map(|o| o.event);
         let pts = step_points(&s.series, end);
-        let name = format!(
-            "{}{}",
-            settings_name(s),
-            s.gpu
-                .as_ref()
-                .map(|g| format!(" on {g}"))
-                .unwrap_or_default()
-        );
-        let width = if s.baseline { 3.0 } else { 1.5 };
+        let width = if s.baseline { 3.0 } else { 2.0 };
         svg.polyline(
             &pts,
             &format!(
@@ -717,60 +747,69 @@ pub fn write_simulate_svg(
                 s.peak_reserved_bytes
             ),
             Some(&format!(
-                "{name}: peak reserved {}",
-                bytes(s.peak_reserved_bytes)
+                "{}: {}",
+                settings_name(s),
+                match &s.first_oom {
+                    Some(o) => format!("out of memory at event {}", grouped(o.event as u64)),
+                    None => format!("peak reserved {}", bytes(s.peak_reserved_bytes)),
+                }
             )),
         )?;
         if let Some(o) = &s.first_oom {
             let x = x_of(Some(o.event));
             let y = y_of(o.reserved_bytes);
+            svg.line(
+                x,
+                plot_top,
+                x,
+                bottom,
+                &format!(r#" stroke="{color}" stroke-dasharray="2,3""#),
+            )?;
             let (anchor, left) = if x > WIDTH - RIGHT - OOM_MARK_W {
                 ("end", x - OOM_MARK_W)
             } else {
                 ("middle", x - OOM_MARK_W / 2.0)
             };
             // Above the markers already drawn where it would print over one.
-            let mut at = y - 6.0;
-            while oom_marks
-                .iter()
-                .any(|&(l, t): &(f64, f64)| (l - left).abs() < OOM_MARK_W && (t - at).abs() < 13.0)
-            {
-                at -= 14.0;
-            }
+            // Stacked upwards from just above the line; where the panel's top stops them,
+            // downwards from just below it.
+            let free = |at: f64| {
+                !oom_marks.iter().any(|&(l, t): &(f64, f64)| {
+                    (l - left).abs() < OOM_MARK_W && (t - at).abs() < 13.0
+                })
+            };
+            let up = (0..8)
+                .map(|k| y - 6.0 - 14.0 * k as f64)
+                .take_while(|&at| at >= plot_top + 12.0)
+                .find(|&at| free(at));
+            let at = up.unwrap_or_else(|| {
+                (0..16)
+                    .map(|k| y + 16.0 + 14.0 * k as f64)
+                    .find(|&at| free(at))
+                    .unwrap_or(y + 16.0)
+            });
             oom_marks.push((left, at));
             svg.text(
-                x,
+                x - 3.0,
                 at,
-                anchor,
+                if anchor == "middle" { "end" } else { anchor },
                 &format!(r#" fill="{color}" font-weight="bold""#),
-                "✕ OOM",
+                &format!("✕ OOM at {}", grouped(o.event as u64)),
             )?;
         }
-        let label = format!(
-            "{name}: {}",
-            match &s.first_oom {
-                Some(o) => format!("out of memory at event {}", grouped(o.event as u64)),
-                None => format!("peak {}", bytes(s.peak_reserved_bytes)),
-            }
-        );
-        if !legend.iter().any(|l| l.1 == label) {
-            legend.push((color.to_string(), label, false));
-        }
     }
-    let mut y = TOP + plot_h + 42.0;
-    for (color, label, thick) in legend.iter().take(6) {
-        let w = if *thick { 5.0 } else { 2.0 };
-        svg.line(
-            LEFT,
-            y - 4.0,
-            LEFT + 24.0,
-            y - 4.0,
-            &format!(r#" stroke="{color}" stroke-width="{w}""#),
+    if !recorded.is_empty() {
+        let pts = step_points(recorded, None);
+        svg.polyline(
+            &pts,
+            &format!(r#" stroke="{RECORDED}" stroke-width="1.5" stroke-dasharray="5,3""#),
+            Some(&format!(
+                "recorded reserved, peak {}",
+                bytes(d.identity.recorded_peak_reserved_bytes)
+            )),
         )?;
-        svg.text(LEFT + 30.0, y, "start", "", &escape_label(label))?;
-        y += 16.0;
     }
-    svg.end()
+    Ok(())
 }
 
 /// A legend label, cut when very long (`Svg::text` escapes it).
