@@ -1169,3 +1169,54 @@ fn flame_boxes_wide_enough_carry_their_bytes_in_the_label() {
         }
     }
 }
+
+/// Files whose names state sizes of one kind are one model at several sizes: no file
+/// is an outlier, whatever its peak against the median, and the answer says why.
+#[test]
+fn a_series_of_sizes_has_no_outlier() {
+    let files = [
+        "testdata/budget/attn_seq128.pickle",
+        "testdata/budget/attn_seq256.pickle",
+        "testdata/budget/attn_seq512.pickle",
+    ];
+    let out = vramlens()
+        .arg("top")
+        .args(files)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["series"]["vary"], "seq");
+    assert_eq!(v["series"]["smallest"], 128);
+    assert_eq!(v["series"]["largest"], 512);
+    let rows = v["rows"].as_array().unwrap();
+    // The largest peak is well above the median's, yet no file is an outlier.
+    assert!(
+        rows.iter()
+            .any(|r| r["peak_over_median"].as_f64().unwrap() > 1.1),
+        "{v}"
+    );
+    assert!(rows.iter().all(|r| r["outlier"] == false));
+    let text = vramlens().arg("top").args(files).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("the files' names state sizes (sequence length 128 to 512): one model at several sizes, not ranks of one job, so no file is an outlier"),
+        "{text}"
+    );
+    // Files of one job (no size in their names) are ranks, as before.
+    let v: serde_json::Value = serde_json::from_slice(
+        &vramlens()
+            .args([
+                "top",
+                "testdata/sample.pickle",
+                "testdata/gpu/ok/snapshot.pickle",
+                "--json",
+            ])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(v["series"].is_null());
+}

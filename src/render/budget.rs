@@ -73,6 +73,11 @@ fn vary_short(v: Vary) -> &'static str {
     }
 }
 
+/// What varies in a series, in a word.
+pub fn vary_label(v: Vary) -> &'static str {
+    vary_name(v)
+}
+
 fn vary_name(v: Vary) -> &'static str {
     match v {
         Vary::Batch => "batch size",

@@ -50,6 +50,16 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
     }
     let outliers = r.rows.iter().filter(|x| x.outlier).count();
     match outliers {
+        _ if r.series.is_some() => {
+            let s = r.series.expect("a series");
+            writeln!(
+                out,
+                "  the files' names state sizes ({} {} to {}): one model at several sizes, not ranks of one job, so no file is an outlier (vramlens budget FILES... predicts another size)",
+                crate::render::budget::vary_label(s.vary),
+                s.smallest,
+                s.largest
+            )?
+        }
         _ if r.median_peak_bytes.is_none() => writeln!(
             out,
             "  no file has a trace that shows memory over time: no peaks to compare"

@@ -102,6 +102,38 @@ pub struct RanksReport {
     pub median: Option<String>,
     /// Groups at the peak, largest rank against the median rank, largest change first.
     pub differences: Vec<GroupChange>,
+    /// Every file's name states a size of one kind (`seq512`, `bs8`), and they differ:
+    /// one model at several sizes, not ranks of one job, so no file is an outlier; null
+    /// otherwise.
+    pub series: Option<RanksSeries>,
+}
+
+/// The sizes a series of files states in their names.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct RanksSeries {
+    pub vary: crate::analysis::budget::Vary,
+    pub smallest: u64,
+    pub largest: u64,
+}
+
+/// The series the files' names state, when every name states a size of one kind and
+/// the sizes differ.
+fn series_of(inputs: &[RankInput]) -> Option<RanksSeries> {
+    let sizes: Vec<(crate::analysis::budget::Vary, u64)> = inputs
+        .iter()
+        .map(|r| crate::analysis::budget::size_from_name(&r.path, None))
+        .collect::<Option<_>>()?;
+    let vary = sizes.first()?.0;
+    if sizes.iter().any(|s| s.0 != vary) {
+        return None;
+    }
+    let smallest = sizes.iter().map(|s| s.1).min()?;
+    let largest = sizes.iter().map(|s| s.1).max()?;
+    (smallest != largest).then_some(RanksSeries {
+        vary,
+        smallest,
+        largest,
+    })
 }
 
 pub fn analyze_ranks(inputs: Vec<RankInput>, by: GroupBy, differences: usize) -> RanksReport {
@@ -114,6 +146,7 @@ pub fn analyze_ranks(inputs: Vec<RankInput>, by: GroupBy, differences: usize) ->
     // The lower median of an even count, so it is a real rank.
     let median = peaks.get(peaks.len().saturating_sub(1) / 2).copied();
     let largest = peaks.last().copied();
+    let series = series_of(&inputs);
     let rows = inputs
         .iter()
         .map(|r| {
@@ -133,7 +166,7 @@ pub fn analyze_ranks(inputs: Vec<RankInput>, by: GroupBy, differences: usize) ->
                 top_group_kind: top.map(|g| g.kind),
                 top_group_bytes: top.map(|g| g.bytes),
                 peak_over_median: ratio,
-                outlier: ratio.is_some_and(|x| x > 1.0 + OUTLIER_MARGIN),
+                outlier: series.is_none() && ratio.is_some_and(|x| x > 1.0 + OUTLIER_MARGIN),
             }
         })
         .collect();
@@ -158,5 +191,6 @@ pub fn analyze_ranks(inputs: Vec<RankInput>, by: GroupBy, differences: usize) ->
         largest: largest.map(|(_, i)| inputs[i].path.clone()),
         median: median.map(|(_, i)| inputs[i].path.clone()),
         differences,
+        series,
     }
 }
