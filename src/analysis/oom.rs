@@ -101,6 +101,16 @@ pub enum Knob {
 impl Knob {
     /// A `PYTORCH_CUDA_ALLOC_CONF` setting, offered only when the snapshot's settings do
     /// not have it on already (all of them when the settings are unknown).
+    /// The knob of a setting the what-if tries.
+    pub fn of_tried(t: crate::analysis::what_if::oom_what_if::Tried) -> Knob {
+        use crate::analysis::what_if::oom_what_if::Tried;
+        match t {
+            Tried::ExpandableSegments => Knob::ExpandableSegments,
+            Tried::MaxSplitSize => Knob::MaxSplitSize,
+            Tried::GcThreshold => Knob::GcThreshold,
+        }
+    }
+
     pub fn is_allocator_setting(self) -> bool {
         matches!(
             self,
@@ -437,13 +447,12 @@ fn judge(a: &mut OomAnalysis, s: Settings) {
         .map(|r| crate::allocator::device_ask_at_most(r, s.expandable));
     // Under a memory fraction the replay finds (the device had room), the limit the
     // request met is the fraction's, not the device's.
-    if let (Some(w), Some(r), Some(free)) = (&a.what_if, a.requested_bytes, a.device_free_bytes) {
-        use crate::analysis::what_if::oom_what_if::OomWhatIf;
-        let limit = OomWhatIf::limit(Some(w), a.reserved_bytes, free);
-        if w.limit == crate::allocator::prepared::OomLimit::MemoryFraction {
-            a.limit_bytes = Some(limit);
-            a.shortfall_in = Some(OomCause::of(a.allocated_bytes, r, a.reserved_bytes, limit));
-        }
+    if let (Some(limit), Some(r)) = (
+        a.what_if.as_ref().and_then(|w| w.fraction_limit()),
+        a.requested_bytes,
+    ) {
+        a.limit_bytes = Some(limit);
+        a.shortfall_in = Some(OomCause::of(a.allocated_bytes, r, a.reserved_bytes, limit));
     }
     a.verdicts = verdicts(a, s);
 }
@@ -624,16 +633,11 @@ fn verdicts_tight(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
 /// reproduced, those it shows letting the request through, the most to spare first;
 /// without one, every setting that is off (unverified: the text says so).
 fn layout_settings(a: &OomAnalysis, s: Settings, class: OomCause) -> Vec<Knob> {
-    use crate::analysis::what_if::oom_what_if::Tried;
     match &a.what_if {
         Some(w) if w.tested() => w
             .proven()
             .into_iter()
-            .map(|t| match t.setting {
-                Tried::ExpandableSegments => Knob::ExpandableSegments,
-                Tried::MaxSplitSize => Knob::MaxSplitSize,
-                Tried::GcThreshold => Knob::GcThreshold,
-            })
+            .map(|t| Knob::of_tried(t.setting))
             .collect(),
         _ if class == OomCause::Rounding => {
             // Pages instead of whole segments are the one setting that asks the device

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use vramlens::allocator::prepared::Prepared;
-use vramlens::analysis::budget::gpus::{DEFAULT_GPUS, Gpu, find};
+use vramlens::analysis::budget::gpus::Gpu;
 use vramlens::analysis::budget::stream::Stream;
 use vramlens::analysis::budget::{
     Outside, RunBudget, RunDevice, SeriesOptions, TargetSize, Vary, Verdict, headroom_of,
@@ -21,10 +21,7 @@ use vramlens::render::{Style, write_json};
 
 pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
     let gpus: Vec<Gpu> = if args.gpus.is_empty() {
-        DEFAULT_GPUS
-            .iter()
-            .map(|g| find(g).expect("the default GPUs are in the table"))
-            .collect()
+        vramlens::analysis::budget::gpus::default_gpus()
     } else {
         vramlens::analysis::budget::gpus::distinct(&args.gpus)
     };

@@ -1001,10 +1001,9 @@ pub fn write_run_budget_text(out: &mut dyn Write, r: &RunBudget) -> io::Result<(
     write_run(out, r, true)?;
     let runs = std::slice::from_ref(r);
     let headroom = crate::analysis::budget::headroom_of(runs, None, None);
-    let fits: Vec<Fit> = crate::analysis::budget::gpus::DEFAULT_GPUS
+    let fits: Vec<Fit> = crate::analysis::budget::gpus::default_gpus()
         .iter()
-        .filter_map(|g| crate::analysis::budget::gpus::find(g).ok())
-        .map(|g| crate::analysis::budget::fit_run(&g, r, headroom.fraction))
+        .map(|g| crate::analysis::budget::fit_run(g, r, headroom.fraction))
         .collect();
     writeln!(out, "on one device, {}", headroom_text(&headroom, runs))?;
     write_fits(out, &fits, headroom.fraction, None)

@@ -555,18 +555,11 @@ fn proven_try(
     a: &OomAnalysis,
     k: Knob,
 ) -> Option<&crate::analysis::what_if::oom_what_if::SettingTry> {
-    use crate::analysis::what_if::oom_what_if::Tried;
-    let setting = match k {
-        Knob::ExpandableSegments => Tried::ExpandableSegments,
-        Knob::MaxSplitSize => Tried::MaxSplitSize,
-        Knob::GcThreshold => Tried::GcThreshold,
-        _ => return None,
-    };
     a.what_if
         .as_ref()?
         .proven()
         .into_iter()
-        .find(|t| t.setting == setting)
+        .find(|t| Knob::of_tried(t.setting) == k)
 }
 
 /// A setting the allocator model's replay let the request through with, and its margin.

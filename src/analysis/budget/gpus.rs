@@ -178,6 +178,14 @@ const NOT_CUDA: [(&str, &str); 4] = [
 /// The devices checked when none is asked for.
 pub const DEFAULT_GPUS: [&str; 6] = ["rtx4090", "l40s", "a100-80gb", "h100", "h200", "b200"];
 
+/// The GPUs of [`DEFAULT_GPUS`], from the table.
+pub fn default_gpus() -> Vec<Gpu> {
+    DEFAULT_GPUS
+        .iter()
+        .map(|g| find(g).expect("the default GPUs are in the table"))
+        .collect()
+}
+
 fn of(entry: &(&[&str], &str, f64, &'static str)) -> Gpu {
     Gpu {
         name: entry.1.to_string(),

@@ -114,7 +114,7 @@ pub fn run_budget(
         let moment = crate::analysis::moments::moment::resolve(&r, kind, || live.at)
             .expect("the peak and the first OOM of a trace resolve");
         if let (Some(i), Some(held)) = (oom, oom_reserved) {
-            use crate::analysis::what_if::oom_what_if::{OomWhatIf, what_ifs};
+            use crate::analysis::what_if::oom_what_if::what_ifs;
             let e = r.trace.get(i);
             oom_what_if = what_ifs(snap, choice.device)
                 .into_iter()
@@ -125,7 +125,10 @@ pub fn run_budget(
                     allocated_at_oom,
                     e.size,
                     held,
-                    OomWhatIf::limit(oom_what_if.as_ref(), held, free),
+                    oom_what_if
+                        .as_ref()
+                        .and_then(|w| w.fraction_limit())
+                        .unwrap_or(held.saturating_add(free)),
                 )
             });
         }

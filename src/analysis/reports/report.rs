@@ -191,11 +191,7 @@ fn moment_report(
         // Its fits replay the run at each GPU's capacity, and its headroom reads the
         // order of equal free blocks, as `budget`'s do.
         if let Ok(p) = crate::allocator::prepared::Prepared::new(snap, choice.device, None) {
-            let gpus: Vec<crate::analysis::budget::gpus::Gpu> =
-                crate::analysis::budget::gpus::DEFAULT_GPUS
-                    .iter()
-                    .filter_map(|g| crate::analysis::budget::gpus::find(g).ok())
-                    .collect();
+            let gpus = crate::analysis::budget::gpus::default_gpus();
             let replayed =
                 crate::analysis::budget::replay_on(snap, &p, &gpus, outside.counted_bytes);
             b.replays = replayed.gpus;

@@ -313,6 +313,12 @@ impl<'a> TraceStats<'a> {
         if is_round_capacity(trace.len()) {
             evidence.push(TruncationEvidence::RoundLength(trace.len()));
         }
+        // Without a trace nothing was recorded: nothing began mid-run.
+        let (alive_before_recording, alive_before_recording_bytes) = if trace.is_empty() {
+            (0, 0)
+        } else {
+            (self.orphan_frees + self.survivors, self.before_bytes)
+        };
         TraceSummary {
             events: trace.len(),
             has_timeline: crate::timeline::coverage::has_timeline(trace),
@@ -326,17 +332,8 @@ impl<'a> TraceStats<'a> {
             frees_paired_by_size: false,
             freed_after_trace: self.freed_after_trace.0,
             freed_after_trace_bytes: self.freed_after_trace.1,
-            // Without a trace nothing was recorded: nothing began mid-run.
-            alive_before_recording: if trace.is_empty() {
-                0
-            } else {
-                self.orphan_frees + self.survivors
-            },
-            alive_before_recording_bytes: if trace.is_empty() {
-                0
-            } else {
-                self.before_bytes
-            },
+            alive_before_recording,
+            alive_before_recording_bytes,
         }
     }
 }

@@ -74,15 +74,17 @@ pub struct OomWhatIf {
 /// the device cannot be replayed or its OOMs do not say what the device had free.
 pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
     match Prepared::new(snap, device, None) {
-        Ok(p) => what_ifs_of(snap, &p),
+        Ok(p) => what_ifs_of(&p, &check(snap, &p)),
         Err(_) => Vec::new(),
     }
 }
 
 /// [`what_ifs`] of a device's recording prepared already (under the profile the caller
-/// models).
-pub fn what_ifs_of(snap: &Snapshot, p: &Prepared) -> Vec<(u32, OomWhatIf)> {
-    let id = check(snap, p);
+/// models) and checked.
+pub fn what_ifs_of(
+    p: &Prepared,
+    id: &crate::allocator::identity::Identity,
+) -> Vec<(u32, OomWhatIf)> {
     let mut out = Vec::new();
     for oc in &id.oom_capacities {
         let Some(capacity) = oc.capacity_bytes else {
@@ -182,16 +184,12 @@ pub fn what_ifs_of(snap: &Snapshot, p: &Prepared) -> Vec<(u32, OomWhatIf)> {
 }
 
 impl OomWhatIf {
-    /// The most PyTorch could hold at the OOM: what it held plus what the device had
-    /// free, or under a memory fraction this replay finds, the most the allocator held
-    /// under it. `oom` and `budget` judge where the request fell short against it.
-    pub fn limit(w: Option<&OomWhatIf>, reserved: u64, device_free: u64) -> u64 {
-        match w {
-            Some(w) if w.limit == crate::allocator::prepared::OomLimit::MemoryFraction => {
-                w.capacity_bytes
-            }
-            _ => reserved.saturating_add(device_free),
-        }
+    /// Under a memory fraction this replay finds (the device had room), the most the
+    /// allocator held under it: the limit `oom` and `budget` judge where the request
+    /// fell short against, in place of what it held plus what the device had free.
+    pub fn fraction_limit(&self) -> Option<u64> {
+        (self.limit == crate::allocator::prepared::OomLimit::MemoryFraction)
+            .then_some(self.capacity_bytes)
     }
 
     /// The answers can be relied on: the model replays the recording exactly and runs

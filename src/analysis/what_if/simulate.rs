@@ -215,6 +215,11 @@ struct Capacity {
 
 fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> DeviceSimulation {
     let (identity, scenarios) = scenarios_of(snap, p, options);
+    // The settings `oom` suggests, tried at the first recorded OOM, after the same check.
+    let recorded_oom_what_if = crate::analysis::what_if::oom_what_if::what_ifs_of(p, &identity)
+        .into_iter()
+        .next()
+        .map(|(_, w)| w);
     let outside = outside_of(options);
     let trace = snap.trace(p.device);
     DeviceSimulation {
@@ -229,10 +234,7 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
         stops_at_oom: p.requests.ends_with_oom(),
         outside,
         scenarios,
-        recorded_oom_what_if: crate::analysis::what_if::oom_what_if::what_ifs_of(snap, p)
-            .into_iter()
-            .next()
-            .map(|(_, w)| w),
+        recorded_oom_what_if,
     }
 }
 

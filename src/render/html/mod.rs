@@ -368,7 +368,12 @@ fn device_colors(d: &DeviceReport) -> Colors {
     Colors::new(names)
 }
 
-fn timeline_chart(f: &FileReport, d: &DeviceReport, view: &TimelineView) -> io::Result<String> {
+fn timeline_chart(
+    f: &FileReport,
+    d: &DeviceReport,
+    view: &TimelineView,
+    colors: &Colors,
+) -> io::Result<String> {
     let summary = f
         .summary
         .devices
@@ -383,11 +388,16 @@ fn timeline_chart(f: &FileReport, d: &DeviceReport, view: &TimelineView) -> io::
         peak_event: summary.and_then(|s| s.peak_requested_event),
         peak_reserved: summary.and_then(|s| s.peak_reserved_bytes),
     };
-    let colors = device_colors(d);
-    inline_svg(|w| write_timeline_svg(w, view, &title, None, None, Some(&colors)))
+    inline_svg(|w| write_timeline_svg(w, view, &title, None, None, Some(colors)))
 }
 
-fn timeline_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
+fn timeline_section(
+    s: &mut Section,
+    f: &FileReport,
+    d: &DeviceReport,
+    id: &str,
+    colors: &Colors,
+) -> io::Result<()> {
     let out = s.text();
     let _ = writeln!(out, "<section id=\"{id}-timeline\">\n<h3>Timeline</h3>");
     let timelines = match &d.timelines {
@@ -414,7 +424,7 @@ fn timeline_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str)
     .into_iter()
     .enumerate()
     {
-        let chart = timeline_chart(f, d, view)?;
+        let chart = timeline_chart(f, d, view, colors)?;
         let out = s.text();
         let _ = writeln!(
             out,
@@ -528,8 +538,13 @@ fn live_table(m: &MomentReport, colors: &Colors) -> String {
     out
 }
 
-fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
-    let colors = device_colors(d);
+fn moments_section(
+    s: &mut Section,
+    f: &FileReport,
+    d: &DeviceReport,
+    id: &str,
+    colors: &Colors,
+) -> io::Result<()> {
     let out = s.text();
     let _ = writeln!(
         out,
@@ -591,7 +606,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
             escape_html(&bytes(m.reserved_bytes.max(0) as u64)),
         );
         out.push_str("<h5>By call site</h5>\n");
-        let table = live_table(m, &colors);
+        let table = live_table(m, colors);
         let note = left_out(
             "table",
             table.len(),
@@ -615,7 +630,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
                     heading: &heading,
                     subtitle: &subtitle,
                 },
-                Some(&colors),
+                Some(colors),
             )
         })?;
         let note = left_out(
@@ -628,7 +643,7 @@ fn moments_section(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
         );
         s.optional(html, note, (3, k));
         s.text().push_str("<h5>Segments</h5>\n");
-        let map = inline_svg(|w| write_segments_svg(w, &m.segments, &alone(d), Some(&colors)))?;
+        let map = inline_svg(|w| write_segments_svg(w, &m.segments, &alone(d), Some(colors)))?;
         let note = left_out(
             "segment map",
             map.len(),
@@ -1029,7 +1044,9 @@ fn answer_section(out: &mut String, d: &DeviceReport, id: &str) {
 /// budget, readings.
 fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) -> io::Result<()> {
     answer_section(s.text(), d, id);
-    timeline_section(s, f, d, id)?;
+    // One colour book for every chart and table of the device.
+    let colors = device_colors(d);
+    timeline_section(s, f, d, id, &colors)?;
     let oom = oom_section(d, id)?;
     let note = format!(
         "<section id=\"{id}-oom\"><h3>OOM verdicts</h3>{}</section>\n",
@@ -1040,7 +1057,7 @@ fn device_sections(s: &mut Section, f: &FileReport, d: &DeviceReport, id: &str) 
         )
     );
     s.optional(oom, note, (0, 1));
-    moments_section(s, f, d, id)?;
+    moments_section(s, f, d, id, &colors)?;
     if let Some(sim) = &d.simulate {
         let text = text_of(|w| {
             crate::render::simulate::write_simulate_text(w, sim, Style::default(), false)
