@@ -487,7 +487,8 @@ pub struct TopArgs {
 #[derive(Args, Debug)]
 pub struct SummaryArgs {
     /// Snapshot files (pickle from torch.cuda.memory._dump_snapshot, gzip or JSON), or
-    /// folders of them (every rank of a job: a table of ranks follows).
+    /// folders of them (every rank of a job: a table of ranks follows); an nvidia-smi or
+    /// NVML log is summed up per GPU and process.
     #[arg(required = true, value_name = "SNAPSHOT")]
     pub files: Vec<PathBuf>,
     /// After the reports, a table of the files as ranks of one job (implied by a folder).
@@ -496,6 +497,15 @@ pub struct SummaryArgs {
     /// Only this device (default: every device).
     #[arg(long, value_name = "N")]
     pub device: Option<i64>,
+    /// For an nvidia-smi log given alone: minutes to add to its local timestamps to get
+    /// UTC (e.g. -420 for UTC-7); without it its times are shown as written.
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "MINUTES",
+        allow_hyphen_values = true
+    )]
+    pub utc_offset: i32,
     /// One JSON object per file, one per line (schema in docs/json.md).
     #[arg(long)]
     pub json: bool,

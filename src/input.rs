@@ -483,6 +483,35 @@ fn is_nvidia_smi_line(line: &str) -> bool {
             && line.contains(" MiB"))
 }
 
+/// A device log's format, told from its first line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceLogKind {
+    NvidiaSmi,
+    Nvml,
+}
+
+/// The device log the first bytes of a (decompressed) file start, if they start one.
+fn device_log_kind(head: &[u8]) -> Option<DeviceLogKind> {
+    let text = String::from_utf8_lossy(&head[..head.len().min(4096)]);
+    let trimmed = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
+    let first_line = trimmed.lines().next().unwrap_or("");
+    if trimmed.starts_with('{') {
+        is_nvml_line(first_line).then_some(DeviceLogKind::Nvml)
+    } else if trimmed.starts_with('[') {
+        None
+    } else {
+        is_nvidia_smi_line(first_line).then_some(DeviceLogKind::NvidiaSmi)
+    }
+}
+
+/// Whether a file (gzip or not) is an nvidia-smi CSV or NVML JSON-lines log, by its first
+/// line: what `summary` sums up instead of reading it as a snapshot.
+pub fn device_log_kind_of(path: &Path) -> io::Result<Option<DeviceLogKind>> {
+    let mut input = open_side_input(path)?;
+    let head = io::BufRead::fill_buf(&mut input)?;
+    Ok(device_log_kind(head))
+}
+
 /// Names inputs that are not snapshots, from the first bytes of the content.
 fn sniff(head: &[u8]) -> Result<Kind, InputError> {
     let text = String::from_utf8_lossy(&head[..head.len().min(4096)]);
@@ -492,19 +521,21 @@ fn sniff(head: &[u8]) -> Result<Kind, InputError> {
             "a PyTorch memory snapshot",
         )));
     }
-    let first_line = trimmed.lines().next().unwrap_or("");
-    if trimmed.starts_with('{') && is_nvml_line(first_line) {
-        return Err(InputError::WrongKind(format!(
-            "this is an NVML device log (JSON lines of GPU memory readings, as vramlens_capture.py writes), not a memory snapshot; {DEVICE_LOG_COMMANDS}"
-        )));
+    match device_log_kind(head) {
+        Some(DeviceLogKind::Nvml) => {
+            return Err(InputError::WrongKind(format!(
+                "this is an NVML device log (JSON lines of GPU memory readings, as vramlens_capture.py writes), not a memory snapshot; {DEVICE_LOG_COMMANDS}"
+            )));
+        }
+        Some(DeviceLogKind::NvidiaSmi) => {
+            return Err(InputError::WrongKind(format!(
+                "this is an nvidia-smi CSV log, not a memory snapshot; {DEVICE_LOG_COMMANDS}"
+            )));
+        }
+        None => {}
     }
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         return Ok(Kind::Json);
-    }
-    if is_nvidia_smi_line(first_line) {
-        return Err(InputError::WrongKind(format!(
-            "this is an nvidia-smi CSV log, not a memory snapshot; {DEVICE_LOG_COMMANDS}"
-        )));
     }
     let lower = trimmed
         .get(..trimmed.len().min(16))

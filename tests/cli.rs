@@ -149,7 +149,12 @@ fn output_is_identical_with_one_and_many_threads() {
 /// Runs `summary` on a bad input: exit 2, nothing on stdout, exactly one line on stderr
 /// that names the file and says what was expected, and no panic.
 fn bad_input(path: &str, message: &str) {
-    let out = vramlens().args(["summary", path]).output().unwrap();
+    bad_input_in("summary", path, message)
+}
+
+/// As [`bad_input`], for another command.
+fn bad_input_in(command: &str, path: &str, message: &str) {
+    let out = vramlens().args([command, path]).output().unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(out.status.code(), Some(2), "{path}: {stderr}");
     assert!(out.stdout.is_empty(), "{path}: no partial output");
@@ -170,8 +175,9 @@ fn empty_file() {
 #[test]
 fn device_logs_given_as_snapshots_name_the_commands_that_read_them() {
     let read = "expected a PyTorch memory snapshot (read the log beside one with `vramlens reconcile SNAPSHOT --nvml FILE`, or draw it on a chart with `vramlens timeline SNAPSHOT -o chart.svg --nvml FILE`)";
-    // The capture helper's own NVML log.
-    bad_input(
+    // The capture helper's own NVML log (`summary` sums a log up; `top` needs a snapshot).
+    bad_input_in(
+        "top",
         "testdata/gpu/oom/nvml.jsonl",
         &format!(
             "this is an NVML device log (JSON lines of GPU memory readings, as vramlens_capture.py writes), not a memory snapshot; {read}"
@@ -185,7 +191,8 @@ fn device_logs_given_as_snapshots_name_the_commands_that_read_them() {
         "2024/01/01 00:00:00.000, 0, 1234 MiB, 81559 MiB\n2024/01/01 00:00:01.000, 0, 1300 MiB, 81559 MiB\n",
     )
     .unwrap();
-    bad_input(
+    bad_input_in(
+        "top",
         csv.to_str().unwrap(),
         &format!("this is an nvidia-smi CSV log, not a memory snapshot; {read}"),
     );
@@ -1073,4 +1080,110 @@ pickle.dump({"segments": [seg], "device_traces": [trace]}, open(sys.argv[1], "wb
         "{text}"
     );
     assert!(!text.contains("+-"), "{text}");
+}
+
+#[test]
+fn summary_of_a_device_log_alone_gives_peak_mean_and_when_per_gpu_and_process() {
+    // Three NVML readings of one 1000 MiB GPU, worked by hand: used 100, 400, 250 MiB
+    // (peak 400 MiB at the second reading, mean 250 MiB, lowest 100, last 250); process 42
+    // holds 50, 300, 150 MiB (mean 166.67 MiB, rounded down in bytes).
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("nvml.jsonl");
+    let mib = 1u64 << 20;
+    let mut text = String::new();
+    for (k, (used, proc_used)) in [(100, 50), (400, 300), (250, 150)].iter().enumerate() {
+        text.push_str(&format!(
+            "{{\"time_us\": {}, \"gpu\": 0, \"uuid\": \"GPU-x\", \"total_bytes\": {}, \"used_bytes\": {}, \"free_bytes\": {}, \"processes\": [{{\"pid\": 42, \"used_bytes\": {}}}]}}\n",
+            1_700_000_000_000_000i64 + k as i64 * 500_000,
+            1000 * mib,
+            used * mib,
+            (1000 - used) * mib,
+            proc_used * mib
+        ));
+    }
+    std::fs::write(&log, text).unwrap();
+    let path = log.to_str().unwrap();
+    let out = vramlens()
+        .args(["summary", "--json", path])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["kind"], "device_log");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["source"], "nvml");
+    let g = &v["gpus"][0];
+    assert_eq!(g["gpu"], 0);
+    assert_eq!(g["total_bytes"], 1000 * mib);
+    assert_eq!(g["used"]["peak_bytes"], 400 * mib);
+    assert_eq!(g["used"]["peak_time_us"], 1_700_000_000_500_000i64);
+    assert_eq!(g["used"]["mean_bytes"], 250 * mib);
+    assert_eq!(g["used"]["lowest_bytes"], 100 * mib);
+    assert_eq!(g["used"]["last_bytes"], 250 * mib);
+    assert_eq!(g["used"]["readings"], 3);
+    let p = &v["processes"][0];
+    assert_eq!(p["pid"], 42);
+    assert_eq!(p["gpu"], 0);
+    assert_eq!(p["used"]["peak_bytes"], 300 * mib);
+    assert_eq!(p["used"]["mean_bytes"], 500 * mib / 3);
+
+    let text = String::from_utf8(
+        vramlens()
+            .args(["summary", path])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    // 1_700_000_000.5 s is 2023-11-14 22:13:20.5 UTC.
+    assert!(text.contains("an NVML log of 1 GPU"), "{text}");
+    assert!(
+        text.contains("400.0 MiB (40.0%)  22:13:20.500  250.0 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("42   0    300.0 MiB  22:13:20.500  166.7 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("vramlens reconcile SNAPSHOT --nvml"),
+        "{text}"
+    );
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn summary_of_a_real_nvidia_smi_log_matches_its_rows() {
+    // The V100S log, summed here from its own rows: `memory.used [MiB]` is the 7th column.
+    let path = root().join("../shared/data/nvsmi-miris-v100s/gpu_log.csv");
+    assert!(path.exists(), "needs ../shared/data");
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let used: Vec<u64> = csv
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            f[6].trim_end_matches(" MiB").parse::<u64>().unwrap() << 20
+        })
+        .collect();
+    let peak = *used.iter().max().unwrap();
+    let mean = used.iter().sum::<u64>() / used.len() as u64;
+    let out = vramlens()
+        .args(["summary", "--json", path.to_str().unwrap()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let g = &v["gpus"][0]["used"];
+    assert_eq!(g["readings"], used.len());
+    assert_eq!(g["peak_bytes"], peak);
+    assert_eq!(g["mean_bytes"], mean);
+    assert_eq!(v["local_times"], true);
 }

@@ -1012,3 +1012,113 @@ fn no_panic_on_truncated_or_mangled_input() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Sums over every row: what `summary LOG` reports
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_folded_log_still_sums_every_row_exactly() {
+    // 100,000 readings folded into 64 buckets: the sums count every row, worked out here
+    // from the generator's own formula.
+    let rows = 100_000;
+    let text = many_rows_csv(rows, 40_000, 70_001);
+    let keep = TimeRange::new(JAN_2025_US, JAN_2025_US + 100_000_000);
+    let log = read_device_log(text.as_bytes(), small_limits(keep)).unwrap();
+    assert!(log.rows_folded > 0, "the rows were folded");
+    assert_eq!(log.gpu_stats.len(), 2);
+    for (i, g) in log.gpu_stats.iter().enumerate() {
+        let mut sum = 0u128;
+        let mut n = 0u64;
+        let mut peak = (0u64, 0i64);
+        let mut low = (u64::MAX, 0i64);
+        let mut last = 0u64;
+        for k in (i as u64..rows).step_by(2) {
+            let used = match k {
+                40_000 => 90_000,
+                70_001 => 3,
+                _ => 1000 + (k * 7919 % 5000),
+            } * MIB;
+            let t = JAN_2025_US + k as i64 * 1000;
+            sum += u128::from(used);
+            n += 1;
+            if used > peak.0 {
+                peak = (used, t);
+            }
+            if used < low.0 {
+                low = (used, t);
+            }
+            last = used;
+        }
+        assert_eq!(g.gpu, i as i64);
+        assert_eq!(g.rows, n);
+        assert_eq!(g.total_bytes, Some(100_000 * MIB));
+        let u = g.used.unwrap();
+        assert_eq!(u.readings, n);
+        assert_eq!(u.sum_bytes, sum);
+        assert_eq!((u.peak_bytes, u.peak_us), peak);
+        assert_eq!((u.low_bytes, u.low_us), low);
+        assert_eq!(u.last_bytes, last);
+        assert_eq!(u.first_us, JAN_2025_US + i as i64 * 1000);
+    }
+    // The spike is GPU 0's (row 40,000), the dip GPU 1's (row 70,001).
+    assert_eq!(log.gpu_stats[0].used.unwrap().peak_bytes, 90_000 * MIB);
+    assert_eq!(log.gpu_stats[1].used.unwrap().low_bytes, 3 * MIB);
+}
+
+#[test]
+fn process_sums_are_per_process_and_gpu_and_follow_uuids_through_a_merge() {
+    // An apps CSV names GPUs by uuid only; the GPU CSV gives the uuid's number.
+    let gpus = read_device_log(
+        "timestamp, index, uuid, memory.used [MiB], memory.total [MiB]\n\
+         2024-01-01T00:00:00Z, 0, GPU-a, 100 MiB, 1000 MiB\n\
+         2024-01-01T00:00:00Z, 1, GPU-b, 200 MiB, 1000 MiB\n"
+            .as_bytes(),
+        utc(),
+    )
+    .unwrap();
+    let apps = read_device_log(
+        "timestamp, gpu_uuid, pid, used_gpu_memory [MiB]\n\
+         2024-01-01T00:00:00Z, GPU-b, 7, 10 MiB\n\
+         2024-01-01T00:00:01Z, GPU-b, 7, 30 MiB\n\
+         2024-01-01T00:00:02Z, GPU-b, 7, 20 MiB\n\
+         2024-01-01T00:00:01Z, GPU-a, 7, 5 MiB\n\
+         2024-01-01T00:00:01Z, GPU-a, 9, [N/A]\n"
+            .as_bytes(),
+        utc(),
+    )
+    .unwrap();
+    let merged = merge(vec![gpus, apps]);
+    let t0 = 1_704_067_200_000_000;
+    let stats: Vec<_> = merged
+        .process_stats
+        .iter()
+        .map(|p| {
+            (
+                p.gpu,
+                p.pid,
+                p.rows,
+                p.used
+                    .map(|u| (u.peak_bytes, u.peak_us, u.mean_bytes(), u.last_bytes)),
+            )
+        })
+        .collect();
+    assert_eq!(
+        stats,
+        vec![
+            (
+                Some(0),
+                7,
+                1,
+                Some((5 * MIB, t0 + 1_000_000, 5 * MIB, 5 * MIB))
+            ),
+            (Some(0), 9, 1, None),
+            (
+                Some(1),
+                7,
+                3,
+                Some((30 * MIB, t0 + 1_000_000, 20 * MIB, 20 * MIB))
+            ),
+        ]
+    );
+}

@@ -1104,7 +1104,7 @@ fn pages_json_with_a_bom_and_logs_are_told_apart() {
         b"timestamp, memory.used [MiB]\n2024/01/01 00:00:00.000, 1 MiB\n",
     );
     refused(
-        &run(&["summary", s(&f)]),
+        &run(&["top", s(&f)]),
         s(&f),
         "this is an nvidia-smi CSV log, not a memory snapshot; expected a PyTorch memory snapshot (read the log beside one with `vramlens reconcile SNAPSHOT --nvml FILE`, or draw it on a chart with `vramlens timeline SNAPSHOT -o chart.svg --nvml FILE`)",
         5,

@@ -127,6 +127,232 @@ pub struct DeviceLog {
     pub zoneless_times: bool,
     /// One line per kind of tolerated problem, with its count and first line.
     pub warnings: Vec<String>,
+    /// Per GPU, what every reading inside the window adds up to (kept or folded): exact
+    /// whatever the log's size. Sorted by GPU.
+    #[serde(skip)]
+    pub gpu_stats: Vec<GpuStats>,
+    /// Per process and GPU, the same; sorted by (GPU, uuid, pid). At most
+    /// [`MAX_PROCESS_STATS`] of them, the first met; the rows of later ones are counted in
+    /// [`DeviceLog::process_rows_unsummarized`].
+    #[serde(skip)]
+    pub process_stats: Vec<ProcessStats>,
+    #[serde(skip)]
+    pub process_rows_unsummarized: u64,
+}
+
+/// Processes a log sums up one by one ([`DeviceLog::process_stats`]).
+pub const MAX_PROCESS_STATS: usize = 4096;
+
+/// Used memory over many readings: how many, their sum, the highest and lowest (the
+/// earliest reading on a tie), the first and last time and the latest value (the later row
+/// on a tie).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsedStats {
+    pub readings: u64,
+    pub sum_bytes: u128,
+    pub peak_bytes: u64,
+    pub peak_us: i64,
+    pub low_bytes: u64,
+    pub low_us: i64,
+    pub first_us: i64,
+    pub last_us: i64,
+    pub last_bytes: u64,
+}
+
+impl UsedStats {
+    fn of(time_us: i64, used: u64) -> UsedStats {
+        UsedStats {
+            readings: 1,
+            sum_bytes: u128::from(used),
+            peak_bytes: used,
+            peak_us: time_us,
+            low_bytes: used,
+            low_us: time_us,
+            first_us: time_us,
+            last_us: time_us,
+            last_bytes: used,
+        }
+    }
+
+    fn add(&mut self, o: UsedStats) {
+        self.readings += o.readings;
+        self.sum_bytes += o.sum_bytes;
+        if (o.peak_bytes, std::cmp::Reverse(o.peak_us))
+            > (self.peak_bytes, std::cmp::Reverse(self.peak_us))
+        {
+            (self.peak_bytes, self.peak_us) = (o.peak_bytes, o.peak_us);
+        }
+        if (o.low_bytes, o.low_us) < (self.low_bytes, self.low_us) {
+            (self.low_bytes, self.low_us) = (o.low_bytes, o.low_us);
+        }
+        self.first_us = self.first_us.min(o.first_us);
+        if o.last_us >= self.last_us {
+            (self.last_us, self.last_bytes) = (o.last_us, o.last_bytes);
+        }
+    }
+
+    fn merge(into: &mut Option<UsedStats>, o: Option<UsedStats>) {
+        match (into.as_mut(), o) {
+            (Some(a), Some(b)) => a.add(b),
+            (None, b) => *into = b,
+            (Some(_), None) => {}
+        }
+    }
+
+    /// The mean of the readings, rounded down.
+    pub fn mean_bytes(&self) -> u64 {
+        (self.sum_bytes / u128::from(self.readings.max(1))) as u64
+    }
+}
+
+/// One GPU's readings inside the window, summed up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuStats {
+    pub gpu: i64,
+    /// The first uuid its readings name (index into [`DeviceLog::uuids`]).
+    pub uuid: Option<u32>,
+    pub rows: u64,
+    /// Over the readings with a used figure.
+    pub used: Option<UsedStats>,
+    /// The largest total its readings give.
+    pub total_bytes: Option<u64>,
+}
+
+impl GpuStats {
+    fn add(&mut self, o: &GpuStats) {
+        self.uuid = self.uuid.or(o.uuid);
+        self.rows += o.rows;
+        UsedStats::merge(&mut self.used, o.used);
+        self.total_bytes = self.total_bytes.max(o.total_bytes);
+    }
+}
+
+/// One process's rows on one GPU inside the window, summed up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessStats {
+    /// The GPU's number, when the rows say it (or [`merge`] could tell it from the uuid).
+    pub gpu: Option<i64>,
+    pub gpu_uuid: Option<u32>,
+    pub pid: u64,
+    pub rows: u64,
+    pub used: Option<UsedStats>,
+}
+
+/// Sums readings into per-GPU and per-process statistics.
+#[derive(Default)]
+struct StatsBuilder {
+    gpus: BTreeMap<i64, GpuStats>,
+    processes: BTreeMap<(Option<i64>, Option<u32>, u64), ProcessStats>,
+    process_rows_unsummarized: u64,
+}
+
+impl StatsBuilder {
+    fn push_gpu(&mut self, s: &GpuSample) {
+        let one = GpuStats {
+            gpu: s.gpu,
+            uuid: s.uuid,
+            rows: 1,
+            used: s.used_bytes.map(|u| UsedStats::of(s.time_us, u)),
+            total_bytes: s.total_bytes,
+        };
+        match self.gpus.get_mut(&s.gpu) {
+            Some(g) => g.add(&one),
+            None => {
+                self.gpus.insert(s.gpu, one);
+            }
+        }
+    }
+
+    fn push_process(&mut self, p: &ProcessSample) {
+        self.add_process(ProcessStats {
+            gpu: p.gpu,
+            gpu_uuid: p.gpu_uuid,
+            pid: p.pid,
+            rows: 1,
+            used: p.used_bytes.map(|u| UsedStats::of(p.time_us, u)),
+        });
+    }
+
+    /// A read log's statistics added in, its uuid indices mapped by `remap`.
+    fn add_log(
+        &mut self,
+        gpus: &[GpuStats],
+        processes: &[ProcessStats],
+        remap: &dyn Fn(Option<u32>) -> Option<u32>,
+    ) {
+        for g in gpus {
+            let g = GpuStats {
+                uuid: remap(g.uuid),
+                ..*g
+            };
+            match self.gpus.get_mut(&g.gpu) {
+                Some(e) => e.add(&g),
+                None => {
+                    self.gpus.insert(g.gpu, g);
+                }
+            }
+        }
+        for p in processes {
+            let p = ProcessStats {
+                gpu_uuid: remap(p.gpu_uuid),
+                ..*p
+            };
+            self.add_process(p);
+        }
+    }
+
+    fn add_process(&mut self, p: ProcessStats) {
+        let key = (p.gpu, p.gpu_uuid, p.pid);
+        let room = self.processes.len() < MAX_PROCESS_STATS;
+        match self.processes.get_mut(&key) {
+            Some(e) => {
+                e.rows += p.rows;
+                UsedStats::merge(&mut e.used, p.used);
+            }
+            None if room => {
+                self.processes.insert(key, p);
+            }
+            None => self.process_rows_unsummarized += p.rows,
+        }
+    }
+
+    /// Processes without a GPU number get the number of the GPU whose uuid they name.
+    fn number_processes(&mut self, number_of: &BTreeMap<u32, i64>) {
+        let unnumbered: Vec<_> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| {
+                p.gpu.is_none() && p.gpu_uuid.is_some_and(|u| number_of.contains_key(&u))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for key in unnumbered {
+            if let Some(mut p) = self.processes.remove(&key) {
+                p.gpu = p.gpu_uuid.and_then(|u| number_of.get(&u)).copied();
+                self.add_process(p);
+            }
+        }
+    }
+
+    /// Every GPU's statistics as one GPU's, number 0.
+    fn collapse_to_one_gpu(&mut self) {
+        let mut all: Option<GpuStats> = None;
+        for g in self.gpus.values() {
+            match all.as_mut() {
+                Some(a) => a.add(g),
+                None => all = Some(GpuStats { gpu: 0, ..*g }),
+            }
+        }
+        self.gpus = all.map(|a| (0, a)).into_iter().collect();
+    }
+
+    fn finish(self) -> (Vec<GpuStats>, Vec<ProcessStats>, u64) {
+        (
+            self.gpus.into_values().collect(),
+            self.processes.into_values().collect(),
+            self.process_rows_unsummarized,
+        )
+    }
 }
 
 impl DeviceLog {
@@ -388,6 +614,7 @@ pub(crate) struct LogBuilder {
     /// Rows that went into `fold`.
     rows_into_fold: u64,
     rows_folded: u64,
+    stats: StatsBuilder,
 }
 
 /// A row in a folded bucket, with its place in the file (for ties and file order).
@@ -708,6 +935,7 @@ impl LogBuilder {
         entry.0 += 1;
         entry.1 = entry.1.union(TimeRange::new(s.time_us, s.time_us));
         if self.kept(s.time_us) {
+            self.stats.push_gpu(&s);
             match self.fold() {
                 Some(fold) => {
                     fold.push_gpu(s);
@@ -735,10 +963,12 @@ impl LogBuilder {
                 })
             });
         self.spans = merged.map(|m| (0, m)).into_iter().collect();
+        self.stats.collapse_to_one_gpu();
     }
 
     pub(crate) fn push_process(&mut self, p: ProcessSample) {
         if self.kept(p.time_us) {
+            self.stats.push_process(&p);
             match self.fold() {
                 Some(fold) => {
                     fold.push_process(p);
@@ -758,6 +988,7 @@ impl LogBuilder {
         self.unfold();
         self.gpus.sort_by_key(|s| (s.time_us, s.gpu));
         self.processes.sort_by_key(|p| (p.time_us, p.pid));
+        let (gpu_stats, process_stats, process_rows_unsummarized) = self.stats.finish();
         DeviceLog {
             source,
             numbering,
@@ -773,6 +1004,9 @@ impl LogBuilder {
             rows_folded: self.rows_folded,
             zoneless_times: self.zoneless_times,
             warnings: warnings.finish(),
+            gpu_stats,
+            process_stats,
+            process_rows_unsummarized,
         }
     }
 }
@@ -856,6 +1090,7 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
     let mut rows_outside_window = 0;
     let mut rows_folded = 0;
     let mut zoneless_times = false;
+    let mut stats = StatsBuilder::default();
     for log in logs {
         source = match source {
             None => Some(log.source),
@@ -894,6 +1129,8 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
         rows_outside_window += log.rows_outside_window;
         rows_folded += log.rows_folded;
         zoneless_times |= log.zoneless_times;
+        stats.add_log(&log.gpu_stats, &log.process_stats, &remap);
+        stats.process_rows_unsummarized += log.process_rows_unsummarized;
         for w in log.warnings {
             if !warnings.contains(&w) {
                 warnings.push(w);
@@ -916,6 +1153,15 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
             p.gpu = p.gpu_uuid.and_then(|u| number_of.get(&u)).copied();
         }
     }
+    // The same for the statistics, from the GPUs' first uuids.
+    let mut number_of_stats: BTreeMap<u32, i64> = BTreeMap::new();
+    for g in stats.gpus.values() {
+        if let Some(uuid) = g.uuid {
+            number_of_stats.entry(uuid).or_insert(g.gpu);
+        }
+    }
+    stats.number_processes(&number_of_stats);
+    let (gpu_stats, process_stats, process_rows_unsummarized) = stats.finish();
     DeviceLog {
         source: source.unwrap_or("none"),
         numbering: numbering.unwrap_or(GpuNumbering::DriverIndex),
@@ -930,6 +1176,9 @@ pub fn merge(logs: Vec<DeviceLog>) -> DeviceLog {
         rows_folded,
         zoneless_times,
         warnings,
+        gpu_stats,
+        process_stats,
+        process_rows_unsummarized,
     }
 }
 

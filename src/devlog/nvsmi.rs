@@ -358,7 +358,8 @@ pub(crate) fn read<R: BufRead>(
             &mut last_stamp,
         )? {
             Row::Skip(kind) => warnings.add(kind, line),
-            Row::Process(mut p, uuid) => {
+            Row::Process(mut p, uuid, zoneless) => {
+                log.zoneless_times |= zoneless;
                 p.gpu_uuid = uuid.map(|u| log.uuid(&u));
                 log.push_process(p);
             }
@@ -388,7 +389,7 @@ pub(crate) fn read<R: BufRead>(
 
 enum Row {
     Gpu(GpuSample, Option<String>, bool),
-    Process(ProcessSample, Option<String>),
+    Process(ProcessSample, Option<String>, bool),
     Skip(&'static str),
 }
 
@@ -482,6 +483,7 @@ fn read_row(
                 used_bytes,
             },
             uuid,
+            zoneless,
         ));
     }
     Ok(Row::Gpu(

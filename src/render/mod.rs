@@ -4,6 +4,7 @@
 pub mod budget;
 pub mod charts;
 pub mod device;
+pub mod device_log;
 pub mod diff;
 pub mod html;
 pub mod moments;

@@ -2,6 +2,7 @@
 //! [`top`] (who holds memory at a moment), [`diff`] (two snapshots), [`ranks`] (the
 //! ranks of one job side by side) and [`report`] (everything the HTML page shows).
 
+pub mod device_log;
 pub mod diff;
 pub mod ranks;
 pub mod report;
