@@ -24,7 +24,7 @@ enum Read {
         vramlens::analysis::reports::summary::Summary,
         Option<vramlens::analysis::reports::ranks::RankInput>,
     ),
-    Log(LogSummary),
+    Log(Box<LogSummary>),
 }
 
 /// A device log read whole and summed up. Every row counts in the sums; the rows
@@ -58,7 +58,7 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
         .par_iter()
         .map(|path| {
             if let Ok(Some(_)) = vramlens::input::device_log_kind_of(path) {
-                return Ok(Read::Log(read_log(path, args.utc_offset)?));
+                return Ok(Read::Log(Box::new(read_log(path, args.utc_offset)?)));
             }
             let (snap, info) = read_snapshot(path, read)?;
             vramlens::analysis::device::check_device(&snap, args.device)
