@@ -21,10 +21,10 @@ use vramlens::render::{Style, write_json};
 /// What one file gave.
 enum Read {
     Snapshot(
-        vramlens::analysis::reports::summary::Summary,
+        Box<vramlens::analysis::reports::summary::Summary>,
         Option<vramlens::analysis::reports::ranks::RankInput>,
     ),
-    Log(Box<LogSummary>),
+    Log(LogSummary),
 }
 
 /// A device log read whole and summed up. Every row counts in the sums; the rows
@@ -58,7 +58,7 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
         .par_iter()
         .map(|path| {
             if let Ok(Some(_)) = vramlens::input::device_log_kind_of(path) {
-                return Ok(Read::Log(Box::new(read_log(path, args.utc_offset)?)));
+                return Ok(Read::Log(read_log(path, args.utc_offset)?));
             }
             let (snap, info) = read_snapshot(path, read)?;
             vramlens::analysis::device::check_device(&snap, args.device)
@@ -66,7 +66,10 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
             let rank = ranks
                 .then(|| rank_input(&snap, &info.path, &Default::default(), GroupBy::Callsite))
                 .flatten();
-            Ok(Read::Snapshot(analyze_summary(&snap, &info, options), rank))
+            Ok(Read::Snapshot(
+                Box::new(analyze_summary(&snap, &info, options)),
+                rank,
+            ))
         })
         .collect();
     let style = Style::detect(std::io::stdout().is_terminal());
