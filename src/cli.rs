@@ -63,6 +63,28 @@ fn parse_threads(s: &str) -> Result<usize, String> {
     }
 }
 
+impl Command {
+    /// Whether it writes text for people to stdout (not JSON, not folded stacks), which
+    /// may be folded at a terminal's width.
+    pub fn writes_prose(&self) -> bool {
+        match self {
+            Command::Summary(a) => !a.json,
+            Command::Timeline(a) => !a.json,
+            Command::Segments(a) => !a.json,
+            Command::Oom(a) => !a.json,
+            Command::Reconcile(a) => !a.json,
+            Command::Top(a) => !a.json,
+            Command::Diff(a) => !a.json,
+            Command::Check(a) => !a.json,
+            Command::Budget(a) => !a.json,
+            Command::Redact(a) => !a.json,
+            Command::Simulate(a) => !a.json,
+            Command::Report(_) | Command::Export(_) => true,
+            Command::Flamegraph(_) => false,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Per-device totals: segments, blocks, reserved/allocated/active bytes, free memory,

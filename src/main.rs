@@ -7,9 +7,37 @@ mod cli;
 mod cmd;
 
 use clap::Parser;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
 use vramlens::render::words::terminal::{TerminalText, escape_controls};
+use vramlens::render::words::wrap::Wrapped;
+
+/// The terminal's width in columns: `COLUMNS` when set, else what the terminal on stdout
+/// says; None when neither tells.
+fn terminal_columns() -> Option<usize> {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return Some(n);
+    }
+    #[cfg(unix)]
+    {
+        let mut size = libc::winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCGWINSZ writes one winsize into the struct given, which lives here.
+        let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+        if ok && size.ws_col > 0 {
+            return Some(usize::from(size.ws_col));
+        }
+    }
+    None
+}
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -42,7 +70,15 @@ fn main() -> ExitCode {
         cmd::redact_reads();
     }
     let stdout = io::stdout();
-    let mut out = TerminalText::new(BufWriter::new(stdout.lock()));
+    // Text for people, on a terminal, is folded at its width; anything else passes as is.
+    let width = match cli.command.writes_prose() && stdout.is_terminal() {
+        true => terminal_columns(),
+        false => None,
+    };
+    let mut out = TerminalText::new(Wrapped::new(
+        BufWriter::new(stdout.lock()),
+        width.unwrap_or(usize::MAX),
+    ));
     let result = cmd::output::check_command_output(&cli.command)
         .and_then(|()| match &cli.command {
             cli::Command::Summary(args) => cmd::summary::run(args, &mut out),
