@@ -369,3 +369,87 @@ fn each_gpu_has_its_panel_and_its_oom_marked_in_it() {
     );
     assert_eq!(svg.matches("✕ OOM").count(), 2);
 }
+
+/// The allocator profile a release falls in, from the spec's table of releases whose
+/// allocator differs (caching-allocator.md 1.1-1.6 and 4.3): 2.0-2.3, 2.4-2.9, 2.10, 2.11+.
+fn profile_of_release(release: &str) -> &'static str {
+    let mut parts = release.split('.').map(|p| p.parse::<u32>().unwrap());
+    let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
+    match (major, minor) {
+        (1, _) | (2, 0..=3) => "2.0",
+        (2, 4..=9) => "2.4",
+        (2, 10) => "2.10",
+        _ => "2.11",
+    }
+}
+
+/// One guess of a file's release: `simulate` models the allocator of the earliest release
+/// `summary` says the file's fields allow, and reports the same range.
+fn one_guess(path: &str) {
+    let out = vramlens()
+        .args(["summary", "--json", path])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let summary: Value = serde_json::from_slice(&out).unwrap();
+    let out = vramlens()
+        .args(["simulate", "--json", path])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return; // nothing to simulate (no trace of allocations)
+    }
+    let sim: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sim["layout"], summary["layout"], "{path}");
+    let min = summary["layout"]["min_release"].as_str().unwrap();
+    for d in sim["devices"].as_array().unwrap() {
+        assert_eq!(d["profile"], profile_of_release(min), "{path}: {min}");
+        assert_eq!(d["profile_guessed"], true);
+    }
+}
+
+#[test]
+fn the_model_follows_the_release_summary_guesses() {
+    for f in [
+        "testdata/sample.pickle",
+        "testdata/v2_1.pickle",
+        "testdata/v2_3_settings.pickle",
+        "testdata/v2_8_compile.pickle",
+        "testdata/v2_10_meta.pickle",
+        "testdata/v2_12_pool.pickle",
+        "testdata/v2_14_host_p5.pickle",
+        "testdata/gpu/oom/oom_snapshot.pickle",
+    ] {
+        one_guess(f);
+    }
+    // A 2.12 file is modelled as 2.11 and later, not as 2.10.
+    let v = json(&["testdata/v2_12_pool.pickle"]);
+    assert_eq!(v["devices"][0]["profile"], "2.11");
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn the_model_follows_the_release_summary_guesses_on_real_files() {
+    let data = root().join("../shared/data");
+    assert!(data.exists(), "needs ../shared/data");
+    let mut n = 0;
+    for dir in std::fs::read_dir(&data).unwrap() {
+        let dir = dir.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+            .collect();
+        files.sort();
+        for f in files.iter().take(2) {
+            one_guess(f.to_str().unwrap());
+            n += 1;
+        }
+    }
+    assert!(n > 20, "{n} files");
+}

@@ -51,7 +51,7 @@ impl Prepared {
                 (0..t.len()).any(|i| t.action(i) == Action::Alloc || t.action(i) == Action::Oom)
             })
             .ok_or(NotReplayable::NoTrace { device })?;
-        let profile = profile.unwrap_or_else(|| Profile::guess(&snap.features));
+        let profile = profile.unwrap_or_else(|| Profile::guess(snap));
         let settings = Settings::of_snapshot(snap, profile).unwrap_or_default();
         if settings.backend_async {
             return Err(NotReplayable::AsyncBackend);

@@ -6,7 +6,7 @@
 //! gives [`Settings`]. The release is not in the file: [`Profile::guess`] takes it from the
 //! fields present, and a user can name it.
 
-use crate::model::{Features, Snapshot};
+use crate::model::Snapshot;
 use std::fmt;
 
 const MIB: u64 = 1 << 20;
@@ -556,15 +556,21 @@ pub enum Profile {
 impl Profile {
     pub const ALL: [Profile; 4] = [Profile::V2_0, Profile::V2_4, Profile::V2_10, Profile::V2_11];
 
-    /// The release guessed from a file's fields (spec 4.3): `allocator_settings` came in
-    /// 2.3, `user_metadata` in trace entries in 2.10.
-    pub fn guess(features: &Features) -> Profile {
-        if !features.allocator_settings {
-            Profile::V2_0
-        } else if features.entries.user_metadata {
-            Profile::V2_10
-        } else {
-            Profile::V2_4
+    /// The profile of the earliest release the file's layout allows
+    /// ([`crate::model::layout::layout`]: the one guess of a file's release, as `summary`
+    /// prints it). The earliest, because a field a release writes only when used (an
+    /// annotation, a compile context) may be missing from a later release's file.
+    pub fn guess(snap: &Snapshot) -> Profile {
+        Profile::of_release(crate::model::layout::layout(snap).min_release)
+    }
+
+    /// The profile a release (`"2.5"`, `"1.13"`) falls in; releases before 2.0 in 2.0's.
+    pub fn of_release(release: &str) -> Profile {
+        match crate::model::layout::release_key(release) {
+            (major, minor) if major < 2 || minor <= 3 => Profile::V2_0,
+            (2, minor) if minor <= 9 => Profile::V2_4,
+            (2, 10) => Profile::V2_10,
+            _ => Profile::V2_11,
         }
     }
 

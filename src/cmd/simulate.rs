@@ -17,7 +17,7 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> Result<()> {
     let (snap, info) = read_snapshot(&args.snapshot, ReadOptions { progress: true })?;
     let choice = choose_device(&snap, args.device).map_err(|e| anyhow!("{}: {e}", info.path))?;
     let profile = args.torch;
-    let parse_as = profile.unwrap_or_else(|| Profile::guess(&snap.features));
+    let parse_as = profile.unwrap_or_else(|| Profile::guess(&snap));
     let mut alloc_confs = Vec::new();
     for c in &args.alloc_confs {
         let s = Settings::parse(c, parse_as).map_err(|e| {

@@ -9,6 +9,7 @@
 mod decode;
 pub mod encode;
 pub mod frames;
+pub mod layout;
 pub mod round_trip;
 pub mod trace;
 

@@ -12,7 +12,7 @@ use crate::analysis::what_if::simulate::{
 };
 use crate::render::Style;
 use crate::render::charts::svg::{Svg, num};
-use crate::render::words::labels::{device_line, short_frame};
+use crate::render::words::labels::{device_line, layout_releases, short_frame};
 use crate::units::{Clock, bytes, count, grouped, shown};
 use std::io::{self, Write};
 
@@ -331,15 +331,27 @@ fn write_device(
         "{}",
         style.heading(&format!("{}  {device}", shown(&r.path)))
     )?;
+    let guessed = if d.profile_guessed {
+        let hint = if hints {
+            "; --torch VERSION names another"
+        } else {
+            ""
+        };
+        let follows = match r.layout.max_release {
+            Some(max) if max == r.layout.min_release => String::new(),
+            _ => format!("; the model follows the earliest, {}", r.layout.min_release),
+        };
+        format!(
+            " (the file's fields say {}{follows}{hint})",
+            layout_releases(&r.layout)
+        )
+    } else {
+        String::new()
+    };
     writeln!(
         out,
-        "  model      the caching allocator of PyTorch {}{}",
+        "  model      the caching allocator of PyTorch {}{guessed}",
         d.profile.releases(),
-        match (d.profile_guessed, hints) {
-            (true, true) => " (guessed from the file's fields; --torch VERSION names another)",
-            (true, false) => " (guessed from the file's fields)",
-            (false, _) => "",
-        }
     )?;
     let id = &d.identity;
     writeln!(out, "  check      {}", identity_text(id))?;

@@ -360,11 +360,13 @@ pub fn write_summary_text(out: &mut dyn Write, s: &Summary, style: Style) -> io:
         }
         (f, _) => f.name().to_string(),
     };
-    let release = match s.layout.max_release {
-        _ if s.converted => "no snapshot layout".to_string(),
-        Some(max) if max == s.layout.min_release => format!("PyTorch {max} layout"),
-        Some(max) => format!("PyTorch {}-{max} layout", s.layout.min_release),
-        None => format!("PyTorch {}+ layout", s.layout.min_release),
+    let release = if s.converted {
+        "no snapshot layout".to_string()
+    } else {
+        format!(
+            "{} layout",
+            crate::render::words::labels::layout_releases(&s.layout)
+        )
     };
     writeln!(
         out,

@@ -598,7 +598,7 @@ fn what_if(
     choice: &DeviceChoice,
 ) -> Option<crate::analysis::what_if::simulate::SimulateReport> {
     use crate::analysis::what_if::simulate::{SimulateOptions, analyze_simulate};
-    let profile = crate::allocator::Profile::guess(&snap.features);
+    let profile = crate::allocator::Profile::guess(snap);
     let recorded = crate::allocator::Settings::of_snapshot(snap, profile).unwrap_or_default();
     let other = crate::allocator::Settings {
         expandable_segments: !recorded.expandable_segments,

@@ -10,6 +10,8 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+pub use crate::model::layout::{Layout, LayoutEvidence};
+
 pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -34,43 +36,6 @@ pub struct Summary {
     /// How the file's times read (for the text: dates, or offsets from the first event).
     #[serde(skip)]
     pub clock: crate::units::Clock,
-}
-
-/// Which PyTorch release the file's layout looks like (spec section 1.3).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Layout {
-    /// "dict" or "list" (a bare list of segments).
-    pub root: &'static str,
-    /// Earliest release that writes every feature seen, such as "2.10".
-    pub min_release: &'static str,
-    /// Latest release consistent with what is missing, when that can be told.
-    pub max_release: Option<&'static str>,
-    /// The features the guess rests on.
-    pub evidence: Vec<LayoutEvidence>,
-}
-
-/// A feature of the file a release guess rests on (written as its words by
-/// `render::words::labels`, JSON included).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LayoutEvidence {
-    /// The root is a bare list of segments.
-    RootIsList,
-    /// Blocks carry `history`.
-    BlockHistory,
-    /// `segment_pool_id` or block `frames`.
-    PoolIdOrBlockFrames,
-    EntryTimeUs,
-    AllocatorSettings,
-    ExternalAnnotations,
-    EntryCompileContext,
-    GraphCaptureRecordStreamReuse,
-    EntryUserMetadata,
-    ForwardFrames,
-    EntryPoolId,
-    HostSegments,
-    EntryInternalMetadata,
-    /// `cpp_frames` strings.
-    CppFrames,
 }
 
 /// The allocator settings that matter for memory behaviour, decoded.
@@ -363,85 +328,6 @@ fn replay_trace(snap: &Snapshot, r: &DeviceReplay) -> (TraceSummary, Peaks, Vec<
     )
 }
 
-fn release_key(release: &str) -> (u32, u32) {
-    let mut parts = release.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
-}
-
-fn layout(snap: &Snapshot) -> Layout {
-    let f = &snap.features;
-    let e = &f.entries;
-    let has_entries = snap.device_traces.iter().any(|t| !t.is_empty());
-    let mut evidence = Vec::new();
-    let mut min = "2.0";
-    let mut max = None;
-    if f.root_is_list {
-        evidence.push(LayoutEvidence::RootIsList);
-        min = "1.13";
-    } else if f.block_history && !f.block_frames {
-        evidence.push(LayoutEvidence::BlockHistory);
-        if !f.segment_requested_size {
-            min = "1.13";
-        }
-        max = Some("2.0");
-    } else {
-        use LayoutEvidence as E;
-        // (release, present?, what)
-        let steps: [(&'static str, bool, LayoutEvidence); 11] = [
-            (
-                "2.1",
-                f.segment_pool_id || f.block_frames,
-                E::PoolIdOrBlockFrames,
-            ),
-            ("2.2", e.time_us, E::EntryTimeUs),
-            ("2.3", f.allocator_settings, E::AllocatorSettings),
-            ("2.5", f.external_annotations, E::ExternalAnnotations),
-            ("2.8", e.compile_context, E::EntryCompileContext),
-            (
-                "2.9",
-                f.graph_capture_record_stream_reuse,
-                E::GraphCaptureRecordStreamReuse,
-            ),
-            ("2.10", e.user_metadata, E::EntryUserMetadata),
-            (
-                "2.11",
-                e.forward_frames || f.forward_frames,
-                E::ForwardFrames,
-            ),
-            ("2.12", e.pool_id, E::EntryPoolId),
-            ("2.14", f.host_segments, E::HostSegments),
-            ("2.15", e.internal_metadata, E::EntryInternalMetadata),
-        ];
-        for (release, present, what) in steps {
-            if present {
-                min = release;
-                evidence.push(what);
-            }
-        }
-        // Keys written by every release from some point on bound the release from above
-        // when they are missing (unless a later feature contradicts it).
-        let bounds: [(bool, &'static str); 4] = [
-            (has_entries && !e.time_us, "2.1"),
-            (!f.allocator_settings, "2.2"),
-            (!f.external_annotations, "2.4"),
-            (!f.host_segments, "2.13"),
-        ];
-        max = bounds
-            .into_iter()
-            .find(|(missing, bound)| *missing && release_key(min) <= release_key(bound))
-            .map(|(_, bound)| bound);
-        if e.cpp_frames {
-            evidence.push(LayoutEvidence::CppFrames);
-        }
-    }
-    Layout {
-        root: if f.root_is_list { "list" } else { "dict" },
-        min_release: min,
-        max_release: max,
-        evidence,
-    }
-}
-
 fn settings(snap: &Snapshot) -> Settings {
     let mut s = Settings {
         expandable_segments: snap
@@ -661,7 +547,7 @@ pub fn summary_with(
         schema_version: SCHEMA_VERSION,
         source: source.clone(),
         converted: snap.features.converted_from.is_some(),
-        layout: layout(snap),
+        layout: crate::model::layout::layout(snap),
         devices,
         host,
         allocator_settings: snap.allocator_settings.clone(),

@@ -170,6 +170,9 @@ pub struct SimulateReport {
     pub devices: Vec<DeviceSimulation>,
     /// The chosen device when it cannot be simulated, and why.
     pub not_simulated: Vec<NotSimulated>,
+    /// The releases the file's fields allow (as `summary` gives them): a guessed profile
+    /// is the earliest's.
+    pub layout: crate::model::layout::Layout,
 }
 
 /// Simulates the chosen device of `snap`.
@@ -185,6 +188,7 @@ pub fn analyze_simulate(
         choice: choice.clone(),
         devices: Vec::new(),
         not_simulated: Vec::new(),
+        layout: crate::model::layout::layout(snap),
     };
     match simulate_one(snap, choice.device, options) {
         Ok(d) => out.devices.push(d),

@@ -342,6 +342,16 @@ pub fn distinct_sizes(a: u64, b: u64) -> (String, String) {
     (format!("{a} B"), format!("{b} B"))
 }
 
+/// The releases a file's layout allows, as `summary` and `simulate` say them: `PyTorch
+/// 2.5-2.13`, `PyTorch 2.0`, `PyTorch 1.13+`.
+pub fn layout_releases(l: &crate::model::layout::Layout) -> String {
+    match l.max_release {
+        Some(max) if max == l.min_release => format!("PyTorch {max}"),
+        Some(max) => format!("PyTorch {}-{max}", l.min_release),
+        None => format!("PyTorch {}+", l.min_release),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
