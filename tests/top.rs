@@ -1220,3 +1220,77 @@ fn a_series_of_sizes_has_no_outlier() {
     .unwrap();
     assert!(v["series"].is_null());
 }
+
+/// Names that state no size keyword but differ only in one number that is no rank's
+/// (`small_128` .. `small_1024`), and names that state model sizes (`small`, `xl`,
+/// `2.7B`), are not ranks of one job: no outlier, and the answer says why. Names that
+/// differ in a rank's number stay ranks.
+#[test]
+fn names_of_several_sizes_or_models_are_not_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |from: &str, to: &str| {
+        let path = dir.path().join(to);
+        std::fs::copy(root().join(from), &path).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let sources = [
+        "testdata/budget/attn_seq128.pickle",
+        "testdata/budget/attn_seq256.pickle",
+        "testdata/budget/attn_seq512.pickle",
+    ];
+    let top = |files: &[String]| -> serde_json::Value {
+        let out = vramlens()
+            .arg("top")
+            .args(files)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let outliers = |v: &serde_json::Value| -> usize {
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["outlier"] == true)
+            .count()
+    };
+    // The same three files under three kinds of names.
+    let numbered: Vec<String> = ["128", "256", "1024"]
+        .iter()
+        .zip(sources)
+        .map(|(n, f)| copy(f, &format!("memory_small_{n}_forward.pickle")))
+        .collect();
+    let v = top(&numbered);
+    assert_eq!(v["series"]["vary"], serde_json::Value::Null);
+    assert_eq!(v["series"]["smallest"], 128);
+    assert_eq!(v["series"]["largest"], 1024);
+    assert_eq!(outliers(&v), 0, "{v}");
+
+    let models: Vec<String> = ["small", "xl", "2.7B"]
+        .iter()
+        .zip(sources)
+        .map(|(m, f)| copy(f, &format!("memory_snapshot_{m}_bwd.pickle")))
+        .collect();
+    let v = top(&models);
+    assert_eq!(v["model_sizes"], serde_json::json!(["small", "xl", "2.7B"]));
+    assert_eq!(outliers(&v), 0, "{v}");
+    let text = vramlens().arg("top").args(&models).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("the files' names state model sizes (small, xl, 2.7B): several models, not ranks of one job, so no file is an outlier"),
+        "{text}"
+    );
+
+    // Ranks: the same files named rank0..rank2 keep their outlier (the 512 one).
+    let ranks: Vec<String> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, f)| copy(f, &format!("rank{i}_snapshot.pickle")))
+        .collect();
+    let v = top(&ranks);
+    assert_eq!(v["series"], serde_json::Value::Null);
+    assert_eq!(v["model_sizes"], serde_json::Value::Null);
+    assert_eq!(outliers(&v), 1, "{v}");
+}

@@ -52,14 +52,31 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
     match outliers {
         _ if r.series.is_some() => {
             let s = r.series.expect("a series");
-            writeln!(
-                out,
-                "  the files' names state sizes ({} {} to {}): one model at several sizes, not ranks of one job, so no file is an outlier (vramlens budget FILES... predicts another size)",
-                crate::render::budget::vary_label(s.vary),
-                s.smallest,
-                s.largest
-            )?
+            match s.vary {
+                Some(vary) => writeln!(
+                    out,
+                    "  the files' names state sizes ({} {} to {}): one model at several sizes, not ranks of one job, so no file is an outlier (vramlens budget FILES... predicts another size)",
+                    crate::render::budget::vary_label(vary),
+                    s.smallest,
+                    s.largest
+                )?,
+                None => writeln!(
+                    out,
+                    "  the files' names differ in one number ({} to {}) that is no rank's: read as one model at several sizes, not ranks of one job, so no file is an outlier (an inference from the names)",
+                    s.smallest, s.largest
+                )?,
+            }
         }
+        _ if r.model_sizes.is_some() => writeln!(
+            out,
+            "  the files' names state model sizes ({}): several models, not ranks of one job, so no file is an outlier (an inference from the names)",
+            r.model_sizes
+                .iter()
+                .flatten()
+                .map(|m| shown(m).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?,
         _ if r.median_peak_bytes.is_none() => writeln!(
             out,
             "  no file has a trace that shows memory over time: no peaks to compare"
@@ -82,11 +99,16 @@ pub fn write_ranks_text(out: &mut dyn Write, r: &RanksReport, style: Style) -> i
         )?,
     }
     if !r.differences.is_empty() {
+        let what = if r.series.is_some() || r.model_sizes.is_some() {
+            "file"
+        } else {
+            "rank"
+        };
         writeln!(
             out,
-            "  largest rank ({}) against the median rank ({}) at their peaks:",
-            r.largest.as_deref().unwrap_or("?"),
-            r.median.as_deref().unwrap_or("?")
+            "  largest {what} ({}) against the median {what} ({}) at their peaks:",
+            shown(r.largest.as_deref().unwrap_or("?")),
+            shown(r.median.as_deref().unwrap_or("?"))
         )?;
         for g in &r.differences {
             writeln!(
