@@ -342,14 +342,18 @@ fn each_gpu_has_its_panel_and_its_oom_marked_in_it() {
         let y = tag.split(r#" y=""#).nth(1).unwrap();
         y[..y.find('"').unwrap()].parse().unwrap()
     };
+    // Each GPU's panel, then its zoom on the entries before its OOM.
     let mut tops = Vec::new();
     for label in [
         "on L4 24GB: 21.0 GiB for the allocator",
+        "on L4 24GB: 21.0 GiB for the allocator: zoom on entries",
         "on A100 40GB: 38.4 GiB for the allocator",
+        "on A100 40GB: 38.4 GiB for the allocator: zoom on entries",
     ] {
         let at = svg
-            .find(label)
-            .unwrap_or_else(|| panic!("{label} not in the chart"));
+            .find(&format!(">{label}"))
+            .unwrap_or_else(|| panic!("{label} not in the chart"))
+            + 1;
         let open = svg[..at].rfind("<text").unwrap();
         let tag = &svg[open..at];
         assert!(
@@ -362,12 +366,46 @@ fn each_gpu_has_its_panel_and_its_oom_marked_in_it() {
         .match_indices("✕ OOM")
         .map(|(at, _)| y_of(&svg[svg[..at].rfind("<text").unwrap()..at]))
         .collect();
-    assert_eq!(marks.len(), 2, "{marks:?}");
+    assert_eq!(marks.len(), 4, "{marks:?}");
+    for k in 0..4 {
+        assert!(tops[k] < marks[k], "{tops:?} {marks:?}");
+        if k + 1 < 4 {
+            assert!(marks[k] < tops[k + 1], "{tops:?} {marks:?}");
+        }
+    }
+}
+
+/// An OOM at the end of a long trace gets a zoom panel on the entries before it, where
+/// it stands clear of the edge: 4,410 entries, the OOM at entry 4,409; the zoom shows the
+/// twentieth before it (220 entries, 4,189 on) and an eighth of that after (27), so the
+/// OOM's line is at 80 + 856 x 221 / 248 = 842.8 of the 936 the plot reaches.
+#[test]
+fn an_oom_at_the_end_of_a_long_trace_gets_a_zoom_clear_of_the_edge() {
+    let out = tempdir().join("zoom.svg");
+    vramlens()
+        .args([
+            "simulate",
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--force",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
     assert!(
-        tops[0] < marks[0] && marks[0] < tops[1] && tops[1] < marks[1],
-        "{tops:?} {marks:?}"
+        svg.contains("zoom on entries 4,189 to 4,409, before the first OOM"),
+        "{svg}"
     );
-    assert_eq!(svg.matches("✕ OOM").count(), 2);
+    let oom_lines: Vec<f64> = svg
+        .match_indices(r#"stroke-dasharray="2,3""#)
+        .map(|(at, _)| {
+            let tag = &svg[svg[..at].rfind("<line").unwrap()..at];
+            let x = tag.split(r#"x1=""#).nth(1).unwrap();
+            x[..x.find('"').unwrap()].parse().unwrap()
+        })
+        .collect();
+    assert_eq!(oom_lines, vec![936.0, 842.8]);
 }
 
 /// The allocator profile a release falls in, from the spec's table of releases whose

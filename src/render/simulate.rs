@@ -599,8 +599,23 @@ pub fn write_simulate_svg(
             settings_seen.push(s.alloc_conf.clone());
         }
     }
+    // Each capacity's panel over the whole trace, and where an OOM falls in a long trace,
+    // a zoom on the entries before it, so that the end is not squeezed into a few pixels.
+    let mut panels: Vec<(usize, View)> = Vec::new();
+    for (i, key) in caps.iter().enumerate() {
+        let first_oom = d
+            .scenarios
+            .iter()
+            .filter(|s| (s.capacity_source, s.gpu.clone(), s.capacity_bytes) == *key)
+            .filter_map(|s| s.first_oom.as_ref().map(|o| o.event))
+            .min();
+        panels.push((i, View::whole(events)));
+        if let Some(zoom) = first_oom.and_then(|e| View::before(e, events)) {
+            panels.push((i, zoom));
+        }
+    }
     let legend_rows = settings_seen.len().min(6) + usize::from(!recorded.is_empty());
-    let height = TOP + caps.len().max(1) as f64 * PANEL_H + 30.0 + legend_rows as f64 * 16.0;
+    let height = TOP + panels.len().max(1) as f64 * PANEL_H + 30.0 + legend_rows as f64 * 16.0;
     let mut svg = Svg { out };
     let title = format!(
         "{} device {}: reserved memory by scenario",
@@ -615,17 +630,18 @@ pub fn write_simulate_svg(
             .unwrap_or(0);
         LINE_COLORS[k % LINE_COLORS.len()]
     };
-    for (i, key) in caps.iter().enumerate() {
+    for (row, (i, view)) in panels.iter().enumerate() {
+        let key = &caps[*i];
         let group: Vec<&ScenarioReport> = d
             .scenarios
             .iter()
             .filter(|s| (s.capacity_source, s.gpu.clone(), s.capacity_bytes) == *key)
             .collect();
-        let top = TOP + i as f64 * PANEL_H;
-        draw_panel(&mut svg, d, &group, recorded, events, top, &color_of)?;
+        let top = TOP + row as f64 * PANEL_H;
+        draw_panel(&mut svg, d, &group, recorded, *view, top, &color_of)?;
     }
     // The legend: each setting's colour, and the recorded line.
-    let mut y = TOP + caps.len().max(1) as f64 * PANEL_H + 20.0;
+    let mut y = TOP + panels.len().max(1) as f64 * PANEL_H + 20.0;
     let mut rows: Vec<(String, String, &str)> = settings_seen
         .iter()
         .take(6)
@@ -656,37 +672,109 @@ pub fn write_simulate_svg(
 /// The recorded line's colour.
 const RECORDED: &str = "#222";
 
+/// Traces shorter than this are drawn whole only: every entry has a pixel or more.
+const ZOOM_FROM_EVENTS: u32 = 400;
+
+/// The entries a panel draws, `first..=last`, and whether it zooms: a zoom scales its
+/// values from the lowest in its window, not from 0.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct View {
+    first: u32,
+    last: u32,
+    /// The trace's last entry, where lines end (a zoom may reach past it, for room).
+    trace_last: u32,
+    zoom: bool,
+}
+
+impl View {
+    fn whole(events: u32) -> View {
+        View {
+            first: 0,
+            last: events.saturating_sub(1),
+            trace_last: events.saturating_sub(1),
+            zoom: false,
+        }
+    }
+
+    /// The last twentieth of the entries before `event` (at least 40), and room for an
+    /// eighth of that after it (past the trace's end if need be, so that the OOM is never
+    /// at the edge); None when the trace is short enough to show it whole.
+    fn before(event: u32, events: u32) -> Option<View> {
+        if events < ZOOM_FROM_EVENTS {
+            return None;
+        }
+        let span = (events / 20).max(40);
+        Some(View {
+            first: event.saturating_sub(span),
+            last: event.saturating_add(span / 8),
+            trace_last: events.saturating_sub(1),
+            zoom: true,
+        })
+    }
+
+    fn contains(&self, e: u32) -> bool {
+        (self.first..=self.last).contains(&e)
+    }
+}
+
 /// One capacity's panel, its top at `top`.
 fn draw_panel(
     svg: &mut Svg,
     d: &DeviceSimulation,
     group: &[&ScenarioReport],
     recorded: &[(Option<u32>, u64)],
-    events: u32,
+    view: View,
     top: f64,
     color_of: &dyn Fn(&ScenarioReport) -> &'static str,
 ) -> io::Result<()> {
     let first = group[0];
-    let max_bytes = group
+    // Each series cut to the view: the value it holds at the view's first entry, then
+    // its changes inside.
+    let clip = |series: &[(Option<u32>, u64)], end: Option<u32>| -> Vec<(Option<u32>, u64)> {
+        let end = end.unwrap_or(u32::MAX);
+        let mut out = Vec::new();
+        let mut held = None;
+        for &(e, b) in series {
+            match e {
+                Some(e) if e > end || e > view.last => break,
+                Some(e) if e >= view.first => out.push((Some(e), b)),
+                _ => held = Some(b),
+            }
+        }
+        if let Some(b) = held {
+            out.insert(0, (view.first.checked_sub(1), b));
+        }
+        out
+    };
+    let drawn: Vec<Vec<(Option<u32>, u64)>> = group
         .iter()
-        .flat_map(|s| {
-            s.series
-                .iter()
-                .map(|p| p.1)
-                .chain(s.allocator_capacity_bytes)
-        })
-        .chain(recorded.iter().map(|p| p.1))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let (step, unit, unit_name) = tick_step(max_bytes);
+        .map(|s| clip(&s.series, s.first_oom.as_ref().map(|o| o.event)))
+        .collect();
+    let recorded = clip(recorded, None);
+    let values = || drawn.iter().flatten().chain(recorded.iter()).map(|p| p.1);
+    let capacity_shown = first
+        .allocator_capacity_bytes
+        .filter(|&c| !view.zoom || values().any(|v| v.saturating_mul(10) >= c.saturating_mul(9)));
+    let max_bytes = values().chain(capacity_shown).max().unwrap_or(1).max(1) as f64;
+    let min_bytes = if view.zoom {
+        values().min().unwrap_or(0) as f64
+    } else {
+        0.0
+    };
+    let (step, unit, unit_name) = tick_step((max_bytes - min_bytes).max(1.0));
     let top_value = (max_bytes / step).ceil() * step;
+    let base_value = (min_bytes / step).floor() * step;
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_top = top + 22.0;
     let plot_h = PANEL_H - 60.0;
-    let x_of =
-        |e: Option<u32>| LEFT + plot_w * e.map_or(0.0, |e| (e + 1) as f64) / events.max(1) as f64;
-    let y_of = |b: u64| plot_top + plot_h * (1.0 - b as f64 / top_value);
+    let width_events = (view.last - view.first + 1) as f64;
+    let x_of = |e: Option<u32>| {
+        let at = e.map_or(0.0, |e| (e + 1).saturating_sub(view.first) as f64);
+        LEFT + plot_w * at.min(width_events) / width_events
+    };
+    let y_of = |b: u64| {
+        plot_top + plot_h * (1.0 - (b as f64 - base_value) / (top_value - base_value).max(1.0))
+    };
     let heading = match (
         &first.gpu,
         first.capacity_source,
@@ -698,6 +786,15 @@ fn draw_panel(
         }
         _ => "with no limit on memory".to_string(),
     };
+    let heading = if view.zoom {
+        format!(
+            "{heading}: zoom on entries {} to {}, before the first OOM",
+            grouped(u64::from(view.first)),
+            grouped(u64::from(view.last.min(view.trace_last)))
+        )
+    } else {
+        heading
+    };
     svg.text(
         LEFT,
         top + 12.0,
@@ -705,7 +802,7 @@ fn draw_panel(
         r#" font-weight="bold""#,
         &heading,
     )?;
-    for v in crate::render::charts::svg::axis_ticks(0.0, top_value + step / 2.0, step) {
+    for v in crate::render::charts::svg::axis_ticks(base_value, top_value + step / 2.0, step) {
         let y = y_of(v as u64);
         svg.line(LEFT, y, WIDTH - RIGHT, y, r##" stroke="#e0e0e0""##)?;
         let label = format!("{} {unit_name}", num(v / unit));
@@ -718,9 +815,13 @@ fn draw_panel(
         bottom + 16.0,
         "middle",
         r##" fill="#444""##,
-        &format!("trace entries (0 to {})", grouped(events as u64)),
+        &format!(
+            "trace entries ({} to {})",
+            grouped(u64::from(view.first)),
+            grouped(u64::from(view.last.min(view.trace_last)) + u64::from(!view.zoom))
+        ),
     )?;
-    if let Some(c) = first.allocator_capacity_bytes {
+    if let Some(c) = capacity_shown {
         svg.line(
             LEFT,
             y_of(c),
@@ -741,16 +842,19 @@ fn draw_panel(
             last = Some(b);
         }
         if let Some(l) = last {
-            pts.push((x_of(end.or(Some(events.saturating_sub(1)))), y_of(l)));
+            let end = end
+                .filter(|&e| e <= view.last)
+                .unwrap_or(view.last.min(view.trace_last));
+            pts.push((x_of(Some(end)), y_of(l)));
         }
         pts
     };
     // (left edge, baseline) of each OOM marker drawn.
     let mut oom_marks: Vec<(f64, f64)> = Vec::new();
-    for s in group {
+    for (s, series) in group.iter().zip(&drawn) {
         let color = color_of(s);
         let end = s.first_oom.as_ref().map(|o| o.event);
-        let pts = step_points(&s.series, end);
+        let pts = step_points(series, end);
         let width = if s.baseline { 3.0 } else { 2.0 };
         svg.polyline(
             &pts,
@@ -767,7 +871,7 @@ fn draw_panel(
                 }
             )),
         )?;
-        if let Some(o) = &s.first_oom {
+        if let Some(o) = s.first_oom.as_ref().filter(|o| view.contains(o.event)) {
             let x = x_of(Some(o.event));
             let y = y_of(o.reserved_bytes);
             svg.line(
@@ -811,7 +915,7 @@ fn draw_panel(
         }
     }
     if !recorded.is_empty() {
-        let pts = step_points(recorded, None);
+        let pts = step_points(&recorded, None);
         svg.polyline(
             &pts,
             &format!(r#" stroke="{RECORDED}" stroke-width="1.5" stroke-dasharray="5,3""#),
