@@ -456,3 +456,63 @@ fn the_reports_live_tables_show_each_call_site_in_its_chart_colour() {
         }
     }
 }
+
+/// In a flame graph, no two call sites drawn share a colour (torch's own frames are
+/// blues and the C++ element grey: those are no call sites a colour must tell apart).
+fn assert_flame_call_sites_distinct(svg: &str) -> usize {
+    let fills = flame_fills(svg);
+    let mut by_fill: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut sites = 0;
+    for (name, fill) in &fills {
+        let torch = name.contains("/torch/") || name.starts_with("torch/");
+        let cpp = name.starts_with('(') && name.contains("C++ frame");
+        if torch || cpp || name == "all" {
+            continue;
+        }
+        sites += 1;
+        if let Some(other) = by_fill.insert(fill, name) {
+            panic!("{other} and {name} share {fill}");
+        }
+    }
+    sites
+}
+
+#[test]
+fn no_two_call_sites_of_a_flame_graph_share_a_colour() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, file) in [
+        OOM,
+        "testdata/sample.pickle",
+        "testdata/gpu/ok/snapshot.pickle",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let svg = chart(dir.path(), &format!("f{i}.svg"), &["flamegraph", file]);
+        assert!(assert_flame_call_sites_distinct(&svg) >= 3, "{file}");
+    }
+}
+
+#[test]
+#[ignore = "needs ../shared/data"]
+fn no_two_call_sites_of_a_real_flame_graph_share_a_colour() {
+    let data = root().join("../shared/data");
+    assert!(data.exists(), "needs ../shared/data");
+    let dir = tempfile::tempdir().unwrap();
+    for (i, rel) in [
+        "ccl-bench-torchtitan-fsdp-oom/rank0_memory_snapshot.pickle",
+        "cs336-cliffkai/memory_snapshot_xl_bwd.pickle",
+        "transformer-nuggets-mini/mini_snapshot.pickle",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let file = data.join(rel);
+        let svg = chart(
+            dir.path(),
+            &format!("r{i}.svg"),
+            &["flamegraph", file.to_str().unwrap()],
+        );
+        assert!(assert_flame_call_sites_distinct(&svg) >= 3, "{rel}");
+    }
+}

@@ -51,6 +51,30 @@ fn frame_color(name: &str) -> String {
     name_color(name).to_string()
 }
 
+/// Whether a frame is a call site a colour tells apart: not torch's own (blue), not the
+/// element that stands for C++ frames (grey).
+fn is_call_site(name: &str) -> bool {
+    !(name.starts_with('(') && (name.ends_with(" C++ frame)") || name.ends_with(" C++ frames)")))
+        && !(name.contains("/torch/") || name.starts_with("torch/"))
+}
+
+/// The frames drawn (wide enough to be seen), largest first (ties by name), each once.
+fn call_sites_drawn(root: &FlameNode, scale: f64) -> Vec<(u64, &str)> {
+    let mut best: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    let mut stack: Vec<&FlameNode> = root.children.iter().collect();
+    while let Some(node) = stack.pop() {
+        if node.bytes as f64 * scale < MIN_WIDTH {
+            continue;
+        }
+        let e = best.entry(node.name.as_str()).or_insert(0);
+        *e = (*e).max(node.bytes);
+        stack.extend(node.children.iter());
+    }
+    let mut out: Vec<(u64, &str)> = best.into_iter().map(|(n, b)| (b, n)).collect();
+    out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    out
+}
+
 /// Characters of a name kept, at the least, before a box's bytes in its label.
 const MIN_NAME: usize = 6;
 
@@ -113,6 +137,14 @@ pub fn write_flame_svg(
     )?;
     svg.text(SIDE, 40.0, "start", "", title.subtitle)?;
     let bottom = TOP + rows as f64 * ROW;
+    // Every call site drawn gets a colour of its own (the report's where it has one),
+    // the largest first; torch's frames stay in their blues, C++ frames grey.
+    let book = colors.cloned().unwrap_or_default().with_names(
+        call_sites_drawn(root, scale)
+            .iter()
+            .map(|(_, name)| *name)
+            .filter(|name| is_call_site(name)),
+    );
     let mut stack = vec![(root, SIDE, 0usize)];
     while let Some((node, x, level)) = stack.pop() {
         let w = node.bytes as f64 * scale;
@@ -123,9 +155,11 @@ pub fn write_flame_svg(
         let fill = if level == 0 {
             "hsl(0,0%,80%)".to_string()
         } else {
-            colors
-                .and_then(|c| c.get(&node.name))
-                .map_or_else(|| frame_color(&node.name), str::to_string)
+            match (colors.and_then(|c| c.get(&node.name)), book.get(&node.name)) {
+                (Some(c), _) => c.to_string(),
+                (None, Some(c)) if is_call_site(&node.name) => c.to_string(),
+                _ => frame_color(&node.name),
+            }
         };
         let category = match node.category.as_str() {
             "" => String::new(),

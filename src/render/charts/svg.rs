@@ -148,6 +148,10 @@ pub fn group_color(
 #[derive(Debug, Clone, Default)]
 pub struct Colors {
     by_name: std::collections::BTreeMap<String, String>,
+    /// Colours given so far.
+    taken: std::collections::BTreeSet<String>,
+    /// Hues generated so far, past the palette.
+    generated: u32,
 }
 
 impl Colors {
@@ -156,41 +160,54 @@ impl Colors {
     ) -> Colors {
         use crate::analysis::kinds::attribution::GroupKind;
         let groups: Vec<(&str, GroupKind)> = groups.into_iter().collect();
-        let mut taken: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-        let mut by_name = std::collections::BTreeMap::new();
+        let mut book = Colors::default();
         // Categories first: their colours are fixed.
         for &(name, kind) in &groups {
             if kind == GroupKind::Category
                 && let Some(c) = category_color(name)
             {
-                taken.insert(c.to_string());
-                by_name.insert(name.to_string(), c.to_string());
+                book.taken.insert(c.to_string());
+                book.by_name.insert(name.to_string(), c.to_string());
             }
         }
-        let mut extra = 0u32;
         for &(name, _) in &groups {
-            if by_name.contains_key(name) {
-                continue;
-            }
-            let own = name_color(name);
-            let colour = if !taken.contains(own) {
-                own.to_string()
-            } else if let Some(free) = PALETTE.iter().find(|c| !taken.contains(**c)) {
-                free.to_string()
-            } else {
-                loop {
-                    extra += 1;
-                    let hue = (extra as f64 * 137.508) % 360.0;
-                    let c = format!("hsl({hue:.1},60%,{}%)", [42, 58, 50][extra as usize % 3]);
-                    if !taken.contains(&c) {
-                        break c;
-                    }
-                }
-            };
-            taken.insert(colour.clone());
-            by_name.insert(name.to_string(), colour);
+            book.assign(name);
         }
-        Colors { by_name }
+        book
+    }
+
+    /// This book with more names, each given a colour no name here has (by the same rule,
+    /// in the order given); the names it has keep theirs.
+    pub fn with_names<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Colors {
+        let mut book = self.clone();
+        for name in names {
+            book.assign(name);
+        }
+        book
+    }
+
+    fn assign(&mut self, name: &str) {
+        if self.by_name.contains_key(name) {
+            return;
+        }
+        let own = name_color(name);
+        let colour = if !self.taken.contains(own) {
+            own.to_string()
+        } else if let Some(free) = PALETTE.iter().find(|c| !self.taken.contains(**c)) {
+            free.to_string()
+        } else {
+            loop {
+                self.generated += 1;
+                let k = self.generated;
+                let hue = (k as f64 * 137.508) % 360.0;
+                let c = format!("hsl({hue:.1},60%,{}%)", [42, 58, 50][k as usize % 3]);
+                if !self.taken.contains(&c) {
+                    break c;
+                }
+            }
+        };
+        self.taken.insert(colour.clone());
+        self.by_name.insert(name.to_string(), colour);
     }
 
     /// A group's colour: the one given it here, else its category's or name's
