@@ -222,7 +222,7 @@ fn torchtitan_fsdp_ranks_run_out_by_fragmentation_that_a_setting_fixes() {
             .find("  verdict: fragmentation: the memory was there")
             .unwrap();
         let fix = text
-            .find("    try: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: replayed through the allocator model with the same requests, this request goes through with ")
+            .find("    try: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets it through with ")
             .unwrap();
         let smaller = text.find("    try: reduce what is live").unwrap();
         let live = text.find("  live by call site").unwrap();
@@ -231,7 +231,7 @@ fn torchtitan_fsdp_ranks_run_out_by_fragmentation_that_a_setting_fixes() {
             "{rank}: {text}"
         );
         assert!(
-            text.contains("a thin margin, so also reduce what is live (below)\n"),
+            text.contains("a thin margin), in a replay of the same requests through the allocator model; with so thin a margin, also reduce what is live (below)\n"),
             "{rank}: {text}"
         );
         assert!(
@@ -1112,13 +1112,16 @@ fn one_answer_per_oom(path: &str) {
     };
     let oom_text = text("oom");
     if let Some((conf, _)) = fixes.first() {
-        let line =
-            format!("try: PYTORCH_CUDA_ALLOC_CONF={conf}: replayed through the allocator model");
+        let line = format!("try: PYTORCH_CUDA_ALLOC_CONF={conf} lets it through with ");
         assert!(oom_text.contains(&line), "{path}: {oom_text}");
-        let said =
-            format!("the fix the replay proves: PYTORCH_CUDA_ALLOC_CONF={conf} lets it through");
-        assert!(text("simulate").contains(&said), "{path}");
-        assert!(text("budget").contains(&said), "{path}");
+        // The setting and its margin, word for word as oom says them, in simulate and
+        // budget too: `PYTORCH_CUDA_ALLOC_CONF=... lets it through with X to spare (P of C)`.
+        let at = oom_text.find(&line).unwrap() + "try: ".len();
+        let end = at + oom_text[at..].find(')').unwrap() + 1;
+        let margin = &oom_text[at..end];
+        let said = format!("the fix the replay proves: {margin}");
+        assert!(text("simulate").contains(&said), "{path}: {said}");
+        assert!(text("budget").contains(&said), "{path}: {said}");
         let dir = tempfile::tempdir().unwrap();
         let html = dir.path().join("r.html");
         vramlens()
