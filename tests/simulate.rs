@@ -491,3 +491,35 @@ fn the_model_follows_the_release_summary_guesses_on_real_files() {
     }
     assert!(n > 20, "{n} files");
 }
+
+/// What the chart draws is bounded by its pixels: a 4 MB recording of 24,264 entries
+/// replayed on two GPUs (four panels with the zooms) draws a few points per pixel column,
+/// not one per entry.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn the_chart_of_a_long_recording_stays_small() {
+    let data = common::require_shared_data();
+    let file = data.join("cs336-cliffkai/memory_snapshot_xl_bwd.pickle");
+    let out = tempdir().join("long.svg");
+    vramlens()
+        .args([
+            "simulate",
+            file.to_str().unwrap(),
+            "--gpu",
+            "l4",
+            "--gpu",
+            "h100",
+        ])
+        .args(["--no-min-capacity", "--force", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    // Each polyline: at most 4 points per half-pixel column of the 856 px plot.
+    for line in svg.lines().filter(|l| l.contains("<polyline")) {
+        let points = line.split(r#"points=""#).nth(1).unwrap();
+        let n = points[..points.find('"').unwrap()].split(' ').count();
+        assert!(n <= 4 * 2 * 857, "{n} points");
+    }
+    assert!(svg.len() < 200_000, "{} bytes", svg.len());
+}

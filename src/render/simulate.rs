@@ -847,7 +847,8 @@ fn draw_panel(
                 .unwrap_or(view.last.min(view.trace_last));
             pts.push((x_of(Some(end)), y_of(l)));
         }
-        pts
+        // What a chart draws is bounded by its pixels, not by the trace.
+        crate::render::charts::svg::thin_points(&pts)
     };
     // (left edge, baseline) of each OOM marker drawn.
     let mut oom_marks: Vec<(f64, f64)> = Vec::new();

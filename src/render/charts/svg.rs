@@ -368,8 +368,72 @@ impl Svg<'_> {
     }
 }
 
+/// A line's points thinned to what the pixels can show: per half-pixel column of x, the
+/// first point, the highest and lowest (smallest and largest y) and the last, in their
+/// order; columns of at most four points are kept whole. Extremes and the line's shape
+/// survive exactly at that resolution; the output is at most four points per column
+/// whatever the length of the input.
+pub fn thin_points(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let column = |p: &(f64, f64)| (p.0 * 2.0).floor() as i64;
+    let mut out = Vec::with_capacity(pts.len().min(4096));
+    let mut start = 0;
+    while start < pts.len() {
+        let c = column(&pts[start]);
+        let end = start + pts[start..].iter().take_while(|p| column(p) == c).count();
+        let group = &pts[start..end];
+        if group.len() <= 4 {
+            out.extend_from_slice(group);
+        } else {
+            let low = (0..group.len())
+                .min_by(|&a, &b| group[a].1.total_cmp(&group[b].1))
+                .unwrap_or(0);
+            let high = (0..group.len())
+                .max_by(|&a, &b| group[a].1.total_cmp(&group[b].1))
+                .unwrap_or(0);
+            let mut keep = [0, low, high, group.len() - 1];
+            keep.sort_unstable();
+            let mut last = None;
+            for k in keep {
+                if last != Some(k) {
+                    out.push(group[k]);
+                    last = Some(k);
+                }
+            }
+        }
+        start = end;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn thinned_points_keep_the_extremes_and_are_bounded_by_the_columns() {
+        // 100,000 points over 100 px: a saw with one spike and one dip.
+        let pts: Vec<(f64, f64)> = (0..100_000)
+            .map(|i| {
+                let x = i as f64 / 1000.0;
+                let y = match i {
+                    40_000 => -50.0,
+                    70_001 => 500.0,
+                    _ => (i % 37) as f64,
+                };
+                (x, y)
+            })
+            .collect();
+        let thin = super::thin_points(&pts);
+        assert!(thin.len() <= 4 * 200, "{}", thin.len());
+        assert!(thin.contains(&(40.0, -50.0)));
+        assert!(thin.contains(&(70.001, 500.0)));
+        assert_eq!(thin.first(), pts.first());
+        assert_eq!(thin.last(), pts.last());
+        // In order of x.
+        assert!(thin.windows(2).all(|w| w[0].0 <= w[1].0));
+        // Few points pass whole.
+        let few = [(0.0, 1.0), (0.1, 2.0), (5.0, 3.0)];
+        assert_eq!(super::thin_points(&few), few.to_vec());
+    }
 
     #[test]
     fn no_two_names_of_a_book_share_a_colour() {
