@@ -21,6 +21,10 @@ pub enum NotReplayable {
     NoTrace { device: i64 },
     #[error("the recording used backend:cudaMallocAsync, a different allocator")]
     AsyncBackend,
+    #[error("the recording uses more than 65,535 distinct {}, more than the allocator model tells apart", match .what { crate::allocator::requests::TooMany::Streams => "streams", crate::allocator::requests::TooMany::Pools => "memory pools" })]
+    TooMany {
+        what: crate::allocator::requests::TooMany,
+    },
 }
 
 /// A device's recording prepared for replays: its requests and its start state.
@@ -66,6 +70,9 @@ impl Prepared {
             || Requests::build(trace, &snap.frames, &pools),
             || crate::timeline::state::allocator_state(snap, device, None),
         );
+        if let Some(what) = requests.too_many {
+            return Err(NotReplayable::TooMany { what });
+        }
         let probe = Allocator::new(settings.clone(), profile, None);
         let start = start::rebuild(
             snap,

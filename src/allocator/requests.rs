@@ -97,8 +97,9 @@ pub enum Request {
     },
 }
 
-/// A request as kept: 24 bytes. Streams and pools by index (a file with more than
-/// 65,535 of either has the rest share the last); outputs by count, in order.
+/// A request as kept: 24 bytes. Streams and pools by index (at most [`MAX_DISTINCT`] of
+/// each: a recording with more is not replayed, see [`Requests::too_many`]); outputs by
+/// count, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Packed {
     size: u64,
@@ -157,6 +158,17 @@ pub struct BeforeBlock {
     pub freed_at: u32,
 }
 
+/// Distinct streams, and distinct pools, the requests tell apart.
+pub const MAX_DISTINCT: usize = u16::MAX as usize;
+
+/// What a recording has more of than [`MAX_DISTINCT`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TooMany {
+    Streams,
+    Pools,
+}
+
 /// A device's trace as requests.
 #[derive(Clone, Debug, Default)]
 pub struct Requests {
@@ -165,6 +177,10 @@ pub struct Requests {
     streams: Vec<u64>,
     stream_index: FxMap<u64, u16>,
     pools: Vec<(i64, i64)>,
+    pool_index: FxMap<(i64, i64), u16>,
+    /// Streams or pools past [`MAX_DISTINCT`] were met: their requests could not be told
+    /// apart, and the recording is not replayed.
+    pub too_many: Option<TooMany>,
     /// Outputs of the allocator calls, indexed by the calls' `outputs` ranges.
     pub outputs: Vec<Recorded>,
     pub before: Vec<BeforeBlock>,
@@ -550,7 +566,10 @@ impl Requests {
         }
         match self.stream_index.get(&stream) {
             Some(&i) => i,
-            None if self.streams.len() > u16::MAX as usize => u16::MAX,
+            None if self.streams.len() >= MAX_DISTINCT => {
+                self.too_many.get_or_insert(TooMany::Streams);
+                0
+            }
             None => {
                 let i = self.streams.len() as u16;
                 self.streams.push(stream);
@@ -561,12 +580,17 @@ impl Requests {
     }
 
     fn pool_index(&mut self, pool: (i64, i64)) -> u16 {
-        match self.pools.iter().position(|&p| p == pool) {
-            Some(i) => i as u16,
-            None if self.pools.len() > u16::MAX as usize => u16::MAX,
+        match self.pool_index.get(&pool) {
+            Some(&i) => i,
+            None if self.pools.len() >= MAX_DISTINCT => {
+                self.too_many.get_or_insert(TooMany::Pools);
+                0
+            }
             None => {
+                let i = self.pools.len() as u16;
                 self.pools.push(pool);
-                (self.pools.len() - 1) as u16
+                self.pool_index.insert(pool, i);
+                i
             }
         }
     }
@@ -649,5 +673,26 @@ mod tests {
         assert!(!ends(vec![oom(0), alloc(1, 1)]));
         assert!(!ends(vec![alloc(0, 0), Request::Free { tag: 0, event: 1 }]));
         assert!(!ends(Vec::new()));
+    }
+
+    /// Streams and pools past 65,535 distinct ones are not folded into one: the
+    /// requests say they could not tell them apart, and the recording is not replayed.
+    #[test]
+    fn more_distinct_streams_or_pools_than_the_requests_tell_apart_are_said() {
+        let allocs = |n: u64, pools: bool| -> Requests {
+            let requests = (0..n).map(|i| Request::Alloc {
+                tag: i as u32,
+                size: 512,
+                stream: if pools { 0 } else { i + 1 },
+                pool: if pools { (1, i as i64) } else { (0, 0) },
+                event: i as u32,
+                outputs: 0..0,
+            });
+            Requests::from_commands(requests, n as u32)
+        };
+        assert_eq!(allocs(65_535, false).too_many, None);
+        assert_eq!(allocs(65_536, false).too_many, Some(TooMany::Streams));
+        assert_eq!(allocs(65_535, true).too_many, None);
+        assert_eq!(allocs(65_536, true).too_many, Some(TooMany::Pools));
     }
 }
