@@ -389,11 +389,104 @@ pub fn open_side_input(path: &Path) -> io::Result<Box<dyn io::BufRead>> {
         inner: buffered,
         taken: 0,
     };
-    Ok(if gzip {
+    let mut text: Box<dyn io::BufRead> = if gzip {
         Box::new(io::BufReader::with_capacity(1 << 16, Guard::new(counted)))
     } else {
         Box::new(counted)
+    };
+    // UTF-16 text (what Windows PowerShell's `>` writes), told by its byte-order mark,
+    // read as the UTF-8 it stands for.
+    let little_endian = match io::BufRead::fill_buf(&mut text)? {
+        [0xff, 0xfe, ..] => Some(true),
+        [0xfe, 0xff, ..] => Some(false),
+        _ => None,
+    };
+    Ok(match little_endian {
+        Some(le) => {
+            text.consume(2);
+            Box::new(io::BufReader::with_capacity(
+                1 << 16,
+                Utf16Text {
+                    inner: text,
+                    little_endian: le,
+                    pending: Vec::new(),
+                    out: Vec::new(),
+                    at: 0,
+                },
+            ))
+        }
+        None => text,
     })
+}
+
+/// UTF-16 text as UTF-8: unpaired surrogates become U+FFFD, an odd last byte too.
+struct Utf16Text<R> {
+    inner: R,
+    little_endian: bool,
+    /// Bytes read but not decoded yet: half a code unit, or a high surrogate waiting for
+    /// its pair.
+    pending: Vec<u8>,
+    /// Decoded bytes not given yet, from `at` on.
+    out: Vec<u8>,
+    at: usize,
+}
+
+impl<R: Read> Utf16Text<R> {
+    /// Decodes the whole code units of `pending`, keeping back a trailing high surrogate
+    /// unless `end` (then an odd byte and a lone surrogate become U+FFFD).
+    fn decode(&mut self, end: bool) {
+        let whole = self.pending.len() / 2 * 2;
+        let mut units: Vec<u16> = self.pending[..whole]
+            .chunks_exact(2)
+            .map(|p| {
+                if self.little_endian {
+                    u16::from_le_bytes([p[0], p[1]])
+                } else {
+                    u16::from_be_bytes([p[0], p[1]])
+                }
+            })
+            .collect();
+        let mut keep = self.pending.len() - whole;
+        if !end && units.last().is_some_and(|u| (0xd800..0xdc00).contains(u)) {
+            units.pop();
+            keep += 2;
+        }
+        let mut text = String::with_capacity(units.len());
+        for c in char::decode_utf16(units) {
+            text.push(c.unwrap_or(char::REPLACEMENT_CHARACTER));
+        }
+        if end && keep > 0 {
+            text.push(char::REPLACEMENT_CHARACTER);
+            keep = 0;
+        }
+        self.out.extend_from_slice(text.as_bytes());
+        let from = self.pending.len() - keep;
+        self.pending.drain(..from);
+    }
+}
+
+impl<R: Read> Read for Utf16Text<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.out.len() {
+            self.out.clear();
+            self.at = 0;
+            let mut chunk = [0u8; 1 << 14];
+            let n = self.inner.read(&mut chunk)?;
+            if n == 0 {
+                if self.pending.is_empty() {
+                    return Ok(0);
+                }
+                self.decode(true);
+            } else {
+                self.pending.extend_from_slice(&chunk[..n]);
+                self.decode(false);
+            }
+        }
+        let n = buf.len().min(self.out.len() - self.at);
+        buf[..n].copy_from_slice(&self.out[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// Counts the bytes a stream has given (for the JSON budget).
@@ -543,6 +636,11 @@ fn sniff(head: &[u8]) -> Result<Kind, InputError> {
         .to_ascii_lowercase();
     if lower.starts_with("<!doctype html") || lower.starts_with("<html") {
         return Ok(Kind::Html);
+    }
+    if head.starts_with(&[0xff, 0xfe]) || head.starts_with(&[0xfe, 0xff]) {
+        return Err(InputError::WrongKind(
+            "UTF-16 text (as Windows PowerShell writes), not a memory snapshot; expected a PyTorch memory snapshot (a device log or a log of messages in UTF-16 is read where logs are: summary LOG, --nvml, --log)".into(),
+        ));
     }
     match head.first() {
         // PROTO (protocols 2-5) or the opcodes a protocol 0/1 pickle can start with.

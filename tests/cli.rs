@@ -1187,3 +1187,19 @@ fn summary_of_a_real_nvidia_smi_log_matches_its_rows() {
     assert_eq!(g["mean_bytes"], mean);
     assert_eq!(v["local_times"], true);
 }
+
+#[test]
+fn utf16_text_given_as_a_snapshot_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.csv");
+    let mut bytes = vec![0xff, 0xfe];
+    for u in "timestamp, memory.used [MiB]\r\n".encode_utf16() {
+        bytes.extend(u.to_le_bytes());
+    }
+    std::fs::write(&path, bytes).unwrap();
+    bad_input_in(
+        "top",
+        path.to_str().unwrap(),
+        "UTF-16 text (as Windows PowerShell writes), not a memory snapshot; expected a PyTorch memory snapshot (a device log or a log of messages in UTF-16 is read where logs are: summary LOG, --nvml, --log)",
+    );
+}

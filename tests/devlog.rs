@@ -1122,3 +1122,40 @@ fn process_sums_are_per_process_and_gpu_and_follow_uuids_through_a_merge() {
         ]
     );
 }
+
+/// A log in UTF-16 (Windows PowerShell's `>`), little- or big-endian with its byte-order
+/// mark, reads as the same log in UTF-8: long enough to cross the decoder's reads, with a
+/// character outside the BMP (a surrogate pair) in a name.
+#[test]
+fn a_utf16_log_reads_as_its_utf8_text() {
+    let mut text =
+        String::from("timestamp, index, name, memory.used [MiB], memory.total [MiB]\r\n");
+    for k in 0..2000 {
+        text.push_str(&format!(
+            "2025/01/01 00:{:02}:{:02}.000, 0, GPU \u{1F680} {k}, {} MiB, 81559 MiB\r\n",
+            k / 60 % 60,
+            k % 60,
+            1000 + k
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let utf8 = dir.path().join("utf8.csv");
+    std::fs::write(&utf8, &text).unwrap();
+    let read = |path: &Path| {
+        read_device_log(vramlens::input::open_side_input(path).unwrap(), utc()).unwrap()
+    };
+    let want = read(&utf8);
+    assert_eq!(want.gpus.len(), 2000);
+    for (name, bom, le) in [
+        ("le.csv", [0xff, 0xfe], true),
+        ("be.csv", [0xfe, 0xff], false),
+    ] {
+        let mut bytes = bom.to_vec();
+        for u in text.encode_utf16() {
+            bytes.extend(if le { u.to_le_bytes() } else { u.to_be_bytes() });
+        }
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(read(&path), want, "{name}");
+    }
+}
