@@ -432,15 +432,19 @@ pub fn is_noncharacter(c: char) -> bool {
 
 /// How a character of a file's text is shown when it must not act: `\n`, `\t` for
 /// newline and tab, `\x1b` for the other C0 controls and DEL, `\u{9b}` for C1 controls,
-/// bidirectional formatting characters and U+E000 (the start of the renderers' style
-/// marker); `None` for a character shown as itself.
+/// bidirectional formatting characters, noncharacters (`\u{fffe}`) and U+E000 (the start
+/// of the renderers' style marker); `None` for a character shown as itself.
 pub fn escape_char(c: char) -> Option<String> {
     let n = c as u32;
     match c {
         '\n' => Some("\\n".into()),
         '\t' => Some("\\t".into()),
         _ if n < 0x20 || n == 0x7f => Some(format!("\\x{n:02x}")),
-        _ if (0x80..=0x9f).contains(&n) || is_bidi_control(c) || c == '\u{e000}' => {
+        _ if (0x80..=0x9f).contains(&n)
+            || is_bidi_control(c)
+            || is_noncharacter(c)
+            || c == '\u{e000}' =>
+        {
             Some(format!("\\u{{{n:x}}}"))
         }
         _ => None,
@@ -518,6 +522,9 @@ mod tests {
             assert!(is_noncharacter(c), "{c:?}");
         }
         assert!(!is_noncharacter('\u{fffd}') && !is_noncharacter('\u{fdcf}'));
+        // Noncharacters are shown, not printed raw.
+        assert_eq!(shown("a\u{fffe}b\u{ffff}"), "a\\u{fffe}b\\u{ffff}");
+        assert_eq!(shown("\u{10fffe}"), "\\u{10fffe}");
     }
 
     #[test]
