@@ -523,3 +523,47 @@ fn the_chart_of_a_long_recording_stays_small() {
     }
     assert!(svg.len() < 200_000, "{} bytes", svg.len());
 }
+
+/// A memory fraction is a share of the device's total: at the capacity a recorded OOM
+/// implies (no total in the recording) it cannot act, and the answer says so rather than
+/// print the recorded settings' answer under the fraction's name; with a GPU named it acts.
+#[test]
+fn a_memory_fraction_without_a_device_total_is_said_not_applied() {
+    let v = json(&[
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--alloc-conf",
+        "per_process_memory_fraction:0.5",
+        "--no-min-capacity",
+    ]);
+    let sc = v["devices"][0]["scenarios"].as_array().unwrap();
+    assert_eq!(sc[0]["fraction_inactive"], false);
+    assert_eq!(sc[1]["alloc_conf"], "per_process_memory_fraction:0.5");
+    assert_eq!(sc[1]["capacity_source"], "recorded_oom");
+    assert_eq!(sc[1]["fraction_inactive"], true);
+    let text = vramlens()
+        .args([
+            "simulate",
+            "testdata/gpu/oom/oom_snapshot.pickle",
+            "--alloc-conf",
+            "per_process_memory_fraction:0.5",
+            "--no-min-capacity",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("(not applied: a memory fraction is a share of the device's total memory"),
+        "{text}"
+    );
+    // On an H100 80GB the fraction is half of its memory: it acts.
+    let v = json(&[
+        "testdata/gpu/oom/oom_snapshot.pickle",
+        "--alloc-conf",
+        "per_process_memory_fraction:0.5",
+        "--gpu",
+        "h100",
+        "--no-min-capacity",
+    ]);
+    let sc = v["devices"][0]["scenarios"].as_array().unwrap();
+    assert!(sc.iter().all(|s| s["fraction_inactive"] == false), "{v}");
+}

@@ -415,6 +415,12 @@ fn write_device(
                     "      (garbage_collection_threshold acts only under a memory fraction: add per_process_memory_fraction, or call torch.cuda.set_per_process_memory_fraction; alone it changes nothing)"
                 )?;
             }
+            if s.fraction_inactive {
+                writeln!(
+                    out,
+                    "      (not applied: a memory fraction is a share of the device's total memory, which this capacity does not give; the answer is that of the settings without it; name a GPU with --gpu to try the fraction)"
+                )?;
+            }
             if s.start_replaced {
                 writeln!(
                     out,

@@ -87,6 +87,10 @@ pub struct ScenarioReport {
     /// `garbage_collection_threshold` is set without a memory fraction, so garbage
     /// collection never runs (PyTorch acts on it only under a fraction).
     pub gc_inactive: bool,
+    /// A memory fraction is set, but this capacity gives no device total for it to be a
+    /// fraction of (the capacity the recorded OOM implies, or no limit): the fraction
+    /// could not act, and the answer is that of the settings without it.
+    pub fraction_inactive: bool,
     /// The recording's own settings.
     pub baseline: bool,
     /// The `--gpu` fitted, when the capacity is a device's.
@@ -272,7 +276,8 @@ fn scenarios_of(
                 gpu: None,
                 device_bytes: Some(c),
                 allocator_bytes: Some(c),
-                total_memory: None,
+                // A fraction is of the device's total, when the recording gives it.
+                total_memory: p.total_memory,
             }),
             None => capacities.push(Capacity {
                 source: CapacitySource::Unlimited,
@@ -364,6 +369,7 @@ fn scenarios_of(
                 alloc_conf: conf.clone(),
                 effective_alloc_conf: s.to_conf(),
                 gc_inactive: s.gc_threshold > 0.0 && s.memory_fraction.is_none(),
+                fraction_inactive: s.memory_fraction.is_some() && cap.total_memory.is_none(),
                 baseline: *baseline,
                 gpu: cap.gpu.clone(),
                 capacity_source: cap.source,
