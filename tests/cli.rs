@@ -1203,3 +1203,18 @@ fn utf16_text_given_as_a_snapshot_is_named() {
         "UTF-16 text (as Windows PowerShell writes), not a memory snapshot; expected a PyTorch memory snapshot (a device log or a log of messages in UTF-16 is read where logs are: summary LOG, --nvml, --log)",
     );
 }
+
+#[test]
+fn a_json_integer_past_64_bits_is_named_as_a_number_not_a_float() {
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("testdata/v2_5.json")).unwrap()).unwrap();
+    v["segments"][0]["total_size"] = serde_json::Value::String("BIG".into());
+    let text = v.to_string().replace("\"BIG\"", "18446744073709551616");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.json");
+    std::fs::write(&path, text).unwrap();
+    bad_input(
+        path.to_str().unwrap(),
+        "segments[0].total_size: expected a non-negative int, found 18446744073709552000, a number past the 64-bit integers",
+    );
+}

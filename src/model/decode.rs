@@ -64,6 +64,11 @@ fn describe(v: &Value) -> String {
             Some(i) => format!("int {i}"),
             None => "int (more than 128 bits)".into(),
         },
+        // A JSON integer past u64 arrives as a float: say the number, not a kind it may
+        // not have been written as.
+        Value::Float(f) if f.fract() == 0.0 && f.abs() >= 9.2e18 => {
+            format!("{f}, a number past the 64-bit integers")
+        }
         Value::Float(f) => format!("float {f}"),
         Value::Bool(b) => format!("bool {}", if *b { "True" } else { "False" }),
         Value::None => "None".into(),
