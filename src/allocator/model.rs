@@ -333,8 +333,12 @@ impl Merged<'_> {
 }
 
 impl FreeSet {
+    /// The free blocks of `stream` (the sets are sorted by stream).
     fn of(&self, stream: u64) -> Option<&StreamSet> {
-        self.streams.iter().find(|s| s.stream == stream)
+        self.streams
+            .binary_search_by_key(&stream, |s| s.stream)
+            .ok()
+            .map(|at| &self.streams[at])
     }
 
     fn insert(&mut self, stream: u64, size: u64, addr: u64, block: u32) {
@@ -355,8 +359,8 @@ impl FreeSet {
     }
 
     fn remove(&mut self, stream: u64, size: u64, addr: u64) {
-        if let Some(s) = self.streams.iter_mut().find(|s| s.stream == stream) {
-            s.remove(pack(size, addr));
+        if let Ok(at) = self.streams.binary_search_by_key(&stream, |s| s.stream) {
+            self.streams[at].remove(pack(size, addr));
         }
     }
 
@@ -1073,7 +1077,8 @@ impl Allocator {
 
     fn should_split(&self, i: u32, size: u64) -> bool {
         let b = self.b(i);
-        let remaining = b.size - size;
+        // The block found holds the request; were it ever smaller, nothing is left.
+        let remaining = b.size.saturating_sub(size);
         if self.pool_key(b.pool).small || self.split_as_expandable(b.pool) {
             remaining >= MIN_BLOCK
         } else {
