@@ -598,8 +598,13 @@ fn device_log_kind(head: &[u8]) -> Option<DeviceLogKind> {
 }
 
 /// Whether a file (gzip or not) is an nvidia-smi CSV or NVML JSON-lines log, by its first
-/// line: what `summary` sums up instead of reading it as a snapshot.
+/// line: what `summary` sums up instead of reading it as a snapshot. Only a regular file
+/// is looked at (None for anything else): a pipe's first bytes, once read, would be gone
+/// for the reader that follows.
 pub fn device_log_kind_of(path: &Path) -> io::Result<Option<DeviceLogKind>> {
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return Ok(None);
+    }
     let mut input = open_side_input(path)?;
     let head = io::BufRead::fill_buf(&mut input)?;
     Ok(device_log_kind(head))

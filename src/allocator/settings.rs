@@ -566,8 +566,15 @@ impl Profile {
 
     /// The profile a release (`"2.5"`, `"1.13"`) falls in; releases before 2.0 in 2.0's.
     pub fn of_release(release: &str) -> Profile {
-        match crate::model::layout::release_key(release) {
-            (major, minor) if major < 2 || minor <= 3 => Profile::V2_0,
+        let (major, minor) = crate::model::layout::release_key(release);
+        Profile::of_version(major, minor)
+    }
+
+    /// The profile of release `major.minor`; releases before 2.0 in 2.0's.
+    fn of_version(major: u32, minor: u32) -> Profile {
+        match (major, minor) {
+            (major, _) if major < 2 => Profile::V2_0,
+            (2, minor) if minor <= 3 => Profile::V2_0,
             (2, minor) if minor <= 9 => Profile::V2_4,
             (2, 10) => Profile::V2_10,
             _ => Profile::V2_11,
@@ -625,10 +632,7 @@ impl Profile {
             (None, None)
         };
         match (major, minor) {
-            (Some(2), Some(m)) if m <= 3 => Ok(Profile::V2_0),
-            (Some(2), Some(m)) if m <= 9 => Ok(Profile::V2_4),
-            (Some(2), Some(10)) => Ok(Profile::V2_10),
-            (Some(2), Some(_)) => Ok(Profile::V2_11),
+            (Some(2), Some(m)) => Ok(Profile::of_version(2, m)),
             _ => Err(format!(
                 "expected a PyTorch release from 2.0 on, such as 2.4 or 2.10, found {s:?}"
             )),

@@ -57,9 +57,7 @@ pub fn run(args: &SummaryArgs, out: &mut dyn Write) -> Result<()> {
     let results: Vec<Result<_, anyhow::Error>> = files
         .par_iter()
         .map(|path| {
-            // Only a regular file is looked at twice: a pipe's first bytes would be gone.
-            let regular = std::fs::metadata(path).is_ok_and(|m| m.is_file());
-            if regular && let Ok(Some(_)) = vramlens::input::device_log_kind_of(path) {
+            if let Ok(Some(_)) = vramlens::input::device_log_kind_of(path) {
                 return Ok(Read::Log(read_log(path, args.utc_offset)?));
             }
             let (snap, info) = read_snapshot(path, read)?;

@@ -248,17 +248,20 @@ struct StatsBuilder {
 
 impl StatsBuilder {
     fn push_gpu(&mut self, s: &GpuSample) {
-        let one = GpuStats {
+        self.add_gpu(GpuStats {
             gpu: s.gpu,
             uuid: s.uuid,
             rows: 1,
             used: s.used_bytes.map(|u| UsedStats::of(s.time_us, u)),
             total_bytes: s.total_bytes,
-        };
-        match self.gpus.get_mut(&s.gpu) {
-            Some(g) => g.add(&one),
+        });
+    }
+
+    fn add_gpu(&mut self, g: GpuStats) {
+        match self.gpus.get_mut(&g.gpu) {
+            Some(e) => e.add(&g),
             None => {
-                self.gpus.insert(s.gpu, one);
+                self.gpus.insert(g.gpu, g);
             }
         }
     }
@@ -281,16 +284,10 @@ impl StatsBuilder {
         remap: &dyn Fn(Option<u32>) -> Option<u32>,
     ) {
         for g in gpus {
-            let g = GpuStats {
+            self.add_gpu(GpuStats {
                 uuid: remap(g.uuid),
                 ..*g
-            };
-            match self.gpus.get_mut(&g.gpu) {
-                Some(e) => e.add(&g),
-                None => {
-                    self.gpus.insert(g.gpu, g);
-                }
-            }
+            });
         }
         for p in processes {
             let p = ProcessStats {

@@ -3,6 +3,7 @@
 use crate::analysis::reports::device_log::{LogSummary, UseFigures};
 use crate::devlog::GpuNumbering;
 use crate::render::Style;
+use crate::render::summary::row;
 use crate::units::{bytes, duration_us, percent, shown, utc_time_to};
 use std::io::{self, Write};
 
@@ -113,10 +114,6 @@ fn write_table(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
         writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
-}
-
-fn row(out: &mut dyn Write, label: &str, value: impl AsRef<str>) -> io::Result<()> {
-    writeln!(out, "  {label:<20} {}", value.as_ref())
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {

@@ -393,19 +393,7 @@ fn write_device(
         )?;
     }
     // The answers, grouped by capacity.
-    let mut caps: Vec<(CapacitySource, Option<String>, Option<u64>)> = Vec::new();
-    for s in &d.scenarios {
-        let key = (s.capacity_source, s.gpu.clone(), s.capacity_bytes);
-        if !caps.contains(&key) {
-            caps.push(key);
-        }
-    }
-    for key in &caps {
-        let group: Vec<&ScenarioReport> = d
-            .scenarios
-            .iter()
-            .filter(|s| (s.capacity_source, s.gpu.clone(), s.capacity_bytes) == *key)
-            .collect();
+    for group in by_capacity(d) {
         writeln!(out, "  {}:", capacity_text(d, group[0]))?;
         for s in &group {
             writeln!(out, "    with {}: {}", settings_name(s), answer(s, d))?;
@@ -592,13 +580,7 @@ pub fn write_simulate_svg(
     events: u32,
 ) -> io::Result<()> {
     // The capacities, in the scenarios' order; each a panel.
-    let mut caps: Vec<(CapacitySource, Option<String>, Option<u64>)> = Vec::new();
-    for s in &d.scenarios {
-        let key = (s.capacity_source, s.gpu.clone(), s.capacity_bytes);
-        if !caps.contains(&key) {
-            caps.push(key);
-        }
-    }
+    let groups = by_capacity(d);
     let mut settings_seen: Vec<String> = Vec::new();
     for s in &d.scenarios {
         if !settings_seen.contains(&s.alloc_conf) {
@@ -607,17 +589,15 @@ pub fn write_simulate_svg(
     }
     // Each capacity's panel over the whole trace, and where an OOM falls in a long trace,
     // a zoom on the entries before it, so that the end is not squeezed into a few pixels.
-    let mut panels: Vec<(usize, View)> = Vec::new();
-    for (i, key) in caps.iter().enumerate() {
-        let first_oom = d
-            .scenarios
+    let mut panels: Vec<(&[&ScenarioReport], View)> = Vec::new();
+    for group in &groups {
+        let first_oom = group
             .iter()
-            .filter(|s| (s.capacity_source, s.gpu.clone(), s.capacity_bytes) == *key)
             .filter_map(|s| s.first_oom.as_ref().map(|o| o.event))
             .min();
-        panels.push((i, View::whole(events)));
+        panels.push((group, View::whole(events)));
         if let Some(zoom) = first_oom.and_then(|e| View::before(e, events)) {
-            panels.push((i, zoom));
+            panels.push((group, zoom));
         }
     }
     let legend_rows = settings_seen.len().min(6) + usize::from(!recorded.is_empty());
@@ -636,15 +616,9 @@ pub fn write_simulate_svg(
             .unwrap_or(0);
         LINE_COLORS[k % LINE_COLORS.len()]
     };
-    for (row, (i, view)) in panels.iter().enumerate() {
-        let key = &caps[*i];
-        let group: Vec<&ScenarioReport> = d
-            .scenarios
-            .iter()
-            .filter(|s| (s.capacity_source, s.gpu.clone(), s.capacity_bytes) == *key)
-            .collect();
+    for (row, (group, view)) in panels.iter().enumerate() {
         let top = TOP + row as f64 * PANEL_H;
-        draw_panel(&mut svg, d, &group, recorded, *view, top, &color_of)?;
+        draw_panel(&mut svg, d, group, recorded, *view, top, &color_of)?;
     }
     // The legend: each setting's colour, and the recorded line.
     let mut y = TOP + panels.len().max(1) as f64 * PANEL_H + 20.0;
@@ -673,6 +647,20 @@ pub fn write_simulate_svg(
         y += 16.0;
     }
     svg.end()
+}
+
+/// The scenarios grouped by capacity (source, GPU, bytes), groups and scenarios in the
+/// scenarios' order: the text's paragraphs and the chart's panels.
+fn by_capacity(d: &DeviceSimulation) -> Vec<Vec<&ScenarioReport>> {
+    let key = |s: &ScenarioReport| (s.capacity_source, s.gpu.clone(), s.capacity_bytes);
+    let mut groups: Vec<Vec<&ScenarioReport>> = Vec::new();
+    for s in &d.scenarios {
+        match groups.iter_mut().find(|g| key(g[0]) == key(s)) {
+            Some(g) => g.push(s),
+            None => groups.push(vec![s]),
+        }
+    }
+    groups
 }
 
 /// The recorded line's colour.

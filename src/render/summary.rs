@@ -6,7 +6,8 @@ use crate::units::shown;
 use crate::units::{Clock, bytes, duration_us, percent};
 use std::io::{self, Write};
 
-fn row(out: &mut dyn Write, label: &str, value: impl AsRef<str>) -> io::Result<()> {
+/// One `label   value` row of a summary (`summary` of a snapshot and of a device log).
+pub(crate) fn row(out: &mut dyn Write, label: &str, value: impl AsRef<str>) -> io::Result<()> {
     writeln!(out, "  {label:<20} {}", value.as_ref())
 }
 

@@ -36,10 +36,10 @@ fn depth(n: &FlameNode, scale: f64) -> usize {
 /// chart; blue for torch's own frames (never a call site under the default rules) and
 /// grey for the element that stands for C++ frames.
 fn frame_color(name: &str) -> String {
-    if name.starts_with('(') && (name.ends_with(" C++ frame)") || name.ends_with(" C++ frames)")) {
+    if is_cpp_element(name) {
         return "hsl(0,0%,70%)".into();
     }
-    if name.contains("/torch/") || name.starts_with("torch/") {
+    if is_torch_frame(name) {
         let h = crate::render::charts::svg::name_hash(name);
         return format!(
             "hsl({},{}%,{}%)",
@@ -51,15 +51,25 @@ fn frame_color(name: &str) -> String {
     name_color(name).to_string()
 }
 
+/// The element that stands for a run of C++ frames.
+fn is_cpp_element(name: &str) -> bool {
+    name.starts_with('(') && (name.ends_with(" C++ frame)") || name.ends_with(" C++ frames)"))
+}
+
+/// A frame of torch itself.
+fn is_torch_frame(name: &str) -> bool {
+    name.contains("/torch/") || name.starts_with("torch/")
+}
+
 /// Whether a frame is a call site a colour tells apart: not torch's own (blue), not the
 /// element that stands for C++ frames (grey).
 fn is_call_site(name: &str) -> bool {
-    !(name.starts_with('(') && (name.ends_with(" C++ frame)") || name.ends_with(" C++ frames)")))
-        && !(name.contains("/torch/") || name.starts_with("torch/"))
+    !is_cpp_element(name) && !is_torch_frame(name)
 }
 
-/// The frames drawn (wide enough to be seen), largest first (ties by name), each once.
-fn call_sites_drawn(root: &FlameNode, scale: f64) -> Vec<(u64, &str)> {
+/// The names of the frames drawn (wide enough to be seen), largest first (ties by name),
+/// each once.
+fn frames_drawn(root: &FlameNode, scale: f64) -> Vec<&str> {
     let mut best: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
     let mut stack: Vec<&FlameNode> = root.children.iter().collect();
     while let Some(node) = stack.pop() {
@@ -72,7 +82,7 @@ fn call_sites_drawn(root: &FlameNode, scale: f64) -> Vec<(u64, &str)> {
     }
     let mut out: Vec<(u64, &str)> = best.into_iter().map(|(n, b)| (b, n)).collect();
     out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-    out
+    out.into_iter().map(|(_, name)| name).collect()
 }
 
 /// Characters of a name kept, at the least, before a box's bytes in its label.
@@ -140,9 +150,8 @@ pub fn write_flame_svg(
     // Every call site drawn gets a colour of its own (the report's where it has one),
     // the largest first; torch's frames stay in their blues, C++ frames grey.
     let book = colors.cloned().unwrap_or_default().with_names(
-        call_sites_drawn(root, scale)
-            .iter()
-            .map(|(_, name)| *name)
+        frames_drawn(root, scale)
+            .into_iter()
             .filter(|name| is_call_site(name)),
     );
     let mut stack = vec![(root, SIDE, 0usize)];
@@ -155,11 +164,10 @@ pub fn write_flame_svg(
         let fill = if level == 0 {
             "hsl(0,0%,80%)".to_string()
         } else {
-            match (colors.and_then(|c| c.get(&node.name)), book.get(&node.name)) {
-                (Some(c), _) => c.to_string(),
-                (None, Some(c)) if is_call_site(&node.name) => c.to_string(),
-                _ => frame_color(&node.name),
-            }
+            // The book holds the report's names and the call sites drawn: others are
+            // torch's frames and the C++ element.
+            book.get(&node.name)
+                .map_or_else(|| frame_color(&node.name), str::to_string)
         };
         let category = match node.category.as_str() {
             "" => String::new(),

@@ -3,10 +3,11 @@
 //!
 //! [`Wrapped`] sits at the end of the text output, after [`super::terminal::TerminalText`]
 //! (so the only escape sequences it meets are the program's own styles, which take no
-//! width). A line wider than the width is broken at spaces; its continuation lines start
-//! under the line's text: under its value for a `label   value` row (a run of two or more
-//! spaces near the start), else two columns in from its own indentation. A word wider
-//! than the room (a path, a frame) is left whole. Lines that fit pass through unchanged,
+//! width). A line wider than the width is broken at spaces, a figure kept with its unit;
+//! its continuation lines start under the line's last column (after its last run of two or
+//! more spaces: the value of a `label   value` row), else two columns in from its own
+//! indentation; a table row whose last column leaves too little room stays whole. A word
+//! wider than the room (a path, a frame) is left whole. Lines that fit pass through unchanged,
 //! and the output of machines (JSON, folded stacks) never goes through here: the binary
 //! folds only text written to a terminal.
 
