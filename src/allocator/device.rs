@@ -12,12 +12,87 @@ use crate::model::Action;
 /// two segments touch.
 const ALIGN: u64 = 2 << 20;
 
-/// A device with `capacity` bytes for the allocator (None: unlimited) and a bump
-/// allocator of addresses starting at `next`.
+/// Where segments the recording does not show go: above every address the recording
+/// uses, upwards; where the 64-bit space above runs out (a recording near its top),
+/// below the lowest address it uses, downwards; where both run out, from the first
+/// address above again, and `reused` says so (two segments may then share addresses:
+/// the answer is an estimate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressSpace {
+    /// The next address upwards (None: no room left above).
+    up: Option<u64>,
+    /// The lowest address taken downwards (the recording's lowest at first).
+    down: u64,
+    /// Where the upward run started.
+    first: Option<u64>,
+    pub reused: bool,
+}
+
+impl AddressSpace {
+    /// The space around addresses in use from `lowest` to `highest` (an end: the byte
+    /// after the last), upwards from above 4 GiB at least.
+    pub fn around(lowest: u64, highest: u64) -> AddressSpace {
+        let first = highest
+            .div_ceil(ALIGN)
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(ALIGN))
+            .map(|a| a.max(1 << 32));
+        AddressSpace {
+            up: first,
+            down: lowest.min(first.unwrap_or(u64::MAX)) / ALIGN * ALIGN,
+            first,
+            reused: false,
+        }
+    }
+
+    /// As [`AddressSpace::around`], with the upward run starting at `first` exactly.
+    pub fn starting_at(lowest: u64, first: u64) -> AddressSpace {
+        AddressSpace {
+            up: Some(first),
+            down: lowest.min(first) / ALIGN * ALIGN,
+            first: Some(first),
+            reused: false,
+        }
+    }
+
+    /// The address of a new segment of `size` bytes.
+    pub fn take(&mut self, size: u64) -> u64 {
+        let span = size.div_ceil(ALIGN).saturating_mul(ALIGN);
+        let upwards = |at: Option<u64>| {
+            let a = at?;
+            let next = a.checked_add(span)?.checked_add(ALIGN)?;
+            Some((a, next))
+        };
+        if let Some((a, next)) = upwards(self.up) {
+            self.up = Some(next);
+            return a;
+        }
+        if let Some(a) = self
+            .down
+            .checked_sub(span)
+            .and_then(|a| a.checked_sub(ALIGN))
+            .filter(|&a| a >= ALIGN)
+        {
+            self.down = a;
+            return a;
+        }
+        self.reused = true;
+        match upwards(self.first) {
+            Some((a, next)) => {
+                self.up = Some(next);
+                a
+            }
+            None => self.first.unwrap_or(ALIGN),
+        }
+    }
+}
+
+/// A device with `capacity` bytes for the allocator (None: unlimited) that places new
+/// segments in `space`.
 #[derive(Clone, Debug)]
 pub struct CapacityDevice {
     pub capacity: Option<u64>,
-    next: u64,
+    pub space: AddressSpace,
     /// The most the allocator asked to hold (reserved + the new memory) since reset.
     pub max_need: u64,
     /// Whether every call to the device so far was the recording's, so that the device
@@ -26,17 +101,13 @@ pub struct CapacityDevice {
 }
 
 impl CapacityDevice {
-    /// New segments start above `above` (the highest address the state uses).
-    pub fn new(capacity: Option<u64>, above: u64) -> CapacityDevice {
+    /// New segments go into `space`.
+    pub fn new(capacity: Option<u64>, space: AddressSpace) -> CapacityDevice {
         CapacityDevice {
             capacity,
             max_need: 0,
             in_step: false,
-            next: above
-                .div_ceil(ALIGN)
-                .saturating_add(1)
-                .saturating_mul(ALIGN)
-                .max(1 << 32),
+            space,
         }
     }
 
@@ -47,12 +118,7 @@ impl CapacityDevice {
     }
 
     fn bump(&mut self, size: u64) -> u64 {
-        let addr = self.next;
-        self.next = self
-            .next
-            .saturating_add(size.div_ceil(ALIGN).saturating_mul(ALIGN))
-            .saturating_add(ALIGN);
-        addr
+        self.space.take(size)
     }
 }
 
@@ -154,7 +220,7 @@ mod tests {
     /// and from then on addresses are the device's own (above 4 GiB, 2 MiB apart).
     #[test]
     fn the_device_answers_as_recorded_until_a_call_differs() {
-        let mut d = CapacityDevice::new(None, 0);
+        let mut d = CapacityDevice::new(None, AddressSpace::around(0, 0));
         d.in_step = true;
         let outs = [
             seg(Action::SegmentFree, 0x7000_0000, 20 * MIB),
@@ -189,7 +255,7 @@ mod tests {
     #[test]
     fn a_different_size_or_no_room_is_not_the_recording() {
         let outs = [seg(Action::SegmentAlloc, 0x5000_0000, 20 * MIB)];
-        let mut d = CapacityDevice::new(Some(30 * MIB), 0);
+        let mut d = CapacityDevice::new(Some(30 * MIB), AddressSpace::around(0, 0));
         d.in_step = true;
         let mut f = Following {
             dev: &mut d,
@@ -200,5 +266,49 @@ mod tests {
         assert!(f.dev.in_step, "a refusal is no call the device answered");
         assert_eq!(f.cuda_malloc(2 * MIB, 0, 0), Some(4 << 30));
         assert!(!f.dev.in_step);
+    }
+
+    fn disjoint(taken: &[(u64, u64)]) -> bool {
+        let mut v = taken.to_vec();
+        v.sort_unstable();
+        v.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0)
+    }
+
+    /// A recording that ends 2 MiB below 2^64: no room above, so new segments go below
+    /// its lowest address, each its own range, none over the recording's.
+    #[test]
+    fn near_the_top_of_the_address_space_new_segments_go_below() {
+        let low = u64::MAX - 320 * MIB + 1;
+        let high = u64::MAX - 2 * MIB + 1;
+        let mut space = AddressSpace::around(low, high);
+        let taken: Vec<(u64, u64)> = (1..=20)
+            .map(|k| (space.take(k * 10 * MIB), k * 10 * MIB))
+            .collect();
+        assert!(disjoint(&taken), "{taken:x?}");
+        assert!(taken.iter().all(|&(a, s)| a + s < low && a > 0));
+        assert!(!space.reused);
+        // Room above while there is: the first segment of a recording 64 MiB under the
+        // top goes above it, the ones that no longer fit below.
+        let mut space = AddressSpace::around(1 << 40, u64::MAX - 64 * MIB);
+        let first = space.take(30 * MIB);
+        assert!(first > u64::MAX - 64 * MIB);
+        let second = space.take(30 * MIB);
+        assert!(second < 1 << 40);
+        assert!(!space.reused);
+    }
+
+    /// With both ends of the space used, segments are placed from above again and the
+    /// space says so; an address of its own is still given, never a panic.
+    #[test]
+    fn a_space_with_no_room_either_side_says_it_reused_addresses() {
+        let mut space = AddressSpace::around(4 * MIB, u64::MAX - 4 * MIB);
+        let a = space.take(MIB);
+        let b = space.take(u64::MAX / 2);
+        assert!(space.reused);
+        let _ = (a, b);
+        // Sizes past what the space holds saturate rather than wrap.
+        let mut space = AddressSpace::around(0, 0);
+        assert_eq!(space.take(u64::MAX), 4 << 30);
+        assert!(space.reused);
     }
 }

@@ -19,6 +19,7 @@
 //! second from the state rebuilt at the cut ([`super::midway`]), kept only where that is
 //! the state the first half ends in ([`check_split_at`]).
 
+use super::device::{AddressSpace, CapacityDevice};
 use super::midway;
 use super::model::{Allocator, BlockId, Device, ModelEvent, StateView};
 use super::prepared::{OomCapacity, Prepared};
@@ -38,7 +39,7 @@ struct Recording<'a> {
     next: usize,
     ends_in_oom: bool,
     /// Addresses for growth the recording does not show (a divergence).
-    spare: u64,
+    spare: AddressSpace,
     /// The most the allocator asked to hold (reserved + the new memory) in the call.
     need: u64,
 }
@@ -69,11 +70,7 @@ impl Recording<'_> {
     }
 
     fn spare(&mut self, size: u64) -> u64 {
-        let a = self.spare;
-        self.spare = self
-            .spare
-            .saturating_add(size.div_ceil(2 << 20) * (2 << 20) + (2 << 20));
-        a
+        self.spare.take(size)
     }
 }
 
@@ -386,7 +383,8 @@ fn check_until(
     if let Some(s) = &mut shared {
         s.track.begin(&a);
     }
-    let spare_base = p.top_address().saturating_add(1 << 40);
+    let spare_base =
+        AddressSpace::starting_at(p.low_address(), p.top_address().saturating_add(1 << 40));
     let id = Identity::at_start(p, &a);
     let recorded_reserved = p.start.reserved as i128;
     let spare = spare_base;
@@ -502,7 +500,7 @@ struct CheckState {
     a: Allocator,
     by_tag: Vec<Option<BlockId>>,
     /// Where the next segment the recording does not show goes.
-    spare: u64,
+    spare: AddressSpace,
     /// The recording's reserved bytes so far.
     recorded_reserved: i128,
     id: Identity,
@@ -523,7 +521,7 @@ fn check_later(
     p: &Prepared,
     trace: &crate::model::DeviceTrace,
     m: usize,
-    spare: u64,
+    spare: AddressSpace,
     track: Option<bool>,
     departed: &AtomicBool,
 ) -> Option<Later> {
@@ -872,23 +870,20 @@ enum Placed {
 fn put_back(
     a: &mut Allocator,
     by_tag: &mut [Option<BlockId>],
-    spare: &mut u64,
+    spare: &mut AddressSpace,
     moved: Option<BlockId>,
     (size, stream, pool, tag): (u64, u64, (i64, i64), u32),
 ) {
     let b = moved.unwrap_or_else(|| {
-        a.malloc(&mut dev_spare(spare), size, stream, pool, tag)
-            .expect("an unlimited device")
+        let mut dev = CapacityDevice::new(None, *spare);
+        let b = a
+            .malloc(&mut dev, size, stream, pool, tag)
+            .expect("an unlimited device");
+        *spare = dev.space;
+        b
     });
     by_tag[tag as usize] = Some(b);
     drain(a, by_tag);
-}
-
-/// A device with no limit, for putting an allocation somewhere after a divergence.
-fn dev_spare(spare: &mut u64) -> super::device::CapacityDevice {
-    let d = super::device::CapacityDevice::new(None, *spare);
-    *spare = spare.saturating_add(1 << 36);
-    d
 }
 
 /// Whether a recorded call took the out-of-memory retry: segment releases before its

@@ -504,8 +504,13 @@ pub struct Allocator {
     pools: Vec<Pool>,
     pool_index: BTreeMap<PoolKey, PoolIndex>,
     expandables: Vec<Expandable>,
-    /// Blocks freed while other streams used them, in the order they were freed.
-    pending: Vec<u32>,
+    /// Blocks freed while other streams used them, by the order they were freed (a
+    /// number from `pending_next`), and each one's number.
+    pending: BTreeMap<u64, u32>,
+    pending_order: BTreeMap<u32, u64>,
+    pending_next: u64,
+    /// Bytes the pending blocks' requests asked for.
+    pending_requested: u64,
     events: Vec<ModelEvent>,
     /// `total_allocated_memory`: what the statistics call reserved.
     reserved: u64,
@@ -560,7 +565,10 @@ impl Allocator {
             pools: Vec::new(),
             pool_index: BTreeMap::new(),
             expandables: Vec::new(),
-            pending: Vec::new(),
+            pending: BTreeMap::new(),
+            pending_order: BTreeMap::new(),
+            pending_next: 0,
+            pending_requested: 0,
             events: Vec::new(),
             reserved: 0,
             allocated: 0,
@@ -593,6 +601,12 @@ impl Allocator {
     /// Bytes the live requests asked for.
     pub fn requested(&self) -> u64 {
         self.requested
+    }
+
+    /// Bytes the live requests asked for, less those of blocks whose free waits for
+    /// other streams (a cache flush completes them): what any device must hold now.
+    pub fn requested_held(&self) -> u64 {
+        self.requested - self.pending_requested
     }
 
     /// The events since the last call, oldest first.
@@ -1268,13 +1282,15 @@ impl Allocator {
         i
     }
 
-    /// Address space of one expandable segment: 1 1/8 of the device's memory, in pages
-    /// (a terabyte when the device is unknown: only its start matters then).
+    /// Address space of one expandable segment: 1 1/8 of the device's memory in whole
+    /// pages, `max_handles_ = numSegments(total + total / 8)` in `ExpandableSegment`'s
+    /// constructor (a terabyte when the device is unknown: only its start matters then).
     pub fn reservation_size(&self, page: u64) -> u64 {
-        match self.total_memory {
-            Some(total) => (total / page).saturating_mul(9) / 8 * page + page,
-            None => (1u64 << 40).div_ceil(page) * page,
-        }
+        let bytes = match self.total_memory {
+            Some(total) => total.saturating_add(total / 8),
+            None => 1u64 << 40,
+        };
+        bytes.div_ceil(page).saturating_mul(page)
     }
 
     fn map_block(&mut self, dev: &mut impl Device, i: u32, n: u64) -> bool {
@@ -1420,7 +1436,11 @@ impl Allocator {
         let blk = self.bm(b.0);
         if blk.allocated && !blk.pending {
             blk.pending = true;
-            self.pending.push(b.0);
+            let requested = blk.requested;
+            self.pending_requested += requested;
+            self.pending.insert(self.pending_next, b.0);
+            self.pending_order.insert(b.0, self.pending_next);
+            self.pending_next += 1;
         }
     }
 
@@ -1432,7 +1452,10 @@ impl Allocator {
             return;
         }
         if self.b(i).pending {
-            self.pending.retain(|&p| p != i);
+            if let Some(n) = self.pending_order.remove(&i) {
+                self.pending.remove(&n);
+            }
+            self.pending_requested -= self.b(i).requested;
         }
         let blk = *self.b(i);
         self.allocated -= blk.size;
@@ -1451,9 +1474,11 @@ impl Allocator {
 
     fn synchronize_and_free_events(&mut self) {
         let pending = std::mem::take(&mut self.pending);
-        for i in pending {
+        self.pending_order.clear();
+        for i in pending.into_values() {
             let tag = self.b(i).tag;
             self.bm(i).pending = false;
+            self.pending_requested -= self.b(i).requested;
             self.free(BlockId(i));
             self.events.push(ModelEvent::FreeCompleted { tag });
         }
@@ -1557,11 +1582,13 @@ impl Allocator {
         let target = self.reserved - threshold;
         let large = self.pool(PoolKey::DEFAULT_LARGE) as usize;
         let clock = self.pools[large].gc_clock;
+        // The average age is over every whole free block, expandable ones included,
+        // though only `cudaMalloc` segments are released (`garbage_collect_cached_blocks`).
         let candidates: Vec<u32> = self.pools[large]
             .free
             .iter()
             .map(|(_, _, i)| i)
-            .filter(|&i| !self.is_split(i) && self.b(i).expandable == NIL)
+            .filter(|&i| !self.is_split(i))
             .collect();
         let mut total_age: u64 = candidates.iter().map(|&i| clock - self.b(i).gc_base).sum();
         let mut count = candidates.len() as u64;
@@ -1712,7 +1739,7 @@ impl Allocator {
         StateView {
             pools: self.pools.iter().map(|p| p.key).collect(),
             segments,
-            pending: self.pending.iter().map(|&i| self.b(i).tag).collect(),
+            pending: self.pending.values().map(|&i| self.b(i).tag).collect(),
             reserved: self.reserved,
             allocated: self.allocated,
             requested: self.requested,

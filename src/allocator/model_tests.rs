@@ -2,7 +2,7 @@
 //! caching allocator?" (spec 4.4, check 1) and one case per mechanism, each worked out
 //! from the spec's pseudo-code by hand.
 
-use super::super::device::CapacityDevice;
+use super::super::device::{AddressSpace, CapacityDevice};
 use super::super::settings::{Profile, Settings};
 use super::*;
 
@@ -11,7 +11,7 @@ const MIB: u64 = 1 << 20;
 fn alloc(settings: Settings) -> (Allocator, CapacityDevice) {
     (
         Allocator::new(settings, Profile::V2_4, None),
-        CapacityDevice::new(None, 0),
+        CapacityDevice::new(None, AddressSpace::around(0, 0)),
     )
 }
 
@@ -179,7 +179,7 @@ fn max_split_keeps_oversize_blocks_whole_and_releases_them_on_failure() {
     // 48 MiB request (oversize) may take it only within 20 MiB of slack.
     let s = conf("max_split_size_mb:40");
     let mut a = Allocator::new(s, Profile::V2_4, None);
-    let mut d = CapacityDevice::new(Some(100 * MIB), 0);
+    let mut d = CapacityDevice::new(Some(100 * MIB), AddressSpace::around(0, 0));
     let big = a.malloc(&mut d, 64 * MIB, 0, (0, 0), 0).unwrap();
     a.free(big);
     events(&mut a);
@@ -202,7 +202,7 @@ fn oversize_request_takes_a_block_within_the_slack() {
     let s = conf("max_split_size_mb:40");
     let (mut a, mut d) = (
         Allocator::new(s, Profile::V2_4, None),
-        CapacityDevice::new(None, 0),
+        CapacityDevice::new(None, AddressSpace::around(0, 0)),
     );
     let big = a.malloc(&mut d, 64 * MIB, 0, (0, 0), 0).unwrap();
     a.free(big);
@@ -218,7 +218,7 @@ fn oversize_request_takes_a_block_within_the_slack() {
 #[test]
 fn oom_retry_releases_whole_cached_segments_then_fails() {
     let mut a = Allocator::new(Settings::default(), Profile::V2_4, None);
-    let mut d = CapacityDevice::new(Some(100 * MIB), 0);
+    let mut d = CapacityDevice::new(Some(100 * MIB), AddressSpace::around(0, 0));
     let x = a.malloc(&mut d, 40 * MIB, 0, (0, 0), 0).unwrap();
     let y = a.malloc(&mut d, 40 * MIB, 0, (0, 0), 1).unwrap();
     // Split one segment: 20 MiB of it stays allocated.
@@ -244,7 +244,7 @@ fn oom_retry_releases_whole_cached_segments_then_fails() {
 #[test]
 fn pending_frees_complete_on_the_retry_and_on_empty_cache() {
     let mut a = Allocator::new(Settings::default(), Profile::V2_4, None);
-    let mut d = CapacityDevice::new(Some(60 * MIB), 0);
+    let mut d = CapacityDevice::new(Some(60 * MIB), AddressSpace::around(0, 0));
     let x = a.malloc(&mut d, 40 * MIB, 0, (0, 0), 7).unwrap();
     a.free_requested(x);
     events(&mut a);
@@ -313,7 +313,7 @@ fn garbage_collection_frees_old_cached_segments_above_the_threshold() {
     // a search failed; it frees whole cached segments at least as old as the average.
     let s = conf("garbage_collection_threshold:0.5,per_process_memory_fraction:0.99");
     let mut a = Allocator::new(s, Profile::V2_4, Some(100 * MIB));
-    let mut d = CapacityDevice::new(Some(100 * MIB), 0);
+    let mut d = CapacityDevice::new(Some(100 * MIB), AddressSpace::around(0, 0));
     let x = a.malloc(&mut d, 30 * MIB, 0, (0, 0), 0).unwrap();
     let y = a.malloc(&mut d, 24 * MIB, 0, (0, 0), 1).unwrap();
     a.free(x); // age starts at clock 2
@@ -337,7 +337,7 @@ fn garbage_collection_frees_old_cached_segments_above_the_threshold() {
 fn a_memory_fraction_refuses_segments_above_it() {
     let s = conf("per_process_memory_fraction:0.5");
     let mut a = Allocator::new(s, Profile::V2_4, Some(100 * MIB));
-    let mut d = CapacityDevice::new(None, 0);
+    let mut d = CapacityDevice::new(None, AddressSpace::around(0, 0));
     a.malloc(&mut d, 40 * MIB, 0, (0, 0), 0).unwrap();
     let e = a.malloc(&mut d, 12 * MIB, 0, (0, 0), 1).unwrap_err();
     assert_eq!(e.reserved, 40 * MIB);
@@ -355,7 +355,7 @@ fn restored_segment_keeps_its_blocks_and_merges_frees() {
         &[(base + 4 * MIB, 4 * MIB, 4 * MIB, 1)],
     );
     assert_eq!(a.reserved(), 20 * MIB);
-    let mut d = CapacityDevice::new(None, base + 20 * MIB);
+    let mut d = CapacityDevice::new(None, AddressSpace::around(base + 20 * MIB, base + 20 * MIB));
     // Free: [0, 4) and [8, 20). 3 MiB takes the 4 MiB hole (best fit), whole (1 MiB left).
     let x = a.malloc(&mut d, 3 * MIB, 0, (0, 0), 2).unwrap();
     assert_eq!(a.block_addr(x), base);
@@ -444,4 +444,30 @@ fn a_pool_made_after_65536_others_is_its_own() {
     );
     // The two default pools, then one large pool for each private pool.
     assert_eq!(a.pools.len(), 65_538);
+}
+
+/// An expandable segment reserves `numSegments(total + total / 8)` pages
+/// (`ExpandableSegment`'s constructor, `max_handles_`): on a 160 MiB device, 180 MiB of
+/// 20 MiB pages is 9 pages. A 180 MiB request maps all nine; a 190 MiB one cannot be
+/// mapped in one reservation, and a new reservation is no larger, so it fails even on a
+/// device with room.
+#[test]
+fn an_expandable_reservation_is_nine_eighths_of_the_device_in_whole_pages() {
+    let s = conf("expandable_segments:True");
+    let a = Allocator::new(s.clone(), Profile::V2_4, Some(160 * MIB));
+    assert_eq!(a.reservation_size(20 * MIB), 180 * MIB);
+    // 80 GiB: 92,160 MiB of address space, 4,608 pages.
+    let h100 = Allocator::new(s.clone(), Profile::V2_4, Some(80 << 30));
+    assert_eq!(h100.reservation_size(20 * MIB), 4608 * 20 * MIB);
+    // Not a whole number of pages: 100 MiB + 12.5 MiB rounds up to 6 pages.
+    let odd = Allocator::new(s.clone(), Profile::V2_4, Some(100 * MIB));
+    assert_eq!(odd.reservation_size(20 * MIB), 120 * MIB);
+
+    let mut a = Allocator::new(s.clone(), Profile::V2_4, Some(160 * MIB));
+    let mut d = CapacityDevice::new(None, AddressSpace::around(0, 0));
+    let x = a.malloc(&mut d, 180 * MIB, 0, (0, 0), 0).unwrap();
+    assert_eq!(a.reserved(), 180 * MIB);
+    a.free(x);
+    a.empty_cache();
+    assert!(a.malloc(&mut d, 190 * MIB, 0, (0, 0), 1).is_err());
 }

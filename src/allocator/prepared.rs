@@ -101,8 +101,19 @@ impl Prepared {
 impl Prepared {
     /// The highest address the recording uses: at the start or in a `segment_*` entry.
     pub fn top_address(&self) -> u64 {
-        let outputs = self.requests.outputs.iter().map(|o| o.addr + o.size);
+        let outputs = self
+            .requests
+            .outputs
+            .iter()
+            .map(|o| o.addr.saturating_add(o.size));
         outputs.fold(self.start.top_address(), u64::max)
+    }
+
+    /// The lowest address the recording shows a segment at (at the start or in its
+    /// `segment_*` entries; u64::MAX: none).
+    pub fn low_address(&self) -> u64 {
+        let outputs = self.requests.outputs.iter().map(|o| o.addr);
+        outputs.fold(self.start.low_address(), u64::min)
     }
 
     /// The recording's reserved bytes: at the start (no event), then after each

@@ -154,7 +154,7 @@ pub struct BeforeBlock {
     pub addr: u64,
     pub requested: u64,
     pub stream: u64,
-    /// Its `free_completed`.
+    /// Its `free_completed` (u32::MAX: its free was requested and never completed).
     pub freed_at: u32,
 }
 
@@ -243,6 +243,13 @@ struct Builder<'a> {
     open: Vec<u32>,
     /// Deferred frees completed inside the open call (after its segment frees).
     late_frees: Vec<Request>,
+    /// Deferred frees completed between calls: completed at the start of the next
+    /// `malloc` (`process_events`), unless segment releases follow them, which makes
+    /// them the synchronisation of a cache flush (`release_cached_blocks`), inside it.
+    held_frees: Vec<Request>,
+    /// Addresses whose free was requested and waits for other streams (Some: a block
+    /// from before recording, its place in [`Requests::before`]).
+    deferred: FxMap<u64, Option<usize>>,
     live: FxMap<u64, u32>,
     memo: FxMap<u32, bool>,
 }
@@ -310,6 +317,13 @@ impl Builder<'_> {
         self.out.push(r);
     }
 
+    /// The held frees, as completed before what comes next.
+    fn push_held(&mut self) {
+        for r in std::mem::take(&mut self.held_frees) {
+            self.out.push(r);
+        }
+    }
+
     fn push_late(&mut self) {
         for r in std::mem::take(&mut self.late_frees) {
             self.out.push(r);
@@ -326,6 +340,14 @@ impl Builder<'_> {
         let t = self.trace;
         let idx = i as usize;
         let action = t.action(idx);
+        match action {
+            Action::SegmentFree | Action::SegmentUnmap => {
+                let held = std::mem::take(&mut self.held_frees);
+                self.late_frees.extend(held);
+            }
+            Action::FreeCompleted => {}
+            _ => self.push_held(),
+        }
         match action {
             Action::SegmentAlloc
             | Action::SegmentFree
@@ -373,7 +395,26 @@ impl Builder<'_> {
                 let completes_next = idx + 1 < t.len()
                     && t.action(idx + 1) == Action::FreeCompleted
                     && t.addr(idx + 1) == addr;
-                if !completes_next && let Some(&tag) = self.live.get(&addr) {
+                if !completes_next {
+                    let (tag, before) = match self.live.get(&addr) {
+                        Some(&tag) => (tag, None),
+                        None => {
+                            // A block from before recording: it waits as any other
+                            // (a cache flush completes it), so it is known from here.
+                            let e = t.get(idx);
+                            let tag = self.tag();
+                            self.out.before.push(BeforeBlock {
+                                tag,
+                                addr,
+                                requested: e.size,
+                                stream: e.stream,
+                                freed_at: u32::MAX,
+                            });
+                            self.live.insert(addr, tag);
+                            (tag, Some(self.out.before.len() - 1))
+                        }
+                    };
+                    self.deferred.insert(addr, before);
                     self.flush_empty_cache();
                     self.push(Request::FreeRequested { tag, event: i });
                 }
@@ -383,6 +424,10 @@ impl Builder<'_> {
                 let plain = idx > 0
                     && t.action(idx - 1) == Action::FreeRequested
                     && t.addr(idx - 1) == e.addr;
+                let deferred = self.deferred.remove(&e.addr);
+                if let Some(Some(k)) = deferred {
+                    self.out.before[k].freed_at = i;
+                }
                 let tag = match self.live.remove(&e.addr) {
                     Some(tag) => tag,
                     None => {
@@ -398,7 +443,10 @@ impl Builder<'_> {
                     }
                 };
                 let free = Request::Free { tag, event: i };
-                if plain || self.open.is_empty() {
+                if self.open.is_empty() && deferred.is_some() && !plain {
+                    self.held_frees.push(free);
+                } else if plain || self.open.is_empty() {
+                    self.push_held();
                     self.flush_empty_cache();
                     self.push(free);
                 } else {
@@ -420,6 +468,8 @@ impl Requests {
             out: Requests::default(),
             open: Vec::new(),
             late_frees: Vec::new(),
+            held_frees: Vec::new(),
+            deferred: FxMap::default(),
             live: FxMap::default(),
             memo: FxMap::default(),
         };
@@ -428,6 +478,7 @@ impl Requests {
         for i in 0..trace.len() {
             b.event(i as u32);
         }
+        b.push_held();
         b.flush_empty_cache();
         b.push_late();
         b.out.alive_at_end = b.live.into_iter().collect();

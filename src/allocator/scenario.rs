@@ -18,7 +18,7 @@
 //! with the other kind it cannot be, so those blocks are allocated first, in address
 //! order (an inference, which the outcome says).
 
-use super::device::{CapacityDevice, Following};
+use super::device::{AddressSpace, CapacityDevice, Following};
 use super::model::{Allocator, BlockId, ModelEvent, Stats};
 use super::prepared::Prepared;
 use super::requests::{Recorded, Request};
@@ -110,6 +110,9 @@ pub struct Outcome {
     /// The blocks from before recording were allocated first, in address order (the
     /// scenario's kind of segments differs from the recording's).
     pub start_replaced: bool,
+    /// The model ran out of 64-bit addresses for the segments it made and placed some
+    /// where others had been ([`AddressSpace`]): an estimate.
+    pub addresses_reused: bool,
     /// Reserved bytes after each trace entry that changed them, ending at the first OOM
     /// (for charts): (event, bytes); the first point is the start.
     pub series: Vec<(Option<u32>, u64)>,
@@ -167,7 +170,9 @@ fn replay_from(
             }
         }
     }
-    track.finish(&r.a)
+    let (mut out, search) = track.finish(&r.a);
+    out.addresses_reused |= r.dev.space.reused;
+    (out, search)
 }
 
 /// A replay's outcome as it goes, and what searching capacities needs of it: saved
@@ -223,6 +228,7 @@ impl Track {
                 first_oom: None,
                 recorded_ooms_passed: 0,
                 start_replaced: false,
+                addresses_reused: false,
                 series: Vec::new(),
             },
             stats_before: Stats::default(),
@@ -244,7 +250,7 @@ impl Track {
         self.out.allocated_at_peak_bytes = a.allocated();
         self.out.series = vec![(None, a.reserved())];
         self.stats_at_start = a.stats;
-        self.peak_requested = a.requested();
+        self.peak_requested = a.requested_held();
     }
 
     /// Before request `i`: saves the state (`save` makes it) where one is due.
@@ -308,7 +314,7 @@ impl Track {
             if need > 0 {
                 self.needs.push((i, need));
             }
-            self.peak_requested = self.peak_requested.max(a.requested());
+            self.peak_requested = self.peak_requested.max(a.requested_held());
         }
     }
 
@@ -409,7 +415,8 @@ impl Track {
 /// The device of a replay of `p` under `capacity`, in step with the recording: new
 /// segments above every address the recording shows.
 fn following_device(p: &Prepared, capacity: Option<u64>) -> CapacityDevice {
-    let mut dev = CapacityDevice::new(capacity, p.top_address());
+    let space = AddressSpace::around(p.low_address(), p.top_address());
+    let mut dev = CapacityDevice::new(capacity, space);
     dev.in_step = true;
     dev
 }
@@ -737,7 +744,8 @@ pub struct Search {
     /// (request index, reserved + what it asked of the device).
     needs: Vec<(usize, u64)>,
     peak_reserved: u64,
-    /// The most the live requests asked for at once: no capacity below it can serve them.
+    /// The most the live requests whose free no flush can complete asked for at once:
+    /// no capacity below it can serve them.
     peak_requested: u64,
 }
 
@@ -833,7 +841,9 @@ pub fn min_capacity_searched(
         }
     }
     let floor = search.map_or(p.start.requested, |s| s.peak_requested);
-    let mut lo = (floor / CAPACITY_STEP) * CAPACITY_STEP;
+    // The largest step below the floor: no capacity there runs them (the floor itself
+    // may).
+    let mut lo = (floor.saturating_sub(1) / CAPACITY_STEP) * CAPACITY_STEP;
     if lo >= hi {
         lo = 0;
     }

@@ -75,12 +75,19 @@ impl StartState {
 
     /// The highest address in use at the start.
     pub fn top_address(&self) -> u64 {
-        let a = self.segments.iter().map(|s| s.addr + s.size);
+        let a = self.segments.iter().map(|s| s.addr.saturating_add(s.size));
         let b = self
             .reservations
             .iter()
-            .flat_map(|r| r.mapped.iter().map(|m| m.0 + m.1));
+            .flat_map(|r| r.mapped.iter().map(|m| m.0.saturating_add(m.1)));
         a.chain(b).max().unwrap_or(0)
+    }
+
+    /// The lowest address a segment or a reservation starts at (u64::MAX: none).
+    pub fn low_address(&self) -> u64 {
+        let a = self.segments.iter().map(|s| s.addr);
+        let b = self.reservations.iter().map(|r| r.base);
+        a.chain(b).min().unwrap_or(u64::MAX)
     }
 
     /// The blocks alive at the start, by address: what a replay under other settings

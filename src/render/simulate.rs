@@ -409,6 +409,12 @@ fn write_device(
                     "      (not applied: a memory fraction is a share of the device's total memory, which this capacity does not give; the answer is that of the settings without it; name a GPU with --gpu to try the fraction)"
                 )?;
             }
+            if s.addresses_reused {
+                writeln!(
+                    out,
+                    "      (an estimate: the recording's addresses leave no room in the 64-bit address space for the segments this replay made, so some share addresses)"
+                )?;
+            }
             if s.start_replaced {
                 writeln!(
                     out,

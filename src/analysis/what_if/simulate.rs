@@ -120,6 +120,10 @@ pub struct ScenarioReport {
     pub min_capacity_bytes: Option<u64>,
     /// Blocks from before recording were placed first, in address order (an inference).
     pub start_replaced: bool,
+    /// The model ran out of 64-bit addresses for new segments and reused some: the
+    /// answer is an estimate. Written only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub addresses_reused: bool,
     /// The blocks alive before recording do not fit in the capacity.
     pub start_does_not_fit: Option<StartDoesNotFit>,
     /// Reserved bytes after each trace entry that changed them (for charts).
@@ -386,6 +390,7 @@ fn scenarios_of(
                 recorded_ooms_passed: 0,
                 min_capacity_bytes: mins[k],
                 start_replaced: false,
+                addresses_reused: false,
                 start_does_not_fit: None,
                 series: Vec::new(),
             };
@@ -419,6 +424,7 @@ fn scenarios_of(
                     r.retry_flushes = o.stats.retry_flushes;
                     r.recorded_ooms_passed = o.recorded_ooms_passed;
                     r.start_replaced = o.start_replaced;
+                    r.addresses_reused = o.addresses_reused;
                     r.first_oom = o.first_oom.map(|f| oom_at(snap, p.device, f));
                     r.series = o.series;
                 }
