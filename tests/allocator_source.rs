@@ -64,6 +64,12 @@ fn segment(addr: i64, blocks: &[(i64, i64, &str)]) -> SV {
 
 /// A snapshot of device 0 with default settings, read back by vramlens.
 fn snapshot(segments: Vec<SV>, trace: Vec<SV>) -> Snapshot {
+    let (_dir, path) = written(segments, trace);
+    read_snapshot(&path, ReadOptions::default()).unwrap().0
+}
+
+/// The snapshot of [`snapshot`] as a file in a folder of its own.
+fn written(segments: Vec<SV>, trace: Vec<SV>) -> (tempfile::TempDir, std::path::PathBuf) {
     let snap = dict(vec![
         ("segments", SV::List(segments)),
         ("device_traces", SV::List(vec![SV::List(trace)])),
@@ -81,7 +87,7 @@ fn snapshot(segments: Vec<SV>, trace: Vec<SV>) -> Snapshot {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.pickle");
     std::fs::write(&path, bytes).unwrap();
-    read_snapshot(&path, ReadOptions::default()).unwrap().0
+    (dir, path)
 }
 
 fn at(p: &Prepared, capacity: u64) -> vramlens::allocator::scenario::Outcome {
@@ -142,7 +148,10 @@ fn a_waiting_free_of_a_block_from_before_recording_is_completed_by_the_retry() {
         )
         .is_err()
     );
-    assert_eq!(min_capacity(&p, &p.settings, 0), Some(100 * M));
+    assert_eq!(
+        min_capacity(&p, &p.settings, 0).map(|m| m.bytes),
+        Some(100 * M)
+    );
 }
 
 /// A free that waits for another stream, completed by the retry of the next `malloc`:
@@ -230,4 +239,74 @@ fn a_waiting_free_completed_before_a_request_frees_the_block_for_it() {
     let id = check(&snap, &p);
     assert!(id.exact(), "{:?}", id.first_divergence);
     assert_eq!(id.segment_events, 1);
+}
+
+/// Success is not monotone in the capacity (`malloc`'s retry through
+/// `release_cached_blocks` frees only whole cached segments, so where it runs decides
+/// what stays pinned). Recorded with no limit: A 40 MiB (segment S1) freed; C 60 MiB
+/// (S3); E 20 MiB, which splits S1; C freed; F 70 MiB (S5). Worked out:
+/// - from 110 MiB: at F, 100 + 70 > capacity, the retry frees S3, and S1 (pinned by E)
+///   plus 70 fits;
+/// - 100 to 108 MiB: C gets S3 beside the cached S1 (40 + 60 <= capacity), E pins S1,
+///   and at F the retry leaves 40 + 70 = 110: out of memory;
+/// - 90 to 98 MiB: C needs the retry, which frees S1; E gets a segment of its own; at F
+///   the retry frees S3 and 20 + 70 fits;
+/// - below 90 MiB, F does not fit beside E.
+///
+/// So the smallest device is 90 MiB, and 100 MiB, the least capacity at which C skips
+/// the retry, runs out: the answer says so.
+#[test]
+fn a_larger_device_that_runs_out_is_named_beside_the_smallest() {
+    let (s1, s3, s5) = (BASE, BASE + 64 * MIB, BASE + 128 * MIB);
+    let (_dir, path) = written(
+        vec![
+            segment(
+                s1,
+                &[
+                    (s1, 20 * MIB, "active_allocated"),
+                    (s1 + 20 * MIB, 20 * MIB, "inactive"),
+                ],
+            ),
+            segment(s3, &[(s3, 60 * MIB, "inactive")]),
+            segment(s5, &[(s5, 70 * MIB, "active_allocated")]),
+        ],
+        vec![
+            entry("segment_alloc", s1, 40 * MIB, 1),
+            entry("alloc", s1, 40 * MIB, 2),
+            entry("free_requested", s1, 40 * MIB, 3),
+            entry("free_completed", s1, 40 * MIB, 4),
+            entry("segment_alloc", s3, 60 * MIB, 5),
+            entry("alloc", s3, 60 * MIB, 6),
+            entry("alloc", s1, 20 * MIB, 7),
+            entry("free_requested", s3, 60 * MIB, 8),
+            entry("free_completed", s3, 60 * MIB, 9),
+            entry("segment_alloc", s5, 70 * MIB, 10),
+            entry("alloc", s5, 70 * MIB, 11),
+        ],
+    );
+    let snap = read_snapshot(&path, ReadOptions::default()).unwrap().0;
+    let p = Prepared::new(&snap, 0, None).unwrap();
+    let id = check(&snap, &p);
+    assert!(id.exact(), "{:?}", id.first_divergence);
+    let runs = |mib: u64| at(&p, mib * M).first_oom.is_none();
+    assert!(!runs(88));
+    assert!(runs(90) && runs(98));
+    assert!(!runs(100) && !runs(108));
+    assert!(runs(110) && runs(170));
+    let m = min_capacity(&p, &p.settings, 0).unwrap();
+    assert_eq!(m.bytes, 90 * M);
+    assert_eq!(m.fails_above, Some(100 * M));
+    // The text says which smallest it found, and that a larger device ran out.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args(["simulate", path.to_str().unwrap(), "--outside", "0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("smallest device found to run it")
+            && text.contains(
+                "90.0 MiB, but 100.0 MiB runs out of memory: a larger device is not always enough"
+            ),
+        "{text}"
+    );
 }

@@ -780,13 +780,70 @@ pub const CAPACITY_TOLERANCE: u64 = 256;
 /// asked for at once and the peak reserved with no limit; `outside` is the memory
 /// outside the allocator, which a device needs on top (for a memory fraction). None when
 /// the requests cannot run at all.
-pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<u64> {
+pub fn min_capacity(p: &Prepared, settings: &Settings, outside: u64) -> Option<MinCapacity> {
     let search = if settings.memory_fraction.is_none() {
         Some(unlimited(p, settings, true).ok()?.1?)
     } else {
         None
     };
     min_capacity_searched(p, settings, outside, search.as_ref())
+}
+
+/// The smallest capacity the search found, and a larger one that runs out of memory
+/// where the search met one: success is not monotone in the capacity (a smaller device
+/// takes the out-of-memory retry earlier, and later requests pack differently), so the
+/// answer is the smallest capacity found to run the requests, not a bound above which
+/// every capacity does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MinCapacity {
+    pub bytes: u64,
+    /// The largest capacity above `bytes` found to run out of memory: among the tries
+    /// of the search and up to [`CHECKS_ABOVE`] capacities between `bytes` and the peak
+    /// with no limit (see [`checks_above`]).
+    pub fails_above: Option<u64>,
+}
+
+/// Capacities between the answer and the peak with no limit tried after the search.
+pub const CHECKS_ABOVE: usize = 4;
+
+/// The capacities above `answer` (and below `top`) worth trying after the search: where
+/// the replay with no limit first asks for more than it ever held (each such need is
+/// the least capacity that spares that request the out-of-memory retry, and the
+/// capacities from one to the next take their first retry at the same request), up to
+/// [`CHECKS_ABOVE`] of them spread over the trace; evenly spaced ones where that replay
+/// is not at hand.
+fn checks_above(search: Option<&Search>, answer: u64, top: u64) -> Vec<u64> {
+    let up = |c: u64| c.div_ceil(CAPACITY_STEP).saturating_mul(CAPACITY_STEP);
+    let mut records: Vec<u64> = match search {
+        Some(s) => {
+            let mut most = 0;
+            s.needs
+                .iter()
+                .filter_map(|&(_, need)| {
+                    (need > most).then(|| {
+                        most = need;
+                        up(need)
+                    })
+                })
+                .collect()
+        }
+        None => {
+            let gap = top.saturating_sub(answer) / (CHECKS_ABOVE as u64 + 1);
+            (1..=CHECKS_ABOVE as u64)
+                .map(|k| up(answer + gap * k))
+                .collect()
+        }
+    };
+    records.retain(|&c| c > answer && c < top);
+    records.dedup();
+    if records.len() > CHECKS_ABOVE {
+        let n = records.len();
+        records = (0..CHECKS_ABOVE)
+            .map(|k| records[(k * (n - 1)) / (CHECKS_ABOVE - 1)])
+            .collect();
+        records.dedup();
+    }
+    records
 }
 
 /// [`min_capacity`] with the unlimited replay under `settings` already made ([`unlimited`];
@@ -796,7 +853,7 @@ pub fn min_capacity_searched(
     settings: &Settings,
     outside: u64,
     search: Option<&Search>,
-) -> Option<u64> {
+) -> Option<MinCapacity> {
     let probe = |c: Option<u64>| {
         run(
             p,
@@ -825,9 +882,13 @@ pub fn min_capacity_searched(
             free.peak_reserved_bytes
         }
     };
-    let mut hi = peak.div_ceil(CAPACITY_STEP) * CAPACITY_STEP;
+    let top = peak.div_ceil(CAPACITY_STEP) * CAPACITY_STEP;
+    let mut hi = top;
+    // Capacities tried that ran out of memory, above the one below which all failed.
+    let mut failed: Vec<u64> = Vec::new();
     if !fits(hi) {
         // Not monotone here (a memory fraction of the larger total): search upwards.
+        failed.push(hi);
         let mut c = hi;
         loop {
             c = c.saturating_mul(2);
@@ -835,6 +896,7 @@ pub fn min_capacity_searched(
                 hi = c;
                 break;
             }
+            failed.push(c);
             if c == u64::MAX {
                 return None;
             }
@@ -902,7 +964,17 @@ pub fn min_capacity_searched(
             (false, _) => lo = mid,
         }
     }
-    Some(hi)
+    // A few capacities between the answer and the peak, which the halving never tries.
+    let above = checks_above(search, hi, top);
+    let results: Vec<bool> = {
+        use rayon::prelude::*;
+        above.par_iter().map(|&c| fits(c)).collect()
+    };
+    failed.extend(above.iter().zip(results).filter(|r| !r.1).map(|r| *r.0));
+    Some(MinCapacity {
+        bytes: hi,
+        fails_above: failed.into_iter().filter(|&c| c > hi).max(),
+    })
 }
 
 #[cfg(test)]

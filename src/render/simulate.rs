@@ -446,7 +446,7 @@ fn write_device(
     if !mins.is_empty() {
         writeln!(
             out,
-            "  smallest device that runs it ({} outside the allocator, {}{}):",
+            "  smallest device found to run it ({} outside the allocator, {}{}):",
             bytes(d.outside.counted_bytes),
             outside_source(d.outside.source),
             if d.stops_at_oom {
@@ -456,12 +456,20 @@ fn write_device(
             }
         )?;
         for s in mins {
-            writeln!(
+            write!(
                 out,
                 "    with {}: {}",
                 settings_name(s),
                 bytes(s.min_capacity_bytes.unwrap_or(0))
             )?;
+            match s.min_capacity_fails_above_bytes {
+                Some(f) => writeln!(
+                    out,
+                    ", but {} runs out of memory: a larger device is not always enough (on a smaller one the out-of-memory retry frees the cache earlier, and later requests pack differently); the devices above were each replayed at their own size",
+                    bytes(f)
+                )?,
+                None => writeln!(out)?,
+            }
         }
     }
     writeln!(out)?;

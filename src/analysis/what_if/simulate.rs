@@ -12,8 +12,8 @@
 use crate::allocator::identity::{Identity, Parting, check_sharing, reproduces, split_point};
 use crate::allocator::prepared::{NotReplayable, Prepared};
 use crate::allocator::scenario::{
-    FirstOom, OomCause, Scenario, StartDoesNotFit, Unlimited, limit_changes_nothing, min_capacity,
-    min_capacity_searched, run, searchable, unlimited,
+    FirstOom, MinCapacity, OomCause, Scenario, StartDoesNotFit, Unlimited, limit_changes_nothing,
+    min_capacity, min_capacity_searched, run, searchable, unlimited,
 };
 use crate::allocator::{Profile, Settings};
 use crate::analysis::budget::Outside;
@@ -118,6 +118,9 @@ pub struct ScenarioReport {
     /// The smallest device memory that runs the requests under these settings (the
     /// allocator's need plus the memory outside it); null when not searched.
     pub min_capacity_bytes: Option<u64>,
+    /// A larger device memory that runs out where the search met one (success is not
+    /// monotone in the capacity); null when none was met.
+    pub min_capacity_fails_above_bytes: Option<u64>,
     /// Blocks from before recording were placed first, in address order (an inference).
     pub start_replaced: bool,
     /// The model ran out of 64-bit addresses for new segments and reused some: the
@@ -314,8 +317,14 @@ fn scenarios_of(
                 None => Some(u.as_mut()?.as_mut().ok()?.1.take()?),
                 Some(_) => None,
             };
-            min_capacity_searched(p, s, outside.counted_bytes, saved.as_ref())
-                .map(|c| c.saturating_add(outside.counted_bytes))
+            min_capacity_searched(p, s, outside.counted_bytes, saved.as_ref()).map(|c| {
+                MinCapacity {
+                    bytes: c.bytes.saturating_add(outside.counted_bytes),
+                    fails_above: c
+                        .fails_above
+                        .map(|f| f.saturating_add(outside.counted_bytes)),
+                }
+            })
         })
     };
     let parted = std::sync::Mutex::new(None);
@@ -352,7 +361,7 @@ fn scenarios_of(
         .expect("the check's scenario ends in it or goes on alone");
     let mut baseline = Some(Ok(searchable(out, search)));
     let baseline_min = min_of(&settings[0].1, &mut baseline).flatten();
-    let (unlimited_runs, mins): (Vec<Option<Unlimited>>, Vec<Option<u64>>) =
+    let (unlimited_runs, mins): (Vec<Option<Unlimited>>, Vec<Option<MinCapacity>>) =
         std::iter::once((baseline, baseline_min))
             .chain(others)
             .unzip();
@@ -388,7 +397,8 @@ fn scenarios_of(
                 retry_flushes: 0,
                 first_oom: None,
                 recorded_ooms_passed: 0,
-                min_capacity_bytes: mins[k],
+                min_capacity_bytes: mins[k].map(|m| m.bytes),
+                min_capacity_fails_above_bytes: mins[k].and_then(|m| m.fails_above),
                 start_replaced: false,
                 addresses_reused: false,
                 start_does_not_fit: None,
@@ -480,12 +490,12 @@ pub fn fleet_figures(snap: &Snapshot, device: i64) -> Option<FleetFigures> {
         || reproduces(snap, &p),
         || {
             rayon::join(
-                || min_capacity(&p, &p.settings, 0),
+                || min_capacity(&p, &p.settings, 0).map(|m| m.bytes),
                 || {
                     if p.settings.expandable_segments {
                         None
                     } else {
-                        min_capacity(&p, &expandable, 0)
+                        min_capacity(&p, &expandable, 0).map(|m| m.bytes)
                     }
                 },
             )
