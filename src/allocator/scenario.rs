@@ -817,15 +817,14 @@ fn checks_above(search: Option<&Search>, answer: u64, top: u64) -> Vec<u64> {
     let mut records: Vec<u64> = match search {
         Some(s) => {
             let mut most = 0;
-            s.needs
-                .iter()
-                .filter_map(|&(_, need)| {
-                    (need > most).then(|| {
-                        most = need;
-                        up(need)
-                    })
-                })
-                .collect()
+            let mut records = Vec::new();
+            for &(_, need) in &s.needs {
+                if need > most {
+                    most = need;
+                    records.push(up(need));
+                }
+            }
+            records
         }
         None => {
             let gap = top.saturating_sub(answer) / (CHECKS_ABOVE as u64 + 1);
