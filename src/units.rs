@@ -704,3 +704,8 @@ mod tests {
         assert_eq!(parse_duration_us("5 parsecs"), None);
     }
 }
+
+/// Whether a count is zero (for fields written only when they are not).
+pub fn is_zero(n: &u64) -> bool {
+    *n == 0
+}

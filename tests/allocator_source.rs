@@ -9,7 +9,7 @@ use common::pickled::{dict, i, s};
 use serde_pickle::{SerOptions, Value as SV};
 use vramlens::allocator::identity::check;
 use vramlens::allocator::prepared::Prepared;
-use vramlens::allocator::scenario::{Scenario, min_capacity, run};
+use vramlens::allocator::scenario::{OomCause, Scenario, min_capacity, run};
 use vramlens::input::{ReadOptions, read_snapshot};
 use vramlens::model::Snapshot;
 
@@ -309,4 +309,57 @@ fn a_larger_device_that_runs_out_is_named_beside_the_smallest() {
             ),
         "{text}"
     );
+}
+
+/// Memory cached free in a CUDA graph's private pool is not the default pool's: a
+/// request there does not take it, and the out-of-memory retry
+/// (`release_cached_blocks`) releases only the default pools and the private pools no
+/// graph uses any more. A 60 MiB block of pool (0, 1) freed, then 30 MiB of the default
+/// pool on an 80 MiB device: 60 + 30 > 80, nothing to release, out of memory; the live
+/// blocks (none) and the request fit, and the 20 MiB the device had free fall short:
+/// what it lacked sat in the graph's pool, not in holes.
+#[test]
+fn memory_cached_in_a_graph_pool_is_named_not_called_fragmentation() {
+    let q = BASE + 64 * MIB;
+    let mut private = segment(BASE, &[(BASE, 60 * MIB, "inactive")]);
+    if let SV::Dict(d) = &mut private {
+        d.insert(
+            serde_pickle::HashableValue::String("segment_pool_id".into()),
+            SV::Tuple(vec![i(0), i(1)]),
+        );
+    }
+    let (_dir, path) = written(
+        vec![private, segment(q, &[(q, 30 * MIB, "active_allocated")])],
+        vec![
+            entry("segment_alloc", BASE, 60 * MIB, 1),
+            entry("alloc", BASE, 60 * MIB, 2),
+            entry("free_requested", BASE, 60 * MIB, 3),
+            entry("free_completed", BASE, 60 * MIB, 4),
+            entry("segment_alloc", q, 30 * MIB, 5),
+            entry("alloc", q, 30 * MIB, 6),
+        ],
+    );
+    let snap = read_snapshot(&path, ReadOptions::default()).unwrap().0;
+    let p = Prepared::new(&snap, 0, None).unwrap();
+    assert!(check(&snap, &p).exact());
+    let oom = at(&p, 80 * M).first_oom.expect("runs out of memory");
+    assert_eq!(oom.cause, OomCause::PrivatePools);
+    assert_eq!(oom.private_free_bytes, 60 * M);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramlens"))
+        .args([
+            "simulate",
+            path.to_str().unwrap(),
+            "--gpu",
+            "80MiB",
+            "--outside",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("CUDA-graph pools: 60.0 MiB reserved"),
+        "{text}"
+    );
+    assert!(!text.contains("fragmentation:"), "{text}");
 }

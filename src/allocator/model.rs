@@ -141,6 +141,8 @@ pub struct Oom {
     pub allocated: u64,
     /// The largest free block of the request's pool and stream.
     pub largest_free: u64,
+    /// Free bytes cached in private (CUDA-graph) pools.
+    pub private_free: u64,
 }
 
 /// A pool's place in the allocator's list of pools: one for each of the default
@@ -942,6 +944,7 @@ impl Allocator {
                 reserved: self.reserved,
                 allocated: self.allocated,
                 largest_free: self.largest_free(stream, pool),
+                private_free: self.private_free(),
             });
         };
         Ok(self.take(i, size, orig, tag))
@@ -1011,6 +1014,16 @@ impl Allocator {
     }
 
     /// The largest free block of the device, any pool and stream.
+    /// Free bytes cached in private pools.
+    fn private_free(&self) -> u64 {
+        self.pools
+            .iter()
+            .filter(|p| p.key.is_some_and(PoolKey::is_private))
+            .flat_map(|p| p.free.iter())
+            .map(|(size, _, _)| size)
+            .sum()
+    }
+
     pub fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()
@@ -1255,7 +1268,14 @@ impl Allocator {
             }
         }
         let page = self.page_size(pool);
-        let va = self.reservation_size(page);
+        // With the device unknown (no limit), a reservation holds any request: a
+        // request past a terabyte is no reason to run out of memory there.
+        let va = match self.total_memory {
+            Some(_) => self.reservation_size(page),
+            None => self
+                .reservation_size(page)
+                .max(size.div_ceil(page).saturating_mul(page)),
+        };
         let base = dev.reserve(va);
         let seg = self.expandables.len() as u32;
         self.expandables.push(Expandable {

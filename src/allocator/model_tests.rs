@@ -471,3 +471,19 @@ fn an_expandable_reservation_is_nine_eighths_of_the_device_in_whole_pages() {
     a.empty_cache();
     assert!(a.malloc(&mut d, 190 * MIB, 0, (0, 0), 1).is_err());
 }
+
+/// With no device total (a replay with no limit), one expandable reservation holds a
+/// request past the terabyte a reservation otherwise spans; with a total, a request
+/// past 9/8 of it cannot be mapped.
+#[test]
+fn a_request_past_a_terabyte_runs_with_no_limit() {
+    let s = conf("expandable_segments:True");
+    let mut a = Allocator::new(s.clone(), Profile::V2_4, None);
+    let mut d = CapacityDevice::new(None, AddressSpace::around(0, 0));
+    let big = (3u64 << 40) + 7;
+    let x = a.malloc(&mut d, big, 0, (0, 0), 0).unwrap();
+    assert!(a.block_size(x) >= big);
+    assert_eq!(a.reserved(), big.div_ceil(20 * MIB) * 20 * MIB);
+    let mut a = Allocator::new(s, Profile::V2_4, Some(80 << 30));
+    assert!(a.malloc(&mut d, 91 << 30, 0, (0, 0), 0).is_err());
+}

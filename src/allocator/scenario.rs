@@ -56,17 +56,34 @@ pub enum OomCause {
     /// the request itself, but the allocator asks the device for more: a whole segment
     /// (2 MiB, 20 MiB, or the request rounded up to 2 MiB) or whole expandable pages.
     Rounding,
+    /// The capacity holds the live blocks and the request, but what the request lacked
+    /// was cached free in CUDA-graph private pools: only allocations made for those
+    /// graphs use it, and the out-of-memory retry does not release it while a graph
+    /// that uses the pool is alive.
+    PrivatePools,
 }
 
 impl OomCause {
     /// Where a refused request of `request` bytes (rounded) fell short, given the live
-    /// block bytes, the reserved bytes after the allocator released what it could, and
-    /// the most it could hold.
-    pub fn of(allocated: u64, request: u64, reserved: u64, limit: u64) -> OomCause {
+    /// block bytes, the reserved bytes after the allocator released what it could, the
+    /// most it could hold, and the free bytes of that reserve cached in private pools.
+    pub fn of(
+        allocated: u64,
+        request: u64,
+        reserved: u64,
+        limit: u64,
+        private_free: u64,
+    ) -> OomCause {
+        let device_free = limit.saturating_sub(reserved);
+        let default_free = reserved
+            .saturating_sub(allocated)
+            .saturating_sub(private_free);
         if allocated.saturating_add(request) > limit {
             OomCause::Capacity
-        } else if limit.saturating_sub(reserved) >= request {
+        } else if device_free >= request {
             OomCause::Rounding
+        } else if private_free > 0 && device_free.saturating_add(default_free) < request {
+            OomCause::PrivatePools
         } else {
             OomCause::Fragmentation
         }
@@ -89,6 +106,8 @@ pub struct FirstOom {
     pub requested_bytes: u64,
     /// The largest free block of the request's pool and stream.
     pub largest_free_bytes: u64,
+    /// Free bytes cached in CUDA-graph private pools.
+    pub private_free_bytes: u64,
     pub cause: OomCause,
     /// Whether the recording ran out of memory at this request too.
     pub recorded: bool,
@@ -718,7 +737,8 @@ fn first_oom(
         allocated_bytes: e.allocated,
         requested_bytes: a.requested(),
         largest_free_bytes: e.largest_free,
-        cause: OomCause::of(e.allocated, e.size, e.reserved, limit),
+        private_free_bytes: e.private_free,
+        cause: OomCause::of(e.allocated, e.size, e.reserved, limit, e.private_free),
         recorded,
     }
 }

@@ -265,6 +265,11 @@ pub struct OomAnalysis {
 }
 
 impl OomAnalysis {
+    /// Free bytes cached in private (CUDA-graph) pools at the moment.
+    pub fn private_free_bytes(&self) -> u64 {
+        private_free(&self.free_by_pool)
+    }
+
     /// An analysis with no figure known yet, to be filled from a snapshot or a message.
     fn blank(device: i64, source: Source) -> Self {
         OomAnalysis {
@@ -422,6 +427,24 @@ fn share_between(from: u64, part: u64, whole: u64) -> f64 {
     (ten_thousandths(from + part, whole) - ten_thousandths(from, whole)) as f64 / 10_000.0
 }
 
+/// Free bytes of `pools` cached in private (CUDA-graph) pools.
+pub fn private_free(pools: &[PoolFree]) -> u64 {
+    pools
+        .iter()
+        .filter(|p| p.pool_id.is_some_and(|id| id != (0, 0)))
+        .map(|p| p.free_bytes)
+        .sum()
+}
+
+/// Free bytes cached in private (CUDA-graph) pools in the allocator's state `state`.
+pub fn private_free_in(state: &[crate::timeline::state::StateSegment]) -> u64 {
+    state
+        .iter()
+        .filter(|s| s.pool_id.is_some_and(|id| id != (0, 0)))
+        .map(|s| s.holes().iter().map(|h| h.1).sum::<u64>())
+        .sum()
+}
+
 /// A verdict of `cause` with no call sites named yet.
 fn verdict(
     cause: Cause,
@@ -452,7 +475,13 @@ fn judge(a: &mut OomAnalysis, s: Settings) {
         a.requested_bytes,
     ) {
         a.limit_bytes = Some(limit);
-        a.shortfall_in = Some(OomCause::of(a.allocated_bytes, r, a.reserved_bytes, limit));
+        a.shortfall_in = Some(OomCause::of(
+            a.allocated_bytes,
+            r,
+            a.reserved_bytes,
+            limit,
+            a.private_free_bytes(),
+        ));
     }
     a.verdicts = verdicts(a, s);
 }
@@ -493,7 +522,9 @@ pub fn verdicts(a: &OomAnalysis, s: Settings) -> Vec<Verdict> {
     }
     let mut out = match class {
         OomCause::Capacity => verdicts_tight(a, s),
-        OomCause::Fragmentation | OomCause::Rounding => verdicts_layout(a, s, class, request),
+        OomCause::Fragmentation | OomCause::Rounding | OomCause::PrivatePools => {
+            verdicts_layout(a, s, class, request)
+        }
     };
     // Name the leak's call sites.
     if let Some(l) = &a.leaks {
@@ -659,17 +690,10 @@ fn layout_settings(a: &OomAnalysis, s: Settings, class: OomCause) -> Vec<Knob> {
 /// that alone covers what the request lacked leads when no setting helps or the best
 /// leaves a thin margin (the next step would run out again).
 fn verdicts_layout(a: &OomAnalysis, s: Settings, class: OomCause, request: u64) -> Vec<Verdict> {
-    let free = a.device_free_bytes.unwrap_or(0);
     let deficit = a.deficit_bytes.unwrap_or(0).max(1);
     let mut out = Vec::new();
-    let private_free: u64 = a
-        .free_by_pool
-        .iter()
-        .filter(|p| p.pool_id.is_some_and(|id| id != (0, 0)))
-        .map(|p| p.free_bytes)
-        .sum();
+    let private_free = a.private_free_bytes();
     let pending = a.pending_free_bytes.unwrap_or(0);
-    let default_free = a.cached_free_bytes.saturating_sub(private_free);
     let settings = layout_settings(a, s, class);
     let tested = a.what_if.as_ref().is_some_and(|w| w.tested());
     let thin = a
@@ -702,7 +726,7 @@ fn verdicts_layout(a: &OomAnalysis, s: Settings, class: OomCause, request: u64) 
     }
     if class == OomCause::Rounding {
         out.push(verdict(Cause::Rounding, role, request, None, knobs));
-    } else if default_free + free >= request || private_free == 0 {
+    } else if class != OomCause::PrivatePools {
         out.push(verdict(
             Cause::Fragmentation,
             role,
@@ -770,7 +794,13 @@ fn derive(a: &mut OomAnalysis) {
     };
     a.limit_bytes = a.available_bytes;
     a.shortfall_in = match (a.requested_bytes, a.available_bytes) {
-        (Some(r), Some(h)) => Some(OomCause::of(a.allocated_bytes, r, a.reserved_bytes, h)),
+        (Some(r), Some(h)) => Some(OomCause::of(
+            a.allocated_bytes,
+            r,
+            a.reserved_bytes,
+            h,
+            a.private_free_bytes(),
+        )),
         _ => None,
     };
     a.deficit_bytes = match (a.shortfall_bytes, a.requested_bytes, a.device_free_bytes) {
@@ -1400,11 +1430,17 @@ mod tests {
     #[test]
     fn where_a_request_fell_short_is_one_rule() {
         use crate::allocator::scenario::OomCause as C;
-        // (live, request, reserved, limit)
-        assert_eq!(C::of(90, 20, 100, 105), C::Capacity);
-        assert_eq!(C::of(80, 20, 100, 105), C::Fragmentation);
-        assert_eq!(C::of(80, 5, 100, 105), C::Rounding);
-        assert_eq!(C::of(80, 25, 100, 105), C::Fragmentation);
-        assert_eq!(C::of(80, 26, 100, 105), C::Capacity);
+        // (live, request, reserved, limit, free in private pools)
+        assert_eq!(C::of(90, 20, 100, 105, 0), C::Capacity);
+        assert_eq!(C::of(80, 20, 100, 105, 0), C::Fragmentation);
+        assert_eq!(C::of(80, 5, 100, 105, 0), C::Rounding);
+        assert_eq!(C::of(80, 25, 100, 105, 0), C::Fragmentation);
+        assert_eq!(C::of(80, 26, 100, 105, 0), C::Capacity);
+        // 20 free in segments, 5 on the device: a 20 request fits in the default
+        // pools' 20 unless 16 of it are a graph's (4 + 5 < 20): the graph pools.
+        assert_eq!(C::of(80, 20, 100, 105, 16), C::PrivatePools);
+        assert_eq!(C::of(80, 20, 100, 105, 5), C::Fragmentation);
+        // Private bytes do not make a capacity shortfall another cause.
+        assert_eq!(C::of(90, 20, 100, 105, 10), C::Capacity);
     }
 }

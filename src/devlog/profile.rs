@@ -151,14 +151,10 @@ pub struct ProfileTrace {
     pub out_of_memory_events: u64,
     /// Elements of the list of events that are not events (nested lists, numbers,
     /// strings): skipped, and said in the converted snapshot's warnings.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::units::is_zero")]
     pub skipped_elements: u64,
     /// Top-level events (or rows) read.
     pub events_read: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 pub(crate) const TRACE_KIND: &str =

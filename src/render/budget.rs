@@ -453,6 +453,9 @@ fn fit_text(f: &Fit, headroom: f64, events_of: Option<&str>) -> String {
                     Some(crate::allocator::scenario::OomCause::Fragmentation) => {
                         " (fragmentation: the bytes are there, not in one piece)"
                     }
+                    Some(crate::allocator::scenario::OomCause::PrivatePools) => {
+                        " (CUDA-graph pools: the bytes are cached in CUDA-graph private pools, which only those graphs use)"
+                    }
                     _ => "",
                 },
                 match r.fits_with_expandable {

@@ -228,6 +228,12 @@ fn oom_text(o: &OomAt) -> String {
             bytes(o.reserved_bytes),
             bytes(o.allocated_bytes)
         ),
+        OomCause::PrivatePools => format!(
+            "CUDA-graph pools: {} reserved, {} of it in live blocks, and {} of the free memory cached in CUDA-graph private pools, which only those graphs' allocations use and the retry does not release while a graph uses them",
+            bytes(o.reserved_bytes),
+            bytes(o.allocated_bytes),
+            bytes(o.private_free_bytes)
+        ),
     };
     format!(
         "runs out of memory at {}{site}, a {} request{}; {cause}",

@@ -121,6 +121,7 @@ pub fn run_budget(
                 .find(|(event, _)| *event as usize == i)
                 .map(|(_, w)| w);
             oom_cause = e.device_free().map(|free| {
+                let state = crate::timeline::state::allocator_state(snap, choice.device, Some(i));
                 crate::allocator::scenario::OomCause::of(
                     allocated_at_oom,
                     e.size,
@@ -129,6 +130,7 @@ pub fn run_budget(
                         .as_ref()
                         .and_then(|w| w.fraction_limit())
                         .unwrap_or(held.saturating_add(free)),
+                    crate::analysis::oom::private_free_in(&state),
                 )
             });
         }

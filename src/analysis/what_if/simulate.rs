@@ -68,6 +68,9 @@ pub struct OomAt {
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
     pub largest_free_bytes: u64,
+    /// Free bytes cached in CUDA-graph private pools then (written only when some are).
+    #[serde(skip_serializing_if = "crate::units::is_zero")]
+    pub private_free_bytes: u64,
     pub cause: OomCause,
     /// The recording ran out of memory at this request too.
     pub recorded: bool,
@@ -461,6 +464,7 @@ fn oom_at(snap: &Snapshot, device: i64, f: FirstOom) -> OomAt {
         allocated_bytes: f.allocated_bytes,
         reserved_bytes: f.reserved_bytes,
         largest_free_bytes: f.largest_free_bytes,
+        private_free_bytes: f.private_free_bytes,
         cause: f.cause,
         recorded: f.recorded,
         clock: snap.clock(),

@@ -292,6 +292,7 @@ pub fn shortfall_name(c: crate::allocator::scenario::OomCause) -> &'static str {
         OomCause::Capacity => "capacity",
         OomCause::Fragmentation => "fragmentation",
         OomCause::Rounding => "rounding",
+        OomCause::PrivatePools => "CUDA-graph pools",
     }
 }
 
@@ -307,6 +308,9 @@ pub fn shortfall_sentence(c: crate::allocator::scenario::OomCause) -> &'static s
         }
         OomCause::Rounding => {
             "rounding: the device had room for the request, not for the segment or pages the allocator asks for it"
+        }
+        OomCause::PrivatePools => {
+            "CUDA-graph pools: the memory the request lacked was cached free in CUDA-graph private pools, which only those graphs' allocations use"
         }
     }
 }
