@@ -476,6 +476,11 @@ pub fn folded_field(s: &str) -> String {
     shown(s).replace(';', ",")
 }
 
+/// Whether a count is zero (for fields written only when they are not).
+pub fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -703,9 +708,4 @@ mod tests {
         assert_eq!(parse_duration_us("NaNs"), None);
         assert_eq!(parse_duration_us("5 parsecs"), None);
     }
-}
-
-/// Whether a count is zero (for fields written only when they are not).
-pub fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
