@@ -1,7 +1,8 @@
 //! Recordings made by hand where the allocator model once departed from PyTorch's source
 //! (`c10/cuda/CUDACachingAllocator.cpp`), each with its answer worked out from the source
-//! function the comment names. Each test writes its own snapshot with serde-pickle (a
-//! pickle writer that is not vramlens's).
+//! function the comment names; and recordings shaped to make the model's work grow with
+//! them. Each test writes its own snapshot with serde-pickle (a pickle writer that is not
+//! vramlens's).
 
 mod common;
 
@@ -362,4 +363,52 @@ fn memory_cached_in_a_graph_pool_is_named_not_called_fragmentation() {
         "{text}"
     );
     assert!(!text.contains("fragmentation:"), "{text}");
+}
+
+/// Thousands of recorded OOMs of one request at one capacity: their what-ifs come from
+/// one set of replays (the capacity and the settings decide a replay, not which OOM asked
+/// for it), and a replay that stops at the first OOM says nothing of the later ones; a
+/// caller that wants the first gets the first.
+#[test]
+fn identical_recorded_ooms_share_their_what_ifs() {
+    use vramlens::analysis::what_if::oom_what_if::{what_ifs, what_ifs_of};
+    let mut trace = vec![
+        entry("segment_alloc", BASE, 40 * MIB, 1),
+        entry("alloc", BASE, 40 * MIB, 2),
+    ];
+    for k in 0..3000 {
+        let mut oom = entry("oom", 0, 64 * MIB, 3 + k);
+        if let SV::Dict(d) = &mut oom {
+            d.insert(
+                serde_pickle::HashableValue::String("device_free".into()),
+                i(10 * MIB),
+            );
+        }
+        trace.push(oom);
+    }
+    let snap = snapshot(
+        vec![segment(BASE, &[(BASE, 40 * MIB, "active_allocated")])],
+        trace,
+    );
+    let p = Prepared::new(&snap, 0, None).unwrap();
+    let id = check(&snap, &p);
+    let all = what_ifs_of(&p, &id, usize::MAX);
+    assert_eq!(all.len(), 3000);
+    // 40 MiB held + 10 MiB free: a 50 MiB device, which 64 MiB does not fit.
+    assert_eq!(all[0].1.capacity_bytes, 50 * M);
+    assert!(all[0].1.reproduced);
+    // Every replay stops at the first (the same request at the same capacity): the
+    // later ones are neither reproduced nor let through.
+    assert!(all[0].1.tries.iter().all(|t| !t.lets_through));
+    for (_, w) in &all[1..] {
+        assert!(!w.reproduced);
+        assert!(
+            w.tries
+                .iter()
+                .all(|t| !t.lets_through && t.later_oom_event.is_none())
+        );
+    }
+    let first = what_ifs(&snap, 0, 1);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0], all[0]);
 }

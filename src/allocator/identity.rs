@@ -37,6 +37,8 @@ struct Recording<'a> {
     outputs: &'a [Recorded],
     /// The next output not yet consumed by a growth.
     next: usize,
+    /// Releases among the outputs before `next`.
+    releases_before_next: usize,
     ends_in_oom: bool,
     /// Addresses for growth the recording does not show (a divergence).
     spare: AddressSpace,
@@ -47,25 +49,27 @@ struct Recording<'a> {
 impl Recording<'_> {
     /// The next recorded growth of `action` the model may take now, and its index.
     fn grow(&mut self, action: Action, released: usize) -> Option<Option<usize>> {
-        let j = (self.next..self.outputs.len()).find(|&j| self.outputs[j].action == action);
-        match j {
-            Some(j) => {
-                let before = self.outputs[..j].iter().filter(|o| o.releases()).count();
-                if released >= before {
-                    self.next = j + 1;
-                    Some(Some(j))
-                } else {
-                    None
-                }
+        // Releases before the next recorded growth of `action`, counted from those before
+        // `next` (each output is walked once per call it is passed in, not once per
+        // growth).
+        let mut before = self.releases_before_next;
+        let mut j = self.next;
+        while j < self.outputs.len() && self.outputs[j].action != action {
+            before += usize::from(self.outputs[j].releases());
+            j += 1;
+        }
+        if j < self.outputs.len() {
+            if released >= before {
+                self.next = j + 1;
+                self.releases_before_next = before;
+                Some(Some(j))
+            } else {
+                None
             }
-            None => {
-                let releases = self.outputs.iter().filter(|o| o.releases()).count();
-                if self.ends_in_oom || released < releases {
-                    None
-                } else {
-                    Some(None)
-                }
-            }
+        } else if self.ends_in_oom || released < before {
+            None
+        } else {
+            Some(None)
         }
     }
 
@@ -693,6 +697,7 @@ fn check_requests(
                         let mut dev = Recording {
                             outputs: outs,
                             next: 0,
+                            releases_before_next: 0,
                             ends_in_oom: false,
                             spare: *spare,
                             need: 0,
@@ -765,6 +770,7 @@ fn check_requests(
                 let mut dev = Recording {
                     outputs: outs,
                     next: 0,
+                    releases_before_next: 0,
                     ends_in_oom: true,
                     spare: *spare,
                     need: 0,
@@ -919,17 +925,34 @@ fn compare(made: &[SegmentEntry], outs: &[Recorded], id: &mut Identity) -> bool 
         return true;
     }
     let recorded: Vec<SegmentEntry> = outs.iter().map(SegmentEntry::of_recorded).collect();
-    let mut left = recorded.clone();
-    let mut reproduced = 0u64;
-    for m in made {
-        if let Some(k) = left.iter().position(|r| r == m) {
-            left.remove(k);
-            reproduced += 1;
+    let same = made == recorded.as_slice();
+    // The entries in both, each counted as often as it is in both: the two lists sorted
+    // and walked together (a release of thousands of segments at once stays n log n).
+    let reproduced = if same {
+        made.len() as u64
+    } else {
+        let key = |e: &SegmentEntry| (e.action, e.addr, e.size_bytes);
+        let mut a: Vec<_> = made.iter().map(key).collect();
+        let mut b: Vec<_> = recorded.iter().map(key).collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        let (mut i, mut j, mut n) = (0, 0, 0u64);
+        while i < a.len() && j < b.len() {
+            match a[i].cmp(&b[j]) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    n += 1;
+                    i += 1;
+                    j += 1;
+                }
+            }
         }
-    }
+        n
+    };
     id.segment_events_reproduced += reproduced;
     id.segment_events_extra += made.len() as u64 - reproduced;
-    made == recorded.as_slice()
+    same
 }
 
 fn reserved_after(reserved: i128, outs: &[Recorded], id: &mut Identity) -> i128 {
@@ -969,5 +992,59 @@ fn diverged(
             model_segments: made.to_vec(),
             recorded_segments: outs.iter().map(SegmentEntry::of_recorded).collect(),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free(addr: u64) -> Recorded {
+        Recorded {
+            action: Action::SegmentFree,
+            addr,
+            size: 2 << 20,
+            stream: 0,
+            event: 0,
+        }
+    }
+
+    fn blank() -> Identity {
+        let p = Prepared {
+            device: 0,
+            device_free: Vec::new(),
+            total_memory: None,
+            settings: super::super::Settings::default(),
+            profile: Profile::V2_4,
+            requests: super::super::requests::Requests::default(),
+            start: super::super::start::StartState::default(),
+        };
+        Identity::at_start(&p, &Allocator::new(p.settings.clone(), p.profile, None))
+    }
+
+    /// The entries of a call counted as reproduced are those in both lists, each as
+    /// often as it is in both, in any order: a release of 100,000 segments in the
+    /// opposite order to the recording's (sorted and walked together, not searched one
+    /// by one), and a list with one entry the recording lacks and one it has twice.
+    #[test]
+    fn segment_entries_in_both_lists_are_counted_in_any_order() {
+        let n = 100_000u64;
+        let outs: Vec<Recorded> = (0..n).map(|k| free(k << 22)).collect();
+        let made: Vec<SegmentEntry> = outs.iter().rev().map(SegmentEntry::of_recorded).collect();
+        let mut id = blank();
+        assert!(!compare(&made, &outs, &mut id));
+        assert_eq!(id.segment_events_reproduced, n);
+        assert_eq!(id.segment_events_extra, 0);
+        let outs = [free(1 << 22), free(1 << 22), free(2 << 22)];
+        let made: Vec<SegmentEntry> = [free(1 << 22), free(3 << 22)]
+            .iter()
+            .map(SegmentEntry::of_recorded)
+            .collect();
+        let mut id = blank();
+        assert!(!compare(&made, &outs, &mut id));
+        assert_eq!(
+            (id.segment_events_reproduced, id.segment_events_extra),
+            (1, 1)
+        );
     }
 }

@@ -1179,7 +1179,8 @@ pub fn analyze_oom(
 /// light (a setting they show does not let the request through is not offered).
 fn attach_what_ifs(snap: &Snapshot, device: i64, settings: Settings, analyses: &mut [OomAnalysis]) {
     use crate::analysis::what_if::oom_what_if::what_ifs;
-    let found = what_ifs(snap, device);
+    // The OOMs analysed are the first MAX_ANALYSES of the device.
+    let found = what_ifs(snap, device, MAX_ANALYSES);
     for a in analyses
         .iter_mut()
         .filter(|a| a.device == device && a.source == Source::OomEvent)

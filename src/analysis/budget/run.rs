@@ -116,7 +116,8 @@ pub fn run_budget(
         if let (Some(i), Some(held)) = (oom, oom_reserved) {
             use crate::analysis::what_if::oom_what_if::what_ifs;
             let e = r.trace.get(i);
-            oom_what_if = what_ifs(snap, choice.device)
+            // The first recorded OOM is the one budgeted.
+            oom_what_if = what_ifs(snap, choice.device, 1)
                 .into_iter()
                 .find(|(event, _)| *event as usize == i)
                 .map(|(_, w)| w);

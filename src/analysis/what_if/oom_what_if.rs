@@ -70,28 +70,42 @@ pub struct OomWhatIf {
     pub tries: Vec<SettingTry>,
 }
 
-/// The what-ifs of each recorded OOM of `device` (trace entry → answers); empty when
-/// the device cannot be replayed or its OOMs do not say what the device had free.
-pub fn what_ifs(snap: &Snapshot, device: i64) -> Vec<(u32, OomWhatIf)> {
+/// The what-ifs of the first `first` recorded OOMs of `device` (trace entry → answers;
+/// an OOM that does not say what the device had free has none); empty when the device
+/// cannot be replayed.
+pub fn what_ifs(snap: &Snapshot, device: i64, first: usize) -> Vec<(u32, OomWhatIf)> {
     match Prepared::new(snap, device, None) {
-        Ok(p) => what_ifs_of(&p, &check(snap, &p)),
+        Ok(p) => what_ifs_of(&p, &check(snap, &p), first),
         Err(_) => Vec::new(),
     }
 }
 
+/// What a replay at an OOM's capacity gave: its first OOM's trace entry and its peak.
+type Replayed = Option<(Option<u32>, u64)>;
+
+/// The replays made, by capacity, settings and device total.
+type Replays = std::collections::BTreeMap<(u64, String, Option<u64>), Replayed>;
+
 /// [`what_ifs`] of a device's recording prepared already (under the profile the caller
-/// models) and checked.
+/// models) and checked. OOMs that imply the same capacity share their replays: a
+/// recording of thousands of identical OOMs costs one set.
 pub fn what_ifs_of(
     p: &Prepared,
     id: &crate::allocator::identity::Identity,
+    first: usize,
 ) -> Vec<(u32, OomWhatIf)> {
     let mut out = Vec::new();
-    for oc in &id.oom_capacities {
+    let replays: std::cell::RefCell<Replays> = Default::default();
+    for oc in id.oom_capacities.iter().take(first) {
         let Some(capacity) = oc.capacity_bytes else {
             continue;
         };
-        let at = |settings: Settings, total: Option<u64>| {
-            run(
+        let at = |settings: Settings, total: Option<u64>| -> Replayed {
+            let key = (capacity, format!("{settings:?}"), total);
+            if let Some(r) = replays.borrow().get(&key) {
+                return *r;
+            }
+            let r = run(
                 p,
                 &Scenario {
                     settings,
@@ -100,22 +114,19 @@ pub fn what_ifs_of(
                 },
             )
             .ok()
+            .map(|o| (o.first_oom.map(|f| f.event), o.peak_reserved_bytes));
+            replays.borrow_mut().insert(key, r);
+            r
         };
         let base = at(p.settings.clone(), None);
-        let reproduced = base
-            .as_ref()
-            .and_then(|o| o.first_oom.as_ref())
-            .is_some_and(|f| f.event == oc.event);
+        let reproduced = base.and_then(|o| o.0).is_some_and(|e| e == oc.event);
         let try_one = |setting: Tried, s: Settings, total: Option<u64>| -> Option<SettingTry> {
-            let o = at(s.clone(), total)?;
-            let later = o
-                .first_oom
-                .as_ref()
-                .map(|f| f.event)
-                .filter(|&e| e != oc.event);
-            let lets_through = o.first_oom.as_ref().is_none_or(|f| f.event != oc.event);
-            let spare_bytes = (lets_through && later.is_none())
-                .then(|| capacity as i64 - o.peak_reserved_bytes as i64);
+            let (first_oom, peak) = at(s.clone(), total)?;
+            // A replay that stops at an earlier OOM does not reach this one.
+            let later = first_oom.filter(|&e| e > oc.event);
+            let lets_through = first_oom.is_none_or(|e| e > oc.event);
+            let spare_bytes =
+                (lets_through && later.is_none()).then(|| capacity as i64 - peak as i64);
             Some(SettingTry {
                 setting,
                 alloc_conf: s.to_conf(),

@@ -234,7 +234,7 @@ struct Capacity {
 fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> DeviceSimulation {
     let (identity, scenarios) = scenarios_of(snap, p, options);
     // The settings `oom` suggests, tried at the first recorded OOM, after the same check.
-    let recorded_oom_what_if = crate::analysis::what_if::oom_what_if::what_ifs_of(p, &identity)
+    let recorded_oom_what_if = crate::analysis::what_if::oom_what_if::what_ifs_of(p, &identity, 1)
         .into_iter()
         .next()
         .map(|(_, w)| w);
