@@ -1014,6 +1014,30 @@ impl Allocator {
     }
 
     /// The largest free block of the device, any pool and stream.
+    /// About how many bytes this state takes (its blocks, pools, free sets and lists):
+    /// what a saved copy costs.
+    pub fn approx_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let pools: usize = self
+            .pools
+            .iter()
+            .map(|p| {
+                size_of::<Pool>()
+                    + p.free.streams.len() * size_of::<StreamSet>()
+                    + p.free.streams.iter().map(|s| s.len()).sum::<usize>() * 48
+                    + p.unmapped.len() * 48
+            })
+            .sum();
+        self.blocks.len() * size_of::<Block>()
+            + self.spare.len() * 4
+            + pools
+            + self.pool_index.len() * 48
+            + self.expandables.len() * size_of::<Expandable>()
+            + self.pending.len() * 64
+            + self.free_by_addr.as_ref().map_or(0, |m| m.len() * 48)
+            + size_of::<Allocator>()
+    }
+
     /// Free bytes cached in private pools.
     fn private_free(&self) -> u64 {
         self.pools

@@ -220,6 +220,11 @@ pub struct Track {
     next_save: usize,
 }
 
+/// Bytes the saved states of one track may take: past it, every other state is let go
+/// and states are saved half as often (a search then replays longer stretches from
+/// fewer states; its answers are the same).
+const SAVED_BYTES: usize = 64 << 20;
+
 /// The outcome so far at a saved state.
 #[derive(Clone, Copy, Debug)]
 struct Mark {
@@ -232,6 +237,8 @@ struct Mark {
     peak_requested: u64,
     stats_before: Stats,
     stats_at_start: Stats,
+    /// What the state saved here takes ([`Allocator::approx_bytes`]).
+    bytes: usize,
 }
 
 impl Track {
@@ -294,11 +301,18 @@ impl Track {
             peak_requested: self.peak_requested,
             stats_before: self.stats_before,
             stats_at_start: self.stats_at_start,
+            bytes: 0,
         };
         if !self.keep_all {
             self.saved.clear();
         }
-        self.saved.push((mark, save()));
+        let saved = save();
+        let mark = Mark {
+            bytes: saved.a.approx_bytes() + saved.live.len() * 8,
+            ..mark
+        };
+        self.saved.push((mark, saved));
+        self.thin_saved();
     }
 
     /// Before request `i` of the identity check's replay, whose allocator is `a`.
@@ -422,7 +436,22 @@ impl Track {
             }
             self.saved.push((m, saved));
         }
+        self.thin_saved();
         self
+    }
+
+    /// Keeps the saved states within [`SAVED_BYTES`]: every other one let go (the first
+    /// kept) and states saved half as often, as many times as it takes.
+    fn thin_saved(&mut self) {
+        let total = |saved: &[(Mark, Saved)]| saved.iter().map(|(m, _)| m.bytes).sum::<usize>();
+        while self.saved.len() > 1 && total(&self.saved) > SAVED_BYTES {
+            let mut k = 0;
+            self.saved.retain(|_| {
+                k += 1;
+                k % 2 == 1
+            });
+            self.every = self.every.saturating_mul(2);
+        }
     }
 
     /// Whether every saved state is kept (for a search).
@@ -1035,6 +1064,44 @@ mod tests {
             requests,
             start: StartState::default(),
         }
+    }
+
+    /// A search's saved states stay within [`SAVED_BYTES`] however many blocks are live:
+    /// 600,000 live 512-byte tensors (147 small segments of 4,096 each) make states of
+    /// tens of MB; fewer are kept, and the smallest capacity is still the 294 MiB the
+    /// segments take.
+    #[test]
+    fn saved_states_stay_within_their_budget() {
+        let n = 600_000u32;
+        let requests = Requests::from_commands(
+            (0..n).map(|tag| Request::Alloc {
+                tag,
+                size: 512,
+                stream: 0,
+                pool: (0, 0),
+                event: tag,
+                outputs: 0..0,
+            }),
+            n,
+        );
+        let p = Prepared {
+            requests,
+            ..prepared()
+        };
+        let (out, search) = unlimited(&p, &p.settings, true).unwrap();
+        assert_eq!(out.peak_reserved_bytes, 147 * 2 * MIB);
+        let search = search.unwrap();
+        let kept: usize = search
+            .checkpoints
+            .iter()
+            .map(|c| c.1.a.approx_bytes())
+            .sum();
+        assert!(kept <= SAVED_BYTES, "{kept}");
+        assert!(search.checkpoints.len() >= 2);
+        assert_eq!(
+            min_capacity_searched(&p, &p.settings, 0, Some(&search)).map(|m| m.bytes),
+            Some(147 * 2 * MIB)
+        );
     }
 
     /// A track parted at the first request, before it saved any state, goes on from the
