@@ -1330,10 +1330,25 @@ fn a_long_name_shared_by_many_stacks_is_repeated_cut() {
         let len = std::fs::metadata(&o).unwrap().len() as usize;
         assert!(len < bound, "{cmd}: {len} bytes");
     }
+    // The report draws each stack up to six times (tooltips, lists, legends, the flame
+    // graph): still within a few times the file.
     let o = dir.path().join("r.html");
     let r = run(&["report", "-o", s(&o), s(&path)]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     bounded(&r, 60, 500.0);
+    let len = std::fs::metadata(&o).unwrap().len() as usize;
+    assert!(len < 3 * data.len(), "report: {len} bytes");
+    let ev = dir.path().join("ev");
+    let r = run(&["export", "--events", "-o", s(&ev), s(&path)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let len: u64 = std::fs::read_dir(&ev)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(
+        (len as usize) < 3 * data.len(),
+        "export --events: {len} bytes"
+    );
     let x = dir.path().join("x");
     let r = run(&["export", "--format", "jsonl", "-o", s(&x), s(&path)]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);

@@ -64,14 +64,19 @@ pub struct Frame {
 }
 
 /// Longest string of a frame or a trace entry kept whole (file and function names, code
-/// contexts). Real names are far shorter; C++ template names reach a few KiB.
-pub const MAX_STR_BYTES: usize = 8192;
+/// contexts). Real names are far shorter, but for some C++ template names; the first 960
+/// bytes of those are more than a reader takes in, and every output repeats a name once
+/// per stack that holds it (a report draws each stack up to six times).
+pub const MAX_STR_BYTES: usize = 1024;
 
-/// A string longer than [`MAX_STR_BYTES`] as it is kept: its first 8000 bytes (at a
+/// How much of a string longer than [`MAX_STR_BYTES`] is kept.
+const KEPT_BYTES: usize = 960;
+
+/// A string longer than [`MAX_STR_BYTES`] as it is kept: its first 960 bytes (at a
 /// character boundary), then `…[cut: N bytes, FNV-1a HASH]`, so that two long names that
 /// differ past the cut stay apart and a reader sees that it was cut.
 pub fn cut_long(s: &str) -> String {
-    let mut end = 8000.min(s.len());
+    let mut end = KEPT_BYTES.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -111,10 +116,13 @@ impl FrameTable {
     /// it, so a long name shared by many stacks would make outputs grow with references
     /// times length rather than with the file.
     pub fn intern_str(&mut self, s: &str) -> StrId {
-        if s.len() > MAX_STR_BYTES {
-            let cut = cut_long(s);
-            return self.intern_str(&cut);
-        }
+        let cut;
+        let s = if s.len() > MAX_STR_BYTES {
+            cut = cut_long(s);
+            cut.as_str()
+        } else {
+            s
+        };
         if let Some(&id) = self.string_ids.get(s) {
             return id;
         }
@@ -182,8 +190,9 @@ mod tests {
         assert_eq!(t.intern_str(&a), ia);
         let kept = t.str(ia);
         assert!(kept.len() < MAX_STR_BYTES, "{}", kept.len());
-        assert!(kept.starts_with(&"é".repeat(4000)));
-        assert!(kept.contains("…[cut: 10001 bytes, "), "{}", &kept[7990..]);
+        assert!(kept.starts_with(&"é".repeat(480)));
+        assert!(!kept.starts_with(&"é".repeat(481)));
+        assert!(kept.contains("…[cut: 10001 bytes, "), "{}", &kept[950..]);
         let short = "x".repeat(MAX_STR_BYTES);
         let id = t.intern_str(&short);
         assert_eq!(t.str(id), short);
