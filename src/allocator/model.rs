@@ -238,13 +238,20 @@ impl StreamSet {
         );
     }
 
-    fn remove(&mut self, key: u128) {
-        match self.recent.iter().position(|r| r.key == key) {
+    /// Takes `block` out, under `key`; a block of the same key that is another one stays.
+    fn remove(&mut self, key: u128, block: u32) {
+        match self
+            .recent
+            .iter()
+            .position(|r| r.key == key && r.block == block)
+        {
             Some(at) => {
                 self.recent.remove(at);
             }
             None => {
-                self.map.remove(&key);
+                if self.map.get(&key) == Some(&block) {
+                    self.map.remove(&key);
+                }
             }
         }
     }
@@ -360,9 +367,9 @@ impl FreeSet {
         self.streams[at].insert(pack(size, addr), block);
     }
 
-    fn remove(&mut self, stream: u64, size: u64, addr: u64) {
+    fn remove(&mut self, stream: u64, size: u64, addr: u64, block: u32) {
         if let Ok(at) = self.streams.binary_search_by_key(&stream, |s| s.stream) {
-            self.streams[at].remove(pack(size, addr));
+            self.streams[at].remove(pack(size, addr), block);
         }
     }
 
@@ -766,8 +773,10 @@ impl Allocator {
         let b = *self.b(i);
         self.pools[b.pool as usize]
             .free
-            .remove(b.stream, b.size, b.addr);
-        if let Some(index) = &mut self.free_by_addr {
+            .remove(b.stream, b.size, b.addr, i);
+        if let Some(index) = &mut self.free_by_addr
+            && index.get(&b.addr) == Some(&i)
+        {
             index.remove(&b.addr);
         }
     }

@@ -383,8 +383,11 @@ fn a_stream_set_orders_its_blocks_as_one_ordered_map() {
     for step in 0..4000u32 {
         let r = next();
         let key = pack(1 + r % 24, (r >> 8) % 16);
-        if reference.remove(&key).is_some() {
-            set.remove(key);
+        if let Some(block) = reference.remove(&key) {
+            // Another block's id under the key takes nothing out.
+            set.remove(key, block + 1);
+            assert_eq!(set.len(), reference.len() + 1);
+            set.remove(key, block);
         } else {
             set.insert(key, step);
             reference.insert(key, step);
