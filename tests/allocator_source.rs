@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::pickled::{dict, i, s};
+use common::pickled::{dict, i, s, segment};
 use serde_pickle::{SerOptions, Value as SV};
 use vramlens::allocator::identity::check;
 use vramlens::allocator::prepared::Prepared;
@@ -24,41 +24,6 @@ fn entry(action: &str, addr: i64, size: i64, t: i64) -> SV {
         ("size", i(size)),
         ("stream", i(0)),
         ("time_us", i(1_700_000_000_000_000 + t)),
-        ("frames", SV::List(vec![])),
-    ])
-}
-
-/// A segment at `addr` made of `blocks` (address, size, state) in address order.
-fn segment(addr: i64, blocks: &[(i64, i64, &str)]) -> SV {
-    let active: i64 = blocks
-        .iter()
-        .filter(|b| b.2 != "inactive")
-        .map(|b| b.1)
-        .sum();
-    let block = |&(a, size, state): &(i64, i64, &str)| {
-        dict(vec![
-            ("address", i(a)),
-            ("size", i(size)),
-            (
-                "requested_size",
-                i(if state == "inactive" { 0 } else { size }),
-            ),
-            ("state", s(state)),
-            ("frames", SV::List(vec![])),
-        ])
-    };
-    dict(vec![
-        ("device", i(0)),
-        ("address", i(addr)),
-        ("total_size", i(blocks.iter().map(|b| b.1).sum())),
-        ("allocated_size", i(active)),
-        ("active_size", i(active)),
-        ("requested_size", i(active)),
-        ("stream", i(0)),
-        ("segment_type", s("large")),
-        ("segment_pool_id", SV::Tuple(vec![i(0), i(0)])),
-        ("is_expandable", SV::Bool(false)),
-        ("blocks", SV::List(blocks.iter().map(block).collect())),
         ("frames", SV::List(vec![])),
     ])
 }

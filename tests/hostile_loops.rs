@@ -10,7 +10,7 @@ use std::process::Command;
 
 mod common;
 
-use common::pickled::{dict, i, s};
+use common::pickled::{dict, i, s, segment};
 
 const BASE: i64 = 0x7f00_0000_0000;
 const MIB: i64 = 1 << 20;
@@ -335,41 +335,6 @@ fn many_rules_that_match_nothing_leave_the_first_match_deciding() {
     assert!(!text.contains("\"later\""), "{text}");
 }
 
-/// A 20 MiB segment of two 1 MiB blocks and an 18 MiB free one at `BASE`, with blocks.
-fn segment_of_blocks(blocks: &[(i64, i64, &str)]) -> SV {
-    let block = |&(addr, size, state): &(i64, i64, &str)| {
-        dict(vec![
-            ("address", i(addr)),
-            ("size", i(size)),
-            (
-                "requested_size",
-                i(if state == "inactive" { 0 } else { size }),
-            ),
-            ("state", s(state)),
-            ("frames", SV::List(vec![])),
-        ])
-    };
-    let allocated: i64 = blocks
-        .iter()
-        .filter(|b| b.2 != "inactive")
-        .map(|b| b.1)
-        .sum();
-    dict(vec![
-        ("device", i(0)),
-        ("address", i(BASE)),
-        ("total_size", i(blocks.iter().map(|b| b.1).sum())),
-        ("allocated_size", i(allocated)),
-        ("active_size", i(allocated)),
-        ("requested_size", i(allocated)),
-        ("stream", i(0)),
-        ("segment_type", s("large")),
-        ("segment_pool_id", SV::Tuple(vec![i(0), i(0)])),
-        ("is_expandable", SV::Bool(false)),
-        ("blocks", SV::List(blocks.iter().map(block).collect())),
-        ("frames", SV::List(vec![])),
-    ])
-}
-
 /// A `segment_unmap` (or a `segment_free`) whose range a segment still held later covers:
 /// the recording contradicts itself. Undoing it must not put a second segment over the
 /// same bytes at the start, where the allocator model would hand them out twice (a
@@ -379,11 +344,14 @@ fn segment_of_blocks(blocks: &[(i64, i64, &str)]) -> SV {
 #[test]
 fn a_release_of_a_range_a_later_segment_holds_is_not_undone_over_it() {
     let dir = tempfile::tempdir().unwrap();
-    let seg = segment_of_blocks(&[
-        (BASE, MIB, "active_allocated"),
-        (BASE + MIB, MIB, "active_allocated"),
-        (BASE + 2 * MIB, 18 * MIB, "inactive"),
-    ]);
+    let seg = segment(
+        BASE,
+        &[
+            (BASE, MIB, "active_allocated"),
+            (BASE + MIB, MIB, "active_allocated"),
+            (BASE + 2 * MIB, 18 * MIB, "inactive"),
+        ],
+    );
     for release in ["segment_unmap", "segment_free"] {
         let trace = vec![
             entry(release, BASE + 2 * MIB, 18 * MIB, 1),
