@@ -615,7 +615,7 @@ impl Allocator {
     /// Bytes the live requests asked for, less those of blocks whose free waits for
     /// other streams (a cache flush completes them): what any device must hold now.
     pub fn requested_held(&self) -> u64 {
-        self.requested - self.pending_requested
+        self.requested.saturating_sub(self.pending_requested)
     }
 
     /// The events since the last call, oldest first.
@@ -1508,7 +1508,7 @@ impl Allocator {
             if let Some(n) = self.pending_order.remove(&i) {
                 self.pending.remove(&n);
             }
-            self.pending_requested -= self.b(i).requested;
+            self.pending_requested = self.pending_requested.saturating_sub(self.b(i).requested);
         }
         let blk = *self.b(i);
         self.allocated -= blk.size;
@@ -1531,7 +1531,7 @@ impl Allocator {
         for i in pending.into_values() {
             let tag = self.b(i).tag;
             self.bm(i).pending = false;
-            self.pending_requested -= self.b(i).requested;
+            self.pending_requested = self.pending_requested.saturating_sub(self.b(i).requested);
             self.free(BlockId(i));
             self.events.push(ModelEvent::FreeCompleted { tag });
         }

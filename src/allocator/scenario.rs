@@ -848,7 +848,7 @@ pub struct MinCapacity {
     pub bytes: u64,
     /// The largest capacity above `bytes` found to run out of memory: among the tries
     /// of the search and up to [`CHECKS_ABOVE`] capacities between `bytes` and the peak
-    /// with no limit (see [`checks_above`]).
+    /// with no limit (the least capacities that spare a request the retry).
     pub fails_above: Option<u64>,
 }
 
