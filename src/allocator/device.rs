@@ -37,20 +37,20 @@ impl AddressSpace {
             .checked_add(1)
             .and_then(|n| n.checked_mul(ALIGN))
             .map(|a| a.max(1 << 32));
-        AddressSpace {
-            up: first,
-            down: lowest.min(first.unwrap_or(u64::MAX)) / ALIGN * ALIGN,
-            first,
-            reused: false,
-        }
+        AddressSpace::with_first(lowest, first)
     }
 
     /// As [`AddressSpace::around`], with the upward run starting at `first` exactly.
     pub fn starting_at(lowest: u64, first: u64) -> AddressSpace {
+        AddressSpace::with_first(lowest, Some(first))
+    }
+
+    /// Upwards from `first` (None: no room above), downwards from `lowest`.
+    fn with_first(lowest: u64, first: Option<u64>) -> AddressSpace {
         AddressSpace {
-            up: Some(first),
-            down: lowest.min(first) / ALIGN * ALIGN,
-            first: Some(first),
+            up: first,
+            down: lowest.min(first.unwrap_or(u64::MAX)) / ALIGN * ALIGN,
+            first,
             reused: false,
         }
     }

@@ -1022,7 +1022,6 @@ impl Allocator {
         self.pools[pool as usize].free.largest(stream)
     }
 
-    /// The largest free block of the device, any pool and stream.
     /// About how many bytes this state takes (its blocks, pools, free sets and lists):
     /// what a saved copy costs.
     pub fn approx_bytes(&self) -> usize {
@@ -1057,6 +1056,7 @@ impl Allocator {
             .sum()
     }
 
+    /// The largest free block of the device, any pool and stream.
     pub fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()

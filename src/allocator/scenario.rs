@@ -291,6 +291,7 @@ impl Track {
             return;
         }
         self.next_save = i + self.every;
+        let saved = save();
         let mark = Mark {
             at: i,
             series: self.out.series.len(),
@@ -301,16 +302,11 @@ impl Track {
             peak_requested: self.peak_requested,
             stats_before: self.stats_before,
             stats_at_start: self.stats_at_start,
-            bytes: 0,
+            bytes: saved.a.approx_bytes() + saved.live.len() * 8,
         };
         if !self.keep_all {
             self.saved.clear();
         }
-        let saved = save();
-        let mark = Mark {
-            bytes: saved.a.approx_bytes() + saved.live.len() * 8,
-            ..mark
-        };
         self.saved.push((mark, saved));
         self.thin_saved();
     }

@@ -267,7 +267,11 @@ pub struct OomAnalysis {
 impl OomAnalysis {
     /// Free bytes cached in private (CUDA-graph) pools at the moment.
     pub fn private_free_bytes(&self) -> u64 {
-        private_free(&self.free_by_pool)
+        self.free_by_pool
+            .iter()
+            .filter(|p| p.pool_id.is_some_and(|id| id != (0, 0)))
+            .map(|p| p.free_bytes)
+            .sum()
     }
 
     /// An analysis with no figure known yet, to be filled from a snapshot or a message.
@@ -425,15 +429,6 @@ fn ten_thousandths(part: u64, whole: u64) -> u64 {
 /// running totals, so the shares of consecutive parts add up to the rounded sum.
 fn share_between(from: u64, part: u64, whole: u64) -> f64 {
     (ten_thousandths(from + part, whole) - ten_thousandths(from, whole)) as f64 / 10_000.0
-}
-
-/// Free bytes of `pools` cached in private (CUDA-graph) pools.
-pub fn private_free(pools: &[PoolFree]) -> u64 {
-    pools
-        .iter()
-        .filter(|p| p.pool_id.is_some_and(|id| id != (0, 0)))
-        .map(|p| p.free_bytes)
-        .sum()
 }
 
 /// Free bytes cached in private (CUDA-graph) pools in the allocator's state `state`.
