@@ -313,15 +313,12 @@ fn a_fragmentation_oom_on_a_device_the_live_tensors_outgrow_says_so() {
         .stdout(predicate::str::contains("even without fragmentation").not());
 }
 
-/// Each GPU has its own panel, its capacity in the heading: on an L4 and an A100 40GB the
-/// XL backward step runs out of memory late in the trace (events 20,952 and 22,433 of
-/// 24,263), each marked in its own panel where no label is.
-#[test]
-#[ignore = "needs ../shared/data"]
-fn each_gpu_has_its_panel_and_its_oom_marked_in_it() {
+/// The simulate chart of the cliffkai XL backward step on an L4 and on `gpu`, written to
+/// `name` in a fresh folder.
+fn cliffkai_xl_chart(name: &str, gpu: &str) -> String {
     let data = common::require_shared_data();
     let file = data.join("cs336-cliffkai/memory_snapshot_xl_bwd.pickle");
-    let out = tempdir().join("late_ooms.svg");
+    let out = tempdir().join(name);
     vramlens()
         .args([
             "simulate",
@@ -329,13 +326,22 @@ fn each_gpu_has_its_panel_and_its_oom_marked_in_it() {
             "--gpu",
             "l4",
             "--gpu",
-            "a100-40gb",
+            gpu,
         ])
         .args(["--no-min-capacity", "--force", "-o"])
         .arg(&out)
         .assert()
         .success();
-    let svg = std::fs::read_to_string(&out).unwrap();
+    std::fs::read_to_string(&out).unwrap()
+}
+
+/// Each GPU has its own panel, its capacity in the heading: on an L4 and an A100 40GB the
+/// XL backward step runs out of memory late in the trace (events 20,952 and 22,433 of
+/// 24,263), each marked in its own panel where no label is.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn each_gpu_has_its_panel_and_its_oom_marked_in_it() {
+    let svg = cliffkai_xl_chart("late_ooms.svg", "a100-40gb");
     // One panel per GPU, its capacity in its heading, left: no OOM marker can fall under
     // it; each marker is in its own GPU's panel, under the heading.
     let y_of = |tag: &str| -> f64 {
@@ -498,23 +504,7 @@ fn the_model_follows_the_release_summary_guesses_on_real_files() {
 #[test]
 #[ignore = "needs ../shared/data"]
 fn the_chart_of_a_long_recording_stays_small() {
-    let data = common::require_shared_data();
-    let file = data.join("cs336-cliffkai/memory_snapshot_xl_bwd.pickle");
-    let out = tempdir().join("long.svg");
-    vramlens()
-        .args([
-            "simulate",
-            file.to_str().unwrap(),
-            "--gpu",
-            "l4",
-            "--gpu",
-            "h100",
-        ])
-        .args(["--no-min-capacity", "--force", "-o"])
-        .arg(&out)
-        .assert()
-        .success();
-    let svg = std::fs::read_to_string(&out).unwrap();
+    let svg = cliffkai_xl_chart("long.svg", "h100");
     // Each polyline: at most 4 points per half-pixel column of the 856 px plot.
     for line in svg.lines().filter(|l| l.contains("<polyline")) {
         let points = line.split(r#"points=""#).nth(1).unwrap();
