@@ -60,6 +60,8 @@ for f in "${inputs[@]}"; do
     run "$k.report" report "$f" -o "$out/$k.report.html"
     run "$k.export" export --format jsonl --events "$f" -o "$out/$k.export"
     run "$k.reconcile" reconcile "$f" --nvml testdata/gpu/ok/nvml.jsonl --allow-no-overlap
+    run "$k.simulate" simulate "$f"
+    run "$k.simulate.json" simulate --json --gpu h100 --alloc-conf expandable_segments:True "$f"
 done
 
 # Inputs of several files, and side inputs.

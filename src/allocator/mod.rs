@@ -19,6 +19,8 @@
 //!   its settings.
 //! - [`identity`]: the recorded requests replayed with the recorded settings, compared
 //!   event by event with the recording.
+//! - [`checked`]: a recording prepared and checked once, shared by every analysis of a
+//!   command that replays it.
 //! - [`midway`]: the state in the middle of a recording, rebuilt from it, for a check in
 //!   two halves at once.
 //! - [`scenario`]: the requests replayed under other settings and capacities, the first
@@ -27,6 +29,7 @@
 //! Nothing here formats words: `analysis::what_if::simulate` gathers the answers and `render`
 //! words them.
 
+pub mod checked;
 pub mod device;
 pub mod identity;
 pub mod midway;

@@ -501,14 +501,25 @@ pub fn run_each(
     settings: &Settings,
     devices: &[(u64, u64)],
 ) -> (Option<Outcome>, Vec<Result<Outcome, StartDoesNotFit>>) {
-    use rayon::prelude::*;
     let free = settings
         .memory_fraction
         .is_none()
         .then(|| unlimited(p, settings, false))
         .and_then(|u| u.ok())
-        .map(|(o, _)| o)
-        .filter(|o| o.first_oom.is_none());
+        .map(|(o, _)| o);
+    run_each_after(p, settings, devices, free)
+}
+
+/// [`run_each`] with the replay with no limit under `settings` made already (`free`: its
+/// outcome; None where a memory fraction is set).
+pub fn run_each_after(
+    p: &Prepared,
+    settings: &Settings,
+    devices: &[(u64, u64)],
+    free: Option<Outcome>,
+) -> (Option<Outcome>, Vec<Result<Outcome, StartDoesNotFit>>) {
+    use rayon::prelude::*;
+    let free = free.filter(|o| o.first_oom.is_none());
     let each = devices
         .par_iter()
         .map(|&(capacity, total)| match &free {

@@ -13,6 +13,7 @@
 //! enough, the memory was there but in pieces (fragmentation, private pools) or the
 //! device refused with room to spare (a cap).
 
+use crate::allocator::checked::CheckedRun;
 use crate::allocator::scenario::OomCause;
 use crate::analysis::device::{DeviceReason, choose_device};
 use crate::analysis::kinds::attribution::{AttributionOptions, Attributor, GroupBy, GroupKind};
@@ -878,12 +879,19 @@ pub struct OomPrepared<'p, 'a> {
     pub device: i64,
     pub attr: &'p Attributor<'a>,
     pub collected: Vec<Collected>,
+    /// The device's recording prepared and checked by the command already.
+    pub checked: Option<&'p CheckedRun>,
 }
 
 impl<'p, 'a> OomPrepared<'p, 'a> {
     /// The attributor given for device `d`, if it is the device prepared.
     fn attr_for(&self, d: i64) -> Option<&'p Attributor<'a>> {
         (d == self.device).then_some(self.attr)
+    }
+
+    /// The recording of device `d` checked already, if it is the device prepared.
+    fn checked_for(&self, d: i64) -> Option<&'p CheckedRun> {
+        self.checked.filter(|_| d == self.device)
     }
 
     /// What was collected at `at` on device `d`, taken once.
@@ -1110,7 +1118,8 @@ pub fn analyze_oom(
             ));
         }
         // Only this device's analyses: the earlier devices' are not searched again.
-        attach_what_ifs(snap, d, settings, &mut analyses[first..]);
+        let checked = prepared.as_ref().and_then(|p| p.checked_for(d));
+        attach_what_ifs(snap, d, settings, checked, &mut analyses[first..]);
     }
     let mut reason = match (device, all.len()) {
         (Some(_), _) => Some(DeviceReason::Asked),
@@ -1172,10 +1181,21 @@ pub fn analyze_oom(
 
 /// Each recorded OOM of `device` with its what-ifs, and its verdicts again in their
 /// light (a setting they show does not let the request through is not offered).
-fn attach_what_ifs(snap: &Snapshot, device: i64, settings: Settings, analyses: &mut [OomAnalysis]) {
-    use crate::analysis::what_if::oom_what_if::what_ifs;
+/// (`checked`: the device's recording checked already, else it is prepared and checked
+/// here).
+fn attach_what_ifs(
+    snap: &Snapshot,
+    device: i64,
+    settings: Settings,
+    checked: Option<&CheckedRun>,
+    analyses: &mut [OomAnalysis],
+) {
+    use crate::analysis::what_if::oom_what_if::{what_ifs, what_ifs_of};
     // The OOMs analysed are the first MAX_ANALYSES of the device.
-    let found = what_ifs(snap, device, MAX_ANALYSES);
+    let found = match checked {
+        Some(c) => what_ifs_of(&c.prepared, &c.identity, MAX_ANALYSES),
+        None => what_ifs(snap, device, MAX_ANALYSES),
+    };
     for a in analyses
         .iter_mut()
         .filter(|a| a.device == device && a.source == Source::OomEvent)

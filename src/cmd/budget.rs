@@ -7,7 +7,7 @@ use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use vramlens::allocator::prepared::Prepared;
+use vramlens::allocator::checked::CheckedRun;
 use vramlens::analysis::budget::gpus::Gpu;
 use vramlens::analysis::budget::stream::Stream;
 use vramlens::analysis::budget::{
@@ -72,11 +72,11 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                     let (mut run, (prepared, replayed)) = rayon::join(
                         || run_budget(&snap, &info.path, this, &options, outside, with_lines),
                         || {
-                            let p = Prepared::new(&snap, device, None).ok();
-                            let r = p
+                            let checked = CheckedRun::new(&snap, device, None).ok();
+                            let r = checked
                                 .as_ref()
-                                .map(|p| replay_on(&snap, p, &gpus, outside.counted_bytes));
-                            (p, r.unwrap_or_default())
+                                .map(|c| replay_on(c, &gpus, outside.counted_bytes));
+                            (checked.map(|c| c.prepared), r.unwrap_or_default())
                         },
                     );
                     run.replays = replayed.gpus;

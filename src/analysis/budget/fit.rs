@@ -3,9 +3,8 @@
 //! the headroom, from how much the peak varies where the files repeat it.
 
 use super::*;
-use crate::allocator::prepared::Prepared;
+use crate::allocator::checked::CheckedRun;
 use crate::analysis::budget::gpus::Gpu;
-use crate::model::Snapshot;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -63,17 +62,25 @@ fn highest_first_peak(p: &crate::allocator::prepared::Prepared) -> Option<u64> {
 }
 
 /// [`run_each`](crate::allocator::scenario::run_each) at `devices` under the recorded
-/// settings, beside the replay taking equal free blocks highest address first: each
-/// device's outcome and the run's [`TieBreak`].
+/// settings (the replay with no limit being `run`'s), beside the replay taking equal free
+/// blocks highest address first: each device's outcome and the run's [`TieBreak`].
 fn replays_with_tie_break(
-    p: &Prepared,
+    run: &CheckedRun,
     devices: &[(u64, u64)],
 ) -> (
     Vec<Result<crate::allocator::scenario::Outcome, crate::allocator::scenario::StartDoesNotFit>>,
     Option<TieBreak>,
 ) {
+    let p = &run.prepared;
     let ((free, outcomes), highest) = rayon::join(
-        || crate::allocator::scenario::run_each(p, &p.settings, devices),
+        || {
+            crate::allocator::scenario::run_each_after(
+                p,
+                &p.settings,
+                devices,
+                run.unlimited.clone(),
+            )
+        },
         || highest_first_peak(p),
     );
     let tie_break = free.zip(highest).map(|(f, h)| TieBreak {
@@ -90,36 +97,34 @@ pub struct RunReplays {
     pub tie_break: Option<TieBreak>,
 }
 
-/// Replays a prepared run at each GPU's capacity less `outside`.
-pub fn replay_on(snap: &Snapshot, p: &Prepared, gpus: &[Gpu], outside: u64) -> RunReplays {
-    use crate::allocator::identity::reproduces;
+/// Replays a checked run at each GPU's capacity less `outside`.
+pub fn replay_on(run: &CheckedRun, gpus: &[Gpu], outside: u64) -> RunReplays {
     use crate::allocator::scenario::run_each;
-    let (exact, outcomes) = rayon::join(
-        || reproduces(snap, p),
-        || {
-            let devices: Vec<(u64, u64)> = gpus
-                .iter()
-                .map(|g| (g.capacity_bytes.saturating_sub(outside), g.capacity_bytes))
-                .collect();
-            let (outcomes, tie_break) = replays_with_tie_break(p, &devices);
-            // Where memory runs out, whether expandable segments let it through.
-            let short: Vec<usize> = (0..gpus.len())
-                .filter(|&i| outcomes[i].as_ref().is_ok_and(|o| o.first_oom.is_some()))
-                .collect();
-            let mut with_expandable: Vec<Option<bool>> = vec![None; gpus.len()];
-            if !short.is_empty() && !p.settings.expandable_segments {
-                let s = crate::allocator::Settings {
-                    expandable_segments: true,
-                    ..p.settings.clone()
-                };
-                let at: Vec<(u64, u64)> = short.iter().map(|&i| devices[i]).collect();
-                for (&i, o) in short.iter().zip(run_each(p, &s, &at).1) {
-                    with_expandable[i] = Some(o.is_ok_and(|e| e.first_oom.is_none()));
-                }
+    let p = &run.prepared;
+    let exact = run.identity.exact();
+    let outcomes = {
+        let devices: Vec<(u64, u64)> = gpus
+            .iter()
+            .map(|g| (g.capacity_bytes.saturating_sub(outside), g.capacity_bytes))
+            .collect();
+        let (outcomes, tie_break) = replays_with_tie_break(run, &devices);
+        // Where memory runs out, whether expandable segments let it through.
+        let short: Vec<usize> = (0..gpus.len())
+            .filter(|&i| outcomes[i].as_ref().is_ok_and(|o| o.first_oom.is_some()))
+            .collect();
+        let mut with_expandable: Vec<Option<bool>> = vec![None; gpus.len()];
+        if !short.is_empty() && !p.settings.expandable_segments {
+            let s = crate::allocator::Settings {
+                expandable_segments: true,
+                ..p.settings.clone()
+            };
+            let at: Vec<(u64, u64)> = short.iter().map(|&i| devices[i]).collect();
+            for (&i, o) in short.iter().zip(run_each(p, &s, &at).1) {
+                with_expandable[i] = Some(o.is_ok_and(|e| e.first_oom.is_none()));
             }
-            (outcomes, with_expandable, tie_break)
-        },
-    );
+        }
+        (outcomes, with_expandable, tie_break)
+    };
     let (outcomes, with_expandable, tie_break) = outcomes;
     let replays = gpus
         .iter()

@@ -7,6 +7,7 @@
 //! Each moment is one state of the replay: moments that fall on the same event (an OOM
 //! that is also the last event) are one, under every name it has.
 
+use crate::allocator::checked::CheckedRun;
 use crate::analysis::device::reconcile::{
     ReconcileError, ReconcileOptions, Reconciliation, analyze_reconcile,
 };
@@ -172,6 +173,7 @@ fn moment_report(
     choice: &DeviceChoice,
     peak_reserved: Option<u64>,
     budget_outside: Option<crate::analysis::budget::Outside>,
+    checked: Option<&CheckedRun>,
 ) -> MomentReport {
     let budget = budget_outside.map(|outside| {
         let mut b = crate::analysis::budget::budget_of(
@@ -190,10 +192,9 @@ fn moment_report(
         );
         // Its fits replay the run at each GPU's capacity, and its headroom reads the
         // order of equal free blocks, as `budget`'s do.
-        if let Ok(p) = crate::allocator::prepared::Prepared::new(snap, choice.device, None) {
+        if let Some(run) = checked {
             let gpus = crate::analysis::budget::gpus::default_gpus();
-            let replayed =
-                crate::analysis::budget::replay_on(snap, &p, &gpus, outside.counted_bytes);
+            let replayed = crate::analysis::budget::replay_on(run, &gpus, outside.counted_bytes);
             b.replays = replayed.gpus;
             b.tie_break = replayed.tie_break;
         }
@@ -476,6 +477,9 @@ fn device_report(
         Some(options.messages),
     )
     .unwrap_or_else(|_| crate::analysis::budget::Outside::not_measured());
+    // The what-if's check and replay with no limit serve the budget's fits and the OOMs'
+    // what-ifs too.
+    let (simulate, checked) = what_if(snap, path, &choice);
     let mut moments: Vec<MomentReport> = wanted
         .into_par_iter()
         .zip(lives)
@@ -492,6 +496,7 @@ fn device_report(
                 &choice,
                 peak_reserved,
                 (budget_at == Some(k)).then_some(outside),
+                checked.as_ref(),
             )
         })
         .collect();
@@ -529,6 +534,7 @@ fn device_report(
             device,
             attr: &view_attr,
             collected,
+            checked: checked.as_ref(),
         }),
     );
     let reconcile = match options.readings {
@@ -566,7 +572,6 @@ fn device_report(
         let d = rec.devices.iter().find(|x| x.device == device)?;
         Some((rec.device_log_source, d))
     });
-    let simulate = what_if(snap, path, &choice);
     let oom_ledgers = oom
         .analyses
         .iter()
@@ -591,13 +596,17 @@ fn device_report(
     ))
 }
 
-/// The report's what-if: the recording's settings and the other kind of segments.
+/// The report's what-if: the recording's settings and the other kind of segments; with
+/// the recording prepared and checked.
 fn what_if(
     snap: &Snapshot,
     path: &str,
     choice: &DeviceChoice,
-) -> Option<crate::analysis::what_if::simulate::SimulateReport> {
-    use crate::analysis::what_if::simulate::{SimulateOptions, analyze_simulate};
+) -> (
+    Option<crate::analysis::what_if::simulate::SimulateReport>,
+    Option<CheckedRun>,
+) {
+    use crate::analysis::what_if::simulate::{SimulateOptions, analyze_simulate_checked};
     let profile = crate::allocator::Profile::guess(snap);
     let recorded = crate::allocator::Settings::of_snapshot(snap, profile).unwrap_or_default();
     let other = crate::allocator::Settings {
@@ -614,6 +623,6 @@ fn what_if(
         min_capacity: true,
         ..SimulateOptions::default()
     };
-    let r = analyze_simulate(snap, path, choice, &options);
-    (!r.devices.is_empty()).then_some(r)
+    let (r, checked) = analyze_simulate_checked(snap, path, choice, &options);
+    ((!r.devices.is_empty()).then_some(r), checked)
 }

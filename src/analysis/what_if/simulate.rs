@@ -9,10 +9,12 @@
 //! out-of-memory error and the smallest device that runs the requests. Scenarios run in
 //! parallel; the report is the same for any number of threads.
 
+use crate::allocator::checked::CheckedRun;
 use crate::allocator::identity::{Identity, Parting, check_sharing, reproduces, split_point};
 use crate::allocator::prepared::{NotReplayable, Prepared};
 use crate::allocator::scenario::{
-    FirstOom, MinCapacity, OomCause, Scenario, StartDoesNotFit, Unlimited, limit_changes_nothing,
+    FirstOom, MinCapacity, OomCause, Outcome, Scenario, StartDoesNotFit, Unlimited,
+    limit_changes_nothing,
     min_capacity, min_capacity_searched, run, searchable, unlimited,
 };
 use crate::allocator::{Profile, Settings};
@@ -196,6 +198,17 @@ pub fn analyze_simulate(
     choice: &DeviceChoice,
     options: &SimulateOptions,
 ) -> SimulateReport {
+    analyze_simulate_checked(snap, path, choice, options).0
+}
+
+/// [`analyze_simulate`], and the device's recording prepared and checked, for the other
+/// analyses of a command to share (None where it was not simulated).
+pub fn analyze_simulate_checked(
+    snap: &Snapshot,
+    path: &str,
+    choice: &DeviceChoice,
+    options: &SimulateOptions,
+) -> (SimulateReport, Option<CheckedRun>) {
     let mut out = SimulateReport {
         schema_version: SCHEMA_VERSION,
         path: path.to_string(),
@@ -204,22 +217,31 @@ pub fn analyze_simulate(
         not_simulated: Vec::new(),
         layout: crate::model::layout::layout(snap),
     };
-    match simulate_one(snap, choice.device, options) {
-        Ok(d) => out.devices.push(d),
-        Err(n) => out.not_simulated.push(n),
-    }
-    out
+    let checked = match simulate_one(snap, choice.device, options) {
+        Ok((d, checked)) => {
+            out.devices.push(d);
+            Some(checked)
+        }
+        Err(n) => {
+            out.not_simulated.push(n);
+            None
+        }
+    };
+    (out, checked)
 }
 
-/// The simulation of one device, or why there is none.
+/// The simulation of one device, or why there is none; with the recording prepared and
+/// checked.
 pub fn simulate_one(
     snap: &Snapshot,
     device: i64,
     options: &SimulateOptions,
-) -> Result<DeviceSimulation, NotSimulated> {
+) -> Result<(DeviceSimulation, CheckedRun), NotSimulated> {
     let p = Prepared::new(snap, device, options.profile)
         .map_err(|reason| NotSimulated { device, reason })?;
-    Ok(simulate_device(snap, &p, options))
+    let (d, unlimited) = simulate_device(snap, &p, options);
+    let identity = d.identity.clone();
+    Ok((d, CheckedRun::from_parts(p, identity, unlimited)))
 }
 
 /// A capacity to try.
@@ -231,8 +253,14 @@ struct Capacity {
     total_memory: Option<u64>,
 }
 
-fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> DeviceSimulation {
-    let (identity, scenarios) = scenarios_of(snap, p, options);
+/// A device's simulation, and the outcome of its replay with the recorded settings and
+/// no limit.
+fn simulate_device(
+    snap: &Snapshot,
+    p: &Prepared,
+    options: &SimulateOptions,
+) -> (DeviceSimulation, Option<Outcome>) {
+    let (identity, scenarios, unlimited) = scenarios_of(snap, p, options);
     // The settings `oom` suggests, tried at the first recorded OOM, after the same check.
     let recorded_oom_what_if = crate::analysis::what_if::oom_what_if::what_ifs_of(p, &identity, 1)
         .into_iter()
@@ -240,7 +268,7 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
         .map(|(_, w)| w);
     let outside = outside_of(options);
     let trace = snap.trace(p.device);
-    DeviceSimulation {
+    let d = DeviceSimulation {
         recorded_series: p.recorded_reserved(),
         events: trace.map_or(0, |t| t.len() as u32),
         device: p.device,
@@ -253,7 +281,8 @@ fn simulate_device(snap: &Snapshot, p: &Prepared, options: &SimulateOptions) -> 
         outside,
         scenarios,
         recorded_oom_what_if,
-    }
+    };
+    (d, unlimited)
 }
 
 fn outside_of(options: &SimulateOptions) -> Outside {
@@ -261,12 +290,13 @@ fn outside_of(options: &SimulateOptions) -> Outside {
 }
 
 /// The check, and the scenarios of a device: every setting at every capacity, and each
-/// setting's smallest device.
+/// setting's smallest device; with the outcome of the replay with the recorded settings
+/// and no limit.
 fn scenarios_of(
     snap: &Snapshot,
     p: &Prepared,
     options: &SimulateOptions,
-) -> (Identity, Vec<ScenarioReport>) {
+) -> (Identity, Vec<ScenarioReport>, Option<Outcome>) {
     use rayon::prelude::*;
     let outside = outside_of(options);
     let mut capacities = Vec::new();
@@ -446,7 +476,9 @@ fn scenarios_of(
             r
         })
         .collect();
-    (identity, scenarios)
+    let baseline = unlimited_runs.into_iter().next().flatten();
+    let unlimited = baseline.and_then(|u| u.ok()).map(|(o, _)| o);
+    (identity, scenarios, unlimited)
 }
 
 fn oom_at(snap: &Snapshot, device: i64, f: FirstOom) -> OomAt {

@@ -1,0 +1,61 @@
+//! A device's recording prepared and checked once for a whole command: every analysis
+//! that replays it (a budget's fits, the what-ifs of its OOMs, the report's what-if)
+//! reads the same check and the same replay with no limit instead of making its own.
+
+use super::identity::{Identity, Parting, check_sharing, split_point};
+use super::prepared::{NotReplayable, Prepared};
+use super::scenario::{Outcome, Search};
+use super::settings::Profile;
+use crate::model::Snapshot;
+use std::sync::Mutex;
+
+/// A device's recording prepared ([`Prepared`]), its identity check, and the replay with
+/// the recorded settings and no limit.
+pub struct CheckedRun {
+    pub prepared: Prepared,
+    pub identity: Identity,
+    /// The replay with the recorded settings and no limit; None where the recorded
+    /// settings set a memory fraction (a limit of their own).
+    pub unlimited: Option<Outcome>,
+}
+
+impl CheckedRun {
+    /// Prepares `device`'s recording (under `profile`, else the one guessed) and checks it.
+    pub fn new(
+        snap: &Snapshot,
+        device: i64,
+        profile: Option<Profile>,
+    ) -> Result<Self, NotReplayable> {
+        Ok(Self::of(snap, Prepared::new(snap, device, profile)?))
+    }
+
+    /// Checks a prepared recording: the replay with no limit is the check's own as far
+    /// as the two are one ([`check_sharing`]), and goes on alone from where they part.
+    pub fn of(snap: &Snapshot, prepared: Prepared) -> Self {
+        let parted: Mutex<Option<(Outcome, Option<Search>)>> = Mutex::new(None);
+        let checked = rayon::scope(|scope| {
+            let p = &prepared;
+            let parted = &parted;
+            let part = move |parting: Parting| {
+                scope.spawn(move |_| {
+                    let resumed = parting.track.resume(p, parting.at);
+                    *parted.lock().expect("no panic holds it") = Some(resumed);
+                });
+            };
+            check_sharing(snap, p, false, &part, split_point(p))
+        });
+        let parted = parted.into_inner().expect("no panic holds it");
+        let unlimited = checked.scenario.or(parted).map(|(o, _)| o);
+        Self::from_parts(prepared, checked.identity, unlimited)
+    }
+
+    /// A run checked elsewhere (the check, and the outcome of the replay with no limit).
+    pub fn from_parts(prepared: Prepared, identity: Identity, unlimited: Option<Outcome>) -> Self {
+        let unlimited = unlimited.filter(|_| prepared.settings.memory_fraction.is_none());
+        CheckedRun {
+            prepared,
+            identity,
+            unlimited,
+        }
+    }
+}
