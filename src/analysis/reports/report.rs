@@ -428,22 +428,31 @@ fn device_report(
 ) -> Result<(DeviceReport, DeviceSummary), ReportError> {
     let device = choice.device;
     let r = DeviceReplay::new(snap, device);
-    // An attributor caches per frame and is not shared between threads: one per task,
-    // each bound to the device's categories, found once.
-    let categories = {
-        let plain = Attributor::new(&snap.frames, options.attribution);
-        crate::analysis::kinds::categories::DeviceCategories::build(&r, &plain)
-    };
+    let ooms: Vec<usize> = r.trace.oom_events().collect();
+    let before = moments_before(&r, &ooms);
+    let more_ooms = ooms.len().saturating_sub(MAX_OOM_MOMENTS);
+    let ats: Vec<Option<usize>> = before.iter().map(|m| m.event.map(|e| e as usize)).collect();
+    // The what-if replays the allocator model, the rest reads the device's timeline: the
+    // two are independent and run at once. An attributor caches per frame and is not
+    // shared between threads: one per task, each bound to the device's categories, found
+    // once.
+    let ((categories, view_attr, replayed), (simulate, checked)) = rayon::join(
+        || {
+            let plain = Attributor::new(&snap.frames, options.attribution);
+            let categories =
+                crate::analysis::kinds::categories::DeviceCategories::build(&r, &plain);
+            let mut view_attr = Attributor::new(&snap.frames, options.attribution);
+            view_attr.bind(categories.clone());
+            let replayed = replay_once(snap, &r, &view_attr, &categories.phases, &ats);
+            (categories, view_attr, replayed)
+        },
+        || what_if(snap, path, &choice),
+    );
     let attr = || {
         let mut a = Attributor::new(&snap.frames, options.attribution);
         a.bind(categories.clone());
         a
     };
-    let ooms: Vec<usize> = r.trace.oom_events().collect();
-    let before = moments_before(&r, &ooms);
-    let more_ooms = ooms.len().saturating_sub(MAX_OOM_MOMENTS);
-    let view_attr = attr();
-    let ats: Vec<Option<usize>> = before.iter().map(|m| m.event.map(|e| e as usize)).collect();
     let Replayed {
         by_callsite,
         by_category,
@@ -454,7 +463,7 @@ fn device_report(
         leak_suspects,
         phase_peaks,
         step_peaks,
-    } = replay_once(snap, &r, &view_attr, &categories.phases, &ats);
+    } = replayed;
     let peak = peak.and_then(|live| {
         let m = resolve(&r, Moment::Peak, || live.at).ok()?;
         Some((m, live))
@@ -479,7 +488,6 @@ fn device_report(
     .unwrap_or_else(|_| crate::analysis::budget::Outside::not_measured());
     // The what-if's check and replay with no limit serve the budget's fits and the OOMs'
     // what-ifs too.
-    let (simulate, checked) = what_if(snap, path, &choice);
     let mut moments: Vec<MomentReport> = wanted
         .into_par_iter()
         .zip(lives)

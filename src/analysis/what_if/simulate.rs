@@ -14,8 +14,7 @@ use crate::allocator::identity::{Identity, Parting, check_sharing, reproduces, s
 use crate::allocator::prepared::{NotReplayable, Prepared};
 use crate::allocator::scenario::{
     FirstOom, MinCapacity, OomCause, Outcome, Scenario, StartDoesNotFit, Unlimited,
-    limit_changes_nothing,
-    min_capacity, min_capacity_searched, run, searchable, unlimited,
+    limit_changes_nothing, min_capacity, min_capacity_searched, run, searchable, unlimited,
 };
 use crate::allocator::{Profile, Settings};
 use crate::analysis::budget::Outside;
