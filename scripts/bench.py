@@ -12,6 +12,10 @@ Legs, each run in a fresh child process with the page cache warm:
                         --cmd 'timeline=timeline --force -o {out}.svg {file}'
                         --cmd 'oom=oom --json {file}'
                         --cmd 'segments=segments --force -o {out}.svg {file}'
+  previous commands   with `--previous BIN`: each command again with another vramlens binary
+                      (the previous release), in the same rounds, named `previous NAME`
+  other tools         `--tool NAME=ARGV` (repeatable): any other program, `{file}` in ARGV
+                      the snapshot (e.g. a peer's parser built natively)
   pickle.load         `python3 -c "pickle.load(open(FILE,'rb'))"` (gzip.open for .gz input)
   memory_viz          PyTorch's `_memory_viz.py stats FILE` (pickle.load, then a pass over
                       the segments), when it is at hand: env VRAMLENS_MEMORY_VIZ=/path (run
@@ -29,7 +33,8 @@ from the child's rusage (os.wait4; ru_maxrss, KiB on Linux). Columns:
   RSS MB, RSS/file   median peak RSS, and divided by the file size
   x pickle.load      how many times faster than pickle.load (its wall / this wall)
   x memory_viz       the same against _memory_viz.py stats
-  / summary          this command's wall divided by `summary`'s (when a leg named summary ran)
+  / summary          this command's wall divided by `summary`'s (when a leg named summary ran;
+                     a previous binary's legs by that binary's `summary`)
 
 Peak RSS has a floor of about 10 MB (printed): a child's ru_maxrss starts at this
 process's RSS at fork. A command that fails (non-zero exit, signal, timeout) is reported
@@ -176,6 +181,10 @@ def main(argv=None):
                     help='vramlens binary (default: target/release/vramlens)')
     ap.add_argument('--cmd', action='append', type=parse_cmd, metavar='NAME=ARGS',
                     help="a vramlens command to time (repeatable; default 'summary=summary --json {file}')")
+    ap.add_argument('--previous', metavar='BIN',
+                    help='another vramlens binary (the previous release) run with the same commands')
+    ap.add_argument('--tool', action='append', type=parse_cmd, default=[], metavar='NAME=ARGV',
+                    help="another program to time, {file} in ARGV the snapshot (repeatable)")
     ap.add_argument('--python', default=sys.executable, help='interpreter for the Python legs')
     ap.add_argument('--no-python', action='store_true', help='skip pickle.load and memory_viz')
     ap.add_argument('--repeat', type=int, default=3, help='rounds (default 3; the median is shown)')
@@ -190,11 +199,19 @@ def main(argv=None):
     cmds = args.cmd or [('summary', 'summary --json {file}')]
     outdir = tempfile.mkdtemp(prefix='vramlens-bench-')
     legs = []                      # (name, kind, make_argv or None, skip reason)
+    binaries = [('vramlens', vl)]
+    if args.previous:
+        binaries.append(('previous', os.path.abspath(args.previous)))
     for name, spec in cmds:
-        def make(f, spec=spec, name=name):
-            out = os.path.join(outdir, name)
-            return [vl] + [a.replace('{file}', f).replace('{out}', out) for a in shlex.split(spec)]
-        legs.append(('vramlens ' + name, 'vramlens', make, None, spec))
+        for label, binary in binaries:
+            def make(f, spec=spec, name=name, label=label, binary=binary):
+                out = os.path.join(outdir, label + '-' + name)
+                return [binary] + [a.replace('{file}', f).replace('{out}', out)
+                                   for a in shlex.split(spec)]
+            legs.append((label + ' ' + name, label, make, None, spec))
+    for name, spec in args.tool:
+        legs.append((name, 'tool', lambda f, spec=spec: [a.replace('{file}', f) for a in shlex.split(spec)],
+                     None, spec))
     if not args.no_python:
         legs.append(('pickle.load', 'python', lambda f: [args.python, '-c', LOAD_CODE, f], None, None))
         mv_prefix, mv_reason = memory_viz_leg(args.python)
@@ -275,13 +292,13 @@ def main(argv=None):
             rec['peak_rss_mb'] = rss / 1e6
             rec['rss_per_file'] = rss / size if size else None
             rec['mb_per_s'] = size / 1e6 / wall if wall else None
-            if kind == 'vramlens':
+            if kind in ('vramlens', 'previous'):
                 if 'pickle.load' in med:
                     rec['x_pickle_load'] = med['pickle.load'] / wall
                 if 'memory_viz' in med:
                     rec['x_memory_viz'] = med['memory_viz'] / wall
-                if 'vramlens summary' in med:
-                    rec['per_summary'] = wall / med['vramlens summary']
+                if kind + ' summary' in med:
+                    rec['per_summary'] = wall / med[kind + ' summary']
             results.append(rec)
 
     meta = {'python': platform.python_version(), 'platform': platform.platform(),

@@ -13,7 +13,11 @@ This pools the rounds of every run given (a leg counts in the runs that have it)
   MB/s          file size / median wall (MB = 10^6 bytes)
   peak RSS MB   median; RSS / file the same over the file size
   / summary     the median of each round's wall over the same round's `summary` wall,
-                with the smallest and largest (for pickle.load: how many times slower)
+                with the smallest and largest (for pickle.load: how many times slower); a
+                previous binary's legs (`previous NAME`) over that binary's `summary`
+  / previous    where `bench.py --previous` ran: the median of each round's wall over the
+                same round's wall of the same command by the previous binary, with the
+                smallest and largest (below 1: faster now)
 
 Prints a Markdown table, files and legs in the order of the runs (a leg that joins in a
 later run goes after the leg it follows there).
@@ -38,7 +42,8 @@ def main(paths):
             results = json.load(f)['results']
         ok = {(r['file'], leg_name(r['tool'])): r for r in results if r['status'] == 'ok'}
         for (file, leg), r in ok.items():
-            summary = ok.get((file, 'summary'))
+            base_leg = 'previous summary' if leg.startswith('previous ') else 'summary'
+            summary = ok.get((file, base_leg))
             if summary is None:
                 continue
             if (file, leg) not in rounds:
@@ -49,13 +54,16 @@ def main(paths):
                 at = order.index(prev) + 1 if prev in order else len(order)
                 order.insert(at, (file, leg))
             sizes[file] = r['size_bytes']
-            for run, base in zip(r['runs'], summary['runs']):
+            prev = ok.get((file, 'previous ' + leg))
+            prev_runs = prev['runs'] if prev else [None] * len(r['runs'])
+            for run, base, p in zip(r['runs'], summary['runs'], prev_runs):
                 rounds[(file, leg)].append(
-                    (run['wall_s'], run['cpu_s'], run['maxrss_kib'], base['wall_s']))
+                    (run['wall_s'], run['cpu_s'], run['maxrss_kib'], base['wall_s'],
+                     p['wall_s'] if p else None))
     files = list(dict.fromkeys(f for f, _ in order))
     print('| file | tool | rounds | wall s | CPU s | CPU/wall | MB/s | peak RSS MB '
-          '| RSS / file | / summary (range) |')
-    print('|---|---|---:|---:|---:|---:|---:|---:|---:|---|')
+          '| RSS / file | / summary (range) | / previous (range) |')
+    print('|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|')
     med = statistics.median
     for file in files:
         mb = sizes[file] / 1e6
@@ -66,10 +74,13 @@ def main(paths):
             wall = med(x[0] for x in v)
             rss = med(x[2] for x in v) * 1024 / 1e6
             ratios = [x[0] / x[3] for x in v]
+            vs = [x[0] / x[4] for x in v if x[4]]
+            previous = f'{med(vs):.2f} ({min(vs):.2f}-{max(vs):.2f})' if vs else ''
             name = file.rsplit('/', 1)[-1].removesuffix('.pickle')
             print(f'| {name} | {leg} | {len(v)} | {wall:.2f} | {med(x[1] for x in v):.2f} '
                   f'| {med(x[1] / x[0] for x in v):.2f} | {mb / wall:.0f} | {rss:.0f} '
-                  f'| {rss / mb:.2f} | {med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |')
+                  f'| {rss / mb:.2f} | {med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) '
+                  f'| {previous} |')
 
 
 if __name__ == '__main__':
