@@ -5,7 +5,7 @@
 use super::identity::{Identity, Parting, check_sharing, split_point};
 use super::prepared::{NotReplayable, Prepared};
 use super::scenario::{Outcome, Search};
-use super::settings::Profile;
+use super::settings::{Profile, Settings};
 use crate::model::Snapshot;
 use std::sync::Mutex;
 
@@ -17,6 +17,8 @@ pub struct CheckedRun {
     /// The replay with the recorded settings and no limit; None where the recorded
     /// settings set a memory fraction (a limit of their own).
     pub unlimited: Option<Outcome>,
+    /// Replays with no limit under other settings, made already by the command.
+    pub others: Vec<(Settings, Outcome)>,
 }
 
 impl CheckedRun {
@@ -46,16 +48,38 @@ impl CheckedRun {
         });
         let parted = parted.into_inner().expect("no panic holds it");
         let unlimited = checked.scenario.or(parted).map(|(o, _)| o);
-        Self::from_parts(prepared, checked.identity, unlimited)
+        Self::from_parts(prepared, checked.identity, unlimited, Vec::new())
     }
 
-    /// A run checked elsewhere (the check, and the outcome of the replay with no limit).
-    pub fn from_parts(prepared: Prepared, identity: Identity, unlimited: Option<Outcome>) -> Self {
+    /// A run checked elsewhere: the check, the outcome of the replay with no limit, and
+    /// those under other settings.
+    pub fn from_parts(
+        prepared: Prepared,
+        identity: Identity,
+        unlimited: Option<Outcome>,
+        others: Vec<(Settings, Outcome)>,
+    ) -> Self {
         let unlimited = unlimited.filter(|_| prepared.settings.memory_fraction.is_none());
         CheckedRun {
             prepared,
             identity,
             unlimited,
+            others,
         }
+    }
+
+    /// The replay with no limit under `settings`, where it was made (none is with a
+    /// memory fraction, a limit of its own).
+    pub fn unlimited_under(&self, settings: &Settings) -> Option<&Outcome> {
+        if settings.memory_fraction.is_some() {
+            return None;
+        }
+        if *settings == self.prepared.settings {
+            return self.unlimited.as_ref();
+        }
+        self.others
+            .iter()
+            .find(|(s, _)| s == settings)
+            .map(|(_, o)| o)
     }
 }

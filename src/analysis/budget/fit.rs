@@ -99,7 +99,7 @@ pub struct RunReplays {
 
 /// Replays a checked run at each GPU's capacity less `outside`.
 pub fn replay_on(run: &CheckedRun, gpus: &[Gpu], outside: u64) -> RunReplays {
-    use crate::allocator::scenario::run_each;
+    use crate::allocator::scenario::{run_each, run_each_after};
     let p = &run.prepared;
     let exact = run.identity.exact();
     let outcomes = {
@@ -119,7 +119,11 @@ pub fn replay_on(run: &CheckedRun, gpus: &[Gpu], outside: u64) -> RunReplays {
                 ..p.settings.clone()
             };
             let at: Vec<(u64, u64)> = short.iter().map(|&i| devices[i]).collect();
-            for (&i, o) in short.iter().zip(run_each(p, &s, &at).1) {
+            let each = match run.unlimited_under(&s) {
+                Some(free) => run_each_after(p, &s, &at, Some(free.clone())),
+                None => run_each(p, &s, &at),
+            };
+            for (&i, o) in short.iter().zip(each.1) {
                 with_expandable[i] = Some(o.is_ok_and(|e| e.first_oom.is_none()));
             }
         }

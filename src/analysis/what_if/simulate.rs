@@ -238,9 +238,15 @@ pub fn simulate_one(
 ) -> Result<(DeviceSimulation, CheckedRun), NotSimulated> {
     let p = Prepared::new(snap, device, options.profile)
         .map_err(|reason| NotSimulated { device, reason })?;
-    let (d, unlimited) = simulate_device(snap, &p, options);
+    let (d, mut unlimited) = simulate_device(snap, &p, options);
     let identity = d.identity.clone();
-    Ok((d, CheckedRun::from_parts(p, identity, unlimited)))
+    // The first is the recorded settings'.
+    let recorded = (!unlimited.is_empty()).then(|| unlimited.remove(0).1).flatten();
+    let others = unlimited
+        .into_iter()
+        .filter_map(|(s, o)| Some((s, o?)))
+        .collect();
+    Ok((d, CheckedRun::from_parts(p, identity, recorded, others)))
 }
 
 /// A capacity to try.
@@ -252,13 +258,13 @@ struct Capacity {
     total_memory: Option<u64>,
 }
 
-/// A device's simulation, and the outcome of its replay with the recorded settings and
-/// no limit.
+/// A device's simulation, and the outcomes of its replays with no limit, by settings
+/// (the recorded settings first).
 fn simulate_device(
     snap: &Snapshot,
     p: &Prepared,
     options: &SimulateOptions,
-) -> (DeviceSimulation, Option<Outcome>) {
+) -> (DeviceSimulation, Vec<(Settings, Option<Outcome>)>) {
     let (identity, scenarios, unlimited) = scenarios_of(snap, p, options);
     // The settings `oom` suggests, tried at the first recorded OOM, after the same check.
     let recorded_oom_what_if = crate::analysis::what_if::oom_what_if::what_ifs_of(p, &identity, 1)
@@ -289,13 +295,17 @@ fn outside_of(options: &SimulateOptions) -> Outside {
 }
 
 /// The check, and the scenarios of a device: every setting at every capacity, and each
-/// setting's smallest device; with the outcome of the replay with the recorded settings
-/// and no limit.
+/// setting's smallest device; with the outcomes of the replays with no limit made, by
+/// settings (the recorded settings first).
 fn scenarios_of(
     snap: &Snapshot,
     p: &Prepared,
     options: &SimulateOptions,
-) -> (Identity, Vec<ScenarioReport>, Option<Outcome>) {
+) -> (
+    Identity,
+    Vec<ScenarioReport>,
+    Vec<(Settings, Option<Outcome>)>,
+) {
     use rayon::prelude::*;
     let outside = outside_of(options);
     let mut capacities = Vec::new();
@@ -475,8 +485,11 @@ fn scenarios_of(
             r
         })
         .collect();
-    let baseline = unlimited_runs.into_iter().next().flatten();
-    let unlimited = baseline.and_then(|u| u.ok()).map(|(o, _)| o);
+    let unlimited = settings
+        .into_iter()
+        .zip(unlimited_runs)
+        .map(|((_, s, _), u)| (s, u.and_then(|u| u.ok()).map(|(o, _)| o)))
+        .collect();
     (identity, scenarios, unlimited)
 }
 
