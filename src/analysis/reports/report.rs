@@ -173,7 +173,7 @@ fn moment_report(
     choice: &DeviceChoice,
     peak_reserved: Option<u64>,
     budget_outside: Option<crate::analysis::budget::Outside>,
-    checked: Option<&CheckedRun>,
+    fits: Option<&crate::analysis::budget::RunReplays>,
 ) -> MomentReport {
     let budget = budget_outside.map(|outside| {
         let mut b = crate::analysis::budget::budget_of(
@@ -192,11 +192,9 @@ fn moment_report(
         );
         // Its fits replay the run at each GPU's capacity, and its headroom reads the
         // order of equal free blocks, as `budget`'s do.
-        if let Some(run) = checked {
-            let gpus = crate::analysis::budget::gpus::default_gpus();
-            let replayed = crate::analysis::budget::replay_on(run, &gpus, outside.counted_bytes);
-            b.replays = replayed.gpus;
-            b.tie_break = replayed.tie_break;
+        if let Some(f) = fits {
+            b.replays = f.gpus.clone();
+            b.tie_break = f.tie_break.clone();
         }
         b
     });
@@ -432,11 +430,21 @@ fn device_report(
     let before = moments_before(&r, &ooms);
     let more_ooms = ooms.len().saturating_sub(MAX_OOM_MOMENTS);
     let ats: Vec<Option<usize>> = before.iter().map(|m| m.event.map(|e| e as usize)).collect();
-    // The what-if replays the allocator model, the rest reads the device's timeline: the
-    // two are independent and run at once. An attributor caches per frame and is not
-    // shared between threads: one per task, each bound to the device's categories, found
-    // once.
-    let ((categories, view_attr, replayed), (simulate, checked)) = rayon::join(
+    // Memory outside the allocator by `budget`'s rule, from the same readings and log.
+    let outside = crate::analysis::budget::Outside::of_run(
+        snap,
+        path,
+        device,
+        options.readings.map(|x| x.log),
+        options.readings.map_or(0, |x| x.utc_offset_minutes),
+        Some(options.messages),
+    )
+    .unwrap_or_else(|_| crate::analysis::budget::Outside::not_measured());
+    // The allocator model's replays (the what-if, then the budget's fits from its check)
+    // and the reading of the device's timeline are independent and run at once. An
+    // attributor caches per frame and is not shared between threads: one per task, each
+    // bound to the device's categories, found once.
+    let ((categories, view_attr, replayed), (simulate, checked, fits)) = rayon::join(
         || {
             let plain = Attributor::new(&snap.frames, options.attribution);
             let categories =
@@ -446,7 +454,14 @@ fn device_report(
             let replayed = replay_once(snap, &r, &view_attr, &categories.phases, &ats);
             (categories, view_attr, replayed)
         },
-        || what_if(snap, path, &choice),
+        || {
+            let (simulate, checked) = what_if(snap, path, &choice);
+            let gpus = crate::analysis::budget::gpus::default_gpus();
+            let fits = checked
+                .as_ref()
+                .map(|run| crate::analysis::budget::replay_on(run, &gpus, outside.counted_bytes));
+            (simulate, checked, fits)
+        },
     );
     let attr = || {
         let mut a = Attributor::new(&snap.frames, options.attribution);
@@ -476,18 +491,7 @@ fn device_report(
     count_versions(&r, &mut lives);
     let peak_reserved = d.peak_reserved_bytes;
     let budget_at = budget_moment(&r, &ooms, &wanted, &lives);
-    // Memory outside the allocator by `budget`'s rule, from the same readings and log.
-    let outside = crate::analysis::budget::Outside::of_run(
-        snap,
-        path,
-        device,
-        options.readings.map(|x| x.log),
-        options.readings.map_or(0, |x| x.utc_offset_minutes),
-        Some(options.messages),
-    )
-    .unwrap_or_else(|_| crate::analysis::budget::Outside::not_measured());
-    // The what-if's check and replay with no limit serve the budget's fits and the OOMs'
-    // what-ifs too.
+    // The what-if's check serves the OOMs' what-ifs too.
     let mut moments: Vec<MomentReport> = wanted
         .into_par_iter()
         .zip(lives)
@@ -504,7 +508,7 @@ fn device_report(
                 &choice,
                 peak_reserved,
                 (budget_at == Some(k)).then_some(outside),
-                checked.as_ref(),
+                fits.as_ref(),
             )
         })
         .collect();
