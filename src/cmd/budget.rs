@@ -68,17 +68,31 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                     )?;
                     // Each allocation's line, for a series predicted by its stream.
                     let with_lines = files.len() > 1 && (args.device.is_some() || count == 1);
-                    // The budget and the replays of the allocator model are independent.
-                    let (mut run, (prepared, replayed)) = rayon::join(
-                        || run_budget(&snap, &info.path, this, &options, outside, with_lines),
-                        || {
-                            let checked = CheckedRun::new(&snap, device, None).ok();
-                            let r = checked
-                                .as_ref()
-                                .map(|c| replay_on(c, &gpus, outside.counted_bytes));
-                            (checked.map(|c| c.prepared), r.unwrap_or_default())
-                        },
-                    );
+                    let fits = |c: &CheckedRun| replay_on(c, &gpus, outside.counted_bytes);
+                    let budget = |c: Option<&CheckedRun>| {
+                        run_budget(&snap, &info.path, this, &options, outside, with_lines, c)
+                    };
+                    // The budget and the replays of the allocator model are independent,
+                    // but for the what-ifs of a first OOM, which read the check: where
+                    // there is one, the check comes first.
+                    let has_oom = snap
+                        .trace(device)
+                        .is_some_and(|t| t.oom_events().next().is_some());
+                    let (mut run, (prepared, replayed)) = if has_oom {
+                        let checked = CheckedRun::new(&snap, device, None).ok();
+                        let (run, r) =
+                            rayon::join(|| budget(checked.as_ref()), || checked.as_ref().map(fits));
+                        (run, (checked.map(|c| c.prepared), r.unwrap_or_default()))
+                    } else {
+                        rayon::join(
+                            || budget(None),
+                            || {
+                                let checked = CheckedRun::new(&snap, device, None).ok();
+                                let r = checked.as_ref().map(fits);
+                                (checked.map(|c| c.prepared), r.unwrap_or_default())
+                            },
+                        )
+                    };
                     run.replays = replayed.gpus;
                     run.tie_break = replayed.tie_break;
                     run.stream = prepared

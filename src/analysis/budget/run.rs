@@ -48,7 +48,9 @@ impl From<&DeviceChoice> for RunDevice {
 }
 
 /// The budget of one device of a snapshot at its peak of requested bytes: one replay
-/// finds the peak, what was alive there and the most reserved.
+/// finds the peak, what was alive there and the most reserved. `checked`: the device's
+/// recording prepared and checked by the command already (the what-ifs of a first OOM
+/// read it), else it is prepared and checked here where an OOM needs it.
 pub fn run_budget(
     snap: &Snapshot,
     path: &str,
@@ -56,6 +58,7 @@ pub fn run_budget(
     options: &crate::analysis::kinds::attribution::AttributionOptions,
     outside: Outside,
     with_lines: bool,
+    checked: Option<&crate::allocator::checked::CheckedRun>,
 ) -> RunBudget {
     let r = DeviceReplay::new(snap, choice.device);
     // The device's categories, bound to the attributor; their phases serve the budget's
@@ -114,10 +117,14 @@ pub fn run_budget(
         let moment = crate::analysis::moments::moment::resolve(&r, kind, || live.at)
             .expect("the peak and the first OOM of a trace resolve");
         if let (Some(i), Some(held)) = (oom, oom_reserved) {
-            use crate::analysis::what_if::oom_what_if::what_ifs;
+            use crate::analysis::what_if::oom_what_if::{what_ifs, what_ifs_of};
             let e = r.trace.get(i);
             // The first recorded OOM is the one budgeted.
-            oom_what_if = what_ifs(snap, choice.device, 1)
+            let found = match checked {
+                Some(c) => what_ifs_of(&c.prepared, &c.identity, 1),
+                None => what_ifs(snap, choice.device, 1),
+            };
+            oom_what_if = found
                 .into_iter()
                 .find(|(event, _)| *event as usize == i)
                 .map(|(_, w)| w);

@@ -241,7 +241,9 @@ pub fn simulate_one(
     let (d, mut unlimited) = simulate_device(snap, &p, options);
     let identity = d.identity.clone();
     // The first is the recorded settings'.
-    let recorded = (!unlimited.is_empty()).then(|| unlimited.remove(0).1).flatten();
+    let recorded = (!unlimited.is_empty())
+        .then(|| unlimited.remove(0).1)
+        .flatten();
     let others = unlimited
         .into_iter()
         .filter_map(|(s, o)| Some((s, o?)))
