@@ -33,8 +33,8 @@ fn measured(
 ) -> Result<Measured> {
     let session = Session::open(path, device, options.clone())?;
     let r = session.replay();
-    let attr = session.bound_attributor(&r);
-    measure(&r, session.path(), &session.choice, moment, by, &attr)
+    let bind = || session.bound_attributor(&r);
+    measure(&r, session.path(), &session.choice, moment, by, bind)
         .map_err(|e| anyhow!("{}: {e}", session.path()))
 }
 

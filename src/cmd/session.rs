@@ -11,7 +11,7 @@ use std::path::Path;
 use vramlens::analysis::device::{DeviceChoice, choose_device};
 use vramlens::analysis::kinds::attribution::{AttributionOptions, Attributor};
 use vramlens::analysis::moments::moment::{Moment, ResolvedMoment};
-use vramlens::analysis::reports::top::{LiveState, Versions, resolve_live};
+use vramlens::analysis::reports::top::{LiveState, Versions, resolve_live_bound};
 use vramlens::input::{ReadOptions, SourceInfo};
 use vramlens::model::Snapshot;
 use vramlens::timeline::replay::DeviceReplay;
@@ -71,12 +71,14 @@ impl Session {
 
     /// What was live at `moment` on the chosen device (versions not counted: for
     /// outputs that show no allocation's label), from one replay when the moment is the
-    /// peak; the attributor comes bound to the device's categories.
+    /// peak; the attributor comes bound to the device's categories, found at the same
+    /// time.
     pub fn live_at(&self, moment: Moment) -> Result<LiveMoment<'_>> {
         let replay = self.replay();
-        let (moment, live) = resolve_live(&replay, moment, Versions::NotNeeded)
-            .map_err(|e| anyhow!("{}: {e}", self.path()))?;
-        let attr = self.bound_attributor(&replay);
+        let (found, attr) = resolve_live_bound(&replay, moment, Versions::NotNeeded, (), || {
+            self.bound_attributor(&replay)
+        });
+        let (moment, live) = found.map_err(|e| anyhow!("{}: {e}", self.path()))?;
         Ok(LiveMoment {
             replay,
             attr,

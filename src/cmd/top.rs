@@ -6,7 +6,7 @@ use crate::cmd::session::Session;
 use anyhow::{Result, anyhow};
 use std::io::{IsTerminal, Write};
 use vramlens::analysis::kinds::attribution::GroupBy;
-use vramlens::analysis::reports::top::analyze_top;
+use vramlens::analysis::reports::top::{Versions, resolve_live_bound, top_of};
 use vramlens::input::ReadOptions;
 use vramlens::render::top::write_top_text;
 use vramlens::render::{Style, write_json};
@@ -21,9 +21,11 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<()> {
     let session = Session::open(&files[0], args.device, options)?;
     let (snap, path, choice) = (&session.snap, session.path(), &session.choice);
     let r = session.replay();
-    let attr = session.bound_attributor(&r);
-    let mut report = analyze_top(&r, path, choice, args.at.clone(), by, args.limit, &attr, ())
-        .map_err(|e| anyhow!("{path}: {e}"))?;
+    let (found, attr) = resolve_live_bound(&r, args.at.clone(), Versions::Counted, (), || {
+        session.bound_attributor(&r)
+    });
+    let found = found.map_err(|e| anyhow!("{path}: {e}"))?;
+    let mut report = top_of(&r, path, choice, found, by, args.limit, &attr);
     if args.leaks {
         let at = report.moment.event.map(|e| e as usize);
         report.leaks = Some(vramlens::analysis::moments::leaks::find_leaks(

@@ -223,26 +223,20 @@ pub struct Measured {
     pub peaks: Peaks,
 }
 
-/// Every group alive at `moment` on the chosen device, and the device's peaks.
-pub fn measure(
+/// Every group alive at `moment` on the chosen device, and the device's peaks; `bind`
+/// makes the attributor bound to its categories, beside the replay.
+pub fn measure<'a>(
     r: &crate::timeline::replay::DeviceReplay,
     path: &str,
     choice: &crate::analysis::device::DeviceChoice,
     moment: Moment,
     by: GroupBy,
-    attr: &crate::analysis::kinds::attribution::Attributor,
+    bind: impl FnOnce() -> crate::analysis::kinds::attribution::Attributor<'a> + Send,
 ) -> Result<Measured, crate::analysis::moments::moment::MomentError> {
+    use crate::analysis::reports::top::{Versions, resolve_live_bound, top_of};
     let mut peaks = Peaks::default();
-    let top = crate::analysis::reports::top::analyze_top(
-        r,
-        path,
-        choice,
-        moment,
-        by,
-        usize::MAX,
-        attr,
-        &mut peaks,
-    )?;
+    let (found, attr) = resolve_live_bound(r, moment, Versions::Counted, &mut peaks, bind);
+    let top = top_of(r, path, choice, found?, by, usize::MAX, &attr);
     Ok(Measured { top, peaks })
 }
 

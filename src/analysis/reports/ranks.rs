@@ -6,7 +6,7 @@ use crate::analysis::device::choose_device;
 use crate::analysis::kinds::attribution::{AttributionOptions, GroupBy, GroupKind};
 use crate::analysis::moments::moment::Moment;
 use crate::analysis::reports::diff::{GroupChange, diff};
-use crate::analysis::reports::top::{TopReport, analyze_top};
+use crate::analysis::reports::top::TopReport;
 use crate::model::Snapshot;
 use crate::timeline::replay::{DeviceReplay, Peaks};
 use serde::Serialize;
@@ -36,24 +36,18 @@ pub fn rank_input(
 ) -> Option<RankInput> {
     let choice = choose_device(snap, None).ok()?;
     let r = DeviceReplay::new(snap, choice.device);
-    let attr = crate::analysis::kinds::categories::bound_attributor(&r, options);
     let traced = r.has_timeline();
     // The peaks in the replay that finds what was live at the peak; a file without a
     // timeline has neither.
     let mut peaks = Peaks::default();
     let top = traced
         .then(|| {
-            analyze_top(
-                &r,
-                path,
-                &choice,
-                Moment::Peak,
-                by,
-                usize::MAX,
-                &attr,
-                &mut peaks,
-            )
-            .ok()
+            use crate::analysis::reports::top::{Versions, resolve_live_bound, top_of};
+            let bind = || crate::analysis::kinds::categories::bound_attributor(&r, options);
+            let (found, attr) =
+                resolve_live_bound(&r, Moment::Peak, Versions::Counted, &mut peaks, bind);
+            let found = found.ok()?;
+            Some(top_of(&r, path, &choice, found, by, usize::MAX, &attr))
         })
         .flatten();
     if traced && top.is_none() {

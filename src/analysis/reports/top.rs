@@ -451,6 +451,29 @@ pub fn peak_event(r: &DeviceReplay) -> Option<usize> {
     peaks.requested.event.map(|e| e.index())
 }
 
+/// What was live at a moment ([`resolve_live_with`]), found beside `bind`, which makes
+/// the attributor bound to the device's categories
+/// ([`crate::analysis::kinds::categories::bound_attributor`]): the two read the trace in
+/// passes of their own and run at once.
+pub type BoundLive<'a> = (
+    Result<
+        (crate::analysis::moments::moment::ResolvedMoment, LiveState),
+        crate::analysis::moments::moment::MomentError,
+    >,
+    Attributor<'a>,
+);
+
+/// See [`BoundLive`].
+pub fn resolve_live_bound<'a, A: Aggregator + Send>(
+    r: &DeviceReplay,
+    moment: crate::analysis::moments::moment::Moment,
+    versions: Versions,
+    extra: A,
+    bind: impl FnOnce() -> Attributor<'a> + Send,
+) -> BoundLive<'a> {
+    rayon::join(|| resolve_live_with(r, moment, versions, extra), bind)
+}
+
 /// `top` for the chosen device (`r`, its replay), running `extra` in the same replay (the
 /// peaks `check` compares, say; `()` for none). `attr` is bound to the device's categories
 /// ([`crate::analysis::kinds::categories::bound_attributor`]).
@@ -466,6 +489,19 @@ pub fn analyze_top<A: Aggregator>(
     extra: A,
 ) -> Result<TopReport, crate::analysis::moments::moment::MomentError> {
     let (resolved, live) = resolve_live_with(r, moment, Versions::Counted, extra)?;
+    Ok(top_of(r, path, choice, (resolved, live), by, limit, attr))
+}
+
+/// `top` of what was live at a moment found already (with [`Versions::Counted`]).
+pub fn top_of(
+    r: &DeviceReplay,
+    path: &str,
+    choice: &crate::analysis::device::DeviceChoice,
+    (resolved, live): (crate::analysis::moments::moment::ResolvedMoment, LiveState),
+    by: GroupBy,
+    limit: usize,
+    attr: &Attributor,
+) -> TopReport {
     let mut groups = limit_groups(
         group_live(attr, &live, by),
         limit.max(1),
@@ -475,7 +511,7 @@ pub fn analyze_top<A: Aggregator>(
     let mut devices = choice.others.clone();
     devices.push(choice.device);
     devices.sort_unstable();
-    Ok(TopReport {
+    TopReport {
         schema_version: SCHEMA_VERSION,
         path: path.to_string(),
         device: choice.device,
@@ -490,5 +526,5 @@ pub fn analyze_top<A: Aggregator>(
         leaks: None,
         freed_after_trace_count: live.freed_after_trace.0,
         freed_after_trace_bytes: live.freed_after_trace.1,
-    })
+    }
 }
