@@ -2,7 +2,9 @@
 //! that replays it (a budget's fits, the what-ifs of its OOMs, the report's what-if)
 //! reads the same check and the same replay with no limit instead of making its own.
 
-use super::identity::{Identity, Parting, check_sharing, split_point};
+use super::identity::{
+    Checked, Identity, Parting, check_sharing, check_sharing_until_departure, split_point,
+};
 use super::prepared::{NotReplayable, Prepared};
 use super::scenario::{Outcome, Search};
 use super::settings::{Profile, Settings};
@@ -34,6 +36,33 @@ impl CheckedRun {
     /// Checks a prepared recording: the replay with no limit is the check's own as far
     /// as the two are one ([`check_sharing`]), and goes on alone from where they part.
     pub fn of(snap: &Snapshot, prepared: Prepared) -> Self {
+        Self::checked_by(prepared, |p, part| {
+            check_sharing(snap, p, false, part, split_point(p))
+        })
+    }
+
+    /// [`CheckedRun::new`] for a command that asks only whether the model reproduces the
+    /// recording ([`Identity::exact`]): the check stops at its first departure
+    /// ([`check_sharing_until_departure`]). Where there is none, the check is whole;
+    /// otherwise `identity` holds it only up to there, which answers `exact` and nothing
+    /// else (the what-ifs of an OOM need [`CheckedRun::new`]).
+    pub fn until_departure(
+        snap: &Snapshot,
+        device: i64,
+        profile: Option<Profile>,
+    ) -> Result<Self, NotReplayable> {
+        let prepared = Prepared::new(snap, device, profile)?;
+        Ok(Self::checked_by(prepared, |p, part| {
+            check_sharing_until_departure(snap, p, part)
+        }))
+    }
+
+    /// The run checked by `check`, which is told where the replay with no limit parts from
+    /// the check's (that replay then goes on alone, beside the rest of the check).
+    fn checked_by(
+        prepared: Prepared,
+        check: impl FnOnce(&Prepared, &(dyn Fn(Parting) + Sync)) -> Checked + Send,
+    ) -> Self {
         let parted: Mutex<Option<(Outcome, Option<Search>)>> = Mutex::new(None);
         let checked = rayon::scope(|scope| {
             let p = &prepared;
@@ -44,7 +73,7 @@ impl CheckedRun {
                     *parted.lock().expect("no panic holds it") = Some(resumed);
                 });
             };
-            check_sharing(snap, p, false, &part, split_point(p))
+            check(p, &part)
         });
         let parted = parted.into_inner().expect("no panic holds it");
         let unlimited = checked.scenario.or(parted).map(|(o, _)| o);

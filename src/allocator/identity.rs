@@ -327,6 +327,33 @@ pub fn check_sharing(
     )
 }
 
+/// [`check_sharing`] stopped at the check's first departure from the recording (where
+/// only [`Identity::exact`] is asked: the scenario goes on alone from there), in one
+/// piece.
+pub fn check_sharing_until_departure(
+    snap: &Snapshot,
+    p: &Prepared,
+    part: &(dyn Fn(Parting) + Sync),
+) -> Checked {
+    if p.total_memory.is_some() {
+        part(Parting {
+            track: Track::new_at_start(p, false, true),
+            at: 0,
+        });
+        return check_until(snap, p, true, None, None);
+    }
+    check_until(
+        snap,
+        p,
+        true,
+        Some(Shared {
+            track: Track::new_at_start(p, false, true),
+            part: Some(part),
+        }),
+        None,
+    )
+}
+
 /// What a check gives.
 pub struct Checked {
     pub identity: Identity,

@@ -87,7 +87,8 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                         rayon::join(
                             || budget(None),
                             || {
-                                let checked = CheckedRun::new(&snap, device, None).ok();
+                                // The fits ask only whether the model reproduces the run.
+                                let checked = CheckedRun::until_departure(&snap, device, None).ok();
                                 let r = checked.as_ref().map(fits);
                                 (checked.map(|c| c.prepared), r.unwrap_or_default())
                             },
