@@ -194,7 +194,7 @@ fn moment_report(
         // order of equal free blocks, as `budget`'s do.
         if let Some(f) = fits {
             b.replays = f.gpus.clone();
-            b.tie_break = f.tie_break.clone();
+            b.tie_break = f.tie_break;
         }
         b
     });

@@ -260,13 +260,16 @@ struct Capacity {
     total_memory: Option<u64>,
 }
 
-/// A device's simulation, and the outcomes of its replays with no limit, by settings
-/// (the recorded settings first).
+/// The outcomes of a device's replays with no limit, by settings (the recorded settings
+/// first; None where the replay could not start).
+type UnlimitedOutcomes = Vec<(Settings, Option<Outcome>)>;
+
+/// A device's simulation, and the outcomes of its replays with no limit.
 fn simulate_device(
     snap: &Snapshot,
     p: &Prepared,
     options: &SimulateOptions,
-) -> (DeviceSimulation, Vec<(Settings, Option<Outcome>)>) {
+) -> (DeviceSimulation, UnlimitedOutcomes) {
     let (identity, scenarios, unlimited) = scenarios_of(snap, p, options);
     // The settings `oom` suggests, tried at the first recorded OOM, after the same check.
     let recorded_oom_what_if = crate::analysis::what_if::oom_what_if::what_ifs_of(p, &identity, 1)
@@ -303,11 +306,7 @@ fn scenarios_of(
     snap: &Snapshot,
     p: &Prepared,
     options: &SimulateOptions,
-) -> (
-    Identity,
-    Vec<ScenarioReport>,
-    Vec<(Settings, Option<Outcome>)>,
-) {
+) -> (Identity, Vec<ScenarioReport>, UnlimitedOutcomes) {
     use rayon::prelude::*;
     let outside = outside_of(options);
     let mut capacities = Vec::new();
