@@ -307,24 +307,7 @@ pub fn check_sharing(
     part: &(dyn Fn(Parting) + Sync),
     split: Option<usize>,
 ) -> Checked {
-    if p.total_memory.is_some() {
-        // The scenario knows no total memory: another allocator.
-        part(Parting {
-            track: Track::new_at_start(p, keep_search, true),
-            at: 0,
-        });
-        return check_until(snap, p, false, None, split);
-    }
-    check_until(
-        snap,
-        p,
-        false,
-        Some(Shared {
-            track: Track::new_at_start(p, keep_search, true),
-            part: Some(part),
-        }),
-        split,
-    )
+    check_sharing_with(snap, p, keep_search, part, split, false)
 }
 
 /// [`check_sharing`] stopped at the check's first departure from the recording (where
@@ -335,22 +318,34 @@ pub fn check_sharing_until_departure(
     p: &Prepared,
     part: &(dyn Fn(Parting) + Sync),
 ) -> Checked {
+    check_sharing_with(snap, p, false, part, None, true)
+}
+
+fn check_sharing_with(
+    snap: &Snapshot,
+    p: &Prepared,
+    keep_search: bool,
+    part: &(dyn Fn(Parting) + Sync),
+    split: Option<usize>,
+    stop_at_divergence: bool,
+) -> Checked {
     if p.total_memory.is_some() {
+        // The scenario knows no total memory: another allocator.
         part(Parting {
-            track: Track::new_at_start(p, false, true),
+            track: Track::new_at_start(p, keep_search, true),
             at: 0,
         });
-        return check_until(snap, p, true, None, None);
+        return check_until(snap, p, stop_at_divergence, None, split);
     }
     check_until(
         snap,
         p,
-        true,
+        stop_at_divergence,
         Some(Shared {
-            track: Track::new_at_start(p, false, true),
+            track: Track::new_at_start(p, keep_search, true),
             part: Some(part),
         }),
-        None,
+        split,
     )
 }
 
