@@ -24,21 +24,18 @@ pub struct CheckedRun {
 }
 
 impl CheckedRun {
-    /// Prepares `device`'s recording (under `profile`, else the one guessed) and checks it.
+    /// Prepares `device`'s recording (under `profile`, else the one guessed) and checks
+    /// it: the replay with no limit is the check's own as far as the two are one
+    /// ([`check_sharing`]), and goes on alone from where they part.
     pub fn new(
         snap: &Snapshot,
         device: i64,
         profile: Option<Profile>,
     ) -> Result<Self, NotReplayable> {
-        Ok(Self::of(snap, Prepared::new(snap, device, profile)?))
-    }
-
-    /// Checks a prepared recording: the replay with no limit is the check's own as far
-    /// as the two are one ([`check_sharing`]), and goes on alone from where they part.
-    pub fn of(snap: &Snapshot, prepared: Prepared) -> Self {
-        Self::checked_by(prepared, |p, part| {
+        let prepared = Prepared::new(snap, device, profile)?;
+        Ok(Self::checked_by(prepared, |p, part| {
             check_sharing(snap, p, false, part, split_point(p))
-        })
+        }))
     }
 
     /// [`CheckedRun::new`] for a command that asks only whether the model reproduces the

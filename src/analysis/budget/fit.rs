@@ -102,34 +102,30 @@ pub fn replay_on(run: &CheckedRun, gpus: &[Gpu], outside: u64) -> RunReplays {
     use crate::allocator::scenario::{run_each, run_each_after};
     let p = &run.prepared;
     let exact = run.identity.exact();
-    let outcomes = {
-        let devices: Vec<(u64, u64)> = gpus
-            .iter()
-            .map(|g| (g.capacity_bytes.saturating_sub(outside), g.capacity_bytes))
-            .collect();
-        let (outcomes, tie_break) = replays_with_tie_break(run, &devices);
-        // Where memory runs out, whether expandable segments let it through.
-        let short: Vec<usize> = (0..gpus.len())
-            .filter(|&i| outcomes[i].as_ref().is_ok_and(|o| o.first_oom.is_some()))
-            .collect();
-        let mut with_expandable: Vec<Option<bool>> = vec![None; gpus.len()];
-        if !short.is_empty() && !p.settings.expandable_segments {
-            let s = crate::allocator::Settings {
-                expandable_segments: true,
-                ..p.settings.clone()
-            };
-            let at: Vec<(u64, u64)> = short.iter().map(|&i| devices[i]).collect();
-            let each = match run.unlimited_under(&s) {
-                Some(free) => run_each_after(p, &s, &at, Some(free.clone())),
-                None => run_each(p, &s, &at),
-            };
-            for (&i, o) in short.iter().zip(each.1) {
-                with_expandable[i] = Some(o.is_ok_and(|e| e.first_oom.is_none()));
-            }
+    let devices: Vec<(u64, u64)> = gpus
+        .iter()
+        .map(|g| (g.capacity_bytes.saturating_sub(outside), g.capacity_bytes))
+        .collect();
+    let (outcomes, tie_break) = replays_with_tie_break(run, &devices);
+    // Where memory runs out, whether expandable segments let it through.
+    let short: Vec<usize> = (0..gpus.len())
+        .filter(|&i| outcomes[i].as_ref().is_ok_and(|o| o.first_oom.is_some()))
+        .collect();
+    let mut with_expandable: Vec<Option<bool>> = vec![None; gpus.len()];
+    if !short.is_empty() && !p.settings.expandable_segments {
+        let s = crate::allocator::Settings {
+            expandable_segments: true,
+            ..p.settings.clone()
+        };
+        let at: Vec<(u64, u64)> = short.iter().map(|&i| devices[i]).collect();
+        let each = match run.unlimited_under(&s) {
+            Some(free) => run_each_after(p, &s, &at, Some(free.clone())),
+            None => run_each(p, &s, &at),
+        };
+        for (&i, o) in short.iter().zip(each.1) {
+            with_expandable[i] = Some(o.is_ok_and(|e| e.first_oom.is_none()));
         }
-        (outcomes, with_expandable, tie_break)
-    };
-    let (outcomes, with_expandable, tie_break) = outcomes;
+    }
     let replays = gpus
         .iter()
         .zip(outcomes)

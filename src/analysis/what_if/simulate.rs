@@ -238,16 +238,12 @@ pub fn simulate_one(
 ) -> Result<(DeviceSimulation, CheckedRun), NotSimulated> {
     let p = Prepared::new(snap, device, options.profile)
         .map_err(|reason| NotSimulated { device, reason })?;
-    let (d, mut unlimited) = simulate_device(snap, &p, options);
+    let (d, unlimited) = simulate_device(snap, &p, options);
     let identity = d.identity.clone();
     // The first is the recorded settings'.
-    let recorded = (!unlimited.is_empty())
-        .then(|| unlimited.remove(0).1)
-        .flatten();
-    let others = unlimited
-        .into_iter()
-        .filter_map(|(s, o)| Some((s, o?)))
-        .collect();
+    let mut unlimited = unlimited.into_iter();
+    let recorded = unlimited.next().and_then(|(_, o)| o);
+    let others = unlimited.filter_map(|(s, o)| Some((s, o?))).collect();
     Ok((d, CheckedRun::from_parts(p, identity, recorded, others)))
 }
 
