@@ -8,6 +8,7 @@
 //! UTF-8 strings, timestamps (UTC microseconds). The file's key-value metadata names the table and the schema version.
 
 use super::{Cell, Column, Kind, SCHEMA_VERSION, TableWriter, row_misfit};
+use crate::model::frames::FxMap;
 use bytes::Bytes;
 use parquet::basic::{LogicalType, Repetition, TimeUnit, Type as PhysicalType};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DoubleType, Int64Type};
@@ -19,7 +20,7 @@ use parquet::schema::types::ColumnPath;
 use parquet::schema::types::Type;
 use std::io::{self, Write};
 use std::sync::Arc;
-use std::sync::mpsc::{SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 /// Rows per row group: a few MB of buffers for the widest table, and row groups large
@@ -77,8 +78,63 @@ enum Values {
     I64(Vec<i64>),
     F64(Vec<f64>),
     Bool(Vec<bool>),
-    /// Strings end to end, with where each one ends.
-    Str(Vec<u8>, Vec<usize>),
+    Str(Strings),
+}
+
+/// A string column's values for one row group: each distinct string once, and each
+/// row's as an index into them. The columns of a table repeat a few strings (the source,
+/// call sites, categories) on every row: a row costs a lookup, not a copy, and the
+/// encoder is handed one shared buffer per distinct string.
+#[derive(Default)]
+struct Strings {
+    rows: Vec<u32>,
+    distinct: Vec<Bytes>,
+    index: FxMap<Bytes, u32>,
+}
+
+impl Strings {
+    fn with_capacity(rows: usize) -> Self {
+        Strings {
+            rows: Vec::with_capacity(rows),
+            ..Strings::default()
+        }
+    }
+
+    fn push(&mut self, s: &str) {
+        let s = s.as_bytes();
+        // Most rows repeat the row before's value.
+        if let Some(&last) = self.rows.last()
+            && self.distinct[last as usize] == s
+        {
+            self.rows.push(last);
+            return;
+        }
+        let i = match self.index.get(s) {
+            Some(&i) => i,
+            None => {
+                let i = self.distinct.len() as u32;
+                let bytes = Bytes::copy_from_slice(s);
+                self.distinct.push(bytes.clone());
+                self.index.insert(bytes, i);
+                i
+            }
+        };
+        self.rows.push(i);
+    }
+
+    fn clear(&mut self) {
+        self.rows.clear();
+        self.distinct.clear();
+        self.index.clear();
+    }
+
+    /// Each row's value, in order.
+    fn values(&self) -> Vec<ByteArray> {
+        self.rows
+            .iter()
+            .map(|&i| ByteArray::from(self.distinct[i as usize].clone()))
+            .collect()
+    }
 }
 
 struct ColumnBuffer {
@@ -94,7 +150,7 @@ impl ColumnBuffer {
             Kind::I64 | Kind::U64 | Kind::Timestamp => Values::I64(Vec::new()),
             Kind::F64 => Values::F64(Vec::new()),
             Kind::Bool => Values::Bool(Vec::new()),
-            Kind::Str => Values::Str(Vec::new(), Vec::new()),
+            Kind::Str => Values::Str(Strings::default()),
         };
         ColumnBuffer {
             kind: c.kind,
@@ -110,15 +166,26 @@ impl ColumnBuffer {
             Values::I64(v) => Values::I64(Vec::with_capacity(v.len())),
             Values::F64(v) => Values::F64(Vec::with_capacity(v.len())),
             Values::Bool(v) => Values::Bool(Vec::with_capacity(v.len())),
-            Values::Str(data, ends) => Values::Str(
-                Vec::with_capacity(data.len() + data.len() / 4),
-                Vec::with_capacity(ends.len()),
-            ),
+            Values::Str(strings) => Values::Str(Strings::with_capacity(strings.rows.len())),
         };
         ColumnBuffer {
             kind: self.kind,
             values,
             levels: self.levels.as_ref().map(|l| Vec::with_capacity(l.len())),
+        }
+    }
+
+    /// Empties the buffer for the next row group, keeping its memory (pages already
+    /// touched cost nothing to fill again).
+    fn clear(&mut self) {
+        match &mut self.values {
+            Values::I64(v) => v.clear(),
+            Values::F64(v) => v.clear(),
+            Values::Bool(v) => v.clear(),
+            Values::Str(strings) => strings.clear(),
+        }
+        if let Some(levels) = &mut self.levels {
+            levels.clear();
         }
     }
 
@@ -151,9 +218,8 @@ impl ColumnBuffer {
                 v.push(x);
                 true
             }
-            (Values::Str(data, ends), Cell::Str(Some(s))) => {
-                data.extend_from_slice(s.as_bytes());
-                ends.push(data.len());
+            (Values::Str(strings), Cell::Str(Some(s))) => {
+                strings.push(s);
                 true
             }
             _ => false,
@@ -174,6 +240,8 @@ enum Sink<W: Write + Send + 'static> {
     Here(SerializedFileWriter<W>),
     Thread {
         groups: SyncSender<Vec<ColumnBuffer>>,
+        /// Groups written, their buffers handed back to be filled again.
+        written: Receiver<Vec<ColumnBuffer>>,
         worker: JoinHandle<io::Result<SerializedFileWriter<W>>>,
     },
     Closed,
@@ -223,7 +291,17 @@ impl<W: Write + Send + 'static> ParquetWriter<W> {
         if self.buffered == 0 {
             return Ok(());
         }
-        let fresh = self.buffers.iter().map(ColumnBuffer::fresh_like).collect();
+        let recycled = match &self.sink {
+            Sink::Thread { written, .. } => written.try_recv().ok(),
+            _ => None,
+        };
+        let fresh = match recycled {
+            Some(mut buffers) => {
+                buffers.iter_mut().for_each(ColumnBuffer::clear);
+                buffers
+            }
+            None => self.buffers.iter().map(ColumnBuffer::fresh_like).collect(),
+        };
         let group = std::mem::replace(&mut self.buffers, fresh);
         self.buffered = 0;
         if !last && let Sink::Here(_) = self.sink {
@@ -231,15 +309,23 @@ impl<W: Write + Send + 'static> ParquetWriter<W> {
                 unreachable!("matched above")
             };
             let (groups, received) = sync_channel::<Vec<ColumnBuffer>>(1);
+            let (give_back, written) = sync_channel::<Vec<ColumnBuffer>>(1);
             let worker = std::thread::Builder::new()
                 .name("vramlens-parquet".into())
                 .spawn(move || {
                     for group in received {
                         write_group(&mut writer, &group)?;
+                        // One group waits to be filled again at most; past that (or
+                        // once the rows are done) it is dropped.
+                        let _ = give_back.try_send(group);
                     }
                     Ok(writer)
                 })?;
-            self.sink = Sink::Thread { groups, worker };
+            self.sink = Sink::Thread {
+                groups,
+                written,
+                worker,
+            };
         }
         match &mut self.sink {
             Sink::Here(writer) => write_group(writer, &group),
@@ -256,8 +342,13 @@ impl<W: Write + Send + 'static> ParquetWriter<W> {
     fn join(&mut self) -> io::Result<SerializedFileWriter<W>> {
         match std::mem::replace(&mut self.sink, Sink::Closed) {
             Sink::Here(writer) => Ok(writer),
-            Sink::Thread { groups, worker } => {
+            Sink::Thread {
+                groups,
+                written,
+                worker,
+            } => {
                 drop(groups);
+                drop(written);
                 worker
                     .join()
                     .map_err(|_| io::Error::other("the parquet writer thread panicked"))?
@@ -292,23 +383,10 @@ fn write_group<W: Write + Send>(
                 .typed::<BoolType>()
                 .write_batch(v, levels, None)
                 .map(drop),
-            Values::Str(data, ends) => {
-                // One shared buffer; each value is a slice of it.
-                let all = Bytes::copy_from_slice(data);
-                let mut start = 0;
-                let values: Vec<ByteArray> = ends
-                    .iter()
-                    .map(|&end| {
-                        let v = ByteArray::from(all.slice(start..end));
-                        start = end;
-                        v
-                    })
-                    .collect();
-                column
-                    .typed::<ByteArrayType>()
-                    .write_batch(&values, levels, None)
-                    .map(drop)
-            }
+            Values::Str(strings) => column
+                .typed::<ByteArrayType>()
+                .write_batch(&strings.values(), levels, None)
+                .map(drop),
         }
         .map_err(parquet_error)?;
         column.close().map_err(parquet_error)?;
@@ -363,6 +441,19 @@ mod tests {
         col("half", Kind::F64),
     ];
 
+    /// The string of an even row: runs of one value, values again after others, and a
+    /// value only the later groups hold (the buffers of a group written are filled
+    /// again: nothing of the earlier group may show).
+    fn even_text(i: usize) -> &'static str {
+        match (i / 6) % 5 {
+            0 | 3 => "even",
+            1 => "even, in a run",
+            2 => "",
+            _ if i > ROW_GROUP_ROWS => "only past the first group",
+            _ => "even",
+        }
+    }
+
     /// A file of `rows` rows, as the writer leaves it.
     fn written(rows: usize) -> Vec<u8> {
         let dir =
@@ -373,7 +464,7 @@ mod tests {
         let mut w: Box<dyn TableWriter> =
             Box::new(ParquetWriter::new(file, "t", &COLUMNS).unwrap());
         for i in 0..rows {
-            let even = (i % 2 == 0).then_some("even");
+            let even = (i % 2 == 0).then(|| even_text(i));
             w.write_row(&[
                 Cell::I64(Some(i as i64)),
                 Cell::Str(even),
@@ -399,7 +490,7 @@ mod tests {
             let cols: Vec<&Field> = row.get_column_iter().map(|(_, f)| f).collect();
             assert_eq!(cols[0], &Field::Long(i as i64));
             let even = if i % 2 == 0 {
-                Field::Str("even".into())
+                Field::Str(even_text(i).into())
             } else {
                 Field::Null
             };
