@@ -15,7 +15,9 @@ pub mod jsonl;
 pub mod parquet;
 
 use crate::analysis::kinds::attribution::{Attributor, GroupKey, GroupKind, Site};
+use crate::analysis::kinds::decision::Evidence;
 use crate::analysis::reports::summary::{DeviceSummary, Summary, SummaryPass};
+use crate::model::frames::FxMap;
 use crate::model::{Action, Snapshot, StackId};
 use crate::timeline::replay::{Aggregator, DeviceReplay, End, PoolId, PoolLookup, Running};
 use crate::timeline::{Lifetime, Origin};
@@ -595,12 +597,19 @@ impl<'f> SiteNames<'f> {
         }
     }
 
-    fn of(&mut self, l: &Lifetime) -> &Names {
+    /// Finds a lifetime's names, once per slot; [`SiteNames::of`] then reads them.
+    fn fill(&mut self, l: &Lifetime) {
         let i = self.slot(l);
         if self.slots[i].is_none() {
             self.slots[i] = Some(self.compute(l));
         }
-        self.slots[i].as_ref().expect("filled above")
+    }
+
+    /// A lifetime's names, found by [`SiteNames::fill`].
+    fn of(&self, l: &Lifetime) -> &Names {
+        self.slots[self.slot(l)]
+            .as_ref()
+            .expect("filled before it is read")
     }
 }
 
@@ -680,6 +689,8 @@ struct LifetimeRows<'a, 'f> {
     pools: Vec<PoolLookup>,
     pool_texts: PoolTexts,
     names: SiteNames<'f>,
+    /// Each evidence's code, written once.
+    evidence_codes: FxMap<Evidence, String>,
     out: &'a mut dyn TableWriter,
 }
 
@@ -712,10 +723,13 @@ impl LifetimeRows<'_, '_> {
             _ => None,
         };
         let snap = self.snap;
-        let (category, decision) = self.names.category(closed.device, l);
-        let category = category.to_string();
-        let evidence = decision.evidence.code(&snap.frames);
+        self.names.fill(l);
         let names = self.names.of(l);
+        let (category, decision) = self.names.category(closed.device, l);
+        let evidence = self
+            .evidence_codes
+            .entry(decision.evidence)
+            .or_insert_with(|| decision.evidence.code(&snap.frames));
         let row = [
             Cell::I64(Some(replay.device)),
             Cell::U64(Some(l.addr)),
@@ -737,8 +751,8 @@ impl LifetimeRows<'_, '_> {
             Cell::Str(Some(&names.callsite)),
             Cell::Str(Some(&names.short)),
             Cell::Str(Some(names.kind.name())),
-            Cell::Str(Some(&category)),
-            Cell::Str(Some(&evidence)),
+            Cell::Str(Some(category)),
+            Cell::Str(Some(evidence)),
             Cell::Bool(Some(decision.inferred())),
             stack_cell(snap, Attributor::allocation_stack(l)),
             stack_cell(snap, free_stack),
@@ -777,6 +791,7 @@ pub fn write_lifetimes(
                     pools: replays.iter().map(DeviceReplay::pools).collect(),
                     pool_texts: PoolTexts::default(),
                     names: SiteNames::new(attr, replays),
+                    evidence_codes: FxMap::default(),
                     out,
                 };
                 for batch in batches {
