@@ -110,8 +110,52 @@ pub fn zoom_window(view: &TimelineView, window_given: bool) -> Option<Zoom> {
     if window_given {
         return None;
     }
-    let span = view.x_max - view.x_min;
-    let least = match view.x_axis {
+    let oom = view.markers.iter().find(|m| m.kind == MarkerKind::Oom);
+    zoom_of(
+        view.x_axis,
+        (view.x_min, view.x_max),
+        oom.map(|m| m.x),
+        view.peak.as_ref().map(|p| p.x),
+    )
+}
+
+/// The zoom [`zoom_window`] gives a view of the whole trace when it is around the first
+/// OOM, found from the trace before the view is built (where the OOM falls needs no
+/// replay), so that the view and its zoom share one replay ([`build_view_and_zoom`]).
+/// None where there is no such zoom (a window asked for, no OOM, no view).
+pub fn oom_zoom_ahead(r: &DeviceReplay, options: ViewOptions) -> Option<Zoom> {
+    if options.window.is_some() || r.no_timeline().is_some() {
+        return None;
+    }
+    let trace = r.trace;
+    let origin = trace.first_stamped_time();
+    if options.x == XAxis::Time && origin.is_none() {
+        return None;
+    }
+    let origin_us = origin.unwrap_or(0);
+    let axis = Axis {
+        x: options.x,
+        trace,
+        origin: origin_us,
+        latest: origin_us,
+    };
+    let (x_min, x_max) = x_range(axis, trace.len(), options).ok()?;
+    let oom = markers(trace, options.x, origin_us, x_min, x_max)
+        .into_iter()
+        .find(|m| m.kind == MarkerKind::Oom)?;
+    zoom_of(options.x, (x_min, x_max), Some(oom.x), None)
+}
+
+/// The zoom of an axis: around the first OOM (at `oom`), else around the peak mark
+/// (at `peak`) when it sits at either end of the axis.
+fn zoom_of(
+    x_axis: XAxis,
+    (x_min, x_max): (f64, f64),
+    oom: Option<f64>,
+    peak: Option<f64>,
+) -> Option<Zoom> {
+    let span = x_max - x_min;
+    let least = match x_axis {
         XAxis::Events => 40.0,
         XAxis::Time => 0.0,
     };
@@ -119,19 +163,18 @@ pub fn zoom_window(view: &TimelineView, window_given: bool) -> Option<Zoom> {
     if span <= 0.0 || width * 4.0 > span {
         return None;
     }
-    let oom = view.markers.iter().find(|m| m.kind == MarkerKind::Oom);
-    let (around, x) = match (oom, &view.peak) {
-        (Some(m), _) => (ZoomAround::Oom, m.x),
-        (None, Some(p)) => {
-            let at = (p.x - view.x_min) / span;
+    let (around, x) = match (oom, peak) {
+        (Some(x), _) => (ZoomAround::Oom, x),
+        (None, Some(x)) => {
+            let at = (x - x_min) / span;
             if at > ZOOM_EDGE && at < 1.0 - ZOOM_EDGE {
                 return None;
             }
-            (ZoomAround::Peak, p.x)
+            (ZoomAround::Peak, x)
         }
         (None, None) => return None,
     };
-    let x0 = (x - width * 0.8).clamp(view.x_min, view.x_max - width);
+    let x0 = (x - width * 0.8).clamp(x_min, x_max - width);
     Some(Zoom {
         around,
         x0,
@@ -656,6 +699,24 @@ pub fn build_view(
     let mut pass = prepare_view(r, attr, options)?;
     let start = r.run(&mut pass);
     Ok(pass.finish(snap, r, attr, start))
+}
+
+/// A view and the view of its `zoom`'s window, from one replay.
+pub fn build_view_and_zoom(
+    snap: &Snapshot,
+    r: &DeviceReplay,
+    attr: &Attributor,
+    options: ViewOptions,
+    zoom: Zoom,
+) -> Result<(TimelineView, TimelineView), ViewError> {
+    let mut main = prepare_view(r, attr, options)?;
+    let window = Some((zoom.x0, zoom.x1));
+    let mut zoomed = prepare_view(r, attr, ViewOptions { window, ..options })?;
+    let start = r.run((&mut main, &mut zoomed));
+    Ok((
+        main.finish(snap, r, attr, start),
+        zoomed.finish(snap, r, attr, start),
+    ))
 }
 
 /// A view being built: what its one pass collects, to run in a replay beside other
