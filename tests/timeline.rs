@@ -831,6 +831,56 @@ fn time_axis_and_window() {
     assert!(zoomed.contains("OOM at event 322"));
 }
 
+/// The zoom around an OOM is known from the trace before the chart: on every real
+/// snapshot with a trace, on both axes, it is the zoom the chart itself asks for where
+/// that is around an OOM, and nothing otherwise; and the chart and its zoom drawn from
+/// one replay are the two drawn from a replay each.
+#[test]
+#[ignore = "needs ../shared/data"]
+fn the_zoom_around_an_oom_is_known_before_the_chart() {
+    use vramlens::analysis::moments::chart::{
+        ZoomAround, build_view_and_zoom, oom_zoom_ahead, zoom_window,
+    };
+    let data = require_shared_data();
+    let mut files: Vec<_> = walk(&data);
+    files.sort();
+    let mut around_oom = 0;
+    for f in files {
+        let (snap, info) = vramlens::input::read_snapshot(&f, Default::default()).unwrap();
+        let attr = Attributor::new(&snap.frames, &Default::default());
+        for device in snap.devices() {
+            let r = DeviceReplay::new(&snap, device);
+            for x in [XAxis::Events, XAxis::Time] {
+                let options = ViewOptions {
+                    x,
+                    ..Default::default()
+                };
+                let ahead = oom_zoom_ahead(&r, options);
+                let Ok(view) = build_view(&snap, &r, &attr, options) else {
+                    assert_eq!(ahead, None, "{} device {device}", info.path);
+                    continue;
+                };
+                let wanted = zoom_window(&view, false);
+                let expected = wanted.filter(|z| z.around == ZoomAround::Oom);
+                assert_eq!(ahead, expected, "{} device {device} {x:?}", info.path);
+                let Some(z) = ahead else { continue };
+                around_oom += 1;
+                let zoomed = ViewOptions {
+                    window: Some((z.x0, z.x1)),
+                    ..options
+                };
+                let apart = build_view(&snap, &r, &attr, zoomed).unwrap();
+                let (main, together) = build_view_and_zoom(&snap, &r, &attr, options, z).unwrap();
+                assert_eq!(main, view, "{} device {device}", info.path);
+                assert_eq!(together, apart, "{} device {device}", info.path);
+            }
+        }
+    }
+    // The two torchtitan ranks and the device of the expandable-segments recording
+    // that ran out, each on both axes.
+    assert!(around_oom >= 6, "{around_oom} charts zoomed around an OOM");
+}
+
 /// Every real snapshot with a trace draws within the level-of-detail limits, with the
 /// peak kept and every byte of every column in a band.
 #[test]
