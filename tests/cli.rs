@@ -164,6 +164,45 @@ fn bad_input_in(command: &str, path: &str, message: &str) {
     assert_eq!(stderr.trim_end(), want);
 }
 
+/// Several files read side by side, two of them bad: the error names the first bad one
+/// in the order given, however long each takes to fail. The first here fails only after
+/// its whole list is read, the second at once (it is empty), so the one to fail first
+/// in time is the second.
+#[test]
+fn of_several_bad_files_the_first_given_is_named() {
+    let dir = std::env::temp_dir().join(format!("vramlens-first-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A pickled dict {'x': [1] * 4_000_000}: data, and no memory snapshot.
+    let slow = dir.join("a_slow.pickle");
+    let mut bytes = vec![0x80, 2, b'}', b'X', 1, 0, 0, 0, b'x', b']'];
+    for _ in 0..4_000 {
+        bytes.push(b'(');
+        for _ in 0..1_000 {
+            bytes.extend_from_slice(&[b'K', 1]);
+        }
+        bytes.push(b'e');
+    }
+    bytes.extend_from_slice(b"s.");
+    std::fs::write(&slow, bytes).unwrap();
+    let fast = dir.join("b_empty.pickle");
+    std::fs::write(&fast, b"").unwrap();
+    for command in ["budget", "top"] {
+        for _ in 0..5 {
+            let out = vramlens()
+                .args([command])
+                .arg(&slow)
+                .arg(&fast)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+            let want = format!("vramlens: error: {}: ", slow.display());
+            assert!(stderr.starts_with(&want), "{command}: {stderr}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn empty_file() {
     bad_input(

@@ -105,6 +105,10 @@ pub fn run(args: &BudgetArgs, out: &mut dyn Write) -> Result<()> {
                 })
                 .collect()
         })
+        // Every file read, then the first error in the order given: which file a
+        // failure names must not depend on which thread got there first.
+        .collect::<Vec<Result<_>>>()
+        .into_iter()
         .collect::<Result<_>>()?;
     let several_devices = per_file.iter().any(|runs| runs.len() > 1);
     if several_devices && (args.target.is_some() || !args.sizes.is_empty() || vary.is_some()) {

@@ -57,6 +57,9 @@ fn run_ranks(
             vramlens::analysis::reports::ranks::rank_input(&snap, &info.path, options, by)
                 .ok_or_else(|| anyhow!("{}: the file has no device", info.path))
         })
+        // The first error in the order given, whichever thread met it first.
+        .collect::<Vec<Result<_>>>()
+        .into_iter()
         .collect::<Result<_>>()?;
     let report = vramlens::analysis::reports::ranks::analyze_ranks(inputs, by, args.limit);
     if args.json {
