@@ -298,10 +298,19 @@ impl crate::timeline::replay::Aggregator for LineSink<'_, '_> {
     }
 }
 
+/// The phases whose peaks a budget gives, in the order it lists them.
+const PEAK_PHASES: [crate::analysis::kinds::phases::Phase; 3] = [
+    crate::analysis::kinds::phases::Phase::Forward,
+    crate::analysis::kinds::phases::Phase::Backward,
+    crate::analysis::kinds::phases::Phase::Optimizer,
+];
+
 /// Collects [`PhasePeak`]s in a replay, and the most requested in each step.
 pub struct PhasePeaks<'p> {
-    phases: &'p crate::analysis::kinds::phases::Phases,
-    best: BTreeMap<crate::analysis::kinds::phases::Phase, (i64, usize)>,
+    phases: crate::analysis::kinds::phases::PhaseCursor<'p>,
+    /// The most requested in the forward, the backward and the optimizer step, with its
+    /// event (in [`PEAK_PHASES`]' order).
+    best: [Option<(i64, usize)>; 3],
     /// The phase whose end ends a step.
     ends_step: crate::analysis::kinds::phases::Phase,
     /// The last event was in that phase.
@@ -316,8 +325,8 @@ impl<'p> PhasePeaks<'p> {
     pub fn new(phases: &'p crate::analysis::kinds::phases::Phases) -> PhasePeaks<'p> {
         use crate::analysis::kinds::phases::Phase;
         PhasePeaks {
-            phases,
-            best: BTreeMap::new(),
+            phases: phases.cursor(),
+            best: [None; 3],
             ends_step: if phases.has(Phase::Optimizer) {
                 Phase::Optimizer
             } else {
@@ -332,13 +341,16 @@ impl<'p> PhasePeaks<'p> {
     /// the first ([`RunBudget::step_peaks`]), with `start` the requested bytes at the
     /// first event.
     pub fn finish(&self, start: u64) -> (Vec<PhasePeak>, Vec<u64>) {
-        let phase_peaks = self
-            .best
+        let phase_peaks = PEAK_PHASES
             .iter()
-            .map(|(&phase, &(requested, event))| PhasePeak {
-                phase,
-                requested_bytes: (start as i64 + requested).max(0) as u64,
-                event: event as u32,
+            .zip(self.best)
+            .filter_map(|(&phase, best)| {
+                let (requested, event) = best?;
+                Some(PhasePeak {
+                    phase,
+                    requested_bytes: (start as i64 + requested).max(0) as u64,
+                    event: event as u32,
+                })
             })
             .collect();
         (phase_peaks, self.whole_steps(start))
@@ -368,7 +380,6 @@ impl crate::timeline::replay::Aggregator for PhasePeaks<'_> {
         _action: crate::model::Action,
         run: &crate::timeline::replay::Running,
     ) {
-        use crate::analysis::kinds::phases::Phase;
         let phase = self.phases.phase_at(i);
         let in_end = phase == self.ends_step;
         if self.in_end && !in_end {
@@ -378,8 +389,8 @@ impl crate::timeline::replay::Aggregator for PhasePeaks<'_> {
         if let Some(last) = self.steps.last_mut() {
             *last = (*last).max(run.requested);
         }
-        if matches!(phase, Phase::Forward | Phase::Backward | Phase::Optimizer) {
-            let best = self.best.entry(phase).or_insert((i64::MIN, i));
+        if let Some(k) = PEAK_PHASES.iter().position(|&p| p == phase) {
+            let best = self.best[k].get_or_insert((i64::MIN, i));
             if run.requested > best.0 {
                 *best = (run.requested, i);
             }

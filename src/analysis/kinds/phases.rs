@@ -257,6 +257,17 @@ impl Phases {
             .saturating_sub(1)
     }
 
+    /// A reader of the phase of each event, for a pass that asks in event order:
+    /// [`PhaseCursor::phase_at`] is [`Phases::phase_at`], in constant time while the
+    /// events asked about do not go back.
+    pub fn cursor(&self) -> PhaseCursor<'_> {
+        PhaseCursor {
+            phases: self,
+            started: 0,
+            last: 0,
+        }
+    }
+
     /// The phase of run `run`.
     pub fn phase(&self, run: usize) -> Phase {
         self.runs.get(run).map_or(Phase::Between, |r| r.phase)
@@ -275,6 +286,31 @@ impl Phases {
     /// Whether any event is in `phase`.
     pub fn has(&self, phase: Phase) -> bool {
         self.runs.iter().any(|r| r.phase == phase)
+    }
+}
+
+/// Reads the phase of events asked about in order ([`Phases::cursor`]).
+pub struct PhaseCursor<'p> {
+    phases: &'p Phases,
+    /// Runs starting at or before `last`.
+    started: usize,
+    /// The event last asked about.
+    last: usize,
+}
+
+impl PhaseCursor<'_> {
+    /// The phase of event `i`, as [`Phases::phase_at`] gives it.
+    pub fn phase_at(&mut self, i: usize) -> Phase {
+        let runs = &self.phases.runs;
+        if i < self.last {
+            self.started = runs.partition_point(|r| r.start as usize <= i);
+        } else {
+            while self.started < runs.len() && runs[self.started].start as usize <= i {
+                self.started += 1;
+            }
+        }
+        self.last = i;
+        self.phases.phase(self.started.saturating_sub(1))
     }
 }
 
@@ -326,6 +362,36 @@ fn resolve(said: &[(u32, Said)]) -> Vec<Run> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cursor_reads_each_events_phase_as_the_runs_say_in_any_order() {
+        use Phase::*;
+        // Runs starting at 0, 3, 4 and 9 of a trace of 12 events, read by hand.
+        let phases = Phases {
+            runs: [(0, Init), (3, Forward), (4, Backward), (9, Optimizer)]
+                .into_iter()
+                .map(|(start, phase)| Run { start, phase })
+                .collect(),
+            ..Phases::default()
+        };
+        let by_hand = |i: usize| match i {
+            0..=2 => Init,
+            3 => Forward,
+            4..=8 => Backward,
+            _ => Optimizer,
+        };
+        let mut cursor = phases.cursor();
+        // In order, with a skip, again, back to the start, back into the middle.
+        for i in [0, 1, 2, 3, 4, 7, 7, 8, 9, 11, 0, 5, 3, 10, 20] {
+            assert_eq!(cursor.phase_at(i), by_hand(i), "event {i}");
+            assert_eq!(phases.phase_at(i), by_hand(i), "event {i}");
+        }
+        // No runs: every event is between steps.
+        let none = Phases::default();
+        let mut cursor = none.cursor();
+        assert_eq!(cursor.phase_at(0), Between);
+        assert_eq!(cursor.phase_at(5), Between);
+    }
 
     fn phases_of(said: &[Said]) -> Vec<(u32, Phase)> {
         let said: Vec<(u32, Said)> = said
