@@ -169,10 +169,21 @@ impl<T: std::hash::Hash + Eq + Copy> SmallTable<T> {
     }
 }
 
-/// Pools of events, with the last range of addresses found (see [`DeviceReplay::pools`]).
+/// Most places of a [`PoolLookup`]'s cache of ranges (a power of two; fewer for a device
+/// of few segments).
+const POOL_RANGES: usize = 4096;
+/// A [`PoolLookup`] keeps a range in the place of the 8 MiB of addresses it was found
+/// for.
+const POOL_PLACE_SHIFT: u32 = 23;
+
+/// Pools of events, with a cache of the ranges of addresses found (see
+/// [`DeviceReplay::pools`]).
 pub struct PoolLookup {
-    /// A final segment, or a gap between them (no pool): start, end, pool.
-    last: Option<(u64, u64, PoolId)>,
+    /// Final segments, or gaps between them (no pool): start, end, pool; each in the
+    /// place of the 8 MiB of addresses it was last found for. A range is used only for
+    /// an address inside it, so a place holding another range costs a search, never a
+    /// wrong pool. An empty range (start = end) is an unused place.
+    recent: Vec<(u64, u64, PoolId)>,
 }
 
 impl PoolLookup {
@@ -181,14 +192,13 @@ impl PoolLookup {
             return Some(r.trace.pool_id(i));
         }
         let addr = r.trace.addr(i);
-        match self.last {
-            Some((start, end, pool)) if start <= addr && addr < end => pool,
-            _ => {
-                let range = r.range_of(addr);
-                self.last = Some(range);
-                range.2
-            }
+        let places = self.recent.len();
+        let place = &mut self.recent[((addr >> POOL_PLACE_SHIFT) as usize) & (places - 1)];
+        if place.0 <= addr && addr < place.1 {
+            return place.2;
         }
+        *place = r.range_of(addr);
+        place.2
     }
 }
 
@@ -202,6 +212,8 @@ pub struct DeviceReplay<'a> {
     /// Final segments (start, size, pool), by address: the pool of an allocation whose
     /// entry carries none.
     segments: Vec<(u64, u64, PoolId)>,
+    /// Their starts, searched apart (a smaller array than the segments').
+    segment_starts: Vec<u64>,
     /// Blocks held in the final segments (allocated, or waiting for their free on other
     /// streams), by address: (block size, requested size).
     final_blocks: FxMap<u64, (u64, u64)>,
@@ -236,6 +248,7 @@ impl<'a> DeviceReplay<'a> {
             .map(|s| (s.address, s.total_size, s.pool_id))
             .collect();
         segments.sort_unstable();
+        let segment_starts = segments.iter().map(|s| s.0).collect();
         let final_blocks = final_segments
             .iter()
             .flat_map(|s| &s.blocks)
@@ -248,6 +261,7 @@ impl<'a> DeviceReplay<'a> {
             trace,
             final_segments,
             segments,
+            segment_starts,
             final_blocks,
             last_alloc: OnceLock::new(),
         }
@@ -433,7 +447,7 @@ impl<'a> DeviceReplay<'a> {
     /// The final segment holding `addr` (start, end, pool), or else the gap between
     /// final segments that holds it, with no pool.
     fn range_of(&self, addr: u64) -> (u64, u64, PoolId) {
-        let i = self.segments.partition_point(|s| s.0 <= addr);
+        let i = self.segment_starts.partition_point(|&s| s <= addr);
         let before = i.checked_sub(1).map(|j| {
             let (start, size, pool) = self.segments[j];
             (start, start.saturating_add(size), pool)
@@ -449,12 +463,18 @@ impl<'a> DeviceReplay<'a> {
     }
 
     /// The pool of allocations and frees: the entry's `pool_id` (2.12 and later), else
-    /// the final segment holding its address. A pool look-up that remembers the last
-    /// range found: allocations come in runs inside one segment (or, for memory given
-    /// back before the end, outside all of them), so a pass searches the segment list
-    /// once per run.
+    /// the final segment holding its address. A pool look-up that remembers the ranges
+    /// found by the addresses they were found for: a pass's allocations come back to
+    /// the same segments (or, for memory given back before the end, the same gaps
+    /// between them), so it searches the segment list about once per range.
     pub fn pools(&self) -> PoolLookup {
-        PoolLookup { last: None }
+        // A place for each segment and each gap, as far as the most allowed.
+        let places = (2 * self.segments.len() + 1)
+            .next_power_of_two()
+            .min(POOL_RANGES);
+        PoolLookup {
+            recent: vec![(0, 0, None); places],
+        }
     }
 
     /// Reserved bytes at the end: the final segments.
@@ -781,6 +801,47 @@ mod tests {
             device_traces: vec![trace],
             ..Snapshot::default()
         }
+    }
+
+    #[test]
+    fn pools_of_addresses_that_share_a_place_of_the_look_up_are_each_their_own() {
+        // 32 GiB apart, these addresses share a place of the look-up's cache; a segment
+        // of 64 MiB spans eight places, and the gap after it spans the rest.
+        const GIB: u64 = 1 << 30;
+        let addrs = [
+            0x1000,
+            32 * GIB + 0x1000,
+            0x1000,
+            63 << 20,
+            32 * GIB + (63 << 20),
+            64 << 20,
+            32 * GIB + (64 << 20),
+            63 << 20,
+            32 * GIB,
+            0,
+        ];
+        let mut trace = DeviceTrace::default();
+        for &addr in &addrs {
+            trace.push(NewEvent {
+                action: Some(Action::Alloc),
+                addr,
+                size: 512,
+                ..NewEvent::default()
+            });
+        }
+        let snap = Snapshot {
+            segments: vec![
+                segment(0, 64 << 20, (1, 0)),
+                segment(32 * GIB, 64 << 20, (2, 0)),
+            ],
+            device_traces: vec![trace],
+            ..Snapshot::default()
+        };
+        let replay = DeviceReplay::new(&snap, 0);
+        let mut lookup = replay.pools();
+        let found: Vec<PoolId> = (0..addrs.len()).map(|i| lookup.pool(&replay, i)).collect();
+        let (one, two) = (Some((1, 0)), Some((2, 0)));
+        assert_eq!(found, [one, two, one, one, two, None, None, one, two, one]);
     }
 
     #[test]
