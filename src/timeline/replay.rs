@@ -803,6 +803,28 @@ mod tests {
         }
     }
 
+    /// The pool one look-up finds for an allocation at each of `addrs`, in turn, on a
+    /// device of `segments`.
+    fn pools_of(addrs: &[u64], segments: Vec<Segment>) -> Vec<PoolId> {
+        let mut trace = DeviceTrace::default();
+        for &addr in addrs {
+            trace.push(NewEvent {
+                action: Some(Action::Alloc),
+                addr,
+                size: 512,
+                ..NewEvent::default()
+            });
+        }
+        let snap = Snapshot {
+            segments,
+            device_traces: vec![trace],
+            ..Snapshot::default()
+        };
+        let replay = DeviceReplay::new(&snap, 0);
+        let mut lookup = replay.pools();
+        (0..addrs.len()).map(|i| lookup.pool(&replay, i)).collect()
+    }
+
     #[test]
     fn pools_of_addresses_that_share_a_place_of_the_look_up_are_each_their_own() {
         // 32 GiB apart, these addresses share a place of the look-up's cache; a segment
@@ -820,26 +842,13 @@ mod tests {
             32 * GIB,
             0,
         ];
-        let mut trace = DeviceTrace::default();
-        for &addr in &addrs {
-            trace.push(NewEvent {
-                action: Some(Action::Alloc),
-                addr,
-                size: 512,
-                ..NewEvent::default()
-            });
-        }
-        let snap = Snapshot {
-            segments: vec![
+        let found = pools_of(
+            &addrs,
+            vec![
                 segment(0, 64 << 20, (1, 0)),
                 segment(32 * GIB, 64 << 20, (2, 0)),
             ],
-            device_traces: vec![trace],
-            ..Snapshot::default()
-        };
-        let replay = DeviceReplay::new(&snap, 0);
-        let mut lookup = replay.pools();
-        let found: Vec<PoolId> = (0..addrs.len()).map(|i| lookup.pool(&replay, i)).collect();
+        );
         let (one, two) = (Some((1, 0)), Some((2, 0)));
         assert_eq!(found, [one, two, one, one, two, None, None, one, two, one]);
     }
@@ -862,26 +871,13 @@ mod tests {
             0x1000,
             u64::MAX,
         ];
-        let mut trace = DeviceTrace::default();
-        for &addr in &addrs {
-            trace.push(NewEvent {
-                action: Some(Action::Alloc),
-                addr,
-                size: 512,
-                ..NewEvent::default()
-            });
-        }
-        let snap = Snapshot {
-            segments: vec![
+        let found = pools_of(
+            &addrs,
+            vec![
                 segment(0x5000, 0x1000, (2, 0)),
                 segment(0x1000, 0x1000, (1, 0)),
             ],
-            device_traces: vec![trace],
-            ..Snapshot::default()
-        };
-        let replay = DeviceReplay::new(&snap, 0);
-        let mut lookup = replay.pools();
-        let found: Vec<PoolId> = (0..addrs.len()).map(|i| lookup.pool(&replay, i)).collect();
+        );
         let one = Some((1, 0));
         let two = Some((2, 0));
         assert_eq!(
