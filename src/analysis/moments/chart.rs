@@ -119,31 +119,26 @@ pub fn zoom_window(view: &TimelineView, window_given: bool) -> Option<Zoom> {
     )
 }
 
-/// The zoom [`zoom_window`] gives a view of the whole trace when it is around the first
-/// OOM, found from the trace before the view is built (where the OOM falls needs no
-/// replay), so that the view and its zoom share one replay ([`build_view_and_zoom`]).
-/// None where there is no such zoom (a window asked for, no OOM, no view).
-pub fn oom_zoom_ahead(r: &DeviceReplay, options: ViewOptions) -> Option<Zoom> {
-    if options.window.is_some() || r.no_timeline().is_some() {
+/// The zoom [`zoom_window`] will most likely give a view of the whole trace, known from
+/// the axis before the view is built, so that the view and its zoom can share one replay
+/// ([`build_view_and_zoom`]): around the first OOM (where it falls needs no replay), else
+/// around the peak where the axis's estimate of it ([`ChartAxis::peak_estimate`]) sits at
+/// either end. An estimate only: the caller compares it with the view's own
+/// [`zoom_window`] and draws the zoom again where they differ. None for a window.
+pub fn zoom_ahead(axis: &ChartAxis, options: ViewOptions) -> Option<Zoom> {
+    if options.window.is_some() {
         return None;
     }
-    let trace = r.trace;
-    let origin = trace.first_stamped_time();
-    if options.x == XAxis::Time && origin.is_none() {
-        return None;
-    }
-    let origin_us = origin.unwrap_or(0);
-    let axis = Axis {
-        x: options.x,
-        trace,
-        origin: origin_us,
-        latest: origin_us,
-    };
-    let (x_min, x_max) = x_range(axis, trace.len(), options).ok()?;
-    let oom = markers(trace, options.x, origin_us, x_min, x_max)
-        .into_iter()
-        .find(|m| m.kind == MarkerKind::Oom)?;
-    zoom_of(options.x, (x_min, x_max), Some(oom.x), None)
+    let (x_min, x_max) = x_range(axis.full_max, options).ok()?;
+    let oom = axis.markers.iter().find(|m| m.kind == MarkerKind::Oom);
+    let grid = Grid::of(x_min, x_max, axis.events, options);
+    let (x0, x1) = grid.range_of(grid.bucket_of(axis.peak_estimate));
+    zoom_of(
+        options.x,
+        (x_min, x_max),
+        oom.map(|m| m.x),
+        Some((x0 + x1) / 2.0),
+    )
 }
 
 /// The zoom of an axis: around the first OOM (at `oom`), else around the peak mark
@@ -382,6 +377,95 @@ impl Axis<'_> {
     }
 }
 
+/// What the charts of a device share, known from the trace alone before any replay: the
+/// axis's origin and extent, its markers, and where the requested bytes first peak (an
+/// estimate: the frees counted at their own recorded size). One walk over the trace for
+/// every view drawn on the axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChartAxis {
+    pub x: XAxis,
+    /// The time of the first event with one (the zero of a time axis).
+    pub origin: Option<i64>,
+    /// The position of the last state: the end of the whole axis.
+    pub full_max: f64,
+    /// Every OOM and snapshot marker, in event order.
+    pub markers: Vec<Marker>,
+    /// The position of the first state with the most requested bytes.
+    pub peak_estimate: f64,
+    /// Events in the trace.
+    pub events: usize,
+}
+
+/// The axis of `r`'s charts along `x`, or why the device has no chart (no trace; a time
+/// axis without times).
+pub fn chart_axis(r: &DeviceReplay, x: XAxis) -> Result<ChartAxis, ViewError> {
+    if let Some(none) = r.no_timeline() {
+        return Err(ViewError::NoTrace(none));
+    }
+    let trace = r.trace;
+    let origin = trace.first_stamped_time();
+    if x == XAxis::Time && origin.is_none() {
+        return Err(ViewError::NoTimes);
+    }
+    let origin_us = origin.unwrap_or(0);
+    let mut axis = Axis {
+        x,
+        trace,
+        origin: origin_us,
+        latest: origin_us,
+    };
+    let mut markers = Vec::new();
+    let (mut requested, mut most, mut peak_at) = (0i64, 0i64, 0.0);
+    let mut full_max: f64 = 0.0;
+    for i in 0..trace.len() {
+        let p = axis.after(i);
+        full_max = full_max.max(p);
+        let kind = match trace.action(i) {
+            Action::Alloc => {
+                requested += trace.size(i) as i64;
+                if requested > most {
+                    (most, peak_at) = (requested, p);
+                }
+                continue;
+            }
+            Action::FreeCompleted => {
+                requested -= trace.size(i) as i64;
+                continue;
+            }
+            Action::Oom => MarkerKind::Oom,
+            Action::Snapshot => MarkerKind::Snapshot,
+            _ => continue,
+        };
+        let e = trace.get(i);
+        markers.push(Marker {
+            kind,
+            x: p,
+            event: i as u32,
+            requested_bytes: e.size,
+            device_free_bytes: e.addr,
+        });
+    }
+    Ok(ChartAxis {
+        x,
+        origin,
+        full_max,
+        markers,
+        peak_estimate: peak_at,
+        events: trace.len(),
+    })
+}
+
+impl ChartAxis {
+    /// The markers between `x_min` and `x_max` (inclusive).
+    fn markers_in(&self, x_min: f64, x_max: f64) -> Vec<Marker> {
+        self.markers
+            .iter()
+            .filter(|m| m.x >= x_min && m.x <= x_max)
+            .cloned()
+            .collect()
+    }
+}
+
 /// A state of the replay with its running totals.
 #[derive(Clone, Copy, Debug, Default)]
 struct State {
@@ -436,8 +520,7 @@ impl Bands for GroupSeries<'_> {
 /// allocations alive in one state.
 struct ChartPass<'t, B> {
     axis: Axis<'t>,
-    x_min: f64,
-    span: f64,
+    grid: Grid,
     x_max: f64,
     buckets: usize,
     /// Buckets whose range is over, in order.
@@ -460,21 +543,14 @@ struct ChartPass<'t, B> {
 impl<'t, B: Bands> ChartPass<'t, B> {
     /// A pass over `buckets` buckets of `x_min..=x_max` (`span` wide on the axis) of a
     /// trace of `events` events, its state 0 placed.
-    fn new(
-        axis: Axis<'t>,
-        (x_min, span, x_max): (f64, f64, f64),
-        buckets: usize,
-        events: usize,
-        bands: B,
-    ) -> Self {
+    fn new(axis: Axis<'t>, grid: Grid, x_max: f64, events: usize, bands: B) -> Self {
         let mut pass = ChartPass {
             axis,
-            x_min,
-            span,
+            grid,
             x_max,
-            buckets,
-            shown: Vec::with_capacity(buckets),
-            shown_k: Vec::with_capacity(buckets),
+            buckets: grid.nb,
+            shown: Vec::with_capacity(grid.nb),
+            shown_k: Vec::with_capacity(grid.nb),
             open: None,
             carry: State::default(),
             waiting: Vec::new(),
@@ -484,12 +560,6 @@ impl<'t, B: Bands> ChartPass<'t, B> {
         };
         pass.state(State::default(), 0.0);
         pass
-    }
-
-    fn bucket(&self, p: f64) -> usize {
-        (((p - self.x_min) / self.span) * self.buckets as f64)
-            .floor()
-            .clamp(0.0, self.buckets as f64 - 1.0) as usize
     }
 
     /// Places an allocation in the closed buckets up to `hi` whose shown state it is
@@ -533,7 +603,7 @@ impl<'t, B: Bands> ChartPass<'t, B> {
     }
 
     fn state(&mut self, state: State, p: f64) {
-        if p < self.x_min {
+        if p < self.grid.x_min {
             self.carry = state;
             return;
         }
@@ -541,7 +611,7 @@ impl<'t, B: Bands> ChartPass<'t, B> {
             self.close_until(self.buckets);
             return;
         }
-        let b = self.bucket(p);
+        let b = self.grid.bucket_of(p);
         match &mut self.open {
             Some(open) if open.index == b => {
                 let new_best = state.run.requested > open.best.run.requested;
@@ -689,6 +759,30 @@ struct Grid {
     nb: usize,
 }
 
+impl Grid {
+    /// The buckets of a view of `x_min..=x_max` on an axis of `events` events.
+    fn of(x_min: f64, x_max: f64, events: usize, options: ViewOptions) -> Grid {
+        Grid {
+            x_min,
+            span: (x_max - x_min).max(1.0),
+            nb: options.buckets.clamp(1, events + 1),
+        }
+    }
+
+    /// The bucket of position `p` (positions outside the range in the end buckets).
+    fn bucket_of(&self, p: f64) -> usize {
+        (((p - self.x_min) / self.span) * self.nb as f64)
+            .floor()
+            .clamp(0.0, self.nb as f64 - 1.0) as usize
+    }
+
+    /// The range of bucket `b` on the axis.
+    fn range_of(&self, b: usize) -> (f64, f64) {
+        let at = |b: usize| self.x_min + self.span * b as f64 / self.nb as f64;
+        (at(b), at(b + 1))
+    }
+}
+
 /// Builds the chart content for one device.
 pub fn build_view(
     snap: &Snapshot,
@@ -696,7 +790,18 @@ pub fn build_view(
     attr: &Attributor,
     options: ViewOptions,
 ) -> Result<TimelineView, ViewError> {
-    let mut pass = prepare_view(r, attr, options)?;
+    build_view_on(snap, r, attr, &chart_axis(r, options.x)?, options)
+}
+
+/// [`build_view`] on an axis already walked ([`chart_axis`], along `options.x`).
+pub fn build_view_on(
+    snap: &Snapshot,
+    r: &DeviceReplay,
+    attr: &Attributor,
+    axis: &ChartAxis,
+    options: ViewOptions,
+) -> Result<TimelineView, ViewError> {
+    let mut pass = prepare_view(r, attr, axis, options)?;
     let start = r.run(&mut pass);
     Ok(pass.finish(snap, r, attr, start))
 }
@@ -706,17 +811,54 @@ pub fn build_view_and_zoom(
     snap: &Snapshot,
     r: &DeviceReplay,
     attr: &Attributor,
+    axis: &ChartAxis,
     options: ViewOptions,
     zoom: Zoom,
 ) -> Result<(TimelineView, TimelineView), ViewError> {
-    let mut main = prepare_view(r, attr, options)?;
+    let mut main = prepare_view(r, attr, axis, options)?;
     let window = Some((zoom.x0, zoom.x1));
-    let mut zoomed = prepare_view(r, attr, ViewOptions { window, ..options })?;
+    let mut zoomed = prepare_view(r, attr, axis, ViewOptions { window, ..options })?;
     let start = r.run((&mut main, &mut zoomed));
     Ok((
         main.finish(snap, r, attr, start),
         zoomed.finish(snap, r, attr, start),
     ))
+}
+
+/// A view of `axis` (the whole trace, or the window `options` asks for) and, where it asks
+/// for one ([`zoom_window`]), its zoom with the zoom's view. Where the zoom was known
+/// ahead ([`zoom_ahead`]), as it most often is, both views come from one replay; else
+/// the zoom's view takes a replay of its own. Either way the views are those that
+/// [`build_view_on`] draws.
+#[allow(clippy::type_complexity)]
+pub fn build_view_zoomed(
+    snap: &Snapshot,
+    r: &DeviceReplay,
+    attr: &Attributor,
+    axis: &ChartAxis,
+    options: ViewOptions,
+) -> Result<(TimelineView, Option<(Zoom, TimelineView)>), ViewError> {
+    let ahead = zoom_ahead(axis, options);
+    let (view, zoomed) = match ahead {
+        Some(z) => {
+            let (view, zoomed) = build_view_and_zoom(snap, r, attr, axis, options, z)?;
+            (view, Some(zoomed))
+        }
+        None => (build_view_on(snap, r, attr, axis, options)?, None),
+    };
+    let zoom = zoom_window(&view, options.window.is_some());
+    let zoomed = match zoom {
+        Some(z) if zoom == ahead => zoomed.map(|v| (z, v)),
+        Some(z) => {
+            let window = Some((z.x0, z.x1));
+            Some((
+                z,
+                build_view_on(snap, r, attr, axis, ViewOptions { window, ..options })?,
+            ))
+        }
+        None => None,
+    };
+    Ok((view, zoomed))
 }
 
 /// A view being built: what its one pass collects, to run in a replay beside other
@@ -725,6 +867,8 @@ pub struct ViewPass<'t, 'a> {
     options: ViewOptions,
     origin: Option<i64>,
     grid: Grid,
+    /// The OOM and snapshot markers of the view's range.
+    markers: Vec<Marker>,
     x_max: f64,
     top: usize,
     /// Each bucket's shown state, every allocation into the buckets whose shown state it
@@ -737,36 +881,31 @@ pub struct ViewPass<'t, 'a> {
 crate::aggregator_of_fields!(ViewPass<'_, '_>, groups, largest, peaks);
 
 /// The pass of a view of one device, or why the device has none.
+/// `axis` is the device's ([`chart_axis`]) along `options.x`.
 pub fn prepare_view<'t, 'a>(
     r: &DeviceReplay<'t>,
     attr: &'a Attributor<'a>,
+    axis: &ChartAxis,
     options: ViewOptions,
 ) -> Result<ViewPass<'t, 'a>, ViewError> {
+    debug_assert_eq!(axis.x, options.x, "a view on an axis of another kind");
     let trace = r.trace;
     let n = trace.len();
-    if let Some(none) = r.no_timeline() {
-        return Err(ViewError::NoTrace(none));
-    }
-    let origin = trace.first_stamped_time();
-    if options.x == XAxis::Time && origin.is_none() {
-        return Err(ViewError::NoTimes);
-    }
+    let origin = axis.origin;
     let origin_us = origin.unwrap_or(0);
-    let axis = || Axis {
+    let walk = || Axis {
         x: options.x,
         trace,
         origin: origin_us,
         latest: origin_us,
     };
-    let (x_min, x_max) = x_range(axis(), n, options)?;
-    let span = (x_max - x_min).max(1.0);
-    let nb = options.buckets.clamp(1, n + 1);
+    let (x_min, x_max) = x_range(axis.full_max, options)?;
+    let grid = Grid::of(x_min, x_max, n, options);
     let top = options.top.max(1);
-    let range = (x_min, span, x_max);
     let (groups, largest) = match options.by {
         BandBy::Group(by) => {
-            let bands = GroupSeries::for_ranges(attr, by, nb);
-            (Some(ChartPass::new(axis(), range, nb, n, bands)), None)
+            let bands = GroupSeries::for_ranges(attr, by, grid.nb);
+            (Some(ChartPass::new(walk(), grid, x_max, n, bands)), None)
         }
         BandBy::Allocation => {
             let bands = LargestAllocations {
@@ -776,13 +915,14 @@ pub fn prepare_view<'t, 'a>(
                 streams: Vec::new(),
                 pools: Vec::new(),
             };
-            (None, Some(ChartPass::new(axis(), range, nb, n, bands)))
+            (None, Some(ChartPass::new(walk(), grid, x_max, n, bands)))
         }
     };
     Ok(ViewPass {
         options,
         origin,
-        grid: Grid { x_min, span, nb },
+        grid,
+        markers: axis.markers_in(x_min, x_max),
         x_max,
         top,
         groups,
@@ -830,7 +970,7 @@ impl ViewPass<'_, '_> {
             )
         });
         let buckets = stack_buckets(&mut series, &requested, &shown, start, self.grid);
-        let markers = markers(trace, options.x, origin_us, x_min, x_max);
+        let markers = self.markers;
         let (annotations, annotations_dropped) =
             annotations(snap, r.device, trace, options.x, origin_us, x_min, x_max);
         TimelineView {
@@ -898,8 +1038,7 @@ pub fn stack_like(zoom: &mut TimelineView, main: &TimelineView) {
 /// The x range drawn: the whole trace (state 0 at 0, the last state at the last event's
 /// position, read with `axis`), or the window asked for. A window is inside the trace,
 /// or refused: clipping it would draw another window than the one asked for.
-fn x_range(mut axis: Axis, n: usize, options: ViewOptions) -> Result<(f64, f64), ViewError> {
-    let full_max = (0..n).map(|i| axis.after(i)).fold(0.0, f64::max);
+fn x_range(full_max: f64, options: ViewOptions) -> Result<(f64, f64), ViewError> {
     // The command line gives time windows in milliseconds.
     let (unit, per_unit) = match options.x {
         XAxis::Events => (" (events)", 1.0),
@@ -1045,7 +1184,7 @@ fn stack_buckets(
     start: Start,
     grid: Grid,
 ) -> Vec<Bucket> {
-    let Grid { x_min, span, nb } = grid;
+    let nb = grid.nb;
     let mut buckets = Vec::with_capacity(nb);
     for b in 0..nb {
         let in_bands: u64 = series.iter().map(|(_, v)| v[b]).sum();
@@ -1061,9 +1200,10 @@ fn stack_buckets(
         }
         let allocated = start.allocated_after(&shown[b].state.run);
         let reserved = start.reserved + shown[b].reserved;
+        let (x0, x1) = grid.range_of(b);
         buckets.push(Bucket {
-            x0: x_min + span * b as f64 / nb as f64,
-            x1: x_min + span * (b + 1) as f64 / nb as f64,
+            x0,
+            x1,
             event: states_event(shown[b].state.k),
             requested_bytes: requested[b],
             reserved_bytes: reserved,
@@ -1145,36 +1285,6 @@ pub fn add_device_readings(
     view.device = best.into_iter().flatten().collect();
     let top = view.device.iter().map(|p| p.used_bytes).max().unwrap_or(0);
     view.max_bytes = view.max_bytes.max(top);
-}
-
-fn markers(trace: &DeviceTrace, x: XAxis, origin: i64, x_min: f64, x_max: f64) -> Vec<Marker> {
-    let mut out = Vec::new();
-    let mut axis = Axis {
-        x,
-        trace,
-        origin,
-        latest: origin,
-    };
-    for i in 0..trace.len() {
-        let p = axis.after(i);
-        let kind = match trace.action(i) {
-            Action::Oom => MarkerKind::Oom,
-            Action::Snapshot => MarkerKind::Snapshot,
-            _ => continue,
-        };
-        if p < x_min || p > x_max {
-            continue;
-        }
-        let e = trace.get(i);
-        out.push(Marker {
-            kind,
-            x: p,
-            event: i as u32,
-            requested_bytes: e.size,
-            device_free_bytes: e.addr,
-        });
-    }
-    out
 }
 
 /// START/END pairs of `external_annotations` of this device, as spans on the axis.

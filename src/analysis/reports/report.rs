@@ -16,7 +16,7 @@ use crate::analysis::kinds::attribution::{AttributionOptions, Attributor, GroupB
 use crate::analysis::kinds::flame::{FlameNode, FlameOptions, flame};
 use crate::analysis::kinds::frames::user_frames;
 use crate::analysis::moments::chart::{
-    BandBy, TimelineView, ViewError, ViewOptions, XAxis, prepare_view,
+    BandBy, TimelineView, ViewError, ViewOptions, XAxis, chart_axis, prepare_view,
 };
 use crate::analysis::moments::moment::{Moment, MomentKind, ResolvedMoment, resolve};
 use crate::analysis::moments::segment_map::{SegmentMap, segment_map};
@@ -375,12 +375,11 @@ fn replay_once(
     phases: &crate::analysis::kinds::phases::Phases,
     ats: &[Option<usize>],
 ) -> Replayed {
+    let axis = chart_axis(r, XAxis::Events);
     let view = |by: GroupBy| {
-        prepare_view(
-            r,
-            attr,
-            ViewOptions::new(XAxis::Events, BandBy::Group(by), TIMELINE_BANDS),
-        )
+        let axis = axis.as_ref().map_err(Clone::clone)?;
+        let options = ViewOptions::new(XAxis::Events, BandBy::Group(by), TIMELINE_BANDS);
+        prepare_view(r, attr, axis, options)
     };
     let (mut callsite, mut category) = (view(GroupBy::Callsite), view(GroupBy::Category));
     let mut lives = LiveStatePass::at_each(ats);

@@ -9,7 +9,7 @@ use vramlens::analysis::device::align::line_up;
 use vramlens::analysis::device::choose_device;
 use vramlens::analysis::device::trace_lanes::{LaneKind, TraceLanes, build_lanes};
 use vramlens::analysis::moments::chart::{
-    TimelineView, ViewOptions, XAxis, build_view, build_view_and_zoom, oom_zoom_ahead, zoom_window,
+    TimelineView, ViewOptions, XAxis, build_view_zoomed, chart_axis,
 };
 use vramlens::analysis::moments::live::live_set;
 use vramlens::analysis::reports::top::{Versions, resolve_live};
@@ -113,39 +113,11 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
             ..ViewOptions::new(x, by, args.top)
         };
         let attr = attr.as_ref().expect("bound for a chart");
-        // The moment that matters, drawn again wider when the whole chart squeezes it:
-        // around an OOM, known from the trace, the chart and the zoom share one replay;
-        // around the peak, the zoom is known from the chart.
-        let (mut view, mut zoom_view) = match oom_zoom_ahead(&r, view_options) {
-            Some(z) => {
-                let (view, zoomed) = build_view_and_zoom(&snap, &r, attr, view_options, z)
-                    .map_err(|e| anyhow!("{path}: {e}"))?;
-                debug_assert_eq!(Some(z), zoom_window(&view, window.is_some()));
-                (view, Some(zoomed))
-            }
-            None => {
-                let view = build_view(&snap, &r, attr, view_options)
-                    .map_err(|e| anyhow!("{path}: {e}"))?;
-                let zoomed = zoom_window(&view, window.is_some())
-                    .map(|z| {
-                        let window = Some((z.x0, z.x1));
-                        build_view(
-                            &snap,
-                            &r,
-                            attr,
-                            ViewOptions {
-                                window,
-                                ..view_options
-                            },
-                        )
-                        .map_err(|e| anyhow!("{path}: {e}"))
-                    })
-                    .transpose()?;
-                (view, zoomed)
-            }
-        };
-        let zoom = zoom_window(&view, window.is_some());
-        if let Some(z) = zoom_view.as_mut() {
+        // The moment that matters, drawn again wider when the whole chart squeezes it.
+        let axis = chart_axis(&r, x).map_err(|e| anyhow!("{path}: {e}"))?;
+        let (mut view, mut zoomed) = build_view_zoomed(&snap, &r, attr, &axis, view_options)
+            .map_err(|e| anyhow!("{path}: {e}"))?;
+        if let Some((_, z)) = zoomed.as_mut() {
             vramlens::analysis::moments::chart::stack_like(z, &view);
         }
         if !args.nvml.is_empty() {
@@ -163,13 +135,13 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
                 &snap, device, &log, &samples,
             );
             vramlens::analysis::moments::chart::add_device_readings(&mut view, &rows);
-            if let Some(z) = zoom_view.as_mut() {
+            if let Some((_, z)) = zoomed.as_mut() {
                 vramlens::analysis::moments::chart::add_device_readings(z, &rows);
             }
         }
-        let zoom_panel = zoom
-            .zip(zoom_view.as_ref())
-            .map(|(zoom, view)| ZoomPanel { zoom, view });
+        let zoom_panel = zoomed
+            .as_ref()
+            .map(|(zoom, view)| ZoomPanel { zoom: *zoom, view });
         let title = ChartTitle {
             path,
             device: &choice,
