@@ -11,6 +11,31 @@ use super::settings::{Profile, Settings};
 use crate::model::Snapshot;
 use std::sync::Mutex;
 
+/// Runs `check` on `p` and `beside` at the same time. The check is told where the replay
+/// with no limit parts from its own (`Parting`); that replay then goes on alone, beside
+/// the rest of the check. Gives the check's identity, the replay with no limit (the
+/// check's own where they never parted, else the one that went on alone; None where the
+/// check told of neither) and what `beside` made.
+pub fn check_beside<R: Send>(
+    p: &Prepared,
+    check: impl FnOnce(&Prepared, &(dyn Fn(Parting) + Sync)) -> Checked + Send,
+    beside: impl FnOnce() -> R + Send,
+) -> (Identity, Option<(Outcome, Option<Search>)>, R) {
+    let parted: Mutex<Option<(Outcome, Option<Search>)>> = Mutex::new(None);
+    let (checked, made) = rayon::scope(|scope| {
+        let parted = &parted;
+        let part = move |parting: Parting| {
+            scope.spawn(move |_| {
+                let resumed = parting.track.resume(p, parting.at);
+                *parted.lock().expect("no panic holds it") = Some(resumed);
+            });
+        };
+        rayon::join(|| check(p, &part), beside)
+    });
+    let parted = parted.into_inner().expect("no panic holds it");
+    (checked.identity, checked.scenario.or(parted), made)
+}
+
 /// A device's recording prepared ([`Prepared`]), its identity check, and the replay with
 /// the recorded settings and no limit.
 pub struct CheckedRun {
@@ -54,27 +79,14 @@ impl CheckedRun {
         }))
     }
 
-    /// The run checked by `check`, which is told where the replay with no limit parts from
-    /// the check's (that replay then goes on alone, beside the rest of the check).
+    /// The run checked by `check` ([`check_beside`], with nothing beside it).
     fn checked_by(
         prepared: Prepared,
         check: impl FnOnce(&Prepared, &(dyn Fn(Parting) + Sync)) -> Checked + Send,
     ) -> Self {
-        let parted: Mutex<Option<(Outcome, Option<Search>)>> = Mutex::new(None);
-        let checked = rayon::scope(|scope| {
-            let p = &prepared;
-            let parted = &parted;
-            let part = move |parting: Parting| {
-                scope.spawn(move |_| {
-                    let resumed = parting.track.resume(p, parting.at);
-                    *parted.lock().expect("no panic holds it") = Some(resumed);
-                });
-            };
-            check(p, &part)
-        });
-        let parted = parted.into_inner().expect("no panic holds it");
-        let unlimited = checked.scenario.or(parted).map(|(o, _)| o);
-        Self::from_parts(prepared, checked.identity, unlimited, Vec::new())
+        let (identity, unlimited, ()) = check_beside(&prepared, check, || ());
+        let unlimited = unlimited.map(|(o, _)| o);
+        Self::from_parts(prepared, identity, unlimited, Vec::new())
     }
 
     /// A run checked elsewhere: the check, the outcome of the replay with no limit, and

@@ -9,8 +9,8 @@
 //! out-of-memory error and the smallest device that runs the requests. Scenarios run in
 //! parallel; the report is the same for any number of threads.
 
-use crate::allocator::checked::CheckedRun;
-use crate::allocator::identity::{Identity, Parting, check_sharing, reproduces, split_point};
+use crate::allocator::checked::{CheckedRun, check_beside};
+use crate::allocator::identity::{Identity, check_sharing, reproduces, split_point};
 use crate::allocator::prepared::{NotReplayable, Prepared};
 use crate::allocator::scenario::{
     FirstOom, MinCapacity, OomCause, Outcome, Scenario, StartDoesNotFit, Unlimited,
@@ -366,38 +366,23 @@ fn scenarios_of(
             })
         })
     };
-    let parted = std::sync::Mutex::new(None);
-    let ((identity, shared), others) = rayon::scope(|scope| {
-        let part = |parting: Parting| {
-            let parted = &parted;
-            scope.spawn(move |_| {
-                let resumed = parting.track.resume(p, parting.at);
-                *parted.lock().expect("no panic holds it") = Some(resumed);
-            });
-        };
-        rayon::join(
-            || {
-                let keep_search = search_of(&settings[0].1);
-                let c = check_sharing(snap, p, keep_search, &part, split_point(p));
-                (c.identity, c.scenario)
-            },
-            || {
-                settings[1..]
-                    .par_iter()
-                    .map(|(_, s, _)| {
-                        let mut u = (wants_unlimited || search_of(s))
-                            .then(|| unlimited(p, s, search_of(s)));
-                        let min = min_of(s, &mut u);
-                        (u, min.flatten())
-                    })
-                    .collect::<Vec<_>>()
-            },
-        )
-    });
-    let parted = parted.into_inner().expect("no panic holds it");
-    let (out, search) = shared
-        .or(parted)
-        .expect("the check's scenario ends in it or goes on alone");
+    let keep_search = search_of(&settings[0].1);
+    let (identity, baseline, others) = check_beside(
+        p,
+        |p, part| check_sharing(snap, p, keep_search, part, split_point(p)),
+        || {
+            settings[1..]
+                .par_iter()
+                .map(|(_, s, _)| {
+                    let mut u = (wants_unlimited || search_of(s))
+                        .then(|| unlimited(p, s, search_of(s)));
+                    let min = min_of(s, &mut u);
+                    (u, min.flatten())
+                })
+                .collect::<Vec<_>>()
+        },
+    );
+    let (out, search) = baseline.expect("the check's scenario ends in it or goes on alone");
     let mut baseline = Some(Ok(searchable(out, search)));
     let baseline_min = min_of(&settings[0].1, &mut baseline).flatten();
     let (unlimited_runs, mins): (Vec<Option<Unlimited>>, Vec<Option<MinCapacity>>) =
