@@ -10,8 +10,8 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use vramlens::pickle::{
-    Error, MAX_DEPTH, MemoReferences, ParseInfo, PlainBuilder, Value, parse_bytes, parse_with,
-    scan_references,
+    Error, MAX_DEPTH, MemoReferences, ParseInfo, PlainBuilder, Value, chunks, parse_bytes,
+    parse_with, scan_references, scan_slice_chunks,
 };
 
 // ----------------------------------------------------------------------------------
@@ -1591,5 +1591,151 @@ proptest! {
         data.extend_from_slice(&junk);
         data.extend_from_slice(&base[(p + junk.len()).min(base.len())..]);
         survive(&data);
+    }
+}
+
+// ----------------------------------------------------------------------------------
+// The reference scan in stretches
+// ----------------------------------------------------------------------------------
+
+/// A protocol 4 pickle of a list of `n` strings (each stored, every tenth read back
+/// once more), framed as Python frames it: PROTO, then frames of about `frame` bytes,
+/// none cutting an opcode. `payload` is the content of the strings (`{k}` replaced by
+/// the string's number). Gives the bytes, where each frame starts and the MEMOIZEs
+/// before each frame.
+#[allow(clippy::type_complexity)]
+fn framed_list(
+    n: usize,
+    frame: usize,
+    payload: impl Fn(usize) -> Vec<u8>,
+) -> (Vec<u8>, Vec<usize>, Vec<u64>) {
+    let mut ops: Vec<Vec<u8>> = vec![vec![0x5d, 0x94, 0x28]]; // EMPTY_LIST MEMOIZE MARK
+    for k in 0..n {
+        let text = payload(k);
+        let mut op = vec![0x42]; // BINBYTES
+        op.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        op.extend_from_slice(&text);
+        op.push(0x94);
+        if k % 10 == 9 {
+            // LONG_BINGET of the string stored just before (memo index k + 1).
+            op.push(0x6a);
+            op.extend_from_slice(&(k as u32 + 1).to_le_bytes());
+        }
+        ops.push(op);
+    }
+    ops.push(vec![0x65, 0x2e]); // APPENDS STOP
+    let mut out = vec![0x80, 4];
+    let (mut starts, mut stores) = (Vec::new(), Vec::new());
+    let (mut body, mut stored, mut stored_in_body) = (Vec::new(), 0u64, 0u64);
+    for (k, op) in ops.iter().enumerate() {
+        body.extend_from_slice(op);
+        // Every op but the last stores once (the list, then each string).
+        stored_in_body += u64::from(k + 1 < ops.len());
+        if body.len() >= frame || k + 1 == ops.len() {
+            starts.push(out.len());
+            stores.push(stored);
+            out.push(0x95);
+            out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            out.append(&mut body);
+            stored += stored_in_body;
+            stored_in_body = 0;
+        }
+    }
+    (out, starts, stores)
+}
+
+/// The scan in `n` stretches gives what the scan from the start gives: the same indices
+/// read back, or the same first error.
+fn scan_both_ways(data: &[u8], n: usize) -> Option<Vec<(usize, usize, u64)>> {
+    let whole = scan_references(data).map(|r| format!("{r:?}"));
+    let parts = scan_slice_chunks(data, n, None);
+    let (refs, stretches) = match parts {
+        Ok((refs, stretches)) => (Ok(format!("{refs:?}")), stretches),
+        Err(e) => (Err(e), None),
+    };
+    assert_eq!(refs, whole, "in {n} stretches");
+    stretches
+}
+
+#[test]
+fn stretches_are_cut_where_frames_start() {
+    let (data, starts, stores) = framed_list(4000, 1024, |k| format!("string {k}").into_bytes());
+    assert!(starts.len() > 20, "{} frames", starts.len());
+    for n in [1, 2, 4, 16, 64] {
+        let cuts = chunks(&data, n);
+        // Each stretch ends where the next starts, the first at 0, the last at the end.
+        assert_eq!(cuts[0].0, 0);
+        assert_eq!(cuts[cuts.len() - 1].1, data.len());
+        assert!(cuts.windows(2).all(|w| w[0].1 == w[1].0 && w[0].0 < w[0].1));
+        for &(a, _) in &cuts[1..] {
+            assert!(starts.contains(&a), "{a} is not where a frame starts");
+        }
+        if n > 1 {
+            assert!(cuts.len() > n / 2, "{} stretches for {n}", cuts.len());
+        }
+        let stretches = scan_both_ways(&data, n).filter(|_| n > 1);
+        if n > 1 {
+            let stretches = stretches.expect("every store is a MEMOIZE");
+            // The stores before each stretch: one per MEMOIZE before its start.
+            assert_eq!(stretches[0], (0, cuts[0].1, 0));
+            for &(a, _, before) in &stretches[1..] {
+                let frame = starts.iter().position(|&s| s == a);
+                assert_eq!(frame.map(|f| stores[f]), Some(before), "stores before {a}");
+            }
+        }
+    }
+}
+
+/// A payload that looks like frame headers (a 0x95 whose length leads to the next
+/// frame, and so on) is taken for a cut; the scan of the stretch before it does not end
+/// there, so the bytes are scanned again from the start, and the answer is the same.
+#[test]
+fn a_cut_inside_a_payload_is_found_out() {
+    let (mut data, starts, _) = framed_list(400, 4096, |k| {
+        if k == 200 {
+            vec![0x95; 24]
+        } else {
+            format!("s{k}").into_bytes()
+        }
+    });
+    // The payload's first 0x95 made a header whose length leads to the next frame.
+    let fake = data
+        .windows(24)
+        .position(|w| w.iter().all(|&b| b == 0x95))
+        .expect("the payload");
+    let next = *starts
+        .iter()
+        .find(|&&s| s > fake)
+        .expect("a frame after it");
+    let len = (next - fake - 9) as u64;
+    data[fake + 1..fake + 9].copy_from_slice(&len.to_le_bytes());
+    let mut fooled = 0;
+    for n in 2..64 {
+        let cuts = chunks(&data, n);
+        let stretches = scan_both_ways(&data, n);
+        if cuts.iter().any(|&(a, _)| a == fake) {
+            fooled += 1;
+            assert_eq!(
+                stretches, None,
+                "in {n} stretches: scanned again from the start"
+            );
+        }
+    }
+    assert!(fooled > 0, "no count of stretches cut at the payload");
+}
+
+#[test]
+fn an_error_past_the_first_stretch_is_the_first_error() {
+    let (mut data, starts, _) = framed_list(3000, 4096, |k| format!("string {k}").into_bytes());
+    // A GLOBAL opcode (code a pickle could run) in the last frame, and an unknown opcode
+    // in a later one: the first is the one named.
+    let at = starts[starts.len() - 2] + 9;
+    assert_eq!(data[at], 0x42);
+    data[at] = b'c';
+    let later = starts[starts.len() - 1] + 9;
+    data[later] = 0xff;
+    for n in [2, 8, 32] {
+        assert_eq!(scan_both_ways(&data, n), None);
+        assert!(scan_slice_chunks(&data, n, None).is_err());
     }
 }

@@ -377,73 +377,59 @@ fn scan_range_inner(
     Ok((counts, None))
 }
 
-/// Where the FRAMEs of a protocol 4+ pickle start (frames hold whole opcodes, so a
-/// reader may start at any of them), or None when the bytes are not framed.
-pub fn frame_starts(data: &[u8], release: Option<Release>) -> Option<Vec<usize>> {
-    let mut p = if data.starts_with(&[PROTO]) && data.len() >= 2 {
-        2
-    } else {
-        0
-    };
-    let mut starts = Vec::new();
-    let mut unframed = 0;
-    let mut released = 0;
-    while p < data.len() {
-        // Reading a header per frame brings in the pages around it.
-        if p - released >= RELEASE_STEP
-            && let Some(f) = release
+/// How far past a cut's target a FRAME is looked for (Python's frames are about 64 KiB).
+const CUT_SEARCH: usize = 1 << 20;
+/// Headers a FRAME must lead through, by their lengths, to be taken for a cut.
+const CUT_HOPS: usize = 3;
+
+/// Whether the `hops` headers from `q` on are FRAMEs, each after the last by its length
+/// (or the bytes end there).
+fn frames_chain(data: &[u8], q: usize, hops: usize) -> bool {
+    let mut p = q;
+    for _ in 0..hops {
+        if p == data.len() {
+            return true;
+        }
+        let Some(header) = data.get(p..p.saturating_add(FRAME_HEADER)) else {
+            return false;
+        };
+        if header[0] != FRAME {
+            return false;
+        }
+        let n = u64::from_le_bytes(header[1..].try_into().expect("8 bytes"));
+        match usize::try_from(n)
+            .ok()
+            .and_then(|n| p.checked_add(FRAME_HEADER)?.checked_add(n))
         {
-            f(released, p);
-            released = p;
+            Some(next) if next <= data.len() => p = next,
+            _ => return false,
         }
-        if data[p] == FRAME {
-            let n = data.get(p + 1..p + FRAME_HEADER)?;
-            let n = usize::try_from(u64::from_le_bytes(n.try_into().ok()?)).ok()?;
-            let next = p.checked_add(FRAME_HEADER)?.checked_add(n)?;
-            if next > data.len() {
-                return None;
-            }
-            starts.push(p);
-            p = next;
-            unframed = 0;
-            continue;
-        }
-        // An opcode between frames (Python writes payloads of 64 KiB and more unframed).
-        unframed += 1;
-        if unframed > 64 {
-            return None;
-        }
-        let mut input = SliceInput::new_at(data, p);
-        let mut at = 0u64;
-        if matches!(next_op(&mut input, &mut at), Ok(Op::Stop) | Err(_)) {
-            break;
-        }
-        p = input.pos();
     }
-    (!starts.is_empty()).then_some(starts)
+    true
 }
 
-/// Stretches of whole opcodes to scan or read in parallel: `[start, end)` ranges at
-/// frame starts, about `n` of them.
-pub fn chunks(data: &[u8], n: usize, release: Option<Release>) -> Vec<(usize, usize)> {
-    if n <= 1 {
-        return vec![(0, data.len())];
-    }
-    let starts = frame_starts(data, release);
-    if let Some(f) = release {
-        f(0, data.len());
-    }
-    let Some(starts) = starts else {
-        return vec![(0, data.len())];
-    };
+/// Stretches to scan or read in parallel: `[start, end)` ranges cut at a FRAME near each
+/// of about `n` evenly spaced places, found without walking the frames before it (each
+/// header read brings in its page, and a walk reads thousands). A cut is a byte 0x95
+/// whose next headers, by their lengths, are FRAMEs too: most likely, not surely, where
+/// an opcode starts. The scan from a true start confirms it ([`scan_slice_chunks`]). One
+/// stretch for bytes without frames.
+pub fn chunks(data: &[u8], n: usize) -> Vec<(usize, usize)> {
     let mut bounds = vec![0];
-    for k in 1..n {
-        let target = data.len() / n * k;
-        let i = starts.partition_point(|&s| s < target);
-        if let Some(&s) = starts.get(i)
-            && s > *bounds.last().unwrap()
-        {
-            bounds.push(s);
+    for k in 1..n.max(1) {
+        let target = (data.len() / n * k).max(bounds[bounds.len() - 1] + 1);
+        let end = target.saturating_add(CUT_SEARCH).min(data.len());
+        let Some(window) = data.get(target..end) else {
+            break;
+        };
+        let cut = window
+            .iter()
+            .enumerate()
+            .filter(|&(_, &b)| b == FRAME)
+            .map(|(i, _)| target + i)
+            .find(|&q| frames_chain(data, q, CUT_HOPS));
+        if let Some(q) = cut {
+            bounds.push(q);
         }
     }
     bounds.push(data.len());
@@ -476,18 +462,21 @@ pub fn scan_slice_releasing(
 /// can start with a known memo count.
 pub type Stretches = Vec<(usize, usize, u64)>;
 
-/// [`scan_slice`] over about `n` stretches between frames, scanned in parallel (rayon)
-/// and merged in order, so the result and the first error are those of a scan from the
-/// start. Also gives the stretches up to STOP with the stores before each, when the
-/// bytes are framed and every store is a MEMOIZE (then a memo index is the count of
-/// stores before it).
+/// [`scan_slice`] over about `n` stretches ([`chunks`]), scanned in parallel (rayon) and
+/// merged in order. A stretch's scan that ends without error ends where the next one
+/// starts, so each cut is confirmed by the scan before it (from the start on) to be an
+/// opcode's start, and the result is that of a scan from the start. Where a stretch
+/// fails (a cut that is not an opcode's start, or an error in the file) or no stretch
+/// holds STOP, the bytes are scanned again from the start, which gives the result or the
+/// first error. Also gives the stretches up to STOP with the stores before each, when
+/// every store is a MEMOIZE (then a memo index is the count of stores before it).
 pub fn scan_slice_chunks(
     bytes: &[u8],
     n: usize,
     release: Option<Release>,
 ) -> Result<(MemoReferences, Option<Stretches>), Error> {
     use rayon::prelude::*;
-    let parts = chunks(bytes, n, release);
+    let parts = chunks(bytes, n);
     let results: Vec<_> = parts
         .par_iter()
         .map(|&(a, b)| scan_range(bytes, a, b, a as u64, release))
@@ -495,7 +484,9 @@ pub fn scan_slice_chunks(
     let mut total = ScanCounts::default();
     let mut stretches = Vec::new();
     for (r, &(a, b)) in results.into_iter().zip(&parts) {
-        let (counts, stop) = r?;
+        let Ok((counts, stop)) = r else {
+            break;
+        };
         stretches.push((a, stop.unwrap_or(b), total.stores));
         total.merge(counts);
         if stop.is_some() {
@@ -503,7 +494,6 @@ pub fn scan_slice_chunks(
             return Ok((total.finish(), sequential.then_some(stretches)));
         }
     }
-    // No STOP: the sequential scan names what is missing.
     let mut input = SliceInput::releasing(bytes, release);
     Ok((scan(&mut input, 0, true)?.0.finish(), None))
 }

@@ -26,8 +26,8 @@ mod write;
 
 pub use cursor::Cursor;
 pub use memo::{
-    MemoReferences, SharedKey, Stretches, chunks, frame_starts, scan_references, scan_slice,
-    scan_slice_chunks, scan_slice_releasing, step,
+    MemoReferences, SharedKey, Stretches, chunks, scan_references, scan_slice, scan_slice_chunks,
+    scan_slice_releasing, step,
 };
 pub use ops::{MAX_STREAM_ARGUMENT, RELEASE_STEP, Release};
 pub use reader::{READ_AHEAD_MIN_BYTES, ReadAhead, Reader, SharedBytes, SharedRelease};

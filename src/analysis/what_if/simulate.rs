@@ -374,8 +374,8 @@ fn scenarios_of(
             settings[1..]
                 .par_iter()
                 .map(|(_, s, _)| {
-                    let mut u = (wants_unlimited || search_of(s))
-                        .then(|| unlimited(p, s, search_of(s)));
+                    let mut u =
+                        (wants_unlimited || search_of(s)).then(|| unlimited(p, s, search_of(s)));
                     let min = min_of(s, &mut u);
                     (u, min.flatten())
                 })
