@@ -1382,27 +1382,21 @@ impl SnapshotBuilder {
                     action = a;
                 }
             }
-            let new = NewEvent {
-                action: Some(action),
-                addr: e.addr,
-                size: e.size,
-                stream: e.stream,
-                time_us: e.time_us,
-                stack: match e.stack {
-                    Some(s) => ids.packed_stack(s.0),
-                    None => None,
-                },
-                compile_context: run
-                    .trace
+            // A run's events have none of the rare fields but these two.
+            p.trace.push_common(
+                action,
+                e.addr,
+                e.size,
+                e.stream,
+                e.time_us,
+                e.stack.and_then(|s| ids.packed_stack(s.0)),
+                run.trace
                     .compile_context(i)
                     .and_then(|s| ids.packed_str(s.0).flatten()),
-                user_metadata: run
-                    .trace
+                run.trace
                     .user_metadata(i)
                     .and_then(|s| ids.packed_str(s.0).flatten()),
-                ..NewEvent::default()
-            };
-            p.trace.push(new);
+            );
         }
         Some(n)
     }
