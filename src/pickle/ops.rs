@@ -105,8 +105,11 @@ pub trait Input {
 /// mapping of a file can give their pages back (they are read again if needed).
 pub type Release<'a> = &'a (dyn Fn(usize, usize) + Sync);
 
-/// Bytes read between two [`Release`] calls, and bytes kept behind the reader.
-pub const RELEASE_STEP: usize = 32 << 20;
+/// Bytes read between two [`Release`] calls, and bytes kept behind the reader: the
+/// pages a reader holds of a mapped file (8 MiB: at 32, they were 18 of the 157 MiB
+/// `summary` holds for a 300 MB file, and giving pages back four times as often costs
+/// no measurable time).
+pub const RELEASE_STEP: usize = 8 << 20;
 const RELEASE_MARGIN: usize = 1 << 20;
 
 /// Input held in memory: the window is the whole rest of the slice.
