@@ -526,7 +526,7 @@ impl<'a> DeviceCategories<'a> {
     fn made_before_backward_freed_by_it(
         &self,
         trace: &DeviceTrace,
-        frees: &[AllocFree],
+        frees: &[(u32, Option<u32>)],
         attr: &Attributor,
     ) -> Vec<u32> {
         if !self.phases.has(Phase::Backward) {
@@ -545,8 +545,8 @@ impl<'a> DeviceCategories<'a> {
         let mark = |i: u32| trace.stack(i as usize).map(|s| attr.facts(s));
         frees
             .iter()
-            .filter_map(|f| {
-                let (alloc, free) = (f.alloc, f.free()?);
+            .filter_map(|&(alloc, free)| {
+                let free = free?;
                 let made = self.phases.run_of(alloc as usize);
                 let freed = self.phases.run_of(free as usize);
                 if self.phases.phase(made) != Phase::Between
@@ -582,7 +582,7 @@ impl<'a> DeviceCategories<'a> {
     fn half_parameters_kept_through_forward(
         &self,
         trace: &DeviceTrace,
-        frees: &[AllocFree],
+        frees: &[(u32, Option<u32>)],
         attr: &Attributor,
     ) -> Vec<u32> {
         if self.parameter_counts.is_empty() || !self.phases.has(Phase::Forward) {
@@ -591,20 +591,19 @@ impl<'a> DeviceCategories<'a> {
         let facts = |i: u32| trace.stack(i as usize).map(|s| attr.facts(s));
         if frees
             .iter()
-            .any(|a| facts(a.alloc).is_some_and(|f| f.cpp_frames))
+            .any(|&(alloc, _)| facts(alloc).is_some_and(|f| f.cpp_frames))
         {
             return Vec::new();
         }
         let mut last_alloc: Vec<u32> = vec![0; self.phases.runs().len()];
-        for f in frees {
-            if let Some(last) = last_alloc.get_mut(self.phases.run_of(f.alloc as usize)) {
-                *last = f.alloc;
+        for &(alloc, _) in frees {
+            if let Some(last) = last_alloc.get_mut(self.phases.run_of(alloc as usize)) {
+                *last = alloc;
             }
         }
         // forward run -> size -> its allocations that live through the forward
         let mut kept: BTreeMap<usize, BTreeMap<u64, Vec<u32>>> = BTreeMap::new();
-        for f in frees {
-            let (alloc, free) = (f.alloc, f.free());
+        for &(alloc, free) in frees {
             let run = self.phases.run_of(alloc as usize);
             if self.phases.phase(run) != Phase::Forward {
                 continue;
@@ -654,40 +653,20 @@ fn listed(events: &[u32], i: usize) -> bool {
     u32::try_from(i).is_ok_and(|i| events.binary_search(&i).is_ok())
 }
 
-/// An `alloc` event and the event that freed it, in 8 bytes (a trace holds millions).
-#[derive(Clone, Copy, Debug)]
-struct AllocFree {
-    alloc: u32,
-    /// [`AllocFree::NOT_FREED`] while alive at the end.
-    free: u32,
-}
-
-impl AllocFree {
-    /// No event has this index: a trace's events are counted in a u32.
-    const NOT_FREED: u32 = u32::MAX;
-
-    fn free(self) -> Option<u32> {
-        (self.free != Self::NOT_FREED).then_some(self.free)
-    }
-}
-
 /// Each `alloc` event of a trace with the event that freed it (its `free_requested`,
-/// else its `free_completed`; none while alive at the end), in event order.
-fn allocation_frees(trace: &DeviceTrace) -> Vec<AllocFree> {
-    let mut out: Vec<AllocFree> = Vec::new();
+/// else its `free_completed`; None while alive at the end), in event order.
+fn allocation_frees(trace: &DeviceTrace) -> Vec<(u32, Option<u32>)> {
+    let mut out: Vec<(u32, Option<u32>)> = Vec::new();
     let mut open: FxMap<u64, usize> = FxMap::default();
     for i in 0..trace.len() {
         match trace.action(i) {
             Action::Alloc => {
                 open.insert(trace.addr(i), out.len());
-                out.push(AllocFree {
-                    alloc: i as u32,
-                    free: AllocFree::NOT_FREED,
-                });
+                out.push((i as u32, None));
             }
             Action::FreeRequested | Action::FreeCompleted => {
                 if let Some(k) = open.remove(&trace.addr(i)) {
-                    out[k].free = i as u32;
+                    out[k].1 = Some(i as u32);
                 }
             }
             _ => {}
