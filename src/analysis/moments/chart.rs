@@ -522,7 +522,6 @@ struct ChartPass<'t, B> {
     axis: Axis<'t>,
     grid: Grid,
     x_max: f64,
-    buckets: usize,
     /// Buckets whose range is over, in order.
     shown: Vec<Shown>,
     /// The shown states, as indices (for the ranges of allocations).
@@ -541,14 +540,13 @@ struct ChartPass<'t, B> {
 }
 
 impl<'t, B: Bands> ChartPass<'t, B> {
-    /// A pass over `buckets` buckets of `x_min..=x_max` (`span` wide on the axis) of a
-    /// trace of `events` events, its state 0 placed.
+    /// A pass over the buckets of `grid`, which end at `x_max`, of a trace of `events`
+    /// events, its state 0 placed.
     fn new(axis: Axis<'t>, grid: Grid, x_max: f64, events: usize, bands: B) -> Self {
         let mut pass = ChartPass {
             axis,
             grid,
             x_max,
-            buckets: grid.nb,
             shown: Vec::with_capacity(grid.nb),
             shown_k: Vec::with_capacity(grid.nb),
             open: None,
@@ -608,7 +606,7 @@ impl<'t, B: Bands> ChartPass<'t, B> {
             return;
         }
         if p > self.x_max {
-            self.close_until(self.buckets);
+            self.close_until(self.grid.nb);
             return;
         }
         let b = self.grid.bucket_of(p);
@@ -675,9 +673,9 @@ impl<B: Bands> Aggregator for ChartPass<'_, B> {
     }
 
     fn finish(&mut self, end: &End) {
-        self.close_until(self.buckets);
+        self.close_until(self.grid.nb);
         for (n, l) in end.open.iter().chain(end.survivors).enumerate() {
-            self.place(l, self.events + n as u64, self.buckets);
+            self.place(l, self.events + n as u64, self.grid.nb);
         }
         self.bands.tables(end);
     }
