@@ -110,9 +110,39 @@ fn file_category(name: &str) -> u32 {
     }
 }
 
+/// Trace entries from which the frees are paired on a thread of their own.
+const FREES_BESIDE_FROM: usize = 1 << 16;
+
 impl<'a> DeviceCategories<'a> {
     /// The categories of the allocations of `r`'s device.
     pub fn build(r: &DeviceReplay<'a>, attr: &Attributor) -> DeviceCategories<'a> {
+        // Each allocation's free reads the trace alone: on a long trace it is found on a
+        // thread of its own beside the rest. Not a task of the thread pool: a caller may
+        // hold the pool's threads waiting on this one.
+        let (mut cats, frees) = if r.trace.len() >= FREES_BESIDE_FROM {
+            std::thread::scope(|s| {
+                let frees = s.spawn(|| allocation_frees(r.trace));
+                let cats = Self::build_by_stacks(r, attr);
+                (
+                    cats,
+                    frees.join().expect("the pairing of frees does not panic"),
+                )
+            })
+        } else {
+            (Self::build_by_stacks(r, attr), allocation_frees(r.trace))
+        };
+        if cats.phases.has(Phase::Backward)
+            || (cats.phases.has(Phase::Forward) && !cats.parameter_counts.is_empty())
+        {
+            cats.saved_for_backward = cats.made_before_backward_freed_by_it(r.trace, &frees, attr);
+            cats.half_parameters = cats.half_parameters_kept_through_forward(r.trace, &frees, attr);
+        }
+        cats
+    }
+
+    /// The phases, the caches and what was alive at the end: every rule but those that
+    /// pair allocations with their frees.
+    fn build_by_stacks(r: &DeviceReplay<'a>, attr: &Attributor) -> DeviceCategories<'a> {
         let snap = r.snap;
         let phases = Phases::find(r.trace, &snap.external_annotations, r.device, attr);
         let file_categories = snap.features.converted_from == Some(ConvertedFrom::MemoryTimeline);
@@ -132,13 +162,6 @@ impl<'a> DeviceCategories<'a> {
         cats.without_modules =
             snap.features.converted_from.is_none() && shows_no_modules(r, &finals, attr);
         cats.infer_persistent(&finals, attr);
-        if cats.phases.has(Phase::Backward)
-            || (cats.phases.has(Phase::Forward) && !cats.parameter_counts.is_empty())
-        {
-            let frees = allocation_frees(r.trace);
-            cats.saved_for_backward = cats.made_before_backward_freed_by_it(r.trace, &frees, attr);
-            cats.half_parameters = cats.half_parameters_kept_through_forward(r.trace, &frees, attr);
-        }
         cats
     }
 

@@ -103,9 +103,14 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
     let device = choice.device;
     let r = DeviceReplay::new(&snap, device);
     // One attributor for the device, bound to its categories, for the chart and the
-    // listing alike.
-    let attr = (args.output.is_some() || moment.is_some())
-        .then(|| vramlens::analysis::kinds::categories::bound_attributor(&r, &options));
+    // listing alike; the chart's axis is read beside it.
+    let (attr, axis) = rayon::join(
+        || {
+            (args.output.is_some() || moment.is_some())
+                .then(|| vramlens::analysis::kinds::categories::bound_attributor(&r, &options))
+        },
+        || args.output.is_some().then(|| chart_axis(&r, x)),
+    );
     let style = Style::detect(std::io::stdout().is_terminal());
     if let Some(o) = &args.output {
         let view_options = ViewOptions {
@@ -114,7 +119,9 @@ pub fn run(args: &TimelineArgs, out: &mut dyn Write) -> Result<()> {
         };
         let attr = attr.as_ref().expect("bound for a chart");
         // The moment that matters, drawn again wider when the whole chart squeezes it.
-        let axis = chart_axis(&r, x).map_err(|e| anyhow!("{path}: {e}"))?;
+        let axis = axis
+            .expect("read for a chart")
+            .map_err(|e| anyhow!("{path}: {e}"))?;
         let (mut view, mut zoomed) = build_view_zoomed(&snap, &r, attr, &axis, view_options)
             .map_err(|e| anyhow!("{path}: {e}"))?;
         if let Some((_, z)) = zoomed.as_mut() {
