@@ -564,8 +564,28 @@ impl<'t, B: Bands> ChartPass<'t, B> {
     /// alive in.
     fn place(&mut self, l: &Lifetime, order: u64, hi: usize) {
         let from = l.alloc.map_or(0, |a| a.index() + 1);
-        let lo = self.shown_k[..hi].partition_point(|&k| k < from);
+        let lo = self.first_shown_from(from, hi);
         self.bands.add(l, order, lo, hi);
+    }
+
+    /// The first of the closed buckets up to `hi` whose shown state is state `from` or a
+    /// later one. On an axis of events, state `from` lies at position `from`: that
+    /// position's bucket is the answer or the one after it (a bucket's shown state may
+    /// come before the state), and the two neighbours of an answer prove it, since the
+    /// shown states only go forward. Elsewhere, or when a guess is not proved, a search.
+    fn first_shown_from(&self, from: usize, hi: usize) -> usize {
+        let shown = &self.shown_k[..hi];
+        if self.axis.x == XAxis::Events {
+            let is_first = |c: usize| {
+                c <= hi && (c == 0 || shown[c - 1] < from) && (c == hi || shown[c] >= from)
+            };
+            let guess = self.grid.bucket_of(from as f64).min(hi);
+            if let Some(c) = [guess, guess + 1].into_iter().find(|&c| is_first(c)) {
+                debug_assert_eq!(c, shown.partition_point(|&k| k < from));
+                return c;
+            }
+        }
+        shown.partition_point(|&k| k < from)
     }
 
     /// Places the waiting allocations in the buckets closed so far.
@@ -769,9 +789,10 @@ impl Grid {
 
     /// The bucket of position `p` (positions outside the range in the end buckets).
     fn bucket_of(&self, p: f64) -> usize {
-        (((p - self.x_min) / self.span) * self.nb as f64)
-            .floor()
-            .clamp(0.0, self.nb as f64 - 1.0) as usize
+        // The floor of a share not below 0 is its integer part, which `as` takes (and a
+        // NaN, 0), without a call to the library's floor.
+        let share = (((p - self.x_min) / self.span) * self.nb as f64).max(0.0);
+        (share as usize).min(self.nb - 1)
     }
 
     /// The range of bucket `b` on the axis.
