@@ -57,9 +57,25 @@ pub fn device_ask_at_most(rounded: u64, expandable: bool) -> u64 {
 /// at each; past it, every free block is indexed by address from then on.
 const SCAN_BLOCKS: usize = 512;
 
-/// A block of the arena.
+/// A block of the arena. Held as its index plus one, so that an `Option<BlockId>` (a
+/// replay keeps one per allocation) takes four bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct BlockId(pub u32);
+pub struct BlockId(std::num::NonZeroU32);
+
+const _: () = assert!(std::mem::size_of::<Option<BlockId>>() == 4);
+
+impl BlockId {
+    /// The block at index `i` of the arena (below `u32::MAX`, the arena's NIL).
+    pub fn new(i: u32) -> BlockId {
+        debug_assert_ne!(i, NIL, "NIL names no block");
+        BlockId(std::num::NonZeroU32::MIN.saturating_add(i))
+    }
+
+    /// Its index in the arena.
+    pub fn index(self) -> u32 {
+        self.0.get() - 1
+    }
+}
 
 const NIL: u32 = u32::MAX;
 
@@ -631,7 +647,7 @@ impl Allocator {
             .iter()
             .enumerate()
             .filter(|(i, b)| b.allocated && b.tag != NIL && !spare.contains(&(*i as u32)))
-            .map(|(i, b)| (b.tag, BlockId(i as u32)))
+            .map(|(i, b)| (b.tag, BlockId::new(i as u32)))
             .collect()
     }
 
@@ -641,15 +657,15 @@ impl Allocator {
     }
 
     pub fn block_addr(&self, b: BlockId) -> u64 {
-        self.blocks[b.0 as usize].addr
+        self.blocks[b.index() as usize].addr
     }
 
     pub fn block_size(&self, b: BlockId) -> u64 {
-        self.blocks[b.0 as usize].size
+        self.blocks[b.index() as usize].size
     }
 
     pub fn is_allocated(&self, b: BlockId) -> bool {
-        self.blocks[b.0 as usize].allocated
+        self.blocks[b.index() as usize].allocated
     }
 
     pub fn pending_count(&self) -> usize {
@@ -904,7 +920,7 @@ impl Allocator {
             if allocated {
                 self.allocated += size;
                 self.requested += requested;
-                ids.push(BlockId(i));
+                ids.push(BlockId::new(i));
             } else if mapped {
                 self.insert_free(i);
             } else {
@@ -963,7 +979,7 @@ impl Allocator {
     /// rounded to `size`, split where `should_split` says.
     fn take(&mut self, i: u32, size: u64, orig: u64, tag: u32) -> BlockId {
         let split = self.should_split(i, size);
-        BlockId(self.alloc_found_block(i, size, orig, split, tag))
+        BlockId::new(self.alloc_found_block(i, size, orig, split, tag))
     }
 
     /// A search of `pool`'s free blocks: it ticks the garbage collection clock while
@@ -1486,13 +1502,13 @@ impl Allocator {
     /// The user frees a block that other streams still use: it waits (neither reused
     /// nor merged) until [`Allocator::free`] or a synchronisation completes it.
     pub fn free_requested(&mut self, b: BlockId) {
-        let blk = self.bm(b.0);
+        let blk = self.bm(b.index());
         if blk.allocated && !blk.pending {
             blk.pending = true;
             let requested = blk.requested;
             self.pending_requested += requested;
-            self.pending.insert(self.pending_next, b.0);
-            self.pending_order.insert(b.0, self.pending_next);
+            self.pending.insert(self.pending_next, b.index());
+            self.pending_order.insert(b.index(), self.pending_next);
             self.pending_next += 1;
         }
     }
@@ -1500,7 +1516,7 @@ impl Allocator {
     /// `free_block`: the block goes back to its pool, merged with free neighbours.
     /// A block already completed by a synchronisation is left alone.
     pub fn free(&mut self, b: BlockId) {
-        let i = b.0;
+        let i = b.index();
         if !self.b(i).allocated {
             return;
         }
@@ -1532,7 +1548,7 @@ impl Allocator {
             let tag = self.b(i).tag;
             self.bm(i).pending = false;
             self.pending_requested = self.pending_requested.saturating_sub(self.b(i).requested);
-            self.free(BlockId(i));
+            self.free(BlockId::new(i));
             self.events.push(ModelEvent::FreeCompleted { tag });
         }
     }

@@ -437,7 +437,7 @@ fn a_pool_made_after_65536_others_is_its_own() {
     for p in 1..=65_536i64 {
         last = a.malloc(&mut d, 2 * MIB, 0, (1, p), p as u32).unwrap();
     }
-    let pool = a.blocks[last.0 as usize].pool;
+    let pool = a.blocks[last.index() as usize].pool;
     assert_eq!(
         a.pool_key(pool),
         PoolKey {
