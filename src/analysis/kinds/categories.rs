@@ -111,7 +111,7 @@ fn file_category(name: &str) -> u32 {
 }
 
 /// Trace entries from which the frees are paired on a thread of their own.
-const FREES_BESIDE_FROM: usize = 1 << 16;
+const FREES_BESIDE_FROM: usize = 1 << 14;
 
 impl<'a> DeviceCategories<'a> {
     /// The categories of the allocations of `r`'s device.
