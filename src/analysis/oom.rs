@@ -905,10 +905,6 @@ impl<'p, 'a> OomPrepared<'p, 'a> {
 }
 
 #[allow(clippy::too_many_arguments)]
-/// Trace entries from which the allocator's state at a moment is found on a thread of
-/// its own, beside the replay to that moment.
-const STATE_BESIDE_FROM: usize = 1 << 14;
-
 fn analyze_at(
     snap: &Snapshot,
     r: &DeviceReplay,
@@ -918,29 +914,7 @@ fn analyze_at(
     settings: Settings,
     collected: Option<Collected>,
 ) -> OomAnalysis {
-    // The allocator's state at the moment (a pass back from the final segments) and what
-    // was alive then (a replay forward) are independent: on a long trace, the state is
-    // found on a thread of its own beside the replay. What was alive and the leak
-    // search's samples come from one replay, or from the command's replay, which
-    // collected them beside its own.
-    let replay = |collected: Option<Collected>| match collected {
-        Some(c) if c.at == at => c,
-        _ => {
-            let mut pass = MomentPass::new(r, attr, at);
-            let start = r.run(&mut pass);
-            pass.finish(snap, r, start)
-        }
-    };
-    let (state, Collected { live, leaks, .. }) = if r.len() >= STATE_BESIDE_FROM {
-        std::thread::scope(|s| {
-            let state = s.spawn(|| allocator_state(snap, r.device, at));
-            let collected = replay(collected);
-            let state = state.join().expect("the allocator's state does not panic");
-            (state, collected)
-        })
-    } else {
-        (allocator_state(snap, r.device, at), replay(collected))
-    };
+    let state = allocator_state(snap, r.device, at);
     let reserved: u64 = state.iter().map(|s| s.size).sum();
     let block_bytes: u64 = state.iter().flat_map(|s| &s.blocks).map(|b| b.size).sum();
     let pending: u64 = state
@@ -949,6 +923,16 @@ fn analyze_at(
         .filter(|b| b.pending_free)
         .map(|b| b.size)
         .sum();
+    // What was alive at the moment and the leak search's samples, from one replay (or
+    // from the command's replay, which collected them beside its own).
+    let Collected { live, leaks, .. } = match collected {
+        Some(c) if c.at == at => c,
+        _ => {
+            let mut pass = MomentPass::new(r, attr, at);
+            let start = r.run(&mut pass);
+            pass.finish(snap, r, start)
+        }
+    };
     let mut pools: BTreeMap<(Option<(i64, i64)>, u64), PoolFree> = BTreeMap::new();
     let (mut largest, mut largest_same) = (0u64, 0u64);
     for s in &state {
