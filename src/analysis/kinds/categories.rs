@@ -117,23 +117,24 @@ impl<'a> DeviceCategories<'a> {
     /// The categories of the allocations of `r`'s device.
     pub fn build(r: &DeviceReplay<'a>, attr: &Attributor) -> DeviceCategories<'a> {
         // Each allocation's free reads the trace alone: on a long trace it is found on a
-        // thread of its own beside the rest. Not a task of the thread pool: a caller may
-        // hold the pool's threads waiting on this one.
+        // thread of its own beside the rest (where a thread can be had). Not a task of
+        // the thread pool: a caller may hold the pool's threads waiting on this one.
         let (mut cats, frees) = if r.trace.len() >= FREES_BESIDE_FROM {
             std::thread::scope(|s| {
-                let frees = s.spawn(|| allocation_frees(r.trace));
+                let frees = std::thread::Builder::new()
+                    .spawn_scoped(s, || allocation_frees(r.trace))
+                    .ok();
                 let cats = Self::build_by_stacks(r, attr);
-                (
-                    cats,
-                    frees.join().expect("the pairing of frees does not panic"),
-                )
+                let frees = frees.map(|f| f.join().expect("the pairing of frees does not panic"));
+                (cats, frees)
             })
         } else {
-            (Self::build_by_stacks(r, attr), allocation_frees(r.trace))
+            (Self::build_by_stacks(r, attr), None)
         };
         if cats.phases.has(Phase::Backward)
             || (cats.phases.has(Phase::Forward) && !cats.parameter_counts.is_empty())
         {
+            let frees = frees.unwrap_or_else(|| allocation_frees(r.trace));
             cats.saved_for_backward = cats.made_before_backward_freed_by_it(r.trace, &frees, attr);
             cats.half_parameters = cats.half_parameters_kept_through_forward(r.trace, &frees, attr);
         }
