@@ -97,12 +97,12 @@ pub enum Request {
     },
 }
 
-/// A request as kept: 24 bytes. Streams and pools by index (at most [`MAX_DISTINCT`] of
+/// A request as kept: 20 bytes. Streams and pools by index (at most [`MAX_DISTINCT`] of
 /// each: a recording with more is not replayed, see [`Requests::too_many`]); outputs by
-/// count, in order.
+/// count, in order; a size of [`SIZE_ESCAPE`] or more in [`Requests::large_sizes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Packed {
-    size: u64,
+    size: u32,
     tag: u32,
     event: u32,
     outputs_len: u32,
@@ -112,6 +112,11 @@ struct Packed {
 
 /// Bits of `Packed::outputs_len` that hold the kind.
 const KIND_SHIFT: u32 = 29;
+
+/// A packed size that stands for a size of 4 GiB or more, kept apart.
+const SIZE_ESCAPE: u32 = u32::MAX;
+
+const _: () = assert!(std::mem::size_of::<Packed>() == 20);
 
 impl Packed {
     fn kind(&self) -> Kind {
@@ -173,6 +178,8 @@ pub enum TooMany {
 #[derive(Clone, Debug, Default)]
 pub struct Requests {
     items: Vec<Packed>,
+    /// Sizes of [`SIZE_ESCAPE`] bytes or more, by the index of their request, ascending.
+    large_sizes: Vec<(u32, u64)>,
     /// Streams and private pools of the requests, by first appearance.
     streams: Vec<u64>,
     stream_index: FxMap<u64, u16>,
@@ -528,14 +535,14 @@ impl Requests {
     pub fn iter_from(&self, from: usize) -> impl Iterator<Item = Request> + '_ {
         let from = from.min(self.items.len());
         let mut at = self.outputs_before(from) as u32;
-        self.items[from..].iter().map(move |p| {
+        self.items[from..].iter().zip(from..).map(move |(p, i)| {
             let len = p.outputs_len & ((1 << KIND_SHIFT) - 1);
             let outputs = at..at + len;
             at += len;
             match p.kind() {
                 Kind::Alloc => Request::Alloc {
                     tag: p.tag,
-                    size: p.size,
+                    size: self.size_of(i, p),
                     stream: self.streams[p.stream as usize],
                     pool: self.pools[p.pool as usize],
                     event: p.event,
@@ -554,7 +561,7 @@ impl Requests {
                     outputs,
                 },
                 Kind::Oom => Request::Oom {
-                    size: p.size,
+                    size: self.size_of(i, p),
                     stream: self.streams[p.stream as usize],
                     pool: self.pools[p.pool as usize],
                     event: p.event,
@@ -562,6 +569,18 @@ impl Requests {
                 },
             }
         })
+    }
+
+    /// The size of request `i`, packed as `p`.
+    #[inline]
+    fn size_of(&self, i: usize, p: &Packed) -> u64 {
+        match p.size {
+            SIZE_ESCAPE => self
+                .large_sizes
+                .binary_search_by_key(&(i as u32), |&(at, _)| at)
+                .map_or(u64::MAX, |k| self.large_sizes[k].1),
+            size => size as u64,
+        }
     }
 
     /// How many outputs the requests before the one at `i` have.
@@ -577,7 +596,7 @@ impl Requests {
         let p = self.items.get(i)?;
         (p.kind() == Kind::Alloc).then(|| AllocAt {
             tag: p.tag,
-            size: p.size,
+            size: self.size_of(i, p),
             stream: self.streams[p.stream as usize],
             pool: self.pools[p.pool as usize],
             event: p.event,
@@ -671,6 +690,13 @@ impl Requests {
         };
         let stream = stream.map_or(0, |s| self.stream_index(s));
         let pool = pool.map_or(0, |p| self.pool_index(p));
+        let size = match u32::try_from(size) {
+            Ok(s) if s != SIZE_ESCAPE => s,
+            _ => {
+                self.large_sizes.push((self.items.len() as u32, size));
+                SIZE_ESCAPE
+            }
+        };
         self.items.push(Packed {
             size,
             tag,
@@ -704,6 +730,33 @@ mod tests {
             pool: (0, 0),
             event,
             outputs: 0..0,
+        }
+    }
+
+    /// Sizes of 4 GiB and more (and the one size that stands for them, 2^32 - 1) are
+    /// kept apart from the packed requests and read back whole, in order and by index.
+    #[test]
+    fn sizes_from_four_gib_come_back_whole() {
+        let sized = |tag: u32, size: u64| Request::Alloc {
+            tag,
+            size,
+            stream: 7,
+            pool: (0, 0),
+            event: tag,
+            outputs: 0..0,
+        };
+        let sizes = [512, 6 << 30, u32::MAX as u64, u32::MAX as u64 - 1, 1 << 40];
+        let commands: Vec<Request> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &size)| sized(k as u32, size))
+            .chain([oom(9)])
+            .collect();
+        let r = Requests::from_commands(commands.clone(), sizes.len() as u32);
+        assert_eq!(r.iter().collect::<Vec<_>>(), commands);
+        assert_eq!(r.iter_from(2).collect::<Vec<_>>(), commands[2..].to_vec());
+        for (k, &size) in sizes.iter().enumerate() {
+            assert_eq!(r.alloc_at(k).map(|a| a.size), Some(size));
         }
     }
 
