@@ -116,16 +116,19 @@ const FREES_BESIDE_FROM: usize = 1 << 14;
 impl<'a> DeviceCategories<'a> {
     /// The categories of the allocations of `r`'s device.
     pub fn build(r: &DeviceReplay<'a>, attr: &Attributor) -> DeviceCategories<'a> {
-        // Each allocation's free reads the trace alone: on a long trace it is found on a
-        // thread of its own beside the rest (where a thread can be had). Not a task of
-        // the thread pool: a caller may hold the pool's threads waiting on this one.
-        let (mut cats, frees) = if r.trace.len() >= FREES_BESIDE_FROM {
+        // Each allocation's free reads the trace alone: on a long trace, with more than
+        // one thread allowed, it is found on a thread of its own beside the rest (where a
+        // thread can be had), as the replay pairs its events. Not a task of the thread
+        // pool: a caller may hold the pool's threads waiting on this one.
+        let beside = r.trace.len() >= FREES_BESIDE_FROM && rayon::current_num_threads() > 1;
+        let (mut cats, frees) = if beside {
             std::thread::scope(|s| {
                 let frees = std::thread::Builder::new()
                     .spawn_scoped(s, || allocation_frees(r.trace))
                     .ok();
                 let cats = Self::build_by_stacks(r, attr);
-                let frees = frees.map(|f| f.join().expect("the pairing of frees does not panic"));
+                let frees =
+                    frees.map(|f| f.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
                 (cats, frees)
             })
         } else {
